@@ -1,0 +1,158 @@
+import json
+import os
+import stat
+
+import pytest
+
+from cybmem.errors import AmbiguousError, ConflictError, NotFoundError, ValidationError
+from cybmem.lineage import chain, supersession_chain
+from cybmem.schema import IssueEvent, Lineage, MemoryRecord, Outcome
+from cybmem.store import MemoryStore, fold_issues
+
+from conftest import T0
+
+
+def rec(run_id, ended=T0, *, previous=None, parent=None, chat=None, issues=(), **kw):
+    return MemoryRecord(
+        runId=run_id, cwd="/home/dev/web", workflowName="implement-task", task=kw.pop("task", f"task of {run_id}"),
+        state=kw.pop("state", "done"), startedAt=ended - 1000, endedAt=ended,
+        lineage=Lineage(previousRunId=previous, parentRunId=parent, chatSessionId=chat),
+        outcome=Outcome(summary=f"summary {run_id}", issues=list(issues)), **kw,
+    )
+
+
+@pytest.fixture
+def store(memory_root):
+    return MemoryStore(memory_root, "web")
+
+
+def test_write_then_read_round_trips_and_files_are_private(store):
+    path = store.write_record(rec("r1"))
+    assert store.read_record("r1") == rec("r1")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(store.records_dir.stat().st_mode) == 0o700
+    assert not [n for n in os.listdir(store.records_dir) if n.startswith(".tmp-")]
+
+
+def test_existing_run_id_is_never_overwritten(store):
+    store.write_record(rec("r1", task="original"))
+    with pytest.raises(ConflictError, match="append-only"):
+        store.write_record(rec("r1", task="changed"))
+    assert store.read_record("r1").task == "original"
+
+
+def test_prefix_resolution(store):
+    for rid in ("3f2a-1", "3f2c-1", "9abc"):
+        store.write_record(rec(rid))
+    assert store.resolve_run_id("9") == "9abc"
+    assert store.resolve_run_id("3f2a-1") == "3f2a-1"
+    with pytest.raises(AmbiguousError) as err:
+        store.resolve_run_id("3f2")
+    assert "3f2a-1" in str(err.value) and "3f2c-1" in str(err.value)
+    with pytest.raises(NotFoundError, match="no record matches 'zz'"):
+        store.resolve_run_id("zz")
+
+
+def test_duplicate_open_issue_is_not_reopened(store):
+    ev = lambda e, at, by: IssueEvent(issueId="flaky-login", at=at, event=e, byRunId=by, title="Flaky login")  # noqa: E731
+    assert len(store.append_issue_events([ev("opened", 1, "r1")])) == 1
+    assert store.append_issue_events([ev("opened", 2, "r2")]) == []
+    assert len(store.append_issue_events([ev("resolved", 3, "r3")])) == 1
+    written = store.append_issue_events([ev("opened", 4, "r4")])
+    assert [e.event for e in written] == ["reopened"], "opening a resolved issue again is a reopen"
+    lines = store.issues_path.read_text().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["opened", "resolved", "reopened"]
+    state = store.issue_states()["flaky-login"]
+    assert (state.state, state.reopenCount, state.openedBy) == ("reopened", 1, "r1")
+    assert [s.issueId for s in store.open_issues()] == ["flaky-login"]
+
+
+def test_fold_last_event_wins():
+    events = [
+        IssueEvent("a", 1, "opened", "r1", "A"), IssueEvent("b", 2, "opened", "r1", "B"),
+        IssueEvent("a", 3, "resolved", "r2"), IssueEvent("b", 4, "wontfix", "r3"), IssueEvent("b", 5, "reopened", "r4"),
+    ]
+    folded = fold_issues(events)
+    assert folded["a"].state == "resolved" and folded["a"].resolvedBy == "r2" and folded["a"].title == "A"
+    assert folded["b"].state == "reopened" and folded["b"].resolvedAt is None and folded["b"].reopenCount == 1
+
+
+def test_torn_last_ledger_line_is_skipped_and_reported(store):
+    store.append_issue_events([IssueEvent("a", 1, "opened", "r1", "A")])
+    with open(store.issues_path, "ab") as fh:
+        fh.write(b'{"issueId": "b", "at": 2, "ev')
+    assert [e.issueId for e in store.issue_events()] == ["a"]
+    assert len(store.problems) == 1 and "issues.jsonl:2" in store.problems[0].path
+    # the next append starts on a fresh line; nothing is glued to the torn one
+    store.append_issue_events([IssueEvent("c", 3, "opened", "r2", "C")])
+    assert [e.issueId for e in store.issue_events()] == ["a", "c"]
+
+
+def test_rebuild_equals_incremental_index(store):
+    store.write_record(rec("r1", T0))
+    store.write_record(rec("r3", T0 + 3000, previous="r1"))
+    store.write_record(rec("r2", T0 + 2000, previous="r1"))  # arrives late
+    store.supersede("r1", rec("r1b", T0 + 4000))
+    incremental = store.index_path.read_bytes()
+    entries = json.loads(incremental)["entries"]
+    assert [e["runId"] for e in entries] == ["r1b", "r3", "r2", "r1"]
+    assert entries[3]["supersededBy"] == "r1b"
+    store.index_path.unlink()
+    assert store.latest_run_id() == "r1b", "readers work without index.json"
+    assert store.rebuild_index() == 4
+    assert store.index_path.read_bytes() == incremental
+
+
+def test_supersede_keeps_old_content_and_show_follows(store):
+    store.write_record(rec("r1", task="wrong summary run"))
+    old_bytes = store.record_path("r1").read_bytes()
+    store.supersede("r1", rec("r1-fix", T0 + 10))
+    assert store.record_path("r1").read_bytes() == old_bytes
+    assert store.read_record("r1-fix").supersedes == "r1"
+    assert supersession_chain(store, "r1") == ["r1-fix"]
+    assert store.newest_truth("r1") == "r1-fix"
+    with pytest.raises(ConflictError, match="already superseded by r1-fix"):
+        store.supersede("r1", rec("r1-fix2", T0 + 20))
+    store.supersede("r1-fix", rec("r1-fix2", T0 + 20))
+    assert supersession_chain(store, "r1") == ["r1-fix", "r1-fix2"]
+
+
+def test_superseded_by_written_by_another_tool_is_honoured(store):
+    store.write_record(rec("new", T0 + 5))
+    store.write_record(rec("old", T0, supersededBy="new"))
+    assert supersession_chain(store, "old") == ["new"]
+    assert [e["runId"] for e in store.index_entries() if e.get("supersededBy")] == ["old"]
+
+
+def test_chain_both_directions_with_parent_and_chat(store):
+    store.write_record(rec("a", T0))
+    store.write_record(rec("b", T0 + 1000, previous="a", chat="chat-1"))
+    store.write_record(rec("c", T0 + 2000, previous="b", parent="b", chat="chat-1", issues=["x"]))
+    store.write_record(rec("d", T0 + 3000, previous="c"))
+    store.append_issue_events([IssueEvent("x", T0 + 2000, "opened", "c", "X")])
+    res = chain(store, "b")
+    assert res.previous == ["a"] and res.next == ["c", "d"]
+    assert [r["runId"] for r in res.runs] == ["a", "b", "c", "d"]
+    assert res.children == ["c"] and res.chat_runs == ["b", "c"]
+    res_c = chain(store, "c")
+    assert res_c.parent == "b" and res_c.parent_known and res_c.open_issues == ["x"]
+
+
+def test_unreadable_records_are_skipped_once(store):
+    store.write_record(rec("good"))
+    store.records_dir.joinpath("bad.json").write_bytes(b"\x00\xff garbage")
+    store.records_dir.joinpath("mismatch.json").write_text(json.dumps(rec("other").to_dict()))
+    store.records_dir.joinpath(".tmp-abc.part").write_text("{")
+    assert [r.runId for r in store.records()] == ["good"]
+    assert sorted(p.path.rsplit("/", 1)[1] for p in store.problems) == ["bad.json", "mismatch.json"]
+    assert any("does not match its file name" in p.message for p in store.problems)
+    list(store.iter_records())
+    assert len(store.problems) == 2, "each problem is reported once"
+
+
+def test_invalid_record_is_rejected_before_writing(store):
+    bad = rec("r1")
+    bad.state = "finished"
+    with pytest.raises(ValidationError, match="state"):
+        store.write_record(bad)
+    assert not store.records_dir.exists() or not os.listdir(store.records_dir)
