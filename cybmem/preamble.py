@@ -1,0 +1,355 @@
+"""Build, strip and lift the MEMORY block that is put ahead of each new task.
+
+The block (store-format.md, "The MEMORY block") looks like this::
+
+    MEMORY (prior runs in this project, most relevant first):
+    - run 3f2a9c1e (2026-11-29 14:02 UTC, done): <task, collapsed, <= 160 chars>
+      summary: <<= 300 chars>
+      raised: <issue ids the run opened, ", "-joined, <= 200 chars>
+      next: <NEXT items, "; "-joined, <= 200 chars>
+    Open issues in this project:
+    - flaky-login-test: Flaky login test (opened 2026-11-20, run 3f2a9c1e)
+    END MEMORY
+
+Run ids show their first 8 characters; times are UTC from epoch milliseconds. The summary, raised
+and next lines appear only when non-empty; "Open issues in this project:" only with at least one
+issue. Every field is neutralized (see `neutralize`) and collapsed to one line, so the only
+lines of a rendered block at column 0 are HEADER, "Open issues in this project:" and FOOTER.
+
+`inject` puts the block and one blank line ahead of the task; `strip` removes every block
+wherever it sits and lifts the human task out of a workflow's ``TASK:`` wrapper, so
+``strip(inject(t, block)) == t`` for every clean task t and memory never re-ingests itself.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from .outcome import shorten
+
+__all__ = [
+    "FOOTER",
+    "HEADER",
+    "OpenIssue",
+    "PreambleEntry",
+    "estimate_tokens",
+    "inject",
+    "lift_task",
+    "neutralize",
+    "render_block",
+    "strip",
+    "strip_memory",
+]
+
+HEADER = "MEMORY (prior runs in this project, most relevant first):"
+FOOTER = "END MEMORY"
+_ISSUES_HEADING = "Open issues in this project:"
+
+_TASK_PREFIX = "TASK:"
+# A wrapper section header such as "INSTRUCTIONS:" or "OUTPUT FORMAT:" ends the lifted task.
+_WRAPPER_SECTION = re.compile(r"[A-Z][A-Z0-9 _/-]{2,40}:\s*")
+
+# Characters a forged marker could hide behind: zero-width, bidi controls, BOM, soft hyphen,
+# word joiner and invisible operators. They are ignored when comparing a line with a marker.
+_INVISIBLE = "\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_MARKER_NOISE = re.compile(rf"[\s{_INVISIBLE}]+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_NEWLINES = re.compile(r"\r\n|[\r\x85\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_QUOTED = "[quoted] "
+
+_TASK_MAX = 160
+_SUMMARY_MAX = 300
+_LIST_MAX = 200
+_ISSUE_ID_MAX = 80
+_ISSUE_TITLE_MAX = 160
+_STATE_MAX = 24
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class PreambleEntry:
+    """One prior run as shown in the block."""
+
+    run_id: str
+    ended_at_ms: int
+    state: str
+    task: str
+    summary: str
+    open_issues: list[str]
+    next: list[str]
+
+
+@dataclass(frozen=True)
+class OpenIssue:
+    """One open issue of the project as shown in the block."""
+
+    issue_id: str
+    title: str
+    opened_at_ms: int
+    by_run_id: str
+
+
+def _chunks(text: str) -> list[str]:
+    """Split into lines that keep their "\\n"; the last chunk has none (and may be "")."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + [lines[-1]]
+
+
+def _is_line(chunk: str, marker: str) -> bool:
+    """True if the line is exactly marker, trailing whitespace (e.g. a \\r) allowed."""
+    return chunk.rstrip() == marker
+
+
+def strip_memory(text: str) -> str:
+    """Remove every injected MEMORY block, wherever it sits.
+
+    A block runs from a line that is exactly HEADER to the next line that is exactly FOOTER
+    (trailing whitespace or \\r allowed on both); the one blank line `inject` puts after it
+    goes too. A HEADER with no FOOTER after it is not a block, and markers mentioned inside a
+    sentence are never touched. Lines are split on "\\n" only. Idempotent.
+
+    Args:
+        text: a task prompt, possibly carrying one or more blocks.
+
+    Returns:
+        The text without its blocks; unchanged when there are none.
+    """
+    if not text or HEADER not in text:
+        return text
+    chunks = _chunks(text)
+    kept: list[str] = []
+    i, n = 0, len(chunks)
+    while i < n:
+        if not _is_line(chunks[i], HEADER):
+            kept.append(chunks[i])
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, n) if _is_line(chunks[j], FOOTER)), None)
+        if end is None:
+            # No FOOTER below, so no later HEADER can close either: the rest stays as it is.
+            kept.extend(chunks[i:])
+            break
+        i = end + 1
+        if i < n and chunks[i] in ("\n", "\r\n"):
+            i += 1  # the blank separator line inject() adds
+    return "".join(kept)
+
+
+def lift_task(text: str) -> str:
+    """Lift the human task out of a workflow wrapper.
+
+    The rule: find the first line that starts with ``TASK:`` at column 0 (case-sensitive). The
+    task is the rest of that line plus the following lines, up to (not including) the next line
+    that looks like a wrapper section header, i.e. fully matches
+    ``[A-Z][A-Z0-9 _/-]{2,40}:\\s*`` (``INSTRUCTIONS:``, ``OUTPUT FORMAT:``, ``ACCOMPLISHED:``,
+    another bare ``TASK:``), or the end of the text; surrounding whitespace and blank lines are
+    trimmed. Text without such a line is returned unchanged.
+
+    Args:
+        text: a prompt, possibly wrapped by a workflow.
+
+    Returns:
+        The human task (may be "" for an empty wrapper), or text itself.
+    """
+    if not text or _TASK_PREFIX not in text:
+        return text
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(_TASK_PREFIX)), None)
+    if start is None:
+        return text
+    body = [lines[start][len(_TASK_PREFIX) :]]
+    for line in lines[start + 1 :]:
+        if _WRAPPER_SECTION.fullmatch(line):
+            break
+        body.append(line)
+    return "\n".join(body).strip()
+
+
+def strip(text: str) -> str:
+    """Remove MEMORY blocks and lift the human task: what the write path stores.
+
+    This is ``lift_task(strip_memory(text))``, repeated until nothing changes, so the result
+    is always clean (``strip(strip(x)) == strip(x)``) even for a wrapper nested in a wrapper or
+    a block that only becomes whole once lifted (``TASK: MEMORY (...)``). Each round that
+    changes anything shortens the text, so the loop ends.
+
+    Args:
+        text: the prompt a run was dispatched with.
+
+    Returns:
+        The clean human task.
+    """
+    while True:
+        clean = lift_task(strip_memory(text))
+        if clean == text:
+            return clean
+        text = clean
+
+
+def inject(task: str, block: str) -> str:
+    """Put a block rendered by render_block ahead of task, separated by one blank line.
+
+    Args:
+        task: the (clean) task prompt.
+        block: the MEMORY block; "" leaves the task unchanged.
+
+    Returns:
+        The prompt to dispatch.
+    """
+    return f"{block}\n\n{task}" if block else task
+
+
+def _marker_key(line: str) -> str:
+    """A line as compared with the markers: NFKC, no whitespace or invisibles, case-folded."""
+    return _MARKER_NOISE.sub("", unicodedata.normalize("NFKC", line)).casefold()
+
+
+_HEADER_KEY = _marker_key(HEADER)
+_HEADER_PREFIX_KEY = _marker_key("MEMORY (prior runs")
+_FOOTER_KEY = _marker_key(FOOTER)
+
+
+def _looks_like_marker(line: str) -> bool:
+    """True if a reader (human, model or strip_memory) could take line for HEADER or FOOTER."""
+    key = _marker_key(line)
+    return key == _HEADER_KEY or key == _FOOTER_KEY or key.startswith(_HEADER_PREFIX_KEY)
+
+
+def neutralize(text: str) -> str:
+    """Defuse stored text before it is copied into a block, so it can never end or forge one.
+
+    Lone surrogates become U+FFFD, line endings become "\\n", C0 controls other than \\t and
+    \\n (and DEL) are dropped, and any line that, ignoring whitespace, zero-width / bidi
+    characters and case, reads as HEADER or FOOTER is prefixed with "[quoted] ".
+
+    Args:
+        text: text taken from a stored record or issue.
+
+    Returns:
+        The defused text.
+    """
+    text = _SURROGATE.sub("\ufffd", text or "")
+    text = _CONTROL.sub("", _NEWLINES.sub("\n", text))
+    return "\n".join(
+        _QUOTED + line if _looks_like_marker(line) else line for line in text.split("\n")
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate tokens as ceil(len / 4).
+
+    About 4 characters per token is the usual rule of thumb for English and code under BPE
+    tokenizers (OpenAI's tokenizer guidance); it errs high for plain prose, which is the safe
+    side for a budget.
+
+    Args:
+        text: any text.
+
+    Returns:
+        The estimated token count.
+    """
+    return math.ceil(len(text) / 4)
+
+
+def _field(text: str | None, max_chars: int) -> str:
+    """Neutralize, collapse to one line and cut on a word boundary."""
+    return shorten(neutralize(text or ""), max_chars)
+
+
+def _utc(ms: int, fmt: str) -> str | None:
+    """Format epoch milliseconds in UTC; None when the value is not a usable time."""
+    try:
+        return (_EPOCH + timedelta(milliseconds=int(ms))).strftime(fmt)
+    except (OverflowError, ValueError, TypeError):
+        return None
+
+
+def _run_label(run_id: str) -> str:
+    """The first 8 characters of a run id, safe for one line."""
+    return "".join(neutralize(run_id or "").split())[:8] or "?"
+
+
+def _entry_lines(entry: PreambleEntry) -> list[str]:
+    """The lines of one prior run."""
+    when = _utc(entry.ended_at_ms, "%Y-%m-%d %H:%M UTC") or "unknown time"
+    state = _field(entry.state, _STATE_MAX) or "unknown"
+    task = _field(entry.task, _TASK_MAX) or "(no task text)"
+    lines = [f"- run {_run_label(entry.run_id)} ({when}, {state}): {task}"]
+    summary = _field(entry.summary, _SUMMARY_MAX)
+    if summary:
+        lines.append(f"  summary: {summary}")
+    raised = [_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()]
+    raised_text = shorten(", ".join(r for r in raised if r), _LIST_MAX)
+    if raised_text:
+        lines.append(f"  raised: {raised_text}")
+    steps = [_field(s, _LIST_MAX) for s in entry.next or ()]
+    next_text = shorten("; ".join(s for s in steps if s), _LIST_MAX)
+    if next_text:
+        lines.append(f"  next: {next_text}")
+    return lines
+
+
+def _issue_line(issue: OpenIssue) -> str:
+    """The line of one open issue."""
+    issue_id = _field(issue.issue_id, _ISSUE_ID_MAX) or "?"
+    title = _field(issue.title, _ISSUE_TITLE_MAX)
+    when = _utc(issue.opened_at_ms, "%Y-%m-%d") or "unknown date"
+    by = f", run {_run_label(issue.by_run_id)}" if (issue.by_run_id or "").strip() else ""
+    label = f"{issue_id}: {title}" if title else issue_id
+    return f"- {label} (opened {when}{by})"
+
+
+def render_block(
+    entries: Sequence[PreambleEntry],
+    open_issues: Sequence[OpenIssue],
+    *,
+    max_tokens: int = 1500,
+    top_k: int | None = None,
+) -> str:
+    """Render the MEMORY block for the given prior runs and open issues (format: module doc).
+
+    Budget: the whole block, HEADER and FOOTER included, keeps estimate_tokens <= max_tokens.
+    Entries go in whole, in the given order, until one does not fit (then no more entries);
+    open issues follow line by line until one does not fit. Lines are never cut by the budget.
+
+    Args:
+        entries: prior runs, most relevant first.
+        open_issues: the project's open issues, in display order.
+        max_tokens: the token budget of the whole block.
+        top_k: show at most this many entries (None: no limit).
+
+    Returns:
+        The block, or "" when nothing but HEADER and FOOTER would fit.
+    """
+    if top_k is not None:
+        entries = entries[: max(top_k, 0)]
+    limit = max_tokens * 4  # estimate_tokens(s) <= max_tokens  <=>  len(s) <= 4 * max_tokens
+    used = len(HEADER) + 1 + len(FOOTER)  # "HEADER\nFOOTER"
+    body: list[str] = []
+
+    def add(lines: list[str]) -> bool:
+        nonlocal used
+        size = sum(len(line) + 1 for line in lines)
+        if used + size > limit:
+            return False
+        body.extend(lines)
+        used += size
+        return True
+
+    for entry in entries:
+        if not add(_entry_lines(entry)):
+            break
+    heading = [_ISSUES_HEADING]
+    for issue in open_issues:
+        if not add(heading + [_issue_line(issue)]):
+            break
+        heading = []
+    if not body:
+        return ""
+    return "\n".join([HEADER, *body, FOOTER])
