@@ -1,0 +1,377 @@
+"""The write path: an orchestrator's run (run.json or a hook payload) -> one episodic record.
+
+Accepted run shape (see USAGE.md, "The run.json shape"): a JSON object with the
+run's id, cwd, workflow, task, state, times, workers (with their final
+answers), an optional judge verdict and optional lineage. Field names of the
+TypeScript orchestrator and a few common aliases are accepted; anything
+missing that is optional is defaulted, extra fields are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import ValidationError
+from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
+from .preamble import strip
+from .projects import peek_slug
+from .redact import redact
+from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, validate_run_id
+from .settings import Settings
+from .store import MemoryStore
+
+__all__ = ["RunInput", "parse_run", "load_run_payload", "build_record", "write_run", "WriteResult"]
+
+_STATE_ALIASES = {
+    "done": "done", "completed": "done", "complete": "done", "success": "done", "succeeded": "done",
+    "ok": "done", "passed": "done",
+    "error": "error", "failed": "error", "failure": "error", "errored": "error", "crashed": "error",
+    "timeout": "error", "timed_out": "error",
+    "cancelled": "cancelled", "canceled": "cancelled", "aborted": "cancelled", "killed": "cancelled",
+    "stopped": "cancelled", "interrupted": "cancelled",
+}
+_RESOLVE_VERB = re.compile(r"^\s*(?:resolved|resolves|fixed|fixes|fix|closed|closes|close)\b[:\s#]*", re.I)
+
+
+@dataclass
+class RunInput:
+    """The parts of an orchestrator run that a record is made of."""
+
+    run_id: str | None
+    cwd: str | None
+    workflow_name: str
+    task: str
+    state: str
+    started_at: int | None
+    ended_at: int | None
+    workers: list[dict] = field(default_factory=list)
+    winner_output: str | None = None
+    verdict: str | None = None
+    lineage: dict = field(default_factory=dict)
+
+
+def _ms(value: Any, where: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValidationError(f"{where}: expected epoch milliseconds or an ISO date, got a boolean")
+    if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")) or value < 0:
+            raise ValidationError(f"{where}: {value!r} is not a timestamp")
+        # Seconds are a common slip; epoch ms are 13 digits today.
+        return int(value * 1000) if value < 10**11 else int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return _ms(int(text), where)
+        try:
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValidationError(f"{where}: {value!r} is neither epoch milliseconds nor an ISO date") from None
+        if dt.tzinfo is None:
+            from datetime import timezone
+
+            dt = dt.replace(tzinfo=timezone.utc)
+        return int(dt.timestamp() * 1000)
+    raise ValidationError(f"{where}: expected epoch milliseconds or an ISO date, got {type(value).__name__}")
+
+
+def _text(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        for key in ("prompt", "text", "content", "description", "task"):
+            if isinstance(value.get(key), str):
+                return value[key]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value)
+    raise ValidationError(f"{where}: expected text, got {type(value).__name__}")
+
+
+def _first(d: Mapping, *keys: str) -> Any:
+    for key in keys:
+        if key in d and d[key] is not None:
+            return d[key]
+    return None
+
+
+def _worker_output(w: Mapping) -> str | None:
+    value = _first(w, "output", "finalText", "finalAnswer", "answer", "text", "result")
+    try:
+        return _text(value, "worker output")
+    except ValidationError:
+        return None
+
+
+def _workers(run: Mapping) -> tuple[list[dict], dict | None]:
+    """All workers (from run.workers and steps[].workers) and the verdict object, if any."""
+    workers: list[dict] = []
+    verdict = run.get("verdict") if isinstance(run.get("verdict"), Mapping) else None
+    raw = run.get("workers")
+    if raw is not None and not isinstance(raw, list):
+        raise ValidationError(f"workers: expected a list, got {type(raw).__name__}")
+    workers.extend(w for w in raw or [] if isinstance(w, Mapping))
+    steps = run.get("steps")
+    if steps is not None and not isinstance(steps, list):
+        raise ValidationError(f"steps: expected a list, got {type(steps).__name__}")
+    for step in steps or []:
+        if not isinstance(step, Mapping):
+            continue
+        if isinstance(step.get("workers"), list):
+            workers.extend(w for w in step["workers"] if isinstance(w, Mapping))
+        if isinstance(step.get("verdict"), Mapping):
+            verdict = step["verdict"]  # the last judged step decides
+    return workers, verdict
+
+
+def parse_run(run: Any) -> RunInput:
+    """Validate an orchestrator run object; ValidationError names the field at fault."""
+    if not isinstance(run, Mapping):
+        raise ValidationError(f"run: expected a JSON object, got {type(run).__name__}")
+    task = _text(_first(run, "task", "prompt", "taskPrompt"), "task")
+    if task is None or not task.strip():
+        raise ValidationError("task: required field is missing or empty (the run's task prompt)")
+    raw_state = _first(run, "state", "status")
+    if raw_state is None:
+        raise ValidationError("state: required field is missing (done, error or cancelled)")
+    if not isinstance(raw_state, str) or raw_state.strip().lower() not in _STATE_ALIASES:
+        raise ValidationError(f"state: {raw_state!r} is not a final state; use done, error or cancelled")
+    workflow = _first(run, "workflowName", "workflow")
+    if isinstance(workflow, Mapping):
+        workflow = workflow.get("name")
+    if workflow is not None and not isinstance(workflow, str):
+        raise ValidationError(f"workflowName: expected a string, got {type(workflow).__name__}")
+    run_id = _first(run, "runId", "id")
+    if run_id is not None:
+        validate_run_id(run_id, "runId")
+    cwd = _first(run, "cwd", "workdir", "projectDir")
+    if cwd is not None and not isinstance(cwd, str):
+        raise ValidationError(f"cwd: expected a path string, got {type(cwd).__name__}")
+    lineage = run.get("lineage") or {}
+    if not isinstance(lineage, Mapping):
+        raise ValidationError(f"lineage: expected an object, got {type(lineage).__name__}")
+    workers, verdict_obj = _workers(run)
+    verdict = _first(run, "verdictSummary")
+    winner = None
+    if verdict_obj is not None:
+        verdict = verdict if verdict is not None else _first(verdict_obj, "summary", "reason", "verdict")
+        winner = _first(verdict_obj, "winner", "winnerAgentId", "winnerId")
+    if verdict is not None and not isinstance(verdict, str):
+        raise ValidationError(f"verdictSummary: expected a string, got {type(verdict).__name__}")
+    winner_output = _text(_first(run, "winnerOutput", "finalOutput", "output"), "winnerOutput")
+    if winner_output is None:
+        chosen = [w for w in workers if winner is not None and _first(w, "agentId", "id") == winner]
+        if not chosen:
+            chosen = [w for w in workers if str(_first(w, "state", "status") or "").lower() in ("done", "completed")]
+        chosen = chosen or workers
+        for w in reversed(chosen):
+            out = _worker_output(w)
+            if out:
+                winner_output = out
+                break
+    ended = _ms(_first(run, "endedAt", "finishedAt", "completedAt", "updatedAt"), "endedAt")
+    started = _ms(_first(run, "startedAt", "createdAt"), "startedAt")
+    return RunInput(
+        run_id=run_id,
+        cwd=cwd,
+        workflow_name=workflow or "unknown",
+        task=task,
+        state=_STATE_ALIASES[raw_state.strip().lower()],
+        started_at=started,
+        ended_at=ended,
+        workers=workers,
+        winner_output=winner_output,
+        verdict=" ".join(verdict.split()) if verdict else None,
+        lineage={k: v for k, v in lineage.items() if isinstance(v, str) and v},
+    )
+
+
+def load_run_payload(data: bytes | str, *, hook: bool = False) -> Any:
+    """Decode a run.json file or a hook payload (``{"run": {...}}`` or ``{"runPath": "..."}``)."""
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"input is not valid JSON: {exc}") from None
+    if isinstance(payload, Mapping):
+        if isinstance(payload.get("run"), Mapping):
+            return payload["run"]
+        path = _first(payload, "runPath", "run_path", "runJson")
+        if isinstance(path, str):
+            try:
+                return load_run_payload(Path(path).read_bytes())
+            except OSError as exc:
+                raise ValidationError(f"runPath {path!r} cannot be read: {exc}") from None
+    return payload
+
+
+def _clean(text: str | None, settings: Settings, found: set[str]) -> str | None:
+    if text is None or not settings.redact_secrets:
+        return text
+    out, kinds = redact(text)
+    found.update(kinds)
+    return out
+
+
+def _worker_state(w: Mapping) -> str:
+    raw = _first(w, "state", "status")
+    return str(raw) if raw is not None else "unknown"
+
+
+@dataclass
+class WriteResult:
+    """What a write did: the record, the events appended, the path, the secret kinds redacted."""
+
+    record: MemoryRecord
+    events: list[IssueEvent]
+    path: Path
+    redacted: list[str]
+    store: MemoryStore
+
+    def to_dict(self) -> dict:
+        return {
+            "runId": self.record.runId,
+            "project": self.store.slug,
+            "path": str(self.path),
+            "events": [e.to_dict() for e in self.events],
+            "redacted": self.redacted,
+        }
+
+
+def build_record(
+    run: RunInput,
+    store: MemoryStore,
+    settings: Settings,
+    *,
+    run_id: str | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    cwd: str | None = None,
+    now_ms: int | None = None,
+) -> tuple[MemoryRecord, list[IssueEvent], list[str]]:
+    """Make the record and its issue events; returns (record, events, redacted secret kinds).
+
+    Lineage precedence: explicit arguments, then the run's own lineage block, then
+    CYBERINE_RUN_ID / CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID.
+    """
+    found: set[str] = set()
+    rid = run_id or run.run_id or settings.run_id
+    if not rid:
+        raise ValidationError("runId: missing; put \"runId\" in run.json, pass --run-id or set CYBERINE_RUN_ID")
+    validate_run_id(rid, "runId")
+    ended = run.ended_at or now_ms or int(time.time() * 1000)
+    started = run.started_at if run.started_at is not None else ended
+    if started > ended:
+        raise ValidationError(f"startedAt ({started}) is after endedAt ({ended})")
+    parent = parent_run_id or run.lineage.get("parentRunId") or settings.parent_run_id
+    chat = chat_session_id or run.lineage.get("chatSessionId") or settings.chat_session_id
+    if parent:
+        validate_run_id(parent, "parentRunId")
+    previous = run.lineage.get("previousRunId") or store.latest_run_id(before_ms=started, exclude=rid)
+    root = run.lineage.get("rootRunId")
+    if not root and parent:
+        try:
+            root = store.read_record(parent).lineage.rootRunId or parent
+        except Exception:  # the parent may live in another project or not be written yet
+            root = parent
+    root = root or rid
+
+    task = strip(run.task).strip() or run.task.strip()
+    trailer = parse_trailer(run.winner_output or "")
+    open_now = {s.issueId: s for s in store.open_issues()}
+    events: list[IssueEvent] = []
+    issue_ids: list[str] = []
+    for item in trailer.issues:
+        title, detail = split_issue(_clean(item, settings, found) or item)
+        iid = issue_slug(title)
+        if iid not in issue_ids:
+            issue_ids.append(iid)
+            events.append(IssueEvent(issueId=iid, at=ended, event="opened", byRunId=rid, title=title, detail=detail or None))
+    accomplished = [_clean(a, settings, found) or a for a in trailer.accomplished]
+    for item in accomplished:
+        # "resolved flaky-login-test" / "fixed: Flaky login test" closes an open issue.
+        m = _RESOLVE_VERB.match(item)
+        if not m:
+            continue
+        rest = item[m.end():]
+        candidates = {issue_slug(rest), issue_slug(split_issue(rest)[0])}
+        candidates |= {tok for tok in re.split(r"[\s,;]+", rest) if tok in open_now}
+        for iid in sorted(candidates & set(open_now)):
+            if iid not in issue_ids:
+                events.append(IssueEvent(issueId=iid, at=ended, event="resolved", byRunId=rid, title=open_now[iid].title))
+    verdict = _clean(run.verdict, settings, found)
+    summary = extractive_summary(task, run.state, verdict, run.winner_output)
+    rec = MemoryRecord(
+        runId=rid,
+        cwd=os.path.abspath(cwd or run.cwd or os.getcwd()),
+        workflowName=run.workflow_name,
+        task=_clean(task, settings, found) or task,
+        state=run.state,
+        startedAt=started,
+        endedAt=ended,
+        lineage=Lineage(parentRunId=parent, chatSessionId=chat, previousRunId=previous, rootRunId=root),
+        outcome=Outcome(
+            summary=_clean(summary, settings, found) or summary,
+            accomplished=accomplished,
+            issues=issue_ids,
+            next=[_clean(n, settings, found) or n for n in trailer.next],
+        ),
+        workers=[
+            Worker(agentId=str(_first(w, "agentId", "id", "name") or f"worker-{i + 1}"), state=_worker_state(w),
+                   provider=str(w["provider"]) if w.get("provider") is not None else None)
+            for i, w in enumerate(run.workers)
+        ],
+        verdictSummary=verdict,
+    )
+    return rec, events, sorted(found)
+
+
+def write_run(
+    run_obj: Any,
+    settings: Settings,
+    *,
+    cwd: str | None = None,
+    project: str | None = None,
+    run_id: str | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    supersedes: str | None = None,
+) -> WriteResult:
+    """Build the record of an orchestrator run and write it to its project's store.
+
+    Everything is validated before anything touches the disk, so bad input leaves
+    nothing behind.
+    """
+    run = parse_run(run_obj)
+    project_cwd = cwd or run.cwd or os.getcwd()
+    if project:
+        store = MemoryStore(settings.memory_dir, project)
+    else:
+        # Work out the slug without registering it: bad input must leave nothing behind.
+        store = MemoryStore(settings.memory_dir, peek_slug(settings.memory_dir, project_cwd))
+    if supersedes:
+        # A correction takes the place of the run it corrects: same lineage unless it says otherwise.
+        old = store.read_record(store.resolve_run_id(supersedes))
+        run.lineage = {**{k: v for k, v in old.lineage.to_dict().items() if isinstance(v, str) and v}, **run.lineage}
+    rec, events, redacted = build_record(
+        run, store, settings, run_id=run_id, parent_run_id=parent_run_id,
+        chat_session_id=chat_session_id, cwd=project_cwd,
+    )
+    if not project:
+        store = MemoryStore.open(settings, cwd=project_cwd, create=True)
+    if supersedes:
+        path = store.supersede(supersedes, rec, events)
+    else:
+        path = store.write_record(rec, events)
+    written = [e for e in store.issue_events() if e.byRunId == rec.runId]
+    return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store)
