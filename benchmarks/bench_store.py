@@ -1,0 +1,218 @@
+"""Load, refresh and warm-CLI benchmarks on the real corpus and replicated stores.
+
+    python benchmarks/bench_store.py                       # 7,761 (real) and 100,000 records
+    python benchmarks/bench_store.py --sizes 7761,100000,1000000 --json out.json
+
+For each size it prints medians and ratios measured in the same run:
+
+- cold load: ``load_snapshot`` with no cache (parse every record file, build the Arrow tables
+  and the keyword index, write the cache) against reading + orjson-parsing the same files alone;
+  "frame only" is the same without the keyword index (the part the read+parse baseline does);
+- warm load: ``load_snapshot`` with a fresh cache (memory-mapped Arrow, nothing parsed);
+- refresh after one new record file, against the cold load;
+- warm ``cybmem search`` and ``cybmem inject`` wall time (real subprocesses) against a bare
+  ``python -c "import ..."`` of exactly the third-party packages the command imports (found
+  with ``-X importtime``), and against ``python -c pass``.
+
+Stores are written once under benchmarks/.data/ (replicated with benchmarks/_corpus.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _corpus  # noqa: E402
+
+from cybmem.frames import load_snapshot  # noqa: E402
+from cybmem.store import MemoryStore  # noqa: E402
+
+QUERY = "fixture teardown order with parametrize and xdist"
+SLUG = "pytest"
+
+
+def store_for(n: int) -> Path:
+    """A memory root with n records (the real corpus when n is its size), written once."""
+    real = _corpus.ensure_corpus()
+    records = _corpus.load_records(real)
+    if n == len(records):
+        root = _corpus.DATA_DIR / f"store-{n}"
+        if not (root / SLUG / "records").is_dir():
+            shutil.copytree(real, root, ignore=shutil.ignore_patterns("qrels.jsonl"))
+        return root
+    root = _corpus.DATA_DIR / f"store-{n}"
+    marker = root / ".complete"
+    if not marker.exists():
+        if root.exists():
+            shutil.rmtree(root)
+        t = time.perf_counter()
+        reps = _corpus.replicate(records, n)
+        issues = _corpus.replicate_issues(_corpus.load_issues(real), records, n)
+        _corpus.write_store(reps, root, issues=issues)
+        marker.write_text("ok")
+        print(f"  wrote {n:,} records to {root} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+    return root
+
+
+def drop_cache(root: Path) -> None:
+    shutil.rmtree(root / SLUG / ".cache", ignore_errors=True)
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def read_parse(root: Path) -> int:
+    recdir = root / SLUG / "records"
+    n = 0
+    for name in os.listdir(recdir):
+        if name.endswith(".json"):
+            with open(recdir / name, "rb") as fh:
+                orjson.loads(fh.read())
+            n += 1
+    return n
+
+
+def frame_only(root: Path) -> None:
+    """Parse + Arrow table, no keyword index: the frame the read+parse baseline compares with."""
+    from cybmem import frames
+
+    store = MemoryStore(root, SLUG)
+    entries = sorted(frames._list_records(store).items())
+    cols, _bad, _problems = frames._parse_records(store, entries, {})
+    cols.table()
+
+
+def imported_packages(cmd: list[str], env: dict) -> list[str]:
+    """Top-level third-party packages a command imports (from -X importtime)."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "cybmem.cli", *cmd], env=env,
+                       capture_output=True, text=True)
+    stdlib = set(sys.stdlib_module_names)
+    names = []
+    for line in p.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        mod = line.rsplit("|", 1)[1].strip()
+        top = mod.split(".")[0]
+        if (mod == top and top not in stdlib and not top.startswith("_") and " " not in top
+                and top not in ("cybmem", "encodings", "sitecustomize", "usercustomize")):
+            names.append(top)
+    import importlib.util
+
+    # Some libraries probe optional modules (e.g. "org" for Jython); keep what really exists.
+    return sorted(n for n in set(names) if importlib.util.find_spec(n) is not None)
+
+
+def wall(argv: list[str], env: dict, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
+    root = store_for(n)
+    store = MemoryStore(root, SLUG)
+    print(f"\n== {n:,} records ({root})", flush=True)
+    read_parse(root)  # warm the page cache so both sides read from memory
+    base = median_time(lambda: read_parse(root), repeat)
+    frame = median_time(lambda: frame_only(root), repeat)
+
+    def cold():
+        drop_cache(root)
+        load_snapshot(store)
+
+    cold_t = median_time(cold, repeat)
+    warm_t = median_time(lambda: load_snapshot(store), max(repeat, 5))
+    snap = load_snapshot(store)
+    assert snap.from_cache and snap.parsed == 0
+
+    # Refresh after one new record: a file appears in records/, then a load refreshes.
+    template = orjson.loads(next((root / SLUG / "records").iterdir()).read_bytes())
+    refresh_times = []
+    for i in range(max(repeat, 3)):
+        rec = dict(template, runId=f"bench-new-{n}-{i}-{time.time_ns()}", endedAt=template["endedAt"] + 1, task="a brand new task")
+        (root / SLUG / "records" / f"{rec['runId']}.json").write_bytes(orjson.dumps(rec))
+        t = time.perf_counter()
+        snap = load_snapshot(store)
+        refresh_times.append(time.perf_counter() - t)
+        assert snap.parsed == 1, snap.parsed
+    refresh_t = statistics.median(refresh_times)
+    for path in (root / SLUG / "records").glob("bench-new-*.json"):
+        path.unlink()
+    load_snapshot(store)  # leave a fresh cache for the CLI runs
+
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(root)}
+    exe = shutil.which("cybmem") or "cybmem"
+    cmds = {
+        "search": [exe, "search", QUERY, "--project", SLUG],
+        "inject": [exe, "inject", QUERY, "--project", SLUG],
+    }
+    out: dict = {
+        "records": n, "read_parse_s": base, "frame_only_s": frame, "cold_load_s": cold_t, "warm_load_s": warm_t,
+        "refresh_one_s": refresh_t, "cold_vs_read_parse": cold_t / base, "frame_vs_read_parse": frame / base,
+        "refresh_vs_cold": refresh_t / cold_t,
+    }
+    bare = wall([sys.executable, "-c", "pass"], env, cli_repeat)
+    out["python_bare_s"] = bare
+    for name, argv in cmds.items():
+        wall(argv, env, 1)  # warm-up (and the cache is fresh)
+        pkgs = imported_packages(argv[1:], env)
+        imp = wall([sys.executable, "-c", "import " + ", ".join(pkgs)], env, cli_repeat)
+        t = wall(argv, env, cli_repeat)
+        out[f"cli_{name}_s"] = t
+        out[f"cli_{name}_imports"] = pkgs
+        out[f"cli_{name}_import_floor_s"] = imp
+        out[f"cli_{name}_vs_imports"] = t / imp
+    print(f"  read+parse (baseline)      {base * 1e3:9.1f} ms")
+    print(f"  frame only (parse+Arrow)   {frame * 1e3:9.1f} ms   x{frame / base:.2f} of read+parse")
+    print(f"  cold load (+index, cache)  {cold_t * 1e3:9.1f} ms   x{cold_t / base:.2f} of read+parse")
+    print(f"  warm load (mmap cache)     {warm_t * 1e3:9.1f} ms")
+    print(f"  refresh after 1 new record {refresh_t * 1e3:9.1f} ms   {100 * refresh_t / cold_t:.1f}% of cold load")
+    print(f"  python -c pass             {bare * 1e3:9.1f} ms")
+    for name in cmds:
+        print(f"  cybmem {name:<7} (warm)      {out[f'cli_{name}_s'] * 1e3:9.1f} ms   x{out[f'cli_{name}_vs_imports']:.2f} of "
+              f"`import {', '.join(out[f'cli_{name}_imports'])}` ({out[f'cli_{name}_import_floor_s'] * 1e3:.1f} ms)")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="7761,100000", help="comma-separated record counts (7761 = the real corpus)")
+    ap.add_argument("--repeat", type=int, default=3, help="repeats of each in-process measurement (median)")
+    ap.add_argument("--cli-repeat", type=int, default=11, help="repeats of each subprocess measurement (median)")
+    ap.add_argument("--json", type=Path, help="also write the figures as JSON")
+    args = ap.parse_args()
+    results = [bench_size(int(s), args.repeat, args.cli_repeat) for s in args.sizes.split(",")]
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"machine": _machine(), "results": results}, indent=2))
+
+
+def _machine() -> dict:
+    import platform
+
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+
+
+if __name__ == "__main__":
+    main()

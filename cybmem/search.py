@@ -1,0 +1,266 @@
+"""Retrieval over a project's memory and the MEMORY preamble built from it.
+
+This is the read path production dispatch calls on every run: load the
+project's snapshot (warm from the Arrow cache), score every record on every
+axis at once, take the top k, and render the bounded MEMORY block. Nothing here
+imports pandas.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import ValidationError
+from .frames import Snapshot, load_snapshot, open_issue_rows
+from .preamble import OpenIssue, PreambleEntry, inject, render_block
+from .scoring import LineageContext, Weights, explain, lineage_affinity, load_weights, rank, score, tokenize
+from .settings import Settings
+from .store import MemoryStore
+
+__all__ = [
+    "Hit",
+    "SearchResult",
+    "parse_as_of",
+    "weights_files",
+    "weights_for",
+    "search",
+    "memory_block",
+    "inject_task",
+    "WEIGHTS_FILE",
+]
+
+WEIGHTS_FILE = "weights.json"
+
+
+def parse_as_of(value: str | int | None) -> int | None:
+    """Epoch milliseconds (as in the store) or an ISO date/time (UTC unless it says otherwise)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValidationError(f"--as-of {value!r} is neither epoch milliseconds nor an ISO date (e.g. 2026-11-01 or 2026-11-01T09:30)") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def weights_files(settings: Settings, store: MemoryStore | None) -> list[Path]:
+    """Where weights are read from, lowest precedence first.
+
+    ``<memory root>/weights.json`` (all projects), then ``<project>/weights.json``
+    (what ``cybmem tune --save`` and the notebook widget write), then the file
+    named by ``CYBERINE_MEMORY_WEIGHTS``; CYBERINE_MEMORY_W_* variables override all.
+    """
+    files = [settings.memory_dir / WEIGHTS_FILE]
+    if store is not None:
+        files.append(store.dir / WEIGHTS_FILE)
+    extra = settings.env.get("CYBERINE_MEMORY_WEIGHTS", "").strip()
+    if extra:
+        files.append(Path(extra))
+    return files
+
+
+def weights_for(settings: Settings, store: MemoryStore | None) -> Weights:
+    """The weights production uses for this project (defaults < files < environment)."""
+    try:
+        return load_weights(weights_files(settings, store), settings.env)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+@dataclass
+class Hit:
+    """One retrieved record with its rank, score and per-axis contributions."""
+
+    rank: int
+    run_id: str
+    score: float
+    contributions: dict[str, float]
+    values: dict[str, float]
+    ended_at_ms: int
+    state: str
+    task: str
+    summary: str
+    issues: list[str]
+    next: list[str]
+
+    def to_dict(self, *, explain: bool = False) -> dict:
+        out = {
+            "rank": self.rank, "runId": self.run_id, "score": round(self.score, 6), "endedAt": self.ended_at_ms,
+            "state": self.state, "task": self.task, "summary": self.summary, "issues": self.issues, "next": self.next,
+        }
+        if explain:
+            out["contributions"] = {k: round(v, 6) for k, v in self.contributions.items()}
+            out["values"] = {k: round(v, 6) for k, v in self.values.items()}
+        return out
+
+
+@dataclass
+class SearchResult:
+    """Hits plus what they were computed against."""
+
+    query: str
+    hits: list[Hit]
+    weights: Weights
+    now_ms: int
+    as_of: int | None
+    candidates: int
+    context: LineageContext
+    snapshot: Snapshot = field(repr=False)
+
+    def to_dict(self, *, explain: bool = False) -> dict:
+        return {
+            "query": self.query, "asOf": self.as_of, "now": self.now_ms, "candidates": self.candidates,
+            "weights": self.weights.to_dict(), "hits": [h.to_dict(explain=explain) for h in self.hits],
+        }
+
+
+def _context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | None) -> LineageContext:
+    """The lineage of the run about to be dispatched: its parent, chat, predecessor and chain root."""
+    previous = None
+    if snap.n and mask.any():
+        ended = snap.ended_ms()
+        cand = np.flatnonzero(mask)
+        previous = snap.records.column("runId")[int(cand[np.argmax(ended[cand])])].as_py()
+    return LineageContext(parent_run_id=parent, chat_session_id=chat, previous_run_id=previous, root_run_id=None)
+
+
+def _candidates(snap: Snapshot, as_of: int | None) -> np.ndarray:
+    """Records that may rank: existing at ``as_of`` and not superseded (as of then)."""
+    if as_of is None:
+        return ~snap.superseded_mask()
+    ended = snap.ended_ms()
+    exists = ended <= as_of
+    mask = exists.copy()
+    sup = snap.records.column("supersedes")
+    if sup.null_count < snap.n:
+        # Only corrections that existed at as_of hide what they correct.
+        targets = [t for t, e in zip(sup.to_pylist(), exists) if t and e]
+        if targets:
+            import pyarrow.compute as pc
+
+            mask &= ~pc.is_in(snap.records.column("runId"), value_set=pa.array(targets)).to_numpy(zero_copy_only=False)
+    by = snap.records.column("supersededBy")
+    if by.null_count < snap.n:
+        ids = snap.records.column("runId").to_pylist()
+        existing = {i for i, e in zip(ids, exists) if e}
+        for i, target in enumerate(by.to_pylist()):
+            if target and target in existing:
+                mask[i] = False
+    return mask
+
+
+def search(
+    store: MemoryStore | Snapshot,
+    query: str,
+    *,
+    k: int = 10,
+    weights: Weights | None = None,
+    settings: Settings | None = None,
+    as_of: int | None = None,
+    now_ms: int | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    exclude: str | None = None,
+) -> SearchResult:
+    """Score every record of a project against ``query`` and return the top ``k``.
+
+    Args:
+        store: the project (or an already loaded snapshot).
+        query: free text (task of the new run).
+        k: how many hits.
+        weights: axis weights; default: what production reads (:func:`weights_for`).
+        settings: for the default weights and paths.
+        as_of: only records that existed then count, and recency is measured from then.
+        now_ms: the moment recency is measured from when ``as_of`` is not given.
+        parent_run_id / chat_session_id: lineage of the run being dispatched.
+        exclude: a run id never to return (e.g. the query's own run).
+
+    Returns:
+        A :class:`SearchResult` whose hits carry rank, score and per-axis contributions.
+    """
+    snap = store if isinstance(store, Snapshot) else load_snapshot(store)
+    settings = settings or Settings.from_env()
+    if weights is None:
+        weights = weights_for(settings, snap.store)
+    now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
+    mask = _candidates(snap, as_of)
+    if exclude is not None and snap.n:
+        import pyarrow.compute as pc
+
+        mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
+    ctx = _context(snap, mask, parent_run_id, chat_session_id)
+    hits: list[Hit] = []
+    if snap.n and mask.any() and k > 0:
+        kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
+        lin = None
+        if weights.w_lin:
+            r = snap.records
+            lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
+                                   r.column("rootRunId"), r.column("chatSessionId"), ctx)
+        scored = score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
+                       weights=weights, mask=mask)
+        top = rank(scored, k)
+        rows = snap.records.take(pa.array(top, type=pa.int64())).to_pylist() if top else []
+        for pos, (idx, row) in enumerate(zip(top, rows), 1):
+            ex = explain(scored, idx)
+            hits.append(Hit(
+                rank=pos, run_id=row["runId"], score=float(ex["total"]), contributions=ex["contributions"],
+                values=ex["values"], ended_at_ms=int(row["endedAt"].timestamp() * 1000), state=row["state"],
+                task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
+            ))
+    return SearchResult(query=query, hits=hits, weights=weights, now_ms=now, as_of=as_of,
+                        candidates=int(mask.sum()), context=ctx, snapshot=snap)
+
+
+def memory_block(
+    store: MemoryStore,
+    task: str,
+    settings: Settings,
+    *,
+    as_of: int | None = None,
+    now_ms: int | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    weights: Weights | None = None,
+) -> str:
+    """The MEMORY block for a new task ("" when memory is off or the project has none).
+
+    Top ``settings.topk`` prior runs plus the project's open issues, bounded by
+    ``settings.max_tokens``; deterministic for the same store, task and moment.
+    """
+    if not settings.enabled or not store.exists():
+        return ""
+    snap = load_snapshot(store)
+    result = search(
+        snap, task, k=settings.topk, weights=weights, settings=settings, as_of=as_of, now_ms=now_ms,
+        parent_run_id=parent_run_id or settings.parent_run_id,
+        chat_session_id=chat_session_id or settings.chat_session_id,
+    )
+    issues = open_issue_rows(snap.events, as_of_ms=as_of)
+    open_ids = {i["issueId"] for i in issues}
+    entries = [
+        PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
+                      open_issues=[i for i in h.issues if i in open_ids], next=h.next)
+        for h in result.hits
+    ]
+    open_issues = [OpenIssue(issue_id=i["issueId"], title=i["title"], opened_at_ms=i["openedAt"], by_run_id=i["openedBy"]) for i in issues]
+    return render_block(entries, open_issues, max_tokens=settings.max_tokens, top_k=settings.topk)
+
+
+def inject_task(store: MemoryStore, task: str, settings: Settings, **kwargs) -> str:
+    """``task`` with the MEMORY block ahead of it (unchanged when there is no block)."""
+    return inject(task, memory_block(store, task, settings, **kwargs))

@@ -1,0 +1,231 @@
+"""Frames and the Arrow cache: one loader, incremental refresh, never trusted blindly."""
+
+import json
+import os
+import shutil
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from cybmem import frames
+from cybmem.frames import issue_fold, lineage_edges, load_snapshot, open_issue_rows, records_frame
+from cybmem.runs import write_run
+from cybmem.store import MemoryStore
+
+from conftest import MIN, T0, make_run
+
+TRAILER = "x\n\nACCOMPLISHED:\n- a\nISSUES:\n- {title}\nNEXT:\n- none\n"
+
+
+@pytest.fixture(autouse=True)
+def _no_racy_window(monkeypatch):
+    # Tests write and read within milliseconds; the racy-mtime rule would (correctly)
+    # force a directory scan every time. Tests of that rule set it back.
+    monkeypatch.setattr(frames, "RACY_NS", -1)
+
+
+@pytest.fixture
+def store(settings):
+    for i in range(5):
+        out = TRAILER.format(title=f"Problem {i}") if i % 2 == 0 else None
+        write_run(make_run(f"r{i}", f"task number {i} about logins", start=T0 + i * 60 * MIN, output=out), settings)
+    return MemoryStore(settings.memory_dir, "web")
+
+
+def add(settings, rid, i, **kw):
+    return write_run(make_run(rid, f"task {rid}", start=T0 + i * 60 * MIN, **kw), settings)
+
+
+def test_records_frame_dtypes(store):
+    df = records_frame(store)
+    assert len(df) == 5 and list(df["runId"]) == [f"r{i}" for i in range(5)]
+    assert str(df["endedAt"].dtype) == "datetime64[ms, UTC]"
+    assert isinstance(df["issues"].dtype, pd.ArrowDtype) and pa.types.is_list(df["issues"].dtype.pyarrow_dtype)
+    assert df.loc[0, "issues"] == ["problem-0"]
+    assert df["previousRunId"].tolist()[1:] == [f"r{i}" for i in range(4)]
+    assert df["superseded"].dtype == bool and not df["superseded"].any()
+    assert (df["durationS"] == 600).all()
+
+
+def test_cold_then_warm_then_one_new_record(store, settings):
+    cold = load_snapshot(store)
+    assert (cold.from_cache, cold.parsed, cold.n) == (False, 5, 5)
+    warm = load_snapshot(store)
+    assert (warm.from_cache, warm.parsed, warm.n) == (True, 0, 5)
+    add(settings, "r5", 5)
+    fresh = load_snapshot(store)
+    assert (fresh.parsed, fresh.n) == (1, 6), "only the new file is parsed"
+    assert fresh.records.column("runId").to_pylist()[-1] == "r5"
+    assert load_snapshot(store).parsed == 0
+
+
+def test_index_after_refresh_equals_a_full_build(store, settings):
+    load_snapshot(store)
+    add(settings, "r5", 5)
+    add(settings, "r6", 6)
+    inc = load_snapshot(store)
+    full = load_snapshot(store, use_cache=False)
+    for q in (["logins"], ["task", "r6"], ["number", "3"]):
+        assert inc.index.scores(q).tolist() == pytest.approx(full.index.scores(q).tolist(), abs=1e-5)
+
+
+def test_removed_record_is_detected(store):
+    load_snapshot(store)
+    os.unlink(store.records_dir / "r2.json")
+    snap = load_snapshot(store)
+    assert "r2" not in snap.records.column("runId").to_pylist() and snap.n == 4
+
+
+def test_replaced_record_is_detected(store):
+    load_snapshot(store)
+    path = store.records_dir / "r1.json"
+    data = json.loads(path.read_text())
+    data["task"] = "rewritten by another tool"
+    tmp = store.records_dir / ".tmp-x.part"
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)  # a new inode under the same name
+    snap = load_snapshot(store)
+    row = snap.records.column("runId").to_pylist().index("r1")
+    assert snap.records.column("task")[row].as_py() == "rewritten by another tool"
+
+
+def test_superseding_record_masks_the_old_one(store, settings):
+    load_snapshot(store)
+    write_run(make_run("r1-fix", "corrected", start=T0 + 10 * 60 * MIN), settings, supersedes="r1")
+    snap = load_snapshot(store)
+    ids = snap.records.column("runId").to_pylist()
+    assert snap.superseded_mask()[ids.index("r1")] and not snap.superseded_mask()[ids.index("r1-fix")]
+
+
+def test_grown_ledger_is_read_from_its_offset(store, settings):
+    snap = load_snapshot(store)
+    assert [r["issueId"] for r in open_issue_rows(snap.events)] == ["problem-0", "problem-2", "problem-4"]
+    with store.issues_path.open("ab") as fh:
+        fh.write(b'{"issueId": "problem-0", "at": 1761999999000, "event": "resolved", "byRunId": "r4"}\n')
+    snap = load_snapshot(store)
+    assert [r["issueId"] for r in open_issue_rows(snap.events)] == ["problem-2", "problem-4"]
+    assert snap.events.column("line").to_pylist() == [1, 2, 3, 4]
+
+
+def test_torn_ledger_tail_is_skipped_then_picked_up(store):
+    load_snapshot(store)
+    line = b'{"issueId": "late", "at": 1761999999000, "event": "opened", "byRunId": "r4", "title": "Late"}\n'
+    with store.issues_path.open("ab") as fh:
+        fh.write(line[:30])
+    snap = load_snapshot(store)
+    assert "late" not in snap.events.column("issueId").to_pylist()
+    assert any("torn last ledger line" in p.message for p in snap.problems)
+    with store.issues_path.open("ab") as fh:
+        fh.write(line[30:])
+    snap = load_snapshot(store)
+    assert "late" in snap.events.column("issueId").to_pylist()
+    assert not any("torn" in p.message for p in snap.problems)
+
+
+def test_unreadable_records_reported_once_and_not_reparsed(store):
+    (store.records_dir / "broken.json").write_bytes(b"{\"runId\": ")
+    snap = load_snapshot(store)
+    assert snap.n == 5 and [p.message.split(":")[0] for p in snap.problems] == ["broken.json"]
+    again = load_snapshot(store)
+    assert again.parsed == 0 and len(again.problems) == 1
+
+
+def test_deleting_or_corrupting_the_cache_only_costs_time(store):
+    first = load_snapshot(store)
+    shutil.rmtree(store.dir / ".cache")
+    assert load_snapshot(store).records.equals(first.records)
+    (store.dir / ".cache" / "manifest.json").write_text("{garbage")
+    snap = load_snapshot(store)
+    assert snap.parsed == 5 and snap.records.equals(first.records)
+    for seg in (store.dir / ".cache").glob("rec-*.arrow"):
+        seg.write_bytes(b"not arrow")
+    assert load_snapshot(store).n == 5
+
+
+def test_racy_directory_mtime_is_not_trusted(store, settings, monkeypatch):
+    monkeypatch.setattr(frames, "RACY_NS", 10**12)
+    load_snapshot(store)
+    manifest = json.loads((store.dir / ".cache" / "manifest.json").read_text())
+    assert manifest["dir_mtime_ns"] is None, "a just-modified dir forces a rescan next time"
+    add(settings, "r5", 5)
+    assert load_snapshot(store).n == 6
+
+
+def test_segments_are_compacted(store, settings, monkeypatch):
+    monkeypatch.setattr(frames, "MAX_SEGMENTS", 3)
+    load_snapshot(store)
+    for i in range(5, 10):
+        add(settings, f"r{i}", i)
+        load_snapshot(store)
+    manifest = json.loads((store.dir / ".cache" / "manifest.json").read_text())
+    assert len(manifest["segments"]) <= 3
+    assert len(list((store.dir / ".cache").glob("rec-*.arrow"))) == len(manifest["segments"])
+    snap = load_snapshot(store)
+    full = load_snapshot(store, use_cache=False)
+    assert snap.records.column("runId").to_pylist() == full.records.column("runId").to_pylist()
+    assert snap.index.scores(["task"]).tolist() == pytest.approx(full.index.scores(["task"]).tolist(), abs=1e-5)
+
+
+def test_unwritable_cache_falls_back_to_memory(store):
+    (store.dir / ".cache").write_text("a file where the cache dir should be")
+    snap = load_snapshot(store)
+    assert (snap.n, snap.from_cache) == (5, False)
+    assert (store.dir / ".cache").read_text().startswith("a file")
+
+
+def test_issue_fold_matches_the_store_fold(fixture_copy):
+    store = MemoryStore(fixture_copy, "web")
+    snap = load_snapshot(store)
+    fold = issue_fold(snap.events_frame(), now=pd.Timestamp("2026-01-01", tz="UTC"))
+    expected = store.issue_states()
+    assert set(fold["issueId"]) == set(expected)
+    for row in fold.itertuples():
+        st = expected[row.issueId]
+        assert (row.state, row.title, row.reopenCount, row.openedBy) == (st.state, st.title, st.reopenCount, st.openedBy)
+        assert int(row.openedAt.timestamp() * 1000) == st.openedAt
+    resolved = fold[fold["state"] == "resolved"]
+    assert (resolved["age"] == resolved["resolvedAt"] - resolved["openedAt"]).all()
+    assert [r["issueId"] for r in open_issue_rows(snap.events)] == [s.issueId for s in store.open_issues()]
+
+
+def test_lineage_edges(fixture_copy):
+    df = records_frame(MemoryStore(fixture_copy, "web"))
+    edges = lineage_edges(df)
+    kinds = edges["kind"].value_counts().to_dict()
+    assert kinds["previous"] == len(df) - 1
+    assert kinds["parent"] >= 10 and kinds["chat"] >= 5 and kinds["superseded"] == 1
+    ids = set(df["runId"])
+    assert set(edges["src"]) <= ids and set(edges["dst"]) <= ids
+
+
+def test_bulk_and_per_file_parsing_agree(fixture_copy, monkeypatch):
+    store = MemoryStore(fixture_copy, "web")
+    recdir = store.records_dir
+    (recdir / "garbage.json").write_bytes(b"\xff\xfe not json")
+    (recdir / "wrongid.json").write_text((recdir / os.listdir(recdir)[0]).read_text())
+    src = json.loads((recdir / sorted(os.listdir(recdir))[1]).read_text())
+    (recdir / "floaty.json").write_text(json.dumps(dict(src, runId="floaty", startedAt=float(src["startedAt"]))))
+    (recdir / "badstate.json").write_text(json.dumps(dict(src, runId="badstate", state="finished")))
+    (recdir / "nullworker.json").write_text(json.dumps(dict(src, runId="nullworker", workers=[{"agentId": None, "state": "done"}])))
+    per_file = load_snapshot(store, use_cache=False)
+    monkeypatch.setattr(frames, "_BULK_MIN", 1)
+    bulk = load_snapshot(store, use_cache=False)
+    assert bulk.records.equals(per_file.records)
+    assert sorted(p.message for p in bulk.problems) == sorted(p.message for p in per_file.problems)
+    assert {p.path.rsplit("/", 1)[1] for p in bulk.problems} == {"garbage.json", "wrongid.json", "badstate.json", "nullworker.json"}
+    assert "floaty" in bulk.records.column("runId").to_pylist(), "valid but unusual records are kept"
+    for q in (["cart"], ["drawer", "flaky"]):
+        assert bulk.index.scores(q).tolist() == per_file.index.scores(q).tolist()
+
+
+def test_bulk_path_sets_aside_garbage_and_keeps_the_rest(fixture_copy, monkeypatch):
+    store = MemoryStore(fixture_copy, "web")
+    (store.records_dir / "garbage.json").write_bytes(b"\xff\xfe not json")
+    calls = []
+    real = frames._bulk_table
+    monkeypatch.setattr(frames, "_bulk_table", lambda *a: calls.append(len(a[0])) or real(*a))
+    monkeypatch.setattr(frames, "_BULK_MIN", 1)
+    snap = load_snapshot(store, use_cache=False)
+    assert snap.n == 47 and [p.path.rsplit("/", 1)[1] for p in snap.problems] == ["garbage.json"]
+    assert calls == [48, 47], "one bulk try with everything, one without the garbage"

@@ -1,0 +1,173 @@
+"""Retrieval on hand-made stores (one axis at a time), --as-of, and the preamble on golden files."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cybmem.preamble import FOOTER, HEADER, estimate_tokens, inject, strip
+from cybmem.runs import write_run
+from cybmem.scoring import Weights
+from cybmem.search import memory_block, parse_as_of, search, weights_for
+from cybmem.settings import Settings
+from cybmem.store import MemoryStore
+
+from conftest import FIXTURES, MIN, T0, make_run
+
+GOLDEN = Path(__file__).resolve().parent.parent / "data-fixtures" / "golden"
+DAY = 86_400_000
+NOW = 1_793_491_200_000  # 2026-11-01, a fixed "now" for the fixture store (runs 2026-10-01 .. 2026-10-27)
+
+KW = Weights(w_kw=1, w_rec=0, w_lin=0, w_vec=0)
+REC = Weights(w_kw=0, w_rec=1, w_lin=0, w_vec=0, half_life_days=10)
+LIN = Weights(w_kw=0, w_rec=0, w_lin=1, w_vec=0)
+
+
+def three(settings, **lineage):
+    """Three records: a (oldest), b, c (newest), with optional per-record lineage dicts."""
+    tasks = {"a": "Fix the flaky login test in CI", "b": "Add dark mode to the settings page", "c": "Document the deploy pipeline"}
+    for i, (rid, task) in enumerate(tasks.items()):
+        write_run(make_run(rid, task, start=T0 + i * DAY, lineage=lineage.get(rid, {})), settings)
+    return MemoryStore(settings.memory_dir, "web")
+
+
+def ids(result):
+    return [h.run_id for h in result.hits]
+
+
+def test_keyword_axis(settings):
+    store = three(settings)
+    res = search(store, "flaky login", weights=KW, now_ms=NOW)
+    assert ids(res)[0] == "a" and res.hits[0].contributions["keyword"] == pytest.approx(1.0)
+    assert all(h.contributions["keyword"] == 0 for h in res.hits[1:])
+
+
+def test_recency_axis(settings):
+    store = three(settings)
+    now = T0 + 2 * DAY + 10 * MIN  # c ended just now
+    res = search(store, "anything", weights=REC, now_ms=now)
+    assert ids(res) == ["c", "b", "a"]
+    b = res.hits[1]
+    assert b.values["recency"] == pytest.approx(pow(2.718281828, -1 / 10), rel=1e-4), "exp(-ageDays/halfLife), age 1 day"
+
+
+def test_lineage_axis_parent_chain_and_chat(settings):
+    store = three(settings, b={"chatSessionId": "chat-1"}, c={"parentRunId": "a"})
+    res = search(store, "x", weights=LIN, now_ms=NOW, parent_run_id="c")
+    by = {h.run_id: h.values["lineage"] for h in res.hits}
+    assert by["c"] == 1.0 and by["a"] == 1.0, "the parent and its ancestors"
+    res = search(store, "x", weights=LIN, now_ms=NOW, chat_session_id="chat-1")
+    by = {h.run_id: h.values["lineage"] for h in res.hits}
+    assert by["b"] > by["a"] and by["b"] >= 0.8
+
+
+def test_superseded_records_never_rank(settings):
+    store = three(settings)
+    write_run(make_run("a2", "Fix the flaky login test in CI, corrected", start=T0 + 5 * DAY), settings, supersedes="a")
+    res = search(store, "flaky login", weights=KW, now_ms=NOW)
+    assert "a" not in ids(res) and ids(res)[0] == "a2"
+
+
+def test_as_of_ignores_later_records_and_measures_recency_from_then(settings):
+    store = three(settings)
+    as_of = T0 + DAY + 10 * MIN  # after b ended, before c
+    res = search(store, "deploy pipeline dark mode login", weights=Weights(), as_of=as_of)
+    assert set(ids(res)) == {"a", "b"} and res.now_ms == as_of and res.candidates == 2
+    assert res.hits[0].run_id == "b" or res.hits[0].values["recency"] < 1
+    assert {h.run_id: h.values["recency"] for h in res.hits}["b"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_as_of_sees_the_record_before_its_correction(settings):
+    store = three(settings)
+    write_run(make_run("a2", "corrected", start=T0 + 5 * DAY), settings, supersedes="a")
+    res = search(store, "flaky login", weights=KW, as_of=T0 + 3 * DAY)
+    assert ids(res)[0] == "a"
+
+
+def test_parse_as_of():
+    assert parse_as_of("1761955200000") == T0
+    assert parse_as_of("2025-11-01") == T0
+    assert parse_as_of("2025-11-01T01:00:00+01:00") == T0
+    with pytest.raises(Exception, match="neither epoch milliseconds nor an ISO date"):
+        parse_as_of("last week")
+
+
+def test_weights_precedence_files_then_env(settings, monkeypatch):
+    store = three(settings)
+    (settings.memory_dir / "weights.json").write_text('{"w_kw": 0.9, "w_lin": 0.05}')
+    (store.dir / "weights.json").write_text('{"w_kw": 0.7}')
+    w = weights_for(settings, store)
+    assert (w.w_kw, w.w_lin) == (0.7, 0.05)
+    env = Settings.from_env({**os.environ, "CYBERINE_MEMORY_W_KW": "0.2"})
+    assert weights_for(env, store).w_kw == 0.2
+    (store.dir / "weights.json").write_text('{"w_kw": "lots"}')
+    with pytest.raises(Exception, match="weights.json"):
+        weights_for(settings, store)
+
+
+# --- the preamble -----------------------------------------------------------------
+
+
+def fixture_settings(**env):
+    return Settings.from_env({**{f"CYBERINE_{k}": str(v) for k, v in env.items()}}, memory_dir=FIXTURES)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("CYBMEM_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text(), f"golden {name} differs; rerun with CYBMEM_UPDATE_GOLDEN=1 if intended"
+
+
+@pytest.mark.parametrize(
+    "name, project, task, env",
+    [
+        ("web-checkout.txt", "web", "Fix the checkout error banner when the cart API is down", {}),
+        ("web-cart-drawer-top5.txt", "web", "The cart drawer e2e test is flaky again", {"MEMORY_TOPK": 5}),
+        ("web-token-cap.txt", "web", "Improve product search relevance", {"MEMORY_MAX_TOKENS": 200}),
+        ("api-webhook.txt", "api", "Stripe webhook retries are not idempotent", {}),
+    ],
+)
+def test_preamble_golden(fixture_copy, name, project, task, env):
+    settings = Settings.from_env({f"CYBERINE_{k}": str(v) for k, v in env.items()}, memory_dir=fixture_copy)
+    block = memory_block(MemoryStore(fixture_copy, project), task, settings, now_ms=NOW)
+    check_golden(name, block + "\n")
+    assert block.startswith(HEADER + "\n") and block.endswith("\n" + FOOTER)
+    assert estimate_tokens(block) <= settings.max_tokens
+    again = memory_block(MemoryStore(fixture_copy, project), task, settings, now_ms=NOW)
+    assert again == block, "deterministic"
+
+
+def test_token_cap_never_cuts_a_line(fixture_copy):
+    store = MemoryStore(fixture_copy, "web")
+    full = memory_block(store, "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "10"}, memory_dir=fixture_copy), now_ms=NOW)
+    for cap in (60, 120, 250, 400, 800):
+        block = memory_block(store, "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "10", "CYBERINE_MEMORY_MAX_TOKENS": str(cap)}, memory_dir=fixture_copy), now_ms=NOW)
+        assert estimate_tokens(block) <= cap
+        if block:
+            assert block.startswith(HEADER) and block.endswith(FOOTER)
+            assert set(block.splitlines()) <= set(full.splitlines()), "every line is a whole line of the uncapped block"
+
+
+def test_empty_store_has_no_block(settings):
+    store = MemoryStore(settings.memory_dir, "web")
+    assert memory_block(store, "anything", settings) == ""
+    assert inject("anything", memory_block(store, "anything", settings)) == "anything"
+
+
+def test_disabled_memory_has_no_block(fixture_copy):
+    settings = Settings.from_env({"CYBERINE_MEMORY": "0"}, memory_dir=fixture_copy)
+    assert memory_block(MemoryStore(fixture_copy, "web"), "cart drawer", settings) == ""
+
+
+def test_strip_inverts_inject_on_every_fixture_task(fixture_copy):
+    settings = Settings.from_env({}, memory_dir=fixture_copy)
+    tasks = []
+    for slug in ("web", "api", "web-7663e1"):
+        tasks += [r.task for r in MemoryStore(fixture_copy, slug).records()]
+    tasks += ["", "x", "multi\nline\r\nwith CRLF\n", "  padded  ", "mentions END MEMORY in prose", "TASK: looks wrapped?"]
+    block = memory_block(MemoryStore(fixture_copy, "web"), "cart", settings, now_ms=NOW)
+    assert block
+    for task in tasks:
+        clean = strip(task)
+        assert strip(inject(clean, block)) == clean
