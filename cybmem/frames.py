@@ -534,6 +534,7 @@ class Snapshot:
     from_cache: bool = False
     parsed: int = 0  # record files parsed by this load (0 on a warm load)
     _superseded: np.ndarray | None = field(default=None, repr=False)
+    _cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def n(self) -> int:
@@ -555,7 +556,25 @@ class Snapshot:
         return self._superseded
 
     def ended_ms(self) -> np.ndarray:
-        return self.records.column("endedAt").cast(pa.int64()).to_numpy()
+        """endedAt as int64 epoch ms (computed once per snapshot)."""
+        if "ended" not in self._cache:
+            col = self.records.column("endedAt").cast(pa.int64())
+            self._cache["ended"] = col.to_numpy() if self.n else np.zeros(0, np.int64)
+        return self._cache["ended"]
+
+    def run_lookup(self):
+        """A sorted run-id lookup for the lineage walk (built once per snapshot)."""
+        if "lookup" not in self._cache:
+            from .scoring import RunLookup
+
+            self._cache["lookup"] = RunLookup.build(self.records.column("runId"))
+        return self._cache["lookup"]
+
+    def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
+        """Some rows as dicts, only the given columns (cheap for a top-k)."""
+        if not indices:
+            return []
+        return self.records.select(columns).take(np.asarray(indices, dtype=np.int64)).to_pylist()
 
     def records_frame(self) -> "pd.DataFrame":
         """One row per record: tz-aware timestamps, Arrow-backed lists, a ``superseded`` column."""

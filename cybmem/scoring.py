@@ -141,29 +141,47 @@ def tokenize(text: str) -> list[str]:
     if not text.isascii():
         text = unicodedata.normalize("NFKC", text)
     out: list[str] = []
-    append = out.append
-    stop = STOPWORDS
+    cache = _WORD_CACHE
     for word in _WORD_RE.findall(text):
-        # Fast path: a plain lowercase word or a plain number (the vast majority).
-        if word.isascii() and (word.isdigit() or (word.islower() and word.isalpha())):
-            if len(word) > 1 and word not in stop:
-                append(word)
-            continue
-        parts = _ASCII_PART_RE.findall(word) if word.isascii() else _unicode_parts(word)
-        if len(parts) > 1:
-            whole = word.replace("_", "").casefold()
-            if len(whole) > 1 and whole not in stop:
-                append(whole)
-        for part in parts:
-            part = part.casefold()
-            if len(part) > 1 and part not in stop:
-                append(part)
+        toks = cache.get(word)
+        if toks is None:
+            toks = _word_tokens(word)
+            if len(cache) < _WORD_CACHE_MAX:
+                cache[word] = toks
+        out += toks
     return out
+
+
+# Words repeat heavily across records (identifiers, paths, English), so each distinct word
+# is split once: a dict lookup per word instead of regex work. Bounded, never evicted.
+_WORD_CACHE: dict[str, tuple[str, ...]] = {}
+_WORD_CACHE_MAX = 1_000_000
+
+
+def _word_tokens(word: str) -> tuple[str, ...]:
+    """The tokens of one word (see :func:`tokenize`)."""
+    stop = STOPWORDS
+    # Fast path: a plain lowercase word or a plain number (the vast majority).
+    if word.isascii() and (word.isdigit() or (word.islower() and word.isalpha())):
+        return (word,) if len(word) > 1 and word not in stop else ()
+    out: list[str] = []
+    parts = _ASCII_PART_RE.findall(word) if word.isascii() else _unicode_parts(word)
+    if len(parts) > 1:
+        whole = word.replace("_", "").casefold()
+        if len(whole) > 1 and whole not in stop:
+            out.append(whole)
+    for part in parts:
+        part = part.casefold()
+        if len(part) > 1 and part not in stop:
+            out.append(part)
+    return tuple(out)
 
 
 def tokenize_many(texts: Iterable[str]) -> list[list[str]]:
     """:func:`tokenize` over many texts."""
     return [tokenize(t) for t in texts]
+
+
 
 
 # --------------------------------------------------------------------------------------

@@ -133,8 +133,12 @@ def _context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | N
     previous = None
     if snap.n and mask.any():
         ended = snap.ended_ms()
-        cand = np.flatnonzero(mask)
-        previous = snap.records.column("runId")[int(cand[np.argmax(ended[cand])])].as_py()
+        if mask.all():
+            i = int(np.argmax(ended))
+        else:
+            cand = np.flatnonzero(mask)
+            i = int(cand[np.argmax(ended[cand])])
+        previous = snap.records.column("runId")[i].as_py()
     return LineageContext(parent_run_id=parent, chat_session_id=chat, previous_run_id=previous, root_run_id=None)
 
 
@@ -210,11 +214,11 @@ def search(
         if weights.w_lin:
             r = snap.records
             lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
-                                   r.column("rootRunId"), r.column("chatSessionId"), ctx)
+                                   r.column("rootRunId"), r.column("chatSessionId"), ctx, lookup=snap.run_lookup())
         scored = score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
                        weights=weights, mask=mask)
         top = rank(scored, k)
-        rows = snap.records.take(pa.array(top, type=pa.int64())).to_pylist() if top else []
+        rows = snap.rows(top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
         for pos, (idx, row) in enumerate(zip(top, rows), 1):
             ex = explain(scored, idx)
             hits.append(Hit(
