@@ -15,6 +15,8 @@ Run ids show their first 8 characters; times are UTC from epoch milliseconds. Th
 and next lines appear only when non-empty; "Open issues in this project:" only with at least one
 issue. Every field is neutralized (see `neutralize`) and collapsed to one line, so the only
 lines of a rendered block at column 0 are HEADER, "Open issues in this project:" and FOOTER.
+Long fields are cut on a word boundary and end in "…". The whole block stays within a token
+budget (estimate_tokens); runs are added whole and open issues line by line, never half a line.
 
 `inject` puts the block and one blank line ahead of the task; `strip` removes every block
 wherever it sits and lifts the human task out of a workflow's ``TASK:`` wrapper, so
@@ -53,6 +55,7 @@ _ISSUES_HEADING = "Open issues in this project:"
 _TASK_PREFIX = "TASK:"
 # A wrapper section header such as "INSTRUCTIONS:" or "OUTPUT FORMAT:" ends the lifted task.
 _WRAPPER_SECTION = re.compile(r"[A-Z][A-Z0-9 _/-]{2,40}:\s*")
+_NESTED_TASK = re.compile(r"\A(?:\s*TASK:)*")
 
 # Characters a forged marker could hide behind: zero-width, bidi controls, BOM, soft hyphen,
 # word joiner and invisible operators. They are ignored when comparing a line with a marker.
@@ -147,9 +150,11 @@ def lift_task(text: str) -> str:
     The rule: find the first line that starts with ``TASK:`` at column 0 (case-sensitive). The
     task is the rest of that line plus the following lines, up to (not including) the next line
     that looks like a wrapper section header, i.e. fully matches
-    ``[A-Z][A-Z0-9 _/-]{2,40}:\\s*`` (``INSTRUCTIONS:``, ``OUTPUT FORMAT:``, ``ACCOMPLISHED:``,
-    another bare ``TASK:``), or the end of the text; surrounding whitespace and blank lines are
-    trimmed. Text without such a line is returned unchanged.
+    ``[A-Z][A-Z0-9 _/-]{2,40}:\\s*`` (``INSTRUCTIONS:``, ``OUTPUT FORMAT:``, ``ACCOMPLISHED:``),
+    or that starts with ``TASK:`` again, or the end of the text. Surrounding whitespace and
+    blank lines are trimmed, and so are ``TASK:`` prefixes the task itself begins with
+    (``TASK: TASK: x`` -> ``x``), so a lifted task never needs lifting again. Text without a
+    ``TASK:`` line is returned unchanged. Lines are split on "\\n"; a trailing \\r is whitespace.
 
     Args:
         text: a prompt, possibly wrapped by a workflow.
@@ -165,19 +170,21 @@ def lift_task(text: str) -> str:
         return text
     body = [lines[start][len(_TASK_PREFIX) :]]
     for line in lines[start + 1 :]:
-        if _WRAPPER_SECTION.fullmatch(line):
+        if line.startswith(_TASK_PREFIX) or _WRAPPER_SECTION.fullmatch(line):
             break
         body.append(line)
-    return "\n".join(body).strip()
+    # A task that itself begins with "TASK:" would only be lifted again; drop those prefixes
+    # in one go, so the result is clean and "TASK:" * n costs linear time.
+    return _NESTED_TASK.sub("", "\n".join(body), count=1).strip()
 
 
 def strip(text: str) -> str:
     """Remove MEMORY blocks and lift the human task: what the write path stores.
 
     This is ``lift_task(strip_memory(text))``, repeated until nothing changes, so the result
-    is always clean (``strip(strip(x)) == strip(x)``) even for a wrapper nested in a wrapper or
-    a block that only becomes whole once lifted (``TASK: MEMORY (...)``). Each round that
-    changes anything shortens the text, so the loop ends.
+    is always clean (``strip(strip(x)) == strip(x)``) even for a block that only becomes whole
+    once lifted (``TASK: MEMORY (...)``). Each round that changes anything shortens the text,
+    so the loop ends; real prompts take one or two rounds.
 
     Args:
         text: the prompt a run was dispatched with.

@@ -55,7 +55,8 @@ def _token_like(secret: str, _: re.Match[str]) -> bool:
     """An opaque token has a digit or mixed case over 20+ characters, unlike a prose word."""
     if any(c.isdigit() for c in secret):
         return True
-    return len(secret) >= 20 and any(c.isupper() for c in secret) and any(c.islower() for c in secret)
+    mixed = any(c.isupper() for c in secret) and any(c.islower() for c in secret)
+    return mixed and len(secret) >= 20
 
 
 _PLACEHOLDER = re.compile(r"\$[{(A-Za-z_]|<|\{\{|%\(|\*+$|x+$|X+$")
@@ -90,7 +91,9 @@ _SHAPES: tuple[_Shape, ...] = (
         "private_key",
         re.compile(
             r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-            r"(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+            # The body stops at the next BEGIN/END marker (possessive, no backtracking), so
+            # many unterminated BEGIN lines cost linear, not quadratic, time.
+            r"(?:(?:(?!-----(?:BEGIN|END)).)*+-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
             # Truncated block: take the base64 / PEM header lines that follow, not the prose.
             r"|(?:\r?\n(?:[A-Za-z0-9+/=]+|(?:Proc-Type|DEK-Info|Comment|Version):[^\r\n]*|[ \t]*)"
             r"(?=\r?\n|\Z))*)",
@@ -129,7 +132,10 @@ _SHAPES: tuple[_Shape, ...] = (
     ),
     _Shape(
         "slack_token",
-        re.compile(r"(?<![A-Za-z0-9_-])xox[abprs]-(?=[A-Za-z-]*\d)[A-Za-z0-9-]{10,}(?![A-Za-z0-9_-])"),
+        # Slack tokens carry numeric workspace / user ids; the lookahead wants a digit.
+        re.compile(
+            r"(?<![A-Za-z0-9_-])xox[abprs]-(?=[A-Za-z-]*\d)[A-Za-z0-9-]{10,}(?![A-Za-z0-9_-])"
+        ),
     ),
     _Shape(
         "anthropic_key",

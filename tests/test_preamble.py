@@ -236,6 +236,9 @@ ACCOMPLISHED:
         ("TASK:\nbody\r\nINSTRUCTIONS:\r\nx", "body"),
         ("TASK:\nNote: not a header\nbody", "Note: not a header\nbody"),
         ("TASK:\nbody\nTASK:\nsecond", "body"),
+        ("TASK: a\nmore\nTASK: b", "a\nmore"),
+        ("TASK: TASK:TASK: x\ny", "x\ny"),
+        ("TASK:\n\n   TASK: x", "x"),
         ("TASK:\nINSTRUCTIONS:\n", ""),
         ("No wrapper here", "No wrapper here"),
         ("task: lower case is not a wrapper", "task: lower case is not a wrapper"),
@@ -261,7 +264,12 @@ def test_strip_block_that_becomes_whole_after_lift():
 
 
 def test_strip_nested_wrappers():
-    assert strip("TASK:\nTASK: inner\nmore") == "inner\nmore"
+    assert strip("TASK: TASK: inner\nmore") == "inner\nmore"
+
+
+@pytest.mark.parametrize("text", ["TASK:" * 200_000, "TASK: x\n" * 100_000, "TASK:\n  " * 100_000])
+def test_strip_pathological_wrappers_are_fast(text):
+    assert strip(strip(text)) == strip(text)  # would take minutes if each round peeled one prefix
 
 
 def test_strip_real_block_round_trip():
