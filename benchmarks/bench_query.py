@@ -13,7 +13,10 @@ query so a busy shared machine slows them alike; medians and p90s.
 
 Systems:
   cybmem-kw     KeywordIndex.scores + top_k(10)
-  cybmem-full   scores + lineage_affinity + score() (keyword, recency, lineage) + rank(10)
+  cybmem-full   the production ranking, cybmem.search.rank_query: tokenize the query, BM25 over the
+                postings, lineage, then keyword + recency + lineage scored exactly over the pool
+                that can reach the top 10 (records with a keyword or lineage score + the 10
+                newest others), top 10
   bm25s         bm25s.BM25 (numpy backend, method "lucene") .retrieve([q], k=10)
   rank_bm25     BM25Okapi.get_scores (7.7k and 100k only, few queries: it is slow)
   floor         scipy CSC of precomputed idf*tf impacts: X[:, cols].sum(axis=1), one dense
@@ -164,12 +167,22 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     def cyb_kw(q):
         return S.top_k(idx.scores(q), K)
 
+    from cybmem.frames import Snapshot
+    from cybmem.search import rank_query
+
+    nulls = pa.nulls(n, pa.string())
+    table = pa.table({
+        "runId": pa.array(run_ids, pa.string()), "parentRunId": pa.array(parents, pa.string()),
+        "previousRunId": pa.array(cols["previousRunId"], pa.string()), "rootRunId": pa.array(roots, pa.string()),
+        "chatSessionId": pa.array(chats, pa.string()), "endedAt": pa.array(ended, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+        "supersedes": nulls, "supersededBy": nulls,
+    })
+    snap = Snapshot(None, table, None, idx)
+    texts = {id(q): " ".join(q) for q in queries}
+
     def cyb_full(q):
-        raw = idx.scores(q)
-        lin = S.lineage_affinity(run_ids, parents, None, roots, chats, ctx, lookup=lookup)
-        sc = S.score(keyword_raw=raw, ended_at_ms=ended, now_ms=now, lineage=lin,
-                     vector_cos=None, weights=weights)
-        return S.rank(sc, K)
+        return rank_query(snap, texts.get(id(q)) or " ".join(q), k=K, weights=weights, now_ms=now,
+                          parent_run_id=ctx.parent_run_id).top
 
     fns = {"cybmem-kw": cyb_kw, "cybmem-full": cyb_full}
 

@@ -18,15 +18,17 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import ValidationError
-from .frames import Snapshot, load_snapshot, open_issue_rows
+from .frames import Snapshot, load_snapshot, open_issues_table
 from .preamble import OpenIssue, PreambleEntry, inject, render_block
-from .scoring import LineageContext, Weights, explain, lineage_affinity, load_weights, rank, score, tokenize
+from .scoring import LineageContext, Scored, Weights, explain, lineage_affinity, load_weights, rank, score, tokenize
 from .settings import Settings
 from .store import MemoryStore
 
 __all__ = [
     "Hit",
+    "Ranked",
     "SearchResult",
+    "rank_query",
     "parse_as_of",
     "weights_files",
     "weights_for",
@@ -132,12 +134,8 @@ def _context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | N
     """The lineage of the run about to be dispatched: its parent, chat, predecessor and chain root."""
     previous = None
     if snap.n and mask.any():
-        ended = snap.ended_ms()
-        if mask.all():
-            i = int(np.argmax(ended))
-        else:
-            cand = np.flatnonzero(mask)
-            i = int(cand[np.argmax(ended[cand])])
+        order = snap.newest_first()
+        i = int(order[0]) if mask[order[0]] else int(order[np.argmax(mask[order])])
         previous = snap.records.column("runId")[i].as_py()
     return LineageContext(parent_run_id=parent, chat_session_id=chat, previous_run_id=previous, root_run_id=None)
 
@@ -165,6 +163,86 @@ def _candidates(snap: Snapshot, as_of: int | None) -> np.ndarray:
             if target and target in existing:
                 mask[i] = False
     return mask
+
+
+def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int) -> np.ndarray:
+    """Row indices that can reach the top k, ascending; scoring only these is exact.
+
+    Every axis is non-negative and only recency is dense, so a record with no
+    keyword and no lineage score can only rank through recency, and then no better
+    than the k newest such records. The pool is the records with a keyword or a
+    lineage score plus those k newest others (and the vector axis, when on, is
+    dense: then the pool is everything).
+    """
+    hot_mask = np.zeros(len(mask), dtype=bool)
+    for a in (kw, lin):
+        if a is not None:
+            hot_mask |= a > 0
+    hot_mask &= mask
+    order = snap.newest_first()
+    free = mask & ~hot_mask
+    taken: list[np.ndarray] = []
+    got, start, step = 0, 0, 4 * k + 64
+    while got < k and start < len(order):
+        chunk = order[start:start + step]
+        start += step
+        chunk = chunk[free[chunk]][: k - got]
+        taken.append(chunk)
+        got += len(chunk)
+    pool = np.flatnonzero(hot_mask)
+    if taken:
+        pool = np.sort(np.concatenate([pool, *taken]))
+    return pool.astype(np.int64, copy=False)
+
+
+@dataclass
+class Ranked:
+    """The ranking core of a query: top row indices and the scores of the pool they came from."""
+
+    top: list[int]  # row indices into the snapshot, best first
+    local: list[int]  # the same rows as indices into ``scored``
+    scored: Scored | None
+    mask: np.ndarray
+    context: LineageContext
+    now_ms: int
+
+
+def rank_query(
+    snap: Snapshot,
+    query: str,
+    *,
+    k: int,
+    weights: Weights,
+    as_of: int | None = None,
+    now_ms: int | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    exclude: str | None = None,
+) -> Ranked:
+    """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
+
+    Exactly the ranking of scoring every record (see :func:`_pool`); this is the part
+    the latency benchmark compares with other BM25 engines' retrieval.
+    """
+    now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
+    mask = _candidates(snap, as_of)
+    if exclude is not None and snap.n:
+        import pyarrow.compute as pc
+
+        mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
+    ctx = _context(snap, mask, parent_run_id, chat_session_id)
+    if not (snap.n and k > 0 and mask.any()):
+        return Ranked([], [], None, mask, ctx, now)
+    kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
+    lin = None
+    if weights.w_lin:
+        lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
+    idx = _pool(snap, mask, kw, lin, k)
+    sub = lambda a: None if a is None else a[idx]  # noqa: E731
+    scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
+                   vector_cos=None, weights=weights, mask=mask[idx])
+    local = rank(scored, k)
+    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now)
 
 
 def search(
@@ -200,34 +278,19 @@ def search(
     settings = settings or Settings.from_env()
     if weights is None:
         weights = weights_for(settings, snap.store)
-    now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
-    mask = _candidates(snap, as_of)
-    if exclude is not None and snap.n:
-        import pyarrow.compute as pc
-
-        mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
-    ctx = _context(snap, mask, parent_run_id, chat_session_id)
+    ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
+                        chat_session_id=chat_session_id, exclude=exclude)
     hits: list[Hit] = []
-    if snap.n and mask.any() and k > 0:
-        kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
-        lin = None
-        if weights.w_lin:
-            r = snap.records
-            lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
-                                   r.column("rootRunId"), r.column("chatSessionId"), ctx, lookup=snap.run_lookup())
-        scored = score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
-                       weights=weights, mask=mask)
-        top = rank(scored, k)
-        rows = snap.rows(top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
-        for pos, (idx, row) in enumerate(zip(top, rows), 1):
-            ex = explain(scored, idx)
-            hits.append(Hit(
-                rank=pos, run_id=row["runId"], score=float(ex["total"]), contributions=ex["contributions"],
-                values=ex["values"], ended_at_ms=int(row["endedAt"].timestamp() * 1000), state=row["state"],
-                task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
-            ))
-    return SearchResult(query=query, hits=hits, weights=weights, now_ms=now, as_of=as_of,
-                        candidates=int(mask.sum()), context=ctx, snapshot=snap)
+    rows = snap.rows(ranked.top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
+    for pos, (local, row) in enumerate(zip(ranked.local, rows), 1):
+        ex = explain(ranked.scored, local)
+        hits.append(Hit(
+            rank=pos, run_id=row["runId"], score=float(ex["total"]), contributions=ex["contributions"],
+            values=ex["values"], ended_at_ms=int(row["endedAt"].timestamp() * 1000), state=row["state"],
+            task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
+        ))
+    return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
+                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap)
 
 
 def memory_block(
@@ -254,8 +317,20 @@ def memory_block(
         parent_run_id=parent_run_id or settings.parent_run_id,
         chat_session_id=chat_session_id or settings.chat_session_id,
     )
-    issues = open_issue_rows(snap.events, as_of_ms=as_of)
-    open_ids = {i["issueId"] for i in issues}
+    table = open_issues_table(snap.events, as_of_ms=as_of)
+    raised = sorted({i for h in result.hits for i in h.issues})
+    if table.num_rows and raised:
+        import pyarrow.compute as pc
+
+        # Issues raised by the retrieved runs first (most relevant), then the newest others.
+        is_raised = pc.is_in(table.column("issueId"), value_set=pa.array(raised, pa.string()))
+        table = pa.concat_tables([table.filter(is_raised), table.filter(pc.invert(is_raised))])
+        open_ids = set(table.filter(is_raised).column("issueId").to_pylist())
+    else:
+        open_ids = set()
+    # No block line is shorter than ~40 characters, so more than this can never fit.
+    limit = max(1, settings.max_tokens * 4 // 40)
+    issues = table.slice(0, limit).to_pylist()
     entries = [
         PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
                       open_issues=[i for i in h.issues if i in open_ids], next=h.next)
