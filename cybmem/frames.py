@@ -121,7 +121,7 @@ def _is_str_list(v: Any) -> bool:
 
 def _fast_row(d: Any, run_id: str) -> bool:
     """Cheap structural check; anything it rejects goes through the full validator for the message."""
-    if type(d) is not dict or d.get("runId") != run_id:
+    if type(d) is not dict or d.get("runId") != run_id or not RUN_ID_RE.fullmatch(run_id):
         return False
     lin, out = d.get("lineage"), d.get("outcome")
     st, en = d.get("startedAt"), d.get("endedAt")
@@ -365,10 +365,21 @@ def _keyword_texts(table: pa.Table, titles: dict[str, str]) -> list[str]:
     return out
 
 
-def _load_records(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
+def _by_time(table: pa.Table, texts: list[str]) -> tuple[pa.Table, list[str]]:
+    """Rows ordered oldest first (endedAt, then runId), so a higher row is a newer record."""
+    if table.num_rows < 2:
+        return table, texts
+    order = pc.sort_indices(table, sort_keys=[("endedAt", "ascending"), ("runId", "ascending")])
+    idx = order.to_numpy()
+    if (np.diff(idx) == 1).all():
+        return table, texts
+    return table.take(order), [texts[i] for i in idx]
+
+
+def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
     """Parse record files into a RECORD_SCHEMA table plus each row's keyword text.
 
-    Large batches go through Arrow's JSON reader; files it cannot take, or rows that
+    Rows come out oldest first. Large batches go through Arrow's JSON reader; files it cannot take, or rows that
     fail the vectorised checks, go through the per-file validator, which reports them.
     """
     if len(entries) >= _BULK_MIN:
@@ -411,6 +422,13 @@ def _load_records(store: MemoryStore, entries: list[tuple[str, int]], titles: di
             return good, _keyword_texts(good, titles), bad, problems
     cols, bad, problems = _parse_records(store, entries, titles)
     return cols.table(), cols.texts, bad, problems
+
+
+def _load_records(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
+    """Parse record files into a RECORD_SCHEMA table (oldest first) plus each row's keyword text."""
+    table, texts, bad, problems = _load_records_unordered(store, entries, titles)
+    table, texts = _by_time(table, texts)
+    return table, texts, bad, problems
 
 
 def _list_records(store: MemoryStore) -> dict[str, int]:

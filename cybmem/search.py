@@ -165,21 +165,23 @@ def _candidates(snap: Snapshot, as_of: int | None) -> np.ndarray:
     return mask
 
 
-def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int) -> np.ndarray:
+def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int,
+          *, by_recency: bool = True) -> np.ndarray:
     """Row indices that can reach the top k, ascending; scoring only these is exact.
 
     Every axis is non-negative and only recency is dense, so a record with no
     keyword and no lineage score can only rank through recency, and then no better
     than the k newest such records. The pool is the records with a keyword or a
-    lineage score plus those k newest others (and the vector axis, when on, is
-    dense: then the pool is everything).
+    lineage score plus those k newest others. With recency off every other record
+    scores 0 and the ranking breaks ties by the higher row, so then the k highest rows
+    are taken instead.
     """
     hot_mask = np.zeros(len(mask), dtype=bool)
     for a in (kw, lin):
         if a is not None:
             hot_mask |= a > 0
     hot_mask &= mask
-    order = snap.newest_first()
+    order = snap.newest_first() if by_recency else np.arange(snap.n - 1, -1, -1)
     free = mask & ~hot_mask
     taken: list[np.ndarray] = []
     got, start, step = 0, 0, 4 * k + 64
@@ -237,7 +239,7 @@ def rank_query(
     lin = None
     if weights.w_lin:
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
-    idx = _pool(snap, mask, kw, lin, k)
+    idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
                    vector_cos=None, weights=weights, mask=mask[idx])

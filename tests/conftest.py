@@ -23,7 +23,9 @@ def _isolated_env(tmp_path, monkeypatch):
             monkeypatch.delenv(key)
     root = tmp_path / "memory"
     monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(root))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
     return root
 
 

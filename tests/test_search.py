@@ -171,3 +171,35 @@ def test_strip_inverts_inject_on_every_fixture_task(fixture_copy):
     for task in tasks:
         clean = strip(task)
         assert strip(inject(clean, block)) == clean
+
+
+@pytest.mark.parametrize("weights", [Weights(), KW, REC, LIN, Weights(w_kw=0.3, w_rec=0, w_lin=0.7), Weights(w_kw=0.1, w_rec=0.8, w_lin=0.1, half_life_days=2)])
+def test_pool_ranking_equals_scoring_every_record(fixture_copy, weights):
+    from cybmem.frames import load_snapshot
+    from cybmem.scoring import lineage_affinity, rank, score, tokenize
+    from cybmem.search import _candidates, _context, rank_query
+
+    snap = load_snapshot(MemoryStore(fixture_copy, "web"))
+    r = snap.records
+    for query in ("cart drawer flaky test", "checkout", "zzz nothing matches", "react router upgrade"):
+        for parent in (None, r.column("runId")[5].as_py()):
+            ranked = rank_query(snap, query, k=10, weights=weights, now_ms=NOW, parent_run_id=parent)
+            mask = _candidates(snap, None)
+            ctx = _context(snap, mask, parent, None)
+            kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
+            lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
+                                   r.column("rootRunId"), r.column("chatSessionId"), ctx) if weights.w_lin else None
+            dense = score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=NOW, lineage=lin, vector_cos=None,
+                          weights=weights, mask=mask)
+            assert ranked.top == rank(dense, 10), (query, parent)
+
+
+def test_open_issues_raised_by_retrieved_runs_come_first(settings):
+    out = "x\n\nACCOMPLISHED:\n- a\nISSUES:\n- {t}\nNEXT:\n- none\n"
+    write_run(make_run("a", "Fix the cart drawer", start=T0, output=out.format(t="Cart drawer flickers")), settings)
+    for i in range(5):
+        write_run(make_run(f"o{i}", f"Unrelated chore {i}", start=T0 + (i + 1) * DAY, output=out.format(t=f"Chore problem {i}")), settings)
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "1"}, memory_dir=settings.memory_dir), now_ms=NOW)
+    issue_lines = block.split("Open issues in this project:\n")[1].splitlines()[:-1]
+    assert issue_lines[0].startswith("- cart-drawer-flickers:")
+    assert [line.split(":")[0] for line in issue_lines[1:]] == [f"- chore-problem-{i}" for i in (4, 3, 2, 1, 0)], "then newest first"

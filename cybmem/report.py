@@ -1,0 +1,231 @@
+"""Notebook-backed reports: execute the bundled notebooks headless and write self-contained HTML.
+
+Each notebook starts with one cell tagged ``parameters`` (``MEMORY_DIR``, ``PROJECT``); the
+report replaces that cell's source with the chosen store's values, executes the notebook on a
+fresh kernel (nbclient), drops live-widget views (their static ``text/html`` rendering stays)
+and exports HTML whose figures are inline ``data:image/png;base64`` images, with no script
+or stylesheet fetched from the network. An ``index.html`` links the pages.
+
+Where the notebooks come from (:func:`notebooks_dir`): ``<repo>/notebooks/`` when running from
+a checkout, else ``cybmem/notebooks/`` shipped as package data.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any, Sequence
+
+from .errors import CybmemError, NotFoundError
+from .store import MemoryStore
+from .tuning import Progress
+
+__all__ = ["NOTEBOOKS", "ReportResult", "notebooks_dir", "inject_parameters", "execute_notebook", "notebook_html",
+           "build_report"]
+
+#: the notebooks a report runs, in order
+NOTEBOOKS = ("01-history.ipynb", "02-lineage.ipynb", "03-issue-ages.ipynb", "04-weight-tuning.ipynb")
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# The lab template minus everything it would fetch from a CDN (require.js, MathJax, mermaid,
+# the widget manager): the report must open offline.
+_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block data_png scoped -%}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}" alt="{{ output.data.get('text/plain', 'figure') | escape_html }}">
+</div>
+{%- endblock data_png -%}
+"""
+
+
+def notebooks_dir() -> Path:
+    """The directory holding the report notebooks: the checkout's notebooks/, else the package's.
+
+    Raises:
+        NotFoundError: neither has them.
+    """
+    here = Path(__file__).resolve().parent
+    for d in (here.parent / "notebooks", here / "notebooks"):
+        if all((d / name).is_file() for name in NOTEBOOKS):
+            return d
+    raise NotFoundError(f"the report notebooks ({', '.join(NOTEBOOKS)}) are neither in {here.parent / 'notebooks'} "
+                        f"nor in {here / 'notebooks'}; reinstall cybmem or run from a checkout")
+
+
+def inject_parameters(nb: Any, params: dict[str, Any]) -> Any:
+    """Put ``params`` (one assignment each) in a cell right after the cell tagged ``parameters``.
+
+    The notebook's own defaults stay (as papermill does), so parameters the report does not
+    set keep their values. Without a tagged cell the injected cell goes first. Returns ``nb``
+    (changed in place).
+    """
+    import nbformat
+
+    src = "# parameters injected by `cybmem report`\n" + "".join(f"{k} = {v!r}\n" for k, v in params.items())
+    cell = nbformat.v4.new_code_cell(src.rstrip("\n"), metadata={"tags": ["injected-parameters"]})
+    if nb.get("nbformat_minor", 5) < 5:
+        cell.pop("id", None)  # cell ids exist from nbformat 4.5 on
+    at = 0
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code" and "parameters" in c.get("metadata", {}).get("tags", []):
+            at = i + 1
+            break
+    nb.cells.insert(at, cell)
+    return nb
+
+
+def execute_notebook(path: Path, params: dict[str, Any], *, timeout: int = 600,
+                     on_cell: Any = None) -> Any:
+    """Execute a notebook on a fresh kernel with injected parameters.
+
+    Args:
+        path: the notebook file (its directory is the kernel's working directory).
+        params: name -> value, assigned after the ``parameters`` cell.
+        timeout: seconds per cell.
+        on_cell: called with keyword arguments (cell, cell_index, execute_reply) after each cell.
+
+    Returns:
+        The executed notebook (nbformat node).
+
+    Raises:
+        CybmemError: a cell failed (the message names the notebook and the error).
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    inject_parameters(nb, params)
+    client = NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": str(path.parent)}},
+                            on_cell_executed=on_cell)
+    try:
+        # The kernel's own stderr is only start-up chatter (e.g. ipykernel's TCP notice); errors in
+        # cells come back through the protocol and are raised below.
+        client.execute(stderr=subprocess.DEVNULL)
+    except CellExecutionError as exc:
+        lines = [_ANSI.sub("", line) for line in str(exc).splitlines() if line.strip()]
+        raise CybmemError(f"notebook {path.name} failed: {lines[-1] if lines else exc}; open it in Jupyter with "
+                          + ", ".join(f"{k}={v!r}" for k, v in params.items()) + " to see the whole traceback") from None
+    return nb
+
+
+def _strip_widget_views(nb: Any) -> Any:
+    """Drop live-widget outputs (a static page cannot run them); their text/html stays."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data")
+            if data and _WIDGET_VIEW in data:
+                data.pop(_WIDGET_VIEW)
+                if "text/html" not in data and "text/plain" in data and len(data) == 1:
+                    data["text/plain"] = "(interactive widget: open the notebook in Jupyter to use it)"
+    return nb
+
+
+def notebook_html(nb: Any, *, title: str, with_code: bool = False) -> str:
+    """An executed notebook as one self-contained HTML page (figures as data: URIs, no CDN)."""
+    import jinja2
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="lab", extra_loaders=[jinja2.DictLoader({"cybmem_report.html.j2": _TEMPLATE})],
+                            template_file="cybmem_report.html.j2", exclude_input=not with_code,
+                            exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(_strip_widget_views(nb), resources={"metadata": {"name": title}})
+    return body
+
+
+@dataclass
+class ReportResult:
+    """What a report wrote."""
+
+    out_dir: Path
+    index: Path
+    pages: list[Path] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # notebook -> execution seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outDir": str(self.out_dir), "index": str(self.index), "pages": [str(p) for p in self.pages],
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
+
+
+def _index_html(store: MemoryStore, pages: list[tuple[str, Path, float]], generated: str) -> str:
+    items = "".join(f'<li><a href="{html.escape(p.name)}">{html.escape(title)}</a> <small>({secs:.1f}s)</small></li>'
+                    for title, p, secs in pages)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>cybmem report: {html.escape(store.slug)}</title>"
+            "<style>body{font-family:system-ui,sans-serif;max-width:50em;margin:2em auto}</style></head><body>"
+            f"<h1>cybmem report: project {html.escape(store.slug)}</h1>"
+            f"<p>Memory dir <code>{html.escape(str(store.root))}</code>, generated {html.escape(generated)} UTC.</p>"
+            f"<ul>{items}</ul></body></html>\n")
+
+
+def _title(path: Path) -> str:
+    stem = path.stem.split("-", 1)[-1] if path.stem[:2].isdigit() else path.stem
+    return stem.replace("-", " ").capitalize()
+
+
+def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence[str | Path] | None = None,
+                 with_code: bool = False, timeout: int = 600, progress: bool | None = None,
+                 stream: IO[str] | None = None) -> ReportResult:
+    """Execute the report notebooks against ``store`` and write one HTML page each plus index.html.
+
+    Args:
+        store: the project to report on (its memory dir and slug become the notebooks' parameters).
+        out_dir: where to write (created).
+        notebooks: notebook paths or names (default: :data:`NOTEBOOKS` from :func:`notebooks_dir`).
+        with_code: keep the code cells in the pages.
+        timeout: seconds per cell.
+        progress: a cell-level progress bar on stderr (None: when stderr is a TTY); a line per
+            notebook is printed on ``stream`` either way.
+        stream: where progress goes (default stderr).
+
+    Returns:
+        :class:`ReportResult`.
+    """
+    import nbformat
+
+    if not store.dir.is_dir():
+        raise NotFoundError(f"project {store.slug} has no memory under {store.root}")
+    stream = stream if stream is not None else sys.stderr
+    base = notebooks_dir() if notebooks is None or any(not Path(n).is_file() for n in notebooks) else None
+    paths = [Path(n) if Path(n).is_file() else base / n for n in (notebooks or NOTEBOOKS)]
+    for p in paths:
+        if not p.is_file():
+            raise NotFoundError(f"no notebook {p}; choose from {', '.join(NOTEBOOKS)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    params = {"MEMORY_DIR": str(store.root.resolve()), "PROJECT": store.slug}
+    result = ReportResult(out_dir=out, index=out / "index.html")
+    pages: list[tuple[str, Path, float]] = []
+    for i, path in enumerate(paths, 1):
+        title = _title(path)
+        cells = 1 + sum(1 for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")  # + injected
+        stream.write(f"[{i}/{len(paths)}] {path.name}: executing {cells} cells...\n")
+        stream.flush()
+        bar = Progress(cells, f"  {path.stem}", enabled=progress, stream=stream)
+        t0 = time.perf_counter()
+        try:
+            nb = execute_notebook(path, params, timeout=timeout, on_cell=lambda **_: bar.update())
+        finally:
+            bar.close()
+        secs = time.perf_counter() - t0
+        page = out / f"{path.stem}.html"
+        page.write_text(notebook_html(nb, title=f"{title}: {store.slug}", with_code=with_code), encoding="utf-8")
+        result.pages.append(page)
+        result.seconds[path.name] = secs
+        pages.append((title, page, secs))
+        stream.write(f"[{i}/{len(paths)}] {path.name}: done in {secs:.1f}s -> {page}\n")
+        stream.flush()
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    result.index.write_text(_index_html(store, pages, generated), encoding="utf-8")
+    return result

@@ -1,0 +1,1113 @@
+"""Relevance judgments, retrieval metrics and a fast search over the scorer's weights.
+
+A *judgment* says: a run asking ``query`` at moment ``asOf`` should be shown the runs in
+``relevant``. Judgments files are JSONL, one object a line::
+
+    {"query": "...", "asOf": 1733000000000, "relevant": ["runId", ...],
+     "queryRunId": "...", "parentRunId": "...", "chatSessionId": "..."}   # last three optional
+
+(``../shared/corpora/*/qrels.jsonl`` is one; lines sharing a ``queryRunId`` are merged, their
+relevant lists united). :func:`judgments_from_store` derives judgments from a store itself.
+
+Metrics (:data:`METRICS`): MRR@k, nDCG@k (binary gains, ideal DCG over the relevant runs that
+existed) and recall@k. Every query is evaluated as production would have answered it then: only
+records with ``endedAt <= asOf`` that were not superseded by then are candidates, the query's own
+run is excluded, recency is measured from ``asOf`` and the lineage context is the query's
+parent / chat session / latest prior run (exactly :func:`cybmem.search.search` with ``as_of``).
+Relevant runs that did not exist yet are dropped; a query left with none is skipped. One
+deliberate approximation shared with ``search(as_of=...)``: BM25's idf and average length come
+from the whole index, not from the records of that moment.
+
+The weight search (:func:`axis_matrices`, :func:`grid_search`):
+
+1. For each judgment, once: the per-axis values of every candidate - normalised BM25,
+   age in ms (any half-life is then one ``exp``), lineage affinity (and cosine when the store
+   has embeddings) - reduced to a *pool*: the union, per lineage level, of the first ``k``
+   skyline layers of (keyword, newness) and of (keyword, row order). A record outside every such
+   band is beaten by ``k`` others under every non-negative weighting and every half-life
+   (recency is monotone in age for all of them), so for metrics cut at ``k`` the pool is exact,
+   up to float32 near-ties. With a vector axis the pool also takes the (cosine, newness) layers,
+   which is then an approximation (a record strong on three continuous axes at once but on no
+   pair of them could be missed).
+2. For each (judgment, relevant run) pair: the pool records that beat it whatever the weights
+   are counted once; those it beats whatever the weights are dropped; the rest form a small
+   difference matrix ``D`` (records x axes). For a grid of weight vectors ``W`` (axes x G),
+   ``D @ W > 0`` counts, at every grid point at once, the records ranked above the relevant run
+   (ties go to the higher row, as :func:`cybmem.scoring.top_k` breaks them), which gives its rank.
+   Weight vectors that are multiples of each other rank identically and are evaluated once.
+
+So the grid costs ``pairs x uncertain records x grid points`` multiply-adds per half-life, with
+no re-scoring of the store (benchmarks/bench_tune.py has the figures).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import ValidationError
+from .frames import Snapshot, load_snapshot
+from .scoring import MS_PER_DAY, RunLookup, Weights, lineage_affinity, normalize_keyword, save_weights, tokenize
+from .search import WEIGHTS_FILE, _candidates, _context, weights_files, weights_for
+from .settings import Settings
+from .store import MemoryStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = [
+    "METRICS",
+    "JUDGMENT_KINDS",
+    "DEFAULT_HALF_LIVES",
+    "Judgment",
+    "load_judgments",
+    "save_judgments",
+    "merge_judgments",
+    "judgments_from_store",
+    "metric_at_k",
+    "AxisMatrices",
+    "axis_matrices",
+    "evaluate",
+    "comparison_frame",
+    "GridResult",
+    "grid_search",
+    "tune",
+    "save_project_weights",
+    "Progress",
+]
+
+#: metric name -> label; every metric is cut at k.
+METRICS = {"mrr": "MRR", "ndcg": "nDCG", "recall": "recall"}
+#: what :func:`judgments_from_store` can derive.
+JUDGMENT_KINDS = ("issue", "parent")
+#: half-lives (days) searched when none are given (the current one is always added).
+DEFAULT_HALF_LIVES = (1.0, 3.0, 7.0, 14.0, 30.0, 60.0, 120.0, 365.0)
+_AXES = ("w_kw", "w_rec", "w_lin", "w_vec")
+_BLOCK_ROWS = 512  # padded difference rows per block of pairs
+_TILE_ELEMENTS = 1 << 17  # float32 elements per tile of D @ W (512 kB: stays in L2)
+
+
+# --------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on stderr (``label [#####-----] 12/40 3.1s``), no dependency.
+
+    Drawn only when ``enabled`` (default: the stream is a TTY); redraws at most every 0.1 s.
+    """
+
+    def __init__(self, total: int, label: str, *, enabled: bool | None = None, stream: IO[str] | None = None,
+                 width: int = 28):
+        self.total = max(int(total), 0)
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            isatty = getattr(self.stream, "isatty", None)
+            enabled = bool(isatty and isatty())
+        self.enabled = enabled
+        self.width = width
+        self.done = 0
+        self._start = time.perf_counter()
+        self._drawn = 0.0
+
+    def update(self, n: int = 1, *, note: str = "") -> None:
+        """Advance by ``n`` steps and redraw (throttled)."""
+        self.done = min(self.done + n, self.total) if self.total else self.done + n
+        now = time.perf_counter()
+        if self.enabled and (now - self._drawn >= 0.1 or self.done >= self.total):
+            self._draw(note)
+            self._drawn = now
+
+    def _draw(self, note: str = "") -> None:
+        frac = self.done / self.total if self.total else 1.0
+        fill = int(round(frac * self.width))
+        bar = "#" * fill + "-" * (self.width - fill)
+        text = f"\r{self.label} [{bar}] {self.done}/{self.total} {time.perf_counter() - self._start:.1f}s"
+        self.stream.write(text + (f" {note}" if note else "") + "\x1b[K")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Finish the line."""
+        if self.enabled:
+            self._draw()
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _progress(total: int, label: str, progress: bool | None) -> Progress:
+    return Progress(total, label, enabled=progress)
+
+
+# --------------------------------------------------------------------------------------
+# Judgments
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """One query, the moment it is asked, and the runs it should retrieve."""
+
+    query: str
+    as_of: int
+    relevant: tuple[str, ...]
+    query_run_id: str | None = None
+    parent_run_id: str | None = None
+    chat_session_id: str | None = None
+    kind: str | None = None  # informational: "qrels", "issue", "parent", "issue+parent", ...
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Judgment":
+        """Parse one judgments-file object (camelCase keys; unknown keys are ignored).
+
+        Raises:
+            ValueError: naming the bad field.
+        """
+        if not isinstance(d, Mapping):
+            raise ValueError("a judgment must be a JSON object")
+        query, as_of, rel = d.get("query"), d.get("asOf"), d.get("relevant")
+        if not isinstance(query, str):
+            raise ValueError('"query" must be a string')
+        if isinstance(as_of, bool) or not isinstance(as_of, int):
+            raise ValueError('"asOf" must be epoch milliseconds (an integer)')
+        if not isinstance(rel, list) or not all(isinstance(r, str) and r for r in rel):
+            raise ValueError('"relevant" must be a list of run ids')
+        opt = {}
+        for key, attr in (("queryRunId", "query_run_id"), ("parentRunId", "parent_run_id"),
+                          ("chatSessionId", "chat_session_id"), ("kind", "kind")):
+            v = d.get(key)
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f'"{key}" must be a string')
+            opt[attr] = v or None
+        return cls(query=query, as_of=as_of, relevant=tuple(dict.fromkeys(rel)), **opt)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The judgments-file object (optional keys only when set)."""
+        out: dict[str, Any] = {"query": self.query, "asOf": self.as_of, "relevant": list(self.relevant)}
+        for key, v in (("queryRunId", self.query_run_id), ("parentRunId", self.parent_run_id),
+                       ("chatSessionId", self.chat_session_id), ("kind", self.kind)):
+            if v:
+                out[key] = v
+        return out
+
+
+def merge_judgments(judgments: Iterable[Judgment]) -> list[Judgment]:
+    """One judgment per ``query_run_id`` (relevant lists united in first-seen order).
+
+    Judgments without a query run id are kept as they are. Order: first occurrence.
+    """
+    out: list[Judgment] = []
+    pos: dict[str, int] = {}
+    for j in judgments:
+        if j.query_run_id is None:
+            out.append(j)
+            continue
+        i = pos.get(j.query_run_id)
+        if i is None:
+            pos[j.query_run_id] = len(out)
+            out.append(j)
+            continue
+        m = out[i]
+        kinds = [k for k in dict.fromkeys((m.kind or "").split("+") + (j.kind or "").split("+")) if k]
+        out[i] = Judgment(query=m.query, as_of=m.as_of, relevant=tuple(dict.fromkeys(m.relevant + j.relevant)),
+                          query_run_id=m.query_run_id, parent_run_id=m.parent_run_id or j.parent_run_id,
+                          chat_session_id=m.chat_session_id or j.chat_session_id, kind="+".join(kinds) or None)
+    return out
+
+
+def load_judgments(path: str | Path) -> list[Judgment]:
+    """Read a judgments JSONL file and merge lines per ``queryRunId``.
+
+    Args:
+        path: the file (blank lines are skipped).
+
+    Returns:
+        The merged judgments, in file order.
+
+    Raises:
+        ValidationError: the file is missing or a line is malformed (naming the line).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValidationError(f"judgments file {p} does not exist; write one (JSONL: query, asOf, relevant) "
+                              "or leave --judgments out to derive judgments from the store") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"cannot read judgments file {p}: {exc}") from None
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Judgment.from_dict(json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            raise ValidationError(f"{p}:{lineno}: {exc}; each line needs "
+                                  '{"query": "...", "asOf": <epoch ms>, "relevant": ["<runId>", ...]}') from None
+    return merge_judgments(out)
+
+
+def save_judgments(judgments: Iterable[Judgment], path: str | Path) -> Path:
+    """Write judgments as JSONL (one object a line); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("".join(json.dumps(j.to_dict(), ensure_ascii=False) + "\n" for j in judgments), encoding="utf-8")
+    return p
+
+
+def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS) -> list[Judgment]:
+    """Judgments a store implies about itself, merged per query run.
+
+    Kinds:
+
+    - ``"issue"``: a run R that resolved an issue, asked with R's task at R's start (with R's
+      parent and chat session), should retrieve the runs that already carried that issue: the
+      run that opened it, runs that reopened it and runs whose outcome lists it, when they ended
+      before R started. (The reverse, the opener's task retrieving its resolver, would need
+      the resolver before it exists.)
+    - ``"parent"``: a run C dispatched by parent P (P ended before C started), asked with C's
+      task and ``parentRunId=P``, should retrieve P: the plan it executes.
+
+    previousRunId links are not used: "the latest run of the project" says nothing about
+    relevance, and scoring it would only reward recency. Corrections (records that supersede
+    another) are not used as queries.
+
+    Args:
+        snapshot: the project's snapshot.
+        kinds: a subset of :data:`JUDGMENT_KINDS`.
+
+    Returns:
+        Merged judgments, in the order their query runs started.
+    """
+    bad = sorted(set(kinds) - set(JUDGMENT_KINDS))
+    if bad:
+        raise ValidationError(f"unknown judgment kind(s) {', '.join(bad)}; choose from {', '.join(JUDGMENT_KINDS)}")
+    r = snapshot.records
+    if r.num_rows == 0:
+        return []
+    ids = r.column("runId").to_pylist()
+    tasks = r.column("task").to_pylist()
+    started = r.column("startedAt").cast(pa.int64()).to_pylist()
+    ended = r.column("endedAt").cast(pa.int64()).to_pylist()
+    parents = r.column("parentRunId").to_pylist()
+    chats = r.column("chatSessionId").to_pylist()
+    corrections = r.column("supersedes").to_pylist()
+    issue_lists = r.column("issues").to_pylist()
+    row = {rid: i for i, rid in enumerate(ids)}
+    out: list[tuple[int, Judgment]] = []
+
+    def add(i: int, relevant: list[str], kind: str) -> None:
+        rel = [x for x in dict.fromkeys(relevant) if x != ids[i] and x in row and ended[row[x]] <= started[i]]
+        if rel and not corrections[i]:
+            out.append((started[i], Judgment(query=tasks[i], as_of=started[i], relevant=tuple(rel), query_run_id=ids[i],
+                                             parent_run_id=parents[i], chat_session_id=chats[i], kind=kind)))
+
+    if "issue" in kinds and snapshot.events.num_rows:
+        carriers: dict[str, list[str]] = {}
+        for i, issues in enumerate(issue_lists):
+            for iss in issues or ():
+                carriers.setdefault(iss, []).append(ids[i])
+        touched: dict[str, list[str]] = {}
+        ev = snapshot.events
+        for issue, event, by in zip(ev.column("issueId").to_pylist(), ev.column("event").to_pylist(),
+                                    ev.column("byRunId").to_pylist()):
+            if event in ("opened", "reopened") and by:
+                touched.setdefault(issue, []).append(by)
+            elif event == "resolved" and by in row:
+                add(row[by], touched.get(issue, []) + carriers.get(issue, []), "issue")
+    if "parent" in kinds:
+        for i, p in enumerate(parents):
+            if p:
+                add(i, [p], "parent")
+    out.sort(key=lambda t: t[0])
+    return merge_judgments(j for _, j in out)
+
+
+# --------------------------------------------------------------------------------------
+# Metrics on one ranked list (the reference the vectorised grid is tested against)
+# --------------------------------------------------------------------------------------
+
+
+def _check_metric(metric: str, k: int) -> None:
+    if metric not in METRICS:
+        raise ValidationError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+    if k < 1:
+        raise ValidationError(f"k must be at least 1, got {k}")
+
+
+def metric_at_k(ranked: Sequence[str], relevant: Iterable[str], *, metric: str = "mrr", k: int = 10) -> float:
+    """One query's metric from its ranked run ids.
+
+    Args:
+        ranked: run ids, best first (only the first ``k`` are looked at).
+        relevant: the relevant run ids (those that could have been retrieved).
+        metric: ``mrr`` (1/rank of the first relevant within k), ``ndcg`` (binary gains,
+            DCG = sum 1/log2(rank+1), divided by the ideal DCG of min(|relevant|, k) hits) or
+            ``recall`` (share of the relevant found within k).
+        k: the cut-off.
+
+    Returns:
+        A value in [0, 1]; 0 when ``relevant`` is empty.
+    """
+    _check_metric(metric, k)
+    rel = set(relevant)
+    if not rel:
+        return 0.0
+    ranks = [i for i, rid in enumerate(list(ranked)[:k], 1) if rid in rel]
+    if metric == "mrr":
+        return 1.0 / ranks[0] if ranks else 0.0
+    if metric == "recall":
+        return len(ranks) / len(rel)
+    ideal = sum(1.0 / math.log2(i + 1) for i in range(1, min(len(rel), k) + 1))
+    return sum(1.0 / math.log2(r + 1) for r in ranks) / ideal
+
+
+# --------------------------------------------------------------------------------------
+# Per-query axis values over a candidate pool
+# --------------------------------------------------------------------------------------
+
+
+def _layers(order: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
+    """Entries of ``order`` in the first ``k`` skyline layers of (position in order, value).
+
+    ``order`` lists candidates best-first on one axis; an entry is on the current layer when
+    its value beats (strictly) every remaining entry before it. The union of the first k
+    layers contains every entry that fewer than k others dominate.
+    """
+    v = values[order]
+    if len(v) > 4 * k:
+        # Cheap pre-filter: an entry worse than the k-th best of a prefix before it is
+        # dominated k times (prefixes double, so this is O(n)).
+        keep = np.ones(len(v), dtype=bool)
+        b = k
+        while b < len(v):
+            t = np.partition(v[:b], b - k)[b - k]
+            e = min(2 * b, len(v))
+            keep[b:e] = v[b:e] >= t
+            b = e
+        order, v = order[keep], v[keep]
+    kept = []
+    rest = np.arange(len(v))
+    for _ in range(k):
+        if not len(rest):
+            break
+        vr = v[rest]
+        prev = np.empty_like(vr)
+        prev[0] = -np.inf
+        np.maximum.accumulate(vr[:-1], out=prev[1:])
+        on = vr > prev
+        kept.append(rest[on])
+        rest = rest[~on]
+    return order[np.concatenate(kept)] if kept else order[:0]
+
+
+def _top(order: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
+    """The k entries of ``order`` with the highest values; ties go to the earlier entry."""
+    if len(order) <= k:
+        return order
+    v = values[order]
+    t = np.partition(v, len(v) - k)[len(v) - k]
+    cand = np.flatnonzero(v >= t)
+    pos = cand[np.lexsort((cand, -v[cand]))[:k]]
+    return order[pos]
+
+
+@dataclass
+class AxisMatrices:
+    """Per-judgment axis values over each judgment's candidate pool, computed once.
+
+    Pool entries of judgment ``q`` are ``offsets[q]:offsets[q+1]`` of the flat arrays.
+    """
+
+    judgments: list[Judgment]  # the evaluable ones, aligned with the pools
+    skipped: list[tuple[Judgment, str]]
+    k: int
+    offsets: np.ndarray  # int64, len(judgments) + 1
+    rows: np.ndarray  # int64 snapshot row of each pool entry
+    keyword: np.ndarray  # float32 BM25 normalised over the query's candidates
+    age_ms: np.ndarray  # float32 asOf - endedAt (clipped at 0), as scoring.recency converts it
+    lineage: np.ndarray  # float32 lineage affinity
+    vector: np.ndarray | None  # float32 cosine, or None (no embeddings)
+    relevant: np.ndarray  # bool: entry is a relevant run of its judgment
+    n_relevant: np.ndarray  # int64 relevant runs that existed, per judgment
+    n_candidates: np.ndarray  # int64 candidates (records existing at asOf), per judgment
+    run_ids: list[str] = field(repr=False, default_factory=list)  # snapshot row -> run id
+    seconds: float = 0.0  # time to compute
+    _pairs: "_Pairs | None" = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def n(self) -> int:
+        """Number of evaluable judgments."""
+        return len(self.judgments)
+
+    @property
+    def has_vectors(self) -> bool:
+        return self.vector is not None
+
+    def age_days(self) -> np.ndarray:
+        """Ages in days (float64)."""
+        return self.age_ms.astype(np.float64) / MS_PER_DAY
+
+    def axes(self, half_life_days: float) -> np.ndarray:
+        """Pool axis values for one half-life: float32 (entries x 3 or 4): kw, recency, lineage[, cosine]."""
+        rec = self.age_ms * np.float32(-1.0 / (MS_PER_DAY * half_life_days))
+        np.exp(rec, out=rec)
+        cols = [self.keyword, rec, self.lineage] + ([self.vector] if self.vector is not None else [])
+        return np.stack(cols, axis=1)
+
+    def ranking(self, q: int, weights: Weights, k: int | None = None) -> list[str]:
+        """Top run ids of judgment ``q`` under ``weights`` (from its pool; exact within ``self.k``)."""
+        s, e = int(self.offsets[q]), int(self.offsets[q + 1])
+        a = self.axes(weights.half_life_days)[s:e]
+        w = np.array([weights.w_kw, weights.w_rec, weights.w_lin] + ([weights.w_vec] if self.vector is not None else []),
+                     dtype=np.float32)
+        total = np.zeros(e - s, dtype=np.float32)
+        for c in range(a.shape[1]):  # the order scoring.score adds the axes in
+            if w[c] > 0:
+                total += a[:, c] * w[c]
+        order = np.lexsort((-self.rows[s:e], -total))
+        return [self.run_ids[int(self.rows[s + i])] for i in order[: (k or self.k)]]
+
+    def summary(self) -> dict[str, Any]:
+        """Sizes, for printing."""
+        pools = np.diff(self.offsets)
+        return {"judgments": self.n, "skipped": len(self.skipped), "k": self.k,
+                "poolMedian": float(np.median(pools)) if len(pools) else 0.0,
+                "poolMax": int(pools.max()) if len(pools) else 0,
+                "candidatesMedian": float(np.median(self.n_candidates)) if len(pools) else 0.0,
+                "seconds": round(self.seconds, 4)}
+
+
+def _embeddings_matrix(snapshot: Snapshot) -> np.ndarray | None:
+    """Row-aligned float32 vectors from the store's embeddings.jsonl (most common model), or None."""
+    reader = getattr(snapshot.store, "embeddings", None)
+    if reader is None:
+        return None
+    rows = reader()
+    if not rows:
+        return None
+    models: dict[str, int] = {}
+    for row in rows:
+        models[row["model"]] = models.get(row["model"], 0) + 1
+    model = max(models, key=lambda m: (models[m], m))
+    latest = {row["runId"]: row["vector"] for row in rows if row["model"] == model}
+    dims = {len(v) for v in latest.values()}
+    if len(dims) != 1:
+        raise ValidationError(f"embeddings.jsonl mixes vector sizes {sorted(dims)} for model {model}; re-embed the store")
+    ids = snapshot.records.column("runId").to_pylist()
+    mat = np.zeros((len(ids), dims.pop()), dtype=np.float32)
+    for i, rid in enumerate(ids):
+        v = latest.get(rid)
+        if v is not None:
+            mat[i] = v
+    return mat
+
+
+def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int = 10,
+                  vectors: bool | None = None, progress: bool | None = None) -> AxisMatrices:
+    """Compute, once per judgment, the axis values of the candidates that can matter at cut-off ``k``.
+
+    Args:
+        snapshot: the store the judgments are about.
+        judgments: queries with their relevant runs (merge them first if lines repeat a query).
+        k: the largest cut-off the metrics will use (pool depth, see the module docstring).
+        vectors: include the cosine axis from the store's embeddings.jsonl (query vector: the
+            embedding of the judgment's ``queryRunId``). None: when the store has embeddings.
+        progress: draw a progress bar on stderr (None: when stderr is a TTY).
+
+    Returns:
+        :class:`AxisMatrices`; judgments that cannot be evaluated (no candidate, or no relevant
+        run existed at ``asOf``) are listed in ``skipped`` with the reason.
+    """
+    if k < 1:
+        raise ValidationError(f"k must be at least 1, got {k}")
+    t0 = time.perf_counter()
+    r = snapshot.records
+    n = r.num_rows
+    ids = r.column("runId").to_pylist()
+    row_of = {rid: i for i, rid in enumerate(ids)}
+    ended = snapshot.ended_ms() if n else np.zeros(0, np.int64)
+    emb = None
+    if vectors is not False and n:
+        emb = _embeddings_matrix(snapshot)
+        if vectors and emb is None:
+            raise ValidationError(f"project {snapshot.store.slug} has no usable embeddings.jsonl; tune without vectors")
+    emb_norms = np.linalg.norm(emb, axis=1) if emb is not None else None
+    # Supersession: a relevant run corrected by then is represented by its correction.
+    corrected_by: dict[str, str] = {}
+    if n:
+        for rid, target in zip(ids, r.column("supersedes").to_pylist()):
+            if target:
+                corrected_by[target] = rid
+        for rid, by in zip(ids, r.column("supersededBy").to_pylist()):
+            if by and by in row_of:
+                corrected_by.setdefault(rid, by)
+    lookup = RunLookup.build(r.column("runId")) if n else None
+    cols = {c: r.column(c).combine_chunks() for c in ("runId", "parentRunId", "previousRunId", "rootRunId", "chatSessionId")} if n else {}
+    # Newest first (ties: higher row first, as top_k breaks them) and plain row order, once.
+    rows_all = np.arange(n, dtype=np.int64)
+    by_new = np.lexsort((-rows_all, -ended)) if n else rows_all
+    by_row = rows_all[::-1]
+
+    kept: list[Judgment] = []
+    skipped: list[tuple[Judgment, str]] = []
+    parts: dict[str, list[np.ndarray]] = {x: [] for x in ("rows", "kw", "age", "lin", "vec", "rel")}
+    n_rel: list[int] = []
+    n_cand: list[int] = []
+    bar = _progress(len(judgments), "axis values", progress)
+    for j in judgments:
+        bar.update()
+        if not n:
+            skipped.append((j, "the store has no records"))
+            continue
+        mask = _candidates(snapshot, j.as_of)
+        qrow = row_of.get(j.query_run_id) if j.query_run_id else None
+        if qrow is not None:
+            mask[qrow] = False
+        if not mask.any():
+            skipped.append((j, "no run existed at asOf"))
+            continue
+        rel_rows = []
+        for rid in j.relevant:
+            seen = set()
+            while rid in row_of and not mask[row_of[rid]] and rid in corrected_by and rid not in seen:
+                seen.add(rid)
+                rid = corrected_by[rid]
+            i = row_of.get(rid)
+            if i is not None and mask[i] and i not in rel_rows:
+                rel_rows.append(i)
+        if not rel_rows:
+            skipped.append((j, "no relevant run existed at asOf"))
+            continue
+        kw = normalize_keyword(snapshot.index.scores(tokenize(j.query)), mask)
+        ctx = _context(snapshot, mask, j.parent_run_id, j.chat_session_id)
+        lin = lineage_affinity(cols["runId"], cols["parentRunId"], cols["previousRunId"], cols["rootRunId"],
+                               cols["chatSessionId"], ctx, lookup=lookup)
+        vec = None
+        if emb is not None:
+            qv = emb[qrow] if qrow is not None else None
+            qn = float(np.linalg.norm(qv)) if qv is not None else 0.0
+            vec = np.zeros(n, dtype=np.float32)
+            if qn > 0:
+                np.divide(emb @ (qv / np.float32(qn)), emb_norms, out=vec, where=emb_norms > 0)
+                np.clip(vec, 0.0, 1.0, out=vec)
+        new_order = by_new[mask[by_new]]
+        row_order = by_row[mask[by_row]]
+        pool = [np.asarray(rel_rows, dtype=np.int64)]
+        levels = np.unique(lin[new_order])
+        for lv in levels:
+            on_new = new_order[lin[new_order] == lv] if len(levels) > 1 else new_order
+            on_row = row_order[lin[row_order] == lv] if len(levels) > 1 else row_order
+            pool.append(_layers(on_new, kw, k))  # kw and recency, any half-life
+            pool.append(_top(on_row, kw, k))  # w_rec = 0: kw alone, ties to the higher row
+            pool.append(on_row[:k])  # lineage alone: ties to the higher row
+            if vec is not None:
+                pool.append(_layers(on_new, vec, k))
+                pool.append(_top(on_row, vec, k))
+        rows = np.unique(np.concatenate(pool))
+        age = np.maximum(np.int64(j.as_of) - ended[rows], 0).astype(np.float32)
+        parts["rows"].append(rows)
+        parts["kw"].append(kw[rows])
+        parts["age"].append(age)
+        parts["lin"].append(lin[rows])
+        if vec is not None:
+            parts["vec"].append(vec[rows])
+        parts["rel"].append(np.isin(rows, rel_rows))
+        n_rel.append(len(rel_rows))
+        n_cand.append(int(mask.sum()))
+        kept.append(j)
+    bar.close()
+
+    def flat(name: str, dtype) -> np.ndarray:
+        return np.concatenate(parts[name]).astype(dtype, copy=False) if parts[name] else np.zeros(0, dtype)
+
+    offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in parts["rows"]], out=offsets[1:])
+    return AxisMatrices(
+        judgments=kept, skipped=skipped, k=k, offsets=offsets, rows=flat("rows", np.int64),
+        keyword=flat("kw", np.float32), age_ms=flat("age", np.float32), lineage=flat("lin", np.float32),
+        vector=flat("vec", np.float32) if emb is not None else None, relevant=flat("rel", bool),
+        n_relevant=np.asarray(n_rel, dtype=np.int64), n_candidates=np.asarray(n_cand, dtype=np.int64),
+        run_ids=ids, seconds=time.perf_counter() - t0,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Vectorised evaluation over a grid
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pairs:
+    """(judgment, relevant run) pairs with the pool entries whose order against them depends on W."""
+
+    query: np.ndarray  # int64 judgment of each pair
+    rel: np.ndarray  # int64 flat pool index of the relevant entry
+    always: np.ndarray  # int64 entries ranked above it under every weighting
+    ge_idx: np.ndarray  # int64 (pairs x Uge) flat pool indices that win ties (higher row); -1 = pad
+    gt_idx: np.ndarray  # int64 (pairs x Ugt) flat pool indices that lose ties; -1 = pad
+
+
+def _pairs(m: AxisMatrices) -> _Pairs:
+    """Classify every pool entry against every relevant entry of its judgment (cached on ``m``)."""
+    if m._pairs is None:
+        m._pairs = _classify(m)
+    return m._pairs
+
+
+def _classify(m: AxisMatrices) -> _Pairs:
+    # Recency is monotone in age, so comparisons on "newness" hold for every half-life.
+    cols = [m.keyword, -m.age_ms, m.lineage] + ([m.vector] if m.vector is not None else [])
+    feats = np.stack(cols, axis=1)
+    q_list, r_list, always, ge_rows, gt_rows = [], [], [], [], []
+    for q in range(m.n):
+        s, e = int(m.offsets[q]), int(m.offsets[q + 1])
+        f = feats[s:e]
+        rows = m.rows[s:e]
+        for ri in np.flatnonzero(m.relevant[s:e]):
+            d = f - f[ri]
+            higher = rows > rows[ri]
+            ge0 = (d >= 0).all(axis=1)
+            le0 = (d <= 0).all(axis=1)
+            certain_win = ge0 & higher  # d.w >= 0 always, ties go to it
+            never = le0 & ~higher  # d.w <= 0 always, ties go to the relevant run
+            never[ri] = True
+            n_always = int(certain_win.sum())
+            if n_always >= m.k:
+                continue  # below the cut-off under every weighting: contributes 0
+            unsure = ~(certain_win | never)
+            q_list.append(q)
+            r_list.append(s + ri)
+            always.append(n_always)
+            ge_rows.append(s + np.flatnonzero(unsure & higher))
+            gt_rows.append(s + np.flatnonzero(unsure & ~higher))
+
+    def pad(lists: list[np.ndarray]) -> np.ndarray:
+        width = max((len(x) for x in lists), default=0)
+        out = np.full((len(lists), width), -1, dtype=np.int64)
+        for i, x in enumerate(lists):
+            out[i, : len(x)] = x
+        return out
+
+    order = np.argsort([max(len(a), len(b)) for a, b in zip(ge_rows, gt_rows)], kind="stable")  # similar widths per block
+    pick = lambda xs: [xs[i] for i in order]  # noqa: E731
+    return _Pairs(query=np.asarray(pick(q_list), dtype=np.int64), rel=np.asarray(pick(r_list), dtype=np.int64),
+                  always=np.asarray(pick(always), dtype=np.int64), ge_idx=pad(pick(ge_rows)), gt_idx=pad(pick(gt_rows)))
+
+
+def _ranks_block(axes: np.ndarray, pairs: _Pairs, sl: slice, W: np.ndarray) -> np.ndarray:
+    """Ranks (1-based) of the relevant entries of pairs[sl] at every column of W (axes x G).
+
+    D @ W is computed in cache-sized tiles (a 2-D GEMM with 3-4 inner dims is bound by memory
+    traffic, so tiles that stay in L2 run ~4x faster than one big product).
+    """
+    rel = axes[pairs.rel[sl]]  # (b, A)
+    b, G = len(rel), W.shape[1]
+    counts = np.zeros((b, G), dtype=np.uint16)
+    for idx, strict in ((pairs.ge_idx[sl], False), (pairs.gt_idx[sl], True)):
+        used = int((idx >= 0).sum(axis=1).max()) if idx.size else 0
+        if not used:
+            continue
+        idx = idx[:, :used]
+        pad = idx < 0
+        d = axes[np.where(pad, 0, idx)] - rel[:, None, :]  # (b, U, A)
+        d[pad] = -1.0  # d.w < 0 for any non-zero w: never counted
+        d2 = d.reshape(b * used, -1)
+        step = max(1, _TILE_ELEMENTS // (b * used))
+        for g0 in range(0, G, step):
+            s = d2 @ W[:, g0 : g0 + step]
+            hit = (s > 0) if strict else (s >= 0)
+            counts[:, g0 : g0 + step] += np.add.reduce(hit.view(np.uint8).reshape(b, used, -1), axis=1, dtype=np.uint16)
+    ranks = counts.astype(np.int32)
+    ranks += pairs.always[sl, None].astype(np.int32) + 1
+    return ranks
+
+
+def _blocks(pairs: _Pairs) -> list[slice]:
+    """Consecutive pair ranges of at most _BLOCK_ROWS padded rows (pairs are sorted by width)."""
+    widths = np.maximum((pairs.ge_idx >= 0).sum(axis=1), (pairs.gt_idx >= 0).sum(axis=1))
+    out, start, n = [], 0, len(widths)
+    while start < n:
+        end = start + 1
+        while end < n and (end + 1 - start) * max(int(widths[end]), 1) <= _BLOCK_ROWS:
+            end += 1
+        out.append(slice(start, end))
+        start = end
+    return out
+
+
+def _metric_values(m: AxisMatrices, pairs: _Pairs, W_by_h: Sequence[tuple[float, np.ndarray]], metric: str,
+                   k: int, bar: Progress | None = None, per_query: bool = False) -> list[np.ndarray]:
+    """Mean metric over the judgments for each (half-life, W) block: a list of (G,) arrays
+    (``per_query``: of (judgments, G) arrays)."""
+    out = []
+    n_rel = m.n_relevant.astype(np.float64)
+    ideal = np.array([sum(1.0 / math.log2(i + 1) for i in range(1, min(int(c), k) + 1)) for c in m.n_relevant])
+    disc = np.zeros(k + 1)
+    disc[1:] = 1.0 / np.log2(np.arange(2, k + 2))
+    for h, W in W_by_h:
+        axes = m.axes(h)
+        G = W.shape[1]
+        acc = np.zeros((m.n, G), dtype=np.float64)
+        for sl in _blocks(pairs):
+            ranks = _ranks_block(axes, pairs, sl, W)
+            inside = ranks <= k
+            q = pairs.query[sl]
+            if metric == "mrr":
+                np.maximum.at(acc, q, np.where(inside, 1.0 / ranks, 0.0))
+            elif metric == "recall":
+                np.add.at(acc, q, inside / n_rel[q, None])
+            else:
+                np.add.at(acc, q, disc[np.minimum(ranks, k) * inside] / ideal[q, None])
+            if bar is not None:
+                bar.update(0)
+        out.append(acc if per_query else acc.sum(axis=0) / max(m.n, 1))
+        if bar is not None:
+            bar.update()
+    return out
+
+
+def _weight_vector(w: Weights, with_vec: bool) -> list[float]:
+    return [w.w_kw, w.w_rec, w.w_lin] + ([w.w_vec] if with_vec else [])
+
+
+def evaluate(m: AxisMatrices, weights: Weights, *, metric: str = "mrr", k: int | None = None,
+             per_query: bool = False) -> float | np.ndarray:
+    """The metric of one weighting over the judgments of ``m``.
+
+    Args:
+        m: from :func:`axis_matrices`.
+        weights: the weights (and half-life) to evaluate.
+        metric: one of :data:`METRICS`.
+        k: cut-off (default and maximum: ``m.k``).
+        per_query: return each judgment's value instead of the mean.
+
+    Returns:
+        The mean metric in [0, 1] (0.0 when there is no judgment), or the per-judgment array.
+    """
+    k = m.k if k is None else k
+    _check_metric(metric, k)
+    if k > m.k:
+        raise ValidationError(f"k={k} is deeper than the pools were built for (k={m.k}); rebuild with axis_matrices(k={k})")
+    if not m.n:
+        return np.zeros(0) if per_query else 0.0
+    W = np.asarray(_weight_vector(weights, m.has_vectors), dtype=np.float32)[:, None]
+    if not W.any():
+        raise ValidationError("all weights are 0; give at least one axis a positive weight")
+    vals = _metric_values(m, _pairs(m), [(weights.half_life_days, W)], metric, k, per_query=per_query)[0]
+    return vals[:, 0] if per_query else float(vals[0])
+
+
+def comparison_frame(m: AxisMatrices, weights: Mapping[str, Weights], *,
+                     metrics: Sequence[str] = tuple(METRICS), k: int | None = None) -> "pd.DataFrame":
+    """A before/after table: one row per named weighting, its weights and every metric.
+
+    Args:
+        m: from :func:`axis_matrices`.
+        weights: name -> weights, e.g. ``{"current": result.current, "best": result.best}``.
+        metrics: metric names (:data:`METRICS`).
+        k: cut-off (default ``m.k``).
+
+    Returns:
+        DataFrame indexed by name: w_kw, w_rec, w_lin, w_vec, half_life_days, then ``MRR@k``...
+    """
+    import pandas as pd
+
+    k = m.k if k is None else k
+    rows = {}
+    for name, w in weights.items():
+        row: dict[str, float] = dict(w.to_dict())
+        for metric in metrics:
+            row[f"{METRICS[metric]}@{k}"] = round(float(evaluate(m, w, metric=metric, k=k)), 4)
+        rows[name] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+@dataclass
+class GridResult:
+    """A weight search: the whole grid of metric values, the best point and the current one."""
+
+    metric: str
+    k: int
+    axes: dict[str, np.ndarray]  # w_kw, w_rec, w_lin, w_vec, half_life_days -> searched values
+    values: np.ndarray  # metric per grid point, shape = lengths of axes (NaN: all weights 0)
+    best: Weights
+    best_metric: float
+    current: Weights
+    current_metric: float
+    judgments: int
+    skipped: int
+    points: int  # grid points
+    evaluated: int  # distinct rankings actually evaluated (multiples of a weight vector rank alike)
+    seconds: float  # grid search time (without the axis precompute)
+    precompute_seconds: float = 0.0
+    best_in_grid: bool = True  # False: no grid point beat the current weights, best = current
+    source: str = ""  # where the judgments came from, for people
+
+    @property
+    def label(self) -> str:
+        """e.g. ``MRR@10``."""
+        return f"{METRICS[self.metric]}@{self.k}"
+
+    @property
+    def improvement(self) -> float:
+        return self.best_metric - self.current_metric
+
+    def to_frame(self) -> "pd.DataFrame":
+        """The grid as a long DataFrame: one row per point, a column per axis plus ``metric``."""
+        import pandas as pd
+
+        names = list(self.axes)
+        mesh = np.meshgrid(*[self.axes[a] for a in names], indexing="ij")
+        df = pd.DataFrame({a: g.ravel() for a, g in zip(names, mesh)})
+        df["metric"] = self.values.ravel()
+        return df
+
+    def slice2d(self, x: str, y: str, *, reduce: str = "best") -> np.ndarray:
+        """A 2-D view of the grid, shape (len(axes[y]), len(axes[x])).
+
+        ``reduce="best"`` fixes every other axis at the best point's value (when the best point
+        is the current one, at the nearest grid value); ``"max"`` takes the max over them.
+        """
+        names = list(self.axes)
+        for a in (x, y):
+            if a not in names:
+                raise ValidationError(f"unknown grid axis {a!r}; choose from {', '.join(names)}")
+        if x == y:
+            raise ValidationError("x and y must be different grid axes")
+        v = self.values
+        if reduce == "max":
+            other = tuple(i for i, a in enumerate(names) if a not in (x, y))
+            with np.errstate(all="ignore"):
+                v = np.nanmax(np.where(np.isnan(v), -np.inf, v), axis=other) if other else v
+            v = np.where(np.isinf(v), np.nan, v)
+            keep = [a for a in names if a in (x, y)]
+        elif reduce == "best":
+            best = self.best.to_dict()
+            idx = []
+            for a in names:
+                if a in (x, y):
+                    idx.append(slice(None))
+                else:
+                    idx.append(int(np.argmin(np.abs(self.axes[a] - best[a]))))
+            v = v[tuple(idx)]
+            keep = [a for a in names if a in (x, y)]
+        else:
+            raise ValidationError(f"reduce must be 'best' or 'max', not {reduce!r}")
+        return v if keep == [y, x] else v.T
+
+    def to_dict(self, *, grid: bool = False) -> dict[str, Any]:
+        """JSON-ready summary (``grid=True`` adds every point)."""
+        out: dict[str, Any] = {
+            "metric": self.metric, "k": self.k, "label": self.label,
+            "current": {**self.current.to_dict(), "value": round(self.current_metric, 6)},
+            "best": {**self.best.to_dict(), "value": round(self.best_metric, 6)},
+            "improvement": round(self.improvement, 6), "bestInGrid": self.best_in_grid,
+            "judgments": self.judgments, "skipped": self.skipped, "points": self.points, "evaluated": self.evaluated,
+            "source": self.source, "seconds": round(self.seconds, 4), "precomputeSeconds": round(self.precompute_seconds, 4),
+            "axes": {a: [float(x) for x in v] for a, v in self.axes.items()},
+        }
+        if grid:
+            out["values"] = [None if math.isnan(x) else round(float(x), 6) for x in self.values.ravel()]
+        return out
+
+
+def _values(v: Iterable[float] | None, default: Sequence[float], name: str) -> np.ndarray:
+    arr = np.asarray(sorted(set(round(float(x), 6) for x in (default if v is None else v))), dtype=np.float64)
+    if not len(arr):
+        raise ValidationError(f"{name}: give at least one value")
+    if not np.all(np.isfinite(arr)) or (arr < 0).any():
+        raise ValidationError(f"{name}: values must be finite and >= 0, got {list(arr)}")
+    if name == "half_life_days" and (arr <= 0).any():
+        raise ValidationError(f"half-lives must be > 0 days, got {list(arr)}")
+    return arr
+
+
+def grid_search(m: AxisMatrices, *, metric: str = "mrr", k: int | None = None, steps: int = 11,
+                w_kw: Iterable[float] | None = None, w_rec: Iterable[float] | None = None,
+                w_lin: Iterable[float] | None = None, w_vec: Iterable[float] | None = None,
+                half_lives: Iterable[float] | None = None, current: Weights | None = None,
+                progress: bool | None = None) -> GridResult:
+    """Evaluate every combination of weight values and half-lives, reusing ``m``.
+
+    Args:
+        m: from :func:`axis_matrices`.
+        metric: one of :data:`METRICS`.
+        k: cut-off (default and maximum: ``m.k``).
+        steps: values per weight when a weight's values are not given: ``linspace(0, 1, steps)``.
+        w_kw, w_rec, w_lin, w_vec: explicit values per weight. ``w_vec`` is searched only when
+            ``m`` has a vector axis (otherwise it stays at the current value).
+        half_lives: days; default :data:`DEFAULT_HALF_LIVES` plus the current half-life.
+        current: the weights in use (default: :class:`~cybmem.scoring.Weights` defaults).
+        progress: progress bar on stderr (None: when stderr is a TTY).
+
+    Returns:
+        :class:`GridResult`. Among equal best points the one nearest the current weights
+        (direction, then log half-life) wins; if no grid point beats the current weights, the
+        current weights are reported as best (``best_in_grid=False``).
+    """
+    k = m.k if k is None else k
+    _check_metric(metric, k)
+    if k > m.k:
+        raise ValidationError(f"k={k} is deeper than the pools were built for (k={m.k}); rebuild with axis_matrices(k={k})")
+    if steps < 2 and (w_kw is None or w_rec is None or w_lin is None):
+        raise ValidationError(f"steps must be at least 2, got {steps}")
+    current = current or Weights()
+    lin = np.linspace(0.0, 1.0, steps).round(6).tolist() if steps >= 2 else [1.0]
+    axes = {
+        "w_kw": _values(w_kw, lin, "w_kw"),
+        "w_rec": _values(w_rec, lin, "w_rec"),
+        "w_lin": _values(w_lin, lin, "w_lin"),
+        "w_vec": _values(w_vec, lin, "w_vec") if m.has_vectors else np.array([current.w_vec]),
+        "half_life_days": _values(half_lives, sorted(set(DEFAULT_HALF_LIVES) | {current.half_life_days}), "half_life_days"),
+    }
+    t0 = time.perf_counter()
+    wnames = list(_AXES) if m.has_vectors else list(_AXES[:3])
+    mesh = np.stack(np.meshgrid(*[axes[a] for a in wnames], indexing="ij"), axis=-1).reshape(-1, len(wnames))
+    sums = mesh.sum(axis=1)
+    nonzero = sums > 0
+    # Multiples of one weight vector rank identically: evaluate each direction once.
+    directions = np.zeros_like(mesh)
+    directions[nonzero] = mesh[nonzero] / sums[nonzero, None]
+    # Grid values are rounded to 6 decimals, so equal directions agree to ~1e-6; 5 decimals merges them.
+    uniq, inverse = np.unique(directions[nonzero].round(5), axis=0, return_inverse=True)
+    W = np.ascontiguousarray(uniq.T, dtype=np.float32)
+    hs = axes["half_life_days"]
+    pairs = _pairs(m)
+    bar = _progress(len(hs) + 1, f"grid {metric}@{k}", progress)
+    per_h = _metric_values(m, pairs, [(float(h), W) for h in hs], metric, k, bar) if m.n else [np.zeros(W.shape[1]) for _ in hs]
+    cur_w = np.asarray(_weight_vector(current, m.has_vectors), dtype=np.float32)[:, None]
+    if not cur_w.any():
+        current_metric = float("nan")
+    elif m.n:
+        current_metric = float(_metric_values(m, pairs, [(current.half_life_days, cur_w)], metric, k)[0][0])
+    else:
+        current_metric = 0.0
+    bar.update()
+    bar.close()
+    flat = np.full((len(hs), len(mesh)), np.nan)
+    for i, vals in enumerate(per_h):
+        flat[i, nonzero] = vals[inverse.ravel()]
+    # values[..., h] with the weight axes first (and w_vec kept as an axis of length 1 without vectors).
+    shape_w = [len(axes[a]) for a in wnames]
+    vals = flat.reshape([len(hs)] + shape_w)
+    vals = np.moveaxis(vals, 0, -1)
+    if not m.has_vectors:
+        vals = vals[:, :, :, None, :]
+    seconds = time.perf_counter() - t0
+
+    best_w, best_v, in_grid = current, current_metric, False
+    if np.isfinite(vals).any():
+        top = np.nanmax(vals)
+        if math.isnan(current_metric) or top > current_metric + 1e-12:
+            cand = np.argwhere(vals >= top - 1e-12)
+            cur_dir = np.asarray(_weight_vector(current, True))
+            cur_dir = cur_dir / cur_dir.sum() if cur_dir.sum() > 0 else cur_dir
+            names = list(axes)
+
+            def dist(ix: np.ndarray) -> tuple[float, float]:
+                p = np.array([axes[a][i] for a, i in zip(names, ix)])
+                d = p[:4] / p[:4].sum()
+                return (float(np.abs(d - cur_dir).sum()), abs(math.log(p[4] / current.half_life_days)))
+
+            bi = min(cand, key=dist)
+            best_w = Weights(**{a: float(axes[a][i]) for a, i in zip(names, bi)})
+            # Its exact value (the grid evaluated a representative of its direction).
+            exact = _metric_values(m, pairs, [(best_w.half_life_days, np.asarray(_weight_vector(best_w, m.has_vectors),
+                                                                               dtype=np.float32)[:, None])], metric, k)
+            best_v = float(exact[0][0])
+            vals[tuple(bi)] = best_v
+            in_grid = math.isnan(current_metric) or best_v > current_metric
+            if not in_grid:
+                best_w, best_v = current, current_metric
+    return GridResult(metric=metric, k=k, axes=axes, values=vals, best=best_w, best_metric=float(best_v),
+                      current=current, current_metric=current_metric, judgments=m.n, skipped=len(m.skipped),
+                      points=int(vals.size), evaluated=int(W.shape[1] * len(hs)), seconds=seconds,
+                      precompute_seconds=m.seconds, best_in_grid=in_grid)
+
+
+# --------------------------------------------------------------------------------------
+# One call for the CLI, the widget and notebooks
+# --------------------------------------------------------------------------------------
+
+
+def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str | Path | None = None,
+         metric: str = "mrr", k: int = 10, steps: int = 11, half_lives: Iterable[float] | None = None,
+         w_kw: Iterable[float] | None = None, w_rec: Iterable[float] | None = None,
+         w_lin: Iterable[float] | None = None, w_vec: Iterable[float] | None = None,
+         current: Weights | None = None, settings: Settings | None = None, kinds: Sequence[str] = JUDGMENT_KINDS,
+         progress: bool | None = None) -> GridResult:
+    """Search the weights for a project: judgments -> axis values -> grid.
+
+    Args:
+        store: the project (or its snapshot).
+        judgments: a list, a judgments JSONL path, or None to derive them from the store
+            (:func:`judgments_from_store` with ``kinds``).
+        metric, k, steps, half_lives, w_kw, w_rec, w_lin, w_vec: see :func:`grid_search`.
+        current: the weights to compare with (default: what production reads for the project).
+        settings: for the production weights (default: from the environment).
+        progress: progress bars on stderr (None: when stderr is a TTY).
+
+    Returns:
+        :class:`GridResult`.
+    """
+    _check_metric(metric, k)
+    snap = store if isinstance(store, Snapshot) else load_snapshot(store)
+    if judgments is None:
+        js = judgments_from_store(snap, kinds=kinds)
+        if not js:
+            raise ValidationError(f"project {snap.store.slug} implies no judgments yet (no run resolved an issue "
+                                  "or was dispatched by a finished parent); pass a judgments file with --judgments")
+        kinds: dict[str, int] = {}
+        for j in js:
+            kinds[j.kind or "?"] = kinds.get(j.kind or "?", 0) + 1
+        source = f"derived from project {snap.store.slug} (" + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")"
+    elif isinstance(judgments, (str, Path)):
+        js = load_judgments(judgments)
+        source = f"from {judgments}"
+    else:
+        js = merge_judgments(judgments)
+        source = "given"
+    if current is None:
+        current = weights_for(settings or Settings.from_env(), snap.store)
+    m = axis_matrices(snap, js, k=k, progress=progress)
+    if not m.n:
+        reasons = sorted({why for _, why in m.skipped})
+        raise ValidationError(f"none of the {len(js)} judgments can be evaluated ({'; '.join(reasons)}); "
+                              "check their asOf and relevant run ids against this project")
+    result = grid_search(m, metric=metric, k=k, steps=steps, w_kw=w_kw, w_rec=w_rec, w_lin=w_lin, w_vec=w_vec,
+                         half_lives=half_lives, current=current, progress=progress)
+    result.source = source
+    return result
+
+
+def save_project_weights(store: MemoryStore, weights: Weights, settings: Settings | None = None) -> tuple[Path, list[str]]:
+    """Write ``<project dir>/weights.json`` (what ``cybmem search`` / ``inject`` read for the project).
+
+    Returns:
+        The path written, and what still overrides it for production (a
+        CYBERINE_MEMORY_WEIGHTS file, CYBERINE_MEMORY_W_* variables), empty when nothing does.
+    """
+    settings = settings or Settings.from_env()
+    path = store.dir / WEIGHTS_FILE
+    save_weights(weights, path)
+    over = [str(p) for p in weights_files(settings, store)[2:] if p.is_file()]
+    over += sorted(v for v in settings.env if v.startswith("CYBERINE_MEMORY_W_") or v == "CYBERINE_MEMORY_HALF_LIFE_DAYS"
+                   if str(settings.env[v]).strip())
+    return path, over

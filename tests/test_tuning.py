@@ -1,0 +1,320 @@
+"""Judgments, metrics and the vectorised weight search, checked against search() itself."""
+
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cybmem import tuning as T
+from cybmem.cli import app
+from cybmem.errors import ValidationError
+from cybmem.frames import load_snapshot
+from cybmem.runs import write_run
+from cybmem.scoring import Weights
+from cybmem.search import search, weights_for
+from cybmem.settings import Settings
+from cybmem.store import MemoryStore
+
+from conftest import T0, make_run
+
+DAY = 86_400_000
+SEARCH_WEIGHTS = [
+    Weights(),
+    Weights(w_kw=1, w_rec=0, w_lin=0),
+    Weights(w_kw=0, w_rec=1, w_lin=0, half_life_days=3),
+    Weights(w_kw=0, w_rec=0, w_lin=1),
+    Weights(w_kw=0.2, w_rec=0.3, w_lin=1, half_life_days=120),
+]
+
+
+@pytest.fixture
+def web(fixture_copy):
+    store = MemoryStore(fixture_copy, "web")
+    return store, load_snapshot(store)
+
+
+def _search_ids(snap, j, w, k=10, *, scored_only=False):
+    res = search(snap, j.query, k=k, weights=w, as_of=j.as_of, exclude=j.query_run_id,
+                 parent_run_id=j.parent_run_id, chat_session_id=j.chat_session_id)
+    return [h.run_id for h in res.hits if h.score > 0 or not scored_only]
+
+
+# --- judgments ---------------------------------------------------------------------------
+
+
+def test_judgments_file_round_trip_and_merge(tmp_path):
+    path = tmp_path / "j.jsonl"
+    lines = [
+        {"queryRunId": "q1", "query": "fix login", "asOf": 5, "relevant": ["a"]},
+        {"queryRunId": "q1", "query": "fix login", "asOf": 5, "relevant": ["b", "a"]},
+        {"query": "no run id", "asOf": 7, "relevant": ["c"], "parentRunId": "p", "chatSessionId": "s", "extra": 1},
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    js = T.load_judgments(path)
+    assert [(j.query_run_id, j.relevant) for j in js] == [("q1", ("a", "b")), (None, ("c",))]
+    assert js[1].parent_run_id == "p" and js[1].chat_session_id == "s"
+    T.save_judgments(js, tmp_path / "out.jsonl")
+    assert T.load_judgments(tmp_path / "out.jsonl") == js
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"query": "x", "asOf": "yesterday", "relevant": []}', "asOf"),
+    ('{"query": "x", "asOf": 1, "relevant": "a"}', "relevant"),
+    ("not json", "line"),
+])
+def test_bad_judgments_name_the_line(tmp_path, line, message):
+    path = tmp_path / "j.jsonl"
+    path.write_text('{"query": "ok", "asOf": 1, "relevant": ["a"]}\n' + line + "\n")
+    with pytest.raises(ValidationError, match=rf"j.jsonl:2: .*{message}"):
+        T.load_judgments(path)
+
+
+def test_judgments_derived_from_the_fixture_store(web):
+    store, snap = web
+    js = T.judgments_from_store(snap)
+    df = snap.records_frame().set_index("runId")
+    assert {j.kind for j in js} == {"issue", "parent", "issue+parent"}
+    assert len({j.query_run_id for j in js}) == len(js), "merged per query run"
+    for j in js:
+        q = df.loc[j.query_run_id]
+        assert j.query == q["task"] and j.as_of == int(q["startedAt"].timestamp() * 1000)
+        assert pd_isna(q["supersedes"]), "corrections are not queries"
+        for rid in j.relevant:
+            assert df.loc[rid, "endedAt"] <= q["startedAt"], "a relevant run existed when the query was asked"
+    # The run that fixed the flaky cart drawer test is asked with its task; the run that opened the issue is relevant.
+    fix = df.index[df["task"] == "Stabilise the flaky cart drawer e2e test"][0]
+    opener = df.index[df["task"].str.startswith("Cart drawer UI")][0]
+    j = next(j for j in js if j.query_run_id == fix)
+    assert opener in j.relevant and j.parent_run_id == opener
+    assert T.judgments_from_store(snap, kinds=["issue"]) and all("issue" in (j.kind or "") for j in T.judgments_from_store(snap, kinds=["issue"]))
+    with pytest.raises(ValidationError, match="unknown judgment kind"):
+        T.judgments_from_store(snap, kinds=["previous"])
+
+
+def pd_isna(v):
+    import pandas as pd
+
+    return pd.isna(v)
+
+
+# --- metrics -------------------------------------------------------------------------------
+
+
+def test_metric_reference_values():
+    ranked = ["x", "a", "y", "b"]
+    assert T.metric_at_k(ranked, {"a", "b"}, metric="mrr", k=10) == 0.5
+    assert T.metric_at_k(ranked, {"a", "b"}, metric="mrr", k=1) == 0.0
+    assert T.metric_at_k(ranked, {"a", "b"}, metric="recall", k=2) == 0.5
+    ideal = 1 + 1 / math.log2(3)
+    assert T.metric_at_k(ranked, {"a", "b"}, metric="ndcg", k=4) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / ideal)
+    assert T.metric_at_k(ranked, set(), metric="ndcg") == 0.0
+    with pytest.raises(ValidationError, match="unknown metric"):
+        T.metric_at_k(ranked, {"a"}, metric="map")
+
+
+# --- axis matrices reproduce search() ---------------------------------------------------
+
+
+@pytest.mark.parametrize("project", ["web", "api"])
+def test_pool_rankings_equal_search(fixture_copy, project):
+    snap = load_snapshot(MemoryStore(fixture_copy, project))
+    js = T.judgments_from_store(snap)
+    m = T.axis_matrices(snap, js, k=10)
+    assert m.n == len(js) > 0
+    for q, j in enumerate(m.judgments):
+        for w in SEARCH_WEIGHTS:
+            if w.w_rec > 0:
+                assert m.ranking(q, w) == _search_ids(snap, j, w), (j.query, w)
+            else:
+                # Without recency, records that score 0 tie; search.py's candidate pool breaks that
+                # tie among the newest of them. Only the records that score are compared.
+                scored = _search_ids(snap, j, w, scored_only=True)
+                assert m.ranking(q, w)[: len(scored)] == scored, (j.query, w)
+
+
+@pytest.mark.parametrize("metric", list(T.METRICS))
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_vectorised_metric_equals_search_then_metric(web, metric, k):
+    _, snap = web
+    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=10)
+    for w in SEARCH_WEIGHTS:
+        ref = np.mean([T.metric_at_k(_search_ids(snap, j, w, k), _existing(m, q), metric=metric, k=k)
+                       for q, j in enumerate(m.judgments)])
+        assert T.evaluate(m, w, metric=metric, k=k) == pytest.approx(ref, abs=1e-12)
+        per = T.evaluate(m, w, metric=metric, k=k, per_query=True)
+        assert per.mean() == pytest.approx(ref, abs=1e-12)
+
+
+def _existing(m, q):
+    s, e = m.offsets[q], m.offsets[q + 1]
+    return {m.run_ids[r] for r in m.rows[s:e][m.relevant[s:e]]}
+
+
+def test_no_peeking_at_the_future(settings):
+    """Runs that ended after asOf are neither candidates nor relevant; the query run is excluded."""
+    for i, task in enumerate(["Fix the flaky login test", "Add dark mode", "Fix the flaky login test again", "Later login work"]):
+        write_run(make_run(f"r{i}", task, start=T0 + i * DAY), settings)
+    snap = load_snapshot(MemoryStore(settings.memory_dir, "web"))
+    asked = T0 + 2 * DAY  # r2 starts now; r0 and r1 have ended, r3 is in the future
+    js = [T.Judgment(query="flaky login test", as_of=asked, relevant=("r0", "r3"), query_run_id="r2"),
+          T.Judgment(query="later", as_of=asked, relevant=("r3",))]
+    m = T.axis_matrices(snap, js, k=10)
+    assert m.n == 1 and m.n_relevant.tolist() == [1] and m.n_candidates.tolist() == [2]
+    assert m.skipped == [(js[1], "no relevant run existed at asOf")]
+    pool = {m.run_ids[r] for r in m.rows}
+    assert pool <= {"r0", "r1"}
+    assert T.evaluate(m, Weights(w_kw=1, w_rec=0, w_lin=0), metric="recall") == 1.0
+
+
+def test_pool_covers_every_top_k(web):
+    """The pool holds the top k of the whole candidate set for random weightings (exact pruning)."""
+    _, snap = web
+    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=3)
+    rng = np.random.default_rng(7)
+    for _ in range(15):
+        w = Weights(w_kw=float(rng.random()), w_rec=float(rng.random()), w_lin=float(rng.random()),
+                    half_life_days=float(rng.choice([0.5, 2, 30, 400])))
+        for q, j in enumerate(m.judgments):
+            assert m.ranking(q, w, k=3) == _search_ids(snap, j, w, k=3)
+
+
+def test_layers_keep_everything_dominated_fewer_than_k_times():
+    rng = np.random.default_rng(0)
+    for trial in range(150):
+        n = int(rng.integers(1, 300))
+        vals = rng.random(n).astype(np.float32)
+        if trial % 2:
+            vals[rng.random(n) < 0.6] = 0.0
+        order = rng.permutation(n)
+        k = int(rng.integers(1, 12))
+        got = set(T._layers(order, vals, k).tolist())
+        v = vals[order]
+        need = {int(order[i]) for i in range(n) if (v[:i] >= v[i]).sum() < k}
+        assert need <= got
+
+
+# --- grid search -------------------------------------------------------------------------
+
+
+def test_grid_search_is_at_least_as_good_as_the_defaults_on_fixture_judgments(web):
+    _, snap = web
+    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=10)
+    for metric in T.METRICS:
+        res = T.grid_search(m, metric=metric, k=3, steps=6, half_lives=[3, 30, 120], current=Weights())
+        default = T.evaluate(m, Weights(), metric=metric, k=3)
+        assert res.current_metric == pytest.approx(default)
+        assert res.best_metric >= default
+        assert T.evaluate(m, res.best, metric=metric, k=3) == pytest.approx(res.best_metric), "the best point's value is real"
+        assert res.values.shape == (6, 6, 6, 1, 3) and res.points == 6 * 6 * 6 * 3
+        assert np.isnan(res.values[0, 0, 0]).all(), "all-zero weights rank nothing"
+        assert np.nanmax(res.values) <= res.best_metric + 1e-12
+
+
+def test_grid_values_match_pointwise_evaluation(web):
+    _, snap = web
+    m = T.axis_matrices(snap, T.judgments_from_store(snap, kinds=["issue"]), k=5)
+    res = T.grid_search(m, metric="ndcg", w_kw=[0, 0.5, 1], w_rec=[0, 0.25, 1], w_lin=[0, 1], half_lives=[1, 30])
+    df = res.to_frame()
+    assert len(df) == 3 * 3 * 2 * 2 and set(df.columns) == {"w_kw", "w_rec", "w_lin", "w_vec", "half_life_days", "metric"}
+    for row in df.dropna().itertuples():
+        w = Weights(w_kw=row.w_kw, w_rec=row.w_rec, w_lin=row.w_lin, half_life_days=row.half_life_days)
+        assert row.metric == pytest.approx(T.evaluate(m, w, metric="ndcg", k=5), abs=1e-12)
+    assert res.slice2d("w_kw", "w_rec").shape == (3, 3)
+    assert res.slice2d("w_lin", "half_life_days", reduce="max").shape == (2, 2)
+    with pytest.raises(ValidationError):
+        res.slice2d("w_kw", "w_kw")
+
+
+def test_best_is_the_current_weights_when_nothing_beats_them(web):
+    _, snap = web
+    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=10)
+    res = T.grid_search(m, w_kw=[0], w_rec=[1], w_lin=[0], half_lives=[0.1], current=Weights())
+    assert not res.best_in_grid and res.best == Weights() and res.improvement == 0.0
+
+
+def test_vector_axis_from_embeddings(settings):
+    """With embeddings.jsonl the cosine axis joins the search; the query vector is its run's embedding."""
+    for i, task in enumerate(["alpha work", "beta work", "gamma work", "delta query"]):
+        write_run(make_run(f"v{i}", task, start=T0 + i * DAY), settings)
+    store = MemoryStore(settings.memory_dir, "web")
+    vecs = {"v0": [1, 0, 0], "v1": [0, 1, 0], "v2": [0, 0, 1], "v3": [0.9, 0.1, 0]}
+    store.embeddings_path.write_text("".join(json.dumps({"runId": r, "model": "m", "vector": v}) + "\n" for r, v in vecs.items()))
+    snap = load_snapshot(store)
+    j = T.Judgment(query="delta query", as_of=T0 + 3 * DAY, relevant=("v0",), query_run_id="v3")
+    m = T.axis_matrices(snap, [j], k=1)
+    assert m.has_vectors
+    assert T.evaluate(m, Weights(w_kw=0, w_rec=1, w_lin=0, w_vec=0), k=1) == 0.0, "recency alone picks v2"
+    assert T.evaluate(m, Weights(w_kw=0, w_rec=0.1, w_lin=0, w_vec=1), k=1) == 1.0
+    res = T.grid_search(m, k=1, steps=3, half_lives=[30], current=Weights())
+    assert len(res.axes["w_vec"]) == 3 and res.best.w_vec > 0 and res.best_metric == 1.0
+
+
+# --- one call, saving, progress, CLI ------------------------------------------------------
+
+
+def test_tune_and_save_project_weights(fixture_copy, monkeypatch):
+    settings = Settings.from_env(memory_dir=fixture_copy)
+    store = MemoryStore(fixture_copy, "web")
+    res = T.tune(store, steps=5, half_lives=[7, 30], settings=settings)
+    assert res.source.startswith("derived from project web") and res.judgments > 0
+    path, over = T.save_project_weights(store, Weights(w_kw=0.7, w_rec=0.2, w_lin=0.1), settings)
+    assert path == store.dir / "weights.json" and over == []
+    assert weights_for(settings, store) == Weights(w_kw=0.7, w_rec=0.2, w_lin=0.1)
+    monkeypatch.setenv("CYBERINE_MEMORY_W_KW", "0.3")
+    _, over = T.save_project_weights(store, Weights(), Settings.from_env(memory_dir=fixture_copy))
+    assert over == ["CYBERINE_MEMORY_W_KW"]
+
+
+def test_tune_without_judgments_says_what_to_do(settings):
+    write_run(make_run("only", "Set up the project"), settings)
+    with pytest.raises(ValidationError, match="--judgments"):
+        T.tune(MemoryStore(settings.memory_dir, "web"), settings=settings)
+
+
+def test_progress_bar_only_on_a_terminal():
+    quiet = io.StringIO()
+    with T.Progress(3, "x", stream=quiet) as bar:
+        bar.update(3)
+    assert quiet.getvalue() == ""
+    loud = io.StringIO()
+    with T.Progress(2, "grid", enabled=True, stream=loud) as bar:
+        bar.update(2)
+    assert "\rgrid [" in loud.getvalue() and "2/2" in loud.getvalue() and loud.getvalue().endswith("\n")
+
+
+def test_cli_tune_json_and_save(fixture_copy, tmp_path):
+    runner = CliRunner()
+    judg = tmp_path / "j.jsonl"
+    snap = load_snapshot(MemoryStore(fixture_copy, "web"))
+    T.save_judgments(T.judgments_from_store(snap, kinds=["issue"]), judg)
+    args = ["tune", "--memory-dir", str(fixture_copy), "-p", "web", "--steps", "4", "--half-lives", "1,30"]
+    res = runner.invoke(app, args + ["--json", "-j", str(judg), "--metric", "ndcg", "-k", "3"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["label"] == "nDCG@3" and data["best"]["value"] >= data["current"]["value"] and data["saved"] is None
+    weights_file = fixture_copy / "web" / "weights.json"
+    res = runner.invoke(app, args + ["-k", "1", "--save", "--metric", "recall"])
+    assert res.exit_code == 0, res.output
+    assert "current" in res.output and "RECALL@1" in res.output
+    assert ("No grid point beats" in res.output) != weights_file.exists()
+    # A judgment the defaults serve badly: the answer is the newest run, the words match older ones.
+    newest = snap.records_frame().sort_values("endedAt")["runId"].iloc[-1]
+    T.save_judgments([T.Judgment(query="cart drawer", as_of=int(snap.ended_ms().max()) + 60_000, relevant=(newest,))], judg)
+    res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0] == f"Judgments: 1 from {judg}."
+    assert lines[3].split() == ["W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "MRR@1"]
+    assert lines[4].split() == ["current", "0.45", "0.4", "0.15", "0", "30", "0.0000"]
+    assert lines[5].split()[0] == "best" and lines[5].split()[6] == "1.0000"
+    assert lines[-1] == f"Saved to {weights_file}; `cybmem search` and `cybmem inject` use these weights from now on."
+    saved = json.loads(weights_file.read_text())
+    best = dict(zip(["w_kw", "w_rec", "w_lin", "w_vec", "half_life_days"], map(float, lines[5].split()[1:6])))
+    assert {k: saved[k] for k in best} == best
+    res = runner.invoke(app, args + ["--metric", "map"])
+    assert res.exit_code == 2 and "--metric" in res.output
+    res = runner.invoke(app, args + ["--half-lives", "a,b"])
+    assert res.exit_code == 2
