@@ -431,13 +431,41 @@ def _load_records(store: MemoryStore, entries: list[tuple[str, int]], titles: di
     return table, texts, bad, problems
 
 
-def _list_records(store: MemoryStore) -> dict[str, int]:
-    """name -> inode of every record file (temp leftovers and dotfiles are not records)."""
+def _is_record_name(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".")
+
+
+def _list_all(store: MemoryStore) -> dict[str, int]:
+    """name -> inode of every entry of records/ (unfiltered: filtering 100k names costs more than listing)."""
     try:
         with os.scandir(store.records_dir) as it:
-            return {e.name: e.inode() for e in it if e.name.endswith(".json") and not e.name.startswith(".")}
+            return {e.name: e.inode() for e in it}
     except FileNotFoundError:
         return {}
+
+
+def _list_records(store: MemoryStore) -> dict[str, int]:
+    """name -> inode of every record file (temp leftovers and dotfiles are not records)."""
+    return {n: i for n, i in _list_all(store).items() if _is_record_name(n)}
+
+
+def _listing_changes(records: pa.Table, listing: dict[str, int]) -> tuple[bool, list[tuple[str, int]]]:
+    """Compare cached rows with a directory listing, vectorised.
+
+    Returns (lost, added): ``lost`` when a cached record's file is gone or was replaced
+    (another inode under the same name); ``added`` the listed entries not cached.
+    """
+    names = pa.array(list(listing), pa.string())
+    inodes = pa.array(list(listing.values()), pa.uint64())
+    cached = pc.binary_join_element_wise(records.column("runId"), ".json", "")
+    pos = pc.index_in(cached, value_set=names)
+    if pos.null_count:
+        return True, []
+    if records.num_rows and not pc.all(pc.equal(inodes.take(pos), records.column("inode"))).as_py():
+        return True, []
+    fresh = pc.invert(pc.is_in(names, value_set=cached.combine_chunks() if isinstance(cached, pa.ChunkedArray) else cached))
+    added_names = names.filter(fresh).to_pylist()
+    return False, [(n, listing[n]) for n in added_names]
 
 
 def _parse_ledger(raw: bytes, start_line: int, path: Path) -> tuple[dict[str, list], int, int, list[ReadProblem]]:
@@ -483,6 +511,35 @@ def _events_table(cols: dict[str, list]) -> pa.Table:
         else:
             arrays.append(pa.array(cols[f.name], type=f.type))
     return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
+
+
+class _Titles:
+    """issueId -> title of its opening event, looked up lazily.
+
+    A refresh that parses a handful of new records asks for a few ids: each is found
+    with one vectorised filter instead of turning the whole ledger into a dict; a
+    full build asks for many and gets the dict.
+    """
+
+    _FEW = 64
+
+    def __init__(self, events: pa.Table):
+        self.events = events
+        self.calls = 0
+        self.table: dict[str, str] | None = None
+
+    def get(self, issue_id: str, default: str) -> str:
+        if self.table is None:
+            self.calls += 1
+            if self.calls > self._FEW:
+                self.table = _titles(self.events)
+            else:
+                ev = self.events
+                if not ev.num_rows:
+                    return default
+                hit = ev.filter(pc.and_(pc.equal(ev.column("issueId"), issue_id), pc.is_valid(ev.column("title"))))
+                return hit.column("title")[0].as_py() if hit.num_rows else default
+        return self.table.get(issue_id, default)
 
 
 def _titles(events: pa.Table) -> dict[str, str]:
@@ -758,7 +815,7 @@ def _refresh(store: MemoryStore, cache: Path) -> Snapshot:
             records, index, events = _segments_tables(cache, manifest)
             return Snapshot(store, records, events, index, _problems_of(manifest), from_cache=True)
         scanned_at = time.time_ns()
-        listing = _list_records(store)
+        listing = _list_all(store)
         led_stat = _ledger_stat(store.issues_path) or {"size": 0, "mtime_ns": 0, "ino": 0}
         full = manifest is None
         records = index = events = None
@@ -768,9 +825,8 @@ def _refresh(store: MemoryStore, cache: Path) -> Snapshot:
             except (OSError, ValueError, pa.ArrowException):
                 full = True
         if not full:
-            cached = dict(zip((r + ".json" for r in records.column("runId").to_pylist()), records.column("inode").to_pylist()))
-            removed = [n for n, ino in cached.items() if listing.get(n) != ino]
-            if removed:
+            lost, added = _listing_changes(records, listing)
+            if lost:
                 full = True  # a record vanished or was replaced: append-only was broken, start over
         if full:
             raw = store.issues_path.read_bytes() if store.issues_path.exists() else b""
@@ -818,18 +874,19 @@ def _refresh(store: MemoryStore, cache: Path) -> Snapshot:
         else:
             consumed, lines, led_problems = ledger.get("size", 0), ledger.get("lines", 0), []
         problems += [p for p in led_problems if p not in problems]
-        _write_ipc(cache / "events.arrow", events)
+        if (consumed, lines) != (ledger.get("size", 0), ledger.get("lines", 0)) or not same_file:
+            _write_ipc(cache / "events.arrow", events)
         manifest.ledger = {"size": consumed, "mtime_ns": led_stat["mtime_ns"] if consumed == led_stat["size"] else None,
                            "ino": led_stat["ino"], "lines": lines}
 
-        known = set(cached) | set(manifest.bad)
-        new = sorted((n, ino) for n, ino in listing.items() if n not in known or (n in manifest.bad and manifest.bad[n] != ino))
+        # Everything listed that is neither cached nor a known-bad file (with the same inode) is new.
+        new = sorted(e for e in added if _is_record_name(e[0]) and manifest.bad.get(e[0]) != e[1])
         for name in [n for n in manifest.bad if listing.get(n) != manifest.bad[n]]:
             manifest.bad.pop(name)
             problems = [p for p in problems if not p.path.endswith(os.sep + name)]
         parsed = 0
         if new:
-            seg_table, texts, bad, rec_problems = _load_records(store, new, _titles(events))
+            seg_table, texts, bad, rec_problems = _load_records(store, new, _Titles(events))
             manifest.bad.update(bad)
             problems += rec_problems
             if seg_table.num_rows:

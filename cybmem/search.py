@@ -169,32 +169,40 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
           *, by_recency: bool = True) -> np.ndarray:
     """Row indices that can reach the top k, ascending; scoring only these is exact.
 
-    Every axis is non-negative and only recency is dense, so a record with no
-    keyword and no lineage score can only rank through recency, and then no better
-    than the k newest such records. The pool is the records with a keyword or a
-    lineage score plus those k newest others. With recency off every other record
-    scores 0 and the ranking breaks ties by the higher row, so then the k highest rows
-    are taken instead.
+    Every axis is non-negative. Records with a keyword score are all kept. A record
+    without one scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
+    few levels (see scoring.lineage_affinity), so among records of one lineage level
+    the newer always scores at least as high: only the k newest of each level can
+    reach the top k. With recency off they tie, and the ranking breaks ties by the
+    higher row, so then the k highest rows of each level are taken instead.
     """
-    hot_mask = np.zeros(len(mask), dtype=bool)
-    for a in (kw, lin):
-        if a is not None:
-            hot_mask |= a > 0
-    hot_mask &= mask
+    hot = np.zeros(len(mask), dtype=bool) if kw is None else (mask & (kw > 0))
+    rest = mask & ~hot
     order = snap.newest_first() if by_recency else np.arange(snap.n - 1, -1, -1)
-    free = mask & ~hot_mask
-    taken: list[np.ndarray] = []
-    got, start, step = 0, 0, 4 * k + 64
-    while got < k and start < len(order):
-        chunk = order[start:start + step]
-        start += step
-        chunk = chunk[free[chunk]][: k - got]
-        taken.append(chunk)
-        got += len(chunk)
-    pool = np.flatnonzero(hot_mask)
-    if taken:
-        pool = np.sort(np.concatenate([pool, *taken]))
-    return pool.astype(np.int64, copy=False)
+    picked = [np.flatnonzero(hot)]
+    step = 4 * k + 64
+    if lin is None:
+        groups = [rest]
+    else:
+        linked = rest & (lin > 0)
+        groups = [rest & ~linked]
+        ids = np.flatnonzero(linked)
+        if len(ids) <= step:
+            picked.append(ids)  # few linked records: all of them
+        else:
+            groups += [linked & (lin == level) for level in np.unique(lin[ids])]
+    for group in groups:
+        if np.count_nonzero(group) <= step:
+            picked.append(np.flatnonzero(group))  # a small group: all of it (a superset is exact too)
+            continue
+        got, start = 0, 0
+        while got < k and start < len(order):
+            chunk = order[start:start + step]
+            start += step
+            chunk = chunk[group[chunk]][: k - got]
+            picked.append(chunk)
+            got += len(chunk)
+    return np.sort(np.concatenate(picked)).astype(np.int64, copy=False)
 
 
 @dataclass
