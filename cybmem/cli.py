@@ -594,7 +594,112 @@ def strip_cmd(
 
 
 # --- tuning and reports (notebooks issue) -------------------------------------------
-# (commands `tune` and `report` go here)
+
+
+def _floats(text: Optional[str], param: str) -> Optional[list[float]]:
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of numbers (e.g. 7,30,90)", param_hint=param) from None
+    if not values:
+        raise typer.BadParameter("give at least one value", param_hint=param)
+    return values
+
+
+@app.command("tune")
+@_handle
+def tune_cmd(
+    judgments: Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (issue resolutions, parent runs).", show_default=False)] = None,
+    metric: Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")] = "mrr",
+    k: Annotated[int, typer.Option("-k", help="Metric cut-off: MRR@k, nDCG@k, recall@k.", min=1)] = 10,
+    steps: Annotated[int, typer.Option("--steps", help="Values per weight: STEPS points from 0 to 1.", min=2)] = 11,
+    half_lives: Annotated[Optional[str], typer.Option("--half-lives", help="Comma-separated half-lives in days (default: 1,3,7,14,30,60,120,365 and the current one).", show_default=False)] = None,
+    derive: Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: issue (a resolving run should see the runs that carried the issue), parent (a dispatched run should see its parent).")] = "issue,parent",
+    save: Annotated[bool, typer.Option("--save", help="Write the best weights to the project's weights.json, which search and inject read.")] = False,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+    memory_dir: MemoryDirOpt = None,
+    cwd: CwdOpt = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+):
+    """Grid-search the retrieval weights against relevance judgments; print the best against the current ones.
+
+    Every query is replayed as dispatch would have answered it at its moment (only runs that had
+    ended count). With --save the best weights go to <memory dir>/<project>/weights.json.
+
+    Example: cybmem tune --project web --metric ndcg -k 3 --save
+    """
+    from .tuning import JUDGMENT_KINDS, METRICS, save_project_weights, tune
+
+    if metric not in METRICS:
+        raise typer.BadParameter(f"{metric!r} is not one of {', '.join(METRICS)}", param_hint="--metric")
+    kinds = [x for x in derive.replace(" ", "").split(",") if x]
+    if not kinds or set(kinds) - set(JUDGMENT_KINDS):
+        raise typer.BadParameter(f"{derive!r}: choose from {', '.join(JUDGMENT_KINDS)}", param_hint="--derive")
+    hl = _floats(half_lives, "--half-lives")
+    settings = _settings(memory_dir)
+    store = _store(memory_dir, cwd, project)
+    result = tune(store, judgments=judgments, metric=metric, k=k, steps=steps, half_lives=hl, settings=settings,
+                  kinds=kinds, progress=progress)
+    saved, overridden = None, []
+    if save and result.best_in_grid:
+        saved, overridden = save_project_weights(store, result.best, settings)
+    if as_json:
+        _print_json({**result.to_dict(), "saved": str(saved) if saved else None, "overriddenBy": overridden})
+        return
+    shape = " x ".join(str(len(result.axes[a])) for a in ("w_kw", "w_rec", "w_lin"))
+    if len(result.axes["w_vec"]) > 1:
+        shape += f" x {len(result.axes['w_vec'])}"
+    typer.echo(f"Judgments: {result.judgments} {result.source}" + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
+    typer.echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
+               f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
+    typer.echo("")
+    rows = []
+    for name, w, v in (("current", result.current, result.current_metric), ("best", result.best, result.best_metric)):
+        rows.append([name] + [f"{getattr(w, a):g}" for a in ("w_kw", "w_rec", "w_lin", "w_vec", "half_life_days")] + [f"{v:.4f}"])
+    rows[1][-1] += f"  ({result.improvement:+.4f})"
+    _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()], rows)
+    typer.echo("")
+    target = store.dir / "weights.json"
+    if not result.best_in_grid:
+        typer.echo("No grid point beats the current weights" + ("; weights.json left as it is." if save else "."))
+    elif saved:
+        typer.echo(f"Saved to {saved}; `cybmem search` and `cybmem inject` use these weights from now on.")
+        if overridden:
+            typer.echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
+    else:
+        typer.echo(f"Not saved; add --save to write {target}.")
+
+
+@app.command("report")
+@_handle
+def report_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the HTML pages (created).", show_default=False)],
+    with_code: Annotated[bool, typer.Option("--with-code", help="Keep the notebooks' code cells in the pages.")] = False,
+    timeout: Annotated[int, typer.Option("--timeout", help="Seconds allowed per notebook cell.", min=1)] = 600,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Cell progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+    memory_dir: MemoryDirOpt = None,
+    cwd: CwdOpt = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+):
+    """Execute the notebooks (history, lineage, issue ages, weight tuning) headless and write self-contained HTML.
+
+    One page per notebook plus index.html; figures are embedded images, nothing is fetched
+    from the network. Progress goes to stderr.
+
+    Example: cybmem report --out reports/web --project web
+    """
+    from .report import build_report
+
+    store = _store(memory_dir, cwd, project)
+    result = build_report(store, out, with_code=with_code, timeout=timeout, progress=progress)
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    typer.echo(f"Wrote {len(result.pages)} pages to {result.out_dir}; open {result.index}")
 
 
 # --- doctor (reliability issue) -------------------------------------------------------

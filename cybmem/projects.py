@@ -16,15 +16,42 @@ import re
 import unicodedata
 from pathlib import Path
 
+import orjson
+
 from ._io import atomic_write, ensure_dir, locked
 from .errors import NotFoundError, StoreError, ValidationError
 
-__all__ = ["slug_base", "hash6", "resolve_slug", "peek_slug", "list_projects", "load_projects", "project_dirs"]
+__all__ = [
+    "slug_base", "hash6", "resolve_slug", "peek_slug", "list_projects", "load_projects", "project_dirs",
+    "validate_slug",
+]
 
 PROJECTS_FILE = "projects.json"
 LOCK_FILE = ".projects.lock"
 _MAX_SLUG = 64
+_MAX_SLUG_NAME = 128  # what validate_slug accepts (slugs of other tools may be longer than ours)
+_MAX_PATH = 4096  # PATH_MAX
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
+# A slug names one directory under the memory root: no separators, no control characters,
+# no leading dot (.cache, .lock and temp files live there), not "." or "..".
+_SLUG_BAD = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def validate_slug(slug: object) -> str:
+    """Return ``slug`` if it is one safe directory name under the memory root, else raise ValidationError."""
+    if (
+        not isinstance(slug, str) or not slug or slug.startswith(".") or _SLUG_BAD.search(slug)
+        or len(slug) > _MAX_SLUG_NAME or slug != slug.strip()
+    ):
+        raise ValidationError(
+            f"project slug {slug!r} is not a single safe directory name; use up to {_MAX_SLUG_NAME} characters, "
+            "no '/', '\\', control characters or leading '.' (see `cybmem projects`)"
+        )
+    try:
+        slug.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"project slug {slug!r} is not valid UTF-8 text") from None
+    return slug
 
 
 def hash6(cwd: str) -> str:
@@ -34,8 +61,20 @@ def hash6(cwd: str) -> str:
 
 def _abs_cwd(cwd: str | os.PathLike) -> str:
     text = os.fspath(cwd)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
     if not text or "\x00" in text:
         raise ValidationError(f"cwd {text!r} is not a usable path; pass an absolute directory path")
+    if len(text) > _MAX_PATH:
+        raise ValidationError(f"cwd is {len(text)} characters long; a directory path has at most {_MAX_PATH}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Records and projects.json are JSON text: a path that is not UTF-8 cannot be stored as it is.
+        raise ValidationError(
+            f"cwd {text!r} is not valid UTF-8; records store the cwd as JSON text, "
+            "so run from (or pass --cwd) a directory whose path is UTF-8"
+        ) from None
     return os.path.abspath(text)
 
 
@@ -65,14 +104,24 @@ def load_projects(root: Path) -> dict[str, dict]:
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {exc}") from exc
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = orjson.loads(raw)  # orjson: bounded nesting depth, no RecursionError on hostile input
+    except orjson.JSONDecodeError as exc:
         raise StoreError(
             f"{path} is not valid JSON ({exc}); fix or move it aside, then run `cybmem doctor --repair`"
-        ) from exc
+        ) from None
     if not isinstance(data, dict):
         raise StoreError(f"{path} must hold a JSON object mapping slug to {{\"cwd\": ...}}")
-    return {k: v for k, v in data.items() if isinstance(v, dict)}
+    # Entries that could not name a directory under the root (unsafe slugs) or lack a cwd are
+    # ignored here; `cybmem doctor` reports them.
+    return {k: v for k, v in data.items() if isinstance(v, dict) and _safe_slug(k)}
+
+
+def _safe_slug(slug: str) -> bool:
+    try:
+        validate_slug(slug)
+    except ValidationError:
+        return False
+    return True
 
 
 def project_dirs(root: Path) -> list[str]:
@@ -84,7 +133,7 @@ def project_dirs(root: Path) -> list[str]:
         return []
     out = []
     for entry in entries:
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False) or not _safe_slug(entry.name):
             continue
         if (Path(entry.path) / "records").is_dir() or (Path(entry.path) / "issues.jsonl").exists():
             out.append(entry.name)
@@ -99,18 +148,25 @@ def _cwd_from_records(slug_dir: Path) -> str | None:
         return None
     for name in names[:50]:
         try:
-            cwd = json.loads((records / name).read_bytes()).get("cwd")
+            with open(records / name, "rb") as fh:
+                raw = fh.read(_MAX_BACKFILL_READ + 1)
+            if len(raw) > _MAX_BACKFILL_READ:
+                continue
+            cwd = orjson.loads(raw).get("cwd")
         except (OSError, ValueError, AttributeError):
             continue
-        if isinstance(cwd, str) and cwd:
+        if isinstance(cwd, str) and cwd and "\x00" not in cwd and len(cwd) <= _MAX_PATH:
             return cwd
     return None
+
+
+_MAX_BACKFILL_READ = 4 * 1024 * 1024  # a record bigger than this is not worth parsing for its cwd
 
 
 def _backfill(root: Path, projects: dict[str, dict]) -> bool:
     changed = False
     for slug in project_dirs(root):
-        if slug not in projects:
+        if slug not in projects and _safe_slug(slug):
             cwd = _cwd_from_records(root / slug)
             if cwd:
                 projects[slug] = {"cwd": cwd}
@@ -134,10 +190,12 @@ def resolve_slug(root: Path, cwd: str | os.PathLike, *, create: bool = True) -> 
     base = slug_base(path)
     if not create and not root.exists():
         raise NotFoundError(f"no memory at {root}; nothing has been written there yet")
-    if not create:
+    if root.exists():
         projects = load_projects(root)
         slug = _lookup(projects, path, base)
-        if slug in projects and not any(s not in projects for s in project_dirs(root)):
+        if create and projects.get(slug, {}).get("cwd") == path:
+            return slug  # registered already: entries are never changed, so no lock is needed
+        if not create and slug in projects and not any(s not in projects for s in project_dirs(root)):
             return slug  # read path: nothing to register or backfill, take no lock
     try:
         ensure_dir(root)

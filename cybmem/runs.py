@@ -367,6 +367,7 @@ def write_run(
         run, store, settings, run_id=run_id, parent_run_id=parent_run_id,
         chat_session_id=chat_session_id, cwd=project_cwd,
     )
+    MemoryStore.validate_write(rec, events)  # before anything is registered: bad input leaves nothing behind
     if not project:
         store = MemoryStore.open(settings, cwd=project_cwd, create=True)
     if supersedes:

@@ -34,11 +34,11 @@ ISSUE_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def validate_run_id(value: Any, where: str = "runId") -> str:
-    """Return ``value`` if it is a safe run id (``[A-Za-z0-9._-]{1,128}``, not ``.``/``..``)."""
-    if not isinstance(value, str) or not RUN_ID_RE.fullmatch(value) or set(value) == {"."}:
+    """Return ``value`` if it is a safe run id (``[A-Za-z0-9._-]{1,128}``, not starting with ``.``)."""
+    if not isinstance(value, str) or not RUN_ID_RE.fullmatch(value) or value.startswith("."):
         raise ValidationError(
-            f"{where}: {value!r} is not a valid run id; use 1-128 characters from A-Z a-z 0-9 . _ - "
-            "(it names a file under records/)"
+            f"{where}: {value!r} is not a valid run id; use 1-128 characters from A-Z a-z 0-9 . _ -, "
+            "not starting with '.' (it names a file under records/, where dot-files are temp files)"
         )
     return value
 
@@ -108,6 +108,13 @@ def _put(out: dict, key: str, value: Any) -> None:
         out[key] = value
 
 
+def _merge_extra(out: dict, extra: dict, known: tuple[str, ...] = ()) -> None:
+    """Add unknown fields after the known ones; an extra never replaces or resurrects a known field."""
+    for key, value in extra.items():
+        if key not in out and key not in known:
+            out[key] = value
+
+
 @dataclass
 class Lineage:
     """Where a run sits: the run and chat session that dispatched it, its predecessor, its chain root."""
@@ -134,7 +141,7 @@ class Lineage:
         out: dict = {}
         for key in self._KNOWN:
             _put(out, key, getattr(self, key))
-        out.update(self.extra)
+        _merge_extra(out, self.extra, self._KNOWN)
         return out
 
 
@@ -164,7 +171,7 @@ class Outcome:
 
     def to_dict(self) -> dict:
         out = {"summary": self.summary, "accomplished": list(self.accomplished), "issues": list(self.issues), "next": list(self.next)}
-        out.update(self.extra)
+        _merge_extra(out, self.extra)
         return out
 
 
@@ -194,7 +201,7 @@ class Worker:
         out: dict = {"agentId": self.agentId}
         _put(out, "provider", self.provider)
         out["state"] = self.state
-        out.update(self.extra)
+        _merge_extra(out, self.extra, self._KNOWN)
         return out
 
 
@@ -293,7 +300,7 @@ class MemoryRecord:
         _put(out, "verdictSummary", self.verdictSummary)
         _put(out, "supersededBy", self.supersededBy)
         _put(out, "supersedes", self.supersedes)
-        out.update(self.extra)
+        _merge_extra(out, self.extra, self._KNOWN)
         return out
 
 
@@ -334,5 +341,5 @@ class IssueEvent:
         _put(out, "byRunId", self.byRunId)
         _put(out, "title", self.title)
         _put(out, "detail", self.detail)
-        out.update(self.extra)
+        _merge_extra(out, self.extra, self._KNOWN)
         return out

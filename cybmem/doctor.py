@@ -1,0 +1,635 @@
+"""Check a memory store and rebuild what is derived: ``cybmem doctor``.
+
+What is checked, per project: every record file parses, validates and is named after its
+runId; every ledger line and every embeddings.jsonl line is whole and valid (and each model's
+vectors have one dimension); index.json equals a rebuild from records/; the Arrow cache
+(``.cache/``) matches records/ and the ledger; no symbolic link leads writes out of the
+memory root; temp files (``.tmp-*``) left by a killed writer. Per memory root: projects.json
+parses, every slug dir is registered or can be backfilled, no cwd has two slugs.
+
+Findings have a severity:
+
+``error``
+    needs a person: a record or ledger line that cannot be read, a broken projects.json, a
+    symbolic link, a secret on disk (``--secrets``). Never changed by ``--repair``.
+``repairable``
+    derived state that ``--repair`` rebuilds: index.json, the Arrow cache, old temp files.
+``warning``
+    reported, harmless, not counted: a torn last ledger line (every reader skips it; the
+    ledger is never rewritten), a temp file young enough to belong to a running writer, a
+    cache that the next read refreshes anyway.
+
+``--repair`` rebuilds index.json and the cache and removes temp files older than
+``temp_age`` seconds; it never touches records/, issues.jsonl or embeddings.jsonl.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from ._io import TMP_PREFIX, locked
+from .errors import NotFoundError, StoreError, ValidationError
+from .projects import PROJECTS_FILE, _abs_cwd, _backfill, _lookup, _safe_slug, project_dirs, slug_base
+from .schema import IssueEvent
+from .settings import Settings
+from .store import MemoryStore, _embedding_problem
+
+__all__ = ["Finding", "ProjectStats", "DoctorReport", "doctor", "DEFAULT_TEMP_AGE"]
+
+DEFAULT_TEMP_AGE = 60  # seconds; a younger temp file may belong to a writer at work
+SEVERITIES = ("error", "repairable", "warning")
+
+
+@dataclass
+class Finding:
+    """One thing doctor found: where, what, how bad; for secrets also the field and kind."""
+
+    check: str
+    severity: str
+    path: str
+    message: str
+    project: str | None = None
+    field: str | None = None
+    kind: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class ProjectStats:
+    """What was checked in one project."""
+
+    slug: str
+    records: int = 0
+    unreadable: int = 0
+    events: int = 0
+    embeddings: int = 0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DoctorReport:
+    """The result of a check (after repairs, when asked)."""
+
+    root: str
+    projects: list[ProjectStats]
+    findings: list[Finding]
+    repaired: list[str] = field(default_factory=list)
+    secrets_scanned: bool = False
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Findings that make the store not clean (errors and repairable ones)."""
+        return [f for f in self.findings if f.severity != "warning"]
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {
+            "root": self.root,
+            "clean": self.clean,
+            "projects": [p.to_dict() for p in self.projects],
+            "findings": [f.to_dict() for f in self.findings],
+            "repaired": list(self.repaired),
+            "secretsScanned": self.secrets_scanned,
+            "counts": {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES},
+        }
+
+    def lines(self) -> list[str]:
+        """The human report: one block per project, then a one-line summary."""
+        out = [f"Memory root: {self.root}"]
+        by_project: dict[str | None, list[Finding]] = {}
+        for f in self.findings:
+            by_project.setdefault(f.project, []).append(f)
+        for action in self.repaired:
+            out.append(f"repaired: {action}")
+        root_findings = by_project.get(None, [])
+        out.append(f"{PROJECTS_FILE}: " + ("ok" if not root_findings else f"{len(root_findings)} finding(s)"))
+        out += [_finding_line(f) for f in root_findings]
+        for p in self.projects:
+            found = by_project.get(p.slug, [])
+            head = f"{p.slug}: {p.records} records, {p.events} ledger events"
+            if p.embeddings:
+                head += f", {p.embeddings} embeddings"
+            out.append(head + (": ok" if not found else ""))
+            out += [_finding_line(f) for f in found]
+        errors = sum(f.severity == "error" for f in self.findings)
+        fixable = sum(f.severity == "repairable" for f in self.findings)
+        warnings = sum(f.severity == "warning" for f in self.findings)
+        records = sum(p.records for p in self.projects)
+        checked = f"{len(self.projects)} project(s), {records} records"
+        tail = f", {warnings} warning(s)" if warnings else ""
+        if self.clean:
+            out.append(f"clean: {checked} checked{tail}.")
+        else:
+            parts = []
+            if errors:
+                parts.append(f"{errors} error(s) to fix by hand")
+            if fixable:
+                parts.append(f"{fixable} repairable (run `cybmem doctor --repair`)")
+            out.append(f"problems: {', '.join(parts)}{tail}; {checked} checked.")
+        return out
+
+
+def _finding_line(f: Finding) -> str:
+    where = f.path
+    if f.field:
+        where += f" [{f.field}]"
+    return f"  {f.severity:<10} {where}: {f.message}"
+
+
+# --- checks ---------------------------------------------------------------------------
+
+
+def _is_temp(name: str) -> bool:
+    # cybmem's own temp files, and the ".<name>.<random>.tmp" ones of tuning's save_weights.
+    return name.startswith(TMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def _temp_files(dirs: Iterable[Path]) -> list[Path]:
+    out = []
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                out += [Path(e.path) for e in it if _is_temp(e.name) and e.is_file(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return sorted(out)
+
+
+def _check_temp(dirs: Iterable[Path], project: str | None, temp_age: float, now: float) -> list[Finding]:
+    findings = []
+    for path in _temp_files(dirs):
+        try:
+            age = now - path.lstat().st_mtime
+        except FileNotFoundError:
+            continue  # its writer just finished
+        if age >= temp_age:
+            findings.append(Finding("temp", "repairable", str(path),
+                                    f"temp file left by an interrupted writer ({age:.0f}s old); readers ignore it",
+                                    project))
+        else:
+            findings.append(Finding("temp", "warning", str(path),
+                                    f"temp file {age:.0f}s old: a writer may be at work (removed once older than {temp_age:g}s)",
+                                    project))
+    return findings
+
+
+def _jsonl_lines(raw: bytes) -> list[tuple[int, bytes, bool]]:
+    """(line number, line, torn) for each non-blank line; torn = the last line, with no newline."""
+    lines = raw.split(b"\n")
+    out = []
+    for i, line in enumerate(lines, 1):
+        if line.strip():
+            out.append((i, line, i == len(lines)))
+    return out
+
+
+def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding], list[tuple[int, dict]]]:
+    """Ledger lines: whole, valid, no second "opened" for an open id. Returns findings and (line, event) pairs."""
+    findings: list[Finding] = []
+    events: list[tuple[int, dict]] = []
+    try:
+        raw = store.issues_path.read_bytes()
+    except FileNotFoundError:
+        return findings, events
+    except OSError as exc:
+        return [Finding("ledger", "error", str(store.issues_path), f"cannot read: {exc}", store.slug)], events
+    name = store.issues_path.name
+    states: dict[str, str] = {}
+    for lineno, line, torn in _jsonl_lines(raw):
+        where = f"{store.issues_path}:{lineno}"
+        try:
+            d = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if torn:
+                msg = "torn last line (no newline: a writer was interrupted); readers skip it, the next append starts a fresh line"
+            else:
+                msg = f"unreadable line, skipped by readers (a writer interrupted mid-line, or damage: {exc}); the ledger is never rewritten"
+            findings.append(Finding("ledger", "warning", where, msg, store.slug))
+            continue
+        try:
+            ev = IssueEvent.from_dict(d)
+        except ValidationError as exc:
+            findings.append(Finding("ledger", "error", where,
+                                    f"{name}:{lineno} is not a valid issue event ({exc}); readers skip it", store.slug))
+            continue
+        if torn:
+            findings.append(Finding("ledger", "warning", where,
+                                    "last line has no newline yet (a writer was interrupted after writing it); it is readable", store.slug))
+        if ev.event == "opened" and states.get(ev.issueId) in ("opened", "reopened"):
+            findings.append(Finding("ledger", "warning", where,
+                                    f"issue {ev.issueId} opened again while open (a writer that ignored the lock?); "
+                                    "the fold is unaffected", store.slug))
+        states[ev.issueId] = ev.event
+        events.append((lineno, d))
+    stats.events = len(events)
+    return findings, events
+
+
+def _check_embeddings(store: MemoryStore, stats: ProjectStats) -> list[Finding]:
+    findings: list[Finding] = []
+    try:
+        raw = store.embeddings_path.read_bytes()
+    except FileNotFoundError:
+        return findings
+    except OSError as exc:
+        return [Finding("embeddings", "error", str(store.embeddings_path), f"cannot read: {exc}", store.slug)]
+    dims: dict[str, dict[int, int]] = {}
+    first_line: dict[tuple[str, int], int] = {}
+    for lineno, line, torn in _jsonl_lines(raw):
+        where = f"{store.embeddings_path}:{lineno}"
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            msg = ("torn last line (no newline: a writer was interrupted); readers skip it" if torn
+                   else f"unreadable line, skipped by readers ({exc})")
+            findings.append(Finding("embeddings", "warning", where, msg, store.slug))
+            continue
+        reason = _embedding_problem(row)
+        if reason:
+            findings.append(Finding("embeddings", "error", where, f"{reason}; readers skip it", store.slug))
+            continue
+        stats.embeddings += 1
+        n = len(row["vector"])
+        dims.setdefault(row["model"], {}).setdefault(n, 0)
+        dims[row["model"]][n] += 1
+        first_line.setdefault((row["model"], n), lineno)
+    for model, counts in sorted(dims.items()):
+        if len(counts) > 1:
+            usual = max(counts, key=lambda k: counts[k])
+            odd = ", ".join(f"{n} (x{c}, first at line {first_line[(model, n)]})" for n, c in sorted(counts.items()) if n != usual)
+            findings.append(Finding("embeddings", "error", str(store.embeddings_path),
+                                    f"model {model!r} has vectors of more than one dimension: {usual} (x{counts[usual]}) and {odd}",
+                                    store.slug))
+    return findings
+
+
+def _check_records(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding], set[str]]:
+    """Every record file parses, validates and is named after its runId. Returns findings and bad file names."""
+    findings: list[Finding] = []
+    bad: set[str] = set()
+    try:
+        names = sorted(os.listdir(store.records_dir))
+    except FileNotFoundError:
+        return findings, bad
+    except OSError as exc:
+        return [Finding("records", "error", str(store.records_dir), f"cannot list: {exc}", store.slug)], bad
+    for name in names:
+        path = store.records_dir / name
+        if name.startswith("."):
+            continue  # temp files (checked separately), locks
+        if not name.endswith(".json"):
+            findings.append(Finding("records", "warning", str(path), "not a record file (no .json suffix); readers ignore it", store.slug))
+            continue
+        if path.is_symlink():
+            bad.add(name)
+            stats.unreadable += 1
+            findings.append(Finding("records", "error", str(path),
+                                    f"is a symbolic link (to {os.readlink(path)}); records must be real files inside the memory root",
+                                    store.slug))
+            continue
+        try:
+            store.read_record(name[:-5])
+            stats.records += 1
+        except NotFoundError:
+            continue
+        except (ValidationError, StoreError) as exc:
+            bad.add(name)
+            stats.unreadable += 1
+            msg = str(exc)
+            if name in msg:
+                msg = msg.split(": ", 1)[-1] if msg.startswith(name) else msg
+            findings.append(Finding("records", "error", str(path), f"{msg}; readers skip it", store.slug))
+    return findings, bad
+
+
+def _check_index(store: MemoryStore) -> list[Finding]:
+    fresh, fresh_skipped = store._compute_index()
+    path = str(store.index_path)
+    if not store.index_path.exists():
+        if fresh or fresh_skipped:
+            return [Finding("index", "repairable", path, "index.json is missing (readers rebuild it in memory each time)", store.slug)]
+        return []
+    probe = MemoryStore(store.root, store.slug)  # its own problem list
+    doc = probe._read_index()
+    if doc is None:
+        return [Finding("index", "repairable", path, "index.json is unreadable or damaged", store.slug)]
+    entries, skipped = doc
+    if entries == fresh and set(skipped) == set(fresh_skipped):
+        return []
+    have = {e["runId"] for e in entries}
+    want = {e["runId"] for e in fresh}
+    parts = []
+    if want - have:
+        parts.append(f"{len(want - have)} record(s) missing from it")
+    if have - want:
+        parts.append(f"{len(have - want)} entr(ies) without a readable record")
+    fresh_by_id = {e["runId"]: e for e in fresh}
+    differ = sum(1 for e in entries if e["runId"] in fresh_by_id and e != fresh_by_id[e["runId"]])
+    if differ:
+        parts.append(f"{differ} entr(ies) differ from their record")
+    if [e["runId"] for e in entries] != [e["runId"] for e in fresh] and not parts:
+        parts.append("entries out of order")
+    if set(skipped) != set(fresh_skipped):
+        parts.append("its list of unreadable records is out of date")
+    return [Finding("index", "repairable", path, "index.json is stale: " + ", ".join(parts), store.slug)]
+
+
+def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[Finding]:
+    """The Arrow cache against records/ and the ledger (only when a cache exists)."""
+    cache = store.dir / ".cache"
+    if not cache.is_dir():
+        return []
+    contents = [n for n in os.listdir(cache) if n != ".lock" and not _is_temp(n)]
+    if not contents:
+        return []
+    path = str(cache)
+    try:
+        from . import frames
+
+        manifest = frames._Manifest.read(cache / "manifest.json")
+        if manifest is None:
+            return [Finding("cache", "repairable", path, "cache manifest is missing, unreadable or from another version", store.slug)]
+        records, _index, _events = frames._segments_tables(cache, manifest)
+        cached = dict(zip((r + ".json" for r in records.column("runId").to_pylist()), records.column("inode").to_pylist()))
+        listing = frames._list_records(store)
+    except Exception as exc:  # noqa: BLE001 - any damage to a derived file is repairable
+        return [Finding("cache", "repairable", path, f"cache cannot be read ({type(exc).__name__}: {exc})", store.slug)]
+    current = {n: ino for n, ino in listing.items() if n not in bad}
+    replaced = [n for n, ino in cached.items() if n in current and current[n] != ino]
+    vanished = [n for n in cached if n not in listing]
+    dupes = len(records) - len(cached)
+    if replaced or vanished or dupes:
+        why = []
+        if vanished:
+            why.append(f"{len(vanished)} cached record(s) no longer on disk")
+        if replaced:
+            why.append(f"{len(replaced)} record file(s) replaced since cached")
+        if dupes:
+            why.append(f"{dupes} duplicate row(s)")
+        return [Finding("cache", "repairable", path, "cache disagrees with records/: " + ", ".join(why), store.slug)]
+    new = [n for n in current if n not in cached]
+    consumed = int(manifest.ledger.get("size", 0) or 0)
+    findings = []
+    if consumed > ledger_whole:
+        findings.append(Finding("cache", "repairable", path,
+                                "cache has read more of issues.jsonl than the file now holds", store.slug))
+    elif new or consumed < ledger_whole:
+        what = []
+        if new:
+            what.append(f"{len(new)} new record(s)")
+        if consumed < ledger_whole:
+            what.append("new ledger lines")
+        findings.append(Finding("cache", "warning", path,
+                                f"cache is behind ({', '.join(what)}); the next read refreshes it", store.slug))
+    return findings
+
+
+def _check_dirs(store: MemoryStore) -> list[Finding]:
+    out = []
+    for d in (store.dir, store.records_dir):
+        if d.is_symlink():
+            out.append(Finding("paths", "error", str(d),
+                               f"is a symbolic link (to {os.readlink(d)}); writes refuse it, as they would land outside the memory root",
+                               store.slug))
+    return out
+
+
+def _secret_findings_in(value, field_path: str, path: str, project: str, out: list[Finding]) -> None:
+    from .redact import scan
+
+    stack = [(value, field_path)]
+    while stack:
+        v, where = stack.pop()
+        if isinstance(v, str):
+            for kind in sorted({f.kind for f in scan(v)}):
+                out.append(Finding("secrets", "error", path, f"secret of kind {kind} stored here (value not shown)", project,
+                                   field=where, kind=kind))
+        elif isinstance(v, dict):
+            stack.extend((item, f"{where}.{k}" if where else str(k)) for k, item in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(v))))
+
+
+def _check_secrets(store: MemoryStore, bad: set[str], events: list[tuple[int, dict]]) -> list[Finding]:
+    """Secret shapes already on disk: in every field of every readable record, and in the ledger."""
+    out: list[Finding] = []
+    for run_id in store.run_ids():
+        if f"{run_id}.json" in bad:
+            continue
+        try:
+            rec = store.read_record(run_id)
+        except (NotFoundError, ValidationError, StoreError):
+            continue
+        data = rec.to_dict()
+        for key in ("runId",):
+            data.pop(key, None)
+        _secret_findings_in(data, "", str(store.record_path(run_id)), store.slug, out)
+    for lineno, d in events:
+        fields = {k: v for k, v in d.items() if k not in ("issueId", "at", "event", "byRunId")}
+        _secret_findings_in(fields, "", f"{store.issues_path}:{lineno}", store.slug, out)
+    return out
+
+
+def _check_project(store: MemoryStore, *, secrets: bool, temp_age: float, now: float) -> tuple[ProjectStats, list[Finding]]:
+    stats = ProjectStats(store.slug)
+    findings = _check_dirs(store)
+    rec_findings, bad = _check_records(store, stats)
+    led_findings, events = _check_ledger(store, stats)
+    findings += rec_findings + led_findings
+    findings += _check_embeddings(store, stats)
+    findings += _check_index(store)
+    try:
+        raw = store.issues_path.read_bytes()
+        ledger_whole = raw.rfind(b"\n") + 1
+    except OSError:
+        ledger_whole = 0
+    findings += _check_cache(store, bad, ledger_whole)
+    findings += _check_temp([store.dir, store.records_dir, store.dir / ".cache"], store.slug, temp_age, now)
+    if secrets:
+        findings += _check_secrets(store, bad, events)
+    return stats, findings
+
+
+def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding], dict[str, dict]]:
+    """projects.json and the slug dirs of the root."""
+    findings: list[Finding] = []
+    path = root / PROJECTS_FILE
+    projects: dict[str, dict] = {}
+    raw_keys: list[str] = []
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raw = None
+    except OSError as exc:
+        findings.append(Finding("projects", "error", str(path), f"cannot read: {exc}"))
+        raw = None
+    if raw is not None:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            findings.append(Finding("projects", "error", str(path),
+                                    f"not valid JSON ({exc}); fix it or move it aside (it is rebuilt from the records' cwd, "
+                                    "but same-basename projects may then swap slugs)"))
+            data = {}
+        if not isinstance(data, dict):
+            findings.append(Finding("projects", "error", str(path), "must be a JSON object mapping slug to {\"cwd\": ...}"))
+            data = {}
+        for slug, value in data.items():
+            raw_keys.append(slug)
+            if not _safe_slug(slug):
+                findings.append(Finding("projects", "error", str(path),
+                                        f"slug {slug!r} is not a safe directory name; cybmem ignores this entry"))
+            elif not isinstance(value, dict) or not isinstance(value.get("cwd"), str) or not value["cwd"]:
+                findings.append(Finding("projects", "error", str(path), f"slug {slug!r} has no \"cwd\" string; cybmem ignores it"))
+            else:
+                projects[slug] = value
+    owners: dict[str, list[str]] = {}
+    for slug, value in projects.items():
+        owners.setdefault(value["cwd"], []).append(slug)
+    for cwd, slugs in sorted(owners.items()):
+        if len(slugs) > 1:
+            findings.append(Finding("projects", "error", str(path),
+                                    f"cwd {cwd} has {len(slugs)} slugs ({', '.join(sorted(slugs))}); keep one, "
+                                    "move the other's records into it"))
+    registered = dict(projects)
+    backfilled = dict(projects)
+    _backfill(root, backfilled)
+    for slug in project_dirs(root):
+        if slug in registered:
+            continue
+        if slug in backfilled:
+            findings.append(Finding("projects", "warning", str(root / slug),
+                                    f"not in projects.json yet; registered on next use as the project of {backfilled[slug]['cwd']}"))
+        else:
+            findings.append(Finding("projects", "warning", str(root / slug),
+                                    "not in projects.json and no readable record names its cwd; use it with --project"))
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        if entry.is_symlink():
+            findings.append(Finding("paths", "error", entry.path,
+                                    f"is a symbolic link (to {os.readlink(entry.path)}); cybmem ignores it and never writes through it"))
+        elif entry.is_dir() and not _safe_slug(entry.name):
+            findings.append(Finding("paths", "warning", entry.path, "directory name is not a safe slug; cybmem ignores it"))
+    findings += _check_temp([root], None, temp_age, now)
+    return findings, backfilled
+
+
+# --- repair ---------------------------------------------------------------------------
+
+
+def _refresh_cache(store: MemoryStore) -> None:
+    """Throw the cache's manifest away (under the cache lock) and load once: a full, fresh cache."""
+    from .frames import load_snapshot
+
+    cache = store.dir / ".cache"
+    with locked(cache / ".lock"):
+        with contextlib.suppress(FileNotFoundError):
+            (cache / "manifest.json").unlink()
+    load_snapshot(store)
+
+
+def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore]) -> list[str]:
+    done: list[str] = []
+    for f in findings:
+        if f.check == "temp" and f.severity == "repairable":
+            try:
+                os.unlink(f.path)
+                done.append(f"removed {f.path}")
+            except FileNotFoundError:
+                pass
+    for slug in sorted({f.project for f in findings if f.check == "index" and f.project}):
+        count = stores[slug].rebuild_index()
+        done.append(f"rebuilt {stores[slug].index_path} from {count} records")
+    for slug in sorted({f.project for f in findings if f.check == "cache" and f.project}):
+        _refresh_cache(stores[slug])
+        done.append(f"refreshed {stores[slug].dir / '.cache'}")
+    return done
+
+
+# --- entry point ----------------------------------------------------------------------
+
+
+def _select(root: Path, backfilled: dict[str, dict], *, project: str | None, cwd, all_projects: bool) -> list[str]:
+    if all_projects:
+        return sorted(set(project_dirs(root)) | {s for s in backfilled if (root / s).is_dir()})
+    if project:
+        MemoryStore(root, project)  # validates the slug
+        if not (root / project).is_dir():
+            known = sorted(set(project_dirs(root)) | set(backfilled))
+            raise NotFoundError(f"no project {project!r} under {root}; known projects: {', '.join(known) or 'none'}")
+        return [project]
+    path = _abs_cwd(cwd if cwd is not None else os.getcwd())
+    slug = _lookup(backfilled, path, slug_base(path))
+    if slug not in backfilled or not (root / slug).is_dir():
+        raise NotFoundError(
+            f"no memory for project {path} under {root}; pass --project SLUG or --cwd DIR, or check every project with --all"
+        )
+    return [slug]
+
+
+def doctor(
+    settings: Settings,
+    *,
+    project: str | None = None,
+    cwd: str | os.PathLike | None = None,
+    all_projects: bool = False,
+    repair: bool = False,
+    secrets: bool = False,
+    temp_age: float = DEFAULT_TEMP_AGE,
+) -> DoctorReport:
+    """Check a memory store; with ``repair``, rebuild its derived files and check again.
+
+    Args:
+        settings: where the memory root is.
+        project / cwd: the project to check (default: the one of the current directory).
+        all_projects: check every project of the root.
+        repair: rebuild index.json and the Arrow cache and remove temp files older than
+            ``temp_age`` seconds; records, issues.jsonl and embeddings.jsonl are never touched.
+        secrets: also scan records and issue titles / details for secret shapes (reported by
+            file, field and kind; the secret itself is never printed, nothing is rewritten).
+        temp_age: temp files younger than this may belong to a running writer and are left alone.
+
+    Returns:
+        A :class:`DoctorReport`; ``report.clean`` is True when no error or repairable finding remains.
+    """
+    root = settings.memory_dir
+    if not root.exists():
+        raise NotFoundError(f"no memory at {root}; nothing has been written there yet")
+
+    def run() -> tuple[list[ProjectStats], list[Finding], dict[str, MemoryStore]]:
+        now = time.time()
+        findings, backfilled = _check_root(root, temp_age, now)
+        slugs = _select(root, backfilled, project=project, cwd=cwd, all_projects=all_projects)
+        stats, stores = [], {}
+        for slug in slugs:
+            store = stores[slug] = MemoryStore(root, slug)
+            st, found = _check_project(store, secrets=secrets, temp_age=temp_age, now=now)
+            stats.append(st)
+            findings += found
+        return stats, findings, stores
+
+    stats, findings, stores = run()
+    repaired: list[str] = []
+    if repair and any(f.severity == "repairable" or (f.check == "cache" and f.project) for f in findings):
+        repaired = _repair(root, findings, stores)
+        stats, findings, stores = run()
+    return DoctorReport(str(root), stats, findings, repaired, secrets)

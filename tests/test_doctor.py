@@ -1,0 +1,281 @@
+"""`cybmem doctor`: what it finds, what --repair fixes (derived files only), --secrets, --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cybmem.cli import app
+from cybmem.doctor import doctor
+from cybmem.schema import IssueEvent
+from cybmem.settings import Settings
+from cybmem.store import MemoryStore
+
+from conftest import MIN, T0, make_run, write_json
+
+runner = CliRunner()
+TRAILER = "Done.\n\nACCOMPLISHED:\n- fixed it\nISSUES:\n- Flaky login test: fails one run in ten\nNEXT:\n- none\n"
+AWS = "AKIAIOSFODNN7EXAMPLE"
+GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2
+
+
+def doc(*args):
+    return runner.invoke(app, ["doctor", *map(str, args)])
+
+
+@pytest.fixture
+def store(memory_root, settings) -> MemoryStore:
+    from cybmem.runs import write_run
+
+    for i, rid in enumerate(["r1", "r2", "r3"]):
+        write_run(make_run(rid, f"Fix the login form, part {i}", start=T0 + i * 60 * MIN, output=TRAILER if i == 1 else None), settings)
+    return MemoryStore(memory_root, "web")
+
+
+def _content(root: Path) -> dict[str, bytes]:
+    """Records, ledgers and embeddings: what --repair must never touch."""
+    files = list(root.glob("*/records/*.json")) + list(root.glob("*/issues.jsonl")) + list(root.glob("*/embeddings.jsonl"))
+    return {str(p): p.read_bytes() for p in files}
+
+
+def _findings(res) -> list[tuple[str, str, str]]:
+    return [(f["check"], f["severity"], Path(f["path"]).name) for f in json.loads(res.stdout)["findings"]]
+
+
+def test_a_clean_store_is_clean(store, memory_root):
+    res = doc("--cwd", "/home/dev/web")
+    assert res.exit_code == 0, res.output
+    assert res.stdout == (
+        f"Memory root: {memory_root}\n"
+        "projects.json: ok\n"
+        "web: 3 records, 1 ledger events: ok\n"
+        "clean: 1 project(s), 3 records checked.\n"
+    )
+
+
+def test_the_fixture_store_is_clean(fixture_copy):
+    res = doc("--all", "--memory-dir", fixture_copy, "--secrets")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[-1] == "clean: 3 project(s), 68 records checked."
+
+
+def test_json_report(store):
+    res = doc("--all", "--json")
+    data = json.loads(res.stdout)
+    assert data["clean"] is True and data["counts"] == {"error": 0, "repairable": 0, "warning": 0}
+    assert data["projects"] == [{"slug": "web", "records": 3, "unreadable": 0, "events": 1, "embeddings": 0}]
+
+
+def test_bad_records_are_errors_that_repair_leaves_alone(store):
+    (store.records_dir / "bad.json").write_text('{"runId": "bad", ')
+    (store.records_dir / "other.json").write_text((store.records_dir / "r1.json").read_text())  # runId r1 in other.json
+    (store.records_dir / "notes.txt").write_text("hi")
+    before = _content(store.root)
+    res = doc("--all", "--json", "--repair")
+    assert res.exit_code == 1
+    found = _findings(res)
+    assert ("records", "error", "bad.json") in found and ("records", "error", "other.json") in found
+    assert ("records", "warning", "notes.txt") in found
+    messages = {Path(f["path"]).name: f["message"] for f in json.loads(res.stdout)["findings"]}
+    assert "does not match its file name" in messages["other.json"]
+    assert _content(store.root) == before
+
+
+def test_index_missing_stale_or_damaged_is_rebuilt(store):
+    from cybmem.runs import write_run
+
+    store.index_path.unlink()
+    assert ("index", "repairable", "index.json") in _findings(doc("--all", "--json"))
+    store.rebuild_index()
+    # A writer killed between linking its record and updating the index:
+    write_run(make_run("r4", "Later", start=T0 + 5 * 60 * MIN), Settings.from_env())
+    data = json.loads(store.index_path.read_bytes())
+    data["entries"] = [e for e in data["entries"] if e["runId"] != "r4"]
+    data["count"] -= 1
+    store.index_path.write_text(json.dumps(data))
+    res = doc("--all", "--json")
+    assert res.exit_code == 1
+    (msg,) = [f["message"] for f in json.loads(res.stdout)["findings"] if f["check"] == "index"]
+    assert msg == "index.json is stale: 1 record(s) missing from it"
+    # Readers already see r4 (merged in memory); repair writes it down.
+    assert "r4" in [e["runId"] for e in MemoryStore(store.root, "web").index_entries()]
+    before = _content(store.root)
+    res = doc("--all", "--repair")
+    assert res.exit_code == 0, res.output
+    assert f"repaired: rebuilt {store.index_path} from 4 records" in res.stdout
+    assert _content(store.root) == before
+    store.index_path.write_text("{not json")
+    assert ("index", "repairable", "index.json") in _findings(doc("--all", "--json"))
+    assert doc("--all", "--repair").exit_code == 0
+    assert doc("--all").exit_code == 0
+
+
+def test_ledger_torn_tail_is_a_warning_and_bad_lines_are_errors(store):
+    with open(store.issues_path, "ab") as fh:
+        fh.write(b'{"issueId": "x", "at": 1, "event": "opened", "byRunId": "r1"}\n')
+        fh.write(b'{"issueId": "x", "at": 2, "event": "opened", "byRunId": "r2"}\n')  # opened while open
+        fh.write(b'{"issueId": "torn", "at": 1, "ev')
+    res = doc("--all", "--json")
+    assert res.exit_code == 0, "warnings alone leave a store clean"
+    found = _findings(res)
+    assert found == [("ledger", "warning", "issues.jsonl:3"), ("ledger", "warning", "issues.jsonl:4")]  # dup "opened", torn
+    text = doc("--all").stdout
+    assert "torn last line (no newline: a writer was interrupted)" in text
+    with open(store.issues_path, "ab") as fh:
+        fh.write(b'\n{"issueId": "y", "at": 1, "event": "exploded"}\n')
+    res = doc("--all", "--json", "--repair")
+    assert res.exit_code == 1
+    assert ("ledger", "error", "issues.jsonl:5") in _findings(res)
+    assert ("ledger", "warning", "issues.jsonl:4") in _findings(res), "a torn line closed by a later append stays a warning"
+
+
+def test_temp_leftovers_old_ones_are_removed_young_ones_kept(store):
+    old = store.records_dir / ".tmp-old.part"
+    young = store.dir / ".tmp-young.part"
+    weights_tmp = store.dir / ".weights.json.abc.tmp"
+    for p in (old, young, weights_tmp):
+        p.write_text("half")
+    past = time.time() - 3600
+    os.utime(old, (past, past))
+    os.utime(weights_tmp, (past, past))
+    res = doc("--all", "--json")
+    assert res.exit_code == 1
+    found = _findings(res)
+    assert ("temp", "repairable", ".tmp-old.part") in found and ("temp", "warning", ".tmp-young.part") in found
+    assert ("temp", "repairable", ".weights.json.abc.tmp") in found
+    res = doc("--all", "--repair")
+    assert res.exit_code == 0, res.output
+    assert not old.exists() and not weights_tmp.exists() and young.exists()
+    assert doc("--all", "--repair", "--temp-age", "0").exit_code == 0
+    assert not young.exists()
+
+
+def test_cache_behind_is_a_warning_damaged_is_repaired(store, settings):
+    from cybmem.frames import load_snapshot
+    from cybmem.runs import write_run
+
+    load_snapshot(store)
+    assert doc("--all").exit_code == 0
+    write_run(make_run("r9", "New one", start=T0 + 9 * 60 * MIN), settings)
+    res = doc("--all", "--json")
+    assert res.exit_code == 0
+    assert ("cache", "warning", ".cache") in _findings(res)
+    (store.dir / ".cache" / "manifest.json").write_text("garbage")
+    assert ("cache", "repairable", ".cache") in _findings(doc("--all", "--json"))
+    res = doc("--all", "--repair")
+    assert res.exit_code == 0 and "repaired: refreshed" in res.stdout
+    assert "cache" not in {f[0] for f in _findings(doc("--all", "--json"))}
+    for seg in (store.dir / ".cache").glob("rec-*.arrow"):
+        seg.write_bytes(seg.read_bytes()[:20])
+    assert ("cache", "repairable", ".cache") in _findings(doc("--all", "--json"))
+    assert doc("--all", "--repair").exit_code == 0
+    assert set(load_snapshot(store).records.column("runId").to_pylist()) == {"r1", "r2", "r3", "r9"}
+
+
+def test_projects_json_checks(store, memory_root):
+    (memory_root / "orphan" / "records").mkdir(parents=True)
+    (memory_root / "orphan" / "records" / "o1.json").write_text(json.dumps({"runId": "o1", "cwd": "/srv/orphan"}))
+    found = _findings(doc("--all", "--json"))
+    assert ("projects", "warning", "orphan") in found
+    projects = json.loads((memory_root / "projects.json").read_text())
+    projects["web-2"] = {"cwd": "/home/dev/web"}
+    projects["../up"] = {"cwd": "/x"}
+    (memory_root / "projects.json").write_text(json.dumps(projects))
+    res = doc("--all", "--json", "--repair")
+    assert res.exit_code == 1
+    messages = [f["message"] for f in json.loads(res.stdout)["findings"] if f["check"] == "projects" and f["severity"] == "error"]
+    assert any("has 2 slugs (web, web-2)" in m for m in messages)
+    assert any("'../up' is not a safe directory name" in m for m in messages)
+    (memory_root / "projects.json").write_text("{broken")
+    res = doc("--all", "--json")
+    assert res.exit_code == 1 and ("projects", "error", "projects.json") in _findings(res)
+
+
+def test_embeddings_checks(store):
+    store.embeddings_path.write_text(
+        '{"runId": "r1", "model": "m", "vector": [0.1, 0.2, 0.3]}\n'
+        '{"runId": "r2", "model": "m", "vector": [0.1, 0.2, 0.3]}\n'
+        '{"runId": "r3", "model": "other", "vector": [1.0]}\n'
+        '{"runId": "r1", "model": "m", "vector": "nope"}\n'
+        '{"runId": "r2", "model": "m", "vector": [0.5, 0.5]}\n'
+        '{"runId": "r3", "model": "m", "vec'
+    )
+    before = _content(store.root)
+    res = doc("--all", "--json", "--repair")
+    assert res.exit_code == 1
+    findings = json.loads(res.stdout)["findings"]
+    emb = [(f["severity"], Path(f["path"]).name) for f in findings if f["check"] == "embeddings"]
+    assert ("error", "embeddings.jsonl:4") in emb and ("warning", "embeddings.jsonl:6") in emb
+    (dims,) = [f["message"] for f in findings if f["check"] == "embeddings" and f["path"].endswith("embeddings.jsonl")]
+    assert dims == "model 'm' has vectors of more than one dimension: 3 (x2) and 2 (x1, first at line 5)"
+    assert json.loads(res.stdout)["projects"][0]["embeddings"] == 4
+    assert _content(store.root) == before
+
+
+def test_selection(store, memory_root):
+    res = doc("--cwd", "/somewhere/else")
+    assert res.exit_code == 1 and "--all" in res.stderr and res.stderr.startswith("Error: no memory for project")
+    assert doc("--project", "web").exit_code == 0
+    res = doc("--project", "nope")
+    assert res.exit_code == 1 and "known projects: web" in res.stderr
+    res = doc("--memory-dir", memory_root / "missing", "--all")
+    assert res.exit_code == 1 and "nothing has been written there yet" in res.stderr
+
+
+# --- secrets ----------------------------------------------------------------------------------
+
+
+def _secret_run(rid: str):
+    out = f"Done.\n\nACCOMPLISHED:\n- rotated {GITHUB}\nISSUES:\n- Key leaked: found {AWS} in logs\nNEXT:\n- none\n"
+    return make_run(rid, f"Deploy with AWS key {AWS} and postgres://admin:hunter2pass@db/prod", output=out)
+
+
+def test_secrets_are_redacted_before_writing_through_the_cli(memory_root, tmp_path):
+    path = write_json(tmp_path / "run.json", _secret_run("s1"))
+    res = runner.invoke(app, ["write", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "cybmem: redacted secrets before writing: aws_access_key_id, github_token, url_password" in res.stderr
+    raw = (memory_root / "web" / "records" / "s1.json").read_text() + (memory_root / "web" / "issues.jsonl").read_text()
+    assert AWS not in raw and GITHUB not in raw and "hunter2pass" not in raw
+    assert "[REDACTED:aws_access_key_id]" in raw
+    assert doc("--all", "--secrets").exit_code == 0
+
+
+def test_redaction_off_then_doctor_secrets_reports_without_printing_or_rewriting(memory_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("CYBERINE_MEMORY_REDACT", "0")
+    path = write_json(tmp_path / "run.json", _secret_run("s1"))
+    res = runner.invoke(app, ["write", str(path)])
+    assert res.exit_code == 0 and "redacted" not in res.stderr
+    assert AWS in (memory_root / "web" / "records" / "s1.json").read_text()
+    monkeypatch.delenv("CYBERINE_MEMORY_REDACT")
+    before = _content(memory_root)
+    assert doc("--all").exit_code == 0, "secrets are only looked for with --secrets"
+    res = doc("--all", "--secrets", "--json")
+    assert res.exit_code == 1
+    found = {(Path(f["path"]).name, f["field"], f["kind"]) for f in json.loads(res.stdout)["findings"] if f["check"] == "secrets"}
+    assert found == {
+        ("s1.json", "task", "aws_access_key_id"),
+        ("s1.json", "task", "url_password"),
+        ("s1.json", "outcome.summary", "aws_access_key_id"),
+        ("s1.json", "outcome.summary", "url_password"),
+        ("s1.json", "outcome.accomplished[0]", "github_token"),
+        ("issues.jsonl:1", "detail", "aws_access_key_id"),
+    }
+    text = doc("--all", "--secrets", "--repair")
+    assert text.exit_code == 1
+    for out in (res.stdout, text.stdout, text.stderr):
+        assert AWS not in out and GITHUB not in out and "hunter2pass" not in out
+    assert "[task]: secret of kind aws_access_key_id stored here (value not shown)" in text.stdout
+    assert _content(memory_root) == before, "doctor --secrets never rewrites anything"
+
+
+def test_library_entry_point(store, settings):
+    report = doctor(settings, all_projects=True)
+    assert report.clean and [p.slug for p in report.projects] == ["web"]
+    store.append_issue_events([IssueEvent(issueId="flaky-login-test", at=T0 + 1, event="resolved", byRunId="r3")])
+    assert doctor(settings, project="web").clean
