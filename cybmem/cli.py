@@ -191,6 +191,7 @@ def show_cmd(
     asked = store.resolve_run_id(run_id)
     chain = [] if original else supersession_chain(store, asked)
     rec = store.read_record(chain[-1] if chain else asked)
+    _warn_problems(store)
     if as_json:
         data = rec.to_dict()
         if chain:
@@ -558,6 +559,7 @@ def inject_cmd(
             store = None  # a project with no memory gets no block
         if store is not None:
             block = memory_block(store, text, settings, as_of=parse_as_of(as_of), parent_run_id=parent, chat_session_id=chat)
+            _warn_problems(store)
     if as_json:
         _print_json({"block": block, "task": text, "prompt": put_ahead(text, block)})
         return

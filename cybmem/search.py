@@ -322,6 +322,7 @@ def memory_block(
     if not settings.enabled or not store.exists():
         return ""
     snap = load_snapshot(store)
+    store.problems.extend(p for p in snap.problems if p not in store.problems)  # reported by the caller
     result = search(
         snap, task, k=settings.topk, weights=weights, settings=settings, as_of=as_of, now_ms=now_ms,
         parent_run_id=parent_run_id or settings.parent_run_id,

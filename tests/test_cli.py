@@ -228,3 +228,14 @@ def test_fixture_store_reads(fixture_copy):
     assert len(entries) == 47 and {e["state"] for e in entries} == {"done", "error", "cancelled"}
     res = run("projects", "--memory-dir", fixture_copy)
     assert "web-7663e1" in res.output and "/srv/clients/acme/web" in res.output
+
+
+def test_inject_and_show_report_unreadable_records_once(populated):
+    (populated / "web" / "records" / "broken.json").write_text("{not json")
+    res = run("inject", "login form", "--cwd", "/home/dev/web")
+    assert res.exit_code == 0
+    warnings = res.stderr.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith("warning: broken.json: not valid JSON")
+    assert res.stdout.endswith("END MEMORY\n\nlogin form"), "stdout stays the exact prompt"
+    res = run("show", "aaaa1111", "--cwd", "/home/dev/web")
+    assert res.exit_code == 0 and res.stderr.count("warning: broken.json") == 1
