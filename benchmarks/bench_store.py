@@ -96,8 +96,7 @@ def frame_only(root: Path) -> None:
 
     store = MemoryStore(root, SLUG)
     entries = sorted(frames._list_records(store).items())
-    cols, _bad, _problems = frames._parse_records(store, entries, {})
-    cols.table()
+    frames._load_records(store, entries, {})
 
 
 def imported_packages(cmd: list[str], env: dict) -> list[str]:

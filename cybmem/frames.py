@@ -562,6 +562,12 @@ def _write_ipc(path: Path, table: pa.Table) -> None:
     atomic_write(path, sink.getvalue().to_pybytes())
 
 
+def _write_events(cache: Path, events: pa.Table) -> None:
+    """The cached ledger and its fold (the open issues), written together."""
+    _write_ipc(cache / "events.arrow", events)
+    _write_ipc(cache / "open.arrow", open_issues_table(events))
+
+
 def _read_ipc(path: Path) -> pa.Table:
     source = pa.memory_map(str(path), "r")
     return ipc.open_file(source).read_all()
@@ -663,6 +669,21 @@ class Snapshot:
                 for n in names
             )
         return self._cache["lineage"]
+
+    def open_issues(self, as_of_ms: int | None = None) -> pa.Table:
+        """Open issues, newest opened first (see :func:`open_issues_table`); cached fold when warm."""
+        if as_of_ms is not None:
+            return open_issues_table(self.events, as_of_ms=as_of_ms)
+        if "open" not in self._cache:
+            path = self._cache.get("open_file")
+            table = None
+            if path is not None:
+                try:
+                    table = _read_ipc(path)
+                except (OSError, pa.ArrowException):
+                    table = None
+            self._cache["open"] = table if table is not None else open_issues_table(self.events)
+        return self._cache["open"]
 
     def run_lookup(self):
         """A sorted run-id lookup for the lineage walk (from the second query of a snapshot on)."""
@@ -791,7 +812,9 @@ def _load_warm(store: MemoryStore, cache: Path) -> Snapshot | None:
     if manifest is None or not _is_fresh(store, manifest):
         return None
     records, index, events = _segments_tables(cache, manifest)
-    return Snapshot(store, records, events, index, _problems_of(manifest), from_cache=True, parsed=0)
+    snap = Snapshot(store, records, events, index, _problems_of(manifest), from_cache=True, parsed=0)
+    snap._cache["open_file"] = cache / "open.arrow"
+    return snap
 
 
 def _discard_manifest(cache: Path) -> None:
@@ -846,7 +869,7 @@ def _refresh(store: MemoryStore, cache: Path) -> Snapshot:
                 manifest.ledger = {**led_stat, "lines": raw.count(b"\n")}
             else:
                 manifest.ledger = {"size": consumed, "mtime_ns": None, "ino": led_stat["ino"], "lines": raw[:consumed].count(b"\n")}
-            _write_ipc(cache / "events.arrow", events)
+            _write_events(cache, events)
             manifest.problems = [[p.path, p.message] for p in problems]
             manifest.dir_mtime_ns = _dir_mtime_for_manifest(store, scanned_at)
             atomic_write(cache / "manifest.json", manifest.to_bytes())
@@ -875,7 +898,7 @@ def _refresh(store: MemoryStore, cache: Path) -> Snapshot:
             consumed, lines, led_problems = ledger.get("size", 0), ledger.get("lines", 0), []
         problems += [p for p in led_problems if p not in problems]
         if (consumed, lines) != (ledger.get("size", 0), ledger.get("lines", 0)) or not same_file:
-            _write_ipc(cache / "events.arrow", events)
+            _write_events(cache, events)
         manifest.ledger = {"size": consumed, "mtime_ns": led_stat["mtime_ns"] if consumed == led_stat["size"] else None,
                            "ino": led_stat["ino"], "lines": lines}
 

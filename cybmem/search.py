@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import ValidationError
-from .frames import Snapshot, load_snapshot, open_issues_table
+from .frames import Snapshot, load_snapshot
 from .preamble import OpenIssue, PreambleEntry, inject, render_block
 from .scoring import LineageContext, Scored, Weights, explain, lineage_affinity, load_weights, rank, score, tokenize
 from .settings import Settings
@@ -328,7 +328,7 @@ def memory_block(
         parent_run_id=parent_run_id or settings.parent_run_id,
         chat_session_id=chat_session_id or settings.chat_session_id,
     )
-    table = open_issues_table(snap.events, as_of_ms=as_of)
+    table = snap.open_issues(as_of)
     raised = sorted({i for h in result.hits for i in h.issues})
     if table.num_rows and raised:
         import pyarrow.compute as pc

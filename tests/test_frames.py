@@ -229,3 +229,16 @@ def test_bulk_path_sets_aside_garbage_and_keeps_the_rest(fixture_copy, monkeypat
     snap = load_snapshot(store, use_cache=False)
     assert snap.n == 47 and [p.path.rsplit("/", 1)[1] for p in snap.problems] == ["garbage.json"]
     assert calls == [48, 47], "one bulk try with everything, one without the garbage"
+
+
+def test_cached_open_issue_fold_follows_the_ledger(store):
+    from cybmem.frames import open_issues_table
+
+    load_snapshot(store)
+    warm = load_snapshot(store)
+    assert warm.from_cache and warm.open_issues().equals(open_issues_table(warm.events))
+    with store.issues_path.open("ab") as fh:
+        fh.write(b'{"issueId": "problem-2", "at": 1761999999000, "event": "resolved", "byRunId": "r4"}\n')
+    load_snapshot(store)
+    again = load_snapshot(store)
+    assert again.open_issues().column("issueId").to_pylist() == ["problem-4", "problem-0"]
