@@ -203,3 +203,51 @@ def test_open_issues_raised_by_retrieved_runs_come_first(settings):
     issue_lines = block.split("Open issues in this project:\n")[1].splitlines()[:-1]
     assert issue_lines[0].startswith("- cart-drawer-flickers:")
     assert [line.split(":")[0] for line in issue_lines[1:]] == [f"- chore-problem-{i}" for i in (4, 3, 2, 1, 0)], "then newest first"
+
+
+def _synthetic_snapshot(n=3000, seed=7):
+    """An in-memory snapshot with many keyword matches per query (exercises pool pruning)."""
+    import random
+
+    import pyarrow as pa
+
+    from cybmem.frames import Snapshot
+    from cybmem.scoring import KeywordIndex, tokenize
+
+    rng = random.Random(seed)
+    words = "cart drawer test flaky login checkout fix add page api search fixture order teardown".split()
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(n)]
+    ids = [f"r{i:05d}" for i in range(n)]
+    ended = [T0 + i * 3_600_000 for i in range(n)]
+    roots = [f"r{(i // 50) * 50:05d}" for i in range(n)]
+    parents = [ids[i - 1] if i % 7 == 0 and i else None for i in range(n)]
+    chats = [f"chat-{i % 13}" if i % 5 == 0 else None for i in range(n)]
+    nulls = pa.nulls(n, pa.string())
+    table = pa.table({
+        "runId": ids, "parentRunId": pa.array(parents, pa.string()), "previousRunId": pa.array([None] + ids[:-1], pa.string()),
+        "rootRunId": roots, "chatSessionId": pa.array(chats, pa.string()),
+        "endedAt": pa.array(ended, pa.int64()).cast(pa.timestamp("ms", tz="UTC")), "supersedes": nulls, "supersededBy": nulls,
+    })
+    return Snapshot(None, table, None, KeywordIndex.build([tokenize(t) for t in texts]))
+
+
+@pytest.mark.parametrize("weights", [Weights(), Weights(w_kw=0.9, w_rec=0.1, w_lin=0.0), Weights(w_kw=0.3, w_rec=0.3, w_lin=0.4, half_life_days=3)])
+def test_pruned_pool_still_ranks_exactly(weights):
+    from cybmem.scoring import lineage_affinity, rank, score, tokenize
+    from cybmem.search import _candidates, _context, rank_query
+
+    snap = _synthetic_snapshot()
+    r = snap.records
+    now = T0 + 3001 * 3_600_000
+    for query in ("cart drawer", "flaky login test", "fix", "checkout page api search", "teardown order fixture"):
+        for parent in (None, "r02100", "r02996"):
+            ranked = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent)
+            mask = _candidates(snap, None)
+            ctx = _context(snap, mask, parent, None)
+            kw = snap.index.scores(tokenize(query))
+            lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
+                                   r.column("rootRunId"), r.column("chatSessionId"), ctx)
+            dense = score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
+                          weights=weights, mask=mask)
+            assert ranked.top == rank(dense, 10), (query, parent)
+            assert len(ranked.scored.total) < snap.n, "the pool is smaller than the store"
