@@ -1,0 +1,88 @@
+"""Run every benchmark and write benchmarks/RESULTS.md.
+
+    pip install -e '.[bench]'
+    python benchmarks/run_all.py                 # 7.7k, 100k and 1M records (about 15-25 minutes)
+    python benchmarks/run_all.py --quick         # 7.7k and 100k only
+
+Each script prints medians and ratios measured in the same run; this runner keeps
+their printed output verbatim in RESULTS.md, under the machine they ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")).split()[1])
+        mem = f", {kb / 2**20:.0f} GiB RAM"
+    except (OSError, StopIteration, ValueError):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    import numpy
+    import pyarrow
+
+    return (f"{platform.platform()}, {os.cpu_count()} cores ({cpu}){mem}; Python {platform.python_version()}, "
+            f"numpy {numpy.__version__}, pyarrow {pyarrow.__version__}; load average at start {load:.1f}")
+
+
+def run(title: str, argv: list[str], what: str) -> str:
+    print(f"== {title}: {' '.join(argv)}", flush=True)
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, *argv], cwd=HERE.parent, capture_output=True, text=True)
+    took = time.perf_counter() - t
+    sys.stdout.write(p.stdout[-3000:])
+    status = "" if p.returncode == 0 else f" (exit {p.returncode})\n\n```\n{p.stderr[-4000:]}\n```"
+    return (f"## {title}\n\n{what}\n\n`python {' '.join(argv)}` ({took:.0f} s){status}\n\n```\n{p.stdout.strip()}\n```\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="skip the 1M-record sizes")
+    ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    args = ap.parse_args()
+    sizes = "7761,100000" if args.quick else "7761,100000,1000000"
+    parts = [
+        run("In-process query latency", ["benchmarks/bench_query.py", "--sizes", sizes, "--queries", "200"],
+            "cybmem's ranking against bm25s and rank_bm25 on the same records and queries, and against a "
+            "scipy sparse-matrix floor (postings of the query terms + one dense re-rank pass). Medians of "
+            "200 queries of 3-8 words; systems timed in turn on each query."),
+        run("Load, refresh and warm CLI", ["benchmarks/bench_store.py", "--sizes", "7761,100000"],
+            "Cold load against read + orjson-parse of the same files; refresh after one new record "
+            "against the cold load; warm `cybmem search` / `cybmem inject` wall time against a bare "
+            "interpreter importing exactly the packages the command imports."),
+        run("Retrieval quality", ["benchmarks/bench_quality.py"],
+            "MRR@10, recall@10 and nDCG@10 on the corpus qrels, replayed as of each query's moment through "
+            "the production search path, default weights against single axes."),
+        run("Weight search", ["benchmarks/bench_tune.py"],
+            "Grid search over w_kw, w_rec, w_lin on the corpus replicated to 20k records, 500 queries."),
+    ]
+    header = (f"# Benchmark results\n\nLatest run: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+              f"`python benchmarks/run_all.py{' --quick' if args.quick else ''}`.\n\nMachine: {machine()}.\n\n"
+              "The machines are shared and noisy: read the ratios (measured in the same run), not the absolute "
+              "times.\n\n")
+    args.out.write_text(header + "\n".join(parts))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
