@@ -181,32 +181,48 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     best total, and a record whose best possible total (its keyword and lineage terms
     plus the largest recency term, w_rec) is below it cannot rank, so it is dropped.
     """
-    hot = np.zeros(len(mask), dtype=bool) if kw is None else (mask & (kw > 0))
-    rest = mask & ~hot
-    order = snap.newest_first() if by_recency else np.arange(snap.n - 1, -1, -1)
-    picked = [np.flatnonzero(hot)]
     step = 4 * k + 64
-    if lin is None:
-        groups = [rest]
-    else:
-        linked = rest & (lin > 0)
-        groups = [rest & ~linked]
-        ids = np.flatnonzero(linked)
-        if len(ids) <= step:
-            picked.append(ids)  # few linked records: all of them
+    empty = np.zeros(0, np.int64)
+    hot = empty if kw is None else np.flatnonzero(kw > 0)
+    hot = hot[mask[hot]]
+    order = snap.newest_first() if by_recency else None
+
+    def newest_of(group: np.ndarray) -> np.ndarray:
+        """The k rows of ``group`` (ascending row indices) that rank first on recency alone."""
+        if len(group) <= k:
+            return group
+        if not by_recency:
+            return group[-k:]  # a tie: the higher rows win
+        ended = snap.ended_ms()[group]
+        cut = np.partition(ended, len(group) - k)[len(group) - k]
+        return group[ended >= cut]  # the k newest, plus any tied with the k-th (a superset is exact)
+
+    picked = [hot]
+    # Records with neither a keyword nor a lineage score: walk newest first (they are most records).
+    got, start = 0, 0
+    n = snap.n
+    while got < k and start < n:
+        chunk = order[start:start + step] if order is not None else np.arange(max(n - start - step, 0), n - start)[::-1]
+        start += step
+        ok = mask[chunk]
+        if kw is not None:
+            ok &= kw[chunk] <= 0
+        if lin is not None:
+            ok &= lin[chunk] <= 0
+        chunk = chunk[ok][: k - got]
+        picked.append(chunk)
+        got += len(chunk)
+    if lin is not None:
+        linked = np.flatnonzero(lin > 0)
+        linked = linked[mask[linked]]
+        if kw is not None:
+            linked = linked[kw[linked] <= 0]
+        if len(linked) <= step:
+            picked.append(linked)
         else:
-            groups += [linked & (lin == level) for level in np.unique(lin[ids])]
-    for group in groups:
-        if np.count_nonzero(group) <= step:
-            picked.append(np.flatnonzero(group))  # a small group: all of it (a superset is exact too)
-            continue
-        got, start = 0, 0
-        while got < k and start < len(order):
-            chunk = order[start:start + step]
-            start += step
-            chunk = chunk[group[chunk]][: k - got]
-            picked.append(chunk)
-            got += len(chunk)
+            levels = lin[linked]
+            for level in np.unique(levels):
+                picked.append(newest_of(linked[levels == level]))
     if weights is not None and kw is not None and len(picked[0]) > 8 * k:
         hot_idx = picked[0]
         others = np.concatenate(picked[1:]) if len(picked) > 1 else np.zeros(0, np.int64)
