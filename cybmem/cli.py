@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from .errors import CybmemError
+from .outcome import head_line
 from .settings import Settings
 
 app = typer.Typer(
@@ -87,11 +88,7 @@ def _table(headers: list[str], rows: list[list[str]], *, last_wide: bool = True)
 
 
 def _head(text: str, limit: int = 72) -> str:
-    for line in (text or "").splitlines():
-        if line.strip():
-            line = " ".join(line.split())
-            return line if len(line) <= limit else line[: limit - 1] + "…"
-    return ""
+    return head_line(text, limit)
 
 
 def _warn_problems(store) -> None:

@@ -19,6 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
+from .outcome import head_line
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
@@ -54,11 +56,7 @@ class _Figure(Figure):
 
 
 def _head(text: Any, limit: int) -> str:
-    for line in str(text or "").splitlines():
-        if line.strip():
-            line = " ".join(line.split())
-            return line if len(line) <= limit else line[: limit - 1] + "…"
-    return ""
+    return head_line(str(text or ""), limit)
 
 
 def _datenum(ts: "pd.Series") -> np.ndarray:

@@ -23,6 +23,7 @@ import orjson
 
 from ._io import TMP_PREFIX, append_lines, atomic_write, ensure_dir, locked, publish, stage, sync_path
 from .errors import AmbiguousError, ConflictError, NotFoundError, StoreError, ValidationError
+from .outcome import head_line, shorten
 from .projects import resolve_slug, validate_slug
 from .schema import ISSUE_EVENTS, ISSUE_ID_RE, IssueEvent, MemoryRecord, validate_run_id
 from .settings import Settings
@@ -144,18 +145,6 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _task_head(task: str, limit: int = 100) -> str:
-    for line in (task or "").splitlines():
-        if line.strip():
-            return _one_line(line, limit)
-    return ""
-
-
 def record_line(entry: dict) -> str:
     """The human one-liner of an index entry: ``2026-11-29 14:02 UTC  done  3f2a9c1e  task head``."""
     return f"{_iso(entry['endedAt'])} UTC  {entry['state']:<9}  {entry['runId'][:8]}  {entry['task']}"
@@ -168,8 +157,8 @@ def _index_entry(rec: MemoryRecord, superseded_by: str | None) -> dict:
         "endedAt": rec.endedAt,
         "state": rec.state,
         "workflowName": rec.workflowName,
-        "task": _task_head(rec.task),
-        "summary": _one_line(rec.outcome.summary, 200),
+        "task": head_line(rec.task, 100),
+        "summary": shorten(rec.outcome.summary, 200),
         "issues": list(rec.outcome.issues),
     }
     if rec.lineage.previousRunId:

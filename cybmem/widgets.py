@@ -20,6 +20,7 @@ import ipywidgets as W
 
 from .errors import CybmemError
 from .frames import Snapshot, load_snapshot
+from .outcome import head_line
 from .scoring import Weights
 from .search import SearchResult, search, weights_for
 from .settings import Settings
@@ -34,14 +35,6 @@ _LABELS = {"w_kw": "keyword", "w_rec": "recency", "w_lin": "lineage", "w_vec": "
 
 def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-
-
-def _head(text: str, limit: int = 70) -> str:
-    for line in (text or "").splitlines():
-        if line.strip():
-            line = " ".join(line.split())
-            return line if len(line) <= limit else line[: limit - 1] + "…"
-    return ""
 
 
 class TuningView:
@@ -204,7 +197,7 @@ class TuningView:
             return []
         return [{"rank": h.rank, "run": h.run_id[:8], "ended": _when(h.ended_at_ms), "state": h.state,
                  "score": round(h.score, 4), **{a: round(h.contributions.get(a, 0.0), 4) for a in ("keyword", "recency", "lineage", "vector")},
-                 "task": _head(h.task)} for h in self.result.hits]
+                 "task": head_line(h.task, 70)} for h in self.result.hits]
 
     def table_html(self) -> str:
         """The live top-k as an HTML table."""
