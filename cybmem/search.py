@@ -166,7 +166,7 @@ def _candidates(snap: Snapshot, as_of: int | None) -> np.ndarray:
 
 
 def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int,
-          *, by_recency: bool = True, weights: Weights | None = None, now_ms: int | None = None) -> np.ndarray:
+          *, by_recency: bool = True) -> np.ndarray:
     """Row indices that can reach the top k, ascending; scoring only these is exact.
 
     Every axis is non-negative. Records with a keyword score are all kept. A record
@@ -175,11 +175,6 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     the newer always scores at least as high: only the k newest of each level can
     reach the top k. With recency off they tie, and the ranking breaks ties by the
     higher row, so then the k highest rows of each level are taken instead.
-
-    With ``weights`` given, keyword-matched records are also pruned MaxScore-style: a
-    preliminary top k (the best keyword matches plus the records above) sets the k-th
-    best total, and a record whose best possible total (its keyword and lineage terms
-    plus the largest recency term, w_rec) is below it cannot rank, so it is dropped.
     """
     step = 4 * k + 64
     empty = np.zeros(0, np.int64)
@@ -223,24 +218,6 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
             levels = lin[linked]
             for level in np.unique(levels):
                 picked.append(newest_of(linked[levels == level]))
-    if weights is not None and kw is not None and len(picked[0]) > 8 * k:
-        hot_idx = picked[0]
-        others = np.concatenate(picked[1:]) if len(picked) > 1 else np.zeros(0, np.int64)
-        best = hot_idx[np.argpartition(kw[hot_idx], len(hot_idx) - k)[len(hot_idx) - k:]]
-        prelim = np.sort(np.concatenate([best, others]))
-        sub = lambda a: None if a is None else a[prelim]  # noqa: E731
-        pre = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[prelim], now_ms=now_ms, lineage=sub(lin),
-                    vector_cos=None, weights=weights, mask=mask[prelim])
-        totals = np.sort(pre.total[mask[prelim]])
-        if len(totals) >= k:
-            theta = float(totals[-k])
-            kmax = float(kw[hot_idx].max())
-            bound = weights.w_kw * kw[hot_idx].astype(np.float64) / kmax + weights.w_rec
-            if lin is not None:
-                bound += weights.w_lin * lin[hot_idx]
-            keep = bound >= theta - 1e-5  # float32 totals: keep a margin
-            keep[np.argmax(kw[hot_idx])] = True  # the keyword axis is normalised by this record
-            picked[0] = hot_idx[keep]
     return np.sort(np.concatenate(picked)).astype(np.int64, copy=False)
 
 
@@ -286,7 +263,7 @@ def rank_query(
     lin = None
     if weights.w_lin:
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
-    idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, weights=weights, now_ms=now)
+    idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
                    vector_cos=None, weights=weights, mask=mask[idx])

@@ -206,7 +206,7 @@ def test_open_issues_raised_by_retrieved_runs_come_first(settings):
 
 
 def _synthetic_snapshot(n=3000, seed=7):
-    """An in-memory snapshot with many keyword matches per query (exercises pool pruning)."""
+    """An in-memory snapshot with many keyword matches and big lineage groups per query."""
     import random
 
     import pyarrow as pa
@@ -232,7 +232,7 @@ def _synthetic_snapshot(n=3000, seed=7):
 
 
 @pytest.mark.parametrize("weights", [Weights(), Weights(w_kw=0.9, w_rec=0.1, w_lin=0.0), Weights(w_kw=0.3, w_rec=0.3, w_lin=0.4, half_life_days=3)])
-def test_pruned_pool_still_ranks_exactly(weights):
+def test_pool_ranks_exactly_with_many_matches_and_big_lineage_groups(weights):
     from cybmem.scoring import lineage_affinity, rank, score, tokenize
     from cybmem.search import _candidates, _context, rank_query
 
