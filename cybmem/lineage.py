@@ -13,18 +13,7 @@ _MAX_WALK = 100_000  # guards against cycles written by other tools
 
 def supersession_chain(store: MemoryStore, run_id: str) -> list[str]:
     """Run ids that supersede ``run_id``, in order, ending with the newest truth ([] if none)."""
-    superseded = store.superseded_map()
-    out: list[str] = []
-    current = run_id
-    seen = {run_id}
-    while current in superseded:
-        nxt = superseded[current]
-        if nxt in seen or not store.record_path(nxt).exists():
-            break
-        out.append(nxt)
-        seen.add(nxt)
-        current = nxt
-    return out
+    return store.supersession_chain(run_id)
 
 
 @dataclass

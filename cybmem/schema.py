@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from .errors import ValidationError
@@ -25,12 +26,30 @@ __all__ = [
     "MemoryRecord",
     "IssueEvent",
     "validate_run_id",
+    "iso_to_ms",
+    "ms_to_utc",
 ]
 
 STATES = ("done", "error", "cancelled")
 ISSUE_EVENTS = ("opened", "resolved", "reopened", "wontfix")
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 ISSUE_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def iso_to_ms(text: str) -> int:
+    """Epoch milliseconds of an ISO 8601 date or date-time (UTC unless it names a zone).
+
+    Raises ValueError when ``text`` is not ISO 8601; callers word the message.
+    """
+    dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def ms_to_utc(ms: int) -> str:
+    """An epoch-millisecond timestamp as ``YYYY-MM-DD HH:MM`` in UTC (tables and one-liners)."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 def validate_run_id(value: Any, where: str = "runId") -> str:

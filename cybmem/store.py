@@ -16,16 +16,15 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
 
-from ._io import TMP_PREFIX, append_lines, atomic_write, ensure_dir, locked, publish, stage, sync_path
+from ._io import append_lines, atomic_write, ensure_dir, locked, publish, stage, sync_path
 from .errors import AmbiguousError, ConflictError, NotFoundError, StoreError, ValidationError
 from .outcome import head_line, shorten
 from .projects import resolve_slug, validate_slug
-from .schema import ISSUE_EVENTS, ISSUE_ID_RE, IssueEvent, MemoryRecord, validate_run_id
+from .schema import ISSUE_EVENTS, ISSUE_ID_RE, IssueEvent, MemoryRecord, ms_to_utc, validate_run_id
 from .settings import Settings
 
 __all__ = ["MemoryStore", "IssueState", "ReadProblem", "fold_issues", "record_line"]
@@ -141,13 +140,9 @@ def _copy_state(st: IssueState) -> IssueState:
     return out
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-
-
 def record_line(entry: dict) -> str:
     """The human one-liner of an index entry: ``2026-11-29 14:02 UTC  done  3f2a9c1e  task head``."""
-    return f"{_iso(entry['endedAt'])} UTC  {entry['state']:<9}  {entry['runId'][:8]}  {entry['task']}"
+    return f"{ms_to_utc(entry['endedAt'])} UTC  {entry['state']:<9}  {entry['runId'][:8]}  {entry['task']}"
 
 
 def _index_entry(rec: MemoryRecord, superseded_by: str | None) -> dict:
@@ -174,6 +169,22 @@ def _index_entry(rec: MemoryRecord, superseded_by: str | None) -> dict:
     if rec.supersedes:
         entry["supersedes"] = rec.supersedes
     return entry
+
+
+def _supersession(recs: list[MemoryRecord]) -> dict[str, str]:
+    """old runId -> the runId that supersedes it.
+
+    A ``supersededBy`` written by another tool counts unless a record's own
+    ``supersedes`` says otherwise (that one wins); a record never supersedes itself.
+    """
+    out: dict[str, str] = {}
+    for rec in recs:
+        if rec.supersededBy and rec.supersededBy != rec.runId:
+            out.setdefault(rec.runId, rec.supersededBy)
+    for rec in recs:
+        if rec.supersedes and rec.supersedes != rec.runId:
+            out[rec.supersedes] = rec.runId
+    return out
 
 
 def _sort_key(entry: dict) -> tuple:
@@ -538,10 +549,11 @@ class MemoryStore:
     def supersede(self, old_run_id: str, new: MemoryRecord, events: Iterable[IssueEvent] = ()) -> Path:
         """Write ``new`` as the correction of ``old_run_id``; the old record stays as it is."""
         old_id = self.resolve_run_id(old_run_id)
-        current = self.superseded_map().get(old_id)
+        superseded = self.superseded_map()
+        current = superseded.get(old_id)
         if current:
             raise ConflictError(
-                f"record {old_id} is already superseded by {current}; supersede {self.newest_truth(old_id)} instead"
+                f"record {old_id} is already superseded by {current}; supersede {self.newest_truth(old_id, superseded)} instead"
             )
         if new.runId == old_id:
             raise ValidationError("the correcting record needs a new runId; the old record is never rewritten")
@@ -550,27 +562,30 @@ class MemoryStore:
 
     def superseded_map(self) -> dict[str, str]:
         """old runId -> runId that supersedes it (from ``supersedes`` and ``supersededBy`` fields)."""
-        out: dict[str, str] = {}
-        for rec in self.iter_records():
-            if rec.supersededBy and rec.supersededBy != rec.runId:
-                out.setdefault(rec.runId, rec.supersededBy)
-        for rec in self.iter_records():
-            if rec.supersedes and rec.supersedes != rec.runId:
-                out[rec.supersedes] = rec.runId
-        return out
+        return _supersession(list(self.iter_records()))
 
-    def newest_truth(self, run_id: str, superseded: dict[str, str] | None = None) -> str:
-        """Follow supersession from ``run_id`` to the newest record (cycles and dangling links stop it)."""
+    def supersession_chain(self, run_id: str, superseded: dict[str, str] | None = None) -> list[str]:
+        """Run ids that supersede ``run_id``, in order, ending with the newest truth ([] if none).
+
+        Cycles and links to records that do not exist stop the walk.
+        """
         superseded = self.superseded_map() if superseded is None else superseded
+        out: list[str] = []
         seen = {run_id}
         current = run_id
         while current in superseded:
             nxt = superseded[current]
             if nxt in seen or not self.record_path(nxt).exists():
                 break
+            out.append(nxt)
             seen.add(nxt)
             current = nxt
-        return current
+        return out
+
+    def newest_truth(self, run_id: str, superseded: dict[str, str] | None = None) -> str:
+        """Follow supersession from ``run_id`` to the newest record."""
+        chain = self.supersession_chain(run_id, superseded)
+        return chain[-1] if chain else run_id
 
     def latest_run_id(self, *, before_ms: int | None = None, exclude: str | None = None) -> str | None:
         """The latest record (by endedAt) that ended at or before ``before_ms``."""
@@ -793,13 +808,7 @@ class MemoryStore:
             except (ValidationError, StoreError) as exc:
                 skipped[run_id] = str(exc)
         self._report_skipped(skipped)
-        superseded = {}
-        for rec in recs:
-            if rec.supersededBy:
-                superseded.setdefault(rec.runId, rec.supersededBy)
-        for rec in recs:
-            if rec.supersedes:
-                superseded[rec.supersedes] = rec.runId
+        superseded = _supersession(recs)
         entries = [_index_entry(r, superseded.get(r.runId)) for r in recs]
         entries.sort(key=_sort_key, reverse=True)
         return entries, skipped
