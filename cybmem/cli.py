@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,6 +17,7 @@ import typer
 
 from .errors import CybmemError
 from .outcome import head_line
+from .schema import ms_to_utc
 from .settings import Settings
 
 app = typer.Typer(
@@ -69,7 +69,7 @@ def _store(memory_dir, cwd, project, *, create: bool = False):
 def _when(ms: int | None) -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return ms_to_utc(ms)
 
 
 def _print_json(data) -> None:

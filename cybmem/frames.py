@@ -33,7 +33,6 @@ new manifest by rename, so concurrent readers and writers are safe.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from dataclasses import dataclass, field

@@ -14,7 +14,6 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
 from .preamble import strip
 from .projects import peek_slug
 from .redact import redact
-from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, validate_run_id
+from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_run_id
 from .settings import Settings
 from .store import MemoryStore
 
@@ -74,14 +73,9 @@ def _ms(value: Any, where: str) -> int | None:
         if text.isdigit():
             return _ms(int(text), where)
         try:
-            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return iso_to_ms(text)
         except ValueError:
             raise ValidationError(f"{where}: {value!r} is neither epoch milliseconds nor an ISO date") from None
-        if dt.tzinfo is None:
-            from datetime import timezone
-
-            dt = dt.replace(tzinfo=timezone.utc)
-        return int(dt.timestamp() * 1000)
     raise ValidationError(f"{where}: expected epoch milliseconds or an ISO date, got {type(value).__name__}")
 
 

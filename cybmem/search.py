@@ -9,9 +9,7 @@ imports pandas.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ from .errors import ValidationError
 from .frames import Snapshot, load_snapshot
 from .preamble import OpenIssue, PreambleEntry, inject, render_block
 from .scoring import LineageContext, Scored, Weights, explain, lineage_affinity, load_weights, rank, score, tokenize
+from .schema import iso_to_ms
 from .settings import Settings
 from .store import MemoryStore
 
@@ -51,12 +50,9 @@ def parse_as_of(value: str | int | None) -> int | None:
     if text.lstrip("-").isdigit():
         return int(text)
     try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return iso_to_ms(text)
     except ValueError:
         raise ValidationError(f"--as-of {value!r} is neither epoch milliseconds nor an ISO date (e.g. 2026-11-01 or 2026-11-01T09:30)") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
 
 
 def weights_files(settings: Settings, store: MemoryStore | None) -> list[Path]:

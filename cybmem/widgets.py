@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,6 +20,7 @@ import ipywidgets as W
 from .errors import CybmemError
 from .frames import Snapshot, load_snapshot
 from .outcome import head_line
+from .schema import ms_to_utc
 from .scoring import Weights
 from .search import SearchResult, search, weights_for
 from .settings import Settings
@@ -31,10 +31,6 @@ __all__ = ["TuningView", "tuning_view"]
 
 _WEIGHTS = ("w_kw", "w_rec", "w_lin", "w_vec")
 _LABELS = {"w_kw": "keyword", "w_rec": "recency", "w_lin": "lineage", "w_vec": "vector", "half_life_days": "half-life (d)"}
-
-
-def _when(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 class TuningView:
@@ -195,7 +191,7 @@ class TuningView:
         """The live top-k as plain rows (rank, run, ended, state, score, per-axis contributions, task)."""
         if self.result is None:
             return []
-        return [{"rank": h.rank, "run": h.run_id[:8], "ended": _when(h.ended_at_ms), "state": h.state,
+        return [{"rank": h.rank, "run": h.run_id[:8], "ended": ms_to_utc(h.ended_at_ms), "state": h.state,
                  "score": round(h.score, 4), **{a: round(h.contributions.get(a, 0.0), 4) for a in ("keyword", "recency", "lineage", "vector")},
                  "task": head_line(h.task, 70)} for h in self.result.hits]
 
