@@ -3,8 +3,9 @@
 Episodic run records and an issue ledger on disk (../shared/spec/store-format.md),
 lineage that traces every run, multi-axis retrieval and the MEMORY preamble.
 
-Attributes are imported lazily (PEP 562) so that ``import cybmem`` and the
-write path stay cheap; ``from cybmem import search`` works as usual.
+The public API is the names in ``__all__`` (pinned by tests/test_api.py); USAGE.md, "Python
+API", shows them in use. Attributes are imported lazily (PEP 562) so that ``import cybmem`` and
+the write path stay cheap; ``from cybmem import search`` works as usual.
 """
 
 from __future__ import annotations
@@ -15,72 +16,48 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
+    # errors
+    "CybmemError": "errors",
+    "ValidationError": "errors",
+    "NotFoundError": "errors",
     "AmbiguousError": "errors",
     "ConflictError": "errors",
-    "CybmemError": "errors",
-    "IssueEvent": "schema",
-    "Lineage": "schema",
-    "MemoryRecord": "schema",
-    "MemoryStore": "store",
-    "NotFoundError": "errors",
-    "Outcome": "schema",
-    "Settings": "settings",
-    "Snapshot": "frames",
     "StoreError": "errors",
-    "ValidationError": "errors",
-    "Weights": "scoring",
+    # the store and its records
+    "Settings": "settings",
+    "MemoryStore": "store",
+    "MemoryRecord": "schema",
+    "Lineage": "schema",
+    "Outcome": "schema",
     "Worker": "schema",
+    "IssueEvent": "schema",
+    "IssueState": "issues",
+    "list_projects": "projects",
+    # writing
+    "write_run": "runs",
+    # reading and lineage
     "chain": "lineage",
-    "inject": "preamble",
-    "inject_task": "search",
+    "load_snapshot": "snapshot",
+    "Snapshot": "snapshot",
+    "records_frame": "frames",
     "issue_events_frame": "frames",
     "issue_fold": "frames",
     "lineage_edges": "frames",
-    "list_projects": "projects",
-    "load_snapshot": "frames",
-    "memory_block": "search",
-    "records_frame": "frames",
-    "resolve_slug": "projects",
+    # retrieval and dispatch
+    "Weights": "weights",
+    "weights_for": "weights",
     "search": "search",
+    "inject_task": "dispatch",
+    "memory_block": "dispatch",
     "strip": "preamble",
-    "supersession_chain": "lineage",
-    "tokenize": "scoring",
-    "write_run": "runs",
+    # tuning and checks
+    "Judgment": "judgments",
+    "load_judgments": "judgments",
+    "tune": "tuning",
+    "doctor": "doctor",
 }
 
-__all__ = [
-    "AmbiguousError",
-    "ConflictError",
-    "CybmemError",
-    "IssueEvent",
-    "Lineage",
-    "MemoryRecord",
-    "MemoryStore",
-    "NotFoundError",
-    "Outcome",
-    "Settings",
-    "Snapshot",
-    "StoreError",
-    "ValidationError",
-    "Weights",
-    "Worker",
-    "chain",
-    "inject",
-    "inject_task",
-    "issue_events_frame",
-    "issue_fold",
-    "lineage_edges",
-    "list_projects",
-    "load_snapshot",
-    "memory_block",
-    "records_frame",
-    "resolve_slug",
-    "search",
-    "strip",
-    "supersession_chain",
-    "tokenize",
-    "write_run",
-]
+__all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,13 +1,23 @@
-"""File primitives: private directories, atomic writes, whole-line appends, OS locks."""
+"""File primitives: the one reader, the one JSON decoder, private directories, atomic writes,
+whole-line appends, OS locks. Every file cybmem reads or writes goes through here."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import json
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import StoreError
 
 TMP_PREFIX = ".tmp-"
 TMP_SUFFIX = ".part"
@@ -17,6 +27,100 @@ FILE_MODE = 0o600
 # Never follow a symlink planted where a store file should be: an append or a lock
 # must not land outside the memory root.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_READ_CHUNK = 1 << 20
+
+
+def read_file_st(path: str | os.PathLike, *, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """Read a whole regular file and return its bytes and the stat of what was read.
+
+    The one reader for everything under a memory root. It opens without following a final
+    symbolic link and without blocking (a FIFO or device planted where a file should be can
+    neither hang the reader nor feed it endless bytes), checks with fstat that the open file is a
+    regular file, and reads at most ``limit`` bytes (a file that is or grows larger is refused).
+
+    Raises:
+        FileNotFoundError: the file does not exist (callers decide whether that is normal).
+        StoreError: a symbolic link, not a regular file, larger than ``limit``, or unreadable;
+            the message names the path and what to do.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreError(f"{path} is a symbolic link; cybmem reads only real files inside the memory root "
+                             "(replace the link with the file, see `cybmem doctor`)") from None
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"{path} is not a regular file (a FIFO, device or directory); move it out of the memory root")
+        if limit is not None and st.st_size > limit:
+            raise StoreError(f"{path} is {st.st_size} bytes, larger than the {limit} such a file may have")
+        chunks: list[bytes] = []
+        got = 0
+        cap = None if limit is None else limit + 1
+        while True:
+            want = _READ_CHUNK if cap is None else min(_READ_CHUNK, cap - got)
+            if want <= 0:
+                break
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if limit is not None and got > limit:
+            raise StoreError(f"{path} grew past the {limit} bytes such a file may have while it was read")
+        return b"".join(chunks), st
+    except OSError as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_file(path: str | os.PathLike, *, limit: int | None = None) -> bytes:
+    """:func:`read_file_st` without the stat."""
+    return read_file_st(path, limit=limit)[0]
+
+
+# A \uD800-\uDFFF escape: JavaScript's JSON.stringify writes lone surrogates this way
+# (a string cut in the middle of an emoji by .slice()).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    return value
+
+
+def loads(raw: bytes | str) -> Any:
+    """Decode JSON as JavaScript's JSON.parse reads it; the one JSON decoder for stored files.
+
+    orjson does the work. It rejects a lone UTF-16 surrogate escape (``"\ud83c"``), which
+    JSON.parse accepts and JSON.stringify writes; such a document is decoded by the standard
+    library instead and each lone surrogate becomes U+FFFD, so the text stays valid UTF-8
+    everywhere downstream. Raises ``orjson.JSONDecodeError`` (a ValueError) on invalid JSON.
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+        if "surrogate" not in str(exc) or not _SURROGATE_ESCAPE.search(data):
+            raise
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except (ValueError, RecursionError):
+            raise exc from None
+        return _replace_surrogates(value)
 
 
 def ensure_dir(path: Path) -> Path:

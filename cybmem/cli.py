@@ -1,23 +1,32 @@
 """The ``cybmem`` command line: each command parses, calls one library function, renders.
 
-Errors from the library (CybmemError) print ``Error: ...`` on stderr and exit 1;
-usage mistakes exit 2 (Click). Heavy modules are imported inside the commands
-that need them, so the write and inject paths never pay for pandas or matplotlib.
+Longer than most modules because it is one Typer app; each command body stays a few lines.
+The options every project command shares (--memory-dir, --cwd, --project, --json) are defined
+once (:func:`command`). Errors are translated in one place (:func:`_run` for library errors,
+:func:`main` for Click's usage errors): ``Error: ...`` on stderr and exit 1 (usage mistakes:
+exit 2); under ``--json`` the error is a JSON object on stderr with the same exit code. The write
+hook and ``inject`` never fail the orchestrator: they warn on stderr in one line and exit 0.
+Heavy modules are imported inside the commands that need them, so the write and inject paths
+never pay for pandas or matplotlib.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Optional
 
+import click
 import typer
 
+from . import __version__
 from .errors import CybmemError
 from .outcome import head_line
-from .schema import ms_to_utc
+from .schema import ms_to_utc, parse_time
 from .settings import Settings
 
 app = typer.Typer(
@@ -31,55 +40,123 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"cybmem {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", callback=_version, is_eager=True)] = False,
+) -> None:
+    """Long-term memory for a coding-agent orchestrator."""
+
+
+# --- the shared options, defined once ----------------------------------------------
+
 MemoryDirOpt = Annotated[
     Optional[Path],
     typer.Option("--memory-dir", help="Memory root (default: $CYBERINE_MEMORY_DIR, else $CYBERINE_HOME/memory, else ~/.cyberine/memory).", show_default=False),
 ]
 CwdOpt = Annotated[Optional[Path], typer.Option("--cwd", help="Project directory whose memory to use (default: the current directory).", show_default=False)]
 ProjectOpt = Annotated[Optional[str], typer.Option("--project", "-p", help="Project slug to use instead of resolving --cwd (see `cybmem projects`).", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (errors too, on stderr).")]
+_KW = inspect.Parameter.KEYWORD_ONLY
+_SHARED = {
+    "memory_dir": inspect.Parameter("memory_dir", _KW, default=None, annotation=MemoryDirOpt),
+    "cwd": inspect.Parameter("cwd", _KW, default=None, annotation=CwdOpt),
+    "project": inspect.Parameter("project", _KW, default=None, annotation=ProjectOpt),
+    "as_json": inspect.Parameter("as_json", _KW, default=False, annotation=JsonOpt),
+}
 
 
-def _handle(fn):
-    """Translate library errors into ``Error: ...`` on stderr and exit code 1."""
+@dataclass
+class Ctx:
+    """What the shared options chose: the memory root, the project, the output form."""
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except CybmemError as exc:
-            typer.echo(f"Error: {exc}", err=True)
-            raise typer.Exit(1) from None
-        except BrokenPipeError:
-            raise typer.Exit(0) from None
+    memory_dir: Optional[Path] = None
+    cwd: Optional[Path] = None
+    project: Optional[str] = None
+    json: bool = False
 
-    return wrapper
+    @functools.cached_property
+    def settings(self) -> Settings:
+        return Settings.from_env(memory_dir=self.memory_dir)
 
+    def store(self, *, create: bool = False):
+        from .store import MemoryStore
 
-def _settings(memory_dir: Optional[Path]) -> Settings:
-    return Settings.from_env(memory_dir=memory_dir)
+        return MemoryStore.open(self.settings, cwd=self.cwd, project=self.project, create=create)
 
 
-def _store(memory_dir, cwd, project, *, create: bool = False):
-    from .store import MemoryStore
+def _error(message: str, code: int, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"error": message, "exitCode": code}, ensure_ascii=False), err=True)
+    else:
+        typer.echo(f"Error: {message}", err=True)
 
-    return MemoryStore.open(_settings(memory_dir), cwd=cwd, project=project, create=create)
+
+def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
+    """Call a command body; library errors become ``Error: ...`` and exit 1 (the one translator)."""
+    try:
+        return fn(ctx, **kwargs)
+    except CybmemError as exc:
+        _error(str(exc), 1, ctx.json)
+        raise typer.Exit(1) from None
+    except click.UsageError as exc:
+        if ctx.json:
+            _error(exc.format_message(), 2, True)
+            raise typer.Exit(2) from None
+        raise
+    except BrokenPipeError:
+        raise typer.Exit(0) from None
+    except OSError as exc:  # a store broken in a way the library did not name
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        _error(f"{where}{exc.strerror or exc}", 1, ctx.json)
+        raise typer.Exit(1) from None
+
+
+def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True):
+    """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it."""
+
+    def deco(fn: Callable) -> Callable:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for n, p in sig.parameters.items() if n != "ctx"]
+        names = (["memory_dir"] if memory else []) + (["cwd", "project"] if project else []) + (["as_json"] if as_json else [])
+        params = own + [_SHARED[n] for n in names]
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs):
+            ctx = Ctx(memory_dir=kwargs.pop("memory_dir", None), cwd=kwargs.pop("cwd", None),
+                      project=kwargs.pop("project", None), json=kwargs.pop("as_json", False))
+            return _run(fn, ctx, kwargs)
+
+        del wrapper.__wrapped__
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        app.command(name)(wrapper)
+        return fn
+
+    return deco
+
+
+# --- rendering ------------------------------------------------------------------------
 
 
 def _when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return ms_to_utc(ms)
+    return "-" if ms is None else ms_to_utc(ms)
 
 
 def _print_json(data) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _table(headers: list[str], rows: list[list[str]], *, last_wide: bool = True) -> None:
+def _table(headers: list[str], rows: list[list[str]]) -> None:
     widths = [len(h) for h in headers]
     for row in rows:
-        for i, cell in enumerate(row[:-1] if last_wide else row):
+        for i, cell in enumerate(row[:-1]):
             widths[i] = max(widths[i], len(cell))
     fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i < len(cells) - 1 else c for i, c in enumerate(cells)).rstrip()  # noqa: E731
     typer.echo(fmt(headers))
@@ -91,22 +168,27 @@ def _head(text: str, limit: int = 72) -> str:
     return head_line(text, limit)
 
 
-def _warn_problems(store) -> None:
-    store.report_problems(sys.stderr)
+def _warn(messages) -> None:
+    for message in messages:
+        typer.echo(f"warning: {message}", err=True)
+
+
+def _write_exact(text: str) -> None:
+    """Exact bytes to a pipe (strip(inject(task)) == task); a final newline on a terminal."""
+    sys.stdout.write(text)
+    if text and not text.endswith("\n") and sys.stdout.isatty():
+        sys.stdout.write("\n")
+    sys.stdout.flush()
 
 
 # --- read verbs -------------------------------------------------------------------
 
 
-@app.command("list")
-@_handle
+@command("list")
 def list_cmd(
+    ctx: Ctx,
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N records (0: all).", min=0)] = 0,
     state: Annotated[Optional[str], typer.Option("--state", help="Only records in this state: done, error or cancelled.")] = None,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
     """List a project's records, newest first.
 
@@ -114,25 +196,21 @@ def list_cmd(
     """
     if state is not None and state not in ("done", "error", "cancelled"):
         raise typer.BadParameter(f"{state!r} is not one of done, error, cancelled", param_hint="--state")
-    store = _store(memory_dir, cwd, project)
-    entries = store.index_entries()
-    if state:
-        entries = [e for e in entries if e["state"] == state]
-    if limit:
-        entries = entries[:limit]
-    _warn_problems(store)
-    if as_json:
+    store = ctx.store()
+    entries = store.listed(state=state, limit=limit or None)
+    _warn(p.message for p in store.problems)
+    if ctx.json:
         _print_json(entries)
         return
     if not entries:
         typer.echo(f"No records in project {store.slug}.")
         return
     rows = [
-        [_when(e["endedAt"]), e["state"] + ("*" if e.get("supersededBy") else ""), e["runId"][:8], e.get("workflowName", ""), _head(e.get("task", ""))]
+        [_when(e["endedAt"]), e["state"] + ("*" if e["superseded"] else ""), e["runId"][:8], e.get("workflowName", ""), _head(e.get("task", ""))]
         for e in entries
     ]
     _table(["ENDED (UTC)", "STATE", "RUN", "WORKFLOW", "TASK"], rows)
-    if any(e.get("supersededBy") for e in entries):
+    if any(e["superseded"] for e in entries):
         typer.echo("* superseded by a later correction; `cybmem show` renders the newest truth")
 
 
@@ -168,28 +246,22 @@ def _render_record(rec, *, asked: str, chain: list[str]) -> None:
     typer.echo("\n".join(lines))
 
 
-@app.command("show")
-@_handle
+@command("show")
 def show_cmd(
+    ctx: Ctx,
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
     original: Annotated[bool, typer.Option("--original", help="Show the asked record even if a later one supersedes it.")] = False,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
     """Show one record in full, following supersession to the newest truth.
 
     Example: cybmem show 3f2a
     """
-    from .lineage import supersession_chain
-
-    store = _store(memory_dir, cwd, project)
+    store = ctx.store()
     asked = store.resolve_run_id(run_id)
-    chain = [] if original else supersession_chain(store, asked)
+    chain = [] if original else store.supersession_chain(asked)
     rec = store.read_record(chain[-1] if chain else asked)
-    _warn_problems(store)
-    if as_json:
+    _warn(p.message for p in store.problems)
+    if ctx.json:
         data = rec.to_dict()
         if chain:
             data = {**data, "_supersededChain": [asked] + chain[:-1]}
@@ -198,24 +270,20 @@ def show_cmd(
     _render_record(rec, asked=asked, chain=chain)
 
 
-@app.command("issues")
-@_handle
+@command("issues")
 def issues_cmd(
+    ctx: Ctx,
     all_events: Annotated[bool, typer.Option("--all", help="Print the whole ledger, every event in file order.")] = False,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
     """List a project's open issues (the fold of the issue ledger).
 
     Example: cybmem issues --all
     """
-    store = _store(memory_dir, cwd, project)
+    store = ctx.store()
     if all_events:
         events = store.issue_events()
-        _warn_problems(store)
-        if as_json:
+        _warn(p.message for p in store.problems)
+        if ctx.json:
             _print_json([e.to_dict() for e in events])
             return
         titles = {k: v.title for k, v in store.issue_states().items()}
@@ -226,8 +294,8 @@ def issues_cmd(
         _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows)
         return
     issues = store.open_issues()
-    _warn_problems(store)
-    if as_json:
+    _warn(p.message for p in store.problems)
+    if ctx.json:
         _print_json([s.to_dict() for s in issues])
         return
     if not issues:
@@ -237,25 +305,18 @@ def issues_cmd(
     _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "TITLE"], rows)
 
 
-@app.command("chain")
-@_handle
-def chain_cmd(
-    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
-):
+@command("chain")
+def chain_cmd(ctx: Ctx, run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")]):
     """Walk the previousRunId chain both ways from a run, with its parent and chat links.
 
     Example: cybmem chain 3f2a
     """
     from .lineage import chain
 
-    store = _store(memory_dir, cwd, project)
+    store = ctx.store()
     result = chain(store, store.resolve_run_id(run_id))
-    _warn_problems(store)
-    if as_json:
+    _warn(p.message for p in store.problems)
+    if ctx.json:
         _print_json(result.to_dict())
         return
     for entry in result.runs:
@@ -276,17 +337,16 @@ def chain_cmd(
         typer.echo(line)
 
 
-@app.command("projects")
-@_handle
-def projects_cmd(memory_dir: MemoryDirOpt = None, as_json: JsonOpt = False):
+@command("projects", project=False)
+def projects_cmd(ctx: Ctx):
     """List the projects of a memory root with their slugs and record counts.
 
     Example: cybmem projects
     """
     from .projects import list_projects
 
-    projects = list_projects(_settings(memory_dir).memory_dir)
-    if as_json:
+    projects = list_projects(ctx.settings.memory_dir)
+    if ctx.json:
         _print_json(projects)
         return
     if not projects:
@@ -298,77 +358,65 @@ def projects_cmd(memory_dir: MemoryDirOpt = None, as_json: JsonOpt = False):
 # --- write verbs ------------------------------------------------------------------
 
 
-@app.command("rebuild")
-@_handle
-def rebuild_cmd(memory_dir: MemoryDirOpt = None, cwd: CwdOpt = None, project: ProjectOpt = None, as_json: JsonOpt = False):
+@command("rebuild")
+def rebuild_cmd(ctx: Ctx):
     """Regenerate index.json from records/ alone (deleting index.json loses nothing).
 
     Example: cybmem rebuild --project web
     """
-    store = _store(memory_dir, cwd, project)
+    store = ctx.store()
     count = store.rebuild_index()
-    _warn_problems(store)
-    if as_json:
+    _warn(p.message for p in store.problems)
+    if ctx.json:
         _print_json({"project": store.slug, "records": count, "index": str(store.index_path)})
     else:
         typer.echo(f"Rebuilt {store.index_path} from {count} records.")
 
 
-def _read_input(source: str) -> bytes:
+def _read_input(source: str, hint: str = "RUN_JSON") -> bytes:
+    from .runs import read_run_file
+
     if source == "-":
         return sys.stdin.buffer.read()
-    path = Path(source)
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise typer.BadParameter(f"no such file: {source}", param_hint="RUN_JSON") from None
-    except OSError as exc:
-        raise typer.BadParameter(f"cannot read {source}: {exc}", param_hint="RUN_JSON") from None
+        return read_run_file(source)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
-@app.command("write")
+def _write_run(ctx: Ctx, source: str, **kwargs):
+    from .runs import load_run_payload, write_run
+
+    payload = load_run_payload(_read_input(source))
+    return write_run(payload, ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None, project=ctx.project, **kwargs)
+
+
+@command("write")
 def write_cmd(
+    ctx: Ctx,
     run_json: Annotated[Optional[str], typer.Argument(help="Path to the run.json to record, or - for stdin.", show_default=False)] = None,
     hook: Annotated[bool, typer.Option("--hook", help="Hook mode: read the JSON payload on stdin; never fail the run (warn on stderr, exit 0).")] = False,
     run_id: Annotated[Optional[str], typer.Option("--run-id", help="Run id (default: the run's own, else $CYBERINE_RUN_ID).")] = None,
     parent: Annotated[Optional[str], typer.Option("--parent", help="Parent run id (default: the run's lineage, else $CYBERINE_PARENT_RUN_ID).")] = None,
     chat: Annotated[Optional[str], typer.Option("--chat", help="Chat session id (default: the run's lineage, else $CYBERINE_CHAT_SESSION_ID).")] = None,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
     """Record a finished run: strip the MEMORY block, extract the outcome, link lineage, append issues.
 
     Example: cybmem write .local/runs/3f2a/run.json
     """
-    from .runs import load_run_payload, write_run
-
     if run_json is None and not hook:
         raise typer.BadParameter("give a run.json path, - for stdin, or --hook", param_hint="RUN_JSON")
     try:
-        data = _read_input(run_json or "-")
-        payload = load_run_payload(data)
-        result = write_run(
-            payload, _settings(memory_dir), cwd=str(cwd) if cwd else None, project=project,
-            run_id=run_id, parent_run_id=parent, chat_session_id=chat,
-        )
-    except (CybmemError, typer.BadParameter, OSError) as exc:
-        if hook:
-            typer.echo(f"cybmem: warning: memory record not written: {exc}", err=True)
-            raise typer.Exit(0) from None
-        if isinstance(exc, typer.BadParameter):
+        result = _write_run(ctx, run_json or "-", run_id=run_id, parent_run_id=parent, chat_session_id=chat)
+    except Exception as exc:  # noqa: BLE001 - hook mode: a memory failure must never take the run down
+        if not hook:
             raise
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except Exception as exc:  # a memory failure must never take the run down
-        if hook:
-            typer.echo(f"cybmem: warning: memory record not written (unexpected {type(exc).__name__}: {exc})", err=True)
-            raise typer.Exit(0) from None
-        raise
+        message = str(exc) if isinstance(exc, (CybmemError, OSError, click.ClickException)) else f"unexpected {type(exc).__name__}: {exc}"
+        typer.echo(f"cybmem: warning: memory record not written: {' '.join(message.split())}", err=True)
+        raise typer.Exit(0) from None
     if result.redacted:
         typer.echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
-    if as_json:
+    if ctx.json:
         _print_json(result.to_dict())
         return
     opened = [e.issueId for e in result.events if e.event in ("opened", "reopened")]
@@ -381,71 +429,50 @@ def write_cmd(
     typer.echo(msg + ".")
 
 
-@app.command("supersede")
-@_handle
+@command("supersede")
 def supersede_cmd(
+    ctx: Ctx,
     old_run_id: Annotated[str, typer.Argument(help="Run id (or unique prefix) of the record to correct.")],
     run_json: Annotated[str, typer.Argument(help="The corrected run as run.json (path, or - for stdin); it needs its own new run id.")],
     run_id: Annotated[Optional[str], typer.Option("--run-id", help="Run id of the correcting record (default: the run's own).")] = None,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
-    """Correct a record without rewriting it: write a new record that supersedes it.
+    """Correct a record: write a new record that supersedes it (the old one gains supersededBy).
 
     Example: cybmem supersede 3f2a fixed-run.json --run-id 3f2a-fix
     """
-    from .runs import load_run_payload, write_run
-
-    store = _store(memory_dir, cwd, project)
+    store = ctx.store()
     old = store.resolve_run_id(old_run_id)
-    payload = load_run_payload(_read_input(run_json))
-    result = write_run(payload, _settings(memory_dir), cwd=str(cwd) if cwd else None, project=store.slug, run_id=run_id, supersedes=old)
-    if as_json:
+    ctx.project = store.slug
+    result = _write_run(ctx, run_json, run_id=run_id, supersedes=old)
+    if ctx.json:
         _print_json({**result.to_dict(), "supersedes": old})
     else:
         typer.echo(f"Wrote {result.record.runId}, superseding {old}; `cybmem show {old}` now renders the correction.")
 
 
-@app.command("mark")
-@_handle
+@command("mark")
 def mark_cmd(
+    ctx: Ctx,
     issue_id: Annotated[str, typer.Argument(help="Issue id (see `cybmem issues`).")],
     event: Annotated[str, typer.Argument(help="resolved, wontfix or reopened.")],
     by: Annotated[Optional[str], typer.Option("--by", help="Run id that caused the change (default: $CYBERINE_RUN_ID).")] = None,
     detail: Annotated[Optional[str], typer.Option("--detail", help="Why, in a sentence.")] = None,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
     """Append a state change for an issue to the ledger (the ledger is never rewritten).
 
     Example: cybmem mark flaky-login-test resolved --by 3f2a9c1e
     """
-    import time
-
-    from .schema import IssueEvent
-
     if event not in ("resolved", "wontfix", "reopened"):
         raise typer.BadParameter(f"{event!r} is not one of resolved, wontfix, reopened", param_hint="EVENT")
-    settings = _settings(memory_dir)
-    store = _store(memory_dir, cwd, project)
-    states = store.issue_states()
-    if issue_id not in states:
-        from .errors import NotFoundError
-
-        raise NotFoundError(f"no issue {issue_id!r} in project {store.slug}; see `cybmem issues --all`")
-    ev = IssueEvent(issueId=issue_id, at=int(time.time() * 1000), event=event, byRunId=by or settings.run_id,
-                    title=states[issue_id].title, detail=detail)
-    written = store.append_issue_events([ev])
-    if as_json:
+    store = ctx.store()
+    before = store.issue_states().get(issue_id)
+    written = store.mark_issue(issue_id, event, by=by or ctx.settings.run_id, detail=detail)
+    if ctx.json:
         _print_json([e.to_dict() for e in written])
     elif written:
-        typer.echo(f"{issue_id}: {states[issue_id].state} -> {event}")
+        typer.echo(f"{issue_id}: {before.state} -> {event}")
     else:
-        typer.echo(f"{issue_id} is already {states[issue_id].state}; nothing appended.")
+        typer.echo(f"{issue_id} is already {before.state}; nothing appended.")
 
 
 # --- retrieval ----------------------------------------------------------------------
@@ -454,6 +481,8 @@ AsOfOpt = Annotated[
     Optional[str],
     typer.Option("--as-of", help="Replay memory as of a moment: epoch milliseconds or an ISO date; later records are ignored and recency is measured from then.", show_default=False),
 ]
+ParentOpt = Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched (default: $CYBERINE_PARENT_RUN_ID).")]
+ChatOpt = Annotated[Optional[str], typer.Option("--chat", help="Chat session id (default: $CYBERINE_CHAT_SESSION_ID).")]
 
 
 def _task_text(task: Optional[str], file: Optional[Path]) -> str:
@@ -463,7 +492,7 @@ def _task_text(task: Optional[str], file: Optional[Path]) -> str:
         try:
             return file.read_text(encoding="utf-8", errors="surrogateescape")
         except OSError as exc:
-            raise typer.BadParameter(f"cannot read {file}: {exc}", param_hint="--file") from None
+            raise typer.BadParameter(f"cannot read {file}: {exc.strerror or exc}", param_hint="--file") from None
     if task is None or task == "-":
         if sys.stdin is None or sys.stdin.isatty():
             raise typer.BadParameter("give the task as an argument, with --file, or on stdin", param_hint="TASK")
@@ -476,42 +505,33 @@ def _fmt_axes(contrib: dict) -> str:
     return " ".join(f"{short.get(k, k)}={v:.3f}" for k, v in contrib.items() if v or k != "vector")
 
 
-@app.command("search")
-@_handle
+@command("search")
 def search_cmd(
+    ctx: Ctx,
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
     k: Annotated[int, typer.Option("-k", "--top", help="How many results.", min=1)] = 10,
     explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights.")] = False,
     as_of: AsOfOpt = None,
-    parent: Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched (default: $CYBERINE_PARENT_RUN_ID).")] = None,
-    chat: Annotated[Optional[str], typer.Option("--chat", help="Chat session id (default: $CYBERINE_CHAT_SESSION_ID).")] = None,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
+    parent: ParentOpt = None,
+    chat: ChatOpt = None,
 ):
     """Multi-axis scored search over a project's records (BM25 + recency + lineage).
 
     Example: cybmem search "flaky cart drawer test" -k 5 --explain
     """
-    from .search import parse_as_of, search
+    from .search import search
 
-    settings = _settings(memory_dir)
-    store = _store(memory_dir, cwd, project)
-    result = search(store, query, k=k, settings=settings, as_of=parse_as_of(as_of),
-                    parent_run_id=parent or settings.parent_run_id, chat_session_id=chat or settings.chat_session_id)
-    for p in result.snapshot.problems:
-        typer.echo(f"warning: {p.message}", err=True)
-    if as_json:
+    store = ctx.store()
+    result = search(store, query, k=k, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
+                    parent_run_id=parent, chat_session_id=chat)
+    _warn(p.message for p in result.snapshot.problems)
+    if ctx.json:
         _print_json(result.to_dict(explain=explain_))
         return
     if not result.hits:
         typer.echo(f"No matching records in project {store.slug}.")
         return
-    rows = []
-    for h in result.hits:
-        row = [str(h.rank), f"{h.score:.3f}", h.run_id[:8], _when(h.ended_at_ms), h.state, _head(h.task, 60)]
-        rows.append(row)
+    rows = [[str(h.rank), f"{h.score:.3f}", h.run_id[:8], _when(h.ended_at_ms), h.state, _head(h.task, 60)] for h in result.hits]
     _table(["#", "SCORE", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
     if explain_:
         w = result.weights
@@ -522,58 +542,54 @@ def search_cmd(
             typer.echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
 
 
-@app.command("inject")
-@_handle
+@command("inject")
 def inject_cmd(
+    ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="The task prompt (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the task from this file.")] = None,
     system: Annotated[bool, typer.Option("--system", help="Print only the MEMORY block (for a chat session's system message).")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when memory is broken or the project unknown (default: print the task anyway and warn).")] = False,
     as_of: AsOfOpt = None,
-    parent: Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched (default: $CYBERINE_PARENT_RUN_ID).")] = None,
-    chat: Annotated[Optional[str], typer.Option("--chat", help="Chat session id (default: $CYBERINE_CHAT_SESSION_ID).")] = None,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
+    parent: ParentOpt = None,
+    chat: ChatOpt = None,
 ):
     """Print the task with the MEMORY preamble ahead of it (what dispatch sends to the agent).
 
-    Bounded by CYBERINE_MEMORY_TOPK and CYBERINE_MEMORY_MAX_TOKENS; CYBERINE_MEMORY=0 turns it off.
+    Never fails the dispatcher: whatever is wrong with memory, the task is printed (with the block
+    that could be built, possibly none) and one warning line goes to stderr; --strict exits 1
+    instead. Bounded by CYBERINE_MEMORY_TOPK and CYBERINE_MEMORY_MAX_TOKENS; CYBERINE_MEMORY=0
+    turns it off.
 
     Example: cybmem inject "Fix the checkout error banner" --cwd ~/web
     """
-    from .errors import NotFoundError
-    from .preamble import inject as put_ahead
-    from .search import memory_block, parse_as_of
+    from .dispatch import Injection, inject_task
 
     text = "" if system and task is None and file is None else _task_text(task, file)
-    settings = _settings(memory_dir)
-    block = ""
-    if settings.enabled:
-        try:
-            store = _store(memory_dir, cwd, project)
-        except NotFoundError:
-            store = None  # a project with no memory gets no block
-        if store is not None:
-            block = memory_block(store, text, settings, as_of=parse_as_of(as_of), parent_run_id=parent, chat_session_id=chat)
-            _warn_problems(store)
-    if as_json:
-        _print_json({"block": block, "task": text, "prompt": put_ahead(text, block)})
+    try:
+        result = inject_task(text, ctx.settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
+                             parent_run_id=parent, chat_session_id=chat, strict=strict)
+    except (CybmemError, click.UsageError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
+        if strict:
+            raise
+        result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
+    _warn(" ".join(message.split()) for message in result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
         return
     if system:
-        if block:
-            typer.echo(block)
+        if result.block:
+            typer.echo(result.block)
         return
-    sys.stdout.write(put_ahead(text, block))  # exact bytes: strip(inject(task)) == task
-    sys.stdout.flush()
+    _write_exact(result.prompt)
 
 
-@app.command("strip")
-@_handle
+@command("strip", project=False, memory=False)
 def strip_cmd(
+    ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="Text to clean (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the text from this file.")] = None,
-    as_json: JsonOpt = False,
 ):
     """Remove the MEMORY block wherever it sits and lift the human task out of a TASK: wrapper.
 
@@ -583,16 +599,14 @@ def strip_cmd(
     """
     from .preamble import strip
 
-    text = _task_text(task, file)
-    out = strip(text)
-    if as_json:
+    out = strip(_task_text(task, file))
+    if ctx.json:
         _print_json({"task": out})
         return
-    sys.stdout.write(out)
-    sys.stdout.flush()
+    _write_exact(out)
 
 
-# --- tuning and reports (notebooks issue) -------------------------------------------
+# --- tuning and reports ---------------------------------------------------------------
 
 
 def _floats(text: Optional[str], param: str) -> Optional[list[float]]:
@@ -607,9 +621,9 @@ def _floats(text: Optional[str], param: str) -> Optional[list[float]]:
     return values
 
 
-@app.command("tune")
-@_handle
+@command("tune")
 def tune_cmd(
+    ctx: Ctx,
     judgments: Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (issue resolutions, parent runs).", show_default=False)] = None,
     metric: Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")] = "mrr",
     k: Annotated[int, typer.Option("-k", help="Metric cut-off: MRR@k, nDCG@k, recall@k.", min=1)] = 10,
@@ -618,10 +632,6 @@ def tune_cmd(
     derive: Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: issue (a resolving run should see the runs that carried the issue), parent (a dispatched run should see its parent).")] = "issue,parent",
     save: Annotated[bool, typer.Option("--save", help="Write the best weights to the project's weights.json, which search and inject read.")] = False,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
     """Grid-search the retrieval weights against relevance judgments; print the best against the current ones.
 
@@ -630,7 +640,8 @@ def tune_cmd(
 
     Example: cybmem tune --project web --metric ndcg -k 3 --save
     """
-    from .tuning import JUDGMENT_KINDS, METRICS, save_project_weights, tune
+    from .judgments import JUDGMENT_KINDS, METRICS
+    from .tuning import save_project_weights, tune
 
     if metric not in METRICS:
         raise typer.BadParameter(f"{metric!r} is not one of {', '.join(METRICS)}", param_hint="--metric")
@@ -638,14 +649,13 @@ def tune_cmd(
     if not kinds or set(kinds) - set(JUDGMENT_KINDS):
         raise typer.BadParameter(f"{derive!r}: choose from {', '.join(JUDGMENT_KINDS)}", param_hint="--derive")
     hl = _floats(half_lives, "--half-lives")
-    settings = _settings(memory_dir)
-    store = _store(memory_dir, cwd, project)
-    result = tune(store, judgments=judgments, metric=metric, k=k, steps=steps, half_lives=hl, settings=settings,
+    store = ctx.store()
+    result = tune(store, judgments=judgments, metric=metric, k=k, steps=steps, half_lives=hl, settings=ctx.settings,
                   kinds=kinds, progress=progress)
     saved, overridden = None, []
     if save and result.best_in_grid:
-        saved, overridden = save_project_weights(store, result.best, settings)
-    if as_json:
+        saved, overridden = save_project_weights(store, result.best, ctx.settings)
+    if ctx.json:
         _print_json({**result.to_dict(), "saved": str(saved) if saved else None, "overriddenBy": overridden})
         return
     shape = " x ".join(str(len(result.axes[a])) for a in ("w_kw", "w_rec", "w_lin"))
@@ -672,17 +682,13 @@ def tune_cmd(
         typer.echo(f"Not saved; add --save to write {target}.")
 
 
-@app.command("report")
-@_handle
+@command("report")
 def report_cmd(
+    ctx: Ctx,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the HTML pages (created).", show_default=False)],
     with_code: Annotated[bool, typer.Option("--with-code", help="Keep the notebooks' code cells in the pages.")] = False,
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds allowed per notebook cell.", min=1)] = 600,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Cell progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
     """Execute the notebooks (history, lineage, issue ages, weight tuning) headless and write self-contained HTML.
 
@@ -693,28 +699,20 @@ def report_cmd(
     """
     from .report import build_report
 
-    store = _store(memory_dir, cwd, project)
-    result = build_report(store, out, with_code=with_code, timeout=timeout, progress=progress)
-    if as_json:
+    result = build_report(ctx.store(), out, with_code=with_code, timeout=timeout, progress=progress)
+    if ctx.json:
         _print_json(result.to_dict())
         return
     typer.echo(f"Wrote {len(result.pages)} pages to {result.out_dir}; open {result.index}")
 
 
-# --- doctor (reliability issue) -------------------------------------------------------
-
-
-@app.command("doctor")
-@_handle
+@command("doctor")
 def doctor_cmd(
+    ctx: Ctx,
     repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/) and remove old temp files; records and the ledger are never touched.")] = False,
     secrets: Annotated[bool, typer.Option("--secrets", help="Also scan records and issue titles/details for secrets (reports file, field and kind, never the secret; rewrites nothing).")] = False,
     all_projects: Annotated[bool, typer.Option("--all", help="Check every project of the memory root.")] = False,
     temp_age: Annotated[float, typer.Option("--temp-age", help="Temp files younger than this many seconds may belong to a running writer and are left alone.", min=0)] = 60,
-    memory_dir: MemoryDirOpt = None,
-    cwd: CwdOpt = None,
-    project: ProjectOpt = None,
-    as_json: JsonOpt = False,
 ):
     """Check a memory store: records, ledger, index, projects.json, embeddings, cache, temp files.
 
@@ -724,9 +722,9 @@ def doctor_cmd(
     """
     from .doctor import doctor
 
-    report = doctor(_settings(memory_dir), project=project, cwd=cwd, all_projects=all_projects,
+    report = doctor(ctx.settings, project=ctx.project, cwd=ctx.cwd, all_projects=all_projects,
                     repair=repair, secrets=secrets, temp_age=temp_age)
-    if as_json:
+    if ctx.json:
         _print_json(report.to_dict())
     else:
         typer.echo("\n".join(report.lines()))
@@ -735,8 +733,25 @@ def doctor_cmd(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="cybmem")
+    """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json)."""
+    args = sys.argv[1:]
+    as_json = "--json" in args
+    command_ = typer.main.get_command(app)
+    try:
+        code = command_.main(args=args, prog_name="cybmem", standalone_mode=False)
+    except click.UsageError as exc:
+        if as_json:
+            _error(exc.format_message(), exc.exit_code, True)
+        else:
+            exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -25,21 +25,20 @@ Findings have a severity:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
-from ._io import TMP_PREFIX, locked
+from . import _io, cache as _cache, supersession
+from ._io import TMP_PREFIX
+from .embeddings import read_rows
 from .errors import NotFoundError, StoreError, ValidationError
-from .projects import PROJECTS_FILE, _abs_cwd, _backfill, _lookup, _safe_slug, project_dirs, slug_base
-from .schema import IssueEvent
+from .issues import event_from_dict
+from .projects import MAX_PROJECTS_BYTES, PROJECTS_FILE, is_safe_slug, known_projects, project_dirs, select_project
 from .settings import Settings
-from .store import MemoryStore, _embedding_problem
+from .store import MAX_LEDGER_BYTES, MemoryStore
 
 __all__ = ["Finding", "ProjectStats", "DoctorReport", "doctor", "DEFAULT_TEMP_AGE"]
 
@@ -154,7 +153,8 @@ def _finding_line(f: Finding) -> str:
 
 
 def _is_temp(name: str) -> bool:
-    # cybmem's own temp files, and the ".<name>.<random>.tmp" ones of tuning's save_weights.
+    # cybmem's own temp files (everything is written through cybmem._io), and the
+    # ".<name>.<random>.tmp" ones earlier versions of save_weights left.
     return name.startswith(TMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
 
 
@@ -202,18 +202,18 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
     findings: list[Finding] = []
     events: list[tuple[int, dict]] = []
     try:
-        raw = store.issues_path.read_bytes()
+        raw = _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES)
     except FileNotFoundError:
         return findings, events
-    except OSError as exc:
-        return [Finding("ledger", "error", str(store.issues_path), f"cannot read: {exc}", store.slug)], events
+    except StoreError as exc:
+        return [Finding("ledger", "error", str(store.issues_path), str(exc), store.slug)], events
     name = store.issues_path.name
     states: dict[str, str] = {}
     for lineno, line, torn in _jsonl_lines(raw):
         where = f"{store.issues_path}:{lineno}"
         try:
-            d = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
+            d = _io.loads(line)
+        except ValueError as exc:
             if torn:
                 msg = "torn last line (no newline: a writer was interrupted); readers skip it, the next append starts a fresh line"
             else:
@@ -221,7 +221,7 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
             findings.append(Finding("ledger", "warning", where, msg, store.slug))
             continue
         try:
-            ev = IssueEvent.from_dict(d)
+            ev = event_from_dict(d)
         except ValidationError as exc:
             findings.append(Finding("ledger", "error", where,
                                     f"{name}:{lineno} is not a valid issue event ({exc}); readers skip it", store.slug))
@@ -242,26 +242,18 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
 def _check_embeddings(store: MemoryStore, stats: ProjectStats) -> list[Finding]:
     findings: list[Finding] = []
     try:
-        raw = store.embeddings_path.read_bytes()
-    except FileNotFoundError:
-        return findings
-    except OSError as exc:
-        return [Finding("embeddings", "error", str(store.embeddings_path), f"cannot read: {exc}", store.slug)]
+        rows, problems = read_rows(store.embeddings_path)
+    except StoreError as exc:
+        return [Finding("embeddings", "error", str(store.embeddings_path), str(exc), store.slug)]
+    for lineno, reason, torn in problems:
+        where = f"{store.embeddings_path}:{lineno}"
+        if torn or reason.startswith("not valid JSON"):
+            findings.append(Finding("embeddings", "warning", where, f"{reason}; readers skip it", store.slug))
+        else:
+            findings.append(Finding("embeddings", "error", where, f"{reason}; readers skip it", store.slug))
     dims: dict[str, dict[int, int]] = {}
     first_line: dict[tuple[str, int], int] = {}
-    for lineno, line, torn in _jsonl_lines(raw):
-        where = f"{store.embeddings_path}:{lineno}"
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            msg = ("torn last line (no newline: a writer was interrupted); readers skip it" if torn
-                   else f"unreadable line, skipped by readers ({exc})")
-            findings.append(Finding("embeddings", "warning", where, msg, store.slug))
-            continue
-        reason = _embedding_problem(row)
-        if reason:
-            findings.append(Finding("embeddings", "error", where, f"{reason}; readers skip it", store.slug))
-            continue
+    for lineno, row in rows:
         stats.embeddings += 1
         n = len(row["vector"])
         dims.setdefault(row["model"], {}).setdefault(n, 0)
@@ -317,17 +309,21 @@ def _check_records(store: MemoryStore, stats: ProjectStats) -> tuple[list[Findin
 
 
 def _check_index(store: MemoryStore) -> list[Finding]:
-    fresh, fresh_skipped = store._compute_index()
+    fresh, fresh_skipped = store.fresh_index()
     path = str(store.index_path)
     if not store.index_path.exists():
         if fresh or fresh_skipped:
             return [Finding("index", "repairable", path, "index.json is missing (readers rebuild it in memory each time)", store.slug)]
         return []
     probe = MemoryStore(store.root, store.slug)  # its own problem list
-    doc = probe._read_index()
+    doc = probe.read_index()
     if doc is None:
         return [Finding("index", "repairable", path, "index.json is unreadable or damaged", store.slug)]
-    entries, skipped = doc
+    # The inode numbers are a cache key, not content: a copied store (cp -r, a restore, a git
+    # checkout) has new ones, which the next read takes up on its own.
+    entries = [{k: v for k, v in e.items() if k != "inode"} for e in doc[0]]
+    fresh = [{k: v for k, v in e.items() if k != "inode"} for e in fresh]
+    skipped = doc[1]
     if entries == fresh and set(skipped) == set(fresh_skipped):
         return []
     have = {e["runId"] for e in entries}
@@ -350,52 +346,26 @@ def _check_index(store: MemoryStore) -> list[Finding]:
 
 def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[Finding]:
     """The Arrow cache against records/ and the ledger (only when a cache exists)."""
-    cache = store.dir / ".cache"
-    if not cache.is_dir():
-        return []
-    contents = [n for n in os.listdir(cache) if n != ".lock" and not _is_temp(n)]
-    if not contents:
-        return []
-    path = str(cache)
-    try:
-        from . import frames
+    cache = _cache.cache_dir(store.dir)
+    verdict = _cache.check(store.records_dir, store.issues_path, cache, store.listing(), bad, ledger_whole)
+    if verdict.state == "broken":
+        return [Finding("cache", "repairable", str(cache), "cache disagrees with the store: " + ", ".join(verdict.reasons),
+                        store.slug)]
+    if verdict.state == "behind":
+        return [Finding("cache", "warning", str(cache),
+                        f"cache is behind ({', '.join(verdict.reasons)}); the next read refreshes it", store.slug)]
+    return []
 
-        manifest = frames._Manifest.read(cache / "manifest.json")
-        if manifest is None:
-            return [Finding("cache", "repairable", path, "cache manifest is missing, unreadable or from another version", store.slug)]
-        records, _index, _events = frames._segments_tables(cache, manifest)
-        cached = dict(zip((r + ".json" for r in records.column("runId").to_pylist()), records.column("inode").to_pylist()))
-        listing = frames._list_records(store)
-    except Exception as exc:  # noqa: BLE001 - any damage to a derived file is repairable
-        return [Finding("cache", "repairable", path, f"cache cannot be read ({type(exc).__name__}: {exc})", store.slug)]
-    current = {n: ino for n, ino in listing.items() if n not in bad}
-    replaced = [n for n, ino in cached.items() if n in current and current[n] != ino]
-    vanished = [n for n in cached if n not in listing]
-    dupes = len(records) - len(cached)
-    if replaced or vanished or dupes:
-        why = []
-        if vanished:
-            why.append(f"{len(vanished)} cached record(s) no longer on disk")
-        if replaced:
-            why.append(f"{len(replaced)} record file(s) replaced since cached")
-        if dupes:
-            why.append(f"{dupes} duplicate row(s)")
-        return [Finding("cache", "repairable", path, "cache disagrees with records/: " + ", ".join(why), store.slug)]
-    new = [n for n in current if n not in cached]
-    consumed = int(manifest.ledger.get("size", 0) or 0)
-    findings = []
-    if consumed > ledger_whole:
-        findings.append(Finding("cache", "repairable", path,
-                                "cache has read more of issues.jsonl than the file now holds", store.slug))
-    elif new or consumed < ledger_whole:
-        what = []
-        if new:
-            what.append(f"{len(new)} new record(s)")
-        if consumed < ledger_whole:
-            what.append("new ledger lines")
-        findings.append(Finding("cache", "warning", path,
-                                f"cache is behind ({', '.join(what)}); the next read refreshes it", store.slug))
-    return findings
+
+def _check_supersession(store: MemoryStore) -> list[Finding]:
+    """Supersession links that name a run with no record (every reader ignores them)."""
+    entries = store.index_entries()
+    ended = {e["runId"]: e["endedAt"] for e in entries}
+    links = [(e["runId"], e["endedAt"], e.get("supersedes"), e.get("supersededBy"))
+             for e in entries if e.get("supersedes") or e.get("supersededBy")]
+    return [Finding("supersession", "warning", str(store.record_path(rid)),
+                    f"{field} names {target}, which has no record; readers ignore the link", store.slug, field=field)
+            for rid, field, target in supersession.dangling(links, ended)]
 
 
 def _check_dirs(store: MemoryStore) -> list[Finding]:
@@ -453,11 +423,12 @@ def _check_project(store: MemoryStore, *, secrets: bool, temp_age: float, now: f
     findings += _check_embeddings(store, stats)
     findings += _check_index(store)
     try:
-        raw = store.issues_path.read_bytes()
+        raw = _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES)
         ledger_whole = raw.rfind(b"\n") + 1
     except OSError:
         ledger_whole = 0
     findings += _check_cache(store, bad, ledger_whole)
+    findings += _check_supersession(store)
     findings += _check_temp([store.dir, store.records_dir, store.dir / ".cache"], store.slug, temp_age, now)
     if secrets:
         findings += _check_secrets(store, bad, events)
@@ -471,16 +442,16 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
     projects: dict[str, dict] = {}
     raw_keys: list[str] = []
     try:
-        raw = path.read_bytes()
+        raw = _io.read_file(path, limit=MAX_PROJECTS_BYTES)
     except FileNotFoundError:
         raw = None
-    except OSError as exc:
-        findings.append(Finding("projects", "error", str(path), f"cannot read: {exc}"))
+    except StoreError as exc:
+        findings.append(Finding("projects", "error", str(path), str(exc)))
         raw = None
     if raw is not None:
         try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
+            data = _io.loads(raw)
+        except ValueError as exc:
             findings.append(Finding("projects", "error", str(path),
                                     f"not valid JSON ({exc}); fix it or move it aside (it is rebuilt from the records' cwd, "
                                     "but same-basename projects may then swap slugs)"))
@@ -490,7 +461,7 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
             data = {}
         for slug, value in data.items():
             raw_keys.append(slug)
-            if not _safe_slug(slug):
+            if not is_safe_slug(slug):
                 findings.append(Finding("projects", "error", str(path),
                                         f"slug {slug!r} is not a safe directory name; cybmem ignores this entry"))
             elif not isinstance(value, dict) or not isinstance(value.get("cwd"), str) or not value["cwd"]:
@@ -506,8 +477,7 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
                                     f"cwd {cwd} has {len(slugs)} slugs ({', '.join(sorted(slugs))}); keep one, "
                                     "move the other's records into it"))
     registered = dict(projects)
-    backfilled = dict(projects)
-    _backfill(root, backfilled)
+    backfilled = known_projects(root, projects)
     for slug in project_dirs(root):
         if slug in registered:
             continue
@@ -527,7 +497,7 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
         if entry.is_symlink():
             findings.append(Finding("paths", "error", entry.path,
                                     f"is a symbolic link (to {os.readlink(entry.path)}); cybmem ignores it and never writes through it"))
-        elif entry.is_dir() and not _safe_slug(entry.name):
+        elif entry.is_dir() and not is_safe_slug(entry.name):
             findings.append(Finding("paths", "warning", entry.path, "directory name is not a safe slug; cybmem ignores it"))
     findings += _check_temp([root], None, temp_age, now)
     return findings, backfilled
@@ -537,13 +507,10 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
 
 
 def _refresh_cache(store: MemoryStore) -> None:
-    """Throw the cache's manifest away (under the cache lock) and load once: a full, fresh cache."""
-    from .frames import load_snapshot
+    """Throw the cache away and load once: a full, fresh cache."""
+    from .snapshot import load_snapshot
 
-    cache = store.dir / ".cache"
-    with locked(cache / ".lock"):
-        with contextlib.suppress(FileNotFoundError):
-            (cache / "manifest.json").unlink()
+    _cache.discard(_cache.cache_dir(store.dir))
     load_snapshot(store)
 
 
@@ -571,19 +538,10 @@ def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore])
 def _select(root: Path, backfilled: dict[str, dict], *, project: str | None, cwd, all_projects: bool) -> list[str]:
     if all_projects:
         return sorted(set(project_dirs(root)) | {s for s in backfilled if (root / s).is_dir()})
-    if project:
-        MemoryStore(root, project)  # validates the slug
-        if not (root / project).is_dir():
-            known = sorted(set(project_dirs(root)) | set(backfilled))
-            raise NotFoundError(f"no project {project!r} under {root}; known projects: {', '.join(known) or 'none'}")
-        return [project]
-    path = _abs_cwd(cwd if cwd is not None else os.getcwd())
-    slug = _lookup(backfilled, path, slug_base(path))
-    if slug not in backfilled or not (root / slug).is_dir():
-        raise NotFoundError(
-            f"no memory for project {path} under {root}; pass --project SLUG or --cwd DIR, or check every project with --all"
-        )
-    return [slug]
+    try:
+        return [select_project(root, cwd=cwd, project=project, peek=True, known=backfilled)]
+    except NotFoundError as exc:
+        raise NotFoundError(f"{exc}; or check every project with --all") from None
 
 
 def doctor(

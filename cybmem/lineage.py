@@ -6,14 +6,9 @@ from dataclasses import dataclass, field
 
 from .store import MemoryStore
 
-__all__ = ["ChainResult", "chain", "supersession_chain"]
+__all__ = ["ChainResult", "chain"]
 
 _MAX_WALK = 100_000  # guards against cycles written by other tools
-
-
-def supersession_chain(store: MemoryStore, run_id: str) -> list[str]:
-    """Run ids that supersede ``run_id``, in order, ending with the newest truth ([] if none)."""
-    return store.supersession_chain(run_id)
 
 
 @dataclass

@@ -16,14 +16,12 @@ import re
 import unicodedata
 from pathlib import Path
 
-import orjson
-
-from ._io import atomic_write, ensure_dir, locked
+from ._io import atomic_write, ensure_dir, loads, locked, read_file
 from .errors import NotFoundError, StoreError, ValidationError
 
 __all__ = [
-    "slug_base", "hash6", "resolve_slug", "peek_slug", "list_projects", "load_projects", "project_dirs",
-    "validate_slug",
+    "slug_base", "hash6", "abs_cwd", "resolve_slug", "peek_slug", "list_projects", "load_projects", "project_dirs",
+    "validate_slug", "is_safe_slug", "known_projects", "lookup_slug", "select_project", "PROJECTS_FILE", "MAX_PROJECTS_BYTES",
 ]
 
 PROJECTS_FILE = "projects.json"
@@ -31,6 +29,7 @@ LOCK_FILE = ".projects.lock"
 _MAX_SLUG = 64
 _MAX_SLUG_NAME = 128  # what validate_slug accepts (slugs of other tools may be longer than ours)
 _MAX_PATH = 4096  # PATH_MAX
+MAX_PROJECTS_BYTES = 64 * 1024 * 1024
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 # A slug names one directory under the memory root: no separators, no control characters,
 # no leading dot (.cache, .lock and temp files live there), not "." or "..".
@@ -59,7 +58,8 @@ def hash6(cwd: str) -> str:
     return hashlib.sha256(cwd.encode("utf-8", "surrogatepass")).hexdigest()[:6]
 
 
-def _abs_cwd(cwd: str | os.PathLike) -> str:
+def abs_cwd(cwd: str | os.PathLike) -> str:
+    """The absolute path of ``cwd`` as text; ValidationError when it cannot name a project."""
     text = os.fspath(cwd)
     if isinstance(text, bytes):
         text = os.fsdecode(text)
@@ -85,7 +85,7 @@ def slug_base(cwd: str | os.PathLike) -> str:
     only of dots, or has nothing usable (``/``, ``..``, non-Latin letters) falls
     back to ``project-<hash6>``; long names are cut to 64 characters.
     """
-    path = _abs_cwd(cwd)
+    path = abs_cwd(cwd)
     name = os.path.basename(path.rstrip("/")) or ""
     folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii").lower()
     slug = _UNSAFE.sub("-", folded).strip("-")[:_MAX_SLUG].strip("-")
@@ -98,14 +98,12 @@ def load_projects(root: Path) -> dict[str, dict]:
     """Read projects.json (slug -> {"cwd": ...}); a missing file is an empty map."""
     path = Path(root) / PROJECTS_FILE
     try:
-        raw = path.read_bytes()
+        raw = read_file(path, limit=MAX_PROJECTS_BYTES)
     except FileNotFoundError:
         return {}
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from exc
     try:
-        data = orjson.loads(raw)  # orjson: bounded nesting depth, no RecursionError on hostile input
-    except orjson.JSONDecodeError as exc:
+        data = loads(raw)
+    except ValueError as exc:
         raise StoreError(
             f"{path} is not valid JSON ({exc}); fix or move it aside, then run `cybmem doctor --repair`"
         ) from None
@@ -113,10 +111,11 @@ def load_projects(root: Path) -> dict[str, dict]:
         raise StoreError(f"{path} must hold a JSON object mapping slug to {{\"cwd\": ...}}")
     # Entries that could not name a directory under the root (unsafe slugs) or lack a cwd are
     # ignored here; `cybmem doctor` reports them.
-    return {k: v for k, v in data.items() if isinstance(v, dict) and _safe_slug(k)}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and is_safe_slug(k)}
 
 
-def _safe_slug(slug: str) -> bool:
+def is_safe_slug(slug: str) -> bool:
+    """True when ``slug`` can name a project directory (see :func:`validate_slug`)."""
     try:
         validate_slug(slug)
     except ValidationError:
@@ -133,7 +132,7 @@ def project_dirs(root: Path) -> list[str]:
         return []
     out = []
     for entry in entries:
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False) or not _safe_slug(entry.name):
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False) or not is_safe_slug(entry.name):
             continue
         if (Path(entry.path) / "records").is_dir() or (Path(entry.path) / "issues.jsonl").exists():
             out.append(entry.name)
@@ -148,11 +147,7 @@ def _cwd_from_records(slug_dir: Path) -> str | None:
         return None
     for name in names[:50]:
         try:
-            with open(records / name, "rb") as fh:
-                raw = fh.read(_MAX_BACKFILL_READ + 1)
-            if len(raw) > _MAX_BACKFILL_READ:
-                continue
-            cwd = orjson.loads(raw).get("cwd")
+            cwd = loads(read_file(records / name, limit=_MAX_BACKFILL_READ)).get("cwd")
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(cwd, str) and cwd and "\x00" not in cwd and len(cwd) <= _MAX_PATH:
@@ -166,7 +161,7 @@ _MAX_BACKFILL_READ = 4 * 1024 * 1024  # a record bigger than this is not worth p
 def _backfill(root: Path, projects: dict[str, dict]) -> bool:
     changed = False
     for slug in project_dirs(root):
-        if slug not in projects and _safe_slug(slug):
+        if slug not in projects and is_safe_slug(slug):
             cwd = _cwd_from_records(root / slug)
             if cwd:
                 projects[slug] = {"cwd": cwd}
@@ -186,7 +181,7 @@ def resolve_slug(root: Path, cwd: str | os.PathLike, *, create: bool = True) -> 
     and a project that was never registered raises NotFoundError.
     """
     root = Path(root)
-    path = _abs_cwd(cwd)
+    path = abs_cwd(cwd)
     base = slug_base(path)
     if not create and not root.exists():
         raise NotFoundError(f"no memory at {root}; nothing has been written there yet")
@@ -231,10 +226,65 @@ def _lookup(projects: dict[str, dict], path: str, base: str) -> str:
     return base if owner is None else f"{base}-{hash6(path)}"
 
 
+def lookup_slug(projects: dict[str, dict], cwd: str | os.PathLike) -> str:
+    """The slug ``cwd`` has (or would get) in a projects map, without touching the disk."""
+    path = abs_cwd(cwd)
+    return _lookup(projects, path, slug_base(path))
+
+
+def known_projects(root: Path, projects: dict[str, dict] | None = None) -> dict[str, dict]:
+    """projects.json (or ``projects``, when given) plus the slug dirs it does not list yet,
+    backfilled in memory from their records' cwd; nothing is written."""
+    root = Path(root)
+    projects = dict(projects) if projects is not None else (load_projects(root) if root.exists() else {})
+    _backfill(root, projects)
+    return projects
+
+
+def select_project(root: Path, *, cwd: str | os.PathLike | None = None, project: str | None = None,
+                   create: bool = False, peek: bool = False, known: dict[str, dict] | None = None) -> str:
+    """The project a command works on: ``project`` (a slug) if given, else the project of ``cwd``.
+
+    The one place a project is chosen (every verb, the write path, inject and doctor).
+
+    Args:
+        root: the memory root.
+        cwd: the project's directory (default: the current directory).
+        project: a slug, which wins over ``cwd``.
+        create: register the project of ``cwd`` when it has none (the write path).
+        peek: write nothing at all, not even the lazy projects.json backfill (doctor).
+        known: with ``peek``, the projects map to look ``cwd`` up in (default: :func:`known_projects`).
+
+    Raises:
+        NotFoundError: no such project (the message names the known ones).
+        ValidationError: an unsafe slug or an unusable cwd.
+    """
+    root = Path(root)
+    if project:
+        validate_slug(project)
+        if not create and not (root / project).is_dir():
+            try:
+                names = sorted(set(project_dirs(root)) | set(known if known is not None else known_projects(root)))
+            except StoreError:  # a broken projects.json: name the directories at least
+                names = project_dirs(root)
+            raise NotFoundError(f"no project {project!r} under {root}; known projects: {', '.join(names) or 'none'}")
+        return project
+    cwd = cwd if cwd is not None else os.getcwd()
+    if peek:
+        path = abs_cwd(cwd)
+        projects = known if known is not None else known_projects(root)
+        slug = lookup_slug(projects, path)
+        if slug not in projects or not (root / slug).is_dir():
+            raise NotFoundError(f"no memory for project {path} under {root}; known projects: "
+                                f"{', '.join(sorted(projects)) or 'none'} (pass --project SLUG or --cwd DIR)")
+        return slug
+    return resolve_slug(root, cwd, create=create)
+
+
 def peek_slug(root: Path, cwd: str | os.PathLike) -> str:
     """The slug ``resolve_slug(create=True)`` would give ``cwd``, without writing anything."""
     root = Path(root)
-    path = _abs_cwd(cwd)
+    path = abs_cwd(cwd)
     projects = load_projects(root) if root.exists() else {}
     _backfill(root, projects)
     return _lookup(projects, path, slug_base(path))

@@ -24,7 +24,7 @@ from typing import IO, Any, Sequence
 
 from .errors import CybmemError, NotFoundError
 from .store import MemoryStore
-from .tuning import Progress
+from .progress import Progress
 
 __all__ = ["NOTEBOOKS", "ReportResult", "notebooks_dir", "inject_parameters", "execute_notebook", "notebook_html",
            "build_report"]

@@ -17,18 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from .errors import ValidationError
+from ._io import loads, read_file
+from .errors import NotFoundError, StoreError, ValidationError
 from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
 from .preamble import strip
-from .projects import peek_slug
+from .projects import peek_slug, select_project
 from .redact import redact
 from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_run_id
 from .settings import Settings
 from .store import MemoryStore
 
-__all__ = ["RunInput", "parse_run", "load_run_payload", "build_record", "write_run", "WriteResult"]
+__all__ = ["RunInput", "parse_run", "read_run_file", "load_run_payload", "build_record", "write_run", "WriteResult", "MAX_RUN_BYTES"]
+
+MAX_RUN_BYTES = 256 * 1024 * 1024
 
 _STATE_ALIASES = {
     "done": "done", "completed": "done", "complete": "done", "success": "done", "succeeded": "done",
@@ -191,21 +192,28 @@ def parse_run(run: Any) -> RunInput:
     )
 
 
-def load_run_payload(data: bytes | str, *, hook: bool = False) -> Any:
+def read_run_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a run.json (regular files only, at most MAX_RUN_BYTES)."""
+    try:
+        return read_file(path, limit=MAX_RUN_BYTES)
+    except FileNotFoundError:
+        raise ValidationError(f"{path}: no such file") from None
+    except StoreError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def load_run_payload(data: bytes | str) -> Any:
     """Decode a run.json file or a hook payload (``{"run": {...}}`` or ``{"runPath": "..."}``)."""
     try:
-        payload = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        payload = loads(data)
+    except ValueError as exc:
         raise ValidationError(f"input is not valid JSON: {exc}") from None
     if isinstance(payload, Mapping):
         if isinstance(payload.get("run"), Mapping):
             return payload["run"]
         path = _first(payload, "runPath", "run_path", "runJson")
         if isinstance(path, str):
-            try:
-                return load_run_payload(Path(path).read_bytes())
-            except OSError as exc:
-                raise ValidationError(f"runPath {path!r} cannot be read: {exc}") from None
+            return load_run_payload(read_run_file(path))
     return payload
 
 
@@ -276,7 +284,7 @@ def build_record(
     if not root and parent:
         try:
             root = store.read_record(parent).lineage.rootRunId or parent
-        except Exception:  # the parent may live in another project or not be written yet
+        except (NotFoundError, ValidationError, StoreError):  # the parent may live in another project or not be written yet
             root = parent
     root = root or rid
 
@@ -349,13 +357,15 @@ def write_run(
     run = parse_run(run_obj)
     project_cwd = cwd or run.cwd or os.getcwd()
     if project:
-        store = MemoryStore(settings.memory_dir, project)
+        store = MemoryStore(settings.memory_dir, select_project(settings.memory_dir, project=project, create=True))
     else:
         # Work out the slug without registering it: bad input must leave nothing behind.
         store = MemoryStore(settings.memory_dir, peek_slug(settings.memory_dir, project_cwd))
+    old_id = None
     if supersedes:
         # A correction takes the place of the run it corrects: same lineage unless it says otherwise.
-        old = store.read_record(store.resolve_run_id(supersedes))
+        old_id = store.resolve_run_id(supersedes)
+        old = store.read_record(old_id)
         run.lineage = {**{k: v for k, v in old.lineage.to_dict().items() if isinstance(v, str) and v}, **run.lineage}
     rec, events, redacted = build_record(
         run, store, settings, run_id=run_id, parent_run_id=parent_run_id,
@@ -364,9 +374,5 @@ def write_run(
     MemoryStore.validate_write(rec, events)  # before anything is registered: bad input leaves nothing behind
     if not project:
         store = MemoryStore.open(settings, cwd=project_cwd, create=True)
-    if supersedes:
-        path = store.supersede(supersedes, rec, events)
-    else:
-        path = store.write_record(rec, events)
-    written = [e for e in store.issue_events() if e.byRunId == rec.runId]
+    path, written = store.commit(rec, events, corrects=old_id)
     return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store)

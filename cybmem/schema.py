@@ -28,6 +28,7 @@ __all__ = [
     "validate_run_id",
     "iso_to_ms",
     "ms_to_utc",
+    "parse_time",
 ]
 
 STATES = ("done", "error", "cancelled")
@@ -45,6 +46,26 @@ def iso_to_ms(text: str) -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return int(dt.timestamp() * 1000)
+
+
+def parse_time(value: str | int | None, what: str = "time") -> int | None:
+    """Epoch milliseconds (as in the store) or an ISO date/time (UTC unless it says otherwise).
+
+    Raises:
+        ValidationError: naming ``what`` (e.g. ``--as-of``) and the accepted forms.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        return iso_to_ms(text)
+    except ValueError:
+        raise ValidationError(f"{what} {value!r} is neither epoch milliseconds nor an ISO date "
+                              "(e.g. 2026-11-01 or 2026-11-01T09:30)") from None
 
 
 def ms_to_utc(ms: int) -> str:

@@ -1,82 +1,27 @@
-"""Retrieval over a project's memory and the MEMORY preamble built from it.
+"""Retrieval: score every record of a project on every axis at once and take the top k.
 
-This is the read path production dispatch calls on every run: load the
-project's snapshot (warm from the Arrow cache), score every record on every
-axis at once, take the top k, and render the bounded MEMORY block. Nothing here
-imports pandas.
+This is the read path production dispatch calls on every run (through :mod:`cybmem.dispatch`):
+load the project's snapshot (warm from the Arrow cache), score the records that can reach the
+top k exactly as scoring all of them would (:func:`_pool`), and return the hits with their
+per-axis contributions. Nothing here imports pandas.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
+import pyarrow.compute as pc
 
-from .errors import ValidationError
-from .frames import Snapshot, load_snapshot
-from .preamble import OpenIssue, PreambleEntry, inject, render_block
-from .scoring import LineageContext, Scored, Weights, explain, lineage_affinity, load_weights, rank, score, tokenize
-from .schema import iso_to_ms
+from .scoring import LineageContext, Scored, explain, lineage_affinity, rank, score
 from .settings import Settings
+from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
+from .text import tokenize
+from .weights import Weights, weights_for
 
-__all__ = [
-    "Hit",
-    "Ranked",
-    "SearchResult",
-    "rank_query",
-    "parse_as_of",
-    "weights_files",
-    "weights_for",
-    "search",
-    "memory_block",
-    "inject_task",
-    "WEIGHTS_FILE",
-]
-
-WEIGHTS_FILE = "weights.json"
-
-
-def parse_as_of(value: str | int | None) -> int | None:
-    """Epoch milliseconds (as in the store) or an ISO date/time (UTC unless it says otherwise)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        return iso_to_ms(text)
-    except ValueError:
-        raise ValidationError(f"--as-of {value!r} is neither epoch milliseconds nor an ISO date (e.g. 2026-11-01 or 2026-11-01T09:30)") from None
-
-
-def weights_files(settings: Settings, store: MemoryStore | None) -> list[Path]:
-    """Where weights are read from, lowest precedence first.
-
-    ``<memory root>/weights.json`` (all projects), then ``<project>/weights.json``
-    (what ``cybmem tune --save`` and the notebook widget write), then the file
-    named by ``CYBERINE_MEMORY_WEIGHTS``; CYBERINE_MEMORY_W_* variables override all.
-    """
-    files = [settings.memory_dir / WEIGHTS_FILE]
-    if store is not None:
-        files.append(store.dir / WEIGHTS_FILE)
-    extra = settings.env.get("CYBERINE_MEMORY_WEIGHTS", "").strip()
-    if extra:
-        files.append(Path(extra))
-    return files
-
-
-def weights_for(settings: Settings, store: MemoryStore | None) -> Weights:
-    """The weights production uses for this project (defaults < files < environment)."""
-    try:
-        return load_weights(weights_files(settings, store), settings.env)
-    except ValueError as exc:
-        raise ValidationError(str(exc)) from None
+__all__ = ["Hit", "Ranked", "SearchResult", "dispatch_context", "rank_query", "search"]
 
 
 @dataclass
@@ -126,39 +71,18 @@ class SearchResult:
         }
 
 
-def _context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | None) -> LineageContext:
-    """The lineage of the run about to be dispatched: its parent, chat, predecessor and chain root."""
+def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | None) -> LineageContext:
+    """The lineage of the run about to be dispatched: its parent, chat, predecessor and chain root.
+
+    The predecessor is the newest candidate record (what the write path will link as
+    previousRunId).
+    """
     previous = None
     if snap.n and mask.any():
         order = snap.newest_first()
         i = int(order[0]) if mask[order[0]] else int(order[np.argmax(mask[order])])
         previous = snap.records.column("runId")[i].as_py()
     return LineageContext(parent_run_id=parent, chat_session_id=chat, previous_run_id=previous, root_run_id=None)
-
-
-def _candidates(snap: Snapshot, as_of: int | None) -> np.ndarray:
-    """Records that may rank: existing at ``as_of`` and not superseded (as of then)."""
-    if as_of is None:
-        return ~snap.superseded_mask()
-    ended = snap.ended_ms()
-    exists = ended <= as_of
-    mask = exists.copy()
-    sup = snap.records.column("supersedes")
-    if sup.null_count < snap.n:
-        # Only corrections that existed at as_of hide what they correct.
-        targets = [t for t, e in zip(sup.to_pylist(), exists) if t and e]
-        if targets:
-            import pyarrow.compute as pc
-
-            mask &= ~pc.is_in(snap.records.column("runId"), value_set=pa.array(targets)).to_numpy(zero_copy_only=False)
-    by = snap.records.column("supersededBy")
-    if by.null_count < snap.n:
-        ids = snap.records.column("runId").to_pylist()
-        existing = {i for i, e in zip(ids, exists) if e}
-        for i, target in enumerate(by.to_pylist()):
-            if target and target in existing:
-                mask[i] = False
-    return mask
 
 
 def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int,
@@ -247,12 +171,10 @@ def rank_query(
     the latency benchmark compares with other BM25 engines' retrieval.
     """
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
-    mask = _candidates(snap, as_of)
+    mask = snap.candidates(as_of)
     if exclude is not None and snap.n:
-        import pyarrow.compute as pc
-
         mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
-    ctx = _context(snap, mask, parent_run_id, chat_session_id)
+    ctx = dispatch_context(snap, mask, parent_run_id, chat_session_id)
     if not (snap.n and k > 0 and mask.any()):
         return Ranked([], [], None, mask, ctx, now)
     kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
@@ -290,7 +212,8 @@ def search(
         settings: for the default weights and paths.
         as_of: only records that existed then count, and recency is measured from then.
         now_ms: the moment recency is measured from when ``as_of`` is not given.
-        parent_run_id / chat_session_id: lineage of the run being dispatched.
+        parent_run_id / chat_session_id: lineage of the run being dispatched (default:
+            CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID from ``settings``).
         exclude: a run id never to return (e.g. the query's own run).
 
     Returns:
@@ -299,7 +222,9 @@ def search(
     snap = store if isinstance(store, Snapshot) else load_snapshot(store)
     settings = settings or Settings.from_env()
     if weights is None:
-        weights = weights_for(settings, snap.store)
+        weights = weights_for(settings, snap.store).weights
+    parent_run_id = parent_run_id or settings.parent_run_id
+    chat_session_id = chat_session_id or settings.chat_session_id
     ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
                         chat_session_id=chat_session_id, exclude=exclude)
     hits: list[Hit] = []
@@ -313,56 +238,3 @@ def search(
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
                         candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap)
-
-
-def memory_block(
-    store: MemoryStore,
-    task: str,
-    settings: Settings,
-    *,
-    as_of: int | None = None,
-    now_ms: int | None = None,
-    parent_run_id: str | None = None,
-    chat_session_id: str | None = None,
-    weights: Weights | None = None,
-) -> str:
-    """The MEMORY block for a new task ("" when memory is off or the project has none).
-
-    Top ``settings.topk`` prior runs plus the project's open issues, bounded by
-    ``settings.max_tokens``; deterministic for the same store, task and moment.
-    """
-    if not settings.enabled or not store.exists():
-        return ""
-    snap = load_snapshot(store)
-    store.problems.extend(p for p in snap.problems if p not in store.problems)  # reported by the caller
-    result = search(
-        snap, task, k=settings.topk, weights=weights, settings=settings, as_of=as_of, now_ms=now_ms,
-        parent_run_id=parent_run_id or settings.parent_run_id,
-        chat_session_id=chat_session_id or settings.chat_session_id,
-    )
-    table = snap.open_issues(as_of)
-    raised = sorted({i for h in result.hits for i in h.issues})
-    if table.num_rows and raised:
-        import pyarrow.compute as pc
-
-        # Issues raised by the retrieved runs first (most relevant), then the newest others.
-        is_raised = pc.is_in(table.column("issueId"), value_set=pa.array(raised, pa.string()))
-        table = pa.concat_tables([table.filter(is_raised), table.filter(pc.invert(is_raised))])
-        open_ids = set(table.filter(is_raised).column("issueId").to_pylist())
-    else:
-        open_ids = set()
-    # No block line is shorter than ~40 characters, so more than this can never fit.
-    limit = max(1, settings.max_tokens * 4 // 40)
-    issues = table.slice(0, limit).to_pylist()
-    entries = [
-        PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
-                      open_issues=[i for i in h.issues if i in open_ids], next=h.next)
-        for h in result.hits
-    ]
-    open_issues = [OpenIssue(issue_id=i["issueId"], title=i["title"], opened_at_ms=i["openedAt"], by_run_id=i["openedBy"]) for i in issues]
-    return render_block(entries, open_issues, max_tokens=settings.max_tokens, top_k=settings.topk)
-
-
-def inject_task(store: MemoryStore, task: str, settings: Settings, **kwargs) -> str:
-    """``task`` with the MEMORY block ahead of it (unchanged when there is no block)."""
-    return inject(task, memory_block(store, task, settings, **kwargs))

@@ -1,11 +1,11 @@
 """MemoryStore: one project's records, issue ledger and derived index on disk.
 
-Records are written once (temp file, fsync, hard link: an existing runId can
-never be replaced) and never rewritten. Corrections are new records that name
-the run they supersede. The ledger is appended whole lines at a time under an
-OS lock, so an id that is already open is not opened twice even when runs end
-at the same moment. index.json is derived and can be
-rebuilt from records/ alone.
+Records are written once (temp file, fsync, hard link: an existing runId can never be
+replaced). The one change ever made to an existing record is adding ``supersededBy`` when a
+correction is written (see cybmem.supersession); every other byte stays. The ledger is appended
+whole lines at a time under an OS lock, so an id that is already open is not opened twice even
+when runs end at the same moment. index.json is derived: one projection per record, rebuilt from
+records/ alone and checked against the directory listing (names and inode numbers) on every read.
 """
 
 from __future__ import annotations
@@ -14,24 +14,28 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
+from . import _io, issues, supersession
 from ._io import append_lines, atomic_write, ensure_dir, locked, publish, stage, sync_path
 from .errors import AmbiguousError, ConflictError, NotFoundError, StoreError, ValidationError
+from .issues import IssueState
 from .outcome import head_line, shorten
-from .projects import resolve_slug, validate_slug
-from .schema import ISSUE_EVENTS, ISSUE_ID_RE, IssueEvent, MemoryRecord, ms_to_utc, validate_run_id
+from .projects import select_project, validate_slug
+from .schema import ISSUE_EVENTS, IssueEvent, MemoryRecord, validate_run_id
 from .settings import Settings
 
-__all__ = ["MemoryStore", "IssueState", "ReadProblem", "fold_issues", "record_line"]
+__all__ = ["MemoryStore", "ReadProblem", "MAX_RECORD_BYTES", "MAX_LEDGER_BYTES", "parse_record", "index_entry"]
 
 LOCK_FILE = ".lock"
 INDEX_LOCK_FILE = ".index.lock"
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+MAX_LEDGER_BYTES = 4 * 1024 * 1024 * 1024
 INDEX_VERSION = 1
 
 
@@ -73,79 +77,27 @@ def _dumps(obj, what: str, *, indent: bool = False) -> bytes:
         ) from None
 
 
-@dataclass(frozen=True)
-class ReadProblem:
-    """A file or line that could not be read; readers skip it and report it once."""
+def parse_record(name: str, raw: bytes) -> MemoryRecord:
+    """Decode and validate the bytes of ``records/<name>``; the one record parser.
 
-    path: str
-    message: str
-
-
-@dataclass
-class IssueState:
-    """The fold of one issue's events: current state and its history."""
-
-    issueId: str
-    title: str
-    state: str
-    openedAt: int
-    openedBy: str | None
-    lastAt: int
-    lastBy: str | None
-    resolvedAt: int | None = None
-    resolvedBy: str | None = None
-    reopenCount: int = 0
-    events: int = 0
-    detail: str | None = None
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
+    Raises:
+        ValidationError: naming the file and the field at fault.
+    """
+    try:
+        data = _io.loads(raw)
+    except ValueError as exc:
+        raise ValidationError(f"{name}: not valid JSON ({exc})") from None
+    try:
+        rec = MemoryRecord.from_dict(data)
+    except ValidationError as exc:
+        raise ValidationError(f"{name}: {exc}") from None
+    if rec.runId != name[:-5]:
+        raise ValidationError(f"{name}: runId {rec.runId!r} does not match its file name")
+    return rec
 
 
-def fold_issues(events: Iterable[IssueEvent]) -> dict[str, IssueState]:
-    """Current state per issue: the fold of its events in file order, last one wins."""
-    states: dict[str, IssueState] = {}
-    for ev in events:
-        _fold_one(states, ev)
-    return states
-
-
-def _fold_one(states: dict[str, IssueState], ev: IssueEvent) -> None:
-    """Fold one event into ``states`` (in place)."""
-    st = states.get(ev.issueId)
-    if st is None:
-        st = states[ev.issueId] = IssueState(
-            issueId=ev.issueId, title=ev.title or ev.issueId, state=ev.event, openedAt=ev.at,
-            openedBy=ev.byRunId, lastAt=ev.at, lastBy=ev.byRunId, detail=ev.detail,
-        )
-    else:
-        st.state = ev.event
-        st.lastAt, st.lastBy = ev.at, ev.byRunId
-        if ev.title and st.title == st.issueId:
-            st.title = ev.title
-    st.events += 1
-    if ev.event == "reopened":
-        st.reopenCount += 1
-        st.resolvedAt = st.resolvedBy = None
-    elif ev.event in ("resolved", "wontfix"):
-        st.resolvedAt, st.resolvedBy = ev.at, ev.byRunId
-    elif ev.event == "opened" and st.events > 1:
-        st.resolvedAt = st.resolvedBy = None
-
-
-def _copy_state(st: IssueState) -> IssueState:
-    """A shallow copy (callers get their own objects; the per-process fold stays untouched)."""
-    out = IssueState.__new__(IssueState)
-    out.__dict__.update(st.__dict__)
-    return out
-
-
-def record_line(entry: dict) -> str:
-    """The human one-liner of an index entry: ``2026-11-29 14:02 UTC  done  3f2a9c1e  task head``."""
-    return f"{ms_to_utc(entry['endedAt'])} UTC  {entry['state']:<9}  {entry['runId'][:8]}  {entry['task']}"
-
-
-def _index_entry(rec: MemoryRecord, superseded_by: str | None) -> dict:
+def index_entry(rec: MemoryRecord, inode: int) -> dict:
+    """index.json's projection of one record (links as written on the record, plus its inode)."""
     entry = {
         "runId": rec.runId,
         "startedAt": rec.startedAt,
@@ -156,75 +108,45 @@ def _index_entry(rec: MemoryRecord, superseded_by: str | None) -> dict:
         "summary": shorten(rec.outcome.summary, 200),
         "issues": list(rec.outcome.issues),
     }
-    if rec.lineage.previousRunId:
-        entry["previousRunId"] = rec.lineage.previousRunId
-    if rec.lineage.parentRunId:
-        entry["parentRunId"] = rec.lineage.parentRunId
-    if rec.lineage.chatSessionId:
-        entry["chatSessionId"] = rec.lineage.chatSessionId
-    if rec.lineage.rootRunId:
-        entry["rootRunId"] = rec.lineage.rootRunId
-    if superseded_by:
-        entry["supersededBy"] = superseded_by
-    if rec.supersedes:
-        entry["supersedes"] = rec.supersedes
+    lin = rec.lineage
+    for key, value in (("previousRunId", lin.previousRunId), ("parentRunId", lin.parentRunId),
+                       ("chatSessionId", lin.chatSessionId), ("rootRunId", lin.rootRunId),
+                       ("supersedes", rec.supersedes), ("supersededBy", rec.supersededBy)):
+        if value:
+            entry[key] = value
+    entry["inode"] = inode
     return entry
-
-
-def _supersession(recs: list[MemoryRecord]) -> dict[str, str]:
-    """old runId -> the runId that supersedes it.
-
-    A ``supersededBy`` written by another tool counts unless a record's own
-    ``supersedes`` says otherwise (that one wins); a record never supersedes itself.
-    """
-    out: dict[str, str] = {}
-    for rec in recs:
-        if rec.supersededBy and rec.supersededBy != rec.runId:
-            out.setdefault(rec.runId, rec.supersededBy)
-    for rec in recs:
-        if rec.supersedes and rec.supersedes != rec.runId:
-            out[rec.supersedes] = rec.runId
-    return out
 
 
 def _sort_key(entry: dict) -> tuple:
     return (entry["endedAt"], entry["runId"])
 
 
-def _fast_event(d) -> bool:
-    """Cheap check of a decoded ledger line; anything it rejects goes through full validation."""
-    return (
-        type(d) is dict and d.get("event") in ISSUE_EVENTS and type(d.get("issueId")) is str
-        and ISSUE_ID_RE.fullmatch(d["issueId"]) is not None and type(d.get("at")) is int and 0 <= d["at"] < 10**14
-        and d["issueId"].strip(".") != ""
-    )
+def _is_record_name(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".")
 
 
-def _event_of(d) -> IssueEvent:
-    """A decoded ledger line as an IssueEvent: the fast path for well-formed lines, else full validation."""
-    if _fast_event(d):
-        by, title, detail = d.get("byRunId"), d.get("title"), d.get("detail")
-        if (by is None or type(by) is str) and (title is None or type(title) is str) and (detail is None or type(detail) is str):
-            extra = {k: v for k, v in d.items() if k not in _EVENT_KEYS} if len(d) > 3 else {}
-            return IssueEvent(issueId=d["issueId"], at=d["at"], event=d["event"], byRunId=by or None,
-                              title=title, detail=detail, extra=extra)
-    return IssueEvent.from_dict(d)
+@dataclass(frozen=True)
+class ReadProblem:
+    """A file or line that could not be read; readers skip it and report it once."""
 
-
-_EVENT_KEYS = frozenset(IssueEvent._KNOWN)
+    path: str
+    message: str
 
 
 @dataclass
 class _LedgerView:
-    """What one process has parsed of one ledger file: whole lines up to ``offset``."""
+    """What one process has folded of one ledger file: whole lines up to ``offset``.
+
+    Only the fold is kept (not the events), so a ledger of millions of events costs memory in
+    proportion to its issues.
+    """
 
     ino: int
     offset: int = 0
     lines: int = 0
     head: bytes = b""  # the first bytes and the last consumed bytes: an append-only file never changes them
     tail: bytes = b""
-    events: list[IssueEvent] = field(default_factory=list)
-    states: dict[str, str] = field(default_factory=dict)
     folded: dict[str, IssueState] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)
 
@@ -234,87 +156,62 @@ _LEDGERS_LOCK = threading.Lock()
 _CHECK_BYTES = 256
 
 
-def _read_ledger(path: Path) -> tuple[_LedgerView, bytes | None]:
-    """Parse what was appended to a ledger since this process last read it.
+def _ledger_problem(path: Path, lineno: int, why: str) -> tuple[str, str]:
+    return f"{path}:{lineno}", f"{path.name}:{lineno}: {why}"
 
-    Returns the view (events, folded states, unreadable whole lines) and the torn tail (bytes
-    after the last newline) if any. The tail is not consumed: once the next append has closed
-    it with a newline it is read, and skipped, as a whole line. The ledger is append-only, so
-    a file with the same inode that has not shrunk only ever grew.
+
+def _read_ledger(path: Path) -> tuple[_LedgerView, bytes | None]:
+    """Fold what was appended to a ledger since this process last read it.
+
+    Returns the view (folded states, unreadable whole lines) and the torn tail (bytes after the
+    last newline) if any. The tail is not consumed: once the next append has closed it with a
+    newline it is read, and skipped, as a whole line. The ledger is append-only, so a file with
+    the same inode and the same first and last-consumed bytes that has not shrunk only grew;
+    anything else is folded again from the start.
     """
     with _LEDGERS_LOCK:
-        return _read_ledger_locked(path)
-
-
-def _read_ledger_locked(path: Path) -> tuple[_LedgerView, bytes | None]:
-    key = str(path)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        _LEDGERS.pop(key, None)
-        return _LedgerView(ino=0), None
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from exc
-    try:
-        st = os.fstat(fd)
+        key = str(path)
+        try:
+            raw, st = _io.read_file_st(path, limit=MAX_LEDGER_BYTES)
+        except FileNotFoundError:
+            _LEDGERS.pop(key, None)
+            return _LedgerView(ino=0), None
         view = _LEDGERS.get(key)
-        # A file replaced by another one (an editor may reuse the inode number) or rewritten in
-        # place is parsed again from the start.
-        if view is None or view.ino != st.st_ino or st.st_size < view.offset or (
-            view.offset and (
-                os.pread(fd, len(view.head), 0) != view.head
-                or os.pread(fd, len(view.tail), view.offset - len(view.tail)) != view.tail
-            )
+        if view is None or view.ino != st.st_ino or len(raw) < view.offset or (
+            view.offset and (raw[: len(view.head)] != view.head or raw[view.offset - len(view.tail): view.offset] != view.tail)
         ):
             view = _LEDGERS[key] = _LedgerView(ino=st.st_ino)
-        raw = b""
-        while len(raw) < st.st_size - view.offset:
-            chunk = os.pread(fd, st.st_size - view.offset - len(raw), view.offset + len(raw))
-            if not chunk:
-                break
-            raw += chunk
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from exc
-    finally:
-        os.close(fd)
-    end = raw.rfind(b"\n") + 1
-    lineno = view.lines
-    for line in raw[:end].split(b"\n")[:-1]:
-        lineno += 1
-        if not line.strip():
-            continue
-        try:
-            ev = _event_of(orjson.loads(line))
-        except (orjson.JSONDecodeError, ValidationError) as exc:
-            view.problems.append((f"{path}:{lineno}", f"{path.name}:{lineno}: skipped unreadable ledger line ({exc})"))
-            continue
-        view.events.append(ev)
-        view.states[ev.issueId] = ev.event
-        _fold_one(view.folded, ev)
-    if end:
-        if len(view.head) < _CHECK_BYTES:
-            view.head = (view.head + raw[:end])[:_CHECK_BYTES] if view.offset == 0 else view.head
-        view.tail = (view.tail + raw[:end])[-_CHECK_BYTES:]
-    view.offset += end
-    view.lines = lineno
-    tail = raw[end:]
-    return view, (tail if tail.strip() else None)
+        fresh = raw[view.offset:]
+        events, consumed, lines, problems = issues.parse_ledger(fresh, first_line=view.lines + 1)
+        for _, ev in events:
+            issues.fold_into(view.folded, ev)
+        view.problems += [_ledger_problem(path, n, why) for n, why in problems]
+        if consumed:
+            done = view.offset + consumed
+            view.head = raw[: min(done, _CHECK_BYTES)]
+            view.tail = raw[max(done - _CHECK_BYTES, 0): done]
+            view.offset = done
+            view.lines += lines
+        tail = fresh[consumed:]
+        return view, (tail if tail.strip() else None)
 
 
-def _embedding_problem(row) -> str | None:
-    """Why an embeddings.jsonl row is unusable, or None."""
-    if not isinstance(row, dict):
-        return "a line that is not a JSON object"
-    if not isinstance(row.get("runId"), str) or not row["runId"]:
-        return "a row without a runId"
-    if not isinstance(row.get("model"), str) or not row["model"]:
-        return "a row without a model"
-    vec = row.get("vector")
-    if not isinstance(vec, list) or not vec or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) for x in vec
-    ):
-        return "a row whose vector is not a non-empty list of numbers"
-    return None
+def _copy(st: IssueState) -> IssueState:
+    """A shallow copy: callers get their own objects; the per-process fold stays untouched."""
+    out = IssueState.__new__(IssueState)
+    out.__dict__.update(st.__dict__)
+    return out
+
+
+def _with_superseded_by(raw: bytes, new_id: str) -> bytes:
+    """The record's bytes with ``"supersededBy": new_id`` added, every other byte unchanged."""
+    body = raw.rstrip()
+    if not body.endswith(b"}"):
+        raise ValidationError("record does not end with '}'")
+    value = orjson.dumps(new_id)
+    if b'\n  "' in body:  # indented as cybmem and JSON.stringify(rec, null, 2) write it
+        return body[:-1].rstrip() + b',\n  "supersededBy": ' + value + b"\n}\n"
+    return body[:-1].rstrip() + b',"supersededBy":' + value + b"}"
 
 
 class MemoryStore:
@@ -328,7 +225,6 @@ class MemoryStore:
         self.records_dir = self.dir / "records"
         self.issues_path = self.dir / "issues.jsonl"
         self.index_path = self.dir / "index.json"
-        self.archive_path = self.dir / "archive-summary.md"
         self.embeddings_path = self.dir / "embeddings.jsonl"
         self.problems: list[ReadProblem] = []
 
@@ -346,20 +242,13 @@ class MemoryStore:
         project: str | None = None,
         create: bool = False,
     ) -> "MemoryStore":
-        """The store of ``project`` (a slug) or of the project at ``cwd`` (default: the current dir)."""
-        root = settings.memory_dir
-        if project:
-            store = cls(root, project)
-            if not create and not store.dir.is_dir():
-                from .projects import load_projects, project_dirs
+        """The store of ``project`` (a slug) or of the project at ``cwd`` (default: the current dir).
 
-                known = sorted(set(project_dirs(root)) | set(load_projects(root)))
-                raise NotFoundError(
-                    f"no project {project!r} under {root}; known projects: {', '.join(known) or 'none'}"
-                )
-            return store
-        slug = resolve_slug(root, cwd if cwd is not None else os.getcwd(), create=create)
-        return cls(root, slug)
+        Raises:
+            NotFoundError: the project has no memory (and ``create`` is False); the message names
+                the known projects.
+        """
+        return cls(settings.memory_dir, select_project(settings.memory_dir, cwd=cwd, project=project, create=create))
 
     def exists(self) -> bool:
         return self.records_dir.is_dir() or self.issues_path.exists()
@@ -382,74 +271,69 @@ class MemoryStore:
         with locked(self.dir / INDEX_LOCK_FILE):
             yield
 
+    def _problem(self, path: str, message: str) -> None:
+        problem = ReadProblem(path, message)
+        if problem not in self.problems:
+            self.problems.append(problem)
+
+    def report_problems(self, stream=None) -> None:
+        """Print each read problem once to stderr (as ``warning: ...``)."""
+        stream = stream or sys.stderr
+        for p in self.problems:
+            print(f"warning: {p.message}", file=stream)
+
     # --- records -----------------------------------------------------------------
 
     def record_path(self, run_id: str) -> Path:
         return self.records_dir / f"{validate_run_id(run_id)}.json"
 
+    def listing(self) -> dict[str, int]:
+        """name -> inode of every record file in records/ (temp files and dotfiles are not records).
+
+        Raises:
+            StoreError: records/ exists but cannot be listed.
+        """
+        try:
+            with os.scandir(self.records_dir) as it:
+                return {e.name: e.inode() for e in it if _is_record_name(e.name)}
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise StoreError(f"cannot list {self.records_dir}: {exc.strerror or exc}") from None
+
     def run_ids(self) -> list[str]:
         """Run ids of every record file, sorted; temp leftovers and stray files are ignored."""
-        try:
-            names = os.listdir(self.records_dir)
-        except FileNotFoundError:
-            return []
-        return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
+        return sorted(n[:-5] for n in self.listing())
 
-    def _run_id_set(self) -> set[str]:
-        """Like :meth:`run_ids`, unsorted (the index merge only needs membership)."""
-        try:
-            names = os.listdir(self.records_dir)
-        except FileNotFoundError:
-            return set()
-        return {n[:-5] for n in names if n[-5:] == ".json" and n[:1] != "."}
-
-    def read_record(self, run_id: str) -> MemoryRecord:
-        """Read and validate one record; NotFoundError / ValidationError say which and why."""
+    def read_record_st(self, run_id: str) -> tuple[MemoryRecord, os.stat_result]:
+        """Read and validate one record; also the stat of the file that was read."""
         try:
             path = self.record_path(run_id)
         except ValidationError:
             raise ValidationError(f"{run_id}.json: the file name is not a valid run id, so it is not a record") from None
         try:
-            size = path.stat().st_size
-            if size > MAX_RECORD_BYTES:
-                raise ValidationError(f"{path}: {size} bytes is larger than a record can be ({MAX_RECORD_BYTES})")
-            raw = path.read_bytes()
+            raw, st = _io.read_file_st(path, limit=MAX_RECORD_BYTES)
         except FileNotFoundError:
             raise NotFoundError(f"no record {run_id} in project {self.slug}; see `cybmem list`") from None
-        except OSError as exc:
-            raise StoreError(f"cannot read {path}: {exc}") from exc
-        return self._parse_record(path, raw)
+        return parse_record(path.name, raw), st
 
-    @staticmethod
-    def _parse_record(path: Path, raw: bytes) -> MemoryRecord:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ValidationError(f"{path.name}: not valid JSON ({exc})") from None
-        try:
-            rec = MemoryRecord.from_dict(data)
-        except ValidationError as exc:
-            raise ValidationError(f"{path.name}: {exc}") from None
-        if rec.runId != path.name[:-5]:
-            raise ValidationError(f"{path.name}: runId {rec.runId!r} does not match its file name")
-        return rec
+    def read_record(self, run_id: str) -> MemoryRecord:
+        """Read and validate one record; NotFoundError / ValidationError / StoreError say which and why."""
+        return self.read_record_st(run_id)[0]
 
     def iter_records(self) -> Iterator[MemoryRecord]:
         """Every readable record; unreadable ones are skipped and added to ``self.problems``."""
         for run_id in self.run_ids():
             try:
                 yield self.read_record(run_id)
-            except (ValidationError, StoreError, NotFoundError) as exc:
+            except NotFoundError:
+                continue
+            except (ValidationError, StoreError) as exc:
                 self._problem(str(self.records_dir / f"{run_id}.json"), str(exc))
 
     def records(self) -> list[MemoryRecord]:
         """All readable records, oldest first (by endedAt, then runId)."""
         return sorted(self.iter_records(), key=lambda r: (r.endedAt, r.runId))
-
-    def _problem(self, path: str, message: str) -> None:
-        problem = ReadProblem(path, message)
-        if problem not in self.problems:
-            self.problems.append(problem)
 
     def resolve_run_id(self, prefix: str) -> str:
         """The run id that ``prefix`` names: exact, or a unique prefix."""
@@ -467,29 +351,50 @@ class MemoryStore:
             raise AmbiguousError(f"prefix {prefix!r} matches {len(matches)} records: {shown}; give more characters")
         return matches[0]
 
+    # --- writing -----------------------------------------------------------------
+
     def write_record(self, rec: MemoryRecord, events: Iterable[IssueEvent] = ()) -> Path:
         """Write a new record (never overwriting) and append its issue events.
 
         Raises ConflictError if the runId already has a record: records are append-only;
         use :meth:`supersede` to correct one.
         """
+        return self.commit(rec, events)[0]
+
+    def commit(self, rec: MemoryRecord, events: Iterable[IssueEvent] = (), *,
+               corrects: str | None = None) -> tuple[Path, list[IssueEvent]]:
+        """Write a new record and its issue events; returns its path and the events appended.
+
+        With ``corrects`` the record is the correction of that run (see :meth:`supersede`).
+        """
         events = list(events)
+        if corrects is not None:
+            if rec.runId == corrects:
+                raise ValidationError("the correcting record needs a new runId; the old record is never rewritten")
+            self._check_correctable(corrects, rec.runId)
+            rec.supersedes = corrects
         payload = self.validate_write(rec, events)
         path = self.record_path(rec.runId)
         self._check_not_symlinked()
         if os.path.lexists(path):
             raise self._conflict(rec.runId)
         # The record is staged (written and fsynced under a .tmp- name readers ignore) outside
-        # the lock; under the lock the ledger events go first, then the record is linked into
-        # place, then the index follows. A writer killed at any point leaves no partial record;
-        # killed after the events, a retry of the same run appends nothing twice (an open id is
-        # not opened again) and links the record.
+        # the lock. Under the lock the ledger events go first, then (for a correction) the
+        # corrected record gains supersededBy, then the record is linked into place; the index
+        # follows. A writer killed at any point leaves no partial record: killed after the
+        # events, a retry appends nothing twice (an open id is not opened again); killed after
+        # supersededBy, that link names a missing run, which every reader ignores, and the retry
+        # completes it.
         tmp = stage(path, payload)
         try:
             with self.lock():
                 if os.path.lexists(path):
                     raise self._conflict(rec.runId)
+                if corrects is not None:
+                    self._check_correctable(corrects, rec.runId)
                 written = self._append_events_locked(events, sync=False)
+                if corrects is not None:
+                    self._mark_superseded_locked(corrects, rec.runId)
                 try:
                     publish(tmp, path, overwrite=False, sync=False)
                 except FileExistsError:
@@ -501,12 +406,12 @@ class MemoryStore:
                 sync_path(self.issues_path)
             sync_path(self.records_dir)
             with self.index_lock():
-                self._update_index_locked(rec)
+                self._update_index_locked(rec.runId)
         finally:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-        return path
+        return path, written
 
     @staticmethod
     def validate_write(rec: MemoryRecord, events: Iterable[IssueEvent] = ()) -> bytes:
@@ -546,116 +451,125 @@ class MemoryStore:
                     "Replace it with a real directory (see `cybmem doctor`)."
                 )
 
-    def supersede(self, old_run_id: str, new: MemoryRecord, events: Iterable[IssueEvent] = ()) -> Path:
-        """Write ``new`` as the correction of ``old_run_id``; the old record stays as it is."""
-        old_id = self.resolve_run_id(old_run_id)
-        superseded = self.superseded_map()
-        current = superseded.get(old_id)
-        if current:
-            raise ConflictError(
-                f"record {old_id} is already superseded by {current}; supersede {self.newest_truth(old_id, superseded)} instead"
-            )
-        if new.runId == old_id:
-            raise ValidationError("the correcting record needs a new runId; the old record is never rewritten")
-        new.supersedes = old_id
-        return self.write_record(new, events)
+    # --- supersession --------------------------------------------------------------
+
+    def links(self) -> list[supersession.Link]:
+        """(runId, endedAt, supersedes, supersededBy) of the records that carry a link."""
+        return [(e["runId"], e["endedAt"], e.get("supersedes"), e.get("supersededBy"))
+                for e in self.index_entries() if e.get("supersedes") or e.get("supersededBy")]
 
     def superseded_map(self) -> dict[str, str]:
-        """old runId -> runId that supersedes it (from ``supersedes`` and ``supersededBy`` fields)."""
-        return _supersession(list(self.iter_records()))
+        """superseded runId -> the runId that directly corrects it (cybmem.supersession's rule)."""
+        entries = self.index_entries()
+        ended = {e["runId"]: e["endedAt"] for e in entries}
+        links = [(e["runId"], e["endedAt"], e.get("supersedes"), e.get("supersededBy"))
+                 for e in entries if e.get("supersedes") or e.get("supersededBy")]
+        return supersession.resolve(links, ended)
+
+    def listed(self, *, state: str | None = None, limit: int | None = None) -> list[dict]:
+        """Index entries newest first, as ``cybmem list`` shows them.
+
+        Each entry gains ``superseded`` (a correction exists, by the supersession rule) and its
+        ``supersededBy`` is the correction that rule found (a link to a missing run is dropped).
+        """
+        entries = self.index_entries()
+        mapping = self.superseded_map()
+        out = []
+        for e in entries:
+            if state and e["state"] != state:
+                continue
+            item = {k: v for k, v in e.items() if k not in ("inode", "supersededBy")}
+            if e["runId"] in mapping:
+                item["supersededBy"] = mapping[e["runId"]]
+            item["superseded"] = e["runId"] in mapping
+            out.append(item)
+            if limit and len(out) >= limit:
+                break
+        return out
 
     def supersession_chain(self, run_id: str, superseded: dict[str, str] | None = None) -> list[str]:
-        """Run ids that supersede ``run_id``, in order, ending with the newest truth ([] if none).
-
-        Cycles and links to records that do not exist stop the walk.
-        """
-        superseded = self.superseded_map() if superseded is None else superseded
-        out: list[str] = []
-        seen = {run_id}
-        current = run_id
-        while current in superseded:
-            nxt = superseded[current]
-            if nxt in seen or not self.record_path(nxt).exists():
-                break
-            out.append(nxt)
-            seen.add(nxt)
-            current = nxt
-        return out
+        """Run ids that supersede ``run_id``, in order, ending with the newest truth ([] if none)."""
+        return supersession.walk(self.superseded_map() if superseded is None else superseded, run_id)
 
     def newest_truth(self, run_id: str, superseded: dict[str, str] | None = None) -> str:
         """Follow supersession from ``run_id`` to the newest record."""
-        chain = self.supersession_chain(run_id, superseded)
-        return chain[-1] if chain else run_id
+        return supersession.newest_truth(self.superseded_map() if superseded is None else superseded, run_id)
 
-    def latest_run_id(self, *, before_ms: int | None = None, exclude: str | None = None) -> str | None:
-        """The latest record (by endedAt) that ended at or before ``before_ms``."""
-        for entry in self.index_entries():
-            if entry["runId"] == exclude:
-                continue
-            if before_ms is None or entry["endedAt"] <= before_ms:
-                return entry["runId"]
-        return None
+    def _check_correctable(self, old_id: str, new_id: str) -> None:
+        current = self.superseded_map().get(old_id)
+        if current and current != new_id:
+            raise ConflictError(
+                f"record {old_id} is already superseded by {current}; supersede {self.newest_truth(old_id)} instead"
+            )
+
+    def supersede(self, old_run_id: str, new: MemoryRecord, events: Iterable[IssueEvent] = ()) -> Path:
+        """Write ``new`` as the correction of ``old_run_id``.
+
+        The new record carries ``supersedes``; then the old record gains ``supersededBy`` by
+        atomic replace (temp file + rename), every other byte unchanged: the one change the
+        store ever makes to an existing record, so that readers that only follow
+        ``supersededBy`` (the seeds' TypeScript reader) see the correction too.
+        """
+        return self.commit(new, events, corrects=self.resolve_run_id(old_run_id))[0]
+
+    def _mark_superseded_locked(self, old_id: str, new_id: str) -> None:
+        """Add ``supersededBy`` to the corrected record (project lock held)."""
+        path = self.record_path(old_id)
+        raw = _io.read_file(path, limit=MAX_RECORD_BYTES)
+        old = parse_record(path.name, raw)
+        if old.supersededBy == new_id:
+            return
+        data = _io.loads(raw)
+        if "supersededBy" in data:
+            # A stale link written by another tool: replace its value, keep every other field.
+            out = _dumps({**data, "supersededBy": new_id}, f"record {old_id}", indent=True) + b"\n"
+        else:
+            out = _with_superseded_by(raw, new_id)
+            if _io.loads(out) != {**data, "supersededBy": new_id}:
+                out = _dumps({**data, "supersededBy": new_id}, f"record {old_id}", indent=True) + b"\n"
+        atomic_write(path, out)
 
     # --- the issue ledger --------------------------------------------------------
 
-    def issue_events(self) -> list[IssueEvent]:
-        """The ledger in file order; a torn or invalid line is skipped and reported once.
-
-        Parsed lines are kept per process (keyed by the file's inode), so reading the ledger
-        again only parses what was appended since: the write path reads it several times.
-        """
-        return list(self._ledger().events)
-
-    def _ledger(self) -> "_LedgerView":
-        """The ledger as parsed so far by this process, brought up to date; problems are recorded."""
-        view, torn = _read_ledger(self.issues_path)
-        for path, message in view.problems:
-            self._problem(path, message)
-        if torn is not None:
-            lineno = view.lines + 1
-            self._problem(f"{self.issues_path}:{lineno}",
-                          f"{self.issues_path.name}:{lineno}: skipped a torn last line (no newline; "
-                          "a writer was interrupted); the next append starts a fresh line")
-        return view
-
-    def embeddings(self) -> list[dict]:
-        """Rows of embeddings.jsonl (``{"runId", "model", "vector"}``) in file order.
+    def iter_issue_events(self) -> Iterator[tuple[int, IssueEvent]]:
+        """(line number, event) of the ledger in file order, parsed as it is read.
 
         A torn or invalid line is skipped and reported once in ``self.problems``.
         """
         try:
-            raw = self.embeddings_path.read_bytes()
+            raw = _io.read_file(self.issues_path, limit=MAX_LEDGER_BYTES)
         except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise StoreError(f"cannot read {self.embeddings_path}: {exc}") from exc
-        rows = []
-        lines = raw.split(b"\n")
-        for lineno, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-                reason = _embedding_problem(row)
-            except orjson.JSONDecodeError as exc:
-                reason = f"not valid JSON ({exc})"
-            if reason is None:
-                rows.append(row)
-                continue
-            where = f"{self.embeddings_path.name}:{lineno}"
-            if lineno == len(lines):
-                reason = "a torn last line (no newline; a writer was interrupted)"
-            self._problem(f"{self.embeddings_path}:{lineno}", f"{where}: skipped {reason}")
-        return rows
+            return
+        events, consumed, lines, problems = issues.parse_ledger(raw)
+        for lineno, why in problems:
+            self._problem(*_ledger_problem(self.issues_path, lineno, why))
+        if raw[consumed:].strip():
+            self._problem(*_ledger_problem(self.issues_path, lines + 1, "skipped a torn last line (no newline; "
+                                           "a writer was interrupted); the next append starts a fresh line"))
+        yield from events
+
+    def issue_events(self) -> list[IssueEvent]:
+        """The ledger's events in file order (see :meth:`iter_issue_events`)."""
+        return [ev for _, ev in self.iter_issue_events()]
+
+    def _ledger(self) -> _LedgerView:
+        """The ledger as folded so far by this process, brought up to date; problems are recorded."""
+        view, torn = _read_ledger(self.issues_path)
+        for path, message in view.problems:
+            self._problem(path, message)
+        if torn is not None:
+            self._problem(*_ledger_problem(self.issues_path, view.lines + 1,
+                                           "skipped a torn last line (no newline; a writer was interrupted); "
+                                           "the next append starts a fresh line"))
+        return view
 
     def issue_states(self) -> dict[str, IssueState]:
-        """Current state of every issue (the fold of the ledger), in order of first appearance."""
-        return {k: _copy_state(v) for k, v in self._ledger().folded.items()}
+        """Current state of every issue (cybmem.issues' fold), in order of first appearance."""
+        return {k: _copy(v) for k, v in self._ledger().folded.items()}
 
     def open_issues(self) -> list[IssueState]:
         """Issues whose last event is opened or reopened, oldest first."""
-        states = [_copy_state(s) for s in self._ledger().folded.values() if s.state in ("opened", "reopened")]
-        return sorted(states, key=lambda s: (s.openedAt, s.issueId))
+        return issues.open_states(_copy(s) for s in self._ledger().folded.values())
 
     def append_issue_events(self, events: Iterable[IssueEvent]) -> list[IssueEvent]:
         """Append events that change something; returns those actually written."""
@@ -663,26 +577,46 @@ class MemoryStore:
         if not events:
             return []
         with self.lock():
-            return self._append_events_locked(events)
+            written = self._append_events_locked(events, sync=False)
+        if written:
+            sync_path(self.issues_path)
+        return written
 
-    def _ledger_states_locked(self) -> dict[str, str]:
-        """issueId -> current event (call with the project lock held); see :func:`_read_ledger`."""
-        return _read_ledger(self.issues_path)[0].states
+    def mark_issue(self, issue_id: str, event: str, *, by: str | None = None, detail: str | None = None,
+                   at: int | None = None) -> list[IssueEvent]:
+        """Append a state change (resolved, wontfix or reopened) for an existing issue.
+
+        Returns the event written, or [] when the issue is already in that state.
+
+        Raises:
+            ValidationError: ``event`` is not resolved, wontfix or reopened.
+            NotFoundError: no issue with that id (the message says how to list them).
+        """
+        if event not in ("resolved", "wontfix", "reopened"):
+            raise ValidationError(f"{event!r} is not one of resolved, wontfix, reopened")
+        states = self.issue_states()
+        if issue_id not in states:
+            raise NotFoundError(f"no issue {issue_id!r} in project {self.slug}; see `cybmem issues --all`")
+        if event == "reopened" and states[issue_id].is_open:
+            return []
+        ev = IssueEvent(issueId=issue_id, at=at if at is not None else int(time.time() * 1000), event=event,
+                        byRunId=by, title=states[issue_id].title if states[issue_id].titled else None, detail=detail)
+        return self.append_issue_events([ev])
 
     def _append_events_locked(self, events: list[IssueEvent], *, sync: bool = True) -> list[IssueEvent]:
         if not events:
             return []
-        states = dict(self._ledger_states_locked())
+        states = {k: v.state for k, v in _read_ledger(self.issues_path)[0].folded.items()}
         written = []
         for ev in events:
             IssueEvent.from_dict(ev.to_dict())
             current = states.get(ev.issueId)
-            is_open = current in ("opened", "reopened")
+            is_open = current in issues.OPEN
             if ev.event == "opened" and is_open:
                 continue  # an id already open is not opened again
             if ev.event == "opened" and current is not None:
                 ev = IssueEvent(**{**ev.__dict__, "event": "reopened"})
-            if ev.event in ("resolved", "wontfix") and current == ev.event:
+            if ev.event in issues.CLOSED and current == ev.event:
                 continue
             states[ev.issueId] = ev.event
             written.append(ev)
@@ -697,24 +631,26 @@ class MemoryStore:
                         f"{self.issues_path} is a symbolic link; the ledger is only ever appended inside the "
                         "memory root. Replace it with the real file (see `cybmem doctor`)."
                     ) from None
-                raise StoreError(f"cannot append to {self.issues_path}: {exc}") from exc
+                raise StoreError(f"cannot append to {self.issues_path}: {exc.strerror or exc}") from None
         return written
 
     # --- the derived index -------------------------------------------------------
     #
     # index.json: {"version": 1, "count": N, "entries": [...newest first...], "skipped": {runId: why}}.
+    # Each entry is the projection of one record file (index_entry), with the file's inode.
     # "skipped" names the record files that could not be read, so that the index can be checked
-    # against records/ with one directory listing: entry ids + skipped ids == file names. A
-    # writer killed between linking its record and updating the index leaves it stale; the next
-    # write (or any reader) notices and merges the missing records in.
+    # against records/ with one directory listing: entry names and inodes + skipped names == the
+    # listing. A record replaced by rename (another writer adding supersededBy) has a new inode and
+    # is read again; a writer killed between linking its record and updating the index leaves it
+    # stale, and the next write (or any reader) merges the missing records in.
 
-    def _read_index(self) -> tuple[list[dict], dict[str, str]] | None:
-        """index.json's entries and skipped files, or None if it is missing or unreadable."""
+    def read_index(self) -> tuple[list[dict], dict[str, str]] | None:
+        """index.json as stored: its entries and skipped files, or None if it is missing or damaged (reported)."""
         try:
-            data = orjson.loads(self.index_path.read_bytes())
+            data = _io.loads(_io.read_file(self.index_path, limit=MAX_LEDGER_BYTES))
         except FileNotFoundError:
             return None
-        except (OSError, orjson.JSONDecodeError):
+        except (StoreError, ValueError):
             self._problem(str(self.index_path), "index.json is unreadable; run `cybmem rebuild` (or `cybmem doctor --repair`)")
             return None
         entries = data.get("entries") if isinstance(data, dict) else None
@@ -731,44 +667,38 @@ class MemoryStore:
             return None
         return entries, {str(k): str(v) for k, v in skipped.items()}
 
-    def _merge_index(self, entries: list[dict], skipped: dict[str, str], present: set[str]) -> tuple[list[dict], dict[str, str], bool]:
-        """Bring index entries up to date with the record files ``present``: drop vanished ones, add new ones."""
-        by_id = {e["runId"]: e for e in entries}
-        changed = len(by_id) != len(entries)
-        for rid in [r for r in by_id if r not in present]:
-            del by_id[rid]
-            changed = True
-        for rid in [r for r in skipped if r not in present]:
-            del skipped[rid]
-            changed = True
-        new = sorted(r for r in present if r not in by_id and r not in skipped)
-        added: list[MemoryRecord] = []
-        for rid in new:
+    def _project(self, names: Iterable[str], skipped: dict[str, str]) -> list[dict]:
+        """Index entries of these record files; unreadable ones go to ``skipped`` (name -> why)."""
+        out = []
+        for name in names:
+            rid = name[:-5]
             try:
-                added.append(self.read_record(rid))
+                rec, st = self.read_record_st(rid)
             except NotFoundError:
                 continue
             except (ValidationError, StoreError) as exc:
                 skipped[rid] = str(exc)
+                continue
+            out.append(index_entry(rec, st.st_ino))
+        return out
+
+    def _merge_index(self, entries: list[dict], skipped: dict[str, str], listing: dict[str, int]) -> tuple[list[dict], dict[str, str], bool]:
+        """Bring index entries up to date with the record files listed: drop vanished or replaced ones, add new ones."""
+        by_id = {e["runId"]: e for e in entries}
+        changed = len(by_id) != len(entries)
+        for rid, e in list(by_id.items()):
+            if listing.get(rid + ".json") != e.get("inode"):
+                del by_id[rid]  # vanished, or replaced by another file (a new inode): read again below
                 changed = True
-        if not added and not changed:
+        for rid in [r for r in skipped if r + ".json" not in listing]:
+            del skipped[rid]
+            changed = True
+        new = sorted(n for n in listing if n[:-5] not in by_id and n[:-5] not in skipped)
+        if not new and not changed:
             return entries, skipped, False
-        for rec in added:
-            by_id[rec.runId] = _index_entry(rec, rec.supersededBy)
-        # Supersession as a full rebuild computes it: a record's own supersededBy, overridden by
-        # the (greatest) runId of any record that names it in "supersedes".
-        correctors: dict[str, str] = {}
-        for e in by_id.values():
-            target = e.get("supersedes")
-            if target and target != e["runId"]:
-                correctors[target] = max(correctors.get(target, ""), e["runId"])
-        for rec in added:
-            if rec.supersedes and rec.supersedes in by_id and rec.supersedes != rec.runId:
-                by_id[rec.supersedes]["supersededBy"] = correctors[rec.supersedes]
-            if rec.runId in correctors:
-                by_id[rec.runId]["supersededBy"] = correctors[rec.runId]
-        out = sorted(by_id.values(), key=_sort_key, reverse=True)
-        return out, skipped, True
+        for e in self._project(new, skipped):
+            by_id[e["runId"]] = e
+        return sorted(by_id.values(), key=_sort_key, reverse=True), skipped, True
 
     def _report_skipped(self, skipped: dict[str, str]) -> None:
         for rid, why in sorted(skipped.items()):
@@ -777,39 +707,23 @@ class MemoryStore:
     def index_entries(self) -> list[dict]:
         """index.json's entries, newest first, checked against records/ (one directory listing).
 
-        Records the index does not know yet (a writer was killed before updating it, or one is
-        writing right now) are merged in memory; a missing or damaged index is rebuilt in memory.
-        Unreadable record files are reported once in ``self.problems``.
+        Records the index does not know yet (a writer was killed before updating it, one is
+        writing right now, another writer replaced a record) are merged in memory; a missing or
+        damaged index is rebuilt in memory. Unreadable record files are reported once in
+        ``self.problems``.
         """
-        doc = self._read_index()
+        doc = self.read_index()
         if doc is None:
-            entries, skipped = self._compute_index()
+            entries, skipped = self.fresh_index()
         else:
-            entries, skipped, _ = self._merge_index(*doc, self._run_id_set())
+            entries, skipped, _ = self._merge_index(*doc, self.listing())
         self._report_skipped(skipped)
         return entries
 
-    def index_skipped(self) -> dict[str, str]:
-        """Record files the index could not read: runId -> why."""
-        doc = self._read_index()
-        if doc is None:
-            return self._compute_index()[1]
-        return self._merge_index(*doc, self._run_id_set())[1]
-
-    def _compute_index(self) -> tuple[list[dict], dict[str, str]]:
-        """Index entries (newest first) and skipped files, from records/ alone."""
-        recs: list[MemoryRecord] = []
+    def fresh_index(self) -> tuple[list[dict], dict[str, str]]:
+        """Index entries (newest first) and unreadable files (runId -> why), from records/ alone."""
         skipped: dict[str, str] = {}
-        for run_id in self.run_ids():
-            try:
-                recs.append(self.read_record(run_id))
-            except NotFoundError:
-                continue
-            except (ValidationError, StoreError) as exc:
-                skipped[run_id] = str(exc)
-        self._report_skipped(skipped)
-        superseded = _supersession(recs)
-        entries = [_index_entry(r, superseded.get(r.runId)) for r in recs]
+        entries = self._project(sorted(self.listing()), skipped)
         entries.sort(key=_sort_key, reverse=True)
         return entries, skipped
 
@@ -818,7 +732,8 @@ class MemoryStore:
         self._check_not_symlinked()
         ensure_dir(self.dir)
         with self.index_lock():
-            entries, skipped = self._compute_index()
+            entries, skipped = self.fresh_index()
+            self._report_skipped(skipped)
             self._write_index_locked(entries, skipped)
         return len(entries)
 
@@ -838,35 +753,38 @@ class MemoryStore:
         # Derived and checked against records/ on every read: no fsync (a lost index is rebuilt).
         atomic_write(self.index_path, self._index_bytes(entries, skipped or {}), durable=False)
 
-    def _update_index_locked(self, rec: MemoryRecord | None = None) -> None:
+    def _update_index_locked(self, run_id: str | None = None) -> None:
         """Bring index.json up to date with records/ (call with :meth:`index_lock` held).
 
         The directory is listed after the lock is taken, so every record linked before this
         call is merged; when another writer already merged ours, nothing is rewritten.
         """
-        if rec is not None:
+        if run_id is not None:
             # Group commit, the cheap way: if a writer that took the lock after our record was
-            # linked has merged it already, there is nothing to do. Entries are written by
+            # linked has merged it already (and, for a correction, the corrected record, which
+            # was replaced before the link), there is nothing to do. Entries are written by
             # orjson with runId first, and inside a JSON string every quote is escaped, so this
             # byte pattern only ever matches the start of the entry itself.
             try:
-                raw = self.index_path.read_bytes()
-            except OSError:
+                raw = _io.read_file(self.index_path, limit=MAX_LEDGER_BYTES)
+            except (OSError, StoreError):
                 raw = b""
-            if b'{"runId":' + orjson.dumps(rec.runId) + b"," in raw:
+            if b'{"runId":' + orjson.dumps(run_id) + b"," in raw:
                 return
-        doc = self._read_index()
+        doc = self.read_index()
         if doc is None:
-            # Missing or damaged: the full truth is records/.
-            entries, skipped = self._compute_index()
+            entries, skipped = self.fresh_index()  # missing or damaged: the full truth is records/
         else:
-            entries, skipped, changed = self._merge_index(doc[0], doc[1], self._run_id_set())
+            entries, skipped, changed = self._merge_index(doc[0], doc[1], self.listing())
             if not changed:
                 return
         self._write_index_locked(entries, skipped)
 
-    def report_problems(self, stream=None) -> None:
-        """Print each read problem once to stderr (as ``warning: ...``)."""
-        stream = stream or sys.stderr
-        for p in self.problems:
-            print(f"warning: {p.message}", file=stream)
+    def latest_run_id(self, *, before_ms: int | None = None, exclude: str | None = None) -> str | None:
+        """The latest record (by endedAt) that ended at or before ``before_ms``."""
+        for entry in self.index_entries():
+            if entry["runId"] == exclude:
+                continue
+            if before_ms is None or entry["endedAt"] <= before_ms:
+                return entry["runId"]
+        return None

@@ -42,38 +42,33 @@ no re-scoring of the store (benchmarks/bench_tune.py has the figures).
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
+from .bm25 import RunLookup
+from .embeddings import read_rows
 from .errors import ValidationError
-from .frames import Snapshot, load_snapshot
-from .scoring import MS_PER_DAY, RunLookup, Weights, lineage_affinity, normalize_keyword, save_weights, tokenize
-from .search import WEIGHTS_FILE, _candidates, _context, weights_files, weights_for
+from .judgments import JUDGMENT_KINDS, METRICS, Judgment, check_metric, judgments_from_store, load_judgments, merge_judgments
+from .progress import Progress
+from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
+from .search import dispatch_context
 from .settings import Settings
+from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
+from .text import tokenize
+from .weights import WEIGHTS_FILE, Weights, save_weights, weight_files, weights_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 __all__ = [
-    "METRICS",
-    "JUDGMENT_KINDS",
     "DEFAULT_HALF_LIVES",
-    "Judgment",
-    "load_judgments",
-    "save_judgments",
-    "merge_judgments",
-    "judgments_from_store",
-    "metric_at_k",
     "AxisMatrices",
     "axis_matrices",
     "evaluate",
@@ -82,300 +77,16 @@ __all__ = [
     "grid_search",
     "tune",
     "save_project_weights",
-    "Progress",
 ]
 
-#: metric name -> label; every metric is cut at k.
-METRICS = {"mrr": "MRR", "ndcg": "nDCG", "recall": "recall"}
-#: what :func:`judgments_from_store` can derive.
-JUDGMENT_KINDS = ("issue", "parent")
-#: half-lives (days) searched when none are given (the current one is always added).
 DEFAULT_HALF_LIVES = (1.0, 3.0, 7.0, 14.0, 30.0, 60.0, 120.0, 365.0)
 _AXES = ("w_kw", "w_rec", "w_lin", "w_vec")
 _BLOCK_ROWS = 512  # padded difference rows per block of pairs
 _TILE_ELEMENTS = 1 << 17  # float32 elements per tile of D @ W (512 kB: stays in L2)
 
 
-# --------------------------------------------------------------------------------------
-# Progress
-# --------------------------------------------------------------------------------------
-
-
-class Progress:
-    """A one-line progress bar on stderr (``label [#####-----] 12/40 3.1s``), no dependency.
-
-    Drawn only when ``enabled`` (default: the stream is a TTY); redraws at most every 0.1 s.
-    """
-
-    def __init__(self, total: int, label: str, *, enabled: bool | None = None, stream: IO[str] | None = None,
-                 width: int = 28):
-        self.total = max(int(total), 0)
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        if enabled is None:
-            isatty = getattr(self.stream, "isatty", None)
-            enabled = bool(isatty and isatty())
-        self.enabled = enabled
-        self.width = width
-        self.done = 0
-        self._start = time.perf_counter()
-        self._drawn = 0.0
-
-    def update(self, n: int = 1, *, note: str = "") -> None:
-        """Advance by ``n`` steps and redraw (throttled)."""
-        self.done = min(self.done + n, self.total) if self.total else self.done + n
-        now = time.perf_counter()
-        if self.enabled and (now - self._drawn >= 0.1 or self.done >= self.total):
-            self._draw(note)
-            self._drawn = now
-
-    def _draw(self, note: str = "") -> None:
-        frac = self.done / self.total if self.total else 1.0
-        fill = int(round(frac * self.width))
-        bar = "#" * fill + "-" * (self.width - fill)
-        text = f"\r{self.label} [{bar}] {self.done}/{self.total} {time.perf_counter() - self._start:.1f}s"
-        self.stream.write(text + (f" {note}" if note else "") + "\x1b[K")
-        self.stream.flush()
-
-    def close(self) -> None:
-        """Finish the line."""
-        if self.enabled:
-            self._draw()
-            self.stream.write("\n")
-            self.stream.flush()
-
-    def __enter__(self) -> "Progress":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def _progress(total: int, label: str, progress: bool | None) -> Progress:
     return Progress(total, label, enabled=progress)
-
-
-# --------------------------------------------------------------------------------------
-# Judgments
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Judgment:
-    """One query, the moment it is asked, and the runs it should retrieve."""
-
-    query: str
-    as_of: int
-    relevant: tuple[str, ...]
-    query_run_id: str | None = None
-    parent_run_id: str | None = None
-    chat_session_id: str | None = None
-    kind: str | None = None  # informational: "qrels", "issue", "parent", "issue+parent", ...
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Judgment":
-        """Parse one judgments-file object (camelCase keys; unknown keys are ignored).
-
-        Raises:
-            ValueError: naming the bad field.
-        """
-        if not isinstance(d, Mapping):
-            raise ValueError("a judgment must be a JSON object")
-        query, as_of, rel = d.get("query"), d.get("asOf"), d.get("relevant")
-        if not isinstance(query, str):
-            raise ValueError('"query" must be a string')
-        if isinstance(as_of, bool) or not isinstance(as_of, int):
-            raise ValueError('"asOf" must be epoch milliseconds (an integer)')
-        if not isinstance(rel, list) or not all(isinstance(r, str) and r for r in rel):
-            raise ValueError('"relevant" must be a list of run ids')
-        opt = {}
-        for key, attr in (("queryRunId", "query_run_id"), ("parentRunId", "parent_run_id"),
-                          ("chatSessionId", "chat_session_id"), ("kind", "kind")):
-            v = d.get(key)
-            if v is not None and not isinstance(v, str):
-                raise ValueError(f'"{key}" must be a string')
-            opt[attr] = v or None
-        return cls(query=query, as_of=as_of, relevant=tuple(dict.fromkeys(rel)), **opt)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The judgments-file object (optional keys only when set)."""
-        out: dict[str, Any] = {"query": self.query, "asOf": self.as_of, "relevant": list(self.relevant)}
-        for key, v in (("queryRunId", self.query_run_id), ("parentRunId", self.parent_run_id),
-                       ("chatSessionId", self.chat_session_id), ("kind", self.kind)):
-            if v:
-                out[key] = v
-        return out
-
-
-def merge_judgments(judgments: Iterable[Judgment]) -> list[Judgment]:
-    """One judgment per ``query_run_id`` (relevant lists united in first-seen order).
-
-    Judgments without a query run id are kept as they are. Order: first occurrence.
-    """
-    out: list[Judgment] = []
-    pos: dict[str, int] = {}
-    for j in judgments:
-        if j.query_run_id is None:
-            out.append(j)
-            continue
-        i = pos.get(j.query_run_id)
-        if i is None:
-            pos[j.query_run_id] = len(out)
-            out.append(j)
-            continue
-        m = out[i]
-        kinds = [k for k in dict.fromkeys((m.kind or "").split("+") + (j.kind or "").split("+")) if k]
-        out[i] = Judgment(query=m.query, as_of=m.as_of, relevant=tuple(dict.fromkeys(m.relevant + j.relevant)),
-                          query_run_id=m.query_run_id, parent_run_id=m.parent_run_id or j.parent_run_id,
-                          chat_session_id=m.chat_session_id or j.chat_session_id, kind="+".join(kinds) or None)
-    return out
-
-
-def load_judgments(path: str | Path) -> list[Judgment]:
-    """Read a judgments JSONL file and merge lines per ``queryRunId``.
-
-    Args:
-        path: the file (blank lines are skipped).
-
-    Returns:
-        The merged judgments, in file order.
-
-    Raises:
-        ValidationError: the file is missing or a line is malformed (naming the line).
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValidationError(f"judgments file {p} does not exist; write one (JSONL: query, asOf, relevant) "
-                              "or leave --judgments out to derive judgments from the store") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"cannot read judgments file {p}: {exc}") from None
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(Judgment.from_dict(json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            raise ValidationError(f"{p}:{lineno}: {exc}; each line needs "
-                                  '{"query": "...", "asOf": <epoch ms>, "relevant": ["<runId>", ...]}') from None
-    return merge_judgments(out)
-
-
-def save_judgments(judgments: Iterable[Judgment], path: str | Path) -> Path:
-    """Write judgments as JSONL (one object a line); returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("".join(json.dumps(j.to_dict(), ensure_ascii=False) + "\n" for j in judgments), encoding="utf-8")
-    return p
-
-
-def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS) -> list[Judgment]:
-    """Judgments a store implies about itself, merged per query run.
-
-    Kinds:
-
-    - ``"issue"``: a run R that resolved an issue, asked with R's task at R's start (with R's
-      parent and chat session), should retrieve the runs that already carried that issue: the
-      run that opened it, runs that reopened it and runs whose outcome lists it, when they ended
-      before R started. (The reverse, the opener's task retrieving its resolver, would need
-      the resolver before it exists.)
-    - ``"parent"``: a run C dispatched by parent P (P ended before C started), asked with C's
-      task and ``parentRunId=P``, should retrieve P: the plan it executes.
-
-    previousRunId links are not used: "the latest run of the project" says nothing about
-    relevance, and scoring it would only reward recency. Corrections (records that supersede
-    another) are not used as queries.
-
-    Args:
-        snapshot: the project's snapshot.
-        kinds: a subset of :data:`JUDGMENT_KINDS`.
-
-    Returns:
-        Merged judgments, in the order their query runs started.
-    """
-    bad = sorted(set(kinds) - set(JUDGMENT_KINDS))
-    if bad:
-        raise ValidationError(f"unknown judgment kind(s) {', '.join(bad)}; choose from {', '.join(JUDGMENT_KINDS)}")
-    r = snapshot.records
-    if r.num_rows == 0:
-        return []
-    ids = r.column("runId").to_pylist()
-    tasks = r.column("task").to_pylist()
-    started = r.column("startedAt").cast(pa.int64()).to_pylist()
-    ended = r.column("endedAt").cast(pa.int64()).to_pylist()
-    parents = r.column("parentRunId").to_pylist()
-    chats = r.column("chatSessionId").to_pylist()
-    corrections = r.column("supersedes").to_pylist()
-    issue_lists = r.column("issues").to_pylist()
-    row = {rid: i for i, rid in enumerate(ids)}
-    out: list[tuple[int, Judgment]] = []
-
-    def add(i: int, relevant: list[str], kind: str) -> None:
-        rel = [x for x in dict.fromkeys(relevant) if x != ids[i] and x in row and ended[row[x]] <= started[i]]
-        if rel and not corrections[i]:
-            out.append((started[i], Judgment(query=tasks[i], as_of=started[i], relevant=tuple(rel), query_run_id=ids[i],
-                                             parent_run_id=parents[i], chat_session_id=chats[i], kind=kind)))
-
-    if "issue" in kinds and snapshot.events.num_rows:
-        carriers: dict[str, list[str]] = {}
-        for i, issues in enumerate(issue_lists):
-            for iss in issues or ():
-                carriers.setdefault(iss, []).append(ids[i])
-        touched: dict[str, list[str]] = {}
-        ev = snapshot.events
-        for issue, event, by in zip(ev.column("issueId").to_pylist(), ev.column("event").to_pylist(),
-                                    ev.column("byRunId").to_pylist()):
-            if event in ("opened", "reopened") and by:
-                touched.setdefault(issue, []).append(by)
-            elif event == "resolved" and by in row:
-                add(row[by], touched.get(issue, []) + carriers.get(issue, []), "issue")
-    if "parent" in kinds:
-        for i, p in enumerate(parents):
-            if p:
-                add(i, [p], "parent")
-    out.sort(key=lambda t: t[0])
-    return merge_judgments(j for _, j in out)
-
-
-# --------------------------------------------------------------------------------------
-# Metrics on one ranked list (the reference the vectorised grid is tested against)
-# --------------------------------------------------------------------------------------
-
-
-def _check_metric(metric: str, k: int) -> None:
-    if metric not in METRICS:
-        raise ValidationError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
-    if k < 1:
-        raise ValidationError(f"k must be at least 1, got {k}")
-
-
-def metric_at_k(ranked: Sequence[str], relevant: Iterable[str], *, metric: str = "mrr", k: int = 10) -> float:
-    """One query's metric from its ranked run ids.
-
-    Args:
-        ranked: run ids, best first (only the first ``k`` are looked at).
-        relevant: the relevant run ids (those that could have been retrieved).
-        metric: ``mrr`` (1/rank of the first relevant within k), ``ndcg`` (binary gains,
-            DCG = sum 1/log2(rank+1), divided by the ideal DCG of min(|relevant|, k) hits) or
-            ``recall`` (share of the relevant found within k).
-        k: the cut-off.
-
-    Returns:
-        A value in [0, 1]; 0 when ``relevant`` is empty.
-    """
-    _check_metric(metric, k)
-    rel = set(relevant)
-    if not rel:
-        return 0.0
-    ranks = [i for i, rid in enumerate(list(ranked)[:k], 1) if rid in rel]
-    if metric == "mrr":
-        return 1.0 / ranks[0] if ranks else 0.0
-    if metric == "recall":
-        return len(ranks) / len(rel)
-    ideal = sum(1.0 / math.log2(i + 1) for i in range(1, min(len(rel), k) + 1))
-    return sum(1.0 / math.log2(r + 1) for r in ranks) / ideal
 
 
 # --------------------------------------------------------------------------------------
@@ -460,10 +171,6 @@ class AxisMatrices:
     def has_vectors(self) -> bool:
         return self.vector is not None
 
-    def age_days(self) -> np.ndarray:
-        """Ages in days (float64)."""
-        return self.age_ms.astype(np.float64) / MS_PER_DAY
-
     def axes(self, half_life_days: float) -> np.ndarray:
         """Pool axis values for one half-life: float32 (entries x 3 or 4): kw, recency, lineage[, cosine]."""
         rec = self.age_ms * np.float32(-1.0 / (MS_PER_DAY * half_life_days))
@@ -496,10 +203,7 @@ class AxisMatrices:
 
 def _embeddings_matrix(snapshot: Snapshot) -> np.ndarray | None:
     """Row-aligned float32 vectors from the store's embeddings.jsonl (most common model), or None."""
-    reader = getattr(snapshot.store, "embeddings", None)
-    if reader is None:
-        return None
-    rows = reader()
+    rows = [row for _, row in read_rows(snapshot.store.embeddings_path)[0]]
     if not rows:
         return None
     models: dict[str, int] = {}
@@ -550,14 +254,7 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
             raise ValidationError(f"project {snapshot.store.slug} has no usable embeddings.jsonl; tune without vectors")
     emb_norms = np.linalg.norm(emb, axis=1) if emb is not None else None
     # Supersession: a relevant run corrected by then is represented by its correction.
-    corrected_by: dict[str, str] = {}
-    if n:
-        for rid, target in zip(ids, r.column("supersedes").to_pylist()):
-            if target:
-                corrected_by[target] = rid
-        for rid, by in zip(ids, r.column("supersededBy").to_pylist()):
-            if by and by in row_of:
-                corrected_by.setdefault(rid, by)
+    corrected_by = snapshot.supersession() if n else {}
     lookup = RunLookup.build(r.column("runId")) if n else None
     cols = {c: r.column(c).combine_chunks() for c in ("runId", "parentRunId", "previousRunId", "rootRunId", "chatSessionId")} if n else {}
     # Newest first (ties: higher row first, as top_k breaks them) and plain row order, once.
@@ -576,7 +273,7 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
         if not n:
             skipped.append((j, "the store has no records"))
             continue
-        mask = _candidates(snapshot, j.as_of)
+        mask = snapshot.candidates(j.as_of)
         qrow = row_of.get(j.query_run_id) if j.query_run_id else None
         if qrow is not None:
             mask[qrow] = False
@@ -596,7 +293,7 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
             skipped.append((j, "no relevant run existed at asOf"))
             continue
         kw = normalize_keyword(snapshot.index.scores(tokenize(j.query)), mask)
-        ctx = _context(snapshot, mask, j.parent_run_id, j.chat_session_id)
+        ctx = dispatch_context(snapshot, mask, j.parent_run_id, j.chat_session_id)
         lin = lineage_affinity(cols["runId"], cols["parentRunId"], cols["previousRunId"], cols["rootRunId"],
                                cols["chatSessionId"], ctx, lookup=lookup)
         vec = None
@@ -802,7 +499,7 @@ def evaluate(m: AxisMatrices, weights: Weights, *, metric: str = "mrr", k: int |
         The mean metric in [0, 1] (0.0 when there is no judgment), or the per-judgment array.
     """
     k = m.k if k is None else k
-    _check_metric(metric, k)
+    check_metric(metric, k)
     if k > m.k:
         raise ValidationError(f"k={k} is deeper than the pools were built for (k={m.k}); rebuild with axis_matrices(k={k})")
     if not m.n:
@@ -963,7 +660,7 @@ def grid_search(m: AxisMatrices, *, metric: str = "mrr", k: int | None = None, s
         current weights are reported as best (``best_in_grid=False``).
     """
     k = m.k if k is None else k
-    _check_metric(metric, k)
+    check_metric(metric, k)
     if k > m.k:
         raise ValidationError(f"k={k} is deeper than the pools were built for (k={m.k}); rebuild with axis_matrices(k={k})")
     if steps < 2 and (w_kw is None or w_rec is None or w_lin is None):
@@ -1067,7 +764,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     Returns:
         :class:`GridResult`.
     """
-    _check_metric(metric, k)
+    check_metric(metric, k)
     snap = store if isinstance(store, Snapshot) else load_snapshot(store)
     if judgments is None:
         js = judgments_from_store(snap, kinds=kinds)
@@ -1085,7 +782,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
         js = merge_judgments(judgments)
         source = "given"
     if current is None:
-        current = weights_for(settings or Settings.from_env(), snap.store)
+        current = weights_for(settings or Settings.from_env(), snap.store).weights
     m = axis_matrices(snap, js, k=k, progress=progress)
     if not m.n:
         reasons = sorted({why for _, why in m.skipped})
@@ -1107,7 +804,7 @@ def save_project_weights(store: MemoryStore, weights: Weights, settings: Setting
     settings = settings or Settings.from_env()
     path = store.dir / WEIGHTS_FILE
     save_weights(weights, path)
-    over = [str(p) for p in weights_files(settings, store)[2:] if p.is_file()]
+    over = [str(p) for p in weight_files(settings, store)[2:] if p.is_file()]
     over += sorted(v for v in settings.env if v.startswith("CYBERINE_MEMORY_W_") or v == "CYBERINE_MEMORY_HALF_LIFE_DAYS"
                    if str(settings.env[v]).strip())
     return path, over

@@ -18,14 +18,15 @@ from typing import Any, Sequence
 import ipywidgets as W
 
 from .errors import CybmemError
-from .frames import Snapshot, load_snapshot
+from .snapshot import Snapshot, load_snapshot
 from .outcome import head_line
 from .schema import ms_to_utc
-from .scoring import Weights
-from .search import SearchResult, search, weights_for
+from .search import SearchResult, search
 from .settings import Settings
 from .store import MemoryStore
-from .tuning import METRICS, AxisMatrices, Judgment, axis_matrices, evaluate, judgments_from_store, save_project_weights
+from .judgments import METRICS, Judgment, judgments_from_store
+from .tuning import AxisMatrices, axis_matrices, evaluate, save_project_weights
+from .weights import Weights, weights_for
 
 __all__ = ["TuningView", "tuning_view"]
 
@@ -56,7 +57,7 @@ class TuningView:
         js = judgments_from_store(self.snapshot) if judgments is None else list(judgments)
         self.matrices: AxisMatrices | None = axis_matrices(self.snapshot, js, k=metric_k, progress=False) if js else None
         self.metric_k = metric_k
-        saved = weights_for(self.settings, self.store)
+        saved = weights_for(self.settings, self.store).weights
         self._muted = False
         self.sliders: dict[str, W.ValueWidget] = {}
         for name in _WEIGHTS:
@@ -154,7 +155,7 @@ class TuningView:
 
     def load(self) -> Weights:
         """Read the weights production uses for this project and move the sliders there."""
-        w = weights_for(self.settings, self.store)
+        w = weights_for(self.settings, self.store).weights
         self.set_weights(w)
         self._saved_metric = self._metric_of(w)
         self.score.value = self.score_html()
@@ -178,7 +179,7 @@ class TuningView:
             return "<i>No judgments to score against (pass judgments=...).</i>"
         label = f"{METRICS[self.metric.value]}@{self.metric_k}"
         cur = self.current_metric()
-        saved = self._metric_of(weights_for(self.settings, self.store))
+        saved = self._metric_of(weights_for(self.settings, self.store).weights)
         cur_s = "n/a (all weights 0)" if cur is None else f"{cur:.3f}"
         out = f"<b>{label} = {cur_s}</b> over {self.matrices.n} judgments"
         if saved is not None:

@@ -48,7 +48,6 @@ def _bad_records(good: dict) -> dict[str, bytes]:
         "deep.json": b"[" * 100_000 + b"]" * 100_000,
         "deepobj.json": b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
         "nonutf8.json": json.dumps({**good, "runId": "nonutf8"}).encode().replace(b"Set up", b"Set \xff\xfe up"),
-        "surrogate.json": json.dumps({**good, "runId": "surrogate", "task": "lone \ud800 half"}).encode(),
         "array.json": b"[1, 2, 3]",
         "empty.json": b"",
         "nul.json": b"\x00" * 64,
@@ -85,6 +84,9 @@ def hostile(tmp_path_factory) -> Path:
     BAD_RECORDS.update(_bad_records(good))
     for name, data in BAD_RECORDS.items():
         (records / name).write_bytes(data)
+    # What JavaScript's JSON.stringify writes for a string cut in the middle of an emoji: a lone
+    # surrogate escape. JSON.parse reads it, so cybmem must too (U+FFFD in its place).
+    (records / "surrogate.json").write_bytes(json.dumps({**good, "runId": "surrogate", "task": "Ship the \ud83c"}).encode())
     (records / "README.txt").write_text("not a record")
     (records / ".tmp-leftover.part").write_bytes(b'{"runId": "half')
     with open(root / "web" / "issues.jsonl", "ab") as fh:
@@ -122,9 +124,18 @@ def test_record_verbs_skip_each_bad_file_and_warn_once(hostile, verb):
         assert _warnings_for(res.stderr, name) == 1, (name, res.stderr)
     assert ".tmp-leftover" not in res.output and "README" not in res.output
     if "--json" in verb and verb[0] == "list":
-        assert {e["runId"] for e in json.loads(res.stdout)} == {"good1", "good2", "huge"}
+        assert {e["runId"] for e in json.loads(res.stdout)} == {"good1", "good2", "huge", "surrogate"}
     if verb[0] == "search" and "--json" in verb:
-        assert {h["runId"] for h in json.loads(res.stdout)["hits"]} <= {"good1", "good2", "huge"}
+        assert {h["runId"] for h in json.loads(res.stdout)["hits"]} <= {"good1", "good2", "huge", "surrogate"}
+    assert "surrogate.json" not in res.stderr
+
+
+def test_lone_surrogate_record_reads_as_javascript_reads_it(hostile):
+    res = cli(hostile, "show", "surrogate", "--cwd", CWD, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["task"] == "Ship the \ufffd"
+    res = cli(hostile, "search", "ship", "--cwd", CWD, "--json")
+    assert [h["runId"] for h in json.loads(res.stdout)["hits"]][0] == "surrogate"
 
 
 @pytest.mark.parametrize("verb", [("issues",), ("issues", "--all"), ("issues", "--json"), ("issues", "--all", "--json")], ids=" ".join)
@@ -178,16 +189,17 @@ def test_projects_verb(hostile):
     res = cli(hostile, "projects", "--json")
     assert res.exit_code == 0, res.output
     (web,) = json.loads(res.stdout)
-    assert web["slug"] == "web" and web["records"] == 3 + len(BAD_RECORDS)
+    assert web["slug"] == "web" and web["records"] == 4 + len(BAD_RECORDS)  # good1, good2, huge, surrogate
 
 
 def test_records_frame_skips_and_reports(hostile):
-    from cybmem.frames import load_snapshot, records_frame
+    from cybmem.frames import records_frame
+    from cybmem.snapshot import load_snapshot
     from cybmem.store import MemoryStore
 
     store = MemoryStore(hostile, "web")
     df = records_frame(store)
-    assert sorted(df["runId"]) == ["good1", "good2", "huge"]
+    assert sorted(df["runId"]) == ["good1", "good2", "huge", "surrogate"]
     snap = load_snapshot(store)
     reported = [p.path for p in snap.problems]
     for name in BAD_RECORDS:
@@ -196,12 +208,11 @@ def test_records_frame_skips_and_reports(hostile):
 
 
 def test_store_readers_skip_torn_embeddings_line(hostile):
-    from cybmem.store import MemoryStore
+    from cybmem.embeddings import read_rows
 
-    store = MemoryStore(hostile, "web")
-    rows = store.embeddings()
-    assert [r["runId"] for r in rows] == ["good1"]
-    assert [p.message for p in store.problems] == ["embeddings.jsonl:2: skipped a torn last line (no newline; a writer was interrupted)"]
+    rows, problems = read_rows(hostile / "web" / "embeddings.jsonl")
+    assert [r["runId"] for _, r in rows] == ["good1"]
+    assert problems == [(2, "a torn last line (no newline; a writer was interrupted)", True)]
 
 
 def test_real_subprocesses_warn_once_per_bad_file(hostile):
@@ -252,9 +263,6 @@ BAD_WRITES = {
     "non-utf8": (_run(task="caf\u00e9").replace(b"caf\\u00e9", b"caf\xe9"), "not valid UTF-8"),
     "deep": (b"[" * 100_000 + b"]" * 100_000, "depth limit"),
     "array": (b"[1, 2, 3]", "run: expected a JSON object"),
-    "lone-surrogate-task": (_run(task="lone \ud800 half"), "input is not valid JSON"),
-    "lone-surrogate-trailer": (_run(workers=[{"agentId": "a", "state": "done", "output": "ok\nISSUES:\n- bad \udc80 title: x\n"}]),
-                               "input is not valid JSON"),
     "task-wrong-type": (_run(task=42), "task: expected text"),
     "task-missing": (_run(task=_DROP), "task: required"),
     "task-blank": (_run(task="  \n\t "), "task: required"),
@@ -304,6 +312,24 @@ def test_write_rejects_bad_input_and_leaves_nothing_behind(small_store, tmp_path
     assert not list(small_store.rglob(".tmp-*"))
 
 
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_write_takes_lone_surrogates_as_javascript_does(small_store, tmp_path, source):
+    """A run.json whose JSON holds lone surrogate escapes (JSON.stringify of a sliced emoji) is
+    written with U+FFFD in their place, as JSON.parse would read it; nothing is dropped."""
+    run = _run(task="Ship the \ud83c", workers=[{"agentId": "a", "state": "done", "output": "ok\nISSUES:\n- bad \udc80 title: x\n"}])
+    if source == "file":
+        path = tmp_path / "run.json"
+        path.write_bytes(run)
+        res = runner.invoke(app, ["write", str(path), "--json"])
+    else:
+        res = runner.invoke(app, ["write", "-", "--json"], input=run)
+    assert res.exit_code == 0, res.output
+    rid = json.loads(res.stdout)["runId"]
+    rec = json.loads((small_store / "web" / "records" / f"{rid}.json").read_text(encoding="utf-8"))
+    assert rec["task"] == "Ship the \ufffd"
+    assert [e["title"] for e in json.loads(res.stdout)["events"]] == ["bad \ufffd title"]
+
+
 @pytest.mark.parametrize("case", ["binary", "run-id-traversal", "deep", "end-implausible", "conflict", "cwd-nul"])
 def test_hook_mode_warns_and_exits_zero(small_store, case):
     data, message = BAD_WRITES[case]
@@ -337,7 +363,7 @@ def test_non_utf8_cwd_from_argv_is_rejected(memory_root, tmp_path):
 
 def test_odd_unicode_is_stored_as_is_and_neutralised_when_shown_to_a_model(memory_root, settings):
     from cybmem.runs import write_run
-    from cybmem.search import inject_task
+    from cybmem.dispatch import inject_task
     from cybmem.store import MemoryStore
 
     res = write_run(make_run("odd", ODD_TASK, output=ODD_OUTPUT), settings)
@@ -345,7 +371,7 @@ def test_odd_unicode_is_stored_as_is_and_neutralised_when_shown_to_a_model(memor
     assert "\u202e" in rec.task and "\x00" in rec.task, "text is stored as the run gave it"
     titles = {e.issueId: e.title for e in res.events}
     assert any("\x00" in t for t in titles.values())
-    prompt = inject_task(res.store, "New task", settings)
+    prompt = inject_task("New task", settings, project=res.store.slug).prompt
     lines = prompt.split("\n")
     assert lines.count(HEADER) == 1 and lines.count(FOOTER) == 1
     assert "\x00" not in prompt and strip(prompt) == "New task"

@@ -156,7 +156,7 @@ def test_temp_leftovers_old_ones_are_removed_young_ones_kept(store):
 
 
 def test_cache_behind_is_a_warning_damaged_is_repaired(store, settings):
-    from cybmem.frames import load_snapshot
+    from cybmem.snapshot import load_snapshot
     from cybmem.runs import write_run
 
     load_snapshot(store)

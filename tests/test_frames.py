@@ -8,9 +8,17 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cybmem import frames
-from cybmem.frames import issue_fold, lineage_edges, load_snapshot, open_issue_rows, records_frame
+from cybmem import cache as cache_module
+from cybmem import snapshot as snapshot_module
+from cybmem.frames import issue_events_frame, issue_fold, lineage_edges, records_frame
+from cybmem.snapshot import load_snapshot
 from cybmem.runs import write_run
+
+
+def open_states(snap):
+    """Open issue ids of a snapshot, oldest opened first (the order of MemoryStore.open_issues)."""
+    rows = snap.open_issues().to_pylist()
+    return [type("S", (), r) for r in sorted(rows, key=lambda r: (r["openedAt"], r["issueId"]))]
 from cybmem.store import MemoryStore
 
 from conftest import MIN, T0, make_run
@@ -22,7 +30,7 @@ TRAILER = "x\n\nACCOMPLISHED:\n- a\nISSUES:\n- {title}\nNEXT:\n- none\n"
 def _no_racy_window(monkeypatch):
     # Tests write and read within milliseconds; the racy-mtime rule would (correctly)
     # force a directory scan every time. Tests of that rule set it back.
-    monkeypatch.setattr(frames, "RACY_NS", -1)
+    monkeypatch.setattr(cache_module, "RACY_NS", -1)
 
 
 @pytest.fixture
@@ -100,11 +108,11 @@ def test_superseding_record_masks_the_old_one(store, settings):
 
 def test_grown_ledger_is_read_from_its_offset(store, settings):
     snap = load_snapshot(store)
-    assert [r["issueId"] for r in open_issue_rows(snap.events)] == ["problem-0", "problem-2", "problem-4"]
+    assert [s.issueId for s in open_states(snap)] == ["problem-0", "problem-2", "problem-4"]
     with store.issues_path.open("ab") as fh:
         fh.write(b'{"issueId": "problem-0", "at": 1761999999000, "event": "resolved", "byRunId": "r4"}\n')
     snap = load_snapshot(store)
-    assert [r["issueId"] for r in open_issue_rows(snap.events)] == ["problem-2", "problem-4"]
+    assert [s.issueId for s in open_states(snap)] == ["problem-2", "problem-4"]
     assert snap.events.column("line").to_pylist() == [1, 2, 3, 4]
 
 
@@ -115,7 +123,7 @@ def test_torn_ledger_tail_is_skipped_then_picked_up(store):
         fh.write(line[:30])
     snap = load_snapshot(store)
     assert "late" not in snap.events.column("issueId").to_pylist()
-    assert any("torn last ledger line" in p.message for p in snap.problems)
+    assert any("torn last line" in p.message for p in snap.problems)
     with store.issues_path.open("ab") as fh:
         fh.write(line[30:])
     snap = load_snapshot(store)
@@ -144,7 +152,7 @@ def test_deleting_or_corrupting_the_cache_only_costs_time(store):
 
 
 def test_racy_directory_mtime_is_not_trusted(store, settings, monkeypatch):
-    monkeypatch.setattr(frames, "RACY_NS", 10**12)
+    monkeypatch.setattr(cache_module, "RACY_NS", 10**12)
     load_snapshot(store)
     manifest = json.loads((store.dir / ".cache" / "manifest.json").read_text())
     assert manifest["dir_mtime_ns"] is None, "a just-modified dir forces a rescan next time"
@@ -153,7 +161,7 @@ def test_racy_directory_mtime_is_not_trusted(store, settings, monkeypatch):
 
 
 def test_segments_are_compacted(store, settings, monkeypatch):
-    monkeypatch.setattr(frames, "MAX_SEGMENTS", 3)
+    monkeypatch.setattr(cache_module, "MAX_SEGMENTS", 3)
     load_snapshot(store)
     for i in range(5, 10):
         add(settings, f"r{i}", i)
@@ -177,7 +185,7 @@ def test_unwritable_cache_falls_back_to_memory(store):
 def test_issue_fold_matches_the_store_fold(fixture_copy):
     store = MemoryStore(fixture_copy, "web")
     snap = load_snapshot(store)
-    fold = issue_fold(snap.events_frame(), now=pd.Timestamp("2026-01-01", tz="UTC"))
+    fold = issue_fold(issue_events_frame(snap), now=pd.Timestamp("2026-01-01", tz="UTC"))
     expected = store.issue_states()
     assert set(fold["issueId"]) == set(expected)
     for row in fold.itertuples():
@@ -186,7 +194,7 @@ def test_issue_fold_matches_the_store_fold(fixture_copy):
         assert int(row.openedAt.timestamp() * 1000) == st.openedAt
     resolved = fold[fold["state"] == "resolved"]
     assert (resolved["age"] == resolved["resolvedAt"] - resolved["openedAt"]).all()
-    assert [r["issueId"] for r in open_issue_rows(snap.events)] == [s.issueId for s in store.open_issues()]
+    assert [s.issueId for s in open_states(snap)] == [s.issueId for s in store.open_issues()]
 
 
 def test_lineage_edges(fixture_copy):
@@ -209,7 +217,7 @@ def test_bulk_and_per_file_parsing_agree(fixture_copy, monkeypatch):
     (recdir / "badstate.json").write_text(json.dumps(dict(src, runId="badstate", state="finished")))
     (recdir / "nullworker.json").write_text(json.dumps(dict(src, runId="nullworker", workers=[{"agentId": None, "state": "done"}])))
     per_file = load_snapshot(store, use_cache=False)
-    monkeypatch.setattr(frames, "_BULK_MIN", 1)
+    monkeypatch.setattr(snapshot_module, "_BULK_MIN", 1)
     bulk = load_snapshot(store, use_cache=False)
     assert bulk.records.equals(per_file.records)
     assert sorted(p.message for p in bulk.problems) == sorted(p.message for p in per_file.problems)
@@ -223,20 +231,20 @@ def test_bulk_path_sets_aside_garbage_and_keeps_the_rest(fixture_copy, monkeypat
     store = MemoryStore(fixture_copy, "web")
     (store.records_dir / "garbage.json").write_bytes(b"\xff\xfe not json")
     calls = []
-    real = frames._bulk_table
-    monkeypatch.setattr(frames, "_bulk_table", lambda *a: calls.append(len(a[0])) or real(*a))
-    monkeypatch.setattr(frames, "_BULK_MIN", 1)
+    real = snapshot_module._bulk_table
+    monkeypatch.setattr(snapshot_module, "_bulk_table", lambda *a: calls.append(len(a[0])) or real(*a))
+    monkeypatch.setattr(snapshot_module, "_BULK_MIN", 1)
     snap = load_snapshot(store, use_cache=False)
     assert snap.n == 47 and [p.path.rsplit("/", 1)[1] for p in snap.problems] == ["garbage.json"]
     assert calls == [48, 47], "one bulk try with everything, one without the garbage"
 
 
 def test_cached_open_issue_fold_follows_the_ledger(store):
-    from cybmem.frames import open_issues_table
+    from cybmem.issues import open_table
 
     load_snapshot(store)
     warm = load_snapshot(store)
-    assert warm.from_cache and warm.open_issues().equals(open_issues_table(warm.events))
+    assert warm.from_cache and warm.open_issues().equals(open_table(warm.events))
     with store.issues_path.open("ab") as fh:
         fh.write(b'{"issueId": "problem-2", "at": 1761999999000, "event": "resolved", "byRunId": "r4"}\n')
     load_snapshot(store)

@@ -174,9 +174,9 @@ def _all_modes(root: Path) -> dict[str, int]:
 
 @pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
 def test_every_file_kind_is_private(tmp_path, monkeypatch, umask):
-    from cybmem.frames import load_snapshot
+    from cybmem.snapshot import load_snapshot
     from cybmem.runs import write_run
-    from cybmem.scoring import Weights
+    from cybmem.weights import Weights
     from cybmem.settings import Settings
     from cybmem.tuning import save_project_weights
 

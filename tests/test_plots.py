@@ -8,16 +8,18 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 
 from cybmem import plots
+from cybmem import judgments as J
 from cybmem import tuning as T
-from cybmem.frames import issue_fold, load_snapshot
-from cybmem.scoring import Weights
+from cybmem.frames import issue_events_frame, issue_fold, records_frame
+from cybmem.snapshot import load_snapshot
+from cybmem.weights import Weights
 from cybmem.store import MemoryStore
 
 
 @pytest.fixture
 def web(fixture_copy):
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
-    return snap, snap.records_frame()
+    return snap, records_frame(snap)
 
 
 def _png(fig: Figure) -> bytes:
@@ -95,7 +97,7 @@ def test_lineage_graph_scales_to_hundreds_of_runs(web):
 
 def test_issue_age_histograms(web):
     snap, df = web
-    fold = issue_fold(snap.events_frame(), now=df["endedAt"].max())
+    fold = issue_fold(issue_events_frame(snap), now=df["endedAt"].max())
     fig = plots.issue_age_histograms(fold)
     assert len(fig.axes) == 3
     titles = [ax.get_title() for ax in fig.axes]
@@ -126,7 +128,7 @@ def test_runs_over_time(web):
 
 def test_weight_heatmap(web):
     snap, _ = web
-    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=5)
+    m = T.axis_matrices(snap, J.judgments_from_store(snap), k=5)
     res = T.grid_search(m, k=5, steps=5, half_lives=[3, 30], current=Weights())
     fig = plots.weight_heatmap(res, x="w_kw", y="w_rec")
     ax, cbar = fig.axes

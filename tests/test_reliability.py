@@ -101,7 +101,8 @@ def _reader(root: str, deadline: float, out: str) -> None:
     os.environ["CYBERINE_MEMORY_DIR"] = root
     from cybmem.preamble import inject, strip
     from cybmem.projects import resolve_slug
-    from cybmem.search import memory_block, search
+    from cybmem.dispatch import memory_block
+    from cybmem.search import search
     from cybmem.settings import Settings
     from cybmem.store import MemoryStore
 
@@ -181,12 +182,12 @@ def _index_ok(store, run_ids: set[str]) -> None:
     data = orjson.loads(store.index_path.read_bytes())
     assert {e["runId"] for e in data["entries"]} == run_ids
     assert data["count"] == len(run_ids) and not data.get("skipped")
-    fresh, skipped = store._compute_index()
+    fresh, skipped = store.fresh_index()
     assert data["entries"] == fresh and not skipped, "index.json differs from a fresh rebuild"
 
 
 def _cache_ok(store, run_ids: set[str], n_events: int, *, torn_ok: bool = False) -> None:
-    from cybmem.frames import load_snapshot
+    from cybmem.snapshot import load_snapshot
 
     snap = load_snapshot(store)
     assert set(snap.records.column("runId").to_pylist()) == run_ids

@@ -7,8 +7,11 @@ import pytest
 
 from cybmem.preamble import FOOTER, HEADER, estimate_tokens, inject, strip
 from cybmem.runs import write_run
-from cybmem.scoring import Weights
-from cybmem.search import memory_block, parse_as_of, search, weights_for
+from cybmem.weights import Weights
+from cybmem.dispatch import inject_task, memory_block
+from cybmem.schema import parse_time
+from cybmem.search import search
+from cybmem.weights import weights_for
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore
 
@@ -84,22 +87,22 @@ def test_as_of_sees_the_record_before_its_correction(settings):
     assert ids(res)[0] == "a"
 
 
-def test_parse_as_of():
-    assert parse_as_of("1761955200000") == T0
-    assert parse_as_of("2025-11-01") == T0
-    assert parse_as_of("2025-11-01T01:00:00+01:00") == T0
+def test_parse_time():
+    assert parse_time("1761955200000") == T0
+    assert parse_time("2025-11-01") == T0
+    assert parse_time("2025-11-01T01:00:00+01:00") == T0
     with pytest.raises(Exception, match="neither epoch milliseconds nor an ISO date"):
-        parse_as_of("last week")
+        parse_time("last week")
 
 
 def test_weights_precedence_files_then_env(settings, monkeypatch):
     store = three(settings)
     (settings.memory_dir / "weights.json").write_text('{"w_kw": 0.9, "w_lin": 0.05}')
     (store.dir / "weights.json").write_text('{"w_kw": 0.7}')
-    w = weights_for(settings, store)
+    w = weights_for(settings, store).weights
     assert (w.w_kw, w.w_lin) == (0.7, 0.05)
     env = Settings.from_env({**os.environ, "CYBERINE_MEMORY_W_KW": "0.2"})
-    assert weights_for(env, store).w_kw == 0.2
+    assert weights_for(env, store).weights.w_kw == 0.2
     (store.dir / "weights.json").write_text('{"w_kw": "lots"}')
     with pytest.raises(Exception, match="weights.json"):
         weights_for(settings, store)
@@ -157,7 +160,8 @@ def test_empty_store_has_no_block(settings):
 
 def test_disabled_memory_has_no_block(fixture_copy):
     settings = Settings.from_env({"CYBERINE_MEMORY": "0"}, memory_dir=fixture_copy)
-    assert memory_block(MemoryStore(fixture_copy, "web"), "cart drawer", settings) == ""
+    result = inject_task("cart drawer", settings, project="web")
+    assert (result.block, result.prompt, result.warnings) == ("", "cart drawer", [])
 
 
 def test_strip_inverts_inject_on_every_fixture_task(fixture_copy):
@@ -175,17 +179,18 @@ def test_strip_inverts_inject_on_every_fixture_task(fixture_copy):
 
 @pytest.mark.parametrize("weights", [Weights(), KW, REC, LIN, Weights(w_kw=0.3, w_rec=0, w_lin=0.7), Weights(w_kw=0.1, w_rec=0.8, w_lin=0.1, half_life_days=2)])
 def test_pool_ranking_equals_scoring_every_record(fixture_copy, weights):
-    from cybmem.frames import load_snapshot
-    from cybmem.scoring import lineage_affinity, rank, score, tokenize
-    from cybmem.search import _candidates, _context, rank_query
+    from cybmem.snapshot import load_snapshot
+    from cybmem.scoring import lineage_affinity, rank, score
+    from cybmem.text import tokenize
+    from cybmem.search import dispatch_context, rank_query
 
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     r = snap.records
     for query in ("cart drawer flaky test", "checkout", "zzz nothing matches", "react router upgrade"):
         for parent in (None, r.column("runId")[5].as_py()):
             ranked = rank_query(snap, query, k=10, weights=weights, now_ms=NOW, parent_run_id=parent)
-            mask = _candidates(snap, None)
-            ctx = _context(snap, mask, parent, None)
+            mask = snap.candidates(None)
+            ctx = dispatch_context(snap, mask, parent, None)
             kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
             lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
                                    r.column("rootRunId"), r.column("chatSessionId"), ctx) if weights.w_lin else None
@@ -211,8 +216,9 @@ def _synthetic_snapshot(n=3000, seed=7):
 
     import pyarrow as pa
 
-    from cybmem.frames import Snapshot
-    from cybmem.scoring import KeywordIndex, tokenize
+    from cybmem.snapshot import Snapshot
+    from cybmem.bm25 import KeywordIndex
+    from cybmem.text import tokenize
 
     rng = random.Random(seed)
     words = "cart drawer test flaky login checkout fix add page api search fixture order teardown".split()
@@ -233,8 +239,9 @@ def _synthetic_snapshot(n=3000, seed=7):
 
 @pytest.mark.parametrize("weights", [Weights(), Weights(w_kw=0.9, w_rec=0.1, w_lin=0.0), Weights(w_kw=0.3, w_rec=0.3, w_lin=0.4, half_life_days=3)])
 def test_pool_ranks_exactly_with_many_matches_and_big_lineage_groups(weights):
-    from cybmem.scoring import lineage_affinity, rank, score, tokenize
-    from cybmem.search import _candidates, _context, rank_query
+    from cybmem.scoring import lineage_affinity, rank, score
+    from cybmem.text import tokenize
+    from cybmem.search import dispatch_context, rank_query
 
     snap = _synthetic_snapshot()
     r = snap.records
@@ -242,8 +249,8 @@ def test_pool_ranks_exactly_with_many_matches_and_big_lineage_groups(weights):
     for query in ("cart drawer", "flaky login test", "fix", "checkout page api search", "teardown order fixture"):
         for parent in (None, "r02100", "r02996"):
             ranked = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent)
-            mask = _candidates(snap, None)
-            ctx = _context(snap, mask, parent, None)
+            mask = snap.candidates(None)
+            ctx = dispatch_context(snap, mask, parent, None)
             kw = snap.index.scores(tokenize(query))
             lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
                                    r.column("rootRunId"), r.column("chatSessionId"), ctx)

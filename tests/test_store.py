@@ -5,9 +5,10 @@ import stat
 import pytest
 
 from cybmem.errors import AmbiguousError, ConflictError, NotFoundError, ValidationError
-from cybmem.lineage import chain, supersession_chain
+from cybmem.lineage import chain
 from cybmem.schema import IssueEvent, Lineage, MemoryRecord, Outcome
-from cybmem.store import MemoryStore, fold_issues
+from cybmem.issues import fold as fold_issues
+from cybmem.store import MemoryStore
 
 from conftest import T0
 
@@ -106,21 +107,26 @@ def test_rebuild_equals_incremental_index(store):
 def test_supersede_keeps_old_content_and_show_follows(store):
     store.write_record(rec("r1", task="wrong summary run"))
     old_bytes = store.record_path("r1").read_bytes()
+    old_inode = store.record_path("r1").stat().st_ino
     store.supersede("r1", rec("r1-fix", T0 + 10))
-    assert store.record_path("r1").read_bytes() == old_bytes
+    # The one change ever made to a record: supersededBy added by atomic replace, every other byte kept.
+    new_bytes = store.record_path("r1").read_bytes()
+    assert new_bytes == old_bytes.rstrip()[:-1].rstrip() + b',\n  "supersededBy": "r1-fix"\n}\n'
+    assert store.record_path("r1").stat().st_ino != old_inode, "replaced by rename, never edited in place"
+    assert store.read_record("r1").supersededBy == "r1-fix"
     assert store.read_record("r1-fix").supersedes == "r1"
-    assert supersession_chain(store, "r1") == ["r1-fix"]
+    assert store.supersession_chain("r1") == ["r1-fix"]
     assert store.newest_truth("r1") == "r1-fix"
     with pytest.raises(ConflictError, match="already superseded by r1-fix"):
         store.supersede("r1", rec("r1-fix2", T0 + 20))
     store.supersede("r1-fix", rec("r1-fix2", T0 + 20))
-    assert supersession_chain(store, "r1") == ["r1-fix", "r1-fix2"]
+    assert store.supersession_chain("r1") == ["r1-fix", "r1-fix2"]
 
 
 def test_superseded_by_written_by_another_tool_is_honoured(store):
     store.write_record(rec("new", T0 + 5))
     store.write_record(rec("old", T0, supersededBy="new"))
-    assert supersession_chain(store, "old") == ["new"]
+    assert store.supersession_chain("old") == ["new"]
     assert [e["runId"] for e in store.index_entries() if e.get("supersededBy")] == ["old"]
 
 

@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from cybmem import judgments as J
 from cybmem import tuning as T
 from cybmem.cli import app
 from cybmem.errors import ValidationError
-from cybmem.frames import load_snapshot
+from cybmem.frames import issue_events_frame, records_frame
+from cybmem.snapshot import load_snapshot
 from cybmem.runs import write_run
-from cybmem.scoring import Weights
-from cybmem.search import search, weights_for
+from cybmem.weights import Weights
+from cybmem.search import search
+from cybmem.weights import weights_for
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore
 
@@ -53,11 +56,11 @@ def test_judgments_file_round_trip_and_merge(tmp_path):
         {"query": "no run id", "asOf": 7, "relevant": ["c"], "parentRunId": "p", "chatSessionId": "s", "extra": 1},
     ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
-    js = T.load_judgments(path)
+    js = J.load_judgments(path)
     assert [(j.query_run_id, j.relevant) for j in js] == [("q1", ("a", "b")), (None, ("c",))]
     assert js[1].parent_run_id == "p" and js[1].chat_session_id == "s"
-    T.save_judgments(js, tmp_path / "out.jsonl")
-    assert T.load_judgments(tmp_path / "out.jsonl") == js
+    J.save_judgments(js, tmp_path / "out.jsonl")
+    assert J.load_judgments(tmp_path / "out.jsonl") == js
 
 
 @pytest.mark.parametrize("line, message", [
@@ -69,13 +72,13 @@ def test_bad_judgments_name_the_line(tmp_path, line, message):
     path = tmp_path / "j.jsonl"
     path.write_text('{"query": "ok", "asOf": 1, "relevant": ["a"]}\n' + line + "\n")
     with pytest.raises(ValidationError, match=rf"j.jsonl:2: .*{message}"):
-        T.load_judgments(path)
+        J.load_judgments(path)
 
 
 def test_judgments_derived_from_the_fixture_store(web):
     store, snap = web
-    js = T.judgments_from_store(snap)
-    df = snap.records_frame().set_index("runId")
+    js = J.judgments_from_store(snap)
+    df = records_frame(snap).set_index("runId")
     assert {j.kind for j in js} == {"issue", "parent", "issue+parent"}
     assert len({j.query_run_id for j in js}) == len(js), "merged per query run"
     for j in js:
@@ -89,9 +92,9 @@ def test_judgments_derived_from_the_fixture_store(web):
     opener = df.index[df["task"].str.startswith("Cart drawer UI")][0]
     j = next(j for j in js if j.query_run_id == fix)
     assert opener in j.relevant and j.parent_run_id == opener
-    assert T.judgments_from_store(snap, kinds=["issue"]) and all("issue" in (j.kind or "") for j in T.judgments_from_store(snap, kinds=["issue"]))
+    assert J.judgments_from_store(snap, kinds=["issue"]) and all("issue" in (j.kind or "") for j in J.judgments_from_store(snap, kinds=["issue"]))
     with pytest.raises(ValidationError, match="unknown judgment kind"):
-        T.judgments_from_store(snap, kinds=["previous"])
+        J.judgments_from_store(snap, kinds=["previous"])
 
 
 def pd_isna(v):
@@ -105,14 +108,14 @@ def pd_isna(v):
 
 def test_metric_reference_values():
     ranked = ["x", "a", "y", "b"]
-    assert T.metric_at_k(ranked, {"a", "b"}, metric="mrr", k=10) == 0.5
-    assert T.metric_at_k(ranked, {"a", "b"}, metric="mrr", k=1) == 0.0
-    assert T.metric_at_k(ranked, {"a", "b"}, metric="recall", k=2) == 0.5
+    assert J.metric_at_k(ranked, {"a", "b"}, metric="mrr", k=10) == 0.5
+    assert J.metric_at_k(ranked, {"a", "b"}, metric="mrr", k=1) == 0.0
+    assert J.metric_at_k(ranked, {"a", "b"}, metric="recall", k=2) == 0.5
     ideal = 1 + 1 / math.log2(3)
-    assert T.metric_at_k(ranked, {"a", "b"}, metric="ndcg", k=4) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / ideal)
-    assert T.metric_at_k(ranked, set(), metric="ndcg") == 0.0
+    assert J.metric_at_k(ranked, {"a", "b"}, metric="ndcg", k=4) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / ideal)
+    assert J.metric_at_k(ranked, set(), metric="ndcg") == 0.0
     with pytest.raises(ValidationError, match="unknown metric"):
-        T.metric_at_k(ranked, {"a"}, metric="map")
+        J.metric_at_k(ranked, {"a"}, metric="map")
 
 
 # --- axis matrices reproduce search() ---------------------------------------------------
@@ -121,7 +124,7 @@ def test_metric_reference_values():
 @pytest.mark.parametrize("project", ["web", "api"])
 def test_pool_rankings_equal_search(fixture_copy, project):
     snap = load_snapshot(MemoryStore(fixture_copy, project))
-    js = T.judgments_from_store(snap)
+    js = J.judgments_from_store(snap)
     m = T.axis_matrices(snap, js, k=10)
     assert m.n == len(js) > 0
     for q, j in enumerate(m.judgments):
@@ -135,13 +138,13 @@ def test_pool_rankings_equal_search(fixture_copy, project):
                 assert m.ranking(q, w)[: len(scored)] == scored, (j.query, w)
 
 
-@pytest.mark.parametrize("metric", list(T.METRICS))
+@pytest.mark.parametrize("metric", list(J.METRICS))
 @pytest.mark.parametrize("k", [1, 3, 10])
 def test_vectorised_metric_equals_search_then_metric(web, metric, k):
     _, snap = web
-    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=10)
+    m = T.axis_matrices(snap, J.judgments_from_store(snap), k=10)
     for w in SEARCH_WEIGHTS:
-        ref = np.mean([T.metric_at_k(_search_ids(snap, j, w, k), _existing(m, q), metric=metric, k=k)
+        ref = np.mean([J.metric_at_k(_search_ids(snap, j, w, k), _existing(m, q), metric=metric, k=k)
                        for q, j in enumerate(m.judgments)])
         assert T.evaluate(m, w, metric=metric, k=k) == pytest.approx(ref, abs=1e-12)
         per = T.evaluate(m, w, metric=metric, k=k, per_query=True)
@@ -159,8 +162,8 @@ def test_no_peeking_at_the_future(settings):
         write_run(make_run(f"r{i}", task, start=T0 + i * DAY), settings)
     snap = load_snapshot(MemoryStore(settings.memory_dir, "web"))
     asked = T0 + 2 * DAY  # r2 starts now; r0 and r1 have ended, r3 is in the future
-    js = [T.Judgment(query="flaky login test", as_of=asked, relevant=("r0", "r3"), query_run_id="r2"),
-          T.Judgment(query="later", as_of=asked, relevant=("r3",))]
+    js = [J.Judgment(query="flaky login test", as_of=asked, relevant=("r0", "r3"), query_run_id="r2"),
+          J.Judgment(query="later", as_of=asked, relevant=("r3",))]
     m = T.axis_matrices(snap, js, k=10)
     assert m.n == 1 and m.n_relevant.tolist() == [1] and m.n_candidates.tolist() == [2]
     assert m.skipped == [(js[1], "no relevant run existed at asOf")]
@@ -172,7 +175,7 @@ def test_no_peeking_at_the_future(settings):
 def test_pool_covers_every_top_k(web):
     """The pool holds the top k of the whole candidate set for random weightings (exact pruning)."""
     _, snap = web
-    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=3)
+    m = T.axis_matrices(snap, J.judgments_from_store(snap), k=3)
     rng = np.random.default_rng(7)
     for _ in range(15):
         w = Weights(w_kw=float(rng.random()), w_rec=float(rng.random()), w_lin=float(rng.random()),
@@ -201,8 +204,8 @@ def test_layers_keep_everything_dominated_fewer_than_k_times():
 
 def test_grid_search_is_at_least_as_good_as_the_defaults_on_fixture_judgments(web):
     _, snap = web
-    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=10)
-    for metric in T.METRICS:
+    m = T.axis_matrices(snap, J.judgments_from_store(snap), k=10)
+    for metric in J.METRICS:
         res = T.grid_search(m, metric=metric, k=3, steps=6, half_lives=[3, 30, 120], current=Weights())
         default = T.evaluate(m, Weights(), metric=metric, k=3)
         assert res.current_metric == pytest.approx(default)
@@ -215,7 +218,7 @@ def test_grid_search_is_at_least_as_good_as_the_defaults_on_fixture_judgments(we
 
 def test_grid_values_match_pointwise_evaluation(web):
     _, snap = web
-    m = T.axis_matrices(snap, T.judgments_from_store(snap, kinds=["issue"]), k=5)
+    m = T.axis_matrices(snap, J.judgments_from_store(snap, kinds=["issue"]), k=5)
     res = T.grid_search(m, metric="ndcg", w_kw=[0, 0.5, 1], w_rec=[0, 0.25, 1], w_lin=[0, 1], half_lives=[1, 30])
     df = res.to_frame()
     assert len(df) == 3 * 3 * 2 * 2 and set(df.columns) == {"w_kw", "w_rec", "w_lin", "w_vec", "half_life_days", "metric"}
@@ -230,7 +233,7 @@ def test_grid_values_match_pointwise_evaluation(web):
 
 def test_best_is_the_current_weights_when_nothing_beats_them(web):
     _, snap = web
-    m = T.axis_matrices(snap, T.judgments_from_store(snap), k=10)
+    m = T.axis_matrices(snap, J.judgments_from_store(snap), k=10)
     res = T.grid_search(m, w_kw=[0], w_rec=[1], w_lin=[0], half_lives=[0.1], current=Weights())
     assert not res.best_in_grid and res.best == Weights() and res.improvement == 0.0
 
@@ -243,7 +246,7 @@ def test_vector_axis_from_embeddings(settings):
     vecs = {"v0": [1, 0, 0], "v1": [0, 1, 0], "v2": [0, 0, 1], "v3": [0.9, 0.1, 0]}
     store.embeddings_path.write_text("".join(json.dumps({"runId": r, "model": "m", "vector": v}) + "\n" for r, v in vecs.items()))
     snap = load_snapshot(store)
-    j = T.Judgment(query="delta query", as_of=T0 + 3 * DAY, relevant=("v0",), query_run_id="v3")
+    j = J.Judgment(query="delta query", as_of=T0 + 3 * DAY, relevant=("v0",), query_run_id="v3")
     m = T.axis_matrices(snap, [j], k=1)
     assert m.has_vectors
     assert T.evaluate(m, Weights(w_kw=0, w_rec=1, w_lin=0, w_vec=0), k=1) == 0.0, "recency alone picks v2"
@@ -262,7 +265,7 @@ def test_tune_and_save_project_weights(fixture_copy, monkeypatch):
     assert res.source.startswith("derived from project web") and res.judgments > 0
     path, over = T.save_project_weights(store, Weights(w_kw=0.7, w_rec=0.2, w_lin=0.1), settings)
     assert path == store.dir / "weights.json" and over == []
-    assert weights_for(settings, store) == Weights(w_kw=0.7, w_rec=0.2, w_lin=0.1)
+    assert weights_for(settings, store).weights == Weights(w_kw=0.7, w_rec=0.2, w_lin=0.1)
     monkeypatch.setenv("CYBERINE_MEMORY_W_KW", "0.3")
     _, over = T.save_project_weights(store, Weights(), Settings.from_env(memory_dir=fixture_copy))
     assert over == ["CYBERINE_MEMORY_W_KW"]
@@ -289,7 +292,7 @@ def test_cli_tune_json_and_save(fixture_copy, tmp_path):
     runner = CliRunner()
     judg = tmp_path / "j.jsonl"
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
-    T.save_judgments(T.judgments_from_store(snap, kinds=["issue"]), judg)
+    J.save_judgments(J.judgments_from_store(snap, kinds=["issue"]), judg)
     args = ["tune", "--memory-dir", str(fixture_copy), "-p", "web", "--steps", "4", "--half-lives", "1,30"]
     res = runner.invoke(app, args + ["--json", "-j", str(judg), "--metric", "ndcg", "-k", "3"])
     assert res.exit_code == 0, res.output
@@ -301,8 +304,8 @@ def test_cli_tune_json_and_save(fixture_copy, tmp_path):
     assert "current" in res.output and "RECALL@1" in res.output
     assert ("No grid point beats" in res.output) != weights_file.exists()
     # A judgment the defaults serve badly: the answer is the newest run, the words match older ones.
-    newest = snap.records_frame().sort_values("endedAt")["runId"].iloc[-1]
-    T.save_judgments([T.Judgment(query="cart drawer", as_of=int(snap.ended_ms().max()) + 60_000, relevant=(newest,))], judg)
+    newest = records_frame(snap).sort_values("endedAt")["runId"].iloc[-1]
+    J.save_judgments([J.Judgment(query="cart drawer", as_of=int(snap.ended_ms().max()) + 60_000, relevant=(newest,))], judg)
     res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save"])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()

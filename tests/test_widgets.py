@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from cybmem import judgments as J
 from cybmem import tuning as T
-from cybmem.scoring import Weights, save_weights
+from cybmem.weights import Weights, save_weights
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore
 from cybmem.widgets import TuningView, tuning_view

@@ -1,0 +1,251 @@
+"""Relevance judgments and the metrics that score a ranking against them.
+
+A *judgment* says: a run asking ``query`` at moment ``asOf`` should be shown the runs in
+``relevant``. Judgments files are JSONL, one object a line::
+
+    {"query": "...", "asOf": 1733000000000, "relevant": ["runId", ...],
+     "queryRunId": "...", "parentRunId": "...", "chatSessionId": "..."}   # last three optional
+
+(``../shared/corpora/*/qrels.jsonl`` is one; lines sharing a ``queryRunId`` are merged, their
+relevant lists united). :func:`judgments_from_store` derives judgments from a store itself.
+
+Metrics (:data:`METRICS`): MRR@k, nDCG@k (binary gains, ideal DCG over the relevant runs that
+existed) and recall@k; :func:`metric_at_k` scores one ranked list (the reference the vectorised
+grid of :mod:`cybmem.tuning` is tested against).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from . import _io
+from .errors import StoreError, ValidationError
+from .snapshot import Snapshot
+
+__all__ = ["METRICS", "JUDGMENT_KINDS", "Judgment", "merge_judgments", "load_judgments", "save_judgments",
+           "judgments_from_store", "check_metric", "metric_at_k"]
+
+#: metric name -> label; every metric is cut at k.
+METRICS = {"mrr": "MRR", "ndcg": "nDCG", "recall": "recall"}
+#: what :func:`judgments_from_store` can derive.
+JUDGMENT_KINDS = ("issue", "parent")
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """One query, the moment it is asked, and the runs it should retrieve."""
+
+    query: str
+    as_of: int
+    relevant: tuple[str, ...]
+    query_run_id: str | None = None
+    parent_run_id: str | None = None
+    chat_session_id: str | None = None
+    kind: str | None = None  # informational: "qrels", "issue", "parent", "issue+parent", ...
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Judgment":
+        """Parse one judgments-file object (camelCase keys; unknown keys are ignored).
+
+        Raises:
+            ValueError: naming the bad field.
+        """
+        if not isinstance(d, Mapping):
+            raise ValueError("a judgment must be a JSON object")
+        query, as_of, rel = d.get("query"), d.get("asOf"), d.get("relevant")
+        if not isinstance(query, str):
+            raise ValueError('"query" must be a string')
+        if isinstance(as_of, bool) or not isinstance(as_of, int):
+            raise ValueError('"asOf" must be epoch milliseconds (an integer)')
+        if not isinstance(rel, list) or not all(isinstance(r, str) and r for r in rel):
+            raise ValueError('"relevant" must be a list of run ids')
+        opt = {}
+        for key, attr in (("queryRunId", "query_run_id"), ("parentRunId", "parent_run_id"),
+                          ("chatSessionId", "chat_session_id"), ("kind", "kind")):
+            v = d.get(key)
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f'"{key}" must be a string')
+            opt[attr] = v or None
+        return cls(query=query, as_of=as_of, relevant=tuple(dict.fromkeys(rel)), **opt)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The judgments-file object (optional keys only when set)."""
+        out: dict[str, Any] = {"query": self.query, "asOf": self.as_of, "relevant": list(self.relevant)}
+        for key, v in (("queryRunId", self.query_run_id), ("parentRunId", self.parent_run_id),
+                       ("chatSessionId", self.chat_session_id), ("kind", self.kind)):
+            if v:
+                out[key] = v
+        return out
+
+
+def merge_judgments(judgments: Iterable[Judgment]) -> list[Judgment]:
+    """One judgment per ``query_run_id`` (relevant lists united in first-seen order).
+
+    Judgments without a query run id are kept as they are. Order: first occurrence.
+    """
+    out: list[Judgment] = []
+    pos: dict[str, int] = {}
+    for j in judgments:
+        if j.query_run_id is None:
+            out.append(j)
+            continue
+        i = pos.get(j.query_run_id)
+        if i is None:
+            pos[j.query_run_id] = len(out)
+            out.append(j)
+            continue
+        m = out[i]
+        kinds = [k for k in dict.fromkeys((m.kind or "").split("+") + (j.kind or "").split("+")) if k]
+        out[i] = Judgment(query=m.query, as_of=m.as_of, relevant=tuple(dict.fromkeys(m.relevant + j.relevant)),
+                          query_run_id=m.query_run_id, parent_run_id=m.parent_run_id or j.parent_run_id,
+                          chat_session_id=m.chat_session_id or j.chat_session_id, kind="+".join(kinds) or None)
+    return out
+
+
+def load_judgments(path: str | Path) -> list[Judgment]:
+    """Read a judgments JSONL file and merge lines per ``queryRunId``.
+
+    Args:
+        path: the file (blank lines are skipped).
+
+    Returns:
+        The merged judgments, in file order.
+
+    Raises:
+        ValidationError: the file is missing or a line is malformed (naming the line).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValidationError(f"judgments file {p} does not exist; write one (JSONL: query, asOf, relevant) "
+                              "or leave --judgments out to derive judgments from the store") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"cannot read judgments file {p}: {exc}") from None
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Judgment.from_dict(json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            raise ValidationError(f"{p}:{lineno}: {exc}; each line needs "
+                                  '{"query": "...", "asOf": <epoch ms>, "relevant": ["<runId>", ...]}') from None
+    return merge_judgments(out)
+
+
+def save_judgments(judgments: Iterable[Judgment], path: str | Path) -> Path:
+    """Write judgments as JSONL (one object a line); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("".join(json.dumps(j.to_dict(), ensure_ascii=False) + "\n" for j in judgments), encoding="utf-8")
+    return p
+
+
+def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS) -> list[Judgment]:
+    """Judgments a store implies about itself, merged per query run.
+
+    Kinds:
+
+    - ``"issue"``: a run R that resolved an issue, asked with R's task at R's start (with R's
+      parent and chat session), should retrieve the runs that already carried that issue: the
+      run that opened it, runs that reopened it and runs whose outcome lists it, when they ended
+      before R started. (The reverse, the opener's task retrieving its resolver, would need
+      the resolver before it exists.)
+    - ``"parent"``: a run C dispatched by parent P (P ended before C started), asked with C's
+      task and ``parentRunId=P``, should retrieve P: the plan it executes.
+
+    previousRunId links are not used: "the latest run of the project" says nothing about
+    relevance, and scoring it would only reward recency. Corrections (records that supersede
+    another) are not used as queries.
+
+    Args:
+        snapshot: the project's snapshot.
+        kinds: a subset of :data:`JUDGMENT_KINDS`.
+
+    Returns:
+        Merged judgments, in the order their query runs started.
+    """
+    bad = sorted(set(kinds) - set(JUDGMENT_KINDS))
+    if bad:
+        raise ValidationError(f"unknown judgment kind(s) {', '.join(bad)}; choose from {', '.join(JUDGMENT_KINDS)}")
+    r = snapshot.records
+    if r.num_rows == 0:
+        return []
+    ids = r.column("runId").to_pylist()
+    tasks = r.column("task").to_pylist()
+    started = r.column("startedAt").cast(pa.int64()).to_pylist()
+    ended = r.column("endedAt").cast(pa.int64()).to_pylist()
+    parents = r.column("parentRunId").to_pylist()
+    chats = r.column("chatSessionId").to_pylist()
+    corrections = r.column("supersedes").to_pylist()
+    issue_lists = r.column("issues").to_pylist()
+    row = {rid: i for i, rid in enumerate(ids)}
+    out: list[tuple[int, Judgment]] = []
+
+    def add(i: int, relevant: list[str], kind: str) -> None:
+        rel = [x for x in dict.fromkeys(relevant) if x != ids[i] and x in row and ended[row[x]] <= started[i]]
+        if rel and not corrections[i]:
+            out.append((started[i], Judgment(query=tasks[i], as_of=started[i], relevant=tuple(rel), query_run_id=ids[i],
+                                             parent_run_id=parents[i], chat_session_id=chats[i], kind=kind)))
+
+    if "issue" in kinds and snapshot.events.num_rows:
+        carriers: dict[str, list[str]] = {}
+        for i, issues in enumerate(issue_lists):
+            for iss in issues or ():
+                carriers.setdefault(iss, []).append(ids[i])
+        touched: dict[str, list[str]] = {}
+        ev = snapshot.events
+        for issue, event, by in zip(ev.column("issueId").to_pylist(), ev.column("event").to_pylist(),
+                                    ev.column("byRunId").to_pylist()):
+            if event in ("opened", "reopened") and by:
+                touched.setdefault(issue, []).append(by)
+            elif event == "resolved" and by in row:
+                add(row[by], touched.get(issue, []) + carriers.get(issue, []), "issue")
+    if "parent" in kinds:
+        for i, p in enumerate(parents):
+            if p:
+                add(i, [p], "parent")
+    out.sort(key=lambda t: t[0])
+    return merge_judgments(j for _, j in out)
+
+
+def check_metric(metric: str, k: int) -> None:
+    if metric not in METRICS:
+        raise ValidationError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+    if k < 1:
+        raise ValidationError(f"k must be at least 1, got {k}")
+
+
+def metric_at_k(ranked: Sequence[str], relevant: Iterable[str], *, metric: str = "mrr", k: int = 10) -> float:
+    """One query's metric from its ranked run ids.
+
+    Args:
+        ranked: run ids, best first (only the first ``k`` are looked at).
+        relevant: the relevant run ids (those that could have been retrieved).
+        metric: ``mrr`` (1/rank of the first relevant within k), ``ndcg`` (binary gains,
+            DCG = sum 1/log2(rank+1), divided by the ideal DCG of min(|relevant|, k) hits) or
+            ``recall`` (share of the relevant found within k).
+        k: the cut-off.
+
+    Returns:
+        A value in [0, 1]; 0 when ``relevant`` is empty.
+    """
+    check_metric(metric, k)
+    rel = set(relevant)
+    if not rel:
+        return 0.0
+    ranks = [i for i, rid in enumerate(list(ranked)[:k], 1) if rid in rel]
+    if metric == "mrr":
+        return 1.0 / ranks[0] if ranks else 0.0
+    if metric == "recall":
+        return len(ranks) / len(rel)
+    ideal = sum(1.0 / math.log2(i + 1) for i in range(1, min(len(rel), k) + 1))
+    return sum(1.0 / math.log2(r + 1) for r in ranks) / ideal

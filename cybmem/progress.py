@@ -1,0 +1,59 @@
+"""A one-line progress bar on stderr for long jobs (tuning, reports, exports, backfills)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO
+
+__all__ = ["Progress"]
+
+
+class Progress:
+    """A one-line progress bar on stderr (``label [#####-----] 12/40 3.1s``), no dependency.
+
+    Drawn only when ``enabled`` (default: the stream is a TTY); redraws at most every 0.1 s.
+    """
+
+    def __init__(self, total: int, label: str, *, enabled: bool | None = None, stream: IO[str] | None = None,
+                 width: int = 28):
+        self.total = max(int(total), 0)
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            isatty = getattr(self.stream, "isatty", None)
+            enabled = bool(isatty and isatty())
+        self.enabled = enabled
+        self.width = width
+        self.done = 0
+        self._start = time.perf_counter()
+        self._drawn = 0.0
+
+    def update(self, n: int = 1, *, note: str = "") -> None:
+        """Advance by ``n`` steps and redraw (throttled)."""
+        self.done = min(self.done + n, self.total) if self.total else self.done + n
+        now = time.perf_counter()
+        if self.enabled and (now - self._drawn >= 0.1 or self.done >= self.total):
+            self._draw(note)
+            self._drawn = now
+
+    def _draw(self, note: str = "") -> None:
+        frac = self.done / self.total if self.total else 1.0
+        fill = int(round(frac * self.width))
+        bar = "#" * fill + "-" * (self.width - fill)
+        text = f"\r{self.label} [{bar}] {self.done}/{self.total} {time.perf_counter() - self._start:.1f}s"
+        self.stream.write(text + (f" {note}" if note else "") + "\x1b[K")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Finish the line."""
+        if self.enabled:
+            self._draw()
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

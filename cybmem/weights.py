@@ -1,0 +1,226 @@
+"""Retrieval weights: the defaults, where production reads them from, and saving them.
+
+Precedence, lowest first: the defaults (:class:`Weights`), ``<memory root>/weights.json`` (all
+projects), ``<project>/weights.json`` (what ``cybmem tune --save`` and the tuning widget
+write), the file named by ``CYBERINE_MEMORY_WEIGHTS``, then the ``CYBERINE_MEMORY_W_*`` and
+``CYBERINE_MEMORY_HALF_LIFE_DAYS`` variables. :func:`load_weights` says which source set each
+weight; the dispatch path asks it to skip a broken source (with a warning) rather than fail.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import orjson
+
+from . import _io
+from .errors import StoreError, ValidationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .settings import Settings
+    from .store import MemoryStore
+
+__all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
+           "save_weights"]
+
+ENV_PREFIX = "CYBERINE_MEMORY_"
+WEIGHTS_FILE = "weights.json"
+_MAX_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Axis weights and the recency time constant: the ONE place defaults live.
+
+    Defaults measured on the pytest corpus qrels (132 queries, each scored as of its asOf;
+    ``python benchmarks/bench_query.py --quality``), MRR@10 / recall@10: these defaults
+    0.376 / 0.556; BM25 alone 0.221 / 0.322; recency alone 0.246 / 0.400; the earlier
+    placeholder (0.6, 0.25, 0.15) 0.319 / 0.468. The optimum is a broad plateau (recency
+    at 40-55% of the keyword+recency mass, time constant 14-120 days); 30 days keeps the
+    last month's runs on top in a live orchestrator. The corpus has one chain root, so
+    lineage is flat there; w_lin is set for live use, where parents and chats matter.
+    """
+
+    w_kw: float = 0.45
+    w_rec: float = 0.4
+    w_lin: float = 0.15
+    w_vec: float = 0.0
+    half_life_days: float = 30.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValidationError(f"weight {f.name} must be a number, got {v!r}")
+            if not math.isfinite(v) or v < 0:
+                raise ValidationError(f"weight {f.name} must be finite and >= 0, got {v!r}")
+            object.__setattr__(self, f.name, float(v))
+        if self.half_life_days <= 0:
+            raise ValidationError(f"weight half_life_days must be > 0, got {self.half_life_days!r}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, base: Weights | None = None) -> Weights:
+        """Weights from a mapping of some of the fields (others from ``base`` or defaults)."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ValidationError(f"unknown weight key(s) {', '.join(unknown)}; allowed: {', '.join(names)}")
+        merged = (base or cls()).to_dict()
+        merged.update(d)
+        return cls(**merged)
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_ENV_KEYS = {
+    "w_kw": "W_KW",
+    "w_rec": "W_REC",
+    "w_lin": "W_LIN",
+    "w_vec": "W_VEC",
+    "half_life_days": "HALF_LIFE_DAYS",
+}
+
+
+@dataclass(frozen=True)
+class LoadedWeights:
+    """Weights as production reads them, where each came from, and the sources that were skipped."""
+
+    weights: Weights
+    sources: dict[str, str]  # weight name -> "default", a file path or an environment variable
+    problems: list[str] = field(default_factory=list)  # one line per skipped source (lenient loads)
+
+
+def weight_files(settings: "Settings", store: "MemoryStore | None" = None) -> list[Path]:
+    """Where weights are read from, lowest precedence first (see the module docstring)."""
+    files = [settings.memory_dir / WEIGHTS_FILE]
+    if store is not None:
+        files.append(store.dir / WEIGHTS_FILE)
+    extra = settings.env.get("CYBERINE_MEMORY_WEIGHTS", "").strip()
+    if extra:
+        files.append(Path(extra))
+    return files
+
+
+def _file_values(p: Path) -> dict[str, Any] | None:
+    """The weights a file sets (None when it does not exist); ValidationError when it is broken."""
+    try:
+        raw = _io.read_file(p, limit=_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    except StoreError as exc:
+        if p.is_dir():
+            raise ValidationError(f"weights file {p} is a directory; remove it to fall back to the defaults") from None
+        raise ValidationError(f"weights file {p} cannot be read ({exc}); fix it or delete it") from None
+    try:
+        data = _io.loads(raw)
+    except ValueError as exc:
+        raise ValidationError(f"weights file {p} is not valid JSON ({exc}); fix it or delete it "
+                              "to fall back to the defaults") from None
+    if not isinstance(data, dict):
+        raise ValidationError(f"weights file {p} must hold a JSON object like "
+                              '{"w_kw": 0.6, "w_rec": 0.25}; fix it or delete it')
+    data = {k: v for k, v in data.items() if k != "savedAt"}
+    try:
+        Weights.from_dict(data)
+    except ValidationError as exc:
+        raise ValidationError(f"weights file {p}: {exc}; fix it or delete it") from None
+    return data
+
+
+def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str], list[str]]:
+    """Weights set by environment variables: values, the variable of each, and bad variables' messages."""
+    values: dict[str, float] = {}
+    names: dict[str, str] = {}
+    bad: list[str] = []
+    for key, suffix in _ENV_KEYS.items():
+        var = ENV_PREFIX + suffix
+        raw = env.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        try:
+            val = float(raw)
+            Weights.from_dict({key: val})
+        except ValueError:
+            bad.append(f"{var}={raw!r} is not a usable weight; set it to a finite number >= 0 (e.g. {var}=0.3) or unset it")
+            continue
+        values[key] = val
+        names[key] = var
+    return values, names, bad
+
+
+def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None = None, *,
+                 lenient: bool = False) -> LoadedWeights:
+    """Defaults, then each existing JSON file in order, then CYBERINE_MEMORY_W_* variables.
+
+    Files may carry a "savedAt" key (written by :func:`save_weights`); it is ignored. Missing
+    files are skipped.
+
+    Args:
+        files: weight files, lowest precedence first (:func:`weight_files`).
+        env: the environment (default: none).
+        lenient: skip a broken file or variable and say why in ``problems`` (the dispatch path);
+            otherwise raise.
+
+    Raises:
+        ValidationError: a malformed file or variable, named, with the fix (unless ``lenient``).
+    """
+    merged: dict[str, Any] = Weights().to_dict()
+    sources = {name: "default" for name in merged}
+    problems: list[str] = []
+    for f in files:
+        p = Path(f)
+        try:
+            data = _file_values(p)
+        except ValidationError as exc:
+            if not lenient:
+                raise
+            problems.append(str(exc))
+            continue
+        if data:
+            merged.update(data)
+            sources.update({k: str(p) for k in data})
+    values, names, bad = _env_values(env or {})
+    if bad and not lenient:
+        raise ValidationError(bad[0])
+    problems += bad
+    merged.update(values)
+    sources.update(names)
+    try:
+        weights = Weights(**merged)
+    except ValidationError as exc:  # each source was valid alone; together they zero half_life or similar
+        if not lenient:
+            raise
+        problems.append(f"{exc}; using the default weights")
+        return LoadedWeights(Weights(), {name: "default" for name in merged}, problems)
+    return LoadedWeights(weights, sources, problems)
+
+
+def weights_for(settings: "Settings", store: "MemoryStore | None" = None, *, lenient: bool = False) -> LoadedWeights:
+    """The weights production uses for this project (defaults < files < environment)."""
+    return load_weights(weight_files(settings, store), settings.env, lenient=lenient)
+
+
+def save_weights(weights: Weights, path: Path | str) -> Path:
+    """Write weights as JSON (sorted keys + "savedAt" epoch ms), atomically; returns the path.
+
+    Raises:
+        StoreError: the file cannot be written (a directory in its place, a read-only dir).
+    """
+    p = Path(path)
+    payload = dict(weights.to_dict(), savedAt=int(time.time() * 1000))
+    data = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    if p.is_dir():
+        raise StoreError(f"cannot save weights: {p} is a directory; remove it and save again")
+    try:
+        _io.ensure_dir(p.parent)
+        _io.atomic_write(p, data)
+    except OSError as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(f"cannot save weights to {p}: {exc.strerror or exc}") from None
+    return p

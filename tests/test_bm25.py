@@ -1,0 +1,202 @@
+"""Tests for cybmem.bm25: the keyword index on hand-made documents."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cybmem import bm25 as B
+from cybmem.bm25 import KeywordIndex, RunLookup
+from cybmem.text import tokenize
+
+DAY = 86_400_000
+
+
+# ---------------------------------------------------------------------------------------
+
+DOCS = [["apple", "banana", "apple"], ["banana", "cherry"], ["cherry", "cherry", "cherry", "date"]]
+
+
+def _bm25(tf, dl, avgdl, df, n, k1=1.2, b=0.75):
+    idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    return idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))
+
+
+def test_bm25_exact_values_three_docs():
+    idx = KeywordIndex.build(DOCS)
+    assert idx.n_docs == 3 and idx.avgdl == pytest.approx(3.0)
+    got = idx.scores(["apple", "cherry", "nope"])
+    want = [
+        _bm25(2, 3, 3.0, 1, 3),
+        _bm25(1, 2, 3.0, 2, 3),
+        _bm25(3, 4, 3.0, 2, 3),
+    ]
+    assert got.dtype == np.float32 and got.shape == (3,)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # duplicates in the query count once; unknown and empty queries give zeros
+    np.testing.assert_allclose(idx.scores(["apple", "apple", "cherry"]), got)
+    assert not idx.scores(["nope"]).any()
+    assert not idx.scores([]).any()
+    assert idx.document_frequency("cherry") == 2 and idx.document_frequency("zzz") == 0
+
+
+def test_bm25_out_buffer_is_reused_and_cleared():
+    idx = KeywordIndex.build(DOCS)
+    buf = np.full(3, 7.0, dtype=np.float32)
+    res = idx.scores(["date"], out=buf)
+    assert res is buf
+    assert buf[0] == 0 and buf[1] == 0 and buf[2] > 0
+
+
+def test_long_and_unicode_terms_lookup():
+    terms = ["pytestcollectionmodifyitems", "pytestcollectionfinish", "pytestcollection",
+             "pytestcollect", "pytestco", "pytestc", "école", "日本語テキスト"]
+    docs = [[t] for t in terms] + [["filler"]]
+    idx = KeywordIndex.build(docs)
+    for i, t in enumerate(terms):
+        s = idx.scores([t])
+        assert np.flatnonzero(s).tolist() == [i], t
+    assert not idx.scores(["pytestcollectionmodify"]).any()
+    assert not idx.scores(["pytestcollectionmodifyitemsx"]).any()
+
+
+def test_empty_index_and_empty_docs():
+    idx = KeywordIndex.build([[], []])
+    assert idx.n_docs == 2 and not idx.scores(["x"]).any()
+    idx2 = idx.extend([["apple"]])
+    assert np.flatnonzero(idx2.scores(["apple"])).tolist() == [2]
+
+
+def _random_docs(rng, n, vocab=40):
+    words = [f"w{i}" for i in range(vocab)] + ["pytestcollectionmodifyitems", "pytestcollectionfinish"]
+    return [[words[j] for j in rng.integers(0, len(words), rng.integers(0, 12))] for _ in range(n)]
+
+
+def test_extend_equals_build_on_union():
+    rng = np.random.default_rng(7)
+    docs = _random_docs(rng, 300)
+    full = KeywordIndex.build(docs)
+    inc = KeywordIndex.build(docs[:200])
+    for lo in range(200, 300, 7):  # many small deltas: exercises the delta merge too
+        inc = inc.extend(docs[lo : min(lo + 7, 300)])
+    assert inc.n_docs == 300 and inc.n_segments <= 1 + B._MAX_DELTA_SEGMENTS
+    queries = [["w1", "w2"], ["w3"], ["pytestcollectionmodifyitems", "w5", "w5"], ["zzz", "w39"]]
+    for q in queries * 3:  # repeated: stale impacts, then refreshed ones
+        np.testing.assert_allclose(inc.scores(q), full.scores(q), rtol=1e-5, atol=1e-6)
+    comp = inc.compact()
+    assert comp.n_segments == 1
+    for q in queries:
+        np.testing.assert_allclose(comp.scores(q), full.scores(q), rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["aa", "bb", "cc", "dd", "eeeeeeeeeex", "eeeeeeeeeey"]),
+                         max_size=6), min_size=1, max_size=25),
+       st.integers(min_value=0, max_value=25))
+def test_extend_equals_build_property(docs, cut):
+    cut = min(cut, len(docs))
+    base = KeywordIndex.build(docs[:cut])
+    inc = base.extend(docs[cut:])
+    full = KeywordIndex.build(docs)
+    for q in (["aa"], ["bb", "cc"], ["eeeeeeeeeex", "dd"]):
+        np.testing.assert_allclose(inc.scores(q), full.scores(q), rtol=1e-5, atol=1e-6)
+
+
+def test_extend_with_large_vocabularies_and_sibling_extends():
+    # > 512 distinct terms on both sides exercises the hash-join path of the df merge
+    base = [[f"t{i}", f"t{i + 1}", "common"] for i in range(0, 1400, 2)]
+    delta_a = [[f"t{i}", f"u{i}"] for i in range(600, 1900)]
+    delta_b = [[f"t{i}", f"v{i}"] for i in range(600, 1900)]
+    idx = KeywordIndex.build(base)
+    a = idx.extend(delta_a)
+    b = idx.extend(delta_b)  # a sibling sharing the main segment, same sizes
+    qs = [["t700", "u700"], ["common", "t1500"], ["v1000", "t3"]]
+    for q in qs * 3:
+        np.testing.assert_allclose(a.scores(q), KeywordIndex.build(base + delta_a).scores(q), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(b.scores(q), KeywordIndex.build(base + delta_b).scores(q), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(idx.scores(qs[1]), KeywordIndex.build(base).scores(qs[1]), rtol=1e-6)
+
+
+def test_concat_equals_build_on_union():
+    rng = np.random.default_rng(11)
+    docs = _random_docs(rng, 90)
+    parts = [KeywordIndex.build(docs[:40]), KeywordIndex.build(docs[40:41]).remove([0]),
+             KeywordIndex.build(docs[41:])]
+    joined = KeywordIndex.concat(parts)
+    full = KeywordIndex.build(docs)
+    assert joined.n_docs == 90 and joined.live_mask.tolist().count(False) == 1 and not joined.live_mask[40]
+    for q in (["w1", "w2"], ["pytestcollectionfinish"], ["w3"]):
+        want = full.scores(q)
+        want[40] = 0.0
+        np.testing.assert_allclose(joined.scores(q), want, rtol=1e-5, atol=1e-7)
+    assert KeywordIndex.concat([]).n_docs == 0
+    with pytest.raises(ValueError, match="k1"):
+        KeywordIndex.concat([parts[0], KeywordIndex.build(docs, k1=2.0)])
+
+
+def test_extend_leaves_main_segment_untouched():
+    idx = KeywordIndex.build(DOCS)
+    main = idx._segments[0]
+    before = main.impact.copy()
+    idx2 = idx.extend([["apple"]])
+    assert idx2._segments[0] is main and np.array_equal(main.impact, before)
+    assert idx.n_docs == 3 and idx2.n_docs == 4  # the original is unchanged
+
+
+def test_remove_masks_docs():
+    idx = KeywordIndex.build(DOCS).remove([1])
+    s = idx.scores(["cherry"])
+    assert s[1] == 0 and s[2] > 0
+    assert idx.live_mask.tolist() == [True, False, True]
+    assert KeywordIndex.build(DOCS).live_mask is None
+    with pytest.raises(ValueError, match="doc ids"):
+        idx.remove([3])
+
+
+def _assert_same_index(a: KeywordIndex, b: KeywordIndex, queries):
+    assert a.n_docs == b.n_docs and a.avgdl == pytest.approx(b.avgdl)
+    for q in queries:
+        np.testing.assert_allclose(a.scores(q), b.scores(q), rtol=1e-6)
+
+
+def test_arrow_round_trip_in_memory():
+    rng = np.random.default_rng(3)
+    docs = _random_docs(rng, 120)
+    idx = KeywordIndex.build(docs[:100]).extend(docs[100:]).remove([5])
+    table = idx.to_arrow()
+    assert isinstance(table, pa.Table) and table.num_rows == 2
+    back = KeywordIndex.from_arrow(table)
+    assert back.n_segments == 2 and back.live_mask[5] == False  # noqa: E712
+    _assert_same_index(idx, back, [["w1", "w2"], ["pytestcollectionfinish"], ["w0"]])
+
+
+def test_arrow_round_trip_through_ipc_memory_map(tmp_path):
+    rng = np.random.default_rng(4)
+    docs = _random_docs(rng, 200)
+    idx = KeywordIndex.build(docs)
+    path = tmp_path / "kw.arrow"
+    table = idx.to_arrow()
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    mm = pa.memory_map(str(path), "r")
+    back = KeywordIndex.from_arrow(pa.ipc.open_file(mm).read_all())
+    _assert_same_index(idx, back, [["w1", "w2"], ["w7", "pytestcollectionmodifyitems"]])
+    seg = back._segments[0]
+    # zero-copy: the numpy arrays are views of the mapped file, not copies
+    for arr in (seg.doc_ids, seg.impact, seg.indptr, seg.tfs, seg.keys):
+        assert not arr.flags.owndata
+        assert not arr.flags.writeable
+    # a loaded index can still be extended
+    ext = back.extend([["w1"]])
+    _assert_same_index(ext, KeywordIndex.build(docs + [["w1"]]), [["w1"]])
+
+
+def test_from_arrow_rejects_foreign_tables():
+    with pytest.raises(ValueError, match="keyword index"):
+        KeywordIndex.from_arrow(pa.table({"a": [1]}))

@@ -1,0 +1,112 @@
+"""Tests for cybmem.weights: defaults, validation, sources and saving."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cybmem.errors import StoreError, ValidationError
+from cybmem.weights import Weights, load_weights, save_weights
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def test_weights_defaults_and_dict_round_trip():
+    w = Weights()
+    assert w.to_dict() == {"w_kw": 0.45, "w_rec": 0.4, "w_lin": 0.15, "w_vec": 0.0, "half_life_days": 30.0}
+    assert Weights.from_dict(w.to_dict()) == w
+    assert Weights.from_dict({"w_vec": 0.2}).w_vec == 0.2
+
+
+@pytest.mark.parametrize(
+    ("d", "match"),
+    [
+        ({"w_kw": 1, "bogus": 2, "zzz": 1}, "bogus, zzz"),
+        ({"w_rec": -0.1}, "w_rec"),
+        ({"w_lin": float("nan")}, "w_lin"),
+        ({"w_kw": float("inf")}, "w_kw"),
+        ({"half_life_days": 0}, "half_life_days"),
+        ({"w_vec": "0.3"}, "w_vec"),
+        ({"w_vec": True}, "w_vec"),
+    ],
+)
+def test_weights_validation(d, match):
+    with pytest.raises(ValueError, match=match):
+        Weights.from_dict(d)
+
+
+def test_load_weights_precedence(tmp_path):
+    f1 = tmp_path / "global.json"
+    f2 = tmp_path / "project.json"
+    f1.write_text(json.dumps({"w_kw": 0.1, "w_rec": 0.2, "half_life_days": 10}))
+    f2.write_text(json.dumps({"w_rec": 0.3, "savedAt": 123}))
+    w = load_weights([f1, tmp_path / "missing.json", f2], env={"CYBERINE_MEMORY_HALF_LIFE_DAYS": "7",
+                                                               "CYBERINE_MEMORY_W_VEC": " 0.5 ",
+                                                               "CYBERINE_MEMORY_W_LIN": ""})
+    assert w.weights == Weights(w_kw=0.1, w_rec=0.3, w_lin=0.15, w_vec=0.5, half_life_days=7)
+    assert w.sources == {"w_kw": str(f1), "w_rec": str(f2), "w_lin": "default", "w_vec": "CYBERINE_MEMORY_W_VEC",
+                         "half_life_days": "CYBERINE_MEMORY_HALF_LIFE_DAYS"}
+    assert load_weights([], env={}).weights == Weights()
+
+
+def test_load_weights_errors_name_the_source(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json"):
+        load_weights([bad], env={})
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="bad.json.*JSON object"):
+        load_weights([bad], env={})
+    bad.write_text(json.dumps({"w_kw": -1}))
+    with pytest.raises(ValueError, match="bad.json.*w_kw"):
+        load_weights([bad], env={})
+    bad.write_text(json.dumps({"weight": 1}))
+    with pytest.raises(ValueError, match="unknown weight key.*weight"):
+        load_weights([bad], env={})
+    with pytest.raises(ValueError, match="CYBERINE_MEMORY_W_KW='abc'"):
+        load_weights([], env={"CYBERINE_MEMORY_W_KW": "abc"})
+    with pytest.raises(ValueError, match="CYBERINE_MEMORY_W_REC"):
+        load_weights([], env={"CYBERINE_MEMORY_W_REC": "-2"})
+
+
+def test_save_weights_atomic_sorted_with_saved_at(tmp_path):
+    p = tmp_path / "sub" / "weights.json"
+    w = Weights(w_kw=0.7, w_rec=0.2, w_lin=0.1)
+    save_weights(w, p)
+    text = p.read_text()
+    data = json.loads(text)
+    assert list(data) == sorted(data)
+    assert isinstance(data["savedAt"], int) and data["savedAt"] > 1_600_000_000_000
+    assert load_weights([p], env={}).weights == w
+    assert [x.name for x in p.parent.iterdir()] == ["weights.json"]  # no temp file left
+    save_weights(Weights(), p)  # replace in place
+    assert load_weights([p], env={}).weights == Weights()
+
+
+def test_lenient_load_skips_broken_sources_and_says_why(tmp_path):
+    bad = tmp_path / "weights.json"
+    bad.write_text("{not json")
+    good = tmp_path / "other.json"
+    good.write_text(json.dumps({"w_lin": 0.5}))
+    loaded = load_weights([bad, good], env={"CYBERINE_MEMORY_W_KW": "abc", "CYBERINE_MEMORY_W_REC": "0.1"}, lenient=True)
+    assert loaded.weights == Weights(w_rec=0.1, w_lin=0.5)
+    assert len(loaded.problems) == 2
+    assert "weights.json is not valid JSON" in loaded.problems[0] and "CYBERINE_MEMORY_W_KW='abc'" in loaded.problems[1]
+    with pytest.raises(ValidationError, match="not valid JSON"):
+        load_weights([bad], env={})
+
+
+def test_weights_file_that_is_a_directory(tmp_path):
+    d = tmp_path / "weights.json"
+    d.mkdir()
+    with pytest.raises(ValidationError, match="is a directory"):
+        load_weights([d], env={})
+    with pytest.raises(StoreError, match="is a directory"):
+        save_weights(Weights(), d)
