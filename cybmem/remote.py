@@ -365,13 +365,14 @@ def _post_json(
                 except orjson.JSONDecodeError:
                     raise RemoteError(
                         f"{what} to {url} answered HTTP {status} with a body that is not JSON "
-                        f"({_one_line(resp.text, 80)!r}); {hint}"
+                        f"({_one_line(resp.text, 80)!r}); is that URL the API itself and not a proxy or web page?"
                     ) from None
             detail = _error_detail(resp)
             if status != 429 and status < 500:
                 raise RemoteError(f"{what} to {url} was rejected with HTTP {status}: {detail}; {reject_hint}")
             reason = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
-            wait = _retry_after(resp) if _retry_after(resp) is not None else wait
+            asked = _retry_after(resp)
+            wait = wait if asked is None else asked
         if tried >= attempts:
             break
         if deadline is not None and time.monotonic() + wait >= deadline:
@@ -648,7 +649,7 @@ def _prompt(run: Mapping, extractive: Mapping) -> str:
     else:
         parts.append("FINAL ANSWERS: (none)")
     draft = {key: extractive.get(key) for key in ("summary", "accomplished", "issues", "next") if key in extractive}
-    parts.append("DRAFT OUTCOME:\n" + json.dumps(draft, ensure_ascii=False))
+    parts.append("DRAFT OUTCOME:\n" + json.dumps(draft, ensure_ascii=False, default=str))
     return "\n\n".join(parts)
 
 
