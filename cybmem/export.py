@@ -744,7 +744,8 @@ def _q(name: str) -> str:
     return "[" + name + "]"
 
 
-def _create_sql() -> str:
+def _create_sql() -> tuple[str, str]:
+    """The tables, then the FTS table, its triggers and the indexes (created once the tables are known good)."""
     def cols(names, pk=()):
         out = []
         for n in names:
@@ -790,7 +791,7 @@ CREATE INDEX IF NOT EXISTS [idx_records_state] ON [records] ([state]);
 CREATE INDEX IF NOT EXISTS [idx_issue_events_issueId] ON [issue_events] ([issueId]);
 CREATE INDEX IF NOT EXISTS [idx_issues_state] ON [issues] ([state]);
 """
-    return "\n".join([records, events, issues, fts, indexes])
+    return "\n".join([records, events, issues]), "\n".join([fts, indexes])
 
 
 def _upsert(conn, table: str, columns: tuple[str, ...], key: tuple[str, ...], rows: list[dict]) -> tuple[int, int]:
@@ -863,9 +864,12 @@ def export_sqlite(
     try:
         conn.execute("PRAGMA busy_timeout = 10000")
         conn.execute("BEGIN IMMEDIATE")
-        for stmt in _split_sql(_create_sql()):
+        tables_sql, rest_sql = _create_sql()
+        for stmt in _split_sql(tables_sql):
             conn.execute(stmt)
         _check_columns(conn, path)
+        for stmt in _split_sql(rest_sql):
+            conn.execute(stmt)
         with _progress(len(stores) * len(tables), "sqlite", progress) as bar:
             for store in stores:
                 records, events = _frames(store, summary.warnings)
