@@ -547,3 +547,16 @@ def test_console_script_streams_ndjson_to_a_pipe(fixture_copy):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.decode("utf-8").splitlines()
     assert len(lines) == 33 and json.loads(lines[0])["project"] == "api"
+
+
+def test_concurrent_exporters_of_one_machine_write_each_row_once(fixture_copy, tmp_path):
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(fixture_copy)}
+    cmd = [sys.executable, "-m", "cybmem.cli", "export", "parquet", "--all", "--out", str(tmp_path / "fleet"),
+           "--machine", "m", "--json"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [r[1] for r in results]
+    new = sorted(json.loads(out)["tables"][0]["new"] for out, _ in results)
+    assert new == [0, 0, 68], "one exporter wrote everything, the others found it there"
+    t = read_dataset(tmp_path / "fleet").to_table()
+    assert t.num_rows == 68 == len(set(t.column("runId").to_pylist()))
