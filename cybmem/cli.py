@@ -830,9 +830,12 @@ def export_cmd(
         return
     if out is None:
         return  # the data went to stdout
-    names = {"records": "records", "issues": "issue events" if format != "sqlite" else "issues", "issue_events": "issue events"}
+    def n(count: int, what: str) -> str:
+        return f"{count} {what if count == 1 else what + 's'}"
+
     if format == "parquet":
-        parts = [f"{t.new} new {names[t.table]} ({len(t.files)} file{'s' if len(t.files) != 1 else ''}; {t.rows - t.new} already there)"
+        what = {"records": "record", "issues": "issue event"}
+        parts = [f"{n(t.new, 'new ' + what[t.table])} ({n(len(t.files), 'file')}; {t.rows - t.new} already there)"
                  for t in result.tables]
         typer.echo(f"Wrote {' and '.join(parts)} to {out} as machine {result.machine}.")
     elif format == "sqlite":
@@ -841,7 +844,7 @@ def export_cmd(
                    + ("; full-text search on task and summary (records_fts)." if any(t.table == "records" for t in result.tables) else "."))
     else:
         t = result.tables[0]
-        typer.echo(f"Wrote {t.rows} {names[t.table]} of {len(result.projects)} project{'s' if len(result.projects) != 1 else ''} to {out}.")
+        typer.echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
 
 
 def main() -> None:
