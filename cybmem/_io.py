@@ -13,7 +13,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -200,6 +200,35 @@ def sync_path(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _default_mode() -> int:
+    """The mode a plain open() would give a new file (0666 minus the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, *, private: bool = True, overwrite: bool = True) -> Iterator[BinaryIO]:
+    """Stream a file into place all at once: yields a binary handle on a temp file next to ``path``
+    (``.tmp-`` named, which every reader skips); on a clean exit it is fsynced and published
+    (:func:`publish`), on an error removed. ``private=False`` gives the file the mode a plain
+    open() would (exports outside the memory root); else 0600.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, FILE_MODE if private else _default_mode())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    publish(Path(tmp), path, overwrite=overwrite)
 
 
 def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, durable: bool = True) -> None:

@@ -732,6 +732,114 @@ def doctor_cmd(
         raise typer.Exit(1)
 
 
+# --- export ----------------------------------------------------------------------------
+
+_EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
+
+
+@command("export")
+def export_cmd(
+    ctx: Ctx,
+    format: Annotated[str, typer.Argument(help="ndjson, csv, parquet, sqlite or prov.", show_default=False)],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write: a file (ndjson, csv, sqlite, prov) or the dataset directory (parquet). ndjson and csv go to stdout without it.", show_default=False)] = None,
+    table: Annotated[Optional[str], typer.Option("--table", help="records or issues (default: records for ndjson/csv, both for parquet/sqlite).", show_default=False)] = None,
+    all_projects: Annotated[bool, typer.Option("--all", help="Export every project of the memory root.")] = False,
+    machine: Annotated[Optional[str], typer.Option("--machine", help="parquet: the machine partition (default: this host's name).", show_default=False)] = None,
+    chain: Annotated[Optional[str], typer.Option("--chain", help="prov: only the previousRunId chain of this run (id or unique prefix), walked both ways.", show_default=False)] = None,
+    provn: Annotated[bool, typer.Option("--provn", help="prov: also write PROV-N next to the PROV-JSON file (same name, .provn).")] = False,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+):
+    """Export a project's memory (or, with --all, every project's) for other tools.
+
+    ndjson: the records as stored, one a line; csv: flat columns, lists as JSON text; parquet: a
+    Hive-partitioned dataset (DIR/records|issues/machine=/project=/month=/) that each export
+    appends to; sqlite: records (full-text search), issue_events and issues, for Datasette;
+    prov: W3C PROV-JSON (and PROV-N) of the history. Every row carries its project.
+
+    Example: cybmem export parquet --out ~/fleet --all
+    """
+    from .export import TABLES, all_stores, export_csv, export_ndjson, export_parquet, export_sqlite, validate_machine
+    from .errors import ValidationError
+
+    if format not in _EXPORT_FORMATS:
+        raise typer.BadParameter(f"{format!r} is not one of {', '.join(_EXPORT_FORMATS)}", param_hint="FORMAT")
+    if table is not None and table not in TABLES:
+        raise typer.BadParameter(f"{table!r} is not one of {', '.join(TABLES)}", param_hint="--table")
+    if format in ("parquet", "sqlite", "prov") and out is None:
+        raise typer.BadParameter(f"{format} needs --out ({'a directory' if format == 'parquet' else 'a file'})", param_hint="--out")
+    if ctx.json and out is None:
+        raise typer.BadParameter(f"--json prints a summary, but without --out the {format} data goes to stdout; add --out FILE", param_hint="--json")
+    if machine is not None and format != "parquet":
+        raise typer.BadParameter("only parquet exports have a machine partition", param_hint="--machine")
+    if (chain is not None or provn) and format != "prov":
+        raise typer.BadParameter("--chain and --provn are for prov exports", param_hint="--chain" if chain is not None else "--provn")
+    if format == "prov" and table is not None:
+        raise typer.BadParameter("a prov export holds the whole history; --table does not apply", param_hint="--table")
+    if chain is not None and all_projects:
+        raise typer.BadParameter("a chain lies inside one project: drop --all", param_hint="--chain")
+    if all_projects and ctx.project is not None:
+        raise typer.BadParameter("give --project or --all, not both", param_hint="--all")
+    if machine is not None:
+        try:
+            validate_machine(machine)
+        except ValidationError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--machine") from None
+
+    if all_projects:
+        root = ctx.settings.memory_dir
+        stores = all_stores(root)
+        if not stores:
+            from .errors import NotFoundError
+
+            raise NotFoundError(f"no projects under {root}; nothing to export")
+    else:
+        stores = [ctx.store()]
+
+    if format == "prov":
+        from .prov import export_prov
+
+        result = export_prov(stores, out, chain=chain, provn=provn)
+        _warn(result.warnings)
+        if ctx.json:
+            _print_json(result.to_dict())
+            return
+        c = result.counts
+        files = " and ".join(f"{p} ({'PROV-N' if k == 'provn' else 'PROV-JSON'})" for k, p in result.files.items())
+        typer.echo(f"Wrote {files}: {c['activities']} activities, {c['entities']} entities, {c['agents']} agents, "
+                   f"{c['relations']} relations ({', '.join(f'{k} {v}' for k, v in c.items() if k not in ('activities', 'entities', 'agents', 'relations'))}).")
+        return
+
+    if format in ("ndjson", "csv"):
+        fn = export_ndjson if format == "ndjson" else export_csv
+        result = fn(stores, out, table=table or "records", progress=progress)
+    elif format == "parquet":
+        result = export_parquet(stores, out, machine=machine, tables=[table] if table else TABLES, progress=progress)
+    else:
+        result = export_sqlite(stores, out, tables=[table] if table else TABLES, progress=progress)
+    _warn(result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
+        return
+    if out is None:
+        return  # the data went to stdout
+
+    def n(count: int, what: str) -> str:
+        return f"{count} {what if count == 1 else what + 's'}"
+
+    if format == "parquet":
+        what = {"records": "record", "issues": "issue event"}
+        parts = [f"{n(t.new, 'new ' + what[t.table])} ({n(len(t.files), 'file')}; {t.rows - t.new} already there)"
+                 for t in result.tables]
+        typer.echo(f"Wrote {' and '.join(parts)} to {out} as machine {result.machine}.")
+    elif format == "sqlite":
+        parts = [f"{t.table} {t.rows} ({t.new} new" + (f", {t.updated} updated)" if t.table != "issues" else ")") for t in result.tables]
+        typer.echo(f"Wrote {out}: {', '.join(parts)}"
+                   + ("; full-text search on task and summary (records_fts)." if any(t.table == "records" for t in result.tables) else "."))
+    else:
+        t = result.tables[0]
+        typer.echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
+
+
 def main() -> None:
     """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json)."""
     args = sys.argv[1:]

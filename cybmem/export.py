@@ -1,0 +1,916 @@
+"""Exports: a project's memory (or a whole root's) as NDJSON, CSV, a Parquet dataset or SQLite.
+
+Every format reads the store through its public views: the records as stored
+(:meth:`MemoryStore.records`, for NDJSON), and the pandas frames
+(:func:`cybmem.frames.records_frame`, :func:`~cybmem.frames.issue_events_frame`,
+:func:`~cybmem.frames.issue_fold`) for the flat formats. Every row carries the
+project slug. Who reads what:
+
+- ``ndjson``: the records as stored, one JSON object a line (jq, pandas ``read_json(lines=True)``, any tool).
+- ``csv``: lineage and outcome flattened into columns, lists as JSON text (spreadsheets, pandas).
+- ``parquet``: a Hive-partitioned dataset that many machines append to side by side
+  (pyarrow.dataset, DuckDB, Dask, Spark, polars).
+- ``sqlite``: ``records`` (with full-text search), ``issue_events`` and ``issues``, as Datasette and
+  sqlite-utils open them.
+
+The Parquet dataset
+-------------------
+
+::
+
+    DIR/records/machine=<m>/project=<slug>/month=<YYYY-MM>/part-<UTC time>-<hex>.parquet
+    DIR/issues/machine=<m>/project=<slug>/month=<YYYY-MM>/part-<UTC time>-<hex>.parquet
+
+``month`` is the UTC month of a record's ``endedAt`` (of an event's ``at``). The
+partition columns live only in the path; the files hold :data:`RECORDS_SCHEMA` /
+:data:`ISSUES_SCHEMA` (timestamps ``timestamp[ms, UTC]``, lists ``list<string>``), and
+:data:`PARTITION_SCHEMA` types the path columns as strings (so a project named
+``2024`` stays a string). :func:`read_dataset` opens it that way.
+
+Exports are incremental and never rewrite a file: a record is written once per
+machine and project (its ``runId`` is looked up in the files already there), a ledger
+event once (events past the highest ``line`` already exported). Each new file is written
+under a dot-name that readers skip, fsynced, and renamed into place, so a reader never
+sees half a file; exporters of the same machine take a lock on ``DIR/.lock-<machine>``.
+Machines never write each other's partitions, so their exports land side by side in one
+DIR (a shared disk, or copied together) and read as one table.
+
+What the dataset leaves out, and why: ``superseded`` and ``durationS`` of the frame are
+derived. ``superseded`` changes when a correction arrives later, which an append-only
+file cannot follow; derive it from ``supersedes`` / ``supersededBy`` over the dataset.
+``durationS`` is ``endedAt - startedAt``. The ledger's ``line`` is kept: it orders a
+project's events and drives the incremental export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+from urllib.parse import quote
+
+import orjson
+import pyarrow as pa
+
+from . import _io
+from .errors import StoreError, ValidationError
+from .store import MemoryStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    import pyarrow.dataset as pads
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "RECORDS_SCHEMA",
+    "ISSUES_SCHEMA",
+    "PARTITION_SCHEMA",
+    "RECORD_COLUMNS",
+    "EVENT_COLUMNS",
+    "ExportSummary",
+    "TableSummary",
+    "all_stores",
+    "default_machine",
+    "validate_machine",
+    "export_ndjson",
+    "export_csv",
+    "export_parquet",
+    "export_sqlite",
+    "read_dataset",
+]
+
+SCHEMA_VERSION = 1
+
+_TS = pa.timestamp("ms", tz="UTC")
+_STR_LIST = pa.list_(pa.string())
+
+#: Columns of ``DIR/records/**/*.parquet``, in file order (the partition columns are in the path).
+RECORDS_SCHEMA = pa.schema(
+    [
+        pa.field("runId", pa.string(), nullable=False),
+        ("cwd", pa.string()),
+        ("workflowName", pa.string()),
+        ("task", pa.string()),
+        ("state", pa.string()),  # done | error | cancelled
+        ("startedAt", _TS),
+        ("endedAt", _TS),
+        ("parentRunId", pa.string()),
+        ("chatSessionId", pa.string()),
+        ("previousRunId", pa.string()),
+        ("rootRunId", pa.string()),
+        ("summary", pa.string()),
+        ("accomplished", _STR_LIST),
+        ("issues", _STR_LIST),  # issue ids opened by the run
+        ("next", _STR_LIST),
+        ("workerAgents", _STR_LIST),
+        ("workerStates", _STR_LIST),  # aligned with workerAgents
+        ("verdictSummary", pa.string()),
+        ("supersededBy", pa.string()),
+        ("supersedes", pa.string()),
+    ],
+    metadata={"cybmem.table": "records", "cybmem.schema_version": str(SCHEMA_VERSION)},
+)
+
+#: Columns of ``DIR/issues/**/*.parquet``: one ledger event a row.
+ISSUES_SCHEMA = pa.schema(
+    [
+        pa.field("issueId", pa.string(), nullable=False),
+        ("at", _TS),
+        ("event", pa.string()),  # opened | resolved | reopened | wontfix
+        ("byRunId", pa.string()),
+        ("title", pa.string()),
+        ("detail", pa.string()),
+        ("line", pa.int64()),  # 1-based line of the event in the project's issues.jsonl
+    ],
+    metadata={"cybmem.table": "issues", "cybmem.schema_version": str(SCHEMA_VERSION)},
+)
+
+#: The Hive partition columns, in path order; all strings.
+PARTITION_SCHEMA = pa.schema([("machine", pa.string()), ("project", pa.string()), ("month", pa.string())])
+
+#: Columns of the flat records view (CSV, SQLite ``records``): the frame plus ``project``.
+RECORD_COLUMNS = (
+    "project", "runId", "cwd", "workflowName", "task", "state", "startedAt", "endedAt", "durationS",
+    "parentRunId", "chatSessionId", "previousRunId", "rootRunId", "summary", "accomplished", "issues", "next",
+    "workerAgents", "workerStates", "verdictSummary", "supersededBy", "supersedes", "superseded",
+)
+#: Columns of the flat issue-event view (CSV, SQLite ``issue_events``).
+EVENT_COLUMNS = ("project", "issueId", "at", "event", "byRunId", "title", "detail", "line")
+_FOLD_COLUMNS = (
+    "project", "issueId", "title", "state", "openedAt", "resolvedAt", "lastAt", "ageS", "reopenCount", "events",
+    "openedBy", "resolvedBy",
+)
+_LIST_COLUMNS = {"accomplished", "issues", "next", "workerAgents", "workerStates"}
+_TIME_COLUMNS = {"startedAt", "endedAt", "at", "openedAt", "resolvedAt", "lastAt"}
+TABLES = ("records", "issues")
+_MACHINE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+# --- results ---------------------------------------------------------------------------
+
+
+@dataclass
+class TableSummary:
+    """What one export did to one table."""
+
+    table: str
+    rows: int = 0  # rows in the source (the store's records or events)
+    new: int = 0  # rows written that the destination did not have
+    updated: int = 0  # rows the destination had and that changed (SQLite)
+    files: list[str] = field(default_factory=list)  # files written
+
+    def to_dict(self) -> dict:
+        return {"table": self.table, "rows": self.rows, "new": self.new, "updated": self.updated, "files": self.files}
+
+
+@dataclass
+class ExportSummary:
+    """What an export wrote: format, destination, projects, per-table counts, warnings, time."""
+
+    format: str
+    out: str | None
+    projects: list[str]
+    tables: list[TableSummary] = field(default_factory=list)
+    machine: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def table(self, name: str) -> TableSummary:
+        for t in self.tables:
+            if t.table == name:
+                return t
+        t = TableSummary(name)
+        self.tables.append(t)
+        return t
+
+    def to_dict(self) -> dict:
+        out = {
+            "format": self.format,
+            "out": self.out,
+            "projects": self.projects,
+            "tables": [t.to_dict() for t in self.tables],
+        }
+        if self.machine is not None:
+            out["machine"] = self.machine
+        out.update(self.extra)
+        out["warnings"] = self.warnings
+        out["seconds"] = round(self.seconds, 3)
+        return out
+
+
+# --- shared helpers ----------------------------------------------------------------------
+
+
+def all_stores(root: str | os.PathLike) -> list[MemoryStore]:
+    """A store for every project directory of a memory root, by slug."""
+    from .projects import project_dirs
+
+    return [MemoryStore(root, slug) for slug in project_dirs(Path(root))]
+
+
+def _as_stores(stores: MemoryStore | Iterable[MemoryStore]) -> list[MemoryStore]:
+    if isinstance(stores, MemoryStore):
+        return [stores]
+    out = list(stores)
+    if not out:
+        raise ValidationError("nothing to export: no project given (is the memory root empty? see `cybmem projects`)")
+    return out
+
+
+def _check_table(table: str) -> str:
+    if table not in TABLES:
+        raise ValidationError(f"table {table!r} is not one of {', '.join(TABLES)}")
+    return table
+
+
+def _progress(total: int, label: str, progress: bool | None):
+    from .progress import Progress
+
+    return Progress(total, label, enabled=progress)
+
+
+def _frames(store: MemoryStore, warnings: list[str]) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+    """The records and issue-event frames of a project; unreadable files become warnings."""
+    from .frames import issue_events_frame, records_frame
+    from .snapshot import load_snapshot
+
+    snap = load_snapshot(store)  # loads (and caches) once; the frames below reuse it warm
+    for p in getattr(snap, "problems", ()):
+        warnings.append(f"{store.slug}: {p.message}")
+    return records_frame(store), issue_events_frame(store)
+
+
+def _iso(ms: int | None) -> str | None:
+    """Epoch ms as ISO 8601 UTC with milliseconds: ``2026-10-01T00:18:00.000Z`` (sorts as text)."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms // 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+
+
+def _column_values(df: "pd.DataFrame", name: str) -> list:
+    """A frame column as Python values: timestamps as epoch ms, lists as lists, missing as None."""
+    arr = pa.array(df[name])
+    if name in _TIME_COLUMNS:
+        return arr.cast(_TS).cast(pa.int64()).to_pylist()
+    values = arr.to_pylist()
+    if name in _LIST_COLUMNS:
+        return [v if v is not None else [] for v in values]
+    return [None if isinstance(v, float) and v != v else v for v in values]
+
+
+def _flat_rows(df: "pd.DataFrame", project: str, columns: tuple[str, ...]) -> list[dict]:
+    """Frame rows as flat dicts for CSV and SQLite: ISO times, lists as JSON text, ``project`` added."""
+    cols: dict[str, list] = {}
+    n = len(df)
+    for name in columns:
+        if name == "project":
+            cols[name] = [project] * n
+            continue
+        values = _column_values(df, name)
+        if name in _TIME_COLUMNS:
+            values = [_iso(v) for v in values]
+        elif name in _LIST_COLUMNS:
+            values = [json.dumps(v, ensure_ascii=False) for v in values]
+        cols[name] = values
+    return [dict(zip(columns, row)) for row in zip(*(cols[c] for c in columns))] if n else []
+
+
+def _fold_rows(events: "pd.DataFrame", project: str) -> list[dict]:
+    """The issue fold (:func:`cybmem.frames.issue_fold`) as flat rows; ``age`` becomes seconds."""
+    import pandas as pd
+
+    from .frames import issue_fold
+
+    fold = issue_fold(events)
+    if fold.empty:
+        return []
+    fold = fold.copy()
+    fold["ageS"] = fold["age"].dt.total_seconds()
+    rows = []
+    for rec in fold.to_dict("records"):
+        row = {"project": project}
+        for name in _FOLD_COLUMNS[1:]:
+            v = rec.get(name)
+            if v is None or v is pd.NaT or v is pd.NA or (isinstance(v, float) and v != v):
+                v = None
+            elif name in _TIME_COLUMNS:
+                v = _iso(int(pd.Timestamp(v).as_unit("ms").value // 1_000_000))
+            elif name in ("reopenCount", "events"):
+                v = int(v)
+            elif name == "ageS":
+                v = float(v)
+            row[name] = v
+        rows.append(row)
+    return rows
+
+
+class _Sink:
+    """Where a stream export goes: stdout, a caller's stream, or a file written atomically."""
+
+    def __init__(self, out: str | os.PathLike | IO | None):
+        self.out = out
+        self._file: contextlib.AbstractContextManager | None = None
+
+    def __enter__(self) -> IO[bytes]:
+        out = self.out
+        if out is None or out == "-":
+            sys.stdout.flush()
+            return _binary(sys.stdout)
+        if not isinstance(out, (str, os.PathLike)):
+            return _binary(out)
+        path = Path(out)
+        if path.is_dir():
+            raise ValidationError(f"{path} is a directory; give a file path to write to")
+        if not path.parent.is_dir():
+            raise StoreError(f"cannot write {path}: directory {path.parent} does not exist")
+        self._file = _io.atomic_file(path, private=False)
+        return self._file.__enter__()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._file is not None:
+            self._file.__exit__(exc_type, exc, tb)
+        elif exc_type is None:
+            (sys.stdout.buffer if self.out in (None, "-") else _binary(self.out)).flush()
+
+
+class _TextToBytes(io.RawIOBase):
+    """A binary face on a text stream (e.g. io.StringIO in a notebook)."""
+
+    def __init__(self, text: IO[str]):
+        self.text = text
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        self.text.write(bytes(b).decode("utf-8"))
+        return len(b)
+
+    def flush(self) -> None:
+        self.text.flush()
+
+
+def _binary(stream: IO) -> IO[bytes]:
+    buf = getattr(stream, "buffer", None)
+    if buf is not None:
+        return buf
+    if isinstance(stream, io.TextIOBase):
+        return _TextToBytes(stream)  # type: ignore[return-value]
+    return stream
+
+
+def _out_name(out) -> str | None:
+    if out is None or out == "-":
+        return None
+    return str(out) if isinstance(out, (str, os.PathLike)) else getattr(out, "name", None)
+
+
+# --- NDJSON ------------------------------------------------------------------------------
+
+
+def export_ndjson(
+    stores: MemoryStore | Iterable[MemoryStore],
+    out: str | os.PathLike | IO | None = None,
+    *,
+    table: str = "records",
+    progress: bool | None = None,
+) -> ExportSummary:
+    """Write records (as stored) or ledger events as newline-delimited JSON, with a ``project`` key first.
+
+    Args:
+        stores: one project's store, or several (``--all``).
+        out: a file path (written atomically), a stream, or None / ``"-"`` for stdout.
+        table: ``records`` (each record as written on disk, unknown fields kept; oldest first)
+            or ``issues`` (each ledger event as written, in file order).
+        progress: draw a progress bar on stderr (default: when stderr is a terminal).
+
+    Returns:
+        An :class:`ExportSummary`; unreadable files are skipped and listed in ``warnings``.
+    """
+    started = time.perf_counter()
+    stores = _as_stores(stores)
+    _check_table(table)
+    summary = ExportSummary("ndjson", _out_name(out), [s.slug for s in stores])
+    ts = summary.table(table)
+    with _Sink(out) as fh:
+        for store in stores:
+            items = store.records() if table == "records" else store.issue_events()
+            with _progress(len(items), f"ndjson {store.slug}", progress) as bar:
+                for i, item in enumerate(items, 1):
+                    d = item.to_dict()
+                    # project first; a field of the record named "project" (none in the spec) is shadowed.
+                    line = {"project": store.slug, **{k: v for k, v in d.items() if k != "project"}}
+                    fh.write(orjson.dumps(line) + b"\n")
+                    if i % 256 == 0:
+                        bar.update(256)
+                bar.update(len(items) % 256)
+            ts.rows += len(items)
+            ts.new += len(items)
+            summary.warnings += [f"{store.slug}: {p.message}" for p in store.problems]
+    if summary.out:
+        ts.files.append(summary.out)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+# --- CSV ---------------------------------------------------------------------------------
+
+
+def export_csv(
+    stores: MemoryStore | Iterable[MemoryStore],
+    out: str | os.PathLike | IO | None = None,
+    *,
+    table: str = "records",
+    progress: bool | None = None,
+) -> ExportSummary:
+    """Write records or ledger events as CSV (RFC 4180, UTF-8, a header row).
+
+    Records: :data:`RECORD_COLUMNS` (the frame with lineage and outcome flattened, plus
+    ``project``); events: :data:`EVENT_COLUMNS`. Times are ISO 8601 UTC
+    (``2026-10-01T00:18:00.000Z``), lists JSON text (``["a", "b"]``), booleans
+    ``true``/``false``; a missing value is an empty cell (CSV has no null).
+
+    Args:
+        stores: one project's store, or several (``--all``).
+        out: a file path (written atomically), a stream, or None / ``"-"`` for stdout.
+        table: ``records`` or ``issues``.
+        progress: draw a progress bar on stderr (default: when stderr is a terminal).
+    """
+    started = time.perf_counter()
+    stores = _as_stores(stores)
+    _check_table(table)
+    columns = RECORD_COLUMNS if table == "records" else EVENT_COLUMNS
+    summary = ExportSummary("csv", _out_name(out), [s.slug for s in stores])
+    ts = summary.table(table)
+    with _Sink(out) as fh:
+        text = io.TextIOWrapper(fh, encoding="utf-8", newline="", write_through=True)
+        try:
+            writer = csv.writer(text, lineterminator="\r\n")
+            writer.writerow(columns)
+            for store in stores:
+                records, events = _frames(store, summary.warnings)
+                rows = _flat_rows(records if table == "records" else events, store.slug, columns)
+                with _progress(len(rows), f"csv {store.slug}", progress) as bar:
+                    for i, row in enumerate(rows, 1):
+                        writer.writerow(["true" if v is True else "false" if v is False else "" if v is None else v
+                                         for v in row.values()])
+                        if i % 256 == 0:
+                            bar.update(256)
+                    bar.update(len(rows) % 256)
+                ts.rows += len(rows)
+                ts.new += len(rows)
+            text.flush()
+        finally:
+            text.detach()  # leave the underlying stream (stdout) open
+    if summary.out:
+        ts.files.append(summary.out)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+# --- Parquet dataset -----------------------------------------------------------------------
+
+
+def default_machine() -> str:
+    """This host's name, as a partition value (the first label of the name, made safe)."""
+    name = socket.gethostname().split(".")[0]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-_") or "localhost"
+    return name[:64]
+
+
+def validate_machine(name: object) -> str:
+    """Return ``name`` if it is one safe path segment (``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``)."""
+    if not isinstance(name, str) or not _MACHINE_RE.fullmatch(name):
+        raise ValidationError(
+            f"machine name {name!r} is not one safe path segment; use 1-64 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def _segment(value: str) -> str:
+    """A Hive partition value, URI-encoded as pyarrow's hive partitioning decodes it."""
+    return quote(value, safe="-_.~")
+
+
+def _partition_dir(out_dir: Path, table: str, machine: str, project: str) -> Path:
+    return out_dir / table / f"machine={_segment(machine)}" / f"project={_segment(project)}"
+
+
+def _existing_files(pdir: Path) -> list[Path]:
+    if not pdir.is_dir():
+        return []
+    return sorted(p for p in pdir.glob("month=*/*.parquet") if not p.name.startswith((".", "_")))
+
+
+def _read_column(files: list[Path], column: str) -> pa.ChunkedArray | None:
+    import pyarrow.parquet as pq
+
+    if not files:
+        return None
+    parts = []
+    for f in files:
+        try:
+            parts.append(pq.read_table(f, columns=[column]).column(column))
+        except (pa.ArrowException, OSError) as exc:
+            raise StoreError(
+                f"cannot read {f} ({exc}); the dataset holds a file cybmem did not write or a damaged one: "
+                "move it aside and export again"
+            ) from None
+    return pa.chunked_array([c for part in parts for c in part.chunks], type=parts[0].type)
+
+
+def _months(ts: pa.ChunkedArray | pa.Array) -> list[str]:
+    import pyarrow.compute as pc
+
+    return pc.strftime(ts, format="%Y-%m").to_pylist()
+
+
+def _write_part(month_dir: Path, table: pa.Table) -> Path:
+    """Write one part file atomically (a temp file readers skip, fsync, then a link to a new name)."""
+    import pyarrow.parquet as pq
+
+    month_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    final = month_dir / f"part-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
+    with _io.atomic_file(final, private=False, overwrite=False) as fh:
+        pq.write_table(table, fh, compression="zstd")
+    return final
+
+
+@contextlib.contextmanager
+def _dataset_lock(out_dir: Path, machine: str) -> Iterator[None]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _io.locked(out_dir / f".lock-{machine}"):
+        yield
+
+
+def _records_arrow(df: "pd.DataFrame") -> pa.Table:
+    cols = [f.name for f in RECORDS_SCHEMA]
+    table = pa.Table.from_pandas(df[cols], schema=RECORDS_SCHEMA, preserve_index=False)
+    return table.replace_schema_metadata(RECORDS_SCHEMA.metadata)
+
+
+def _events_arrow(df: "pd.DataFrame") -> pa.Table:
+    cols = [f.name for f in ISSUES_SCHEMA]
+    table = pa.Table.from_pandas(df[cols], schema=ISSUES_SCHEMA, preserve_index=False)
+    return table.replace_schema_metadata(ISSUES_SCHEMA.metadata)
+
+
+def _append_partitioned(pdir: Path, table: pa.Table, time_column: str, bar, ts: TableSummary) -> None:
+    """Write the new rows of one machine/project, one part file per month."""
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return
+    months = pa.array(_months(table.column(time_column)))
+    for month in sorted(set(months.to_pylist())):
+        part = table.filter(pc.equal(months, month))
+        path = _write_part(pdir / f"month={_segment(month)}", part)
+        ts.files.append(str(path))
+        ts.new += part.num_rows
+        bar.update(part.num_rows)
+
+
+def export_parquet(
+    stores: MemoryStore | Iterable[MemoryStore],
+    out_dir: str | os.PathLike,
+    *,
+    machine: str | None = None,
+    tables: Iterable[str] = TABLES,
+    progress: bool | None = None,
+) -> ExportSummary:
+    """Append a project's records and ledger events to a Hive-partitioned Parquet dataset.
+
+    Only what the dataset does not hold yet for this machine and project is written
+    (records by ``runId``, events past the last exported ledger ``line``), as new part
+    files under ``DIR/<table>/machine=<m>/project=<slug>/month=<YYYY-MM>/``; existing
+    files are never touched. See the module docstring for the layout and schemas.
+
+    Args:
+        stores: one project's store, or several (``--all``).
+        out_dir: the dataset directory (created).
+        machine: the ``machine`` partition (default: :func:`default_machine`).
+        tables: which of ``records`` and ``issues`` to export.
+        progress: draw a progress bar on stderr (default: when stderr is a terminal).
+
+    Returns:
+        An :class:`ExportSummary`: per table, the source rows, the rows newly written and the files.
+
+    Raises:
+        ValidationError: a bad machine name or table.
+        StoreError: the dataset holds an unreadable file, or a ledger is shorter than what
+            was already exported from it (it was replaced; appending would mix two ledgers).
+    """
+    import pyarrow.compute as pc
+
+    started = time.perf_counter()
+    stores = _as_stores(stores)
+    tables = [_check_table(t) for t in tables]
+    machine = validate_machine(machine if machine is not None else default_machine())
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValidationError(f"{out_dir} is a file; a Parquet export writes a dataset directory")
+    summary = ExportSummary("parquet", str(out_dir), [s.slug for s in stores], machine=machine)
+    for t in tables:
+        summary.table(t)
+    with _dataset_lock(out_dir, machine):
+        for store in stores:
+            records, events = _frames(store, summary.warnings)
+            if "records" in tables:
+                ts = summary.table("records")
+                pdir = _partition_dir(out_dir, "records", machine, store.slug)
+                have = _read_column(_existing_files(pdir), "runId")
+                table = _records_arrow(records)
+                ts.rows += table.num_rows
+                if have is not None and len(have):
+                    table = table.filter(pc.invert(pc.is_in(table.column("runId"), value_set=have.combine_chunks())))
+                with _progress(table.num_rows, f"parquet records {store.slug}", progress) as bar:
+                    _append_partitioned(pdir, table, "endedAt", bar, ts)
+            if "issues" in tables:
+                ts = summary.table("issues")
+                pdir = _partition_dir(out_dir, "issues", machine, store.slug)
+                lines = _read_column(_existing_files(pdir), "line")
+                last = pc.max(lines).as_py() if lines is not None and len(lines) else 0
+                table = _events_arrow(events)
+                ts.rows += table.num_rows
+                if last:
+                    newest = pc.max(table.column("line")).as_py() if table.num_rows else 0
+                    if newest < last:
+                        raise StoreError(
+                            f"{store.issues_path} ends at line {newest or 0} but line {last} of project "
+                            f"{store.slug} was already exported to {pdir}: the ledger was replaced. Export to a new "
+                            "directory, or move that partition aside and export again"
+                        )
+                    table = table.filter(pc.greater(table.column("line"), last))
+                with _progress(table.num_rows, f"parquet issues {store.slug}", progress) as bar:
+                    _append_partitioned(pdir, table, "at", bar, ts)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def read_dataset(out_dir: str | os.PathLike, table: str = "records") -> "pads.Dataset":
+    """Open one table of an exported Parquet dataset (every machine and project) with pyarrow.dataset.
+
+    ``machine``, ``project`` and ``month`` come from the path, as strings.
+
+    Example:
+        >>> read_dataset("fleet").to_table(filter=pc.field("project") == "web").to_pandas()  # doctest: +SKIP
+    """
+    import pyarrow.dataset as ds
+
+    _check_table(table)
+    schema = RECORDS_SCHEMA if table == "records" else ISSUES_SCHEMA
+    full = pa.schema(list(schema) + list(PARTITION_SCHEMA), metadata=schema.metadata)
+    return ds.dataset(
+        str(Path(out_dir) / table), format="parquet", schema=full,
+        partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
+    )
+
+
+# --- SQLite --------------------------------------------------------------------------------
+
+_SQL_TYPES = {
+    "durationS": "REAL", "superseded": "INTEGER", "line": "INTEGER", "ageS": "REAL", "reopenCount": "INTEGER",
+    "events": "INTEGER",
+}
+_FTS_COLUMNS = ("task", "summary")
+_SQL_RECORD_COLUMNS = ("runId", "project") + RECORD_COLUMNS[2:]  # the primary key first, as Datasette shows it
+
+
+def _q(name: str) -> str:
+    return "[" + name + "]"
+
+
+def _create_sql() -> tuple[str, str]:
+    """The tables, then the FTS table, its triggers and the indexes (created once the tables are known good)."""
+    def cols(names, pk=()):
+        out = []
+        for n in names:
+            typ = _SQL_TYPES.get(n, "TEXT")
+            out.append(f"   {_q(n)} {typ}" + (" NOT NULL" if n in pk else ""))
+        return out
+
+    rec_cols = _SQL_RECORD_COLUMNS
+    fk = ",\n".join(
+        f"   FOREIGN KEY({_q(c)}) REFERENCES [records]([runId])" for c in ("parentRunId", "previousRunId")
+    )
+    records = "CREATE TABLE IF NOT EXISTS [records] (\n" + ",\n".join(cols(rec_cols, ("runId",))) + \
+        ",\n   PRIMARY KEY ([runId]),\n" + fk + "\n);"
+    events = "CREATE TABLE IF NOT EXISTS [issue_events] (\n" + ",\n".join(cols(EVENT_COLUMNS, ("project", "line"))) + \
+        ",\n   PRIMARY KEY ([project], [line]),\n   FOREIGN KEY([byRunId]) REFERENCES [records]([runId])\n);"
+    issues = "CREATE TABLE IF NOT EXISTS [issues] (\n" + ",\n".join(cols(_FOLD_COLUMNS, ("project", "issueId"))) + \
+        ",\n   PRIMARY KEY ([project], [issueId]),\n" + ",\n".join(
+            f"   FOREIGN KEY({_q(c)}) REFERENCES [records]([runId])" for c in ("openedBy", "resolvedBy")) + "\n);"
+    # The FTS table and its triggers as sqlite-utils' enable_fts(..., create_triggers=True) writes them,
+    # so sqlite-utils' detect_fts() and Datasette's search box find it.
+    fts_cols = ", ".join(_q(c) for c in _FTS_COLUMNS)
+    old = ", ".join(f"old.{_q(c)}" for c in _FTS_COLUMNS)
+    new = ", ".join(f"new.{_q(c)}" for c in _FTS_COLUMNS)
+    fts = f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS [records_fts] USING FTS5 (
+    {fts_cols},
+    content=[records]
+);
+CREATE TRIGGER IF NOT EXISTS [records_ai] AFTER INSERT ON [records] BEGIN
+  INSERT INTO [records_fts] (rowid, {fts_cols}) VALUES (new.rowid, {new});
+END;
+CREATE TRIGGER IF NOT EXISTS [records_ad] AFTER DELETE ON [records] BEGIN
+  INSERT INTO [records_fts] ([records_fts], rowid, {fts_cols}) VALUES('delete', old.rowid, {old});
+END;
+CREATE TRIGGER IF NOT EXISTS [records_au] AFTER UPDATE ON [records] BEGIN
+  INSERT INTO [records_fts] ([records_fts], rowid, {fts_cols}) VALUES('delete', old.rowid, {old});
+  INSERT INTO [records_fts] (rowid, {fts_cols}) VALUES (new.rowid, {new});
+END;
+"""
+    indexes = """
+CREATE INDEX IF NOT EXISTS [idx_records_project_endedAt] ON [records] ([project], [endedAt]);
+CREATE INDEX IF NOT EXISTS [idx_records_state] ON [records] ([state]);
+CREATE INDEX IF NOT EXISTS [idx_issue_events_issueId] ON [issue_events] ([issueId]);
+CREATE INDEX IF NOT EXISTS [idx_issues_state] ON [issues] ([state]);
+"""
+    return "\n".join([records, events, issues]), "\n".join([fts, indexes])
+
+
+def _upsert(conn, table: str, columns: tuple[str, ...], key: tuple[str, ...], rows: list[dict]) -> tuple[int, int]:
+    """Insert new rows and update changed ones; returns (new, updated). Unchanged rows are not touched.
+
+    An UPSERT (not INSERT OR REPLACE) so the FTS update trigger fires and rowids stay.
+    """
+    if not rows:
+        return 0, 0
+    cols = ", ".join(_q(c) for c in columns)
+    conn.execute("DROP TABLE IF EXISTS temp.[_incoming]")
+    conn.execute(f"CREATE TEMP TABLE [_incoming] AS SELECT {cols} FROM main.{_q(table)} WHERE 0")
+    conn.executemany(f"INSERT INTO temp.[_incoming] ({cols}) VALUES ({', '.join('?' for _ in columns)})",
+                     [tuple(r[c] for c in columns) for r in rows])
+    join = " AND ".join(f"t.{_q(k)} = i.{_q(k)}" for k in key)
+    differs = " OR ".join(f"t.{_q(c)} IS NOT i.{_q(c)}" for c in columns if c not in key)
+    new = conn.execute(f"SELECT count(*) FROM temp.[_incoming] i WHERE NOT EXISTS "
+                       f"(SELECT 1 FROM main.{_q(table)} t WHERE {join})").fetchone()[0]
+    updated = conn.execute(f"SELECT count(*) FROM temp.[_incoming] i JOIN main.{_q(table)} t ON {join} "
+                           f"WHERE {differs}").fetchone()[0]
+    sets = ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in columns if c not in key)
+    changed = " OR ".join(f"{_q(c)} IS NOT excluded.{_q(c)}" for c in columns if c not in key)
+    conn.execute(
+        f"INSERT INTO main.{_q(table)} ({cols}) SELECT {cols} FROM temp.[_incoming] WHERE true "
+        f"ON CONFLICT ({', '.join(_q(k) for k in key)}) DO UPDATE SET {sets} WHERE {changed}"
+    )
+    conn.execute("DROP TABLE temp.[_incoming]")
+    return new, updated
+
+
+def export_sqlite(
+    stores: MemoryStore | Iterable[MemoryStore],
+    path: str | os.PathLike,
+    *,
+    tables: Iterable[str] = TABLES,
+    progress: bool | None = None,
+) -> ExportSummary:
+    """Write (or update) a SQLite database that Datasette and sqlite-utils open as it is.
+
+    Tables: ``records`` (primary key ``runId``; :data:`RECORD_COLUMNS`, times ISO 8601 UTC,
+    lists JSON text, ``superseded`` 0/1), ``records_fts`` (FTS5 over task and summary, kept in
+    step by triggers, in the sqlite-utils convention), ``issue_events`` (primary key
+    ``project, line``) and ``issues`` (the current fold of each project's ledger, replaced on
+    every export; ``ageS`` is measured at export time). Re-exporting inserts what is new,
+    updates what changed (e.g. ``superseded`` after a correction) and never duplicates;
+    everything is written in one transaction, so a reader sees the old or the new state.
+
+    Args:
+        stores: one project's store, or several (``--all``).
+        path: the database file (created when missing).
+        tables: ``records`` and/or ``issues`` (the latter writes ``issue_events`` and ``issues``).
+        progress: draw a progress bar on stderr (default: when stderr is a terminal).
+    """
+    import sqlite3
+
+    started = time.perf_counter()
+    stores = _as_stores(stores)
+    tables = [_check_table(t) for t in tables]
+    path = Path(path)
+    if path.is_dir():
+        raise ValidationError(f"{path} is a directory; give the database file to write")
+    if not path.parent.is_dir():
+        raise StoreError(f"cannot write {path}: directory {path.parent} does not exist")
+    summary = ExportSummary("sqlite", str(path), [s.slug for s in stores])
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {path} as a SQLite database: {exc}") from None
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("BEGIN IMMEDIATE")
+        tables_sql, rest_sql = _create_sql()
+        for stmt in _split_sql(tables_sql):
+            conn.execute(stmt)
+        _check_columns(conn, path)
+        for stmt in _split_sql(rest_sql):
+            conn.execute(stmt)
+        with _progress(len(stores) * len(tables), "sqlite", progress) as bar:
+            for store in stores:
+                records, events = _frames(store, summary.warnings)
+                if "records" in tables:
+                    rows = _flat_rows(records, store.slug, RECORD_COLUMNS)
+                    for r in rows:
+                        r["superseded"] = int(bool(r["superseded"]))
+                    clash = _id_clashes(conn, store.slug, [r["runId"] for r in rows])
+                    if clash:
+                        raise StoreError(
+                            f"run {clash[0][0]} of project {store.slug} is already in {path} as a run of project "
+                            f"{clash[0][1]}; runIds must be unique across the projects of one database"
+                        )
+                    new, updated = _upsert(conn, "records", _SQL_RECORD_COLUMNS, ("runId",), rows)
+                    ts = summary.table("records")
+                    ts.rows += len(rows)
+                    ts.new += new
+                    ts.updated += updated
+                    bar.update()
+                if "issues" in tables:
+                    rows = _flat_rows(events, store.slug, EVENT_COLUMNS)
+                    new, updated = _upsert(conn, "issue_events", EVENT_COLUMNS, ("project", "line"), rows)
+                    ts = summary.table("issue_events")
+                    ts.rows += len(rows)
+                    ts.new += new
+                    ts.updated += updated
+                    fold = _fold_rows(events, store.slug)
+                    before = conn.execute("SELECT count(*) FROM [issues] WHERE [project] = ?", (store.slug,)).fetchone()[0]
+                    conn.execute("DELETE FROM [issues] WHERE [project] = ?", (store.slug,))
+                    if fold:
+                        cols = ", ".join(_q(c) for c in _FOLD_COLUMNS)
+                        conn.executemany(f"INSERT INTO [issues] ({cols}) VALUES ({', '.join('?' for _ in _FOLD_COLUMNS)})",
+                                         [tuple(r[c] for c in _FOLD_COLUMNS) for r in fold])
+                    ts = summary.table("issues")
+                    ts.rows += len(fold)
+                    ts.new += max(len(fold) - before, 0)
+                    bar.update()
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise StoreError(f"cannot write {path}: {exc}") from None
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.close()
+    for t in summary.tables:
+        t.files.append(str(path))
+    summary.extra["fts"] = {"table": "records_fts", "columns": list(_FTS_COLUMNS)}
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split the schema script into statements (triggers hold ``;`` inside BEGIN ... END)."""
+    import sqlite3
+
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                out.append(buf.strip())
+            buf = ""
+    return out
+
+
+def _check_columns(conn, path: Path) -> None:
+    """A database written by another program (or another schema version) is refused, not mixed into."""
+    want = {"records": _SQL_RECORD_COLUMNS, "issue_events": EVENT_COLUMNS, "issues": _FOLD_COLUMNS}
+    for table, columns in want.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({_q(table)})")}
+        missing = set(columns) - have
+        if missing:
+            raise StoreError(
+                f"{path}: table {table} lacks column(s) {', '.join(sorted(missing))}; it was not written by this "
+                "version of `cybmem export sqlite`: export to a new file"
+            )
+
+
+def _id_clashes(conn, project: str, run_ids: list[str]) -> list[tuple[str, str]]:
+    if not run_ids:
+        return []
+    out = []
+    for i in range(0, len(run_ids), 500):
+        chunk = run_ids[i:i + 500]
+        out += conn.execute(
+            f"SELECT [runId], [project] FROM [records] WHERE [project] != ? AND [runId] IN ({', '.join('?' for _ in chunk)})",
+            (project, *chunk),
+        ).fetchall()
+    return out
+
