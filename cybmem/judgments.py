@@ -25,8 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import _io
-from .errors import StoreError, ValidationError
+from .errors import ValidationError
 from .snapshot import Snapshot
 
 __all__ = ["METRICS", "JUDGMENT_KINDS", "Judgment", "merge_judgments", "load_judgments", "save_judgments",

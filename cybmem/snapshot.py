@@ -19,7 +19,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,372 +27,14 @@ import pyarrow.compute as pc
 from . import _io, cache as _cache, issues, supersession
 from ._io import ensure_dir, locked
 from .bm25 import KeywordIndex, RunLookup
+from .columns import RECORD_SCHEMA, empty_table, keyword_texts, load_records, parse_files
 from .errors import StoreError
-from .schema import MemoryRecord, RUN_ID_RE, STATES
-from .store import MAX_LEDGER_BYTES, MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
+from .store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
 from .text import tokenize_many
 
 __all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "titles_of"]
 
-_TS = pa.timestamp("ms", tz="UTC")
-_STR_LIST = pa.list_(pa.string())
-RECORD_SCHEMA = pa.schema(
-    [
-        ("runId", pa.string()),
-        ("cwd", pa.string()),
-        ("workflowName", pa.string()),
-        ("task", pa.string()),
-        ("state", pa.string()),
-        ("startedAt", _TS),
-        ("endedAt", _TS),
-        ("parentRunId", pa.string()),
-        ("chatSessionId", pa.string()),
-        ("previousRunId", pa.string()),
-        ("rootRunId", pa.string()),
-        ("summary", pa.string()),
-        ("accomplished", _STR_LIST),
-        ("issues", _STR_LIST),
-        ("next", _STR_LIST),
-        ("workerAgents", _STR_LIST),
-        ("workerStates", _STR_LIST),
-        ("verdictSummary", pa.string()),
-        ("supersededBy", pa.string()),
-        ("supersedes", pa.string()),
-        ("inode", pa.uint64()),
-    ]
-)
-
-_LIST_COLS = {"accomplished", "issues", "next", "workerAgents", "workerStates"}
 _PROGRESS_AFTER_S = 1.0
-
-
-# --- parsing ------------------------------------------------------------------------
-
-
-def _is_str_list(v: Any) -> bool:
-    return type(v) is list and all(type(x) is str for x in v)
-
-
-def _is_str_list(v: Any) -> bool:
-    return type(v) is list and all(type(x) is str for x in v)
-
-
-def _fast_row(d: Any, run_id: str) -> bool:
-    """Cheap structural check that never accepts what MemoryRecord.from_dict rejects (tested).
-
-    It may reject more (relative cwds, float times, null lineage): those rows go through the
-    full validator, which decides and, when valid, normalises them.
-    """
-    if type(d) is not dict or d.get("runId") != run_id or not RUN_ID_RE.fullmatch(run_id):
-        return False
-    lin, out = d.get("lineage"), d.get("outcome")
-    st, en = d.get("startedAt"), d.get("endedAt")
-    if not (
-        type(d.get("cwd")) is str and d["cwd"][:1] == "/" and type(d.get("workflowName")) is str and type(d.get("task")) is str
-        and d.get("state") in STATES and type(st) is int and type(en) is int and 0 <= st < 10**14 and 0 <= en < 10**14
-        and type(lin) is dict and type(out) is dict
-    ):
-        return False
-    for key in ("parentRunId", "chatSessionId", "previousRunId", "rootRunId"):
-        v = lin.get(key)
-        if v is not None and (type(v) is not str or (v and key != "chatSessionId" and (not RUN_ID_RE.fullmatch(v) or v[0] == "."))):
-            return False
-    s = out.get("summary")
-    if s is not None and type(s) is not str:
-        return False
-    for key in ("accomplished", "issues", "next"):
-        v = out.get(key)
-        if v is not None and not _is_str_list(v):
-            return False
-    w = d.get("workers")
-    if w is not None and not (type(w) is list and all(
-        type(x) is dict and type(x.get("agentId")) is str and type(x.get("state")) is str
-        and (x.get("provider") is None or type(x["provider"]) is str) for x in w
-    )):
-        return False
-    v = d.get("verdictSummary")
-    if v is not None and type(v) is not str:
-        return False
-    for key in ("supersededBy", "supersedes"):
-        v = d.get(key)
-        if v is not None and (type(v) is not str or (v and (not RUN_ID_RE.fullmatch(v) or v[0] == "."))):
-            return False
-    return True
-
-
-class _Columns:
-    """Column builders for RECORD_SCHEMA plus the keyword text of each row."""
-
-    def __init__(self) -> None:
-        self.cols: dict[str, list] = {f.name: [] for f in RECORD_SCHEMA}
-        self.texts: list[str] = []
-
-    def add(self, d: dict, inode: int, titles: dict[str, str]) -> None:
-        c = self.cols
-        lin, out = d["lineage"], d["outcome"]
-        workers = d.get("workers") or ()
-        c["runId"].append(d["runId"])
-        c["cwd"].append(d["cwd"])
-        c["workflowName"].append(d["workflowName"])
-        c["task"].append(d["task"])
-        c["state"].append(d["state"])
-        c["startedAt"].append(d["startedAt"])
-        c["endedAt"].append(d["endedAt"])
-        c["parentRunId"].append(lin.get("parentRunId") or None)
-        c["chatSessionId"].append(lin.get("chatSessionId") or None)
-        c["previousRunId"].append(lin.get("previousRunId") or None)
-        c["rootRunId"].append(lin.get("rootRunId") or None)
-        summary = out.get("summary") or ""
-        c["summary"].append(summary)
-        issues = out.get("issues") or []
-        c["accomplished"].append(out.get("accomplished") or [])
-        c["issues"].append(issues)
-        c["next"].append(out.get("next") or [])
-        c["workerAgents"].append([w["agentId"] for w in workers])
-        c["workerStates"].append([w["state"] for w in workers])
-        c["verdictSummary"].append(d.get("verdictSummary"))
-        c["supersededBy"].append(d.get("supersededBy") or None)
-        c["supersedes"].append(d.get("supersedes") or None)
-        c["inode"].append(inode)
-        text = d["task"] + "\n" + summary
-        if issues:
-            text += "\n" + "\n".join(titles.get(i, i) for i in issues)
-        self.texts.append(text)
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def table(self) -> pa.Table:
-        arrays = []
-        for f in RECORD_SCHEMA:
-            values = self.cols[f.name]
-            if f.type == _TS:
-                arrays.append(pa.array(values, type=pa.int64()).cast(_TS))
-            else:
-                arrays.append(pa.array(values, type=f.type))
-        return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
-
-
-def _parse_records(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[_Columns, dict[str, int], list[ReadProblem]]:
-    """Parse record files one by one; returns columns, the unreadable files (name -> inode) and their problems."""
-    cols = _Columns()
-    bad: dict[str, int] = {}
-    problems: list[ReadProblem] = []
-    base = str(store.records_dir) + os.sep
-    for name, inode in entries:
-        path = base + name
-        try:
-            raw = _io.read_file(path, limit=MAX_RECORD_BYTES)
-            d = _io.loads(raw)
-            if not _fast_row(d, name[:-5]):
-                d = parse_record(name, raw).to_dict()  # the full validator decides (and normalises)
-        except FileNotFoundError:
-            continue  # removed between the listing and the read
-        except (OSError, ValueError) as exc:  # StoreError, ValidationError, JSON errors
-            bad[name] = inode
-            why = str(exc) if str(exc).startswith((name, path)) else f"{name}: {'not valid JSON: ' if type(exc).__name__ == 'JSONDecodeError' else ''}{exc}"
-            problems.append(ReadProblem(path, why))
-            continue
-        cols.add(d, inode, titles)
-    return cols, bad, problems
-
-
-_JSON_SCHEMA = pa.schema(
-    [
-        ("runId", pa.string()), ("cwd", pa.string()), ("workflowName", pa.string()), ("task", pa.string()),
-        ("state", pa.string()), ("startedAt", pa.int64()), ("endedAt", pa.int64()),
-        ("lineage", pa.struct([(k, pa.string()) for k in ("parentRunId", "chatSessionId", "previousRunId", "rootRunId")])),
-        ("outcome", pa.struct([("summary", pa.string()), ("accomplished", _STR_LIST), ("issues", _STR_LIST), ("next", _STR_LIST)])),
-        ("workers", pa.list_(pa.struct([("agentId", pa.string()), ("state", pa.string()), ("provider", pa.string())]))),
-        ("verdictSummary", pa.string()), ("supersededBy", pa.string()), ("supersedes", pa.string()),
-    ]
-)
-_BULK_MIN = 256  # below this many files the per-file path is cheaper than a bulk parse
-_ID_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"  # validate_run_id: no leading "."
-
-
-def _empty_to_null(arr: pa.ChunkedArray) -> pa.ChunkedArray:
-    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
-
-
-def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple[pa.Table, np.ndarray] | None:
-    """Parse many record files at once with Arrow's multi-threaded JSON reader.
-
-    Returns the records table and a bool array of rows that passed the vectorised
-    checks (the others go through the per-file validator for their message), or
-    None when the batch cannot be read in bulk (a file that is not one JSON
-    object of the expected types): then the caller parses file by file.
-    """
-    import io
-
-    import pyarrow.json as pj
-
-    # JSON allows raw newlines only as whitespace between tokens, so flattening each
-    # file to one line keeps it valid and makes the batch newline-delimited JSON.
-    data = b"\n".join(r.replace(b"\r", b" ").replace(b"\n", b" ") for r in raws)
-    try:
-        t = pj.read_json(
-            io.BytesIO(data),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(data) + 1, 1 << 26))),
-            parse_options=pj.ParseOptions(explicit_schema=_JSON_SCHEMA, unexpected_field_behavior="ignore"),
-        )
-    except (pa.ArrowException, ValueError, OSError):
-        return None
-    if t.num_rows != len(raws):
-        return None
-    t = t.combine_chunks()
-    lin, out, workers = t.column("lineage"), t.column("outcome"), t.column("workers")
-
-    def field(struct, name):
-        return pc.struct_field(struct, name)
-
-    ok = pc.and_kleene(pc.equal(t.column("runId"), pa.array(names, pa.string())), pc.is_in(t.column("state"), value_set=pa.array(STATES)))
-    for name in ("cwd", "workflowName", "task", "startedAt", "endedAt", "lineage", "outcome"):
-        ok = pc.and_kleene(ok, pc.is_valid(t.column(name)))
-    ok = pc.and_kleene(ok, pc.starts_with(t.column("cwd"), "/"))  # absolute, so not blank (others: per file)
-    for name in ("startedAt", "endedAt"):
-        col = t.column(name)
-        ok = pc.and_kleene(ok, pc.and_kleene(pc.greater_equal(col, 0), pc.less(col, 10**14)))
-    for name in ("parentRunId", "previousRunId", "rootRunId"):
-        col = field(lin, name)
-        ok = pc.and_kleene(ok, pc.or_kleene(pc.is_null(col), pc.or_kleene(pc.equal(col, ""), pc.match_substring_regex(col, _ID_PATTERN))))
-    for name in ("supersededBy", "supersedes"):
-        col = t.column(name)
-        ok = pc.and_kleene(ok, pc.or_kleene(pc.is_null(col), pc.or_kleene(pc.equal(col, ""), pc.match_substring_regex(col, _ID_PATTERN))))
-    flat = pc.list_flatten(workers)
-    if len(flat):
-        bad_worker = pc.or_(pc.is_null(field(flat, "agentId")), pc.is_null(field(flat, "state")))
-        parents = pc.list_parent_indices(workers).to_numpy()
-        bad_rows = np.unique(parents[bad_worker.to_numpy(zero_copy_only=False)])
-    else:
-        bad_rows = np.zeros(0, dtype=np.int64)
-    mask = pc.fill_null(ok, False).to_numpy(zero_copy_only=False).copy()
-    mask[bad_rows] = False
-    for name in ("accomplished", "issues", "next"):
-        col = field(out, name)
-        if pc.any(pc.is_null(pc.list_flatten(col))).as_py():  # a null inside a list of strings
-            inner = pc.is_null(pc.list_flatten(col)).to_numpy(zero_copy_only=False)
-            mask[np.unique(pc.list_parent_indices(col).to_numpy()[inner])] = False
-
-    def strings(arr):
-        return arr if arr.type == _STR_LIST else arr
-
-    def list_of(struct_list, name):
-        return pa.ListArray.from_arrays(
-            pc.fill_null(struct_list.offsets, 0) if struct_list.null_count else struct_list.offsets,
-            field(struct_list.values, name), type=_STR_LIST,
-        )
-
-    w = workers.chunk(0) if isinstance(workers, pa.ChunkedArray) else workers
-    if w.null_count:
-        w = pc.fill_null(w, pa.scalar([], w.type))
-    empty_list = pa.scalar([], _STR_LIST)
-    columns = {
-        "runId": t.column("runId"), "cwd": t.column("cwd"), "workflowName": t.column("workflowName"),
-        "task": t.column("task"), "state": t.column("state"),
-        "startedAt": t.column("startedAt").cast(_TS), "endedAt": t.column("endedAt").cast(_TS),
-        "parentRunId": _empty_to_null(field(lin, "parentRunId")),
-        "chatSessionId": _empty_to_null(field(lin, "chatSessionId")),
-        "previousRunId": _empty_to_null(field(lin, "previousRunId")),
-        "rootRunId": _empty_to_null(field(lin, "rootRunId")),
-        "summary": pc.fill_null(field(out, "summary"), ""),
-        "accomplished": pc.fill_null(field(out, "accomplished"), empty_list),
-        "issues": pc.fill_null(field(out, "issues"), empty_list),
-        "next": pc.fill_null(field(out, "next"), empty_list),
-        "workerAgents": list_of(w, "agentId"), "workerStates": list_of(w, "state"),
-        "verdictSummary": t.column("verdictSummary"),
-        "supersededBy": _empty_to_null(t.column("supersededBy")),
-        "supersedes": _empty_to_null(t.column("supersedes")),
-        "inode": pa.array(inodes, pa.uint64()),
-    }
-    table = pa.Table.from_arrays([pa.chunked_array([c]) if isinstance(c, pa.Array) else c for c in columns.values()], schema=RECORD_SCHEMA)
-    return table, mask
-
-
-def _keyword_texts(table: pa.Table, titles: dict[str, str]) -> list[str]:
-    tasks = table.column("task").to_pylist()
-    summaries = table.column("summary").to_pylist()
-    issues = table.column("issues").to_pylist()
-    out = []
-    for task, summary, ids in zip(tasks, summaries, issues):
-        text = task + "\n" + (summary or "")
-        if ids:
-            text += "\n" + "\n".join(titles.get(i, i) for i in ids)
-        out.append(text)
-    return out
-
-
-def _by_time(table: pa.Table, texts: list[str]) -> tuple[pa.Table, list[str]]:
-    """Rows ordered oldest first (endedAt, then runId), so a higher row is a newer record."""
-    if table.num_rows < 2:
-        return table, texts
-    order = pc.sort_indices(table, sort_keys=[("endedAt", "ascending"), ("runId", "ascending")])
-    idx = order.to_numpy()
-    if (np.diff(idx) == 1).all():
-        return table, texts
-    return table.take(order), [texts[i] for i in idx]
-
-
-def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
-    """Parse record files into a RECORD_SCHEMA table plus each row's keyword text.
-
-    Rows come out oldest first. Large batches go through Arrow's JSON reader; files it cannot take, or rows that
-    fail the vectorised checks, go through the per-file validator, which reports them.
-    """
-    if len(entries) >= _BULK_MIN:
-        base = str(store.records_dir) + os.sep
-        raws, names, inodes, kept, missing = [], [], [], [], []
-        for name, inode in entries:
-            try:
-                raws.append(_io.read_file(base + name, limit=MAX_RECORD_BYTES))
-            except OSError:
-                missing.append((name, inode))  # vanished or unreadable: the per-file path reports it
-                continue
-            names.append(name[:-5])
-            inodes.append(inode)
-            kept.append((name, inode))
-        bulk = _bulk_table(raws, names, inodes)
-        if bulk is None:
-            # Set aside files that are not a JSON object (they get the per-file message) and retry once.
-            ok = []
-            for i, raw in enumerate(raws):
-                try:
-                    ok.append(type(_io.loads(raw)) is dict)
-                except ValueError:
-                    ok.append(False)
-            if not all(ok):
-                missing += [e for e, good in zip(kept, ok) if not good]
-                raws, names, inodes = ([x for x, good in zip(col, ok) if good] for col in (raws, names, inodes))
-                kept = [e for e, good in zip(kept, ok) if good]
-                bulk = _bulk_table(raws, names, inodes) if raws else None
-        if bulk is not None:
-            table, mask = bulk
-            good = table.filter(pa.array(mask)) if not mask.all() else table
-            rest = [e for e, m in zip(kept, mask) if not m] + missing
-            cols, bad, problems = _parse_records(store, rest, titles)
-            if len(cols):
-                good = pa.concat_tables([good, cols.table()])
-                # Same row order as the per-file path: by file name.
-                names_now = [r + ".json" for r in good.column("runId").to_pylist()]
-                order = sorted(range(len(names_now)), key=names_now.__getitem__)
-                good = good.take(pa.array(order, pa.int64()))
-            return good, _keyword_texts(good, titles), bad, problems
-    cols, bad, problems = _parse_records(store, entries, titles)
-    return cols.table(), cols.texts, bad, problems
-
-
-def _load_records(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
-    """Parse record files into a RECORD_SCHEMA table (oldest first) plus each row's keyword text."""
-    table, texts, bad, problems = _load_records_unordered(store, entries, titles)
-    table, texts = _by_time(table, texts)
-    return table, texts, bad, problems
-
-
-def _load_records(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
-    """Parse record files into a RECORD_SCHEMA table (oldest first) plus each row's keyword text."""
-    table, texts, bad, problems = _load_records_unordered(store, entries, titles)
-    table, texts = _by_time(table, texts)
-    return table, texts, bad, problems
 
 
 def titles_of(events: pa.Table, ids: list[str] | None = None) -> dict[str, str]:
@@ -579,7 +220,7 @@ def _build_full(store: MemoryStore, ledger_raw: bytes) -> tuple[pa.Table, pa.Tab
     events, consumed, lines, problems = _parse_ledger(ledger_raw, 1, store.issues_path)
     listing = store.listing()
     notice = _Notice(store, len(listing))
-    table, texts, bad, rec_problems = _load_records(store, sorted(listing.items()), titles_of(events))
+    table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), titles_of(events))
     notice.tick("tokenizing")
     index = KeywordIndex.build(tokenize_many(texts))
     notice.tick("done")
@@ -590,7 +231,7 @@ def _segments(cache, manifest: _cache.Manifest) -> tuple[pa.Table, KeywordIndex,
     rec = [_cache.read_table(cache / s["rec"]) for s in manifest.segments]
     kw = [KeywordIndex.from_arrow(_cache.read_table(cache / s["kw"])) for s in manifest.segments]
     events = _cache.read_table(cache / "events.arrow") if (cache / "events.arrow").exists() else issues.events_table([])
-    records = pa.concat_tables(rec) if rec else _Columns().table()
+    records = pa.concat_tables(rec) if rec else empty_table()
     index = _concat_indexes(kw) if kw else KeywordIndex.build([])
     return records, index, events
 
@@ -650,12 +291,10 @@ def _patch_replaced(store: MemoryStore, cache, manifest: _cache.Manifest, record
     names = [(name, ino) for _, name, ino in replaced]
     rows = [row for row, _, _ in replaced]
     titles = titles_of(events, sorted({i for lst in records.take(pa.array(rows)).column("issues").to_pylist() for i in lst or ()}))
-    cols, bad, _ = _parse_records(store, names, titles)
-    if bad or len(cols) != len(names):
+    new, texts, bad, _ = parse_files(store, names, titles)
+    if bad or new.num_rows != len(names):
         return None
-    new = cols.table()
-    old_texts = _keyword_texts(records.take(pa.array(rows)), titles)
-    if old_texts != cols.texts:
+    if keyword_texts(records.take(pa.array(rows)), titles) != texts:
         return None
     starts = np.cumsum([0] + [s["rows"] for s in manifest.segments])
     by_segment: dict[int, list[tuple[int, int]]] = {}
@@ -730,11 +369,11 @@ def _refresh(store: MemoryStore, cache) -> Snapshot:
             problems = [p for p in problems if not p.path.endswith(os.sep + name)]
         parsed = 0
         if new:
-            seg_table, texts, bad, rec_problems = _load_records(store, new, {})
+            seg_table, texts, bad, rec_problems = load_records(store, new, {})
             if seg_table.num_rows:
                 # Issue titles for the keyword text: only the few ids these records raise.
                 titles = titles_of(events, _record_issue_ids(seg_table))
-                texts = _keyword_texts(seg_table, titles) if titles else texts
+                texts = keyword_texts(seg_table, titles) if titles else texts
             manifest.bad.update(bad)
             problems += rec_problems
             if seg_table.num_rows:

@@ -27,7 +27,7 @@ from .errors import AmbiguousError, ConflictError, NotFoundError, StoreError, Va
 from .issues import IssueState
 from .outcome import head_line, shorten
 from .projects import select_project, validate_slug
-from .schema import ISSUE_EVENTS, IssueEvent, MemoryRecord, validate_run_id
+from .schema import IssueEvent, MemoryRecord, validate_run_id
 from .settings import Settings
 
 __all__ = ["MemoryStore", "ReadProblem", "MAX_RECORD_BYTES", "MAX_LEDGER_BYTES", "parse_record", "index_entry"]

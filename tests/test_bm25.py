@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -12,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cybmem import bm25 as B
-from cybmem.bm25 import KeywordIndex, RunLookup
-from cybmem.text import tokenize
+from cybmem.bm25 import KeywordIndex
 
 DAY = 86_400_000
 

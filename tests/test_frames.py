@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from cybmem import cache as cache_module
-from cybmem import snapshot as snapshot_module
+from cybmem import columns as columns_module
 from cybmem.frames import issue_events_frame, issue_fold, lineage_edges, records_frame
 from cybmem.snapshot import load_snapshot
 from cybmem.runs import write_run
@@ -217,7 +217,7 @@ def test_bulk_and_per_file_parsing_agree(fixture_copy, monkeypatch):
     (recdir / "badstate.json").write_text(json.dumps(dict(src, runId="badstate", state="finished")))
     (recdir / "nullworker.json").write_text(json.dumps(dict(src, runId="nullworker", workers=[{"agentId": None, "state": "done"}])))
     per_file = load_snapshot(store, use_cache=False)
-    monkeypatch.setattr(snapshot_module, "_BULK_MIN", 1)
+    monkeypatch.setattr(columns_module, "_BULK_MIN", 1)
     bulk = load_snapshot(store, use_cache=False)
     assert bulk.records.equals(per_file.records)
     assert sorted(p.message for p in bulk.problems) == sorted(p.message for p in per_file.problems)
@@ -231,9 +231,9 @@ def test_bulk_path_sets_aside_garbage_and_keeps_the_rest(fixture_copy, monkeypat
     store = MemoryStore(fixture_copy, "web")
     (store.records_dir / "garbage.json").write_bytes(b"\xff\xfe not json")
     calls = []
-    real = snapshot_module._bulk_table
-    monkeypatch.setattr(snapshot_module, "_bulk_table", lambda *a: calls.append(len(a[0])) or real(*a))
-    monkeypatch.setattr(snapshot_module, "_BULK_MIN", 1)
+    real = columns_module._bulk_table
+    monkeypatch.setattr(columns_module, "_bulk_table", lambda *a: calls.append(len(a[0])) or real(*a))
+    monkeypatch.setattr(columns_module, "_BULK_MIN", 1)
     snap = load_snapshot(store, use_cache=False)
     assert snap.n == 47 and [p.path.rsplit("/", 1)[1] for p in snap.problems] == ["garbage.json"]
     assert calls == [48, 47], "one bulk try with everything, one without the garbage"

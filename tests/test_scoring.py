@@ -8,8 +8,6 @@ import math
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from cybmem import scoring as S
 from cybmem.bm25 import KeywordIndex, RunLookup

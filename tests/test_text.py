@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import math
 
-import numpy as np
-import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from cybmem import text as T
 from cybmem.text import tokenize, tokenize_many

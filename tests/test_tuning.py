@@ -12,7 +12,7 @@ from cybmem import judgments as J
 from cybmem import tuning as T
 from cybmem.cli import app
 from cybmem.errors import ValidationError
-from cybmem.frames import issue_events_frame, records_frame
+from cybmem.frames import records_frame
 from cybmem.snapshot import load_snapshot
 from cybmem.runs import write_run
 from cybmem.weights import Weights

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import json
-import math
 
-import numpy as np
-import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from cybmem.errors import StoreError, ValidationError
 from cybmem.weights import Weights, load_weights, save_weights

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from cybmem import judgments as J
 from cybmem import tuning as T
 from cybmem.weights import Weights, save_weights
 from cybmem.settings import Settings
