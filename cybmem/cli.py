@@ -416,6 +416,7 @@ def write_cmd(
         raise typer.Exit(0) from None
     if result.redacted:
         typer.echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
+    _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
         return
