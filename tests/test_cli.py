@@ -191,9 +191,12 @@ def test_inject_modes_argument_file_stdin(populated, tmp_path):
 
 
 def test_inject_without_memory_or_disabled_prints_the_task_alone(populated, monkeypatch):
-    assert run("inject", "New task", "--cwd", "/fresh/project").output == "New task"
+    res = run("inject", "New task", "--cwd", "/fresh/project")
+    assert res.stdout == "New task"
+    assert res.stderr.startswith("warning: no memory yet for the project at /fresh/project") and "known projects: web" in res.stderr
     monkeypatch.setenv("CYBERINE_MEMORY", "0")
-    assert run("inject", "New task", "--cwd", "/home/dev/web").output == "New task"
+    res = run("inject", "New task", "--cwd", "/home/dev/web")
+    assert (res.stdout, res.stderr) == ("New task", "")
 
 
 def test_projects_lists_slugs(populated):
