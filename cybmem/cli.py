@@ -716,6 +716,7 @@ def tune_cmd(
     derive: DeriveOpt = "issue,parent",
     save: Annotated[bool, typer.Option("--save", help="Write the best weights to the project's weights.json, which search and inject read (refused when they would not hold up: see --force).")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that lose on the later judgments, switch the keyword axis off, or come from judgments that cannot test keywords.")] = False,
+    all_weights: Annotated[bool, typer.Option("--all-weights", help="Search w_kw, w_rec and the half-life even when fewer than 10 judgments test keywords (by default only w_lin is searched then).")] = False,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
     """Grid-search the retrieval weights against relevance judgments; print the best against the current ones.
@@ -734,7 +735,7 @@ def tune_cmd(
     hl = _floats(half_lives, "--half-lives")
     store = ctx.store()
     result = tune(store, judgments=judgments, metric=metric, k=k, steps=steps, half_lives=hl, settings=ctx.settings,
-                  kinds=kinds, progress=progress)
+                  kinds=kinds, hold_few=not all_weights, progress=progress)
     saved, overridden = None, []
     refused = result.refusal if save else None
     if save and result.best_in_grid and (refused is None or force):
@@ -992,10 +993,56 @@ def export_cmd(
         typer.echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
 
 
+def _plain_coercion() -> None:
+    """Give plain ``str``, ``Path`` and flag options a pass-through coercion (this process only).
+
+    typer (0.2x) coerces every option value through a pydantic TypeAdapter, and importing
+    pydantic costs 0.15-0.2 s, paid by every dispatch (write, inject) for values that need no
+    validation. Options with a number range, a choice, path checks or a custom parser keep
+    typer's own coercion; a typer without these internals is left as it is.
+    """
+    try:
+        from typer import core as typer_core
+        from typer._coercion import RuntimeParam
+
+        build = typer_core._TyperParameter.get_runtime_param
+    except (ImportError, AttributeError):  # another typer: its own coercion
+        return
+
+    class _Plain(RuntimeParam):
+        def _coerce_value(self, value, param=None, ctx=None):
+            if self.annotation is bool:
+                return bool(value)
+            return Path(value) if self.annotation is Path else str(value)
+
+    def plain(param) -> bool:
+        desc = getattr(param, "type_descriptor", None)
+        if desc is None or param.nargs != 1 or param.multiple:
+            return False
+        info = desc.parameter_info
+        if info.parser is not None or getattr(info, "click_type", None) is not None:
+            return False
+        if desc.annotation is bool:
+            return bool(getattr(param, "is_flag", False))
+        if desc.annotation is Path:
+            return not (info.exists or info.resolve_path or info.allow_dash or info.path_type is not None
+                        or not info.file_okay or not info.dir_okay or info.writable or info.readable is False)
+        return desc.annotation is str
+
+    def get_runtime_param(self):
+        if getattr(self, "_runtime_param", None) is None and plain(self):
+            self._runtime_param = _Plain(parameter_info=self.type_descriptor.parameter_info,
+                                         annotation=self.type_descriptor.annotation)
+        return build(self)
+
+    typer_core._TyperParameter.get_runtime_param = get_runtime_param
+
+
 def main() -> None:
     """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json)."""
     args = sys.argv[1:]
     as_json = "--json" in args
+    _plain_coercion()
     command_ = typer.main.get_command(app)
     try:
         code = command_.main(args=args, prog_name="cybmem", standalone_mode=False)

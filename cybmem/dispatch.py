@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,12 +37,12 @@ from .projects import known_projects
 from .retrieval import Hit, SearchResult, search
 from .scoring import MS_PER_DAY, normalize_keyword
 from .settings import Settings
-from .text import tokenize
 from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
+from .text import tokenize
 from .weights import LoadedWeights, Weights, weights_for
 
-__all__ = ["ISSUE_SHARE", "ChosenIssue", "Injection", "rank_issues", "memory_block", "inject_task"]
+__all__ = ["ISSUE_SHARE", "ChosenIssue", "Injection", "inject_task", "memory_block", "rank_issues"]
 
 #: The largest share of the token budget the open-issues section may take.
 ISSUE_SHARE = 1 / 3
@@ -134,11 +135,62 @@ def _carriers(snap: Snapshot) -> tuple[pa.Array, np.ndarray]:
     return snap._cache["carriers"]
 
 
-def rank_issues(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int | None = None) -> list[ChosenIssue]:
-    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best first."""
-    table = snap.open_issues(as_of)
-    if not table.num_rows:
-        return []
+class IssueRanking:
+    """Every open issue scored against the task, as arrays over the open rows of the issue fold;
+    :class:`ChosenIssue` objects are made only for the rows a block needs (a store can hold tens
+    of thousands of open issues)."""
+
+    def __init__(self, folded: pa.Table, rows: np.ndarray, order: np.ndarray, total: np.ndarray,
+                 keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
+                 best_row: np.ndarray, run_ids: Any):
+        self.folded, self.rows, self.order, self.total = folded, rows, order, total
+        self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
+        self._run_ids = run_ids
+        self._keys: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _cell(self, name: str, i: int) -> Any:
+        return self.folded.column(name)[int(self.rows[i])].as_py()
+
+    def issue_id(self, i: int) -> str:
+        return self._cell("issueId", i)
+
+    def issue(self, i: int) -> ChosenIssue:
+        """Open issue ``i`` (a position in :attr:`rows`) as a :class:`ChosenIssue`."""
+        r = int(self._best_row[i])
+        opened = self.folded.column("openedAt")[int(self.rows[i])].cast(pa.int64()).as_py()
+        return ChosenIssue(ids=[self.issue_id(i)], title=self._cell("title", i), opened_at_ms=int(opened),
+                           last_at_ms=int(self._last_at[i]), by_run_id=self._cell("openedBy", i),
+                           score=float(self.total[i]), keyword=float(self._kw[i]), lineage=float(self._lin[i]),
+                           recency=float(self._rec[i]), via=self._run_ids[r].as_py() if r >= 0 else None)
+
+    def title_keys(self) -> np.ndarray:
+        """A code per open issue; issues with the same :func:`_title_key` share it (the rule runs
+        once per distinct title)."""
+        if self._keys is None:
+            titles = pc.fill_null(self.folded.column("title").take(pa.array(self.rows)), "")
+            enc = pc.dictionary_encode(titles).combine_chunks()
+            by_key: dict[str, int] = {}
+            codes = np.array([by_key.setdefault(_title_key(t), len(by_key)) for t in enc.dictionary.to_pylist()],
+                             dtype=np.int64)
+            self._keys = codes[enc.indices.to_numpy(zero_copy_only=False)] if len(codes) else np.zeros(0, np.int64)
+        return self._keys
+
+    def with_ids(self, ids: set[str]) -> np.ndarray:
+        """A mask of the open issues whose id is in ``ids``."""
+        if not ids or not len(self.rows):
+            return np.zeros(len(self), dtype=bool)
+        col = self.folded.column("issueId")
+        hit = pc.is_in(col, value_set=pa.array(sorted(ids), pa.string())).to_numpy(zero_copy_only=False)
+        return hit[self.rows]
+
+
+def _rank(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int | None = None) -> IssueRanking:
+    folded = snap.fold(as_of)
+    rows = snap.open_rows(as_of)
+    m = len(rows)
     ranked = result.ranked
     n = snap.n
     mask = ranked.mask if ranked is not None else np.zeros(n, dtype=bool)
@@ -148,74 +200,85 @@ def rank_issues(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of
     lin = np.zeros(n, dtype=np.float32)
     if ranked is not None and ranked.lineage is not None and weights.w_lin > 0:
         lin = ranked.lineage.astype(np.float32) * np.float32(weights.w_lin)
-    ids = table.column("issueId")
-    m = table.num_rows
     # The issue's own title and detail against the task (the issue index is row-aligned with the
-    # full fold; open issues map into it by id), normalised like the runs' keyword axis.
+    # current fold; a past fold maps into it by id), normalised like the runs' keyword axis.
     own = np.zeros(m, dtype=np.float32)
-    if weights.w_kw > 0:
-        folded = snap.fold()
+    if weights.w_kw > 0 and m:
         raw = snap.issue_index().scores(tokenize(result.query))
-        at = pc.fill_null(pc.index_in(ids, value_set=folded.column("issueId")), -1).to_numpy().astype(np.int64)
-        own = np.where(at >= 0, raw[np.maximum(at, 0)], 0).astype(np.float32)
+        if as_of is None:
+            own = raw[rows].astype(np.float32)
+        else:
+            ids = folded.column("issueId").take(pa.array(rows))
+            at = pc.fill_null(pc.index_in(ids, value_set=snap.fold().column("issueId")), -1).to_numpy().astype(np.int64)
+            own = np.where(at >= 0, raw[np.maximum(at, 0)], 0).astype(np.float32)
         own = normalize_keyword(own, scale=weights.w_kw)
     best = np.zeros(m, dtype=np.float32)
     best_row = np.full(m, -1, dtype=np.int64)
-    last_at = table.column("lastAt").cast(pa.int64()).to_numpy().copy()
-    flat, rows = _carriers(snap)
-    if len(flat):
-        pos = pc.fill_null(pc.index_in(flat, value_set=ids), -1).to_numpy().astype(np.int64)
-        ok = (pos >= 0) & mask[rows]
-        val = (kw + lin)[rows]
+    last_at = folded.column("lastAt").take(pa.array(rows)).cast(pa.int64()).to_numpy().copy() if m \
+        else np.zeros(0, np.int64)
+    flat, carrier = _carriers(snap)
+    if len(flat) and m:
+        # fold position of each carried issue id, then its place among the open issues (-1: not open)
+        where = np.full(folded.num_rows + 1, -1, dtype=np.int64)
+        where[rows] = np.arange(m)
+        at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), -1).to_numpy().astype(np.int64)
+        pos = where[at]  # at == -1 reads the extra last slot, -1
+        ok = (pos >= 0) & mask[carrier]
+        val = (kw + lin)[carrier]
         order = np.lexsort((val, pos))  # per issue, its best run last
         order = order[ok[order]]
         if len(order):
             last = np.r_[pos[order][1:] != pos[order][:-1], True]
             pick = order[last]
             best[pos[pick]] = val[pick]
-            best_row[pos[pick]] = rows[pick]
+            best_row[pos[pick]] = carrier[pick]
             # A run that carries an open issue is activity on it, even when it wrote no event.
-            np.maximum.at(last_at, pos[order], snap.ended_ms()[rows[order]])
+            np.maximum.at(last_at, pos[order], snap.ended_ms()[carrier[order]])
     # The issue's keyword part: its own text or its best run, whichever matches better.
-    carrier_kw = np.where(best_row >= 0, kw[np.maximum(best_row, 0)], 0).astype(np.float32)
+    has = best_row >= 0
+    at_row = np.maximum(best_row, 0)
+    carrier_kw = np.where(has, kw[at_row] if n else 0, 0).astype(np.float32)
     best = best + np.maximum(own - carrier_kw, 0)
     now = ranked.now_ms if ranked is not None else result.now_ms
     age_days = np.maximum(now - last_at, 0) / MS_PER_DAY
     rec = (np.exp(-age_days / weights.half_life_days) * weights.w_rec).astype(np.float32) if weights.w_rec > 0 \
         else np.zeros(m, dtype=np.float32)
     total = best + rec
-    order = np.lexsort((-last_at, -total))
-    run_ids = snap.records.column("runId")
-    titles = table.column("title").to_pylist()
-    opened = table.column("openedAt").cast(pa.int64()).to_numpy()
-    openers = table.column("openedBy").to_pylist()
-    out = []
-    for i in order.tolist():
-        r = int(best_row[i])
-        k = max(float(kw[r]) if r >= 0 else 0.0, float(own[i]))
-        out.append(ChosenIssue(ids=[ids[i].as_py()], title=titles[i], opened_at_ms=int(opened[i]), last_at_ms=int(last_at[i]),
-                               by_run_id=openers[i], score=float(total[i]), keyword=k,
-                               lineage=float(lin[r]) if r >= 0 else 0.0, recency=float(rec[i]),
-                               via=run_ids[r].as_py() if r >= 0 else None))
-    return out
+    order = np.lexsort((-last_at, -total)) if m else np.zeros(0, np.int64)
+    keyword = np.maximum(carrier_kw, own)
+    lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
+    return IssueRanking(folded, rows, order, total, keyword, lineage, rec, last_at, best_row,
+                        snap.records.column("runId"))
+
+
+def rank_issues(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int | None = None) -> list[ChosenIssue]:
+    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best first."""
+    ranking = _rank(snap, result, weights, as_of=as_of)
+    return [ranking.issue(i) for i in ranking.order.tolist()]
 
 
 def _title_key(title: str) -> str:
     return " ".join((title or "").casefold().split())
 
 
-def _dedupe(issues: list[ChosenIssue], cap: int) -> tuple[list[ChosenIssue], int]:
-    """The first ``cap`` distinct titles (ids of a repeated title join the first), and how many
-    open issues are left beyond them."""
-    groups: dict[str, ChosenIssue] = {}
-    for issue in issues:
-        key = _title_key(issue.title)
-        if key in groups:
-            groups[key].ids += issue.ids
-        elif len(groups) < cap:
-            groups[key] = issue
-    chosen = list(groups.values())
-    return chosen, len(issues) - sum(len(i.ids) for i in chosen)
+def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:
+    """The first ``cap`` distinct titles among the ranked rows not in ``skip`` (ids of a repeated
+    title join the first), and how many of those open issues are left beyond them."""
+    order = ranking.order[~skip[ranking.order]]
+    if not len(order) or cap <= 0:
+        return [], len(order)
+    keys = ranking.title_keys()[order]
+    _, first = np.unique(keys, return_index=True)
+    leaders = np.sort(first)[:cap]  # positions in `order` of each chosen title's best row
+    lead_keys = keys[leaders]
+    members = np.isin(keys, lead_keys)
+    chosen = {int(k): ranking.issue(int(order[p])) for k, p in zip(lead_keys.tolist(), leaders.tolist())}
+    for p in np.flatnonzero(members).tolist():
+        c = chosen[int(keys[p])]
+        i = int(order[p])
+        if ranking.issue_id(i) != c.ids[0]:
+            c.ids.append(ranking.issue_id(i))
+    return list(chosen.values()), len(order) - int(members.sum())
 
 
 def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeights, *, as_of: int | None,
@@ -230,9 +293,12 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     weights = loaded.weights
     result = search(snap, task, k=settings.topk, weights=weights, settings=settings, as_of=as_of, now_ms=now_ms,
                     parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude)
-    ranked_issues = rank_issues(snap, result, weights, as_of=as_of) if settings.issues else []
-    inj.open_issues = len(ranked_issues) if settings.issues else len(snap.open_issues(as_of))
-    open_ids = {i for issue in ranked_issues for i in issue.ids}
+    ranking = _rank(snap, result, weights, as_of=as_of) if settings.issues else None
+    inj.open_issues = len(ranking) if ranking is not None else len(snap.open_rows(as_of))
+    open_ids: set[str] = set()  # of the issues the hits raised, those still open
+    if ranking is not None:
+        still_open = ranking.with_ids({i for h in result.hits for i in h.issues})
+        open_ids = {ranking.issue_id(int(i)) for i in np.flatnonzero(still_open)}
     entries = [
         PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
                       open_issues=[i for i in h.issues if i in open_ids], next=h.next)
@@ -242,10 +308,12 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     # brings the next ones. Laid out twice when the budget cuts runs, so that their issues
     # come back.
     shown_runs = len(entries)
+    chosen: list[ChosenIssue] = []
     for _ in range(2):
         named = {i for e in entries[:shown_runs] for i in e.open_issues}
-        chosen, beyond = _dedupe([i for i in ranked_issues if not named & set(i.ids)], settings.issues)
-        beyond = max(beyond - len(named), 0) if named else beyond
+        beyond = 0
+        if ranking is not None:
+            chosen, beyond = _dedupe(ranking, ranking.with_ids(named), settings.issues)
         shown_issues = [OpenIssue(issue_id=c.ids[0], title=c.title, opened_at_ms=c.opened_at_ms,
                                   by_run_id=c.by_run_id or "", also=tuple(c.ids[1:])) for c in chosen]
         lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, top_k=settings.topk,
@@ -256,10 +324,18 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     for c in chosen[: lay.issues]:
         c.listed = "issues"
     named = {i for e in entries[: lay.runs] for i in e.open_issues}
-    rest = [i for i in ranked_issues if not any(i is c for c in chosen)][: max(settings.issues, 5)]
-    for i in rest:
-        if named & set(i.ids):
-            i.listed = "raised"
+    rest: list[ChosenIssue] = []
+    if ranking is not None:
+        leaders = {c.ids[0] for c in chosen}
+        for i in ranking.order.tolist():
+            if len(rest) >= max(settings.issues, 5):
+                break
+            if ranking.issue_id(i) in leaders:
+                continue
+            issue = ranking.issue(i)
+            if named & set(issue.ids):
+                issue.listed = "raised"
+            rest.append(issue)
     inj.block, inj.result, inj.layout = lay.text, result, lay
     inj.issues = chosen + rest
     return inj

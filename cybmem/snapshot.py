@@ -191,13 +191,22 @@ class Snapshot:
             self._cache["issue_index"] = index
         return self._cache["issue_index"]
 
-    def open_issues(self, as_of: int | None = None) -> pa.Table:
-        """Open issues of :meth:`fold`, newest opened first (ties by id)."""
+    def open_rows(self, as_of: int | None = None) -> np.ndarray:
+        """The rows of :meth:`fold` (``as_of``) whose issue is open, newest opened first (ties by
+        id). Touches three columns only: the fold's text columns stay on disk."""
         folded = self.fold(as_of)
         if not folded.num_rows:
-            return folded
-        opened = folded.filter(pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN)))
-        return opened.take(pc.sort_indices(opened, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")]))
+            return np.zeros(0, dtype=np.int64)
+        is_open = pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN, pa.string()))
+        rows = np.flatnonzero(is_open.to_numpy(zero_copy_only=False))
+        at = pa.array(rows)
+        keys = pa.table({"openedAt": folded.column("openedAt").take(at), "issueId": folded.column("issueId").take(at)})
+        order = pc.sort_indices(keys, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")])
+        return rows[order.to_numpy(zero_copy_only=False)]
+
+    def open_issues(self, as_of: int | None = None) -> pa.Table:
+        """Open issues of :meth:`fold`, newest opened first (ties by id)."""
+        return self.fold(as_of).take(pa.array(self.open_rows(as_of)))
 
     def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
         """Some rows as dicts, only the given columns (cheap for a top-k)."""

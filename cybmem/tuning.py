@@ -589,9 +589,9 @@ class GridResult:
         if self.best.w_kw == 0:
             return "the best weights switch the keyword axis off (w_kw=0): the block would ignore what the task says"
         if self.keyword_held:
-            return ("these judgments only test lineage (each includes the run's parent), and a larger w_lin also "
-                    "lowers what the words count for, which they cannot measure; give judgments that test keywords "
-                    "(e.g. --judgments qrels.jsonl)")
+            return ("too few of these judgments test keywords, and a larger w_lin also lowers what the words count "
+                    f"for, which they cannot measure; give at least {MIN_KEYWORD_JUDGMENTS} judgments that test "
+                    "keywords (e.g. --judgments qrels.jsonl)")
         v = self.validation
         if v is None:
             return (f"too few judgments ({self.judgments}) to check the weights on later ones; "
@@ -846,7 +846,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
          w_kw: Iterable[float] | None = None, w_rec: Iterable[float] | None = None,
          w_lin: Iterable[float] | None = None, w_vec: Iterable[float] | None = None,
          current: Weights | None = None, settings: Settings | None = None, kinds: Sequence[str] = JUDGMENT_KINDS,
-         progress: bool | None = None) -> GridResult:
+         hold_few: bool = True, progress: bool | None = None) -> GridResult:
     """Search the weights for a project: judgments -> axis values -> grid.
 
     Args:
@@ -855,6 +855,8 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
             (:func:`judgments_from_store` with ``kinds``).
         metric, k, steps, half_lives, w_kw, w_rec, w_lin, w_vec: see :func:`grid_search`.
         current: the weights to compare with (default: what production reads for the project).
+        hold_few: with fewer than MIN_KEYWORD_JUDGMENTS judgments that test keywords, search w_lin only
+            (False: search every axis anyway).
         settings: for the production weights (default: from the environment).
         progress: progress bars on stderr (None: when stderr is a TTY).
 
@@ -887,12 +889,14 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
                               "check their asOf and relevant run ids against this project")
     m.weights, keyword_tests = kind_weights(m.judgments)
     held = ""
-    if keyword_tests < MIN_KEYWORD_JUDGMENTS and all(x is None for x in (w_kw, w_rec, half_lives)):
+    if hold_few and keyword_tests < MIN_KEYWORD_JUDGMENTS and all(x is None for x in (w_kw, w_rec, half_lives)):
         # Judgments that lineage decides say nothing about words or time: they tune w_lin only.
         w_kw, w_rec, half_lives = [current.w_kw], [current.w_rec], [current.half_life_days]
-        held = (f"only {keyword_tests} judgment(s) test keywords (the others include the run's parent, which "
-                f"lineage finds whatever the words say), so only w_lin is searched; w_kw, w_rec and the "
-                f"half-life stay at {current.w_kw:g}, {current.w_rec:g} and {current.half_life_days:g} days")
+        why = ("the others include the run's parent, which lineage finds whatever the words say"
+               if keyword_tests < m.n else f"fewer than {MIN_KEYWORD_JUDGMENTS} would tune them to noise")
+        held = (f"only {keyword_tests} judgment(s) test keywords ({why}), so only w_lin is searched; w_kw, "
+                f"w_rec and the half-life stay at {current.w_kw:g}, {current.w_rec:g} and "
+                f"{current.half_life_days:g} days (--all-weights searches them anyway)")
     axes = dict(steps=steps, w_kw=w_kw, w_rec=w_rec, w_lin=w_lin, w_vec=w_vec, half_lives=half_lives, current=current)
     result = grid_search(m, metric=metric, k=k, progress=progress, **axes)
     result.source = source

@@ -138,7 +138,8 @@ def test_a_tiny_budget_still_yields_a_well_formed_block_or_none(root):
     assert d["tokens"]["block"] <= 40 and d["prompt"].endswith(TASK)
 
 
-HEAVY = ("pandas", "matplotlib", "ipywidgets", "nbconvert")
+#: pydantic: typer coerces options through it (0.15-0.2 s to import); cybmem's plain options skip it.
+HEAVY = ("pandas", "matplotlib", "ipywidgets", "nbconvert", "pydantic")
 
 
 @pytest.mark.parametrize("verb", ["inject", "write"])

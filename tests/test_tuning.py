@@ -340,9 +340,26 @@ def test_lineage_judgments_alone_never_decide_the_keyword_weight(fixture_copy):
                                               kind="parent") for j in parents], progress=False, current=Weights())
     assert result.axes["w_kw"].tolist() == [0.45] and result.axes["w_rec"].tolist() == [0.4]
     assert result.axes["half_life_days"].tolist() == [60.0]
-    assert result.keyword_held.startswith("only 0 judgment(s) test keywords")
+    assert result.keyword_held.startswith("only 0 judgment(s) test keywords (the others include the run's parent")
     if result.best_in_grid:
-        assert "only test lineage" in result.refusal
+        assert "too few of these judgments test keywords" in result.refusal
+
+
+def test_few_judgments_tune_w_lin_only_unless_asked(fixture_copy):
+    from cybmem.judgments import Judgment
+
+    snap = load_snapshot(MemoryStore(fixture_copy, "web"))
+    issues = [j for j in J.judgments_from_store(snap) if j.kind == "issue"][:6]
+    given = [Judgment(j.query, j.as_of, j.relevant) for j in issues]
+    held = T.tune(snap, judgments=given, progress=False, current=Weights())
+    assert "fewer than 10 would tune them to noise" in held.keyword_held
+    assert held.axes["w_kw"].tolist() == [0.45] and len(held.axes["w_lin"]) == 11
+    free = T.tune(snap, judgments=given, progress=False, current=Weights(), hold_few=False)
+    assert free.keyword_held == "" and len(free.axes["w_kw"]) == 11 and len(free.axes["half_life_days"]) > 1
+    res = runner.invoke(app, ["tune", "--memory-dir", str(fixture_copy), "-p", "web", "--derive", "issue",
+                              "--all-weights", "--json"])
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)["axes"]["w_kw"]) == 11
 
 
 def test_kind_weights_balance_lineage_judgments_against_the_rest():
