@@ -15,17 +15,25 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
-import click
 import typer
+
+try:  # newer typer vendors click as typer._click: its exceptions are the ones parsing and commands raise
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - older typer runs on click itself
+    from click import exceptions as _click_errors
+
+UsageError, ClickException = _click_errors.UsageError, _click_errors.ClickException
 
 from . import __version__
 from .errors import CybmemError
-from .outcome import head_line
+from .outcome import head_line, shorten, subject_line
 from .schema import ms_to_utc, parse_time
 from .settings import Settings
 
@@ -105,7 +113,7 @@ def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
     except CybmemError as exc:
         _error(str(exc), 1, ctx.json)
         raise typer.Exit(1) from None
-    except click.UsageError as exc:
+    except UsageError as exc:
         if ctx.json:
             _error(exc.format_message(), 2, True)
             raise typer.Exit(2) from None
@@ -153,15 +161,23 @@ def _print_json(data) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> None:
+def _width() -> int:
+    """Columns of the terminal (COLUMNS, else the terminal, else 120 when output is not a terminal)."""
+    return max(shutil.get_terminal_size((120, 24)).columns, 60)
+
+
+def _table(headers: list[str], rows: list[list[str]], *, fit: Callable[[str, int], str] = subject_line) -> None:
+    """Columns padded to their widest cell; the last one (task or title text) gets the rest of the
+    terminal's width and is cut there by ``fit`` (default: the task's subject line)."""
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row[:-1]):
             widths[i] = max(widths[i], len(cell))
+    room = max(_width() - sum(widths[:-1]) - 2 * (len(headers) - 1), 24)
     fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i < len(cells) - 1 else c for i, c in enumerate(cells)).rstrip()  # noqa: E731
     typer.echo(fmt(headers))
     for row in rows:
-        typer.echo(fmt(row))
+        typer.echo(fmt(row[:-1] + [fit(row[-1], room)]))
 
 
 def _head(text: str, limit: int = 72) -> str:
@@ -184,34 +200,96 @@ def _write_exact(text: str) -> None:
 # --- read verbs -------------------------------------------------------------------
 
 
+# --- filters and paging, shared by list, search and chain (issues has its own) -----------
+
+SinceOpt = Annotated[Optional[str], typer.Option("--since", help="Only runs that ended at or after this moment: an ISO date or time (UTC unless it says otherwise) or epoch ms.", show_default=False)]
+UntilOpt = Annotated[Optional[str], typer.Option("--until", help="Only runs that ended at or before this moment (a bare date counts whole: 2024-05-31 is up to 23:59:59.999 UTC).", show_default=False)]
+StateOpt = Annotated[Optional[str], typer.Option("--state", help="Only runs in this state: done, error or cancelled (comma-separated for several).", show_default=False)]
+GrepOpt = Annotated[Optional[str], typer.Option("--grep", help="Only runs whose task or summary contains this text (case-insensitive).", show_default=False)]
+AgentOpt = Annotated[Optional[str], typer.Option("--agent", help="Only runs with a worker of this agent id.", show_default=False)]
+IssueOpt = Annotated[Optional[str], typer.Option("--issue", help="Only runs that raised this issue id or wrote one of its ledger events (resolved, reopened...).", show_default=False)]
+OffsetOpt = Annotated[int, typer.Option("--offset", help="Skip this many first (the next page starts at the last one shown).", min=0)]
+_PERIOD = re.compile(r"(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?")
+
+
+def _moment(value: Optional[str], param: str, *, end_of_day: bool = False) -> Optional[int]:
+    """--since / --until: epoch ms or ISO; a bare year, month or date (2024, 2024-05, 2024-05-31)
+    means its start, or with ``end_of_day`` (--until) its last millisecond."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    period = _PERIOD.fullmatch(text)
+    if period:
+        from datetime import datetime, timezone
+
+        y, m, d = int(period[1]), int(period[2] or 1), int(period[3] or 1)
+        try:
+            start = datetime(y, m, d, tzinfo=timezone.utc)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{text!r}: {exc}", param_hint=param) from None
+        if not end_of_day:
+            return int(start.timestamp() * 1000)
+        nxt = (start.replace(year=y + 1) if not period[2] else
+               start.replace(year=y + (m == 12), month=m % 12 + 1) if not period[3] else None)
+        end_ms = int(nxt.timestamp() * 1000) if nxt else int(start.timestamp() * 1000) + 86_400_000
+        return end_ms - 1
+    try:
+        return parse_time(text, param)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc).removeprefix(f"{param} "), param_hint=param) from None
+
+
+def _record_filter(since, until, state, grep, agent, issue):
+    from .filters import RecordFilter
+
+    try:
+        return RecordFilter.make(since=_moment(since, "--since"), until=_moment(until, "--until", end_of_day=True),
+                                 state=state, grep=grep, agent=agent, issue=issue)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--state") from None
+
+
+def _no_match(what: str, slug: str, f) -> str:
+    return f"No {what} in project {slug}" + (f" ({f.describe()})." if f is not None and f.active else ".")
+
+
 @command("list")
 def list_cmd(
     ctx: Ctx,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N records (0: all).", min=0)] = 0,
-    state: Annotated[Optional[str], typer.Option("--state", help="Only records in this state: done, error or cancelled.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N records (0: all).", min=0)] = 50,
+    offset: OffsetOpt = 0,
+    state: StateOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    grep: GrepOpt = None,
+    agent: AgentOpt = None,
+    issue: IssueOpt = None,
 ):
-    """List a project's records, newest first.
+    """List a project's records, newest first, a page at a time.
 
-    Example: cybmem list --limit 5
+    Example: cybmem list --since 2024-01-01 --grep fixture --limit 20
     """
-    if state is not None and state not in ("done", "error", "cancelled"):
-        raise typer.BadParameter(f"{state!r} is not one of done, error, cancelled", param_hint="--state")
-    store = ctx.store()
-    entries = store.listed(state=state, limit=limit or None)
-    _warn(p.message for p in store.problems)
+    from .filters import list_records
+    from .snapshot import load_snapshot
+
+    f = _record_filter(since, until, state, grep, agent, issue)
+    snap = load_snapshot(ctx.store())
+    page = list_records(snap, f, offset=offset, limit=limit)
+    _warn(p.message for p in snap.problems)
     if ctx.json:
-        _print_json(entries)
+        _print_json(page.items)
         return
-    if not entries:
-        typer.echo(f"No records in project {store.slug}.")
+    if not page.items:
+        typer.echo(_no_match("records", snap.store.slug, f) if not page.total else page.footer("records"))
         return
-    rows = [
-        [_when(e["endedAt"]), e["state"] + ("*" if e["superseded"] else ""), e["runId"][:8], e.get("workflowName", ""), _head(e.get("task", ""))]
-        for e in entries
-    ]
+    rows = [[_when(e["endedAt"]), e["state"] + ("*" if e["superseded"] else ""), e["runId"][:8], e["workflowName"], e["task"]]
+            for e in page.items]
     _table(["ENDED (UTC)", "STATE", "RUN", "WORKFLOW", "TASK"], rows)
-    if any(e["superseded"] for e in entries):
+    if any(e["superseded"] for e in page.items):
         typer.echo("* superseded by a later correction; `cybmem show` renders the newest truth")
+    footer = page.footer("records" + (" that match" if f.active else ""))
+    if footer:
+        typer.echo(footer)
 
 
 def _render_record(rec, *, asked: str, chain: list[str]) -> None:
@@ -270,59 +348,195 @@ def show_cmd(
     _render_record(rec, asked=asked, chain=chain)
 
 
+def _day(ms: Optional[int]) -> str:
+    return "-" if ms is None else ms_to_utc(ms)[:10]
+
+
 @command("issues")
 def issues_cmd(
     ctx: Ctx,
-    all_events: Annotated[bool, typer.Option("--all", help="Print the whole ledger, every event in file order.")] = False,
+    all_issues: Annotated[bool, typer.Option("--all", help="Every issue, also those closed longer ago than the window.")] = False,
+    events: Annotated[bool, typer.Option("--events", help="The raw ledger instead: every event in file order.")] = False,
+    state: Annotated[Optional[str], typer.Option("--state", help="Only issues in this state: open, closed, opened, reopened, resolved, wontfix (comma-separated for several); with --events, events of that kind.", show_default=False)] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only issues with an event at or after this moment (ISO or epoch ms); with --events, events at or after it.", show_default=False)] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Only issues opened at or before this moment (a bare date counts whole); with --events, events at or before it.", show_default=False)] = None,
+    grep: Annotated[Optional[str], typer.Option("--grep", help="Only issues whose title, detail or id contains this text (case-insensitive).", show_default=False)] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N (0: all).", min=0)] = 50,
+    offset: OffsetOpt = 0,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", help="The ledger as it was at this moment (ISO or epoch ms); the window is measured from then.", show_default=False)] = None,
 ):
-    """List a project's open issues (the fold of the issue ledger).
+    """List a project's issues (the fold of the issue ledger): open ones, and those closed recently.
 
-    Example: cybmem issues --all
+    A resolved (or wontfix) issue stays in the view for CYBERINE_MEMORY_ISSUE_WINDOW_DAYS days
+    (default 90) after it closed; --all shows every issue, --events the ledger itself.
+
+    Example: cybmem issues --state open --grep flaky
     """
+    import time
+
+    from .filters import IssueFilter, select_events, select_issues
+
+    if events and all_issues:
+        raise typer.BadParameter("--events lists every ledger event already; --all is for the issue view", param_hint="--all")
+    lo, hi = _moment(since, "--since"), _moment(until, "--until", end_of_day=True)
+    at = _moment(as_of, "--as-of")
     store = ctx.store()
-    if all_events:
-        events = store.issue_events()
+    if events:
+        named = ()
+        if state:
+            try:
+                named = IssueFilter.make(state=state).states
+            except CybmemError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--state") from None
+        ledger = [ev for ev in store.issue_events() if at is None or ev.at <= at]
+        titles = {k: v.title for k, v in store.issue_states().items()}
+        page = select_events(ledger, since=lo, until=hi, events_named=named, grep=grep, titles=titles,
+                             offset=offset, limit=limit)
         _warn(p.message for p in store.problems)
         if ctx.json:
-            _print_json([e.to_dict() for e in events])
+            _print_json([e.to_dict() for e in page.items])
             return
-        titles = {k: v.title for k, v in store.issue_states().items()}
-        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _head(e.title or titles.get(e.issueId, ""), 60)] for e in events]
-        if not rows:
-            typer.echo(f"The issue ledger of project {store.slug} is empty.")
+        if not page.items:
+            if page.total:
+                typer.echo(page.footer("events"))
+            elif lo is not None or hi is not None or named or grep:
+                typer.echo(f"No ledger events in project {store.slug} match.")
+            else:
+                typer.echo(f"The issue ledger of project {store.slug} is empty.")
             return
-        _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows)
+        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], e.title or titles.get(e.issueId, "")] for e in page.items]
+        _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows, fit=shorten)
+        footer = page.footer("events")
+        if footer:
+            typer.echo(footer)
         return
-    issues = store.open_issues()
+    window = None if all_issues else ctx.settings.issue_window_days
+    try:
+        f = IssueFilter.make(state=state, since=lo, until=hi, grep=grep, window_days=window)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--state") from None
+    if at is None:
+        folded = store.issue_states().values()
+        now = int(time.time() * 1000)
+    else:
+        from .issues import fold
+
+        folded = fold(ev for ev in store.issue_events() if ev.at <= at).values()
+        now = at
+    page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit)
     _warn(p.message for p in store.problems)
     if ctx.json:
-        _print_json([s.to_dict() for s in issues])
+        _print_json([s.to_dict() for s in page.items])
         return
-    if not issues:
-        typer.echo(f"No open issues in project {store.slug}.")
+    hint = (f"{hidden} closed more than {window} days ago not shown (--all shows them)." if hidden else None)
+    if not page.items:
+        if page.total:
+            typer.echo(page.footer("issues"))
+        elif not (state or lo or hi or grep):
+            typer.echo(f"No open issues in project {store.slug}" + (f", none closed in the last {window} days." if window else "."))
+        else:
+            typer.echo(f"No issues in project {store.slug} match.")
+        if hint:
+            typer.echo(hint)
         return
-    rows = [[s.issueId, _when(s.openedAt), (s.openedBy or "-")[:8], s.state, _head(s.title, 60)] for s in issues]
-    _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "TITLE"], rows)
+    rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), s.title] for s in page.items]
+    _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "CLOSED", "TITLE"], rows, fit=shorten)
+    for line in (page.footer("issues"), hint):
+        if line:
+            typer.echo(line)
+
+
+def _context(value: str) -> Optional[int]:
+    if value.strip().lower() == "all":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is neither a number of runs nor 'all'", param_hint="--context") from None
+    if n < 0:
+        raise typer.BadParameter("give 0 or more runs (0 or 'all': the whole chain)", param_hint="--context")
+    return n or None
+
+
+def _tasks(store, ids: list[str], snap=None) -> dict[str, str]:
+    """The whole task of each run (index entries hold only its first line): a table shows the
+    subject line, which for a merge commit is on a later line. A few records are read; for
+    many, the snapshot."""
+    if snap is None and len(ids) <= 200:
+        out = {}
+        for rid in ids:
+            try:
+                out[rid] = store.read_record(rid).task
+            except CybmemError:
+                continue
+        return out
+    if snap is None:
+        from .snapshot import load_snapshot
+
+        snap = load_snapshot(store)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = snap.records.filter(pc.is_in(snap.records.column("runId"), value_set=pa.array(ids, pa.string())))
+    return dict(zip(rows.column("runId").to_pylist(), rows.column("task").to_pylist()))
 
 
 @command("chain")
-def chain_cmd(ctx: Ctx, run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")]):
+def chain_cmd(
+    ctx: Ctx,
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    context: Annotated[str, typer.Option("--context", "-C", help="Runs shown each side of the run (0 or all: the whole chain).")] = "5",
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Page through the chain oldest first instead: at most N runs (0: to the end).", min=0)] = 0,
+    offset: OffsetOpt = 0,
+    state: StateOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    grep: GrepOpt = None,
+    agent: AgentOpt = None,
+    issue: IssueOpt = None,
+):
     """Walk the previousRunId chain both ways from a run, with its parent and chat links.
 
-    Example: cybmem chain 3f2a
+    Shows --context runs each side of the run (default 5) and says how many more there are;
+    filters keep only the chain's runs that match (the run itself always shows).
+
+    Example: cybmem chain 3f2a --context 10 --grep fixture
     """
     from .lineage import chain
 
+    n_context = _context(context)
+    f = _record_filter(since, until, state, grep, agent, issue)
     store = ctx.store()
-    result = chain(store, store.resolve_run_id(run_id))
+    full = chain(store, store.resolve_run_id(run_id))
+    keep = snap = None
+    if f.active:
+        from .filters import record_mask
+        from .snapshot import load_snapshot
+
+        snap = load_snapshot(store)
+        ids = snap.records.column("runId").to_numpy(zero_copy_only=False)
+        keep = set(ids[record_mask(snap, f)].tolist())
+    result = full.window(keep=keep, context=n_context, offset=offset, limit=limit)
     _warn(p.message for p in store.problems)
     if ctx.json:
         _print_json(result.to_dict())
         return
+    tasks = _tasks(store, [e["runId"] for e in result.runs], snap)
+    room = max(_width() - 42, 24)
+    if result.omitted_before:
+        typer.echo(f"   ... {result.omitted_before} earlier run{'s' if result.omitted_before != 1 else ''}")
     for entry in result.runs:
         mark = "->" if entry["runId"] == result.run_id else "  "
-        typer.echo(f"{mark} {_when(entry['endedAt'])}  {entry['state']:<9}  {entry['runId'][:8]}  {_head(entry['task'], 60)}")
+        typer.echo(f"{mark} {_when(entry['endedAt'])}  {entry['state']:<9}  {entry['runId'][:8]}  {subject_line(tasks.get(entry['runId'], entry['task']), room)}")
+    if result.omitted_after:
+        typer.echo(f"   ... {result.omitted_after} later run{'s' if result.omitted_after != 1 else ''}")
     extra = []
+    if result.omitted_before or result.omitted_after or result.unmatched:
+        parts = [f"{len(result.runs)} of the chain's {result.length} runs shown"]
+        if result.unmatched:
+            parts.append(f"{result.unmatched} do not match ({f.describe()})")
+        more = "--context all" if not (offset or limit) else "--limit 0"
+        extra.append("; ".join(parts) + (f"; {more} shows the rest" if result.omitted_before or result.omitted_after else "") + ".")
     if result.parent:
         extra.append(f"parent: {result.parent}" + ("" if result.parent_known else " (not in this project)"))
     if result.root:
@@ -411,7 +625,7 @@ def write_cmd(
     except Exception as exc:  # noqa: BLE001 - hook mode: a memory failure must never take the run down
         if not hook:
             raise
-        message = str(exc) if isinstance(exc, (CybmemError, OSError, click.ClickException)) else f"unexpected {type(exc).__name__}: {exc}"
+        message = str(exc) if isinstance(exc, (CybmemError, OSError, ClickException)) else f"unexpected {type(exc).__name__}: {exc}"
         typer.echo(f"cybmem: warning: memory record not written: {' '.join(message.split())}", err=True)
         raise typer.Exit(0) from None
     if result.redacted:
@@ -509,35 +723,48 @@ def _fmt_axes(contrib: dict) -> str:
 def search_cmd(
     ctx: Ctx,
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
-    k: Annotated[int, typer.Option("-k", "--top", help="How many results.", min=1)] = 10,
+    k: Annotated[int, typer.Option("-k", "--top", "--limit", help="How many results.", min=1)] = 10,
+    offset: OffsetOpt = 0,
     explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights.")] = False,
     as_of: AsOfOpt = None,
     parent: ParentOpt = None,
     chat: ChatOpt = None,
+    state: StateOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    grep: GrepOpt = None,
+    agent: AgentOpt = None,
+    issue: IssueOpt = None,
 ):
     """Multi-axis scored search over a project's records (BM25 + recency + lineage).
 
-    Example: cybmem search "flaky cart drawer test" -k 5 --explain
+    Filters (--state, --since, --until, --grep, --agent, --issue) narrow the candidates before
+    ranking; --offset skips the first results (the next page).
+
+    Example: cybmem search "flaky cart drawer test" -k 5 --explain --since 2026-10-01
     """
     from .search import search
 
+    f = _record_filter(since, until, state, grep, agent, issue)
     store = ctx.store()
-    result = search(store, query, k=k, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
-                    parent_run_id=parent, chat_session_id=chat)
+    result = search(store, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
+                    parent_run_id=parent, chat_session_id=chat, filter=f)
+    result.hits = result.hits[offset:]
     _warn(p.message for p in result.snapshot.problems)
     if ctx.json:
         _print_json(result.to_dict(explain=explain_))
         return
     if not result.hits:
-        typer.echo(f"No matching records in project {store.slug}.")
+        typer.echo(_no_match("matching records", store.slug, f) if not offset else f"No results after the first {offset}.")
         return
-    rows = [[str(h.rank), f"{h.score:.3f}", h.run_id[:8], _when(h.ended_at_ms), h.state, _head(h.task, 60)] for h in result.hits]
+    rows = [[str(h.rank), f"{h.score:.3f}", h.run_id[:8], _when(h.ended_at_ms), h.state, h.task] for h in result.hits]
     _table(["#", "SCORE", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
     if explain_:
         w = result.weights
         typer.echo("")
         typer.echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
-                   + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
+                   + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else "")
+                   + (f"  among {result.candidates} records ({f.describe()})" if f.active else ""))
         for h in result.hits:
             typer.echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
 
@@ -568,7 +795,7 @@ def inject_cmd(
     try:
         result = inject_task(text, ctx.settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
                              parent_run_id=parent, chat_session_id=chat, strict=strict)
-    except (CybmemError, click.UsageError):
+    except (CybmemError, UsageError):
         raise
     except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
         if strict:
@@ -847,16 +1074,16 @@ def main() -> None:
     command_ = typer.main.get_command(app)
     try:
         code = command_.main(args=args, prog_name="cybmem", standalone_mode=False)
-    except click.UsageError as exc:
+    except UsageError as exc:
         if as_json:
             _error(exc.format_message(), exc.exit_code, True)
         else:
             exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("Aborted!", err=True)
         sys.exit(1)
-    except click.ClickException as exc:
+    except ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

@@ -21,6 +21,7 @@ def _isolated_env(tmp_path, monkeypatch):
     for key in list(os.environ):
         if key.startswith("CYBERINE_"):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("COLUMNS", "120")  # tables fit the terminal: give every test the same one
     root = tmp_path / "memory"
     monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(root))
     home = tmp_path / "home"
