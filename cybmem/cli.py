@@ -913,6 +913,7 @@ def tune_cmd(
 def report_cmd(
     ctx: Ctx,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the HTML pages (created).", show_default=False)],
+    parameter: Annotated[Optional[list[str]], typer.Option("--parameter", "-P", help="NAME=VALUE for the notebooks' parameter cells, e.g. -P metric=ndcg -P k=5 -P judgments=judgments.jsonl (repeatable; names as in the notebooks, any case).", show_default=False)] = None,
     with_code: Annotated[bool, typer.Option("--with-code", help="Keep the notebooks' code cells in the pages.")] = False,
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds allowed per notebook cell.", min=1)] = 600,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Cell progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
@@ -920,13 +921,17 @@ def report_cmd(
     """Execute the notebooks (history, lineage, issue ages, weight tuning) headless and write self-contained HTML.
 
     One page per notebook plus index.html; figures are embedded images, nothing is fetched
-    from the network. Progress goes to stderr.
+    from the network. Progress goes to stderr, a line per notebook with how long it took.
 
-    Example: cybmem report --out reports/web --project web
+    Example: cybmem report --out reports/web --project web -P metric=ndcg -P k=5
     """
-    from .report import build_report
+    from .report import NOTEBOOKS, build_report, notebooks_dir, parse_parameters
 
-    result = build_report(ctx.store(), out, with_code=with_code, timeout=timeout, progress=progress)
+    try:
+        params = parse_parameters(parameter or [], [notebooks_dir() / n for n in NOTEBOOKS])
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="-P") from None
+    result = build_report(ctx.store(), out, parameters=params, with_code=with_code, timeout=timeout, progress=progress)
     if ctx.json:
         _print_json(result.to_dict())
         return

@@ -168,3 +168,18 @@ def figures_dir() -> Path:
     out = Path(os.environ.get("CYBMEM_FIGURES_DIR") or REPO / "benchmarks" / "out" / "figures" / "tests")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+# --- no test leaves a cache in the repository's fixtures -------------------------------------------
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when data-fixtures/ holds a .cache/ afterwards: tests and notebooks read copies."""
+    left = sorted(str(p.relative_to(REPO)) for p in (REPO / "data-fixtures").rglob(".cache"))
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = (f"data-fixtures holds {', '.join(left)} after the tests: a test or notebook read the fixtures "
+                   "in place; read a copy (the fixture_copy fixture, notebooks/conftest.py)")
+        if reporter is not None:
+            reporter.write_line(f"ERROR: {message}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
