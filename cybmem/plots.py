@@ -244,6 +244,10 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
     hl = _resolve(df, highlight) if highlight else focus_id
     n = len(df)
     lanes = lineage_lanes(df) if n else None
+    alone_lane: int | None = 0
+    if n and not (lanes["lane"] == 0).any():
+        lanes["lane"] -= 1  # one tree alone: no lane of runs without parent or children to leave empty
+        alone_lane = None
     n_lanes = int(lanes["lane"].max()) + 1 if n else 1
     fig = _Figure(figsize=figsize or (11, min(2.2 + 0.45 * n_lanes, 12)), layout="constrained")
     ax = fig.add_subplot()
@@ -286,9 +290,11 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
         if kind == "previous" and n > 150:
             style.update(linewidth=0.5, alpha=0.45)
         if kind == "parent" and len(segs) <= 300:
+            width = max(float(x.max() - x.min()), 1e-9)
             for (x0, y0), (x1, y1) in segs:
-                # Same lane: arc above the lane so the arrow does not hide under the previous line.
-                rad = 0.45 if y0 == y1 else (0.2 if y1 > y0 else -0.2)
+                # Same lane: arc above the lane (the y axis is inverted) so the arrow does not hide
+                # under the previous line; the longer the arc, the flatter, so it stays in the axes.
+                rad = -min(0.45, 0.06 * width / max(abs(x1 - x0), 1e-9)) if y0 == y1 else (0.2 if y1 > y0 else -0.2)
                 ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=9,
                                              connectionstyle=f"arc3,rad={rad}", color=style["color"],
                                              linewidth=style["linewidth"], zorder=2, shrinkA=3, shrinkB=3))
@@ -334,7 +340,7 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
     ticks = list(range(n_lanes))
     names = []
     for lane in ticks:
-        if lane == 0:
+        if lane == alone_lane:
             names.append("no parent / children")
         else:
             members = lanes.index[lanes["lane"] == lane]
@@ -522,8 +528,9 @@ def _log_time_hist(ax, seconds: np.ndarray, color: str, what: str) -> None:
     counts, _, _ = ax.hist(secs, bins=edges, color=color, edgecolor="white")
     ax.set_xscale("log")
     ticks: list[tuple[float, str]] = []
-    for t, label in _TIME_TICKS:  # at least 10x apart, so that labels never run into each other
-        if lo <= t <= hi * 1.5 and (not ticks or t >= ticks[-1][0] * 10):
+    apart = max(10.0, (hi / lo) ** (1 / 6))  # about six labels at most, so that they never run into each other
+    for t, label in _TIME_TICKS:
+        if lo <= t <= hi * 1.5 and (not ticks or t >= ticks[-1][0] * apart):
             ticks.append((t, label))
     ax.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
     ax.minorticks_off()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -191,18 +192,32 @@ class Snapshot:
 
 class _Notice:
     """One line on stderr when a cold load takes longer than a second (the dispatcher's terminal
-    otherwise sits silent for several seconds on a large store)."""
+    otherwise sits silent for several seconds on a large store). A timer prints it, so it comes
+    after a second even while the record files are still being parsed."""
 
     def __init__(self, store: MemoryStore, files: int):
         self.store, self.files = store, files
-        self.t0 = time.perf_counter()
+        self.what = "reading records"
         self.shown = False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(_PROGRESS_AFTER_S, self._show)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _show(self) -> None:
+        with self._lock:
+            if self.shown:
+                return
+            self.shown = True
+        print(f"cybmem: indexing {self.files} records of project {self.store.slug} ({self.what}); "
+              "later reads use the cache", file=sys.stderr, flush=True)
 
     def tick(self, what: str) -> None:
-        if not self.shown and time.perf_counter() - self.t0 > _PROGRESS_AFTER_S:
-            self.shown = True
-            print(f"cybmem: indexing {self.files} records of project {self.store.slug} ({what}); "
-                  "later reads use the cache", file=sys.stderr, flush=True)
+        """Name the step now under way (the notice, if it comes, says it)."""
+        self.what = what
+
+    def close(self) -> None:
+        self._timer.cancel()
 
 
 def _concat_indexes(parts: list[KeywordIndex]) -> KeywordIndex:
@@ -220,10 +235,12 @@ def _build_full(store: MemoryStore, ledger_raw: bytes) -> tuple[pa.Table, pa.Tab
     events, consumed, lines, problems = _parse_ledger(ledger_raw, 1, store.issues_path)
     listing = store.listing()
     notice = _Notice(store, len(listing))
-    table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), titles_of(events))
-    notice.tick("tokenizing")
-    index = KeywordIndex.build(tokenize_many(texts))
-    notice.tick("done")
+    try:
+        table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), titles_of(events))
+        notice.tick("tokenizing")
+        index = KeywordIndex.build(tokenize_many(texts))
+    finally:
+        notice.close()
     return table, events, index, bad, problems + rec_problems, consumed, lines
 
 

@@ -424,3 +424,25 @@ def test_inject_and_show_report_unreadable_records_once(populated):
     assert res.stdout.endswith("END MEMORY\n\nlogin form"), "stdout stays the exact prompt"
     res = run("show", "aaaa1111", "--cwd", "/home/dev/web")
     assert res.exit_code == 0 and res.stderr.count("warning: broken.json") == 1
+
+
+@pytest.mark.parametrize("cmd", [["list"], ["search", "login"], ["chain", "aaaa1111", "--grep", "login"]])
+def test_a_slow_cold_load_says_so_after_a_second(populated, monkeypatch, cmd):
+    """A cold load of a large store takes seconds: a timer prints one notice while it parses."""
+    import time as _time
+
+    from cybmem import snapshot
+
+    real = snapshot.load_records
+
+    def slow(*args, **kwargs):
+        _time.sleep(0.4)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "load_records", slow)
+    monkeypatch.setattr(snapshot, "_PROGRESS_AFTER_S", 0.1)
+    res = run(*cmd, "--cwd", "/home/dev/web")
+    assert res.exit_code == 0
+    assert res.stderr == "cybmem: indexing 3 records of project web (reading records); later reads use the cache\n"
+    again = run(*cmd, "--cwd", "/home/dev/web")
+    assert again.stderr == "", "a warm load is quiet"
