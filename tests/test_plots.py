@@ -198,7 +198,7 @@ def test_issue_ages_at_100k_use_log_axes(history_100k, figures_dir):
     assert ages.get_xscale() == resolve.get_xscale() == "log"
     assert resolve.get_xlabel() == "time to resolve (log scale)"
     labels = [t.get_text() for t in resolve.get_xticklabels()]
-    assert labels[0] == "1 min" and "1 day" in labels and "1 year" in labels
+    assert labels[0] == "1 min" and "1 day" in labels and len(labels) <= 6, "about six labels, none running into another"
     legend = [t.get_text() for t in resolve.get_legend().get_texts()]
     zero = int(((fold["state"] == "resolved") & (fold["age"].dt.total_seconds() < 60)).sum())
     assert legend[0] == "median under a minute" and f"{zero} under a minute, counted at 1 min" in legend
