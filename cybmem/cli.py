@@ -33,7 +33,7 @@ UsageError, ClickException = _click_errors.UsageError, _click_errors.ClickExcept
 
 from . import __version__
 from .errors import CybmemError
-from .outcome import head_line, shorten, subject_line
+from .outcome import shorten, subject_line
 from .schema import ms_to_utc, parse_time
 from .settings import Settings
 
@@ -180,8 +180,9 @@ def _table(headers: list[str], rows: list[list[str]], *, fit: Callable[[str, int
         typer.echo(fmt(row[:-1] + [fit(row[-1], room)]))
 
 
-def _head(text: str, limit: int = 72) -> str:
-    return head_line(text, limit)
+def _whole(text: str, room: int) -> str:
+    """A last column that is never cut (numbers, paths)."""
+    return text
 
 
 def _warn(messages) -> None:
@@ -566,7 +567,7 @@ def projects_cmd(ctx: Ctx):
     if not projects:
         typer.echo("No projects yet.")
         return
-    _table(["SLUG", "RECORDS", "CWD"], [[p["slug"], str(p["records"]), p["cwd"] or "?"] for p in projects])
+    _table(["SLUG", "RECORDS", "CWD"], [[p["slug"], str(p["records"]), p["cwd"] or "?"] for p in projects], fit=_whole)
 
 
 # --- write verbs ------------------------------------------------------------------
@@ -896,7 +897,7 @@ def tune_cmd(
     for name, w, v in (("current", result.current, result.current_metric), ("best", result.best, result.best_metric)):
         rows.append([name] + [f"{getattr(w, a):g}" for a in ("w_kw", "w_rec", "w_lin", "w_vec", "half_life_days")] + [f"{v:.4f}"])
     rows[1][-1] += f"  ({result.improvement:+.4f})"
-    _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()], rows)
+    _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()], rows, fit=_whole)
     typer.echo("")
     target = store.dir / "weights.json"
     if not result.best_in_grid:
