@@ -353,6 +353,15 @@ def _day(ms: Optional[int]) -> str:
     return "-" if ms is None else ms_to_utc(ms)[:10]
 
 
+def _title(issue_id: str, title: Optional[str]) -> str:
+    """An issue's title for a table; blank when the id already spells it (an id is the slug of
+    its title unless the writer chose another), which leaves the room to titles that say more."""
+    from .outcome import issue_slug
+
+    title = title or ""
+    return "" if not title or issue_slug(title) == issue_id else title
+
+
 @command("issues")
 def issues_cmd(
     ctx: Ctx,
@@ -405,7 +414,8 @@ def issues_cmd(
             else:
                 typer.echo(f"The issue ledger of project {store.slug} is empty.")
             return
-        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], e.title or titles.get(e.issueId, "")] for e in page.items]
+        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _title(e.issueId, e.title or titles.get(e.issueId))]
+                for e in page.items]
         _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows, fit=shorten)
         footer = page.footer("events")
         if footer:
@@ -440,7 +450,8 @@ def issues_cmd(
         if hint:
             typer.echo(hint)
         return
-    rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), s.title] for s in page.items]
+    rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), _title(s.issueId, s.title)]
+            for s in page.items]
     _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "CLOSED", "TITLE"], rows, fit=shorten)
     for line in (page.footer("issues"), hint):
         if line:
