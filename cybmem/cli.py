@@ -642,6 +642,7 @@ def write_cmd(
         raise typer.Exit(0) from None
     if result.redacted:
         typer.echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
+    _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
         return
@@ -755,7 +756,7 @@ def search_cmd(
 
     Example: cybmem search "flaky cart drawer test" -k 5 --explain --since 2026-10-01
     """
-    from .search import search
+    from .retrieval import search
 
     f = _record_filter(since, until, state, grep, agent, issue)
     store = ctx.store()
@@ -964,7 +965,7 @@ def doctor_cmd(
 
     Example: cybmem doctor --all --repair
     """
-    from .doctor import doctor
+    from .checks import doctor
 
     report = doctor(ctx.settings, project=ctx.project, cwd=ctx.cwd, all_projects=all_projects,
                     repair=repair, secrets=secrets, temp_age=temp_age)

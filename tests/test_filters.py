@@ -10,7 +10,7 @@ from cybmem.frames import records_frame
 from cybmem.issues import fold
 from cybmem.lineage import chain
 from cybmem.schema import IssueEvent
-from cybmem.search import search
+from cybmem.retrieval import search
 from cybmem.snapshot import load_snapshot
 from cybmem.store import MemoryStore
 

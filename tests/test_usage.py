@@ -134,14 +134,16 @@ def test_usage_examples_are_real(title, blocks, tmp_path, monkeypatch):
     text = USAGE.read_text()
     new_text = text
     failures = []
+    globs: dict = {}  # the python blocks of a section build on each other
     for m in blocks:
         body = m.group(3)
         if m.group(2) == "python":
             cwd = Path((root / ".usage-cwd").read_text().strip())
             monkeypatch.chdir(cwd)
-            test = doctest.DocTestParser().get_doctest(body.replace("/tmp/", moved), {}, f"USAGE.md, {title}", str(USAGE), 0)
+            test = doctest.DocTestParser().get_doctest(body.replace("/tmp/", moved), globs, f"USAGE.md, {title}", str(USAGE), 0)
             runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-            runner.run(test, out=lambda s: failures.append(back(s)))
+            runner.run(test, out=lambda s: failures.append(back(s)), clear_globs=False)
+            globs.update(test.globs)  # a DocTest works on a copy of the globals it was given
             continue
         rebuilt = []
         for cmd, expected in _steps(body):
