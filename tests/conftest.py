@@ -181,5 +181,6 @@ def pytest_sessionfinish(session, exitstatus):
         message = (f"data-fixtures holds {', '.join(left)} after the tests: a test or notebook read the fixtures "
                    "in place; read a copy (the fixture_copy fixture, notebooks/conftest.py)")
         if reporter is not None:
+            reporter.ensure_newline()
             reporter.write_line(f"ERROR: {message}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

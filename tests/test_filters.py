@@ -208,3 +208,16 @@ def test_select_events_filters_the_ledger():
     assert [e.at for e in select_events(evs, events_named=("opened",)).items] == [10, 30]
     page = select_events(evs, offset=1, limit=1)
     assert [e.at for e in page.items] == [20] and page.total == 3
+
+
+def test_a_memory_root_with_nocache_gets_no_cache(fixture_copy):
+    """The bundled fixtures carry .nocache: reading them (or a copy) leaves no .cache/ behind."""
+    from cybmem.cache import NO_CACHE_FILE
+
+    assert (fixture_copy / NO_CACHE_FILE).exists(), "copied with the fixtures"
+    snap = load_snapshot(MemoryStore(fixture_copy, "web"))
+    assert snap.n == 47 and not snap.from_cache
+    assert not list(fixture_copy.rglob(".cache"))
+    (fixture_copy / NO_CACHE_FILE).unlink()
+    load_snapshot(MemoryStore(fixture_copy, "web"))
+    assert (fixture_copy / "web" / ".cache").is_dir(), "without it, the cache is written as usual"
