@@ -64,6 +64,7 @@ class SearchResult:
     candidates: int
     context: LineageContext
     snapshot: Snapshot = field(repr=False)
+    ranked: Ranked | None = field(default=None, repr=False)
 
     def to_dict(self, *, explain: bool = False) -> dict:
         return {
@@ -152,6 +153,8 @@ class Ranked:
     mask: np.ndarray
     context: LineageContext
     now_ms: int
+    keyword: np.ndarray | None = None  # raw BM25 of every row (None: the axis is off)
+    lineage: np.ndarray | None = None  # lineage affinity of every row (None: the axis is off)
 
 
 def rank_query(
@@ -181,18 +184,20 @@ def rank_query(
     ctx = dispatch_context(snap, mask, parent_run_id, chat_session_id)
     if where is not None:
         mask = mask & where
-    if not (snap.n and k > 0 and mask.any()):
+    if not (snap.n and mask.any()):
         return Ranked([], [], None, mask, ctx, now)
     kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
     lin = None
     if weights.w_lin:
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
+    if k <= 0:
+        return Ranked([], [], None, mask, ctx, now, kw, lin)  # no runs asked for; the axes still serve issues
     idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
                    vector_cos=None, weights=weights, mask=mask[idx])
     local = rank(scored, k)
-    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now)
+    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin)
 
 
 def search(
@@ -246,4 +251,4 @@ def search(
             task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
-                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap)
+                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap, ranked=ranked)

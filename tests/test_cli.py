@@ -376,9 +376,12 @@ def test_inject_modes_argument_file_stdin(populated, tmp_path):
 
 
 def test_inject_without_memory_or_disabled_prints_the_task_alone(populated, monkeypatch):
-    assert run("inject", "New task", "--cwd", "/fresh/project").output == "New task"
+    res = run("inject", "New task", "--cwd", "/fresh/project")
+    assert res.stdout == "New task"
+    assert res.stderr.startswith("warning: no memory yet for the project at /fresh/project") and "known projects: web" in res.stderr
     monkeypatch.setenv("CYBERINE_MEMORY", "0")
-    assert run("inject", "New task", "--cwd", "/home/dev/web").output == "New task"
+    res = run("inject", "New task", "--cwd", "/home/dev/web")
+    assert (res.stdout, res.stderr) == ("New task", "")
 
 
 def test_projects_lists_slugs(populated):
@@ -443,6 +446,6 @@ def test_a_slow_cold_load_says_so_after_a_second(populated, monkeypatch, cmd):
     monkeypatch.setattr(snapshot, "_PROGRESS_AFTER_S", 0.1)
     res = run(*cmd, "--cwd", "/home/dev/web")
     assert res.exit_code == 0
-    assert res.stderr == "cybmem: indexing 3 records of project web (reading records); later reads use the cache\n"
+    assert res.stderr == "cybmem: indexing 3 records of project web (once; later reads use the cache)\n"
     again = run(*cmd, "--cwd", "/home/dev/web")
     assert again.stderr == "", "a warm load is quiet"
