@@ -169,14 +169,14 @@ def _curl_user(secret: str, match: re.Match[str]) -> bool:
     return not (_placeholder(secret) or secret.isdigit())
 
 
-_PLACEHOLDER = re.compile(
-    r"\$[{(A-Za-z_0-9]|<|\{\{|%\(|\[|\.\.\.|…|\*{3,}|![A-Za-z]+$|(?i:your)(?![a-z])"
-)
+_PLACEHOLDER = re.compile(r"\$[{(A-Za-z_0-9]|<|\{\{|%\(|\[|![A-Za-z]+$|(?i:your)(?![a-z])")
+_MASKED = re.compile(r"\.\.\.|…|\*\*\*")
 
 
 def _placeholder(value: str) -> bool:
-    """${X}, <password>, {{x}}, %(pw)s, [hidden], ..., ****, !vault, your_token, xxxxxxxx."""
-    return bool(_PLACEHOLDER.match(value)) or len(set(value)) == 1
+    """${X}, <password>, {{x}}, %(pw)s, [hidden], !vault, your_token, xxxxxxxx, and masked
+    values a tool printed (sk-...abcd, ****abcd)."""
+    return bool(_PLACEHOLDER.match(value) or _MASKED.search(value)) or len(set(value)) == 1
 
 
 # -- secret_assignment ---------------------------------------------------------------------
@@ -187,11 +187,13 @@ _WORD_FAMILY = {
     "pass": _PASSWORD,
     "secret": _SECRET, "token": _SECRET, "credentials": _SECRET, "creds": _SECRET,
     "private": _SECRET,
-    "key": _KEY, "apikey": _KEY, "auth": _KEY,
+    "key": _KEY, "apikey": _KEY, "auth": _KEY, "key_base": _KEY,  # Rails SECRET_KEY_BASE
 }  # fmt: skip
 # Words that are a key on their own; the others only end a compound key (DB_PASS, X_PRIVATE).
 _BARE_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "secret", "token",
                          "credentials", "apikey"})  # fmt: skip
+# Words long enough to end a key glued on without a separator (PGPASSWORD, csrftoken).
+_GLUED_WORDS = _BARE_WORDS - {"pwd"}
 # <prefix>_KEY names a secret...
 _SECRET_KEY_PREFIXES = frozenset({
     "api", "secret", "private", "access", "signing", "sign", "encryption", "encrypt",
@@ -259,12 +261,20 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     word_start = match.start("word")
     prefix = _KEY_CHARS.search(text, max(0, word_start - 64), word_start).group()
     compound = any(c.isalnum() for c in prefix)
+    key_start = word_start - len(prefix)
+    if text.endswith("://", 0, key_start):
+        return False  # a URL user name (https://x-access-token:…@host): url_password's job
     if not compound:
         if lower not in _BARE_WORDS:
             return False
-    elif prefix[-1].isalnum() and not (word[0].isupper() and word[1:].islower()):
-        return False  # part of a longer word: monkey, bypass, OLDPWD
+    elif prefix[-1].isalnum():
+        # Glued to the word before: dbPassword, PGPASSWORD, csrftoken; not monkey, OLDPWD.
+        camel = word[0].isupper() and word[1:].islower()
+        if not (camel or lower in _GLUED_WORDS):
+            return False
     sep = match.group("sep").strip()
+    if sep == ">" and not text.endswith("<", 0, key_start):
+        return False  # not an XML element: <password>…</password>
     quoted = match.groupdict().get("qv") is not None
     if (
         _placeholder(secret)
@@ -282,13 +292,12 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         last = _parts(prefix)[-1] if compound else ""
         if last in _PLAIN_KEY_PREFIXES:
             return False
-        if lower in ("apikey", "auth") or last in _SECRET_KEY_PREFIXES:
+        if lower in ("apikey", "auth", "key_base") or last in _SECRET_KEY_PREFIXES:
             return len(secret) >= 8
         return _random_like(secret)
     if len(secret) >= 8:
         return True
     # A short value: after a bare key and a colon it must not read as a word (Password: reset).
-    key_start = word_start - len(prefix)
     key_quoted = bool(match.group("kq")) or (key_start > 0 and text[key_start - 1] in "\"'")
     bare_colon = sep == ":" and not compound and not key_quoted
     return quoted or not bare_colon or not secret.isalpha()
@@ -491,6 +500,13 @@ _SHAPES: tuple[_Shape, ...] = (
         "secret_assignment",
         re.compile(rf"{_KEY_WORD}(?P<kq>[\"'])?[ \t]*+(?P<sep>:=|=>|==|[:=])[ \t]*+{_VALUE}"),
         group=("qv", "v"),
+        check=_assignment,
+    ),
+    _Shape(
+        "secret_assignment",
+        # An XML element: <password>hunter2</password> (Maven settings.xml and the like).
+        re.compile(rf"{_KEY_WORD}(?P<kq>)?(?P<sep>>){_NOT_MARK}(?P<v>[^\s<>\"']{{4,}}+)</"),
+        group="v",
         check=_assignment,
     ),
     _Shape(
