@@ -46,6 +46,7 @@ The rules that trade recall for precision, each measured on data-fixtures/redact
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -108,9 +109,13 @@ def _mixed_case(secret: str, _: re.Match[str]) -> bool:
     return any(c.isupper() for c in secret) and any(c.islower() for c in secret)
 
 
+_HEX32 = re.compile(r"[0-9a-fA-F]{32}")
+
+
 def _hex_mix(secret: str, _: re.Match[str]) -> bool:
-    """A random hex body has both digits and letters."""
-    return any(c.isdigit() for c in secret) and any(c.isalpha() for c in secret[4:])
+    """A random 32-hex body has both digits and letters."""
+    body = _HEX32.search(secret).group()
+    return any(c.isdigit() for c in body) and any(c.isalpha() for c in body)
 
 
 _AWS_WINDOW = 256
@@ -133,11 +138,6 @@ def _aws_secret_like(secret: str, match: re.Match[str]) -> bool:
     start, end = match.span()
     lo, hi = max(0, start - _AWS_WINDOW), end + _AWS_WINDOW
     return _AWS_EVIDENCE.search(match.string, lo, hi) is not None
-
-
-def _not_placeholder(secret: str, _: re.Match[str]) -> bool:
-    """Skip ${VAR}, <password>, **** and similar stand-ins."""
-    return not _placeholder(secret)
 
 
 def _url_password(secret: str, match: re.Match[str]) -> bool:
@@ -181,14 +181,10 @@ def _placeholder(value: str) -> bool:
 
 # -- secret_assignment ---------------------------------------------------------------------
 
-_PASSWORD, _SECRET, _KEY = "password", "secret", "key"
-_WORD_FAMILY = {
-    "password": _PASSWORD, "passwd": _PASSWORD, "passphrase": _PASSWORD, "pwd": _PASSWORD,
-    "pass": _PASSWORD,
-    "secret": _SECRET, "token": _SECRET, "credentials": _SECRET, "creds": _SECRET,
-    "private": _SECRET,
-    "key": _KEY, "apikey": _KEY, "auth": _KEY, "key_base": _KEY,  # Rails SECRET_KEY_BASE
-}  # fmt: skip
+# A key ends with one of these words; after the _KEY_WORDS the value must be longer (below).
+_WORDS = ("password", "passwd", "passphrase", "pwd", "pass", "secret", "token", "credentials",
+          "creds", "private", "key", "apikey", "auth", "key_base")  # key_base: SECRET_KEY_BASE
+_KEY_WORDS = frozenset({"key", "apikey", "auth", "key_base"})
 # Words that are a key on their own; the others only end a compound key (DB_PASS, X_PRIVATE).
 _BARE_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "secret", "token",
                          "credentials", "apikey"})  # fmt: skip
@@ -219,7 +215,7 @@ _TYPE_WORDS = frozenset({"str", "bytes", "string", "number", "any", "unknown", "
                          "int", "bool", "boolean", "varchar"})  # fmt: skip
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _TYPE_NAME = re.compile(r"[A-Z][A-Za-z]*")
-_KEY_CHARS = re.compile(r"[A-Za-z0-9_.-]{0,64}$")
+_KEY_CHARSET = frozenset(string.ascii_letters + string.digits + "_.-")
 _PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _PATH = re.compile(
     r"(?:/|~/|\.\.?/|[A-Za-z]:[\\/])|.*\.(?:json|pem|key|p12|pfx|crt|cer|txt|ya?ml|env|ini|toml|cfg|conf)$"
@@ -253,45 +249,53 @@ def _random_like(value: str) -> bool:
     )
 
 
+def _key_prefix(text: str, word_start: int) -> str:
+    """The key characters glued before the secret word (DB_ in DB_PASSWORD), at most 64."""
+    start, stop = word_start, max(0, word_start - 64)
+    while start > stop and text[start - 1] in _KEY_CHARSET:
+        start -= 1
+    return text[start:word_start]
+
+
 def _assignment(secret: str, match: re.Match[str]) -> bool:
     """Decide whether the value after a secret-looking key is a secret (see module docstring)."""
     text, word = match.string, match.group("word")
     lower = word.lower()
-    family = _WORD_FAMILY[lower]
     word_start = match.start("word")
-    prefix = _KEY_CHARS.search(text, max(0, word_start - 64), word_start).group()
+    prefix = _key_prefix(text, word_start)
     compound = any(c.isalnum() for c in prefix)
-    key_start = word_start - len(prefix)
-    if text.endswith("://", 0, key_start):
-        return False  # a URL user name (https://x-access-token:…@host): url_password's job
     if not compound:
         if lower not in _BARE_WORDS:
-            return False
+            return False  # PASS: TestLogin, key: value
     elif prefix[-1].isalnum():
         # Glued to the word before: dbPassword, PGPASSWORD, csrftoken; not monkey, OLDPWD.
         camel = word[0].isupper() and word[1:].islower()
         if not (camel or lower in _GLUED_WORDS):
             return False
-    sep = match.group("sep").strip()
+    is_key = lower in _KEY_WORDS
+    last = _parts(prefix)[-1] if is_key and compound else ""
+    if last in _PLAIN_KEY_PREFIXES:
+        return False  # SORT_KEY, PUBLIC_KEY
+    key_start = word_start - len(prefix)
+    if text.endswith("://", 0, key_start):
+        return False  # a URL user name (https://x-access-token:…@host): url_password's job
+    sep = (match.group("sep") or match.groupdict().get("xml") or "").strip()
     if sep == ">" and not text.endswith("<", 0, key_start):
         return False  # not an XML element: <password>…</password>
-    quoted = match.groupdict().get("qv") is not None
+    folded = secret.lower()
     if (
-        _placeholder(secret)
-        or secret.lower() in _LITERALS
+        folded in _LITERALS
+        or _placeholder(secret)
         or _DOTTED_NAME.fullmatch(secret)
         or _PATH.match(secret)
         or _names_a_secret(secret)
     ):
         return False
-    if sep == ":" and (_TYPE_NAME.fullmatch(secret) or secret.lower() in _TYPE_WORDS):
+    if sep == ":" and (folded in _TYPE_WORDS or _TYPE_NAME.fullmatch(secret)):
         return False  # a type annotation: api_key: SecretStr, password: string
-    if secret.isdigit() and not (lower in _PASSWORD_WORDS):
+    if secret.isdigit() and lower not in _PASSWORD_WORDS:
         return False  # max_token=4096, NUM_PASS=1234
-    if family == _KEY:
-        last = _parts(prefix)[-1] if compound else ""
-        if last in _PLAIN_KEY_PREFIXES:
-            return False
+    if is_key:
         if lower in ("apikey", "auth", "key_base") or last in _SECRET_KEY_PREFIXES:
             return len(secret) >= 8
         return _random_like(secret)
@@ -300,6 +304,7 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     # A short value: after a bare key and a colon it must not read as a word (Password: reset).
     key_quoted = bool(match.group("kq")) or (key_start > 0 and text[key_start - 1] in "\"'")
     bare_colon = sep == ":" and not compound and not key_quoted
+    quoted = match.groupdict().get("qv") is not None
     return quoted or not bare_colon or not secret.isalpha()
 
 
@@ -330,7 +335,7 @@ def _cases(*words: str) -> str:
     return _alternation([w for word in words for w in (word, word.capitalize(), word.upper())])
 
 
-_KEY_WORD = rf"(?P<word>{_cases(*_WORD_FAMILY)})"
+_KEY_WORD = rf"(?P<word>{_cases(*_WORDS)})"
 _VALUE = (
     rf"(?:(?P<q>[\"']){_NOT_MARK}(?P<qv>[^\s\"']{{4,}}+)(?P=q)"
     # Possessive: the value is every non-delimiter character, and a value that runs into
@@ -435,8 +440,10 @@ _SHAPES: tuple[_Shape, ...] = (
     _Shape("databricks_token", _bounded("dapi", r"[a-f0-9]{32}(?:-\d{1,2})?"), check=_hex_mix),
     _Shape(
         "telegram_bot_token",
-        re.compile(r"(?<![0-9])[0-9]{8,12}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])"),
-        needles=(":AA",),
+        # <bot id>:<secret>; the bot id is public (the bot's user id), the part after the
+        # colon is the secret.
+        re.compile(r":(?<=[0-9]{8}:)(AA[A-Za-z0-9_-]{33})(?![A-Za-z0-9_-])"),
+        group=1,
     ),
     _Shape("vault_token", _bounded(r"hv[sb]\.", r"[A-Za-z0-9_-]{90,}")),
     _Shape("age_secret_key", _bounded("AGE-SECRET-KEY-1", r"[0-9A-Z]{58}")),
@@ -498,15 +505,12 @@ _SHAPES: tuple[_Shape, ...] = (
     ),
     _Shape(
         "secret_assignment",
-        re.compile(rf"{_KEY_WORD}(?P<kq>[\"'])?[ \t]*+(?P<sep>:=|=>|==|[:=])[ \t]*+{_VALUE}"),
-        group=("qv", "v"),
-        check=_assignment,
-    ),
-    _Shape(
-        "secret_assignment",
-        # An XML element: <password>hunter2</password> (Maven settings.xml and the like).
-        re.compile(rf"{_KEY_WORD}(?P<kq>)?(?P<sep>>){_NOT_MARK}(?P<v>[^\s<>\"']{{4,}}+)</"),
-        group="v",
+        re.compile(
+            rf"{_KEY_WORD}(?P<kq>[\"'])?[ \t]*+(?:(?P<sep>:=|=>|==|[:=])[ \t]*+{_VALUE}"
+            # or an XML element: <password>hunter2</password> (Maven settings.xml and the like)
+            rf"|(?P<xml>>){_NOT_MARK}(?P<x>[^\s<>\"']{{4,}}+)</)"
+        ),
+        group=("qv", "v", "x"),
         check=_assignment,
     ),
     _Shape(
