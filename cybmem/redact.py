@@ -15,32 +15,37 @@ AWS evidence (below). Kinds:
 Where the shape has a label (Bearer, user:…@host, password=, AccountKey=, a webhook host) only
 the secret part is replaced.
 
-The rules that trade recall for precision, each measured on data-fixtures/redaction-corpus.jsonl
-(python benchmarks/bench_redact.py):
+The rules that trade recall for precision, each backed by a line of
+data-fixtures/redaction-corpus.jsonl (python benchmarks/bench_redact.py prints the figures):
 
 - private_key: a BEGIN line takes everything up to its END line. Without an END line (cut off),
   it takes the base64 chunks that follow, whether separated by newlines, by spaces (a collapsed
   key) or by escaped ``\\n`` (a JSON string), and stops at the first chunk that reads as a plain
   word (``The``, ``and``): so at most a short all-letter tail of a truncated body can survive.
-- aws_secret_access_key without a label: exactly 40 characters of ``[A-Za-z0-9/+]`` bounded by
-  non-base64 characters, mixing upper case, lower case and a digit, with a non-hex letter, and
-  with an access key id (AKIA…/ASIA…) or the word ``aws`` within 256 characters. Git SHAs (hex)
-  and longer base64 blobs never qualify.
+- aws_secret_access_key: exactly 40 characters of ``[A-Za-z0-9/+]`` bounded by non-base64
+  characters, mixing upper case, lower case and a digit, with a non-hex letter, and with an
+  access key id (AKIA…/ASIA…) or the word ``aws`` within 256 characters. Without a
+  secret-access-key label it must also not read as words (``AmazonRoute53…FullAccess``, a URL
+  path) nor be mostly hex (an id). Git SHAs and longer base64 blobs never qualify.
 - secret_assignment: a key whose last part is a secret word, in lower, Capitalised or UPPER case
-  (``password``, ``DB_PASSWORD``, ``dbPassword``, ``x-api-key``, ``--password VALUE``):
-  password, passwd, passphrase, pwd, secret, token, credentials stand alone or end a key; pass,
-  private, creds, auth, key only end one (``MY_PASS``, ``X_PRIVATE``; never ``PASS:`` from
-  ``go test`` or ``key: value``). Values of 4+ characters count after password / secret / token
-  words, 8+ after ``auth`` and after ``<api|secret|access|…>_key``; after any other ``*_KEY``
-  (``SORT_KEY``, ``CACHE_KEY``) the value must look generated (16+ characters, letters and
-  digits, no words, not a UUID). A short all-letter value after a bare ``password:`` is prose
-  (``Password: reset``), not a secret. Never a value: placeholders (``${X}``, ``<password>``,
-  ``{{x}}``, ``****``, ``xxxx``, ``your_token``, ``!vault``, ``[hidden]``), literals (none,
-  null, true, required, include, …), code (``config.password``, ``get_token()``,
-  ``password=password``, ``token=access_token``, ``api_key: SecretStr``, ``password: string``),
-  file paths (``/run/secrets/db``, ``sa.json``) and plain numbers after token / key words
-  (``max_token=4096``). Known default passwords (``changeme``, ``postgres``) are redacted: they
-  are the credential actually in use.
+  (``password``, ``DB_PASSWORD``, ``dbPassword``, ``PGPASSWORD``, ``x-api-key``,
+  ``<password>…</password>``, ``--password VALUE``): password, passwd, passphrase, secret, token,
+  credentials stand alone or end a key; pwd stands alone only before ``=`` (ODBC ``PWD=``, and
+  ``PWD=/path`` is a path); pass, private, creds, auth, key only end one (``MY_PASS``,
+  ``X_PRIVATE``; never ``PASS:`` from ``go test`` or ``key: value``). Values of 4+ characters
+  count after password / secret / token words, 8+ after ``auth`` and after
+  ``<api|secret|access|…>_key``; after any other ``*_KEY`` the value must look generated (16+
+  characters, letters and digits, no words, not a UUID). Database, cache and paging names are
+  not secrets: ``SORT_KEY``, ``PUBLIC_KEY``, ``NextToken``, ``ChangeToken``. A short all-letter
+  value after a bare ``password:`` is prose (``Password: reset``). Never a value: placeholders
+  and templates (``${X}``, ``<password>``, ``{{x}}``, ``%s``, ``****``, ``xxxx``,
+  ``your_token``, ``!vault``, ``sk-...abcd``), literals (none, null, true, required, include,
+  …), numbers after non-password words (``max_token=4096``, an OID), file paths and ARNs, and
+  code: ``config.password``, ``get_token()``, ``password=password``, ``token=access_token``,
+  ``api_key: SecretStr``, ``token = nextchar`` (a bare name after a spaced ``=``, or before
+  ``,`` ``)`` or an operator), ``token == END`` (comparisons count only for password words and
+  quoted values) and colon paths (``arn:…:secret:name``, ``AWS::…::ApiKey``). Known default
+  passwords (``changeme``, ``postgres``) are redacted: they are the credential actually in use.
 """
 
 from __future__ import annotations
@@ -126,8 +131,21 @@ _AWS_EVIDENCE = re.compile(
 )
 
 
+_AWS_LABEL = re.compile(r"(?i:secret_?access_?key|aws_?secret(?:_?key)?)[\"']?\s*[:=]\s*[\"']?$")
+_CAMEL_WORD = re.compile(r"[A-Z][a-z]{5}")
+
+
+def _camel_words(value: str) -> bool:
+    """Two or more Capitalised 6-letter runs read as words (S3AccessPointAttachments); a random
+    base64 string of 40 characters has two about 1% of the time."""
+    return len(_CAMEL_WORD.findall(value)) >= 2
+
+
 def _aws_secret_like(secret: str, match: re.Match[str]) -> bool:
-    """Mixed case, a digit and a non-hex letter, with AWS evidence within _AWS_WINDOW chars."""
+    """Mixed case, a digit and a non-hex letter, with AWS evidence within _AWS_WINDOW chars;
+    without a secret-access-key label, also not words (an IAM policy name such as
+    AmazonRoute53RecoveryReadinessFullAccess, a URL path) and not mostly hex (30 of 40
+    characters: an id; random base64 has about 14)."""
     if not (
         any(c.isupper() for c in secret)
         and any(c.islower() for c in secret)
@@ -136,6 +154,13 @@ def _aws_secret_like(secret: str, match: re.Match[str]) -> bool:
     ):
         return False
     start, end = match.span()
+    labelled = _AWS_LABEL.search(match.string, max(0, start - 40), start) is not None
+    if not labelled and (
+        _camel_words(secret)
+        or _WORDY.search(secret)  # a URL path: Route53/latest/DeveloperGuide/domain
+        or sum(c in string.hexdigits for c in secret) >= 30  # a hex id with a suffix
+    ):
+        return False
     lo, hi = max(0, start - _AWS_WINDOW), end + _AWS_WINDOW
     return _AWS_EVIDENCE.search(match.string, lo, hi) is not None
 
@@ -169,13 +194,15 @@ def _curl_user(secret: str, match: re.Match[str]) -> bool:
     return not (_placeholder(secret) or secret.isdigit())
 
 
-_PLACEHOLDER = re.compile(r"\$[{(A-Za-z_0-9]|<|\{\{|%\(|\[|![A-Za-z]+$|(?i:your)(?![a-z])")
-_MASKED = re.compile(r"\.\.\.|…|\*\*\*")
+_PLACEHOLDER = re.compile(
+    r"\$[{(A-Za-z_0-9]|[<{\[:%]|![A-Za-z]+$|#[0-9a-fA-F]{3,8}$|(?i:your)(?![a-z])"
+)
+_MASKED = re.compile(r"\.\.\.|…|\*\*\*|%[sdr]")  # also printf templates: '%s:%s'
 
 
 def _placeholder(value: str) -> bool:
-    """${X}, <password>, {{x}}, %(pw)s, [hidden], !vault, your_token, xxxxxxxx, and masked
-    values a tool printed (sk-...abcd, ****abcd)."""
+    """${X}, <password>, {{x}}, {0}, %(pw)s, %PASSWORD%, [hidden], :term:, !vault, #d8dee9,
+    your_token, xxxxxxxx, masked values a tool printed (sk-...abcd, ****abcd) and templates."""
     return bool(_PLACEHOLDER.match(value) or _MASKED.search(value)) or len(set(value)) == 1
 
 
@@ -197,29 +224,35 @@ _SECRET_KEY_PREFIXES = frozenset({
     "licence", "webhook", "hmac", "session", "auth", "consumer", "subscription", "service",
     "crypto", "jwt", "admin", "deploy", "vault", "cipher", "aes",
 })  # fmt: skip
-# ...or names something that is not one, whatever the value looks like.
-_PLAIN_KEY_PREFIXES = frozenset({
+# ...or, for *_KEY and *_TOKEN, names something that is not one, whatever the value looks like:
+# database and cache keys, AWS idempotency and pagination tokens (ChangeToken, NextToken).
+_PLAIN_PREFIXES = frozenset({
     "public", "pub", "publishable", "primary", "foreign", "sort", "partition", "cache",
     "routing", "idempotency", "dedup", "dedupe", "unique", "lookup", "object", "row", "shard",
     "range", "hash", "index", "group", "order", "cursor", "map", "dict", "composite", "gpg",
-    "pgp", "cluster", "distribution",
+    "pgp", "cluster", "distribution", "socket", "websocket", "result", "limit", "more", "input",
+    "output", "next", "page", "forward", "backward", "continuation", "pagination", "starting",
+    "sync", "change", "creation", "client", "request", "action", "sequence", "marker",
+    "cancellation", "resumption", "lock", "update", "s3",
 })  # fmt: skip
 _LITERALS = frozenset({
     "none", "null", "nil", "true", "false", "undefined", "required", "optional", "redacted",
     "yes", "no", "on", "off", "enabled", "disabled", "empty", "unset", "hidden", "masked",
-    "include", "omit", "same-origin",
+    "include", "omit", "same-origin", "seconds", "minutes", "hours", "days",
     # code, not a value: password = await ..., token = yield ...
     "await", "async", "new", "yield", "lambda", "function", "return", "this", "self", "typeof",
 })  # fmt: skip
 _TYPE_WORDS = frozenset({"str", "bytes", "string", "number", "any", "unknown", "object", "text",
                          "int", "bool", "boolean", "varchar"})  # fmt: skip
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
-_TYPE_NAME = re.compile(r"[A-Z][A-Za-z]*")
+# SecretStr, Token=None, PKCS7PrivateKeyTypes (not Hunter22: no hump)
+_TYPE_NAME = re.compile(r"[A-Z](?:[A-Za-z]*|[A-Za-z0-9]*[a-z0-9][A-Z][A-Za-z0-9]*)(?:=.*)?")
 _KEY_CHARSET = frozenset(string.ascii_letters + string.digits + "_.-")
-_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_PARTS = re.compile(r"[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*(?![a-z])|[0-9]+")  # S3Key -> s3, key
 _PATH = re.compile(
     r"(?:/|~/|\.\.?/|[A-Za-z]:[\\/])|.*\.(?:json|pem|key|p12|pfx|crt|cer|txt|ya?ml|env|ini|toml|cfg|conf)$"
 )
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|[0-9][0-9.:_-]*")  # 4096, 0x1F, 1.3.6.1, 2026-11-30
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 _WORDY = re.compile(r"(?:^|[/_.:-])[a-z]{4,}(?=[/_.:-]|$)")
 _PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd"})
@@ -231,8 +264,8 @@ def _parts(name: str) -> list[str]:
 
 
 def _names_a_secret(value: str) -> bool:
-    """password=password, token=access_token, api_key=API_KEY: code naming a secret."""
-    if not re.fullmatch(r"[A-Za-z_]+", value):
+    """password=password, token=access_token, api_key=API_KEY, "fake-access-token": a name."""
+    if not re.fullmatch(r"[A-Za-z_-]+", value):
         return False
     secret_words = ("pass", "pwd", "secret", "token", "cred", "key", "auth", "private")
     return any(p.startswith(secret_words) for p in _parts(value))
@@ -245,8 +278,34 @@ def _random_like(value: str) -> bool:
         and any(c.isdigit() for c in value)
         and any(c.isalpha() for c in value)
         and not _WORDY.search(value)
+        and not _camel_words(value)
         and not _UUID.fullmatch(value)
     )
+
+
+_REFERENCE = re.compile(r"arn:|[A-Za-z][A-Za-z0-9+.-]*://")  # arn:aws:…, fileb://key.bin
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_]+|[a-z_][a-z0-9_]*_[a-z0-9_]*")
+
+
+def _code_value(secret: str, match: re.Match[str], sep: str, flag: bool) -> bool:
+    """An unquoted value that is code, not a secret: an expression in a comparison
+    (token == END_ELEMENT), and a name (letters and _, or snake_case) after a spaced = as in
+    code (token = nextchar, secret_key = s3_connection), before , ) or an operator as in a
+    call or an expression (password=getpass_bytearray), or after a --flag in prose (--token
+    requires)."""
+    if sep == "==":
+        return True
+    if not _IDENTIFIER.fullmatch(secret):
+        return False
+    if flag:
+        return True
+    text, end = match.string, match.end()
+    spaced = sep in ("=", ":=", "=>") and text[match.start("sep") - 1] in (" ", "\t")
+    after = text[end : end + 4].lstrip(" \t")[:1]
+    # Not & or |: DB_PASSWORD=changeme && ./run is shell, and its value a password.
+    return spaced or (after != "" and after in ",)+-*/%<>=!?^")
 
 
 def _key_prefix(text: str, word_start: int) -> str:
@@ -273,28 +332,44 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         if not (camel or lower in _GLUED_WORDS):
             return False
     is_key = lower in _KEY_WORDS
-    last = _parts(prefix)[-1] if is_key and compound else ""
-    if last in _PLAIN_KEY_PREFIXES:
-        return False  # SORT_KEY, PUBLIC_KEY
+    parts = _parts(prefix) if compound and (is_key or lower == "token") else [""]
+    last = parts[-1]
+    if last in _PLAIN_PREFIXES or "public" in parts:
+        return False  # SORT_KEY, PUBLIC_KEY, NextToken, publicKeyToken
     key_start = word_start - len(prefix)
-    if text.endswith("://", 0, key_start):
-        return False  # a URL user name (https://x-access-token:…@host): url_password's job
-    sep = (match.group("sep") or match.groupdict().get("xml") or "").strip()
+    if text.endswith((":", "://"), 0, key_start):
+        # A URL user name (https://x-access-token:…@host: url_password's job) or a part of a
+        # colon path (arn:aws:secretsmanager:…:secret:name, AWS::ApiGateway::ApiKey).
+        return False
+    sep = match.group("sep") or match.groupdict().get("xml") or ""
+    flag = sep.isspace()  # --password VALUE
+    sep = sep.strip()
     if sep == ">" and not text.endswith("<", 0, key_start):
         return False  # not an XML element: <password>…</password>
+    glued = text[match.end("sep") : match.end("sep") + 1] not in (" ", "\t", "\"", "'")
+    if sep == ":" and not compound and glued:
+        return False  # "passwd:gecos": a name with a colon, not a key and a value
     folded = secret.lower()
     if (
         folded in _LITERALS
         or _placeholder(secret)
         or _DOTTED_NAME.fullmatch(secret)
         or _PATH.match(secret)
+        or _REFERENCE.match(secret)
         or _names_a_secret(secret)
     ):
         return False
-    if sep == ":" and (folded in _TYPE_WORDS or _TYPE_NAME.fullmatch(secret)):
-        return False  # a type annotation: api_key: SecretStr, password: string
-    if secret.isdigit() and lower not in _PASSWORD_WORDS:
-        return False  # max_token=4096, NUM_PASS=1234
+    if (sep == ":" or flag) and (folded in _TYPE_WORDS or _TYPE_NAME.fullmatch(secret)):
+        return False  # a type: api_key: SecretStr, password: string, key: PKCS7PrivateKeyTypes
+    quoted = match.groupdict().get("qv") is not None
+    if not quoted and _code_value(secret, match, sep, flag):
+        return False
+    if sep == "==" and lower not in _PASSWORD_WORDS:
+        return False  # if token == "integer": a parser, not a secret
+    if lower not in _PASSWORD_WORDS and _NUMBER.fullmatch(secret):
+        return False  # max_token=4096, NUM_PASS=1234, SERVER_AUTH = '1.3.6.1.5.5.7.3.1'
+    if lower == "pwd" and not compound and sep != "=":
+        return False  # pwd: command not found (PWD=/path is a path, ODBC's PWD=… a password)
     if is_key:
         if lower in ("apikey", "auth", "key_base") or last in _SECRET_KEY_PREFIXES:
             return len(secret) >= 8
@@ -304,7 +379,6 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     # A short value: after a bare key and a colon it must not read as a word (Password: reset).
     key_quoted = bool(match.group("kq")) or (key_start > 0 and text[key_start - 1] in "\"'")
     bare_colon = sep == ":" and not compound and not key_quoted
-    quoted = match.groupdict().get("qv") is not None
     return quoted or not bare_colon or not secret.isalpha()
 
 
