@@ -188,8 +188,9 @@ def _bearer(secret: str, match: re.Match[str]) -> bool:
 
 def _curl_user(secret: str, match: re.Match[str]) -> bool:
     """curl -u user:pass, not docker -u 1000:1000 or chown-like user:group."""
-    line_start = match.string.rfind("\n", 0, match.start()) + 1
-    if "curl" not in match.string[line_start : match.start()]:
+    start = match.start()
+    before = match.string[max(0, start - 200) : start]  # bounded: linear on one long line
+    if "curl" not in before[before.rfind("\n") + 1 :]:
         return False
     return not (_placeholder(secret) or secret.isdigit())
 
