@@ -165,6 +165,11 @@ def _aws_secret_like(secret: str, match: re.Match[str]) -> bool:
     return _AWS_EVIDENCE.search(match.string, lo, hi) is not None
 
 
+def _not_placeholder(secret: str, _: re.Match[str]) -> bool:
+    """Skip ${VAR}, <password>, **** and similar stand-ins."""
+    return not _placeholder(secret)
+
+
 def _url_password(secret: str, match: re.Match[str]) -> bool:
     """Skip stand-ins and a port mistaken for a password (http://host:8080/@scope/pkg)."""
     return not (_placeholder(secret) or re.match(r"\d+(?:/|$)", secret))
@@ -211,8 +216,8 @@ def _placeholder(value: str) -> bool:
 
 # A key ends with one of these words; after the _KEY_WORDS the value must be longer (below).
 _WORDS = ("password", "passwd", "passphrase", "pwd", "pass", "secret", "token", "credentials",
-          "creds", "private", "key", "apikey", "auth", "key_base")  # key_base: SECRET_KEY_BASE
-_KEY_WORDS = frozenset({"key", "apikey", "auth", "key_base"})
+          "creds", "private", "key", "apikey", "auth", "key_base", "signature")
+_KEY_WORDS = frozenset({"key", "apikey", "auth", "key_base", "signature"})  # SECRET_KEY_BASE
 # Words that are a key on their own; the others only end a compound key (DB_PASS, X_PRIVATE).
 _BARE_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "secret", "token",
                          "credentials", "apikey"})  # fmt: skip
@@ -246,8 +251,10 @@ _LITERALS = frozenset({
 _TYPE_WORDS = frozenset({"str", "bytes", "string", "number", "any", "unknown", "object", "text",
                          "int", "bool", "boolean", "varchar"})  # fmt: skip
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
-# SecretStr, Token=None, PKCS7PrivateKeyTypes (not Hunter22: no hump)
-_TYPE_NAME = re.compile(r"[A-Z](?:[A-Za-z]*|[A-Za-z0-9]*[a-z0-9][A-Z][A-Za-z0-9]*)(?:=.*)?")
+_TYPE_NAME = re.compile(r"[A-Z][A-Za-z]*(?:=.*)?")  # SecretStr, Token=None
+# PKCS7PrivateKeyTypes: words and acronyms, one unit at a time with no choice between them
+# (a nested (?:[A-Z0-9]+)+ backtracks exponentially on a long upper-case run).
+_CAMEL_NAME = re.compile(r"(?:[A-Z][a-z]++|[0-9]|[A-Z](?![a-z]))++")
 _KEY_CHARSET = frozenset(string.ascii_letters + string.digits + "_.-")
 _PARTS = re.compile(r"[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*(?![a-z])|[0-9]+")  # S3Key -> s3, key
 _PATH = re.compile(
@@ -272,6 +279,14 @@ def _names_a_secret(value: str) -> bool:
     return any(p.startswith(secret_words) for p in _parts(value))
 
 
+def _type_name(value: str) -> bool:
+    """str, SecretStr, Token=None, or Capitalised words and acronyms (PKCS7PrivateKeyTypes; not
+    Hunter22 nor base64 such as Ym9iOmh1bnRlcjJ)."""
+    if value.lower() in _TYPE_WORDS or _TYPE_NAME.fullmatch(value):
+        return True
+    return bool(_CAMEL_NAME.fullmatch(value)) and len(re.findall(r"[A-Z][a-z]", value)) >= 2
+
+
 def _random_like(value: str) -> bool:
     """A generated key: 16+ characters with letters and digits, no words, not a UUID."""
     return (
@@ -287,7 +302,7 @@ def _random_like(value: str) -> bool:
 _REFERENCE = re.compile(r"arn:|[A-Za-z][A-Za-z0-9+.-]*://")  # arn:aws:…, fileb://key.bin
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_]+|[a-z_][a-z0-9_]*_[a-z0-9_]*")
+_IDENTIFIER = re.compile(r"[A-Za-z_]++|(?=[a-z0-9]*+_)[a-z_][a-z0-9_]*+")  # nextchar, s3_conn
 
 
 def _code_value(secret: str, match: re.Match[str], sep: str, flag: bool) -> bool:
@@ -323,9 +338,12 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     lower = word.lower()
     word_start = match.start("word")
     prefix = _key_prefix(text, word_start)
-    compound = any(c.isalnum() for c in prefix)
+    key_start = word_start - len(prefix)
+    key_quoted = bool(match.group("kq")) or (key_start > 0 and text[key_start - 1] in "\"'")
+    compound = any(c.isalnum() for c in prefix) or prefix == "_"  # _auth= in .npmrc
     if not compound:
-        if lower not in _BARE_WORDS:
+        # "auth" alone only as a quoted key: {"auth": "dXNlcjpwYXNz"} in .docker/config.json
+        if lower not in _BARE_WORDS and not (lower == "auth" and key_quoted):
             return False  # PASS: TestLogin, key: value
     elif prefix[-1].isalnum():
         # Glued to the word before: dbPassword, PGPASSWORD, csrftoken; not monkey, OLDPWD.
@@ -333,11 +351,10 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         if not (camel or lower in _GLUED_WORDS):
             return False
     is_key = lower in _KEY_WORDS
-    parts = _parts(prefix) if compound and (is_key or lower == "token") else [""]
+    parts = (_parts(prefix) if compound and (is_key or lower == "token") else None) or [""]
     last = parts[-1]
     if last in _PLAIN_PREFIXES or "public" in parts:
         return False  # SORT_KEY, PUBLIC_KEY, NextToken, publicKeyToken
-    key_start = word_start - len(prefix)
     if text.endswith((":", "://"), 0, key_start):
         # A URL user name (https://x-access-token:…@host: url_password's job) or a part of a
         # colon path (arn:aws:secretsmanager:…:secret:name, AWS::ApiGateway::ApiKey).
@@ -360,7 +377,7 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         or _names_a_secret(secret)
     ):
         return False
-    if (sep == ":" or flag) and (folded in _TYPE_WORDS or _TYPE_NAME.fullmatch(secret)):
+    if (sep == ":" or flag) and _type_name(secret):
         return False  # a type: api_key: SecretStr, password: string, key: PKCS7PrivateKeyTypes
     quoted = match.groupdict().get("qv") is not None
     if not quoted and _code_value(secret, match, sep, flag):
@@ -372,13 +389,14 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     if lower == "pwd" and not compound and sep != "=":
         return False  # pwd: command not found (PWD=/path is a path, ODBC's PWD=… a password)
     if is_key:
+        if lower == "auth" and not compound:
+            return _random_like(secret)
         if lower in ("apikey", "auth", "key_base") or last in _SECRET_KEY_PREFIXES:
             return len(secret) >= 8
         return _random_like(secret)
     if len(secret) >= 8:
         return True
     # A short value: after a bare key and a colon it must not read as a word (Password: reset).
-    key_quoted = bool(match.group("kq")) or (key_start > 0 and text[key_start - 1] in "\"'")
     bare_colon = sep == ":" and not compound and not key_quoted
     return quoted or not bare_colon or not secret.isalpha()
 
@@ -471,6 +489,7 @@ _SHAPES: tuple[_Shape, ...] = (
     ),
     # Slack tokens carry numeric workspace / user ids; the lookahead wants a digit.
     _Shape("slack_token", _bounded("xox[abprs]-", r"(?=[A-Za-z-]*\d)[A-Za-z0-9-]{10,}")),
+    _Shape("slack_token", _bounded("xapp-", r"\d-[A-Z0-9]{8,14}-\d{8,16}-[a-f0-9]{32,80}")),
     _Shape(
         "discord_webhook",
         re.compile(
@@ -587,6 +606,17 @@ _SHAPES: tuple[_Shape, ...] = (
         ),
         group=("qv", "v", "x"),
         check=_assignment,
+    ),
+    _Shape(
+        "secret_assignment",
+        # A .netrc entry: machine host login user password secret (on one line or several; the
+        # host has a dot or is localhost, unlike "machine learning login page password reset").
+        re.compile(
+            r"machine[ \t\r\n]++(?:[^\s.]*+\.\S++|localhost)[ \t\r\n]++login[ \t\r\n]++\S++[ \t\r\n]++password[ \t\r\n]++"
+            rf"{_NOT_MARK}(\S++)"
+        ),
+        group=1,
+        check=_not_placeholder,
     ),
     _Shape(
         "secret_assignment",

@@ -164,7 +164,8 @@ FRAGMENTS = st.sampled_from(
      "-----BEGIN RSA PRIVATE KEY----- ", "\\n", "MIIEowIBAAKCAQEA7", "aws ", "[REDACTED:aws_access_key_id]",
      "DB_PASSWORD=", "_PASS=", "dbPassword: ", "--password ", "curl -u a:", "<password>", "</password>",
      "Authorization: Token ", "AccountKey=", "?sig=", "hooks.slack.com/services/T0ABCDEFGH/", "npm_", "hf_",
-     "hunter2", "p@ss", "pa/ss", "${X}", "/", "@", "changeme", "SORT_KEY=", "1234567890:AA"]
+     "hunter2", "p@ss", "pa/ss", "${X}", "/", "@", "changeme", "SORT_KEY=", "1234567890:AA", "_auth=",
+     '"auth": "', "machine a.example login u password ", "X-Amz-Signature=", "Ym9iOmh1bnRlcjJ"]
 )
 # Every code point, lone surrogates and controls included.
 RAW = st.text(alphabet=st.one_of(st.characters(exclude_categories=()), st.characters(categories=["Cs", "Cc"])), max_size=20)
@@ -300,7 +301,14 @@ ADVERSARIAL = {
     "telegram": "1234567890:AA" * N,
     "quotes": 'password="' * N,
     "xml": "<password>" * N,
+    "netrc": "machine a.example login u " * N,
+    "X-Amz-Signature": "X-Amz-Signature=" * N,
     "long value": "password=" + "a" * (10 * N) + "(",
+    # Checks on one long value (a nested quantifier once made the type-name check exponential).
+    "upper-case run value": "password: " + "A" * (2 * N) + "a!",
+    "base64 value": "authorizationToken: " + "QVdTOmV5SndZWGxzYjJKJFHDSFKJHERWUY65IOU36" * (N // 20),
+    "snake value": "token = " + "a_" * N + "A",
+    "dotted value": "token=" + "a." * N + "!",
     "digits": "1" * (10 * N) + ":AA",
 }
 
