@@ -29,23 +29,25 @@ data-fixtures/redaction-corpus.jsonl (python benchmarks/bench_redact.py prints t
   path) nor be mostly hex (an id). Git SHAs and longer base64 blobs never qualify.
 - secret_assignment: a key whose last part is a secret word, in lower, Capitalised or UPPER case
   (``password``, ``DB_PASSWORD``, ``dbPassword``, ``PGPASSWORD``, ``x-api-key``,
-  ``<password>…</password>``, ``--password VALUE``): password, passwd, passphrase, secret, token,
+  ``<password>…</password>``, ``--password VALUE``, a .netrc ``machine … login … password``,
+  ``X-Amz-Signature=``, ``_auth=``, ``{"auth": …}``): password, passwd, passphrase, secret, token,
   credentials stand alone or end a key; pwd stands alone only before ``=`` (ODBC ``PWD=``, and
   ``PWD=/path`` is a path); pass, private, creds, auth, key only end one (``MY_PASS``,
   ``X_PRIVATE``; never ``PASS:`` from ``go test`` or ``key: value``). Values of 4+ characters
   count after password / secret / token words, 8+ after ``auth`` and after
-  ``<api|secret|access|…>_key``; after any other ``*_KEY`` the value must look generated (16+
-  characters, letters and digits, no words, not a UUID). Database, cache and paging names are
-  not secrets: ``SORT_KEY``, ``PUBLIC_KEY``, ``NextToken``, ``ChangeToken``. A short all-letter
-  value after a bare ``password:`` is prose (``Password: reset``). Never a value: placeholders
-  and templates (``${X}``, ``<password>``, ``{{x}}``, ``%s``, ``****``, ``xxxx``,
-  ``your_token``, ``!vault``, ``sk-...abcd``), literals (none, null, true, required, include,
-  …), numbers after non-password words (``max_token=4096``, an OID), file paths and ARNs, and
-  code: ``config.password``, ``get_token()``, ``password=password``, ``token=access_token``,
-  ``api_key: SecretStr``, ``token = nextchar`` (a bare name after a spaced ``=``, or before
-  ``,`` ``)`` or an operator), ``token == END`` (comparisons count only for password words and
-  quoted values) and colon paths (``arn:…:secret:name``, ``AWS::…::ApiKey``). Known default
-  passwords (``changeme``, ``postgres``) are redacted: they are the credential actually in use.
+  ``<api|secret|access|…>_key``; after any other ``*_KEY``, ``*-Signature`` or a bare quoted
+  ``"auth"`` the value must look generated (16+ characters, letters and digits, no words, not a
+  UUID). Database, cache and paging names are not secrets: ``SORT_KEY``, ``PUBLIC_KEY``,
+  ``NextToken``, ``ChangeToken``. A short all-letter value after a bare ``password:`` is prose
+  (``Password: reset``). Never a value: placeholders and templates (``${X}``, ``<password>``,
+  ``{{x}}``, ``%s``, ``****``, ``xxxx``, ``your_token``, ``!vault``, ``sk-...abcd``), literals
+  (none, null, true, required, include, …), numbers after non-password words (``max_token=4096``,
+  an OID), file paths and ARNs, and code: ``config.password``, ``get_token()``,
+  ``password=password``, ``token=access_token``, ``api_key: SecretStr``, ``token = nextchar`` (a
+  bare name after a spaced ``=``, or before ``,`` ``)`` or an operator), ``token == END``
+  (comparisons count only for password words and quoted values) and colon paths
+  (``arn:…:secret:name``, ``AWS::…::ApiKey``). Known default passwords (``changeme``,
+  ``postgres``) are redacted: they are the credential actually in use.
 """
 
 from __future__ import annotations
