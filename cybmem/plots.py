@@ -10,6 +10,7 @@ this module.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +32,12 @@ __all__ = [
     "lineage_lanes",
     "lineage_graph",
     "issue_age_histograms",
+    "issue_age_values",
+    "histogram_bins",
+    "histogram_edges",
+    "Histogram",
+    "IssueAgeData",
+    "lineage_summary",
     "runs_over_time",
     "weight_heatmap",
 ]
@@ -319,49 +326,191 @@ def _edges(df: "pd.DataFrame") -> list[tuple[str, str, str]]:
 # --------------------------------------------------------------------------------------
 
 
-def issue_age_histograms(fold: "pd.DataFrame", *, title: str | None = None) -> Figure:
+#: Ages and reopen counts of a fold, as :func:`issue_age_histograms` draws them.
+AGE_PANELS = ("open", "resolved")
+
+
+def issue_age_values(fold: "pd.DataFrame") -> dict[str, np.ndarray]:
+    """What the issue-age figure counts, from a fold (:func:`cybmem.frames.issue_fold`).
+
+    Returns:
+        ``open``: ages in days of open (opened / reopened) issues; ``resolved``: days from
+        opening to resolution of resolved issues (wontfix left out); ``reopens``: each issue's
+        reopen count. Float64 / int64 arrays, missing ages dropped.
+    """
+    if not len(fold):
+        return {"open": np.zeros(0), "resolved": np.zeros(0), "reopens": np.zeros(0, dtype=np.int64)}
+    days = fold["age"].dt.total_seconds() / 86400
+    open_ = fold["state"].isin(["opened", "reopened"])
+    resolved = fold["state"].eq("resolved")
+    return {
+        "open": days[open_].dropna().to_numpy(dtype=float),
+        "resolved": days[resolved].dropna().to_numpy(dtype=float),
+        "reopens": fold["reopenCount"].to_numpy(dtype=np.int64),
+    }
+
+
+def histogram_bins(n: int) -> int:
+    """How many bins a histogram of ``n`` values gets: sqrt(n) + 3, within [5, 30]."""
+    return min(30, max(5, int(math.sqrt(n)) + 3))
+
+
+@dataclass
+class Histogram:
+    """Counts of values in equal-width bins over their range, plus their median.
+
+    ``edges`` are ``np.histogram_bin_edges(values, histogram_bins(n))`` and ``counts`` are
+    ``np.histogram(values, edges)``: a collection counted in parts (the partitions of a fleet)
+    sums its parts' counts over the edges of the whole range and gets the same numbers.
+    """
+
+    n: int
+    edges: np.ndarray
+    counts: np.ndarray
+    median: float | None
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> "Histogram":
+        values = np.asarray(values, dtype=float)
+        if not len(values):
+            return cls(0, np.zeros(0), np.zeros(0, dtype=np.int64), None)
+        edges = histogram_edges(float(values.min()), float(values.max()), len(values))
+        return cls(len(values), edges, np.histogram(values, edges)[0].astype(np.int64), float(np.median(values)))
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "edges": self.edges.tolist(), "counts": self.counts.tolist(), "median": self.median}
+
+
+def histogram_edges(lo: float, hi: float, n: int) -> np.ndarray:
+    """Bin edges of :class:`Histogram` for ``n`` values ranging over [lo, hi] (numpy's rule)."""
+    return np.histogram_bin_edges(np.array([lo, hi], dtype=float), histogram_bins(n))
+
+
+@dataclass
+class IssueAgeData:
+    """What :func:`issue_age_histograms` draws: ages of open issues, times to resolve, reopen counts."""
+
+    issues: int
+    open: Histogram
+    resolved: Histogram
+    reopens: dict[int, int]  # reopen count -> issues, ascending
+
+    @classmethod
+    def of(cls, fold: "pd.DataFrame") -> "IssueAgeData":
+        """From one fold (:func:`cybmem.frames.issue_fold`); ages as measured when it was folded."""
+        v = issue_age_values(fold)
+        counts = np.unique(v["reopens"], return_counts=True)
+        return cls(len(fold), Histogram.of(v["open"]), Histogram.of(v["resolved"]),
+                   {int(a): int(b) for a, b in zip(*counts)})
+
+    def to_dict(self) -> dict:
+        return {"issues": self.issues, "open": self.open.to_dict(), "resolved": self.resolved.to_dict(),
+                "reopens": {str(k): v for k, v in self.reopens.items()}}
+
+
+def issue_age_histograms(fold: "pd.DataFrame | IssueAgeData", *, title: str | None = None) -> Figure:
     """Three panels: ages of open issues, time to resolve, and reopen counts.
 
     Args:
-        fold: one row per issue (:func:`cybmem.frames.issue_fold`); ``age`` is measured at the
-            ``now`` it was folded with.
+        fold: one row per issue (:func:`cybmem.frames.issue_fold`; ``age`` is measured at the
+            ``now`` it was folded with), or the counts already made (:class:`IssueAgeData`,
+            e.g. over a fleet by :meth:`cybmem.fleet.Fleet.issue_age_data`).
         title: figure title.
 
     Returns:
         The Figure (three Axes).
     """
+    data = fold if isinstance(fold, IssueAgeData) else IssueAgeData.of(fold)
     fig = _Figure(figsize=(12, 3.6), layout="constrained")
     axes = fig.subplots(1, 3)
-    fig.suptitle(title or f"Issue ages ({len(fold)} issues)")
-    days = fold["age"].dt.total_seconds() / 86400 if len(fold) else fold.get("age")
-    open_ = fold["state"].isin(["opened", "reopened"]) if len(fold) else []
-    resolved = fold["state"].eq("resolved") if len(fold) else []
-    for ax, sel, color, name in ((axes[0], open_, "#ff7f0e", "Open issues: age"),
-                                 (axes[1], resolved, "#2e9e44", "Resolved issues: time to resolve")):
-        vals = days[sel].dropna().to_numpy(dtype=float) if len(fold) else np.zeros(0)
-        ax.set_title(f"{name} (n={len(vals)})", fontsize=10)
+    fig.suptitle(title or f"Issue ages ({data.issues} issues)")
+    for ax, hist, color, name in ((axes[0], data.open, "#ff7f0e", "Open issues: age"),
+                                  (axes[1], data.resolved, "#2e9e44", "Resolved issues: time to resolve")):
+        ax.set_title(f"{name} (n={hist.n})", fontsize=10)
         ax.set_xlabel("days")
         ax.set_ylabel("issues")
-        if len(vals):
-            bins = min(30, max(5, int(math.sqrt(len(vals))) + 3))
-            ax.hist(vals, bins=bins, color=color, edgecolor="white")
-            ax.axvline(float(np.median(vals)), color="black", linestyle="--", linewidth=1,
-                       label=f"median {np.median(vals):.1f} d")
+        if hist.n:
+            # the counts drawn as ax.hist draws values: one weighted value per bin
+            ax.hist(hist.edges[:-1], bins=hist.edges, weights=hist.counts, color=color, edgecolor="white")
+            ax.axvline(hist.median, color="black", linestyle="--", linewidth=1, label=f"median {hist.median:.1f} d")
             ax.legend(fontsize=8, frameon=False)
         else:
             ax.text(0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#777777")
     ax = axes[2]
-    counts = fold["reopenCount"].value_counts().sort_index() if len(fold) else None
     ax.set_title("Reopen count per issue", fontsize=10)
     ax.set_xlabel("times reopened")
     ax.set_ylabel("issues")
-    if counts is not None and len(counts):
-        bars = ax.bar(counts.index.astype(int), counts.to_numpy(), color="#9467bd", edgecolor="white", label="issues")
+    if data.reopens:
+        xs = list(data.reopens)
+        bars = ax.bar(xs, list(data.reopens.values()), color="#9467bd", edgecolor="white", label="issues")
         ax.bar_label(bars, fontsize=8)
-        ax.set_xticks(counts.index.astype(int))
+        ax.set_xticks(xs)
         ax.legend(fontsize=8, frameon=False)
     else:
         ax.text(0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#777777")
+    return fig
+
+
+#: Lineage link kinds of :func:`cybmem.frames.lineage_edges`, as :func:`lineage_summary` draws them.
+_LINK_STYLE = {
+    "previous": ("#b0b0b0", "previous run"),
+    "parent": ("#1f5fbf", "dispatched by a parent"),
+    "chat": ("#fdae6b", "same chat session"),
+    "superseded": ("#d62728", "superseded by a correction"),
+}
+
+
+def lineage_summary(summary: "pd.DataFrame", *, title: str | None = None) -> Figure:
+    """Runs by state and lineage links by kind, one row per machine and project.
+
+    Args:
+        summary: one row per machine and project with columns ``machine``, ``project``, the run
+            states (``done``, ``error``, ``cancelled``) and the link kinds of
+            :func:`cybmem.frames.lineage_edges` (``previous``, ``parent``, ``chat``,
+            ``superseded``), as :meth:`cybmem.fleet.Fleet.lineage_summary` makes it.
+        title: figure title.
+
+    Returns:
+        The Figure (two Axes sharing the machine/project rows).
+    """
+    n = len(summary)
+    fig = _Figure(figsize=(12, min(1.8 + 0.42 * max(n, 1), 14)), layout="constrained")
+    left, right = fig.subplots(1, 2, sharey=True)
+    runs = int(summary[[c for c in STATE_COLORS if c in summary]].to_numpy().sum()) if n else 0
+    machines = summary["machine"].nunique() if n else 0
+    fig.suptitle(title or f"Lineage of {runs:,} runs on {machines} machine{'s' if machines != 1 else ''}")
+    left.set_title("Runs by state", fontsize=10)
+    left.set_xlabel("runs")
+    right.set_title("Lineage links by kind", fontsize=10)
+    right.set_xlabel("links")
+    if not n:
+        for ax in (left, right):
+            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes, color="#777777")
+        return fig
+    y = np.arange(n, dtype=float)
+    labels = [f"{m} / {p}" for m, p in zip(summary["machine"], summary["project"])]
+    start = np.zeros(n)
+    for state, color in STATE_COLORS.items():
+        if state not in summary:
+            continue
+        v = summary[state].to_numpy(dtype=float)
+        left.barh(y, v, left=start, color=color, label=f"{state} ({int(v.sum()):,})", height=0.7)
+        start += v
+    left.legend(fontsize=8, frameon=False, loc="lower right")
+    kinds = [k for k in _LINK_STYLE if k in summary]
+    h = 0.8 / max(len(kinds), 1)
+    for i, kind in enumerate(kinds):
+        color, name = _LINK_STYLE[kind]
+        v = summary[kind].to_numpy(dtype=float)
+        right.barh(y - 0.4 + h * (i + 0.5), v, height=h, color=color, label=f"{name} ({int(v.sum()):,})")
+    if summary[kinds].to_numpy().max(initial=0) > 0:
+        right.set_xscale("symlog", linthresh=1)
+    right.legend(fontsize=8, frameon=False, loc="lower right")
+    left.set_yticks(y, labels, fontsize=8)
+    left.invert_yaxis()
+    for ax in (left, right):
+        ax.grid(axis="x", color="#eeeeee", zorder=0)
+        ax.set_axisbelow(True)
     return fig
 
 
