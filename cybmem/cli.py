@@ -853,6 +853,7 @@ def fleet_cmd(
     dataset: Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)] = None,
     scheduler: Annotated[Optional[str], typer.Option("--scheduler", help="A Dask scheduler's address (tcp://host:8786); default: a LocalCluster on this machine.", show_default=False)] = None,
     workers: Annotated[int, typer.Option("--workers", help="LocalCluster worker processes.", min=1)] = 2,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for --scheduler to answer.", min=0.1)] = 10.0,
     machine: Annotated[Optional[list[str]], typer.Option("--machine", "-m", help="Only this machine (repeat for more).", show_default=False)] = None,
     project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="Only this project (repeat for more).", show_default=False)] = None,
     k: Annotated[int, typer.Option("-k", "--top", help="search: how many results.", min=1)] = 10,
@@ -894,7 +895,8 @@ def fleet_cmd(
     from .fleet import Fleet
 
     now_ms = parse_time(now, "--now")
-    with Fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress) as fleet:
+    with Fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress,
+               timeout=timeout) as fleet:
         if action == "search":
             result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
             if ctx.json:
