@@ -626,6 +626,20 @@ class Fleet:
     def inline(self) -> bool:
         return self.client is None
 
+    def compute(self, *collections: Any) -> Any:
+        """Compute Dask collections (e.g. from :meth:`records`) on this fleet's cluster; one result or a tuple.
+
+        Example:
+            >>> fleet.compute(fleet.records().groupby("machine")["runId"].count())  # doctest: +SKIP
+        """
+        if self.inline:
+            import dask
+
+            out = dask.compute(*collections, scheduler="sync")
+        else:
+            out = tuple(self.client.gather(self.client.compute(list(collections))))
+        return out[0] if len(out) == 1 else out
+
     # -- running ---------------------------------------------------------------------------
     def _wait(self, futures: list, label: str) -> None:
         from distributed import as_completed

@@ -474,7 +474,7 @@ def lineage_summary(summary: "pd.DataFrame", *, title: str | None = None) -> Fig
         The Figure (two Axes sharing the machine/project rows).
     """
     n = len(summary)
-    fig = _Figure(figsize=(12, min(2.4 + 0.42 * max(n, 1), 14)), layout="constrained")
+    fig = _Figure(figsize=(12, min(2.2 + 0.42 * max(n, 1), 14)), layout="constrained")
     left, right = fig.subplots(1, 2, sharey=True)
     runs = int(summary[[c for c in STATE_COLORS if c in summary]].to_numpy().sum()) if n else 0
     machines = summary["machine"].nunique() if n else 0
@@ -496,7 +496,7 @@ def lineage_summary(summary: "pd.DataFrame", *, title: str | None = None) -> Fig
         v = summary[state].to_numpy(dtype=float)
         left.barh(y, v, left=start, color=color, label=f"{state} ({int(v.sum()):,})", height=0.7)
         start += v
-    left.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
+    fig.legend(*left.get_legend_handles_labels(), fontsize=8, frameon=False, loc="outside lower left", ncol=3)
     kinds = [k for k in _LINK_STYLE if k in summary]
     h = 0.8 / max(len(kinds), 1)
     for i, kind in enumerate(kinds):
@@ -505,7 +505,7 @@ def lineage_summary(summary: "pd.DataFrame", *, title: str | None = None) -> Fig
         right.barh(y - 0.4 + h * (i + 0.5), v, height=h, color=color, label=f"{name} ({int(v.sum()):,})")
     if summary[kinds].to_numpy().max(initial=0) > 0:
         right.set_xscale("symlog", linthresh=1)
-    right.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    fig.legend(*right.get_legend_handles_labels(), fontsize=8, frameon=False, loc="outside lower right", ncol=2)
     left.set_yticks(y, labels, fontsize=8)
     left.invert_yaxis()
     for ax in (left, right):
