@@ -589,11 +589,19 @@ class Fleet:
                                          dashboard_address=":0", silence_logs=logging.ERROR)
             self.client = Client(self._cluster, set_as_default=False)
         else:
+            _probe(scheduler, timeout)
+            error = None
             try:
                 self.client = Client(scheduler, timeout=timeout, set_as_default=False)
             except (OSError, TimeoutError) as exc:
-                raise FleetError(f"cannot reach the Dask scheduler at {scheduler} within {timeout:g} s ({exc}); "
-                                 "is `dask scheduler` running there?") from None
+                error = (f"cannot reach the Dask scheduler at {scheduler} within {timeout:g} s ({exc}); "
+                         "is `dask scheduler` running there?")
+            except Exception as exc:  # something answered, but not as a scheduler (garbage in the handshake)
+                error = (f"{scheduler} answered, but not as a Dask scheduler ({type(exc).__name__}); "
+                         "give the address `dask scheduler` prints (tcp://host:8786)")
+            if error is not None:
+                _collect_quietly()  # the half-started client complains as it is collected
+                raise FleetError(error)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -898,6 +906,35 @@ class Fleet:
         save("index.html", page.encode())
         return FleetReport(out=str(out), files=files, machines=int(machines), projects=len(lineage), runs=runs,
                            issues=int(ages.issues), seconds=time.perf_counter() - started)
+
+
+def _collect_quietly() -> None:
+    import gc
+    import sys
+
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+
+
+def _probe(address: str, timeout: float) -> None:
+    """Fail fast, naming the address, when nothing listens there (Dask would retry until the timeout)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(address if "://" in address else f"tcp://{address}")
+    if url.scheme not in ("tcp", "tls") or not url.hostname:
+        return  # inproc://, ucx://...: leave it to Dask
+    try:
+        with socket.create_connection((url.hostname, url.port or 8786), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
+        raise FleetError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({why}); "
+                         "is `dask scheduler` running there?") from None
 
 
 class _Reader:
