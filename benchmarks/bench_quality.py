@@ -30,7 +30,7 @@ import _corpus  # noqa: E402
 
 from cybmem.frames import load_snapshot  # noqa: E402
 from cybmem.scoring import Weights  # noqa: E402
-from cybmem.search import search  # noqa: E402
+from cybmem.retrieval import search  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
 from cybmem.store import MemoryStore  # noqa: E402
 from cybmem.tuning import metric_at_k  # noqa: E402

@@ -13,7 +13,7 @@ query so a busy shared machine slows them alike; medians and p90s.
 
 Systems:
   cybmem-kw     KeywordIndex.scores + top_k(10)
-  cybmem-full   the production ranking, cybmem.search.rank_query: tokenize the query, BM25 over the
+  cybmem-full   the production ranking, cybmem.retrieval.rank_query: tokenize the query, BM25 over the
                 postings, lineage, then keyword + recency + lineage scored exactly over the pool
                 that can reach the top 10 (records with a keyword or lineage score + the 10
                 newest others), top 10
@@ -168,7 +168,7 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
         return S.top_k(idx.scores(q), K)
 
     from cybmem.frames import Snapshot
-    from cybmem.search import rank_query
+    from cybmem.retrieval import rank_query
 
     nulls = pa.nulls(n, pa.string())
     table = pa.table({

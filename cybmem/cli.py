@@ -416,6 +416,7 @@ def write_cmd(
         raise typer.Exit(0) from None
     if result.redacted:
         typer.echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
+    _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
         return
@@ -519,7 +520,7 @@ def search_cmd(
 
     Example: cybmem search "flaky cart drawer test" -k 5 --explain
     """
-    from .search import search
+    from .retrieval import search
 
     store = ctx.store()
     result = search(store, query, k=k, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
@@ -720,7 +721,7 @@ def doctor_cmd(
 
     Example: cybmem doctor --all --repair
     """
-    from .doctor import doctor
+    from .checks import doctor
 
     report = doctor(ctx.settings, project=ctx.project, cwd=ctx.cwd, all_projects=all_projects,
                     repair=repair, secrets=secrets, temp_age=temp_age)

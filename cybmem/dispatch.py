@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from .errors import CybmemError, NotFoundError
 from .preamble import OpenIssue, PreambleEntry, inject, render_block
-from .search import SearchResult, search
+from .retrieval import SearchResult, search
 from .settings import Settings
 from .snapshot import load_snapshot
 from .store import MemoryStore

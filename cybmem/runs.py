@@ -240,6 +240,11 @@ class WriteResult:
     redacted: list[str]
     store: MemoryStore
 
+    @property
+    def warnings(self) -> list[str]:
+        """What went wrong without failing the write (e.g. the derived index not updated)."""
+        return [p.message for p in self.store.problems]
+
     def to_dict(self) -> dict:
         return {
             "runId": self.record.runId,
@@ -247,6 +252,7 @@ class WriteResult:
             "path": str(self.path),
             "events": [e.to_dict() for e in self.events],
             "redacted": self.redacted,
+            "warnings": self.warnings,
         }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ValidationError
@@ -51,7 +51,8 @@ class Settings:
     """Everything cybmem reads from the environment, resolved once.
 
     Memory root: ``CYBERINE_MEMORY_DIR``, else ``$CYBERINE_HOME/memory``, else
-    ``~/.cyberine/memory``.
+    ``~/.cyberine/memory``. The optional layers read their own variables from ``env``
+    (cybmem.remote: embeddings and distillation; cybmem.weights: retrieval weights).
     """
 
     memory_dir: Path
@@ -61,8 +62,6 @@ class Settings:
     run_id: str | None = None
     parent_run_id: str | None = None
     chat_session_id: str | None = None
-    model: str | None = None
-    embeddings: str | None = None
     redact_secrets: bool = True
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -86,12 +85,6 @@ class Settings:
             run_id=_none_if_empty(env.get("CYBERINE_RUN_ID")),
             parent_run_id=_none_if_empty(env.get("CYBERINE_PARENT_RUN_ID")),
             chat_session_id=_none_if_empty(env.get("CYBERINE_CHAT_SESSION_ID")),
-            model=_none_if_empty(env.get("CYBERINE_MEMORY_MODEL")),
-            embeddings=_none_if_empty(env.get("CYBERINE_MEMORY_EMBEDDINGS")),
             redact_secrets=_flag(env, "CYBERINE_MEMORY_REDACT", True),
             env=env,
         )
-
-    def with_(self, **changes) -> "Settings":
-        """A copy with some fields changed."""
-        return replace(self, **changes)

@@ -209,15 +209,23 @@ def _concat_indexes(parts: list[KeywordIndex]) -> KeywordIndex:
     return parts[0] if len(parts) == 1 else KeywordIndex.concat(parts)
 
 
-def _read_ledger_all(store: MemoryStore) -> bytes:
+def _read_ledger_all(store: MemoryStore, problems: list[ReadProblem]) -> bytes:
+    """The ledger's bytes; an unreadable ledger is reported in ``problems`` and read as empty, so
+    retrieval still works on the records (the issues are missing, and every verb says why)."""
     try:
         return _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES)
     except FileNotFoundError:
         return b""
+    except StoreError as exc:
+        problems.append(ReadProblem(str(store.issues_path), f"{exc}; issues are left out"))
+        return b""
 
 
-def _build_full(store: MemoryStore, ledger_raw: bytes) -> tuple[pa.Table, pa.Table, KeywordIndex, dict[str, int], list[ReadProblem], int, int]:
-    events, consumed, lines, problems = _parse_ledger(ledger_raw, 1, store.issues_path)
+def _build_full(store: MemoryStore) -> tuple[pa.Table, pa.Table, KeywordIndex, dict[str, int], list[ReadProblem], int, int]:
+    led_problems: list[ReadProblem] = []
+    raw = _read_ledger_all(store, led_problems)
+    events, consumed, lines, problems = _parse_ledger(raw, 1, store.issues_path)
+    problems = led_problems + problems
     listing = store.listing()
     notice = _Notice(store, len(listing))
     table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), titles_of(events))
@@ -262,8 +270,7 @@ def _write_events(cache, manifest: _cache.Manifest, events: pa.Table) -> None:
 
 
 def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
-    raw = _read_ledger_all(store)
-    table, events, index, bad, problems, consumed, lines = _build_full(store, raw)
+    table, events, index, bad, problems, consumed, lines = _build_full(store)
     led = _cache.ledger_stat(store.issues_path) or {"size": 0, "mtime_ns": 0, "ino": 0}
     manifest = _cache.Manifest()
     seg = {"rec": manifest.new_file("rec"), "kw": manifest.new_file("kw"), "rows": table.num_rows}
@@ -337,12 +344,16 @@ def _refresh(store: MemoryStore, cache) -> Snapshot:
         led = _cache.ledger_stat(store.issues_path) or {"size": 0, "mtime_ns": 0, "ino": 0}
         prev = manifest.ledger
         same_file = prev.get("ino") == led["ino"] and led["size"] >= prev.get("size", 0)
+        problems = [p for p in problems if p.path != str(store.issues_path)]
+        unreadable: list[ReadProblem] = []
         if not same_file:
-            events, consumed, lines, led_problems = _parse_ledger(_read_ledger_all(store), 1, store.issues_path)
+            events, consumed, lines, led_problems = _parse_ledger(_read_ledger_all(store, unreadable), 1, store.issues_path)
+            led_problems = unreadable + led_problems
             problems = [p for p in problems if ".jsonl:" not in p.path]
         elif led["size"] > prev.get("size", 0):
-            raw = _read_ledger_all(store)[prev.get("size", 0):]
+            raw = _read_ledger_all(store, unreadable)[prev.get("size", 0):]
             more, consumed, lines, led_problems = _parse_ledger(raw, prev.get("lines", 0) + 1, store.issues_path)
+            led_problems = unreadable + led_problems
             consumed += prev.get("size", 0)
             lines += prev.get("lines", 0)
             if more.num_rows:
@@ -415,7 +426,7 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
         StoreError: records/ or the ledger cannot be read at all.
     """
     if not use_cache:
-        table, events, index, _bad, problems, _, _ = _build_full(store, _read_ledger_all(store))
+        table, events, index, _bad, problems, _, _ = _build_full(store)
         return Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
     cache = _cache.cache_dir(store.dir)
     for attempt in range(3):

@@ -1,19 +1,12 @@
-"""Relevance judgments, retrieval metrics and a fast search over the scorer's weights.
+"""A fast search over the scorer's weights, against relevance judgments (cybmem.judgments).
 
-A *judgment* says: a run asking ``query`` at moment ``asOf`` should be shown the runs in
-``relevant``. Judgments files are JSONL, one object a line::
+Over 600 lines because it is one algorithm (candidate pools, pair classification, the tiled
+grid) whose steps share private structures; split, they would only expose them.
 
-    {"query": "...", "asOf": 1733000000000, "relevant": ["runId", ...],
-     "queryRunId": "...", "parentRunId": "...", "chatSessionId": "..."}   # last three optional
-
-(``../shared/corpora/*/qrels.jsonl`` is one; lines sharing a ``queryRunId`` are merged, their
-relevant lists united). :func:`judgments_from_store` derives judgments from a store itself.
-
-Metrics (:data:`METRICS`): MRR@k, nDCG@k (binary gains, ideal DCG over the relevant runs that
-existed) and recall@k. Every query is evaluated as production would have answered it then: only
+Every query is evaluated as production would have answered it then: only
 records with ``endedAt <= asOf`` that were not superseded by then are candidates, the query's own
 run is excluded, recency is measured from ``asOf`` and the lineage context is the query's
-parent / chat session / latest prior run (exactly :func:`cybmem.search.search` with ``as_of``).
+parent / chat session / latest prior run (exactly :func:`cybmem.retrieval.search` with ``as_of``).
 Relevant runs that did not exist yet are dropped; a query left with none is skipped. One
 deliberate approximation shared with ``search(as_of=...)``: BM25's idf and average length come
 from the whole index, not from the records of that moment.
@@ -57,7 +50,7 @@ from .errors import ValidationError
 from .judgments import JUDGMENT_KINDS, METRICS, Judgment, check_metric, judgments_from_store, load_judgments, merge_judgments
 from .progress import Progress
 from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
-from .search import dispatch_context
+from .retrieval import dispatch_context
 from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore

@@ -1,7 +1,7 @@
 """An ipywidgets view for tuning the retrieval weights by hand (imported by notebooks only).
 
 Sliders for every weight and the recency half-life, a query box, the live top-k with each
-hit's per-axis contribution (:func:`cybmem.search.search`, the code path dispatch uses), the
+hit's per-axis contribution (:func:`cybmem.retrieval.search`, the code path dispatch uses), the
 metric of the slider weights against a judgments set, and Save / Reload buttons for the
 project's ``weights.json`` (what ``cybmem search`` and ``cybmem inject`` read). Every callback
 is a plain method, so tests drive the view without a browser: set ``view.sliders[...].value``,
@@ -21,7 +21,7 @@ from .errors import CybmemError
 from .snapshot import Snapshot, load_snapshot
 from .outcome import head_line
 from .schema import ms_to_utc
-from .search import SearchResult, search
+from .retrieval import SearchResult, search
 from .settings import Settings
 from .store import MemoryStore
 from .judgments import METRICS, Judgment, judgments_from_store
@@ -42,7 +42,7 @@ class TuningView:
         query, k, metric: the query Text, the top-k IntSlider and the metric Dropdown.
         table, score, status: HTML outputs (top-k table, metric line, save/load messages).
         save_button, reload_button: the buttons.
-        result: the last :class:`~cybmem.search.SearchResult`.
+        result: the last :class:`~cybmem.retrieval.SearchResult`.
         matrices: the judgments' :class:`~cybmem.tuning.AxisMatrices` (None without judgments).
         widget: the whole view (a VBox); displaying the TuningView displays it.
     """

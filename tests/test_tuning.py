@@ -16,7 +16,7 @@ from cybmem.frames import records_frame
 from cybmem.snapshot import load_snapshot
 from cybmem.runs import write_run
 from cybmem.weights import Weights
-from cybmem.search import search
+from cybmem.retrieval import search
 from cybmem.weights import weights_for
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore

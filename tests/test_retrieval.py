@@ -10,7 +10,7 @@ from cybmem.runs import write_run
 from cybmem.weights import Weights
 from cybmem.dispatch import inject_task, memory_block
 from cybmem.schema import parse_time
-from cybmem.search import search
+from cybmem.retrieval import search
 from cybmem.weights import weights_for
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore
@@ -182,7 +182,7 @@ def test_pool_ranking_equals_scoring_every_record(fixture_copy, weights):
     from cybmem.snapshot import load_snapshot
     from cybmem.scoring import lineage_affinity, rank, score
     from cybmem.text import tokenize
-    from cybmem.search import dispatch_context, rank_query
+    from cybmem.retrieval import dispatch_context, rank_query
 
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     r = snap.records
@@ -241,7 +241,7 @@ def _synthetic_snapshot(n=3000, seed=7):
 def test_pool_ranks_exactly_with_many_matches_and_big_lineage_groups(weights):
     from cybmem.scoring import lineage_affinity, rank, score
     from cybmem.text import tokenize
-    from cybmem.search import dispatch_context, rank_query
+    from cybmem.retrieval import dispatch_context, rank_query
 
     snap = _synthetic_snapshot()
     r = snap.records
