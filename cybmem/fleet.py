@@ -8,7 +8,7 @@ and runs the single-process rules over it, unchanged:
 - **the issue fold** is :func:`cybmem.frames.issue_fold` (the pandas view of
   :func:`cybmem.issues.fold_table`), applied by ``map_partitions`` to each (machine, project)'s
   ledger events in ledger order;
-- **search** scores every record with the kernels of :func:`cybmem.search.search`: the keyword
+- **search** scores every record with the kernels of :func:`cybmem.retrieval.search`: the keyword
   index, tokenizer and keyword texts of a snapshot (:class:`cybmem.bm25.KeywordIndex`,
   :func:`cybmem.text.tokenize_many`, :func:`cybmem.columns.keyword_texts`), supersession by
   :meth:`cybmem.snapshot.Snapshot.candidates`, lineage by :func:`cybmem.scoring.lineage_affinity`,
@@ -31,7 +31,7 @@ events in ledger ``line`` order).
 What is global
 --------------
 
-A fleet search ranks the selected records exactly as :func:`cybmem.search.search` ranks one
+A fleet search ranks the selected records exactly as :func:`cybmem.retrieval.search` ranks one
 store holding all of them (tested equal on a LocalCluster, scores to the float32 bit):
 
 1. BM25's statistics are the fleet's: each partition's share (``N``, total length, the
@@ -40,7 +40,7 @@ store holding all of them (tested equal on a LocalCluster, scores to the float32
 2. the keyword axis is normalised by the fleet-wide maximum over the candidates
    (:func:`cybmem.scoring.keyword_max`, then ``score(..., keyword_max=)``);
 3. the run about to be dispatched follows the fleet's newest candidate (its
-   ``previousRunId``, :func:`cybmem.search.dispatch_context`'s rule); a parent's ancestor walk and
+   ``previousRunId``, :func:`cybmem.retrieval.dispatch_context`'s rule); a parent's ancestor walk and
    the chain root stay inside the parent's (machine, project), where lineage ids live;
 4. each partition returns its top k, and the merge breaks ties as :func:`cybmem.scoring.top_k`
    does in a store ordered oldest first: the newer record (``endedAt``, then ``runId``) first.
@@ -71,7 +71,7 @@ import pyarrow.compute as pc
 
 from .errors import CybmemError, NotFoundError, StoreError, ValidationError
 from .export import ISSUES_SCHEMA, RECORDS_SCHEMA
-from .search import Hit
+from .retrieval import Hit
 from .weights import Weights
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -450,7 +450,7 @@ def _shard_keyword_max(shard: _Shard, tokens: list[str], stats, as_of: int | Non
 
 def _shard_top(shard: _Shard, tokens: list[str], stats, kw_max: float, context, now: int, weights: Weights,
                k: int, as_of: int | None) -> list[dict]:
-    """Phase 3: score the shard's records as :func:`cybmem.search.rank_query` does, top k per (machine, project)."""
+    """Phase 3: score the shard's records as :func:`cybmem.retrieval.rank_query` does, top k per (machine, project)."""
     from .scoring import explain, lineage_affinity, score, top_k
 
     out = []
@@ -817,7 +817,7 @@ class Fleet:
                chat_session_id: str | None = None) -> FleetSearchResult:
         """Score every record of the fleet against ``query`` and return the top ``k``.
 
-        The ranking equals :func:`cybmem.search.search` over one store holding the fleet's
+        The ranking equals :func:`cybmem.retrieval.search` over one store holding the fleet's
         records (module docstring: what is global). The first search builds each partition's
         keyword index and keeps it on the cluster; later searches reuse it.
 

@@ -3,7 +3,7 @@
 The dataset: data-fixtures/memory copied as three machines (each copy's run ids prefixed with
 the machine's name and its times shifted an hour, so runs are unique across the fleet), each
 exported with ``cybmem.export.export_parquet`` as its own machine. The single-process reference
-is what users run: :func:`cybmem.search.search` over one store holding every machine's records,
+is what users run: :func:`cybmem.retrieval.search` over one store holding every machine's records,
 and :func:`cybmem.frames.issue_fold` of each machine's project.
 """
 
@@ -31,7 +31,7 @@ from cybmem.fleet import Fleet, FleetError, _Shard, scan_dataset
 from cybmem.frames import issue_fold, lineage_edges, records_frame
 from cybmem.plots import IssueAgeData
 from cybmem.scoring import keyword_max, normalize_keyword
-from cybmem.search import search
+from cybmem.retrieval import search
 from cybmem.store import MemoryStore
 from cybmem.text import tokenize
 from cybmem.weights import Weights
