@@ -211,18 +211,21 @@ def _read(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None
 
 def _group_records(g: Group, columns: Sequence[str] | None = None) -> pa.Table:
     """A (machine, project)'s records in snapshot order: oldest first by endedAt, then runId."""
-    t = _read(g.records, RECORDS_SCHEMA, columns)
+    keys = ("endedAt", "runId")
+    cols = None if columns is None else list(columns) + [c for c in keys if c not in columns]
+    t = _read(g.records, RECORDS_SCHEMA, cols)
     if t.num_rows > 1:
-        t = t.take(pc.sort_indices(t, sort_keys=[("endedAt", "ascending"), ("runId", "ascending")]))
-    return t
+        t = t.take(pc.sort_indices(t, sort_keys=[(c, "ascending") for c in keys]))
+    return t if columns is None else t.select(list(columns))
 
 
 def _group_events(g: Group, columns: Sequence[str] | None = None) -> pa.Table:
     """A (machine, project)'s ledger events in ledger order (``line``)."""
-    t = _read(g.issues, ISSUES_SCHEMA, columns)
+    cols = None if columns is None else list(columns) + ([] if "line" in columns else ["line"])
+    t = _read(g.issues, ISSUES_SCHEMA, cols)
     if t.num_rows > 1:
         t = t.take(pc.sort_indices(t, sort_keys=[("line", "ascending")]))
-    return t
+    return t if columns is None else t.select(list(columns))
 
 
 def _with_partition(t: pa.Table, g: Group, time_column: str) -> pa.Table:

@@ -160,6 +160,8 @@ def test_partitions_never_split_a_machine_and_project(data, fleet):
     df = pd.concat(parts, ignore_index=True)
     for (m, p), rows in df.groupby(["machine", "project"], sort=False):
         assert rows["endedAt"].is_monotonic_increasing
+    states = fleet.compute(fleet.records(["runId", "state"]).groupby("machine")["state"].count())
+    assert states.to_dict() == {m: 68 for m in MACHINES}  # columns without the sort keys read too
     with Fleet(data["dataset"], scheduler="inline", partition_bytes=1) as each:
         assert [len(p) for p in each.partitions] == [1] * len(each.groups)
 
@@ -440,3 +442,41 @@ def test_a_running_cluster_by_its_address(data):
         with Fleet(data["dataset"], scheduler=cluster.scheduler_address) as f:
             assert int(f.issue_summary(now=NOW)["issues"].sum()) == 54
         assert len(cluster.scheduler.clients) <= 1  # the fleet's client is gone; the cluster stays up
+
+
+def test_usage_fleet_examples_are_real(tmp_path, monkeypatch):
+    """USAGE.md's Fleet section, re-run in order on a private copy of the fixtures (threads, not processes)."""
+    import re
+    import shlex
+
+    import cybmem.fleet as F
+
+    usage = (Path(__file__).resolve().parent.parent / "USAGE.md").read_text()
+    start = usage.index("\n## The fleet")
+    end = usage.find("\n## ", start + 1)
+    section = usage[start:end if end > 0 else None]
+    shutil.copytree(FIXTURES.parent, tmp_path / "data-fixtures",
+                    ignore=shutil.ignore_patterns(".cache", ".lock", ".index.lock", ".projects.lock"))
+    monkeypatch.chdir(tmp_path)
+    real = F.Fleet
+    monkeypatch.setattr(F, "Fleet", lambda *a, **kw: real(*a, **{**kw, "processes": False}))
+    checked = 0
+    for block in re.findall(r"```console\n(.*?)```\n", section, re.S):
+        for cmd, expected in re.findall(r"^\$ (.*)\n((?:(?!\$ ).*\n)*)", block, re.M):
+            if "--scheduler" in cmd:  # needs a scheduler that is not there: tested above with a closed port
+                continue
+            args = shlex.split(cmd)
+            assert args[0] == "cybmem"
+            res = runner.invoke(app, args[1:])
+            assert res.stdout + res.stderr == expected, cmd
+            checked += 1
+    assert checked >= 10
+    # the Python examples, on the dataset the commands built
+    import doctest
+
+    blocks = re.findall(r"```python\n(.*?)```\n", section, re.S)
+    assert blocks
+    test = doctest.DocTestParser().get_doctest("\n".join(blocks), {}, "USAGE.md Fleet", "USAGE.md", 0)
+    doctest_runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    doctest_runner.run(test)
+    assert doctest_runner.summarize(verbose=False).failed == 0, "USAGE.md Fleet Python examples"
