@@ -22,7 +22,7 @@ and reports: open (cluster start), the first search (reads, tokenizes and indexe
 partition, then scores), warm searches (indexes kept; median of 20 queries of 3-8 corpus
 tokens), the issue fold gathered as one pandas frame (``Fleet.issues``, median of 3), the fold
 kept on the cluster and counted (``Fleet.issue_summary``, median of 3); peak RSS of the driver
-process and of each worker (``ru_maxrss``).
+process and of each worker (``VmHWM``).
 """
 
 from __future__ import annotations
@@ -166,13 +166,19 @@ def _queries(n: int, seed: int = 0) -> list[str]:
 
 
 def _peak_mb() -> float:
+    """This process's peak RSS in MB: VmHWM, which starts afresh at exec (ru_maxrss keeps the parent's
+    peak across fork + exec, so a child of a big process would report the parent's)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _worker_peak_mb() -> float:
-    import resource as r
-
-    return r.getrusage(r.RUSAGE_SELF).ru_maxrss / 1024
+    return _peak_mb()
 
 
 def measure(dataset: Path, mode: str, what: str, n_machines: int, workers: int) -> dict:
