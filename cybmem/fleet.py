@@ -304,7 +304,7 @@ def _issue_summary_part(fold: "pd.DataFrame") -> "pd.DataFrame":
     rows = []
     for machine, project, f in _by_group(fold):
         states = f["state"].value_counts()
-        ages = issue_age_values(f)["open"]
+        ages = issue_age_values(f)["open"] / 86400
         rows.append({"machine": machine, "project": project, "issues": len(f),
                      **{s: int(states.get(s, 0)) for s in ("opened", "reopened", "resolved", "wontfix")},
                      "reopens": int(f["reopenCount"].sum()),
@@ -314,12 +314,12 @@ def _issue_summary_part(fold: "pd.DataFrame") -> "pd.DataFrame":
 
 
 def _age_range_part(fold: "pd.DataFrame") -> dict:
-    """Pass 1 of the fleet's age histograms: per panel, how many values and their range; reopen counts."""
+    """Pass 1 of the fleet's age histograms: per panel, how many durations, the longest, how many under a minute."""
     from .plots import AGE_PANELS, issue_age_values
 
     v = issue_age_values(fold)
-    out: dict[str, Any] = {p: (len(v[p]), float(v[p].min()) if len(v[p]) else math.inf,
-                               float(v[p].max()) if len(v[p]) else -math.inf) for p in AGE_PANELS}
+    out: dict[str, Any] = {p: (len(v[p]), float(v[p].max()) if len(v[p]) else -math.inf, int((v[p] < 60).sum()))
+                           for p in AGE_PANELS}
     uniq, counts = np.unique(v["reopens"], return_counts=True)
     out["reopens"] = dict(zip(uniq.tolist(), counts.tolist()))
     out["issues"] = len(fold)
@@ -327,22 +327,27 @@ def _age_range_part(fold: "pd.DataFrame") -> dict:
 
 
 def _age_counts_part(fold: "pd.DataFrame", edges: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Pass 2: each panel's counts over the fleet-wide edges."""
-    from .plots import issue_age_values
+    """Pass 2: each panel's counts over the fleet-wide edges (:func:`cybmem.plots.age_counts`)."""
+    from .plots import age_counts, issue_age_values
 
     v = issue_age_values(fold)
-    return {p: np.histogram(v[p], e)[0].astype(np.int64) for p, e in edges.items()}
+    return {p: age_counts(v[p], e) for p, e in edges.items()}
 
 
 def _age_middle_part(fold: "pd.DataFrame", bins: dict[str, tuple[float, float, bool]]) -> dict[str, np.ndarray]:
-    """Pass 3: the values of the bin(s) holding each panel's median (so the median is exact)."""
+    """Pass 3: the durations in the bin(s) holding each panel's median (so the median is exact).
+
+    Bins count durations clipped at a minute; clipping keeps the order, so the values of the bins
+    around the middle rank, sorted, hold the middle values themselves.
+    """
     from .plots import issue_age_values
 
     v = issue_age_values(fold)
     out = {}
     for p, (lo, hi, last) in bins.items():
         x = v[p]
-        out[p] = x[(x >= lo) & ((x <= hi) if last else (x < hi))]
+        c = np.clip(x, 60.0, None)
+        out[p] = x[(c >= lo) & ((c <= hi) if last else (c < hi))]
     return out
 
 
@@ -376,7 +381,7 @@ class _Shard:
     """The snapshots of one partition's (machine, project)s, as search loads a store.
 
     Each group's snapshot is built by the same steps as a store's first load
-    (:mod:`cybmem.snapshot`): titles from the fold of its ledger, keyword texts, tokens, one
+    (:mod:`cybmem.snapshot`): issue texts (title and detail) from the fold of its ledger, keyword texts, tokens, one
     :class:`KeywordIndex`. Pickles its indexes as Arrow (a worker may hand a shard to another).
     """
 
@@ -389,14 +394,14 @@ class _Shard:
     def build(cls, dataset: str, groups: tuple[Group, ...]) -> "_Shard":
         from .bm25 import KeywordIndex
         from .columns import keyword_texts
-        from .snapshot import titles_of
+        from .snapshot import issue_texts
         from .text import tokenize_many
 
         parts = []
         for g in groups:
             records = _group_records(g, _SEARCH_COLUMNS)
             events = _group_events(g, _EVENT_COLUMNS)
-            texts = keyword_texts(records, titles_of(events))
+            texts = keyword_texts(records, issue_texts(events))
             parts.append((g.machine, g.project, records, events, KeywordIndex.build(tokenize_many(texts))))
         return cls(dataset, parts)
 
@@ -765,14 +770,13 @@ class Fleet:
         ranges, then the counts over the fleet-wide bin edges, then the values of the bin that
         holds each median are summed over the partitions.
         """
-        from .plots import AGE_PANELS, Histogram, IssueAgeData, histogram_edges
+        from .plots import AGE_PANELS, Histogram, IssueAgeData, age_edges
 
         now = _now_ts(now)
         folds = self._fold_handles(now)
         ranges = self._on_folds(folds, _age_range_part)
         n = {p: sum(r[p][0] for r in ranges) for p in AGE_PANELS}
-        edges = {p: histogram_edges(min(r[p][1] for r in ranges), max(r[p][2] for r in ranges), n[p])
-                 for p in AGE_PANELS if n[p]}
+        edges = {p: age_edges(n[p], max(r[p][1] for r in ranges)) for p in AGE_PANELS if n[p]}
         counts = {p: sum(c[p] for c in self._on_folds(folds, _age_counts_part, edges)) for p in edges}
         # The median: the one or two middle values by rank, found in the bins that hold them.
         middle: dict[str, tuple[float, float, bool]] = {}
@@ -792,13 +796,13 @@ class Fleet:
         hists = {}
         for p in AGE_PANELS:
             if p not in edges:
-                hists[p] = Histogram(0, np.zeros(0), np.zeros(0, dtype=np.int64), None)
+                hists[p] = Histogram(0, np.zeros(0), np.zeros(0, dtype=np.int64), None, 0)
                 continue
             mid = np.sort(np.concatenate([v[p] for v in values]))
             before, lo_rank, hi_rank = ranks[p]
             median = float(np.mean(mid[[lo_rank - before, hi_rank - before]]) if lo_rank != hi_rank
                            else mid[lo_rank - before])
-            hists[p] = Histogram(n[p], edges[p], counts[p], median)
+            hists[p] = Histogram(n[p], edges[p], counts[p], median, sum(r[p][2] for r in ranges))
         return IssueAgeData(sum(r["issues"] for r in ranges), hists["open"], hists["resolved"], dict(sorted(reopens.items())))
 
     def _fold_handles(self, now: "pd.Timestamp") -> list:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
+from .filters import RecordFilter, record_mask
 from .scoring import LineageContext, Scored, explain, lineage_affinity, rank, score
 from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
@@ -63,6 +64,7 @@ class SearchResult:
     candidates: int
     context: LineageContext
     snapshot: Snapshot = field(repr=False)
+    ranked: Ranked | None = field(default=None, repr=False)
 
     def to_dict(self, *, explain: bool = False) -> dict:
         return {
@@ -151,6 +153,8 @@ class Ranked:
     mask: np.ndarray
     context: LineageContext
     now_ms: int
+    keyword: np.ndarray | None = None  # raw BM25 of every row (None: the axis is off)
+    lineage: np.ndarray | None = None  # lineage affinity of every row (None: the axis is off)
 
 
 def rank_query(
@@ -164,29 +168,36 @@ def rank_query(
     parent_run_id: str | None = None,
     chat_session_id: str | None = None,
     exclude: str | None = None,
+    where: np.ndarray | None = None,
 ) -> Ranked:
     """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
 
     Exactly the ranking of scoring every record (see :func:`_pool`); this is the part
-    the latency benchmark compares with other BM25 engines' retrieval.
+    the latency benchmark compares with other BM25 engines' retrieval. ``where`` (a row mask,
+    e.g. :func:`cybmem.filters.record_mask`) narrows the candidates; the dispatch context (the
+    predecessor) is still taken from every candidate.
     """
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
     mask = snap.candidates(as_of)
     if exclude is not None and snap.n:
         mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
     ctx = dispatch_context(snap, mask, parent_run_id, chat_session_id)
-    if not (snap.n and k > 0 and mask.any()):
+    if where is not None:
+        mask = mask & where
+    if not (snap.n and mask.any()):
         return Ranked([], [], None, mask, ctx, now)
     kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
     lin = None
     if weights.w_lin:
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
+    if k <= 0:
+        return Ranked([], [], None, mask, ctx, now, kw, lin)  # no runs asked for; the axes still serve issues
     idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
                    vector_cos=None, weights=weights, mask=mask[idx])
     local = rank(scored, k)
-    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now)
+    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin)
 
 
 def search(
@@ -201,6 +212,7 @@ def search(
     parent_run_id: str | None = None,
     chat_session_id: str | None = None,
     exclude: str | None = None,
+    filter: "RecordFilter | None" = None,
 ) -> SearchResult:
     """Score every record of a project against ``query`` and return the top ``k``.
 
@@ -215,6 +227,7 @@ def search(
         parent_run_id / chat_session_id: lineage of the run being dispatched (default:
             CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID from ``settings``).
         exclude: a run id never to return (e.g. the query's own run).
+        filter: only records that pass it are ranked (:func:`cybmem.filters.record_mask`).
 
     Returns:
         A :class:`SearchResult` whose hits carry rank, score and per-axis contributions.
@@ -225,8 +238,9 @@ def search(
         weights = weights_for(settings, snap.store).weights
     parent_run_id = parent_run_id or settings.parent_run_id
     chat_session_id = chat_session_id or settings.chat_session_id
+    where = record_mask(snap, filter) if filter is not None and filter.active else None
     ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
-                        chat_session_id=chat_session_id, exclude=exclude)
+                        chat_session_id=chat_session_id, exclude=exclude, where=where)
     hits: list[Hit] = []
     rows = snap.rows(ranked.top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
     for pos, (local, row) in enumerate(zip(ranked.local, rows), 1):
@@ -237,4 +251,4 @@ def search(
             task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
-                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap)
+                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap, ranked=ranked)

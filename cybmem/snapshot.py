@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -32,19 +33,21 @@ from .errors import StoreError
 from .store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
 from .text import tokenize_many
 
-__all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "titles_of"]
+__all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "issue_texts"]
 
 _PROGRESS_AFTER_S = 1.0
 
 
-def titles_of(events: pa.Table, ids: list[str] | None = None) -> dict[str, str]:
-    """issueId -> title by the fold's rule (cybmem.issues), for all issues or only ``ids``."""
+def issue_texts(events: pa.Table, ids: list[str] | None = None) -> dict[str, str]:
+    """issueId -> its title and detail by the fold's rule (cybmem.issues), for all issues or only
+    ``ids``: the text a run that raised the issue is also found by."""
     if ids is not None:
         if not ids or not events.num_rows:
             return {}
         events = events.filter(pc.is_in(events.column("issueId"), value_set=pa.array(sorted(set(ids)), pa.string())))
     folded = issues.fold_table(events)
-    return dict(zip(folded.column("issueId").to_pylist(), folded.column("title").to_pylist()))
+    return {i: t if not d else f"{t}\n{d}" for i, t, d in zip(
+        folded.column("issueId").to_pylist(), folded.column("title").to_pylist(), folded.column("detail").to_pylist())}
 
 
 def _record_issue_ids(table: pa.Table) -> list[str]:
@@ -168,16 +171,43 @@ class Snapshot:
                     table = _cache.read_table(path)
                 except (OSError, pa.ArrowException):
                     table = None
+            self._cache["fold_from_file"] = table is not None
             self._cache["fold"] = table if table is not None else issues.fold_table(self.events)
         return self._cache["fold"]
 
-    def open_issues(self, as_of: int | None = None) -> pa.Table:
-        """Open issues of :meth:`fold`, newest opened first (ties by id)."""
+    def issue_index(self) -> KeywordIndex:
+        """A keyword index over every issue's title and detail, row-aligned with :meth:`fold`
+        (cached with the snapshot; the open-issue ranking of cybmem.dispatch uses it)."""
+        if "issue_index" not in self._cache:
+            folded = self.fold()
+            index = None
+            path = self._cache.get("issue_index_file")
+            if path is not None and self._cache.get("fold_from_file"):  # written together with fold.arrow
+                try:
+                    index = KeywordIndex.from_arrow(_cache.read_table(path))
+                except (OSError, ValueError, pa.ArrowException):
+                    index = None
+            if index is None or index.n_docs != folded.num_rows:
+                index = _issue_index(folded)
+            self._cache["issue_index"] = index
+        return self._cache["issue_index"]
+
+    def open_rows(self, as_of: int | None = None) -> np.ndarray:
+        """The rows of :meth:`fold` (``as_of``) whose issue is open, newest opened first (ties by
+        id). Touches three columns only: the fold's text columns stay on disk."""
         folded = self.fold(as_of)
         if not folded.num_rows:
-            return folded
-        opened = folded.filter(pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN)))
-        return opened.take(pc.sort_indices(opened, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")]))
+            return np.zeros(0, dtype=np.int64)
+        is_open = pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN, pa.string()))
+        rows = np.flatnonzero(is_open.to_numpy(zero_copy_only=False))
+        at = pa.array(rows)
+        keys = pa.table({"openedAt": folded.column("openedAt").take(at), "issueId": folded.column("issueId").take(at)})
+        order = pc.sort_indices(keys, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")])
+        return rows[order.to_numpy(zero_copy_only=False)]
+
+    def open_issues(self, as_of: int | None = None) -> pa.Table:
+        """Open issues of :meth:`fold`, newest opened first (ties by id)."""
+        return self.fold(as_of).take(pa.array(self.open_rows(as_of)))
 
     def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
         """Some rows as dicts, only the given columns (cheap for a top-k)."""
@@ -191,18 +221,19 @@ class Snapshot:
 
 class _Notice:
     """One line on stderr when a cold load takes longer than a second (the dispatcher's terminal
-    otherwise sits silent for several seconds on a large store)."""
+    would otherwise sit silent for several seconds on a large store): a timer that the end of the
+    load cancels."""
 
     def __init__(self, store: MemoryStore, files: int):
-        self.store, self.files = store, files
-        self.t0 = time.perf_counter()
-        self.shown = False
+        import threading
 
-    def tick(self, what: str) -> None:
-        if not self.shown and time.perf_counter() - self.t0 > _PROGRESS_AFTER_S:
-            self.shown = True
-            print(f"cybmem: indexing {self.files} records of project {self.store.slug} ({what}); "
-                  "later reads use the cache", file=sys.stderr, flush=True)
+        message = (f"cybmem: indexing {files} records of project {store.slug} (once; later reads use the cache)")
+        self._timer = threading.Timer(_PROGRESS_AFTER_S, lambda: print(message, file=sys.stderr, flush=True))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def done(self) -> None:
+        self._timer.cancel()
 
 
 def _concat_indexes(parts: list[KeywordIndex]) -> KeywordIndex:
@@ -228,10 +259,11 @@ def _build_full(store: MemoryStore) -> tuple[pa.Table, pa.Table, KeywordIndex, d
     problems = led_problems + problems
     listing = store.listing()
     notice = _Notice(store, len(listing))
-    table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), titles_of(events))
-    notice.tick("tokenizing")
-    index = KeywordIndex.build(tokenize_many(texts))
-    notice.tick("done")
+    try:
+        table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), issue_texts(events))
+        index = KeywordIndex.build(tokenize_many(texts))
+    finally:
+        notice.done()
     return table, events, index, bad, problems + rec_problems, consumed, lines
 
 
@@ -252,6 +284,7 @@ def _snapshot(store, records, events, index, problems, cache, *, from_cache: boo
     snap = Snapshot(store, records, events, index, problems, from_cache=from_cache, parsed=parsed)
     if cache is not None and from_cache:
         snap._cache["fold_file"] = cache / "fold.arrow"
+        snap._cache["issue_index_file"] = cache / "kwi.arrow"
     return snap
 
 
@@ -263,10 +296,18 @@ def _load_warm(store: MemoryStore, cache) -> Snapshot | None:
     return _snapshot(store, records, events, index, _problems_of(manifest), cache, from_cache=True, parsed=0)
 
 
+def _issue_index(folded: pa.Table) -> KeywordIndex:
+    """A keyword index over the issues of a fold (title and detail), row-aligned with it."""
+    texts = [t if not d else f"{t}\n{d}" for t, d in zip(folded.column("title").to_pylist(), folded.column("detail").to_pylist())]
+    return KeywordIndex.build(tokenize_many(texts))
+
+
 def _write_events(cache, manifest: _cache.Manifest, events: pa.Table) -> None:
-    """The cached ledger and its fold, written together."""
+    """The cached ledger, its fold and the fold's keyword index, written together."""
+    folded = issues.fold_table(events)
     _cache.write_table(cache / "events.arrow", events)
-    _cache.write_table(cache / "fold.arrow", issues.fold_table(events))
+    _cache.write_table(cache / "fold.arrow", folded)
+    _cache.write_table(cache / "kwi.arrow", _issue_index(folded).to_arrow())
 
 
 def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
@@ -297,7 +338,7 @@ def _patch_replaced(store: MemoryStore, cache, manifest: _cache.Manifest, record
     """
     names = [(name, ino) for _, name, ino in replaced]
     rows = [row for row, _, _ in replaced]
-    titles = titles_of(events, sorted({i for lst in records.take(pa.array(rows)).column("issues").to_pylist() for i in lst or ()}))
+    titles = issue_texts(events, sorted({i for lst in records.take(pa.array(rows)).column("issues").to_pylist() for i in lst or ()}))
     new, texts, bad, _ = parse_files(store, names, titles)
     if bad or new.num_rows != len(names):
         return None
@@ -383,7 +424,7 @@ def _refresh(store: MemoryStore, cache) -> Snapshot:
             seg_table, texts, bad, rec_problems = load_records(store, new, {})
             if seg_table.num_rows:
                 # Issue titles for the keyword text: only the few ids these records raise.
-                titles = titles_of(events, _record_issue_ids(seg_table))
+                titles = issue_texts(events, _record_issue_ids(seg_table))
                 texts = keyword_texts(seg_table, titles) if titles else texts
             manifest.bad.update(bad)
             problems += rec_problems
@@ -416,7 +457,8 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
 
     Args:
         store: the project's store.
-        use_cache: False parses everything and neither reads nor writes the cache.
+        use_cache: False parses everything and neither reads nor writes the cache (as does a
+            memory root holding a ``.nocache`` file, :data:`cybmem.cache.NO_CACHE_FILE`).
 
     Returns:
         A :class:`Snapshot`; unreadable records and ledger lines are listed in ``problems``
@@ -425,7 +467,7 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
     Raises:
         StoreError: records/ or the ledger cannot be read at all.
     """
-    if not use_cache:
+    if not use_cache or _cache.disabled(store.root):
         table, events, index, _bad, problems, _, _ = _build_full(store)
         return Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
     cache = _cache.cache_dir(store.dir)

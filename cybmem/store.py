@@ -472,27 +472,6 @@ class MemoryStore:
                  for e in entries if e.get("supersedes") or e.get("supersededBy")]
         return supersession.resolve(links, ended)
 
-    def listed(self, *, state: str | None = None, limit: int | None = None) -> list[dict]:
-        """Index entries newest first, as ``cybmem list`` shows them.
-
-        Each entry gains ``superseded`` (a correction exists, by the supersession rule) and its
-        ``supersededBy`` is the correction that rule found (a link to a missing run is dropped).
-        """
-        entries = self.index_entries()
-        mapping = self.superseded_map()
-        out = []
-        for e in entries:
-            if state and e["state"] != state:
-                continue
-            item = {k: v for k, v in e.items() if k not in ("inode", "supersededBy")}
-            if e["runId"] in mapping:
-                item["supersededBy"] = mapping[e["runId"]]
-            item["superseded"] = e["runId"] in mapping
-            out.append(item)
-            if limit and len(out) >= limit:
-                break
-        return out
-
     def supersession_chain(self, run_id: str, superseded: dict[str, str] | None = None) -> list[str]:
         """Run ids that supersede ``run_id``, in order, ending with the newest truth ([] if none)."""
         return supersession.walk(self.superseded_map() if superseded is None else superseded, run_id)
