@@ -124,8 +124,12 @@ def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
         raise typer.Exit(1) from None
 
 
-def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True):
-    """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it."""
+def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, lean: bool = True):
+    """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
+
+    ``lean``: the command never needs pandas, so pyarrow's probe for it is refused (see
+    :func:`_without_pandas`); commands that build DataFrames pass False.
+    """
 
     def deco(fn: Callable) -> Callable:
         sig = inspect.signature(fn, eval_str=True)
@@ -137,7 +141,8 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
         def wrapper(**kwargs):
             ctx = Ctx(memory_dir=kwargs.pop("memory_dir", None), cwd=kwargs.pop("cwd", None),
                       project=kwargs.pop("project", None), json=kwargs.pop("as_json", False))
-            return _run(fn, ctx, kwargs)
+            with _without_pandas() if lean else contextlib.nullcontext():
+                return _run(fn, ctx, kwargs)
 
         del wrapper.__wrapped__
         wrapper.__signature__ = sig.replace(parameters=params)
@@ -631,8 +636,7 @@ def write_cmd(
     if run_json is None and not hook:
         raise typer.BadParameter("give a run.json path, - for stdin, or --hook", param_hint="RUN_JSON")
     try:
-        with _without_pandas():
-            result = _write_run(ctx, run_json or "-", run_id=run_id, parent_run_id=parent, chat_session_id=chat)
+        result = _write_run(ctx, run_json or "-", run_id=run_id, parent_run_id=parent, chat_session_id=chat)
     except Exception as exc:  # noqa: BLE001 - hook mode: a memory failure must never take the run down
         if not hook:
             raise
@@ -815,7 +819,7 @@ def _explain_lines(result) -> list[str]:
     if "weights" in d:
         lines.append("weights: " + ", ".join(f"{k}={v:g} ({d['weightSources'].get(k, 'argument')})" for k, v in d["weights"].items()))
     for h in d["runs"]:
-        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  {_head(h['task'], 50)}")
+        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  {subject_line(h['task'], 50)}")
     for issue in d["issues"]:
         c = issue["contributions"]
         mark = {"issues": "listed", "raised": "raised", "no": "next  "}[issue["listed"]]
@@ -854,17 +858,16 @@ def inject_cmd(
     text = "" if system and task is None and file is None else _task_text(task, file)
     if not system and not text.strip():
         raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
-    with _without_pandas():
-        try:
-            settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
-            result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
-                                 parent_run_id=parent, chat_session_id=chat, strict=strict)
-        except (CybmemError, UsageError):
+    try:
+        settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
+        result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
+                             parent_run_id=parent, chat_session_id=chat, strict=strict)
+    except (CybmemError, UsageError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
+        if strict:
             raise
-        except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
-            if strict:
-                raise
-            result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
+        result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
     _warn(" ".join(message.split()) for message in result.warnings)
     if explain_:
         for line in _explain_lines(result):
@@ -1068,7 +1071,7 @@ def eval_cmd(
                                 *[fmt(r["kinds"].get(x)) for x in kinds_seen]) for name, r in result.rows.items()], fit=_whole)
 
 
-@command("report")
+@command("report", lean=False)
 def report_cmd(
     ctx: Ctx,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the HTML pages (created).", show_default=False)],
@@ -1128,7 +1131,7 @@ def doctor_cmd(
 _EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
 
 
-@command("export")
+@command("export", lean=False)
 def export_cmd(
     ctx: Ctx,
     format: Annotated[str, typer.Argument(help="ndjson, csv, parquet, sqlite or prov.", show_default=False)],
