@@ -1234,6 +1234,122 @@ def export_cmd(
         typer.echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
 
 
+# --- fleet ----------------------------------------------------------------------------
+
+_FLEET_ACTIONS = ("search", "issues", "report")
+
+
+@command("fleet", project=False, memory=False)
+def fleet_cmd(
+    ctx: Ctx,
+    action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],
+    query: Annotated[Optional[str], typer.Argument(help="search: what to look for (free text).", show_default=False)] = None,
+    dataset: Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)] = None,
+    scheduler: Annotated[Optional[str], typer.Option("--scheduler", help="A Dask scheduler's address (tcp://host:8786); default: a LocalCluster on this machine.", show_default=False)] = None,
+    workers: Annotated[int, typer.Option("--workers", help="LocalCluster worker processes.", min=1)] = 2,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for --scheduler to answer.", min=0.1)] = 10.0,
+    machine: Annotated[Optional[list[str]], typer.Option("--machine", "-m", help="Only this machine (repeat for more).", show_default=False)] = None,
+    project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="Only this project (repeat for more).", show_default=False)] = None,
+    k: Annotated[int, typer.Option("-k", "--top", help="search: how many results.", min=1)] = 10,
+    explain_: Annotated[bool, typer.Option("--explain", help="search: each result's per-axis contributions and the weights.")] = False,
+    as_of: AsOfOpt = None,
+    open_: Annotated[bool, typer.Option("--open", help="issues: list the open issues, oldest first, instead of counts per machine and project.")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="issues --open: show at most N (0: all).", min=0)] = 20,
+    now: Annotated[Optional[str], typer.Option("--now", help="issues, report: measure ages to this moment (epoch ms or ISO date; default: now).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="report: the directory to write the figures and tables into.", show_default=False)] = None,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+):
+    """Search, fold issues and report over every machine's exported memory, on Dask.
+
+    search QUERY: the top k records of the whole fleet, ranked as `cybmem search` ranks one store
+    holding them all. issues: the issue fold of every machine and project (counts, or --open).
+    report: issue-age histograms and the lineage summary per machine and project (PNG, CSV and
+    HTML) in --out. A LocalCluster runs by default; --scheduler uses a running cluster.
+
+    Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
+    """
+    if action not in _FLEET_ACTIONS:
+        raise typer.BadParameter(f"{action!r} is not one of {', '.join(_FLEET_ACTIONS)}", param_hint="ACTION")
+    if dataset is None:
+        raise typer.BadParameter("give the dataset directory (`cybmem export parquet --out DIR` writes it)", param_hint="--dataset")
+    if action == "search" and not query:
+        raise typer.BadParameter("search needs a QUERY", param_hint="QUERY")
+    if action != "search" and query is not None:
+        raise typer.BadParameter(f"{action} takes no QUERY (got {query!r})", param_hint="QUERY")
+    if action == "report" and out is None:
+        raise typer.BadParameter("report needs --out DIR", param_hint="--out")
+    if action != "report" and out is not None:
+        raise typer.BadParameter("--out is for report", param_hint="--out")
+    if action != "issues" and open_:
+        raise typer.BadParameter("--open is for issues", param_hint="--open")
+    if action != "search" and (explain_ or as_of is not None):
+        raise typer.BadParameter("--explain and --as-of are for search", param_hint="--explain" if explain_ else "--as-of")
+    if action == "search" and now is not None:
+        raise typer.BadParameter("--now is for issues and report (search: --as-of)", param_hint="--now")
+    from .fleet import Fleet
+
+    now_ms = parse_time(now, "--now")
+    with Fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress,
+               timeout=timeout) as fleet:
+        if action == "search":
+            result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
+            if ctx.json:
+                _print_json(result.to_dict(explain=explain_))
+                return
+            if not result.hits:
+                typer.echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
+                return
+            rows = [[str(h.rank), f"{h.score:.3f}", h.machine, h.project, h.run_id[:8], _when(h.ended_at_ms), h.state,
+                     h.task] for h in result.hits]
+            _table(["#", "SCORE", "MACHINE", "PROJECT", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
+            if explain_:
+                w = result.weights
+                typer.echo("")
+                typer.echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
+                           + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
+                for h in result.hits:
+                    typer.echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
+            return
+        if action == "issues":
+            if open_:
+                fold = fleet.issues(now=now_ms)
+                opened = fold[fold["state"].isin(["opened", "reopened"])].sort_values(
+                    ["openedAt", "machine", "project", "issueId"], kind="stable")
+                if ctx.json:
+                    shown = opened if not limit else opened.head(limit)
+                    _print_json(json.loads(shown.assign(ageDays=shown["age"].dt.total_seconds() / 86400)
+                                           .drop(columns=["age"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
+                    return
+                if not len(opened):
+                    typer.echo(f"No open issues in {len(fleet.groups)} projects.")
+                    return
+                shown = opened if not limit else opened.head(limit)
+                rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
+                        for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
+                                                         shown["openedAt"].dt.as_unit("ns"), shown["age"], shown["state"], shown["title"])]
+                _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
+                if len(shown) < len(opened):
+                    typer.echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
+                return
+            summary = fleet.issue_summary(now=now_ms)
+            if ctx.json:
+                _print_json(json.loads(summary.to_json(orient="records")))
+                return
+            rows = [[r.machine, r.project, str(r.issues), str(r.opened + r.reopened), str(r.resolved), str(r.wontfix),
+                     str(r.reopens), "-" if r.medianOpenDays != r.medianOpenDays else f"{r.medianOpenDays:.1f}"]
+                    for r in summary.itertuples()]
+            _table(["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN OPEN AGE (D)"], rows,
+                   fit=_whole)
+            return
+        result = fleet.report(out, now=now_ms)
+        if ctx.json:
+            _print_json(result.to_dict())
+            return
+        names = ", ".join(Path(f).name for f in result.files)
+        typer.echo(f"Wrote {names} to {out}: {result.runs} runs and {result.issues} issues of {result.projects} projects "
+                   f"on {result.machines} machines.")
+
+
 def _plain_coercion() -> None:
     """Give plain ``str``, ``Path`` and flag options a pass-through coercion (this process only).
 

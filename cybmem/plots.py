@@ -10,6 +10,7 @@ this module.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +34,12 @@ __all__ = [
     "lineage_trees",
     "dispatch_trees",
     "issue_age_histograms",
+    "issue_age_values",
+    "age_edges",
+    "age_counts",
+    "Histogram",
+    "IssueAgeData",
+    "lineage_summary",
     "runs_over_time",
     "weight_heatmap",
 ]
@@ -520,12 +527,101 @@ def _spans_orders(values: np.ndarray, ratio: float = 50.0) -> bool:
     return len(v) > 1 and v.max() / v.min() >= ratio
 
 
-def _log_time_hist(ax, seconds: np.ndarray, color: str, what: str) -> None:
+def age_edges(n: int, longest: float) -> np.ndarray:
+    """Bin edges (seconds) of an age histogram of ``n`` durations, the longest ``longest`` seconds.
+
+    Log-spaced from one minute (shorter durations are counted at one minute) to a little past
+    the longest, ``sqrt(n) + 6`` edges within [8, 40].
+    """
+    lo, hi = _MIN_S, max(max(float(longest), _MIN_S) * 1.05, _MIN_S * 10)
+    return np.geomspace(lo, hi, min(40, max(8, int(math.sqrt(n)) + 6)))
+
+
+def age_counts(seconds: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """How many of ``seconds`` fall in each bin of ``edges`` (durations under a minute count at one)."""
+    return np.histogram(np.clip(np.asarray(seconds, dtype=float), _MIN_S, None), edges)[0].astype(np.int64)
+
+
+@dataclass
+class Histogram:
+    """An age histogram's numbers: the count, bin edges and counts, the median and how many are under a minute.
+
+    A collection counted in parts (the partitions of a fleet) sums its parts' :func:`age_counts`
+    over the :func:`age_edges` of the whole and gets the same numbers.
+    """
+
+    n: int
+    edges: np.ndarray
+    counts: np.ndarray
+    median: float | None
+    short: int = 0  # durations under a minute (counted at one minute)
+
+    @classmethod
+    def of(cls, seconds: np.ndarray) -> "Histogram":
+        seconds = np.asarray(seconds, dtype=float)
+        if not len(seconds):
+            return cls(0, np.zeros(0), np.zeros(0, dtype=np.int64), None, 0)
+        edges = age_edges(len(seconds), float(seconds.max()))
+        return cls(len(seconds), edges, age_counts(seconds, edges), float(np.median(seconds)),
+                   int((seconds < _MIN_S).sum()))
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "edges": self.edges.tolist(), "counts": self.counts.tolist(), "median": self.median,
+                "short": self.short}
+
+
+#: The panels of :func:`issue_age_histograms` that count durations.
+AGE_PANELS = ("open", "resolved")
+
+
+def issue_age_values(fold: "pd.DataFrame") -> dict[str, np.ndarray]:
+    """What the issue-age figure counts, from a fold (:func:`cybmem.frames.issue_fold`).
+
+    Returns:
+        ``open``: ages in seconds of open (opened / reopened) issues; ``resolved``: seconds
+        from opening to resolution of resolved issues (wontfix left out); ``reopens``: each
+        issue's reopen count. Missing ages dropped.
+    """
+    if not len(fold):
+        return {"open": np.zeros(0), "resolved": np.zeros(0), "reopens": np.zeros(0, dtype=np.int64)}
+    secs = fold["age"].dt.total_seconds()
+    open_ = fold["state"].isin(["opened", "reopened"])
+    resolved = fold["state"].eq("resolved")
+    return {
+        "open": secs[open_].dropna().to_numpy(dtype=float),
+        "resolved": secs[resolved].dropna().to_numpy(dtype=float),
+        "reopens": fold["reopenCount"].to_numpy(dtype=np.int64),
+    }
+
+
+@dataclass
+class IssueAgeData:
+    """What :func:`issue_age_histograms` draws: ages of open issues, times to resolve, reopen counts."""
+
+    issues: int
+    open: Histogram
+    resolved: Histogram
+    reopens: dict[int, int]  # reopen count -> issues, ascending
+
+    @classmethod
+    def of(cls, fold: "pd.DataFrame") -> "IssueAgeData":
+        """From one fold (:func:`cybmem.frames.issue_fold`); ages as measured when it was folded."""
+        v = issue_age_values(fold)
+        counts = np.unique(v["reopens"], return_counts=True)
+        return cls(len(fold), Histogram.of(v["open"]), Histogram.of(v["resolved"]),
+                   {int(a): int(b) for a, b in zip(*counts)})
+
+    def to_dict(self) -> dict:
+        return {"issues": self.issues, "open": self.open.to_dict(), "resolved": self.resolved.to_dict(),
+                "reopens": {str(k): v for k, v in self.reopens.items()}}
+
+
+def _log_time_hist(ax, hist: Histogram, color: str, what: str) -> None:
     """A histogram of durations on a log time axis (1 min ... years) with its median."""
-    secs = np.clip(seconds, _MIN_S, None)
-    lo, hi = _MIN_S, max(float(secs.max()) * 1.05, _MIN_S * 10)
-    edges = np.geomspace(lo, hi, min(40, max(8, int(math.sqrt(len(secs))) + 6)))
-    counts, _, _ = ax.hist(secs, bins=edges, color=color, edgecolor="white")
+    edges = hist.edges
+    lo, hi = float(edges[0]), float(edges[-1])
+    # the counts drawn as ax.hist draws values: one weighted value per bin
+    counts, _, _ = ax.hist(edges[:-1], bins=edges, weights=hist.counts, color=color, edgecolor="white")
     ax.set_xscale("log")
     ticks: list[tuple[float, str]] = []
     apart = max(10.0, (hi / lo) ** (1 / 6))  # about six labels at most, so that they never run into each other
@@ -535,12 +631,11 @@ def _log_time_hist(ax, seconds: np.ndarray, color: str, what: str) -> None:
     ax.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
     ax.minorticks_off()
     ax.set_xlim(lo * 0.8, hi)
-    median = float(np.median(seconds))
+    median = hist.median
     ax.axvline(max(median, _MIN_S), color="black", linestyle="--", linewidth=1,
                label=f"median {_duration(median) if median >= _MIN_S else 'under a minute'}")
-    short = int((seconds < _MIN_S).sum())
-    if short:
-        ax.plot([], [], " ", label=f"{short} under a minute, counted at 1 min")
+    if hist.short:
+        ax.plot([], [], " ", label=f"{hist.short} under a minute, counted at 1 min")
     if _spans_orders(counts):
         ax.set_yscale("log")
         ax.set_ylim(0.7, None)
@@ -557,7 +652,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s"  # pragma: no cover
 
 
-def issue_age_histograms(fold: "pd.DataFrame", *, title: str | None = None) -> Figure:
+def issue_age_histograms(fold: "pd.DataFrame | IssueAgeData", *, title: str | None = None) -> Figure:
     """Three panels: ages of open issues, time to resolve, and reopen counts.
 
     Ages and times to resolve span minutes to years, so both use a log time axis (1 min, 1 h,
@@ -565,45 +660,107 @@ def issue_age_histograms(fold: "pd.DataFrame", *, title: str | None = None) -> F
     magnitude (thousands of issues never reopened, a few reopened once) use a log count axis.
 
     Args:
-        fold: one row per issue (:func:`cybmem.frames.issue_fold`); ``age`` is measured at the
-            ``now`` it was folded with.
+        fold: one row per issue (:func:`cybmem.frames.issue_fold`; ``age`` is measured at the
+            ``now`` it was folded with), or the counts already made (:class:`IssueAgeData`,
+            e.g. over a fleet by :meth:`cybmem.fleet.Fleet.issue_age_data`).
         title: figure title.
 
     Returns:
         The Figure (three Axes).
     """
+    data = fold if isinstance(fold, IssueAgeData) else IssueAgeData.of(fold)
     fig = _Figure(figsize=(12, 3.8), layout="constrained")
     axes = fig.subplots(1, 3)
-    fig.suptitle(title or f"Issue ages ({len(fold)} issues)")
-    secs = fold["age"].dt.total_seconds() if len(fold) else None
-    open_ = fold["state"].isin(["opened", "reopened"]) if len(fold) else []
-    resolved = fold["state"].eq("resolved") if len(fold) else []
-    for ax, sel, color, name, what in ((axes[0], open_, "#ff7f0e", "Open issues: age", "age"),
-                                       (axes[1], resolved, "#2e9e44", "Resolved issues: time to resolve", "time to resolve")):
-        vals = secs[sel].dropna().to_numpy(dtype=float) if len(fold) else np.zeros(0)
-        ax.set_title(f"{name} (n={len(vals)})", fontsize=10)
+    fig.suptitle(title or f"Issue ages ({data.issues} issues)")
+    for ax, hist, color, name, what in ((axes[0], data.open, "#ff7f0e", "Open issues: age", "age"),
+                                        (axes[1], data.resolved, "#2e9e44", "Resolved issues: time to resolve", "time to resolve")):
+        ax.set_title(f"{name} (n={hist.n})", fontsize=10)
         ax.set_ylabel("issues")
-        if len(vals):
-            _log_time_hist(ax, vals, color, what)
+        if hist.n:
+            _log_time_hist(ax, hist, color, what)
         else:
             ax.set_xlabel(what)
             ax.text(0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#777777")
     ax = axes[2]
-    counts = fold["reopenCount"].value_counts().sort_index() if len(fold) else None
     ax.set_title("Reopen count per issue", fontsize=10)
     ax.set_xlabel("times reopened")
     ax.set_ylabel("issues")
-    if counts is not None and len(counts):
-        bars = ax.bar(counts.index.astype(int), counts.to_numpy(), color="#9467bd", edgecolor="white", label="issues")
+    if data.reopens:
+        xs = np.asarray(list(data.reopens), dtype=int)
+        counts = np.asarray(list(data.reopens.values()))
+        bars = ax.bar(xs, counts, color="#9467bd", edgecolor="white", label="issues")
         ax.bar_label(bars, fontsize=8)
-        ax.set_xticks(counts.index.astype(int))
-        if _spans_orders(counts.to_numpy()):
+        ax.set_xticks(xs)
+        if _spans_orders(counts):
             ax.set_yscale("log")
             ax.set_ylim(0.7, counts.max() * 3)
             ax.set_ylabel("issues (log scale)")
         ax.legend(fontsize=8, frameon=False)
     else:
         ax.text(0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#777777")
+    return fig
+
+
+#: Lineage link kinds of :func:`cybmem.frames.lineage_edges`, as :func:`lineage_summary` draws them.
+_LINK_STYLE = {
+    "previous": ("#b0b0b0", "previous run"),
+    "parent": ("#1f5fbf", "dispatched by a parent"),
+    "chat": ("#fdae6b", "same chat session"),
+    "superseded": ("#d62728", "superseded by a correction"),
+}
+
+
+def lineage_summary(summary: "pd.DataFrame", *, title: str | None = None) -> Figure:
+    """Runs by state and lineage links by kind, one row per machine and project.
+
+    Args:
+        summary: one row per machine and project with columns ``machine``, ``project``, the run
+            states (``done``, ``error``, ``cancelled``) and the link kinds of
+            :func:`cybmem.frames.lineage_edges` (``previous``, ``parent``, ``chat``,
+            ``superseded``), as :meth:`cybmem.fleet.Fleet.lineage_summary` makes it.
+        title: figure title.
+
+    Returns:
+        The Figure (two Axes sharing the machine/project rows).
+    """
+    n = len(summary)
+    fig = _Figure(figsize=(12, min(2.2 + 0.42 * max(n, 1), 14)), layout="constrained")
+    left, right = fig.subplots(1, 2, sharey=True)
+    runs = int(summary[[c for c in STATE_COLORS if c in summary]].to_numpy().sum()) if n else 0
+    machines = summary["machine"].nunique() if n else 0
+    fig.suptitle(title or f"Lineage of {runs:,} runs on {machines} machine{'s' if machines != 1 else ''}")
+    left.set_title("Runs by state", fontsize=10)
+    left.set_xlabel("runs")
+    right.set_title("Lineage links by kind", fontsize=10)
+    right.set_xlabel("links")
+    if not n:
+        for ax in (left, right):
+            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes, color="#777777")
+        return fig
+    y = np.arange(n, dtype=float)
+    labels = [f"{m} / {p}" for m, p in zip(summary["machine"], summary["project"])]
+    start = np.zeros(n)
+    for state, color in STATE_COLORS.items():
+        if state not in summary:
+            continue
+        v = summary[state].to_numpy(dtype=float)
+        left.barh(y, v, left=start, color=color, label=f"{state} ({int(v.sum()):,})", height=0.7)
+        start += v
+    fig.legend(*left.get_legend_handles_labels(), fontsize=8, frameon=False, loc="outside lower left", ncol=3)
+    kinds = [k for k in _LINK_STYLE if k in summary]
+    h = 0.8 / max(len(kinds), 1)
+    for i, kind in enumerate(kinds):
+        color, name = _LINK_STYLE[kind]
+        v = summary[kind].to_numpy(dtype=float)
+        right.barh(y - 0.4 + h * (i + 0.5), v, height=h, color=color, label=f"{name} ({int(v.sum()):,})")
+    if summary[kinds].to_numpy().max(initial=0) > 0:
+        right.set_xscale("symlog", linthresh=1)
+    fig.legend(*right.get_legend_handles_labels(), fontsize=8, frameon=False, loc="outside lower right", ncol=2)
+    left.set_yticks(y, labels, fontsize=8)
+    left.invert_yaxis()
+    for ax in (left, right):
+        ax.grid(axis="x", color="#eeeeee", zorder=0)
+        ax.set_axisbelow(True)
     return fig
 
 
