@@ -20,7 +20,7 @@ from typing import Any
 from ._io import loads, read_file
 from .errors import NotFoundError, StoreError, ValidationError
 from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
-from .preamble import strip
+from .preamble import strip, strip_memory
 from .projects import peek_slug, select_project
 from .redact import redact
 from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_run_id
@@ -294,8 +294,11 @@ def build_record(
             root = parent
     root = root or rid
 
-    task = strip(run.task).strip() or run.task.strip()
-    trailer = parse_trailer(run.winner_output or "")
+    # What was dispatched, less its MEMORY block and wrapper: "" when that was all it held (the
+    # block is never stored as the task). A worker that echoed its prompt echoed the block too.
+    task = strip(run.task).strip()
+    output = strip_memory(run.winner_output or "")
+    trailer = parse_trailer(output)
     open_now = {s.issueId: s for s in store.open_issues()}
     events: list[IssueEvent] = []
     issue_ids: list[str] = []
@@ -317,8 +320,8 @@ def build_record(
         for iid in sorted(candidates & set(open_now)):
             if iid not in issue_ids:
                 events.append(IssueEvent(issueId=iid, at=ended, event="resolved", byRunId=rid, title=open_now[iid].title))
-    verdict = _clean(run.verdict, settings, found)
-    summary = extractive_summary(task, run.state, verdict, run.winner_output)
+    verdict = _clean(strip_memory(run.verdict) if run.verdict else run.verdict, settings, found)
+    summary = extractive_summary(task, run.state, verdict, output)
     rec = MemoryRecord(
         runId=rid,
         cwd=os.path.abspath(cwd or run.cwd or os.getcwd()),
