@@ -126,3 +126,40 @@ def test_an_echoed_block_in_an_old_summary_is_dropped_from_the_next_block(memory
     block = _block_for("tune the cache")
     assert "Tuned it.  Done." in block or "Tuned it. Done." in block
     assert block.count(HEADER) == 1 and "run abc" not in block
+
+
+# --- 7. permissions under a strict umask --------------------------------------------------------
+
+
+def test_a_strict_umask_still_gives_a_store_its_owner_can_write(tmp_path):
+    """Under umask 277 or 177 every directory cybmem makes is 0700 and every file 0600 (mkdir
+    and open pass their mode through the umask; a 0500 dir or a 0400 ledger would lock the
+    owner out of the store it just made). Run as real processes with the umask set."""
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    for umask in (0o277, 0o177):
+        root = tmp_path / f"memory-{umask:o}"
+        env = {**os.environ, "CYBERINE_MEMORY_DIR": str(root)}
+        for i, task in enumerate(["Fix the login form", "Fix the signup form"]):
+            run = write_json(tmp_path / f"u{umask:o}-{i}.json", make_run(
+                f"r-umask-{i}", task, start=T0 + i * 60 * MIN,
+                output="Done.\n\nACCOMPLISHED:\n- it\nISSUES:\n- Login flakes\nNEXT:\n- none"))
+            p = subprocess.run([sys.executable, "-m", "cybmem.cli", "write", str(run)], env=env, text=True,
+                               capture_output=True, preexec_fn=lambda m=umask: os.umask(m), timeout=120)
+            assert p.returncode == 0, p.stderr
+        for args in (["inject", "login", "--cwd", "/home/dev/web"], ["doctor", "--all"], ["search", "login", "--cwd", "/home/dev/web"]):
+            p = subprocess.run([sys.executable, "-m", "cybmem.cli", *args], env=env, text=True, capture_output=True,
+                               preexec_fn=lambda m=umask: os.umask(m), timeout=120)
+            assert p.returncode == 0, (args, p.stdout, p.stderr)
+            assert "not writable" not in p.stderr
+        modes = {}
+        for path in [root, *root.rglob("*")]:
+            modes[str(path.relative_to(root))] = stat.S_IMODE(path.lstat().st_mode)
+        dirs = {k: v for k, v in modes.items() if (root / k).is_dir()}
+        files = {k: v for k, v in modes.items() if not (root / k).is_dir()}
+        assert set(dirs.values()) == {0o700}, dirs
+        assert set(files.values()) == {0o600}, files
+        assert "web/issues.jsonl" in files and ".projects.lock" in files
