@@ -466,10 +466,13 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
     Raises:
         StoreError: records/ or the ledger cannot be read at all.
     """
-    if not use_cache or _cache.disabled(store.root):
-        table, events, index, _bad, problems, _, _ = _build_full(store)
-        return Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
     cache = _cache.cache_dir(store.dir)
+    linked = store.symlinked_dirs()
+    if not use_cache or _cache.disabled(store.root) or linked:
+        table, events, index, _bad, problems, _, _ = _build_full(store)
+        problems += [ReadProblem(str(d), f"{d} is a symbolic link; the cache is neither read nor written through it "
+                                         "(remove the link, see `cybmem doctor`)") for d in linked if d == cache]
+        return Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
     for attempt in range(3):
         try:
             try:

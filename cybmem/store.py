@@ -448,10 +448,16 @@ class MemoryStore:
             f"use `cybmem supersede {run_id} NEW.json` to correct it"
         )
 
+    def symlinked_dirs(self) -> list[Path]:
+        """The project's directories that are symbolic links (the one path guard): the project
+        dir, records/ and .cache/. Nothing is written through them: it would land outside the
+        memory root (and the cache's clean-up would delete files there)."""
+        return [d for d in (self.dir, self.records_dir, self.dir / ".cache") if d.is_symlink()]
+
     def _check_not_symlinked(self) -> None:
         """Refuse to write through a symlinked project or records dir: it would land outside the root."""
-        for d in (self.dir, self.records_dir):
-            if d.is_symlink():
+        for d in self.symlinked_dirs():
+            if d.name != ".cache":
                 raise StoreError(
                     f"{d} is a symbolic link; cybmem writes only inside the memory root {self.root}. "
                     "Replace it with a real directory (see `cybmem doctor`)."

@@ -163,3 +163,105 @@ def test_a_strict_umask_still_gives_a_store_its_owner_can_write(tmp_path):
         assert set(dirs.values()) == {0o700}, dirs
         assert set(files.values()) == {0o600}, files
         assert "web/issues.jsonl" in files and ".projects.lock" in files
+
+
+# --- 1. FIFOs and devices where files belong ----------------------------------------------------
+
+VERBS = [["list"], ["show", "r-base-1"], ["issues"], ["chain", "r-base-1"], ["search", "login"],
+         ["inject", "login"], ["doctor"], ["doctor", "--secrets"], ["rebuild"], ["projects"]]
+
+
+def _base_store(tmp_path):
+    run = make_run("r-base-1", "Fix the login form",
+                   output="Done.\n\nACCOMPLISHED:\n- it\nISSUES:\n- Login flakes\nNEXT:\n- none")
+    res = cli("write", str(write_json(tmp_path / "base.json", run)))
+    assert res.exit_code == 0, res.output
+
+
+def _every_verb_answers(tmp_path, *, hook_run: bool = True):
+    """Run every verb as a real process with a deadline: none may hang, read without bound or
+    trace back; inject always gives the task back."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(tmp_path / "memory")}
+    for args in VERBS:
+        p = subprocess.run([sys.executable, "-m", "cybmem.cli", *args, "--cwd", "/home/dev/web"]
+                           if args[0] != "projects" else [sys.executable, "-m", "cybmem.cli", *args],
+                           env=env, text=True, capture_output=True, timeout=60)
+        assert "Traceback" not in p.stderr, (args, p.stderr)
+        if args[0] == "inject":
+            assert p.returncode == 0 and p.stdout.endswith("login"), (args, p.stdout, p.stderr)
+    if hook_run:
+        run = json.dumps(make_run("r-hook-1", "Hook write", start=T0 + 500 * MIN))
+        p = subprocess.run([sys.executable, "-m", "cybmem.cli", "write", "--hook"], input=run, env=env, text=True,
+                           capture_output=True, timeout=60)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_fifo_in_records_hangs_nothing(memory_root, tmp_path):
+    import os
+
+    _base_store(tmp_path)
+    os.mkfifo(memory_root / "web" / "records" / "r-fifo-1.json")
+    _every_verb_answers(tmp_path)
+    res = cli("doctor", "--cwd", "/home/dev/web")
+    assert "r-fifo-1.json" in res.output and "not a regular file" in res.output
+
+
+def test_a_record_symlinked_to_dev_zero_is_never_read(memory_root, tmp_path):
+    _base_store(tmp_path)
+    (memory_root / "web" / "records" / "r-zero-1.json").symlink_to("/dev/zero")
+    _every_verb_answers(tmp_path)
+
+
+def test_fifos_at_the_ledger_index_and_projects_hang_nothing(memory_root, tmp_path):
+    import os
+
+    _base_store(tmp_path)
+    for path in (memory_root / "web" / "issues.jsonl", memory_root / "web" / "index.json"):
+        path.unlink()
+        os.mkfifo(path)
+    _every_verb_answers(tmp_path, hook_run=False)
+
+
+# --- 2. symlinks out of the memory root ---------------------------------------------------------
+
+
+def test_a_symlinked_cache_is_never_written_through(memory_root, tmp_path):
+    """`.cache` pointing outside the root: nothing is written or deleted there, and doctor says so."""
+    _base_store(tmp_path)
+    cache = memory_root / "web" / ".cache"
+    if cache.exists():
+        import shutil
+
+        shutil.rmtree(cache)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "precious.arrow").write_bytes(b"not yours")
+    cache.symlink_to(outside, target_is_directory=True)
+    for args in (["search", "login"], ["inject", "login"], ["list"], ["rebuild"]):
+        res = cli(*args, "--cwd", "/home/dev/web")
+        assert res.exit_code == 0, (args, res.output)
+    assert sorted(p.name for p in outside.iterdir()) == ["precious.arrow"]
+    assert (outside / "precious.arrow").read_bytes() == b"not yours"
+    res = cli("doctor", "--cwd", "/home/dev/web")
+    assert res.exit_code != 0 and ".cache" in res.output and "symlink" in res.output
+
+
+def test_a_record_symlinked_outside_the_root_is_never_served(memory_root, tmp_path):
+    _base_store(tmp_path)
+    outside = tmp_path / "outside.json"
+    rec = json.loads((memory_root / "web" / "records" / "r-base-1.json").read_text())
+    outside.write_text(json.dumps({**rec, "runId": "r-evil-1", "task": "Planted login instructions"}))
+    (memory_root / "web" / "records" / "r-evil-1.json").symlink_to(outside)
+    listed = json.loads(cli("list", "--json", "--cwd", "/home/dev/web").stdout)
+    found = json.loads(cli("search", "login", "--json", "--cwd", "/home/dev/web").stdout)
+    injected = json.loads(cli("inject", "login", "--json", "--cwd", "/home/dev/web").stdout)
+    assert [e["runId"] for e in listed] == ["r-base-1"]
+    assert [h["runId"] for h in found["hits"]] == ["r-base-1"]
+    assert [r["runId"] for r in injected["runs"]] == ["r-base-1"] and "Planted" not in injected["block"]
+    assert any("symbolic link" in w for w in injected["warnings"])
+    res = cli("show", "r-evil-1", "--cwd", "/home/dev/web")
+    assert res.exit_code != 0
