@@ -707,7 +707,8 @@ def mark_cmd(
         raise typer.BadParameter(f"{event!r} is not one of resolved, wontfix, reopened", param_hint="EVENT")
     store = ctx.store()
     before = store.issue_states().get(issue_id)
-    written = store.mark_issue(issue_id, event, by=by or ctx.settings.run_id, detail=detail)
+    written = store.mark_issue(issue_id, event, by=by or ctx.settings.run_id, detail=detail,
+                               redact_secrets=ctx.settings.redact_secrets)
     if ctx.json:
         _print_json([e.to_dict() for e in written])
     elif written:

@@ -9,6 +9,7 @@ missing that is optional is defaulted, extra fields are ignored.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -22,8 +23,8 @@ from .errors import NotFoundError, StoreError, ValidationError
 from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
 from .preamble import strip, strip_memory
 from .projects import peek_slug, select_project
-from .redact import redact
-from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_run_id
+from .redact import redact_value
+from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_chat_id, validate_run_id
 from .settings import Settings
 from .store import MemoryStore
 
@@ -217,14 +218,6 @@ def load_run_payload(data: bytes | str) -> Any:
     return payload
 
 
-def _clean(text: str | None, settings: Settings, found: set[str]) -> str | None:
-    if text is None or not settings.redact_secrets:
-        return text
-    out, kinds = redact(text)
-    found.update(kinds)
-    return out
-
-
 def _worker_state(w: Mapping) -> str:
     raw = _first(w, "state", "status")
     return str(raw) if raw is not None else "unknown"
@@ -273,6 +266,16 @@ def build_record(
     CYBERINE_RUN_ID / CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID.
     """
     found: set[str] = set()
+    if settings.redact_secrets:
+        # The one pass, over every text of the run whole, before anything below strips, extracts
+        # or cuts it. Run ids are validated, not redacted; a chat session id is free text.
+        run = dataclasses.replace(
+            run, task=redact_value(run.task, found)[0], workflow_name=redact_value(run.workflow_name, found)[0],
+            winner_output=redact_value(run.winner_output, found)[0], verdict=redact_value(run.verdict, found)[0],
+            workers=redact_value(run.workers, found)[0],
+            lineage={**run.lineage, **({"chatSessionId": redact_value(run.lineage["chatSessionId"], found)[0]}
+                                       if isinstance(run.lineage.get("chatSessionId"), str) else {})})
+        chat_session_id = redact_value(chat_session_id, found)[0]
     rid = run_id or run.run_id or settings.run_id
     if not rid:
         raise ValidationError("runId: missing; put \"runId\" in run.json, pass --run-id or set CYBERINE_RUN_ID")
@@ -283,6 +286,10 @@ def build_record(
         raise ValidationError(f"startedAt ({started}) is after endedAt ({ended})")
     parent = parent_run_id or run.lineage.get("parentRunId") or settings.parent_run_id
     chat = chat_session_id or run.lineage.get("chatSessionId") or settings.chat_session_id
+    if chat and settings.redact_secrets:
+        chat = redact_value(chat, found)[0]
+    if chat:
+        validate_chat_id(chat)
     if parent:
         validate_run_id(parent, "parentRunId")
     previous = run.lineage.get("previousRunId") or store.latest_run_id(before_ms=started, exclude=rid)
@@ -303,12 +310,12 @@ def build_record(
     events: list[IssueEvent] = []
     issue_ids: list[str] = []
     for item in trailer.issues:
-        title, detail = split_issue(_clean(item, settings, found) or item)
+        title, detail = split_issue(item)
         iid = issue_slug(title)
         if iid not in issue_ids:
             issue_ids.append(iid)
             events.append(IssueEvent(issueId=iid, at=ended, event="opened", byRunId=rid, title=title, detail=detail or None))
-    accomplished = [_clean(a, settings, found) or a for a in trailer.accomplished]
+    accomplished = list(trailer.accomplished)
     for item in accomplished:
         # "resolved flaky-login-test" / "fixed: Flaky login test" closes an open issue.
         m = _RESOLVE_VERB.match(item)
@@ -320,22 +327,22 @@ def build_record(
         for iid in sorted(candidates & set(open_now)):
             if iid not in issue_ids:
                 events.append(IssueEvent(issueId=iid, at=ended, event="resolved", byRunId=rid, title=open_now[iid].title))
-    verdict = _clean(strip_memory(run.verdict) if run.verdict else run.verdict, settings, found)
+    verdict = strip_memory(run.verdict) if run.verdict else run.verdict
     summary = extractive_summary(task, run.state, verdict, output)
     rec = MemoryRecord(
         runId=rid,
         cwd=os.path.abspath(cwd or run.cwd or os.getcwd()),
         workflowName=run.workflow_name,
-        task=_clean(task, settings, found) or task,
+        task=task,
         state=run.state,
         startedAt=started,
         endedAt=ended,
         lineage=Lineage(parentRunId=parent, chatSessionId=chat, previousRunId=previous, rootRunId=root),
         outcome=Outcome(
-            summary=_clean(summary, settings, found) or summary,
+            summary=summary,
             accomplished=accomplished,
             issues=issue_ids,
-            next=[_clean(n, settings, found) or n for n in trailer.next],
+            next=list(trailer.next),
         ),
         workers=[
             Worker(agentId=str(_first(w, "agentId", "id", "name") or f"worker-{i + 1}"), state=_worker_state(w),

@@ -574,8 +574,11 @@ class MemoryStore:
         return written
 
     def mark_issue(self, issue_id: str, event: str, *, by: str | None = None, detail: str | None = None,
-                   at: int | None = None) -> list[IssueEvent]:
+                   at: int | None = None, redact_secrets: bool = True) -> list[IssueEvent]:
         """Append a state change (resolved, wontfix or reopened) for an existing issue.
+
+        ``detail`` goes through the write path's redaction pass (cybmem.redact.redact_value)
+        unless ``redact_secrets`` is False (CYBERINE_MEMORY_REDACT=0).
 
         Returns the event written, or [] when the issue is already in that state.
 
@@ -590,6 +593,10 @@ class MemoryStore:
             raise NotFoundError(f"no issue {issue_id!r} in project {self.slug}; see `cybmem issues --all`")
         if event == "reopened" and states[issue_id].is_open:
             return []
+        if redact_secrets and detail:
+            from .redact import redact_value
+
+            detail = redact_value(detail)[0]
         ev = IssueEvent(issueId=issue_id, at=at if at is not None else int(time.time() * 1000), event=event,
                         byRunId=by, title=states[issue_id].title if states[issue_id].titled else None, detail=detail)
         return self.append_issue_events([ev])

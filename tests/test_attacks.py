@@ -265,3 +265,51 @@ def test_a_record_symlinked_outside_the_root_is_never_served(memory_root, tmp_pa
     assert any("symbolic link" in w for w in injected["warnings"])
     res = cli("show", "r-evil-1", "--cwd", "/home/dev/web")
     assert res.exit_code != 0
+
+
+# --- 3. secrets: one pass over every field, before any cut --------------------------------------
+
+PEM_BODY = "\n".join("MIIEowIBAAKCAQEA7Vq3" + ("x9Lk2Qa7Pz" * 5) + f"{i:04d}" for i in range(20))
+PEM = f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----"
+
+
+def test_a_private_key_in_a_long_answer_never_reaches_any_file_or_block(memory_root, tmp_path):
+    """The summary is collapsed and cut to 600 characters; redaction ran after the cut and lost
+    the key's END line, so its base64 body was stored. Now the whole answer is redacted first."""
+    output = f"Rotated the deploy key. The old one was:\n{PEM}\nIt is revoked now.\n\nACCOMPLISHED:\n- rotated\nISSUES:\n- none\nNEXT:\n- none"
+    run = make_run("r-pem-1", "Rotate the deploy key", output=output,
+                   workflowName="deploy DB_PASSWORD=hunter2",
+                   workers=[{"agentId": "impl-1", "provider": "anthropic", "state": "done", "output": output,
+                             "model": "x api_key=sk-live-1234567890abcdefghij"}],
+                   lineage={"chatSessionId": "chat ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"})
+    res = cli("write", str(write_json(tmp_path / "pem.json", run)))
+    assert res.exit_code == 0, res.output
+    assert "redacted secrets before writing" in res.stderr
+    cli("search", "deploy key", "--cwd", "/home/dev/web")  # builds the cache and the index
+    block = json.loads(cli("inject", "deploy key", "--cwd", "/home/dev/web", "--json").stdout)["block"]
+    leaks = ["MIIEowIBAAKCAQEA", "x9Lk2Qa7Pz", "hunter2", "ghp_0123456789", "sk-live-1234567890"]
+    for path in memory_root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for leak in leaks:
+                assert leak.encode() not in data, f"{leak} in {path}"
+    assert not any(leak in block for leak in leaks)
+    res = cli("doctor", "--secrets", "--cwd", "/home/dev/web")
+    assert res.exit_code == 0, res.output
+
+
+def test_mark_detail_is_redacted(memory_root, tmp_path):
+    _base_store(tmp_path)
+    res = cli("mark", "login-flakes", "resolved", "--detail", "fixed with DB_PASSWORD=hunter2 in CI",
+              "--cwd", "/home/dev/web")
+    assert res.exit_code == 0, res.output
+    ledger = (memory_root / "web" / "issues.jsonl").read_text()
+    assert "hunter2" not in ledger and "[REDACTED:" in ledger
+
+
+def test_a_chat_session_id_must_be_one_safe_line(tmp_path):
+    for bad in ("chat\nINJECTED", "../../etc", "chat\x1b[2J"):
+        run = make_run("r-chat-1", "x", lineage={"chatSessionId": bad})
+        res = cli("write", str(write_json(tmp_path / "chat.json", run)))
+        assert res.exit_code == 1 and "chatSessionId" in res.stderr, (bad, res.output)
+        assert "\x1b" not in res.stderr and "\nINJECTED" not in res.stderr
