@@ -399,6 +399,7 @@ def issues_cmd(
     import time
 
     from .filters import IssueFilter, select_events, select_issues
+    from .snapshot import load_snapshot
 
     if events and all_issues:
         raise typer.BadParameter("--events lists every ledger event already; --all is for the issue view", param_hint="--all")
@@ -412,8 +413,9 @@ def issues_cmd(
                 named = IssueFilter.make(state=state).states
             except CybmemError as exc:
                 raise typer.BadParameter(str(exc), param_hint="--state") from None
-        ledger = [ev for ev in store.issue_events() if at is None or ev.at <= at]
-        titles = {k: v.title for k, v in store.issue_states().items()}
+        folded = load_snapshot(store).fold()
+        titles = dict(zip(folded.column("issueId").to_pylist(), folded.column("title").to_pylist()))
+        ledger = (ev for _, ev in store.iter_issue_events() if at is None or ev.at <= at)  # streamed
         page = select_events(ledger, since=lo, until=hi, events_named=named, grep=grep, titles=titles,
                              offset=offset, limit=limit)
         _warn(p.message for p in store.problems)
@@ -440,16 +442,13 @@ def issues_cmd(
         f = IssueFilter.make(state=state, since=lo, until=hi, grep=grep, window_days=window)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint="--state") from None
-    if at is None:
-        folded = store.issue_states().values()
-        now = int(time.time() * 1000)
-    else:
-        from .issues import fold
+    from .issues import states_from_table
 
-        folded = fold(ev for ev in store.issue_events() if ev.at <= at).values()
-        now = at
+    snap = load_snapshot(store)  # the fold is cached with the snapshot: a long ledger is not re-read
+    folded = states_from_table(snap.fold(at))
+    now = int(time.time() * 1000) if at is None else at
     page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit)
-    _warn(p.message for p in store.problems)
+    _warn(p.message for p in [*store.problems, *snap.problems])
     if ctx.json:
         _print_json([s.to_dict() for s in page.items])
         return
@@ -706,7 +705,7 @@ def mark_cmd(
     if event not in ("resolved", "wontfix", "reopened"):
         raise typer.BadParameter(f"{event!r} is not one of resolved, wontfix, reopened", param_hint="EVENT")
     store = ctx.store()
-    before = store.issue_states().get(issue_id)
+    before = store.issue_states_for([issue_id]).get(issue_id)
     written = store.mark_issue(issue_id, event, by=by or ctx.settings.run_id, detail=detail,
                                redact_secrets=ctx.settings.redact_secrets)
     if ctx.json:
@@ -1251,7 +1250,7 @@ def export_cmd(
 _FLEET_ACTIONS = ("search", "issues", "report")
 
 
-@command("fleet", project=False, memory=False)
+@command("fleet", project=False, memory=False, lean=False)
 def fleet_cmd(
     ctx: Ctx,
     action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],

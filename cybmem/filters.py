@@ -330,9 +330,12 @@ def select_events(events: Iterable[tuple[int, "IssueEvent"]] | Iterable["IssueEv
                   titles: dict[str, str] | None = None, offset: int = 0, limit: int | None = None) -> Page:
     """Ledger events in file order that pass: ``at`` in [since, until], the event is one of
     ``events_named``, ``grep`` in the title or detail (or the issue's folded title); one page."""
+    if offset < 0 or (limit is not None and limit < 0):
+        raise ValidationError("offset and limit must be 0 or more")
     needle = grep.casefold() if grep else None
     titles = titles or {}
-    kept = []
+    stop = None if not limit else offset + limit
+    kept, total = [], 0  # only the page is kept: a ledger can hold millions of events
     for ev in events:
         ev = ev[1] if isinstance(ev, tuple) else ev
         if since is not None and ev.at < since:
@@ -344,5 +347,7 @@ def select_events(events: Iterable[tuple[int, "IssueEvent"]] | Iterable["IssueEv
         if needle and not any(needle in (t or "").casefold()
                               for t in (ev.title, ev.detail, ev.issueId, titles.get(ev.issueId))):
             continue
-        kept.append(ev)
-    return Page(_page(kept, offset, limit), len(kept), offset, limit or None)
+        if total >= offset and (stop is None or total < stop):
+            kept.append(ev)
+        total += 1
+    return Page(kept, total, offset, limit or None)

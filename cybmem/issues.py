@@ -25,7 +25,7 @@ reader and reported once; a torn last line (no newline yet) is left for the next
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,8 @@ __all__ = [
     "IssueState",
     "event_from_dict",
     "parse_ledger",
+    "iter_ledger",
+    "states_from_table",
     "fold",
     "fold_into",
     "open_states",
@@ -101,8 +103,33 @@ def event_from_dict(d: Any) -> IssueEvent:
     return IssueEvent.from_dict(d)
 
 
+def iter_ledger(raw: bytes, problems: list[tuple[int, str]], *, first_line: int = 1) -> Iterator[tuple[int, IssueEvent]]:
+    """The events of the whole lines of ledger bytes, one at a time, in file order: a fold of a
+    ledger of millions of events never holds them all. Unreadable lines are appended to
+    ``problems`` as (line number, reason); a torn last line (no newline) is not read.
+
+    Args:
+        raw: bytes read from the ledger, starting at a line boundary.
+        problems: where skipped lines are reported.
+        first_line: the line number of the first line in ``raw``.
+    """
+    end = raw.rfind(b"\n") + 1
+    lineno, pos = first_line - 1, 0
+    while pos < end:
+        nl = raw.index(b"\n", pos)
+        lineno += 1
+        line = raw[pos:nl]
+        pos = nl + 1
+        if not line.strip():
+            continue
+        try:
+            yield lineno, event_from_dict(_io.loads(line))
+        except (ValueError, ValidationError) as exc:
+            problems.append((lineno, f"skipped unreadable ledger line ({exc})"))
+
+
 def parse_ledger(raw: bytes, *, first_line: int = 1) -> tuple[list[tuple[int, IssueEvent]], int, int, list[tuple[int, str]]]:
-    """Parse the whole lines of ledger bytes.
+    """Parse the whole lines of ledger bytes (:func:`iter_ledger`, collected).
 
     Args:
         raw: bytes read from the ledger, starting at a line boundary.
@@ -113,19 +140,10 @@ def parse_ledger(raw: bytes, *, first_line: int = 1) -> tuple[list[tuple[int, Is
         bytes consumed (up to and including the last newline: a torn last line is left for the
         next read); the number of whole lines consumed; (line number, reason) of lines skipped.
     """
-    end = raw.rfind(b"\n") + 1
-    events: list[tuple[int, IssueEvent]] = []
     problems: list[tuple[int, str]] = []
-    lineno = first_line - 1
-    for line in raw[:end].split(b"\n")[:-1]:
-        lineno += 1
-        if not line.strip():
-            continue
-        try:
-            events.append((lineno, event_from_dict(_io.loads(line))))
-        except (ValueError, ValidationError) as exc:
-            problems.append((lineno, f"skipped unreadable ledger line ({exc})"))
-    return events, end, lineno - first_line + 1, problems
+    events = list(iter_ledger(raw, problems, first_line=first_line))
+    end = raw.rfind(b"\n") + 1
+    return events, end, raw.count(b"\n", 0, end), problems
 
 
 def fold_into(states: dict[str, IssueState], ev: IssueEvent) -> IssueState:
@@ -159,6 +177,27 @@ def fold(events: Iterable[IssueEvent]) -> dict[str, IssueState]:
     for ev in events:
         fold_into(states, ev)
     return states
+
+
+def states_from_table(table: "pa.Table") -> list[IssueState]:
+    """The rows of a fold table (:func:`fold_table`) as IssueStates, in its order: the same
+    states :func:`fold` makes of the same events (``titled``, which only the write path reads,
+    is not kept by the table)."""
+    cols = {name: table.column(name).cast("int64").to_pylist() if name in _TIME_COLUMNS
+            else table.column(name).to_pylist() for name in table.column_names}
+    out = []
+    for i, iid in enumerate(cols["issueId"]):
+        title = cols["title"][i]
+        out.append(IssueState(
+            issueId=iid, title=title or iid, state=cols["state"][i], openedAt=cols["openedAt"][i],
+            openedBy=cols["openedBy"][i], lastAt=cols["lastAt"][i], lastBy=cols["lastBy"][i],
+            resolvedAt=cols["resolvedAt"][i], resolvedBy=cols["resolvedBy"][i],
+            reopenCount=cols["reopenCount"][i], events=cols["events"][i], detail=cols["detail"][i] or None,
+            titled=bool(title)))
+    return out
+
+
+_TIME_COLUMNS = ("openedAt", "lastAt", "resolvedAt")
 
 
 def open_states(states: Iterable[IssueState]) -> list[IssueState]:

@@ -306,7 +306,6 @@ def build_record(
     task = strip(run.task).strip()
     output = strip_memory(run.winner_output or "")
     trailer = parse_trailer(output)
-    open_now = {s.issueId: s for s in store.open_issues()}
     events: list[IssueEvent] = []
     issue_ids: list[str] = []
     for item in trailer.issues:
@@ -316,14 +315,16 @@ def build_record(
             issue_ids.append(iid)
             events.append(IssueEvent(issueId=iid, at=ended, event="opened", byRunId=rid, title=title, detail=detail or None))
     accomplished = list(trailer.accomplished)
+    # "resolved flaky-login-test" / "fixed: Flaky login test" closes an open issue: the ids an
+    # item can name, then the state of just those (a long ledger is not folded whole).
+    named: list[set[str]] = []
     for item in accomplished:
-        # "resolved flaky-login-test" / "fixed: Flaky login test" closes an open issue.
         m = _RESOLVE_VERB.match(item)
-        if not m:
-            continue
-        rest = item[m.end():]
-        candidates = {issue_slug(rest), issue_slug(split_issue(rest)[0])}
-        candidates |= {tok for tok in re.split(r"[\s,;]+", rest) if tok in open_now}
+        if m:
+            rest = item[m.end():]
+            named.append({issue_slug(rest), issue_slug(split_issue(rest)[0]), *re.split(r"[\s,;]+", rest)})
+    open_now = {k: v for k, v in store.issue_states_for(set().union(*named)).items() if v.is_open} if named else {}
+    for candidates in named:
         for iid in sorted(candidates & set(open_now)):
             if iid not in issue_ids:
                 events.append(IssueEvent(issueId=iid, at=ended, event="resolved", byRunId=rid, title=open_now[iid].title))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -27,7 +28,7 @@ from .errors import AmbiguousError, ConflictError, NotFoundError, StoreError, Va
 from .issues import IssueState
 from .outcome import head_line, shorten
 from .projects import select_project, validate_slug
-from .schema import IssueEvent, MemoryRecord, validate_run_id
+from .schema import ISSUE_ID_RE, IssueEvent, MemoryRecord, validate_run_id
 from .settings import Settings
 
 __all__ = ["MemoryStore", "ReadProblem", "MAX_RECORD_BYTES", "MAX_LEDGER_BYTES", "parse_record", "index_entry"]
@@ -181,10 +182,12 @@ def _read_ledger(path: Path) -> tuple[_LedgerView, bytes | None]:
             view.offset and (raw[: len(view.head)] != view.head or raw[view.offset - len(view.tail): view.offset] != view.tail)
         ):
             view = _LEDGERS[key] = _LedgerView(ino=st.st_ino)
-        fresh = raw[view.offset:]
-        events, consumed, lines, problems = issues.parse_ledger(fresh, first_line=view.lines + 1)
-        for _, ev in events:
-            issues.fold_into(view.folded, ev)
+        fresh = raw[view.offset:] if view.offset else raw
+        problems: list[tuple[int, str]] = []
+        for _, ev in issues.iter_ledger(fresh, problems, first_line=view.lines + 1):
+            issues.fold_into(view.folded, ev)  # streamed: the events are never all held
+        consumed = fresh.rfind(b"\n") + 1
+        lines = fresh.count(b"\n", 0, consumed)
         view.problems += [_ledger_problem(path, n, why) for n, why in problems]
         if consumed:
             done = view.offset + consumed
@@ -531,13 +534,14 @@ class MemoryStore:
             raw = _io.read_file(self.issues_path, limit=MAX_LEDGER_BYTES)
         except FileNotFoundError:
             return
-        events, consumed, lines, problems = issues.parse_ledger(raw)
+        problems: list[tuple[int, str]] = []
+        yield from issues.iter_ledger(raw, problems)
         for lineno, why in problems:
             self._problem(*_ledger_problem(self.issues_path, lineno, why))
+        consumed = raw.rfind(b"\n") + 1
         if raw[consumed:].strip():
-            self._problem(*_ledger_problem(self.issues_path, lines + 1, "skipped a torn last line (no newline; "
-                                           "a writer was interrupted); the next append starts a fresh line"))
-        yield from events
+            self._problem(*_ledger_problem(self.issues_path, raw.count(b"\n") + 1, "skipped a torn last line (no "
+                                           "newline; a writer was interrupted); the next append starts a fresh line"))
 
     def issue_events(self) -> list[IssueEvent]:
         """The ledger's events in file order (see :meth:`iter_issue_events`)."""
@@ -553,6 +557,35 @@ class MemoryStore:
                                            "skipped a torn last line (no newline; a writer was interrupted); "
                                            "the next append starts a fresh line"))
         return view
+
+    def issue_states_for(self, ids: Iterable[str]) -> dict[str, IssueState]:
+        """The fold of just these issues (ids the ledger never names are absent), reading only the
+        ledger lines that name one of them: what the write path needs of a ledger of millions
+        of events. A line is found by its ``"issueId":"<id>"`` pair as JSON writers put it."""
+        wanted = {i for i in ids if isinstance(i, str) and ISSUE_ID_RE.fullmatch(i)}
+        if not wanted:
+            return {}
+        try:
+            raw = _io.read_file(self.issues_path, limit=MAX_LEDGER_BYTES)
+        except FileNotFoundError:
+            return {}
+        end = raw.rfind(b"\n") + 1
+        alternatives = b"|".join(re.escape(i.encode()) for i in sorted(wanted, key=len, reverse=True))
+        pattern = re.compile(rb'"issueId"\s*:\s*"(?:' + alternatives + rb')"')
+        states: dict[str, IssueState] = {}
+        previous = -1
+        for m in pattern.finditer(raw, 0, end):
+            start = raw.rfind(b"\n", 0, m.start()) + 1
+            if start == previous:
+                continue
+            previous = start
+            try:
+                ev = issues.event_from_dict(_io.loads(raw[start:raw.index(b"\n", m.end())]))
+            except (ValueError, ValidationError):
+                continue  # an unreadable line: the full readers report it
+            if ev.issueId in wanted:
+                issues.fold_into(states, ev)
+        return states
 
     def issue_states(self) -> dict[str, IssueState]:
         """Current state of every issue (cybmem.issues' fold), in order of first appearance."""
@@ -588,7 +621,7 @@ class MemoryStore:
         """
         if event not in ("resolved", "wontfix", "reopened"):
             raise ValidationError(f"{event!r} is not one of resolved, wontfix, reopened")
-        states = self.issue_states()
+        states = self.issue_states_for([issue_id])
         if issue_id not in states:
             raise NotFoundError(f"no issue {issue_id!r} in project {self.slug}; see `cybmem issues --all`")
         if event == "reopened" and states[issue_id].is_open:
@@ -604,7 +637,7 @@ class MemoryStore:
     def _append_events_locked(self, events: list[IssueEvent], *, sync: bool = True) -> list[IssueEvent]:
         if not events:
             return []
-        states = {k: v.state for k, v in _read_ledger(self.issues_path)[0].folded.items()}
+        states = {k: v.state for k, v in self.issue_states_for(ev.issueId for ev in events).items()}
         written = []
         for ev in events:
             IssueEvent.from_dict(ev.to_dict())

@@ -313,3 +313,66 @@ def test_a_chat_session_id_must_be_one_safe_line(tmp_path):
         res = cli("write", str(write_json(tmp_path / "chat.json", run)))
         assert res.exit_code == 1 and "chatSessionId" in res.stderr, (bad, res.output)
         assert "\x1b" not in res.stderr and "\nINJECTED" not in res.stderr
+
+
+# --- 6. exit codes that tell the truth ----------------------------------------------------------
+
+
+def test_a_committed_write_exits_0_when_only_the_index_fails(memory_root, tmp_path):
+    """A symlinked .index.lock: the record and its events are committed, the derived index is
+    not; write says so in a warning, exits 0, and a retry is the append-only conflict."""
+    _base_store(tmp_path)
+    lock = memory_root / "web" / ".index.lock"
+    if lock.exists():
+        lock.unlink()
+    lock.symlink_to(tmp_path / "nowhere" / "lock")
+    run = make_run("r-idx-1", "Fix the login button", start=T0 + 60 * MIN,
+                   output="Done.\n\nACCOMPLISHED:\n- it\nISSUES:\n- Button flickers\nNEXT:\n- none")
+    res = cli("write", str(write_json(tmp_path / "idx.json", run)))
+    assert res.exit_code == 0, res.output
+    assert "warning:" in res.stderr and "Error" not in res.stderr
+    assert (memory_root / "web" / "records" / "r-idx-1.json").exists()
+    assert "button-flickers" in (memory_root / "web" / "issues.jsonl").read_text()
+    again = cli("write", str(tmp_path / "idx.json"))
+    assert again.exit_code == 1 and "already exists" in again.stderr
+    lock.unlink()
+    listed = json.loads(cli("list", "--json", "--cwd", "/home/dev/web").stdout)
+    assert {e["runId"] for e in listed} == {"r-base-1", "r-idx-1"}, "readers see the committed record"
+
+
+# --- 10. smaller ------------------------------------------------------------------------------
+
+
+def test_a_record_corrupted_after_it_was_indexed_is_dropped_with_a_warning(memory_root, tmp_path):
+    _base_store(tmp_path)
+    later = make_run("r-bad-1", "Fix the login footer", start=T0 + 60 * MIN)
+    assert cli("write", str(write_json(tmp_path / "2.json", later))).exit_code == 0
+    assert cli("list", "--cwd", "/home/dev/web").exit_code == 0  # indexed and cached
+    path = memory_root / "web" / "records" / "r-bad-1.json"
+    with open(path, "r+b") as fh:  # an in-place edit: same inode
+        fh.write(b"{ not json")
+    for args in (["list"], ["chain", "r-base-1"], ["search", "login"]):
+        res = cli(*args, "--cwd", "/home/dev/web")
+        assert res.exit_code == 0, (args, res.output)
+        assert "r-bad-1" not in res.stdout.replace("r-bad-1.json", ""), (args, res.stdout)
+        assert "r-bad-1.json" in res.stderr and "warning" in res.stderr, (args, res.stderr)
+
+
+def test_a_record_over_the_size_limit_is_skipped_by_every_reader(memory_root, tmp_path):
+    """A 65 MiB record another program wrote: list, search, inject and doctor agree to skip it."""
+    from cybmem.store import MAX_RECORD_BYTES
+
+    _base_store(tmp_path)
+    rec = json.loads((memory_root / "web" / "records" / "r-base-1.json").read_text())
+    rec.update(runId="r-big-1", task="Fix the login header", endedAt=rec["endedAt"] + 60 * MIN)
+    rec["outcome"]["summary"] = "login " * (MAX_RECORD_BYTES // 6 + 10)
+    (memory_root / "web" / "records" / "r-big-1.json").write_text(json.dumps(rec))
+    for args in (["list", "--json"], ["search", "login", "--json"], ["inject", "login", "--json"]):
+        res = cli(*args, "--cwd", "/home/dev/web")
+        assert res.exit_code == 0, (args, res.output)
+        data = json.loads(res.stdout)
+        ids = [e["runId"] for e in (data if args[0] == "list" else data["hits"] if args[0] == "search" else data["runs"])]
+        assert ids == ["r-base-1"], (args, ids)
+        assert "r-big-1.json" in res.stderr, (args, res.stderr)
+    res = cli("doctor", "--cwd", "/home/dev/web")
+    assert "r-big-1.json" in res.output

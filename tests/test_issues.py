@@ -76,6 +76,9 @@ def test_streaming_arrow_and_pandas_folds_agree(raw_lines):
     table = issues.events_table(parsed)
     arrow = _arrow_rows(issues.fold_table(table))
     assert arrow == python
+    folded = issues.fold(ev for _, ev in parsed)
+    back = issues.states_from_table(issues.fold_table(table))
+    assert back == list(folded.values()), "the table folds back to the same states"
     cols = ["issueId", "title", "state", "openedAt", "openedBy", "lastAt", "lastBy", "resolvedAt", "resolvedBy",
             "reopenCount", "events", "detail"]
     frame = issue_fold(table.to_pandas())
@@ -122,3 +125,17 @@ def test_store_snapshot_and_frame_show_the_same_titles(memory_root, title):
     assert snap.open_issues().column("title").to_pylist() == [st_.title] == ["Flaky X test"]
     assert issue_fold(issue_events_frame(snap))["title"].tolist() == ["Flaky X test"]
     assert snap.open_issues().column("openedBy").to_pylist() == [st_.openedBy] == ["r1"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines, st.sets(st.sampled_from(IDS + ["nowhere", "a.b", "x|y"]), max_size=4), st.booleans())
+def test_the_write_paths_partial_fold_is_the_full_fold_of_those_ids(tmp_path_factory, raw_lines, ids, compact):
+    """issue_states_for reads only the lines naming the ids, and folds them as the whole ledger would."""
+    root = tmp_path_factory.mktemp("ledger")
+    store = MemoryStore(root, "p")
+    store.dir.mkdir()
+    body = [json.dumps(json.loads(line), separators=(",", ":")).encode() if compact and line.startswith(b'{"issueId"')
+            else line for line in raw_lines]
+    store.issues_path.write_bytes(b"".join(line + b"\n" for line in body) + b'{"issueId": "a", "at": 1, "ev')
+    full = store.issue_states()
+    assert store.issue_states_for(ids) == {k: v for k, v in full.items() if k in ids}
