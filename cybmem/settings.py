@@ -13,10 +13,12 @@ from pathlib import Path
 
 from .errors import ValidationError
 
-__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_MAX_TOKENS"]
+__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_MAX_TOKENS", "DEFAULT_INDEX_CAP"]
 
 DEFAULT_TOPK = 3
 DEFAULT_MAX_TOKENS = 1500
+# index.json keeps this many entries; older ones collapse into archive-summary.md (seeds 3.5).
+DEFAULT_INDEX_CAP = 500
 
 _FALSE = {"0", "false", "no", "off"}
 
@@ -64,6 +66,7 @@ class Settings:
     model: str | None = None
     embeddings: str | None = None
     redact_secrets: bool = True
+    index_cap: int = DEFAULT_INDEX_CAP
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -89,6 +92,7 @@ class Settings:
             model=_none_if_empty(env.get("CYBERINE_MEMORY_MODEL")),
             embeddings=_none_if_empty(env.get("CYBERINE_MEMORY_EMBEDDINGS")),
             redact_secrets=_flag(env, "CYBERINE_MEMORY_REDACT", True),
+            index_cap=_int_env(env, "CYBERINE_MEMORY_INDEX_CAP", DEFAULT_INDEX_CAP, 0),
             env=env,
         )
 
