@@ -135,6 +135,7 @@ def inject_task(
         block, result = _build(store, task, settings, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
                                chat_session_id=chat_session_id, weights=weights)
         warnings += [p.message for p in store.problems]
+        warnings += result.warnings if result is not None else []  # e.g. the vector axis fell back
         return Injection(task, block, store.slug, warnings, result)
     except (CybmemError, OSError) as exc:
         if strict:

@@ -4,12 +4,17 @@ This is the read path production dispatch calls on every run (through :mod:`cybm
 load the project's snapshot (warm from the Arrow cache), score the records that can reach the
 top k exactly as scoring all of them would (:func:`_pool`), and return the hits with their
 per-axis contributions. Nothing here imports pandas.
+
+The vector axis (cosine with the query's embedding, cybmem.vectors) is on when the project has
+vectors for the configured embedding model and w_vec > 0; the query is embedded within
+CYBERINE_MEMORY_EMBED_TIMEOUT, and when that fails the other axes rank alone, with one warning.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.compute as pc
@@ -20,6 +25,9 @@ from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
 from .text import tokenize
 from .weights import Weights, weights_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .vectors import VectorQuery
 
 __all__ = ["Hit", "Ranked", "SearchResult", "dispatch_context", "rank_query", "search"]
 
@@ -63,12 +71,17 @@ class SearchResult:
     candidates: int
     context: LineageContext
     snapshot: Snapshot = field(repr=False)
+    warnings: list[str] = field(default_factory=list)  # e.g. the query could not be embedded
+    vector: bool = False  # the vector axis took part
 
     def to_dict(self, *, explain: bool = False) -> dict:
-        return {
+        out = {
             "query": self.query, "asOf": self.as_of, "now": self.now_ms, "candidates": self.candidates,
             "weights": self.weights.to_dict(), "hits": [h.to_dict(explain=explain) for h in self.hits],
         }
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
 
 
 def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | None) -> LineageContext:
@@ -86,11 +99,11 @@ def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat:
 
 
 def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int,
-          *, by_recency: bool = True) -> np.ndarray:
+          *, by_recency: bool = True, vec: np.ndarray | None = None) -> np.ndarray:
     """Row indices that can reach the top k, ascending; scoring only these is exact.
 
-    Every axis is non-negative. Records with a keyword score are all kept. A record
-    without one scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
+    Every axis is non-negative. Records with a keyword or a vector score are all kept. A record
+    with neither scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
     few levels (see scoring.lineage_affinity), so among records of one lineage level
     the newer always scores at least as high: only the k newest of each level can
     reach the top k. With recency off they tie, and the ranking breaks ties by the
@@ -99,6 +112,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     step = 4 * k + 64
     empty = np.zeros(0, np.int64)
     hot = empty if kw is None else np.flatnonzero(kw > 0)
+    if vec is not None:
+        hot = np.flatnonzero(vec > 0) if kw is None else np.flatnonzero((kw > 0) | (vec > 0))
     hot = hot[mask[hot]]
     order = snap.newest_first() if by_recency else None
 
@@ -122,6 +137,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
         ok = mask[chunk]
         if kw is not None:
             ok &= kw[chunk] <= 0
+        if vec is not None:
+            ok &= vec[chunk] <= 0
         if lin is not None:
             ok &= lin[chunk] <= 0
         chunk = chunk[ok][: k - got]
@@ -132,6 +149,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
         linked = linked[mask[linked]]
         if kw is not None:
             linked = linked[kw[linked] <= 0]
+        if vec is not None:
+            linked = linked[vec[linked] <= 0]
         if len(linked) <= step:
             picked.append(linked)
         else:
@@ -164,11 +183,18 @@ def rank_query(
     parent_run_id: str | None = None,
     chat_session_id: str | None = None,
     exclude: str | None = None,
+    vector: "VectorQuery | np.ndarray | None" = None,
 ) -> Ranked:
     """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
 
     Exactly the ranking of scoring every record (see :func:`_pool`); this is the part
     the latency benchmark compares with other BM25 engines' retrieval.
+
+    ``vector`` is the vector axis (used when ``weights.w_vec > 0``): the cosine of every row
+    with the query (a float32 array aligned with the rows), or a :class:`cybmem.vectors.VectorQuery`,
+    which computes it, exactly or by binary quantisation with exact rescoring of the nearest rows
+    plus every row the other axes can put in the top k. The ranking is exact for the cosine
+    values the axis gives.
     """
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
     mask = snap.candidates(as_of)
@@ -182,9 +208,14 @@ def rank_query(
     if weights.w_lin:
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
     idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
+    cos = None
+    if vector is not None and weights.w_vec > 0:
+        cos = vector if isinstance(vector, np.ndarray) else vector.cosine(rescore=idx)
+        # Rows with a vector score join the pool like keyword hits; the rest keep the rule above.
+        idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
-                   vector_cos=None, weights=weights, mask=mask[idx])
+                   vector_cos=sub(cos), weights=weights, mask=mask[idx])
     local = rank(scored, k)
     return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now)
 
@@ -201,6 +232,7 @@ def search(
     parent_run_id: str | None = None,
     chat_session_id: str | None = None,
     exclude: str | None = None,
+    query_vector: np.ndarray | None = None,
 ) -> SearchResult:
     """Score every record of a project against ``query`` and return the top ``k``.
 
@@ -215,18 +247,20 @@ def search(
         parent_run_id / chat_session_id: lineage of the run being dispatched (default:
             CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID from ``settings``).
         exclude: a run id never to return (e.g. the query's own run).
+        query_vector: the query's embedding, if already known (else it is embedded when the
+            vector axis is on: CYBERINE_MEMORY_EMBEDDINGS set, vectors stored, w_vec > 0).
 
     Returns:
-        A :class:`SearchResult` whose hits carry rank, score and per-axis contributions.
+        A :class:`SearchResult` whose hits carry rank, score and per-axis contributions, and a
+        warning when the vector axis had to be left out.
     """
     snap = store if isinstance(store, Snapshot) else load_snapshot(store)
     settings = settings or Settings.from_env()
-    if weights is None:
-        weights = weights_for(settings, snap.store).weights
+    weights, vector, warnings = _vector_axis(snap, query, settings, weights, query_vector)
     parent_run_id = parent_run_id or settings.parent_run_id
     chat_session_id = chat_session_id or settings.chat_session_id
     ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
-                        chat_session_id=chat_session_id, exclude=exclude)
+                        chat_session_id=chat_session_id, exclude=exclude, vector=vector)
     hits: list[Hit] = []
     rows = snap.rows(ranked.top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
     for pos, (local, row) in enumerate(zip(ranked.local, rows), 1):
@@ -237,4 +271,41 @@ def search(
             task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
-                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap)
+                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap,
+                        warnings=warnings, vector=vector is not None)
+
+
+def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weights | None,
+                 query_vector: np.ndarray | None) -> tuple[Weights, "VectorQuery | None", list[str]]:
+    """The weights to rank with and the vector axis (None: off), plus at most one warning.
+
+    Without CYBERINE_MEMORY_EMBEDDINGS nothing here touches embeddings.jsonl or the network.
+    """
+    loaded = None
+    if weights is None:
+        loaded = weights_for(settings, snap.store)
+        weights = loaded.weights
+    if not settings.env.get("CYBERINE_MEMORY_EMBEDDINGS", "").strip() or snap.store is None:
+        return weights, None, []
+    wanted = weights.w_vec > 0 or (loaded is not None and loaded.sources["w_vec"] == "default")
+    if not wanted:
+        return weights, None, []
+    from .vectors import VectorQuery, embed_config_of, load_index, query_vector as embed_query
+
+    config, problem = embed_config_of(settings)
+    if config is None:
+        return weights, None, [problem] if problem else []
+    index = load_index(snap, config.model)
+    if index is None:
+        return weights, None, []
+    if loaded is not None and loaded.sources["w_vec"] == "default":
+        weights = weights_for(settings, snap.store, vectors=True).weights
+    if weights.w_vec <= 0:
+        return weights, None, []
+    vec, problem = (query_vector, None) if query_vector is not None else embed_query(config, query)
+    if vec is None:
+        return weights, None, [problem] if problem else []
+    if np.asarray(vec).size != index.dims:
+        return weights, None, [f"vector axis skipped: the query vector has {np.asarray(vec).size} dimensions, the stored "
+                               f"{config.model} vectors {index.dims}; re-embed with `cybmem embed` after changing the model"]
+    return weights, VectorQuery(index, np.asarray(vec, dtype=np.float32)), []

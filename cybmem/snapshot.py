@@ -416,7 +416,9 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
     """
     if not use_cache:
         table, events, index, _bad, problems, _, _ = _build_full(store, _read_ledger_all(store))
-        return Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
+        snap = Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
+        snap._cache["uncached"] = True  # derived layers (cybmem.vectors) stay in memory too
+        return snap
     cache = _cache.cache_dir(store.dir)
     for attempt in range(3):
         try:
