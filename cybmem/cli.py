@@ -641,7 +641,7 @@ def embed_cmd(
         _print_json(result.to_dict())
         return
     if not result.embedded:
-        typer.echo(f"Nothing to embed: all {result.had} records of project {result.project} have a {result.model} vector"
+        typer.echo(f"Nothing to embed: all {result.had} records of project {result.project} already have a vector (model {result.model})"
                    + (f" ({result.empty} have no text)." if result.empty else "."))
         return
     typer.echo(f"Embedded {result.embedded} records of project {result.project} with {result.model} ({result.dims} dimensions) "

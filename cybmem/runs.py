@@ -15,6 +15,7 @@ record as the extractive path makes it and adds one line to ``WriteResult.warnin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -433,7 +434,7 @@ def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, se
                     "verdictSummary": rec.verdictSummary, "winnerOutput": run.winner_output, "workers": run.workers}
         out = remote.distill(config, run_view, rec.outcome.to_dict())
     except CybmemError as exc:
-        message = _one_line(exc)
+        message = _one_line(exc).removeprefix("distilled outcome: ")
         if "extractive outcome is kept" not in message:
             message += "; the extractive outcome is kept"
         warnings.append(f"outcome not distilled: {message}")
@@ -480,8 +481,10 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
         text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, titles))
         if text is None:
             return False
-        with remote.Embedder(config) as embedder:
-            vector = embedder.embed([text], timeout=config.write_timeout)[0]
+        # Off the dispatch path, but the run is over and its caller waits: two attempts of up to
+        # write_timeout each (a cold Ollama loads the model within the first).
+        with remote.Embedder(dataclasses.replace(config, attempts=min(config.attempts, 2))) as embedder:
+            vector = embedder.embed([text])[0]
         return store.append_embeddings([(rec.runId, config.model, vector)], since=since)[0] > 0
     except Exception as exc:  # noqa: BLE001 - the record is written; an optional layer never fails the write
         message = _one_line(exc) if isinstance(exc, (CybmemError, OSError)) else f"unexpected {type(exc).__name__}: {_one_line(exc)}"

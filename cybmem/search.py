@@ -192,9 +192,9 @@ def rank_query(
 
     ``vector`` is the vector axis (used when ``weights.w_vec > 0``): the cosine of every row
     with the query (a float32 array aligned with the rows), or a :class:`cybmem.vectors.VectorQuery`,
-    which computes it, exactly or by binary quantisation with exact rescoring of the nearest rows
-    plus every row the other axes can put in the top k. The ranking is exact for the cosine
-    values the axis gives.
+    which computes it by one mat-vec or, on a large index, by binary quantisation with exact
+    rescoring of the nearest rows and of every row the other axes could still lift into the top
+    k (:meth:`~cybmem.vectors.VectorQuery.axis`). Either way the top k is that of exact cosines.
     """
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
     mask = snap.candidates(as_of)
@@ -210,7 +210,14 @@ def rank_query(
     idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
     cos = None
     if vector is not None and weights.w_vec > 0:
-        cos = vector if isinstance(vector, np.ndarray) else vector.cosine(rescore=idx)
+        if isinstance(vector, np.ndarray):
+            cos = vector
+        else:
+            def partial() -> np.ndarray:  # every row on the other axes (the bound of a binary axis)
+                return score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
+                             weights=weights, mask=mask).total
+
+            cos = vector.axis(partial, mask, weights.w_vec, k)
         # Rows with a vector score join the pool like keyword hits; the rest keep the rule above.
         idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731

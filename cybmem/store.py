@@ -472,17 +472,17 @@ class MemoryStore:
         """(runId, endedAt, supersedes, supersededBy) of the records that carry a link (archived ones too)."""
         return [link for link in self.link_rows()[0] if link[2] or link[3]]
 
-    def link_rows(self) -> tuple[list[supersession.Link], dict[str, int]]:
+    def link_rows(self, _index: tuple | None = None) -> tuple[list[supersession.Link], dict[str, int]]:
         """(runId, endedAt, supersedes, supersededBy) of every indexed and archived record, and the
         endedAt of each (no archived record file is read)."""
-        entries, _, archived = self._current_index()
+        entries, _, archived = _index or self._current_index()
         rows = [(e["runId"], e["endedAt"], e.get("supersedes"), e.get("supersededBy")) for e in entries]
         rows += [(rid, a[0], a[2], a[3]) for rid, a in archived.items()]
         return rows, {rid: ended for rid, ended, _, _ in rows}
 
-    def superseded_map(self) -> dict[str, str]:
+    def superseded_map(self, _index: tuple | None = None) -> dict[str, str]:
         """superseded runId -> the runId that directly corrects it (cybmem.supersession's rule)."""
-        rows, ended = self.link_rows()
+        rows, ended = self.link_rows(_index)
         return supersession.resolve([r for r in rows if r[2] or r[3]], ended)
 
     def listed(self, *, state: str | None = None, limit: int | None = None) -> list[dict]:
@@ -492,9 +492,10 @@ class MemoryStore:
         ``supersededBy`` is the correction that rule found (a link to a missing run is dropped).
         Archived records are read only as far as ``limit`` needs them.
         """
-        mapping = self.superseded_map()
+        index = self._current_index()
+        mapping = self.superseded_map(index)
         out = []
-        for e in self._entries_newest_first():
+        for e in self._entries_newest_first(index):
             if state and e["state"] != state:
                 continue
             item = {k: v for k, v in e.items() if k not in ("inode", "supersededBy")}
@@ -722,12 +723,17 @@ class MemoryStore:
                     break
         archived: dict[str, tuple] = {}
         if ok:
-            for row in rows:
-                if (type(row) is not list or len(row) not in (3, 5) or type(row[0]) is not str or type(row[1]) is not int
-                        or type(row[2]) is not int or not all(x is None or type(x) is str for x in row[3:])):
+            for row in rows:  # a hot loop at 100k archived runs: the cheapest checks first
+                if type(row) is not list or type(row[0]) is not str or type(row[1]) is not int or type(row[2]) is not int:
                     ok = False
                     break
-                archived[row[0]] = (row[1], row[2], *(row[3:] if len(row) == 5 else (None, None)))
+                if len(row) == 3:
+                    archived[row[0]] = (row[1], row[2], None, None)
+                elif len(row) == 5 and (row[3] is None or type(row[3]) is str) and (row[4] is None or type(row[4]) is str):
+                    archived[row[0]] = (row[1], row[2], row[3], row[4])
+                else:
+                    ok = False
+                    break
         if not ok:
             self._problem(str(self.index_path), "index.json is damaged; run `cybmem rebuild` (or `cybmem doctor --repair`)")
             return None
@@ -762,18 +768,22 @@ class MemoryStore:
         for rid in [r for r in skipped if r + ".json" not in listing]:
             del skipped[rid]
             changed = True
-        for rid, row in list(archived.items()):
-            ino = listing.get(rid + ".json")
-            if ino == row[1] and rid not in by_id:
-                continue
+        # Archived runs whose file vanished or was replaced, by set operations (100k archived runs
+        # must not cost a Python loop on every read).
+        names = [rid + ".json" for rid in archived]
+        inodes = list(map(listing.get, names))
+        moved = {rid for rid, row, ino in zip(archived, archived.values(), inodes) if ino != row[1]}
+        moved |= archived.keys() & by_id.keys()
+        for rid in moved:
             changed = True
             del archived[rid]
-            if ino is None or rid in by_id:
+            if rid + ".json" not in listing or rid in by_id:
                 continue  # vanished (or listed twice by a hand-edited index: the entry wins)
             # Replaced (a correction added supersededBy): it stays archived with its new links.
             for e in self._project([rid + ".json"], skipped):
                 archived[rid] = _archived_row(e)
-        new = sorted(n for n in listing if n[:-5] not in by_id and n[:-5] not in skipped and n[:-5] not in archived)
+        known = set(names) | {rid + ".json" for rid in by_id} | {rid + ".json" for rid in skipped}
+        new = sorted(listing.keys() - known - {rid + ".json" for rid in archived})
         if not new and not changed:
             return entries, skipped, archived, False
         for e in self._project(new, skipped):
@@ -810,10 +820,21 @@ class MemoryStore:
         archived = self._current_index()[2]
         return [rid for rid, _ in sorted(archived.items(), key=lambda kv: (kv[1][0], kv[0]), reverse=True)]
 
-    def _entries_newest_first(self) -> Iterator[dict]:
-        """Every record's index entry, newest first; archived records are read from records/ lazily."""
-        entries, _, archived = self._current_index()
-        keys = [((e["endedAt"], e["runId"]), e) for e in entries]
+    def _entries_newest_first(self, _index: tuple | None = None) -> Iterator[dict]:
+        """Every record's index entry, newest first; archived records are read from records/ lazily.
+
+        Entries newer than every archived run (the usual case: compaction archives the oldest)
+        come first without sorting the archived ones, so a short listing reads nothing more.
+        """
+        entries, _, archived = _index or self._current_index()
+        newest = max(((row[0], rid) for rid, row in archived.items()), default=None)
+        i = 0
+        while i < len(entries) and (newest is None or (entries[i]["endedAt"], entries[i]["runId"]) > newest):
+            yield entries[i]
+            i += 1
+        if newest is None:
+            return
+        keys = [((e["endedAt"], e["runId"]), e) for e in entries[i:]]
         keys += [((row[0], rid), None) for rid, row in archived.items()]
         keys.sort(key=lambda kv: kv[0], reverse=True)
         for (_, rid), entry in keys:

@@ -164,23 +164,28 @@ class VectorIndex:
         np.clip(out, 0.0, 1.0, out=out)
         return out
 
+    _CHUNK = 16384  # rows per pass of the Hamming loop: its three work arrays stay in the L2 cache
+
     def hamming(self, q: np.ndarray) -> np.ndarray:
-        """Hamming distance between the sign bits of ``q`` and of every row (uint16; rows without a vector: 0xFFFF)."""
+        """Hamming distance between the sign bits of ``q`` and of every row (uint16; rows without a vector: dims + 1)."""
         qc = sign_codes(self._check(q))[0]
         out = np.empty(self.n, dtype=np.uint16)
+        step = self._CHUNK
+        tmp = np.empty(step, dtype=np.uint64)
+        cnt = np.empty(step, dtype=np.uint8)
         for b, ct in zip(self.blocks, self._codes_t()):
             rows = b.stop - b.start
-            acc = out[b.start:b.stop]
-            acc[:] = 0
-            tmp = np.empty(rows, dtype=np.uint64)
-            cnt = np.empty(rows, dtype=np.uint8)
-            for w in range(ct.shape[0]):
-                np.bitwise_xor(ct[w], qc[w], out=tmp)
-                np.bitwise_count(tmp, out=cnt)
-                np.add(acc, cnt, out=acc)
+            for lo in range(0, rows, step):
+                hi = min(lo + step, rows)
+                acc, t, c = out[b.start + lo:b.start + hi], tmp[:hi - lo], cnt[:hi - lo]
+                acc[:] = 0
+                for w in range(ct.shape[0]):
+                    np.bitwise_xor(ct[w, lo:hi], qc[w], out=t)
+                    np.bitwise_count(t, out=c)
+                    np.add(acc, c, out=acc)
         if "missing" not in self._cache:
             self._cache["missing"] = np.flatnonzero(~self.has)
-        out[self._cache["missing"]] = 0xFFFF
+        out[self._cache["missing"]] = self.dims + 1
         return out
 
     def nearest(self, q: np.ndarray, m: int) -> np.ndarray:
@@ -191,12 +196,17 @@ class VectorIndex:
         """
         h = self.hamming(q)
         m = min(m, self.count)
-        counts = np.bincount(h, minlength=self.dims + 2)[: self.dims + 1]
-        cut = int(np.searchsorted(np.cumsum(counts), m))
-        below = np.flatnonzero(h < cut)
-        at = np.flatnonzero(h == cut)
-        need = m - len(below)
-        return np.union1d(below, at[len(at) - need:]) if need > 0 else below
+        if m <= 0:
+            return np.zeros(0, dtype=np.int64)
+        cut = int(np.searchsorted(np.cumsum(np.bincount(h, minlength=self.dims + 2)), m))
+        rows = np.flatnonzero(h <= cut)
+        extra = len(rows) - m
+        if extra > 0:  # ties at the cut: drop the lowest (oldest) rows among them
+            at = np.flatnonzero(h[rows] == cut)
+            keep = np.ones(len(rows), dtype=bool)
+            keep[at[:extra]] = False
+            rows = rows[keep]
+        return rows
 
     def rescored(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Exact cosine of some rows (ascending row indices), clipped to [0, 1]."""
@@ -254,9 +264,51 @@ class VectorQuery:
     index: VectorIndex
     vector: np.ndarray
     method: str = "auto"
+    candidates: int | None = None  # rows taken by Hamming distance (default rescore_count)
+    stats: dict = field(default_factory=dict, repr=False)  # what the last axis() did
 
     def cosine(self, rescore: np.ndarray | None = None) -> np.ndarray:
-        return self.index.cosine(self.vector, rescore=rescore, method=self.method)
+        """The axis by :meth:`VectorIndex.cosine` (binary: an approximation, rows not rescored score 0)."""
+        return self.index.cosine(self.vector, rescore=rescore, method=self.method, candidates=self.candidates)
+
+    def axis(self, partial, mask: np.ndarray, w_vec: float, k: int) -> np.ndarray:
+        """The vector axis for a top-``k`` ranking, exact whatever the method.
+
+        Exact method: one mat-vec. Binary: the ``candidates`` rows nearest by Hamming distance
+        are rescored exactly, which gives T, the k-th best total among them. A row whose score
+        on the other axes (``partial()``, the dense float32 totals without this axis) is below
+        ``T - w_vec`` cannot reach the top k whatever its cosine (cosine <= 1), so only the rows
+        at or above that bound are rescored too; the others score 0 on this axis and stay out of
+        the top k as they would with their exact cosine. When the bound lets in more than a
+        quarter of the rows, the exact mat-vec is cheaper and is used.
+        """
+        index = self.index
+        method = self.method
+        if method == "auto":
+            method = "exact" if index.count * index.dims <= EXACT_MAX_FLOATS else "binary"
+        if method == "exact":
+            self.stats = {"method": "exact", "rescored": index.count}
+            return index.exact(self.vector)
+        near = index.nearest(self.vector, self.candidates or rescore_count(index.count))
+        near = near[mask[near]]
+        p = np.where(mask, partial(), np.float32(-np.inf)).astype(np.float32, copy=False)
+        out = np.zeros(index.n, dtype=np.float32)
+        out[near] = index.rescored(self.vector, near)
+        totals = p[near] + out[near] * np.float32(w_vec)
+        if len(totals) >= k:
+            t = np.partition(totals, len(totals) - k)[len(totals) - k]
+            bound = np.float32(t) - np.float32(w_vec) - np.float32(1e-5)  # margin for float32 rounding
+            extra = np.flatnonzero(p >= bound)
+        else:
+            extra = np.flatnonzero(mask)
+        extra = extra[index.has[extra]]
+        if len(extra) > index.n // 4:
+            self.stats = {"method": "exact (the bound let in too many rows)", "rescored": index.count}
+            return index.exact(self.vector)
+        extra = np.setdiff1d(extra, near, assume_unique=True)
+        out[extra] = index.rescored(self.vector, extra)
+        self.stats = {"method": "binary", "nearest": len(near), "bound": len(extra), "rescored": len(near) + len(extra)}
+        return out
 
 
 # --- parsing embeddings.jsonl ----------------------------------------------------------------
@@ -700,15 +752,15 @@ def embed_config_of(settings: Settings):
 def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
     """Embed a dispatch-time query within the short query timeout; (vector, None) or (None, warning).
 
-    Retries inside that budget back off briefly (50 ms): a dispatch waits for this call, and a
-    stopped server refuses at once.
+    Retries inside that budget back off briefly (20 ms, then 40): a dispatch waits for this
+    call, and a stopped server refuses at once.
     """
     from .remote import Embedder
 
     clipped = embedding_text(text)
     if clipped is None:
         return None, None
-    quick = dataclasses.replace(config, backoff=min(config.backoff, 0.05))
+    quick = dataclasses.replace(config, backoff=min(config.backoff, 0.02))
     try:
         with Embedder(quick) as embedder:
             return embedder.embed_query(clipped), None

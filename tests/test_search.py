@@ -266,15 +266,15 @@ class _Recorded:
     def __init__(self, query):
         self.query, self.cos = query, None
 
-    def cosine(self, rescore=None):
-        self.cos = self.query.cosine(rescore=rescore)
+    def axis(self, partial, mask, w_vec, k):
+        self.cos = self.query.axis(partial, mask, w_vec, k)
         return self.cos
 
 
 @pytest.mark.parametrize("weights", [Weights(w_vec=0.3), Weights(w_kw=0, w_rec=0.5, w_lin=0.2, w_vec=1),
                                      Weights(w_kw=0.2, w_rec=0, w_lin=0.3, w_vec=0.5), Weights(w_kw=0.9, w_rec=0.1, w_lin=0, w_vec=0.05)])
-@pytest.mark.parametrize("method", ["exact", "binary"])
-def test_pool_ranks_exactly_with_a_vector_axis(weights, method):
+@pytest.mark.parametrize("method, candidates", [("exact", None), ("binary", None), ("binary", 12)])
+def test_pool_ranks_exactly_with_a_vector_axis(weights, method, candidates):
     import numpy as np
 
     from cybmem.scoring import lineage_affinity, rank, score
@@ -292,7 +292,7 @@ def test_pool_ranks_exactly_with_a_vector_axis(weights, method):
     for query in ("cart drawer", "zzz nothing matches", "teardown order fixture"):
         for parent in (None, "r02100"):
             qvec = rng.standard_normal(24).astype(np.float32)
-            axis = _Recorded(VectorQuery(index, qvec, method))
+            axis = _Recorded(VectorQuery(index, qvec, method, candidates))
             ranked = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent, vector=axis)
             mask = snap.candidates(None)
             ctx = dispatch_context(snap, mask, parent, None)
@@ -302,9 +302,9 @@ def test_pool_ranks_exactly_with_a_vector_axis(weights, method):
             dense = score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=axis.cos,
                           weights=weights, mask=mask)
             assert ranked.top == rank(dense, 10), (query, parent)
-            plain = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent, vector=axis.cos)
-            assert plain.top == ranked.top, "a precomputed cosine array ranks the same"
-            if method == "binary":
-                assert (axis.cos > 0).sum() < 0.5 * snap.n, "only the nearest rows and the pool are rescored"
-                exact = index.exact(qvec)
-                assert np.allclose(axis.cos[axis.cos > 0], exact[axis.cos > 0], atol=1e-6)
+            exact = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent, vector=index.exact(qvec))
+            assert ranked.top == exact.top, "binary quantisation with the bound ranks as exact cosines do"
+            if method == "binary" and axis.query.stats["method"] == "binary":
+                assert axis.query.stats["rescored"] < snap.n, "fewer rows than the mat-vec"
+                scored = axis.cos > 0
+                assert np.allclose(axis.cos[scored], index.exact(qvec)[scored], atol=1e-6)
