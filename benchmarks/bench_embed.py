@@ -10,7 +10,7 @@
    1,000 of the same texts (a seeded random sample) in-process, so the ratio is what HTTP, JSON,
    the write path and the lock cost. ``--reuse`` keeps the vectors of an earlier run (no throughput then).
 2. Quality. Every judged query of ``qrels.jsonl`` (merged per queryRunId) is replayed as of its
-   moment through ``cybmem.search.search`` (only runs ended by then, its own run excluded,
+   moment through ``cybmem.retrieval.search`` (only runs ended by then, its own run excluded,
    recency from then), with the query embedded once through the server; MRR@10, recall@10 and
    nDCG@10 without the vector axis (the default weights) and with it, over a sweep of w_vec on
    top of the default weights, and the vector axis alone. The best w_vec of the sweep is the
@@ -53,7 +53,7 @@ import _corpus  # noqa: E402
 from cybmem.embeddings import embedding_text  # noqa: E402
 from cybmem.judgments import metric_at_k  # noqa: E402
 from cybmem.remote import Embedder, embed_config  # noqa: E402
-from cybmem.search import rank_query, search  # noqa: E402
+from cybmem.retrieval import rank_query, search  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
 from cybmem.snapshot import load_snapshot  # noqa: E402
 from cybmem.store import MemoryStore  # noqa: E402
@@ -134,12 +134,12 @@ def corpus_copy(reuse: bool) -> tuple[Path, Path]:
 def baseline_texts(store: MemoryStore) -> list[str]:
     """1,000 of the texts the backfill embeds (seeded random sample)."""
     from cybmem.columns import keyword_texts
-    from cybmem.snapshot import titles_of
+    from cybmem.snapshot import issue_texts
 
     snap = load_snapshot(store)
     rows = np.random.default_rng(0).choice(snap.n, size=min(1000, snap.n), replace=False)
     sample = snap.records.take(pa.array(np.sort(rows)))
-    return [t for t in (embedding_text(x) for x in keyword_texts(sample, titles_of(snap.events))) if t]
+    return [t for t in (embedding_text(x) for x in keyword_texts(sample, issue_texts(snap.events))) if t]
 
 
 def quality(snap, settings: Settings, qrels: list[dict], qvecs: dict[str, np.ndarray]) -> dict:

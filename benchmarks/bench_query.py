@@ -3,9 +3,8 @@
 Usage:
     python benchmarks/bench_query.py                      # sizes 7761,100000,1000000
     python benchmarks/bench_query.py --sizes 7761,100000 --queries 200 --json out.json
-    python benchmarks/bench_query.py --quality            # MRR@10 / recall@10 on the qrels
 
-Documents are the pytest corpus records (task + outcome text, cybmem.scoring.tokenize);
+Documents are the pytest corpus records (task + outcome text, cybmem.text.tokenize);
 100k and 1M are replicated copies (benchmarks/_corpus.replicate_columns). Every system gets
 the same token lists. Queries: 3-8 consecutive distinct tokens of deterministically drawn
 records. Each call is timed alone (perf_counter_ns) after a warm-up, systems round-robin per
@@ -13,7 +12,7 @@ query so a busy shared machine slows them alike; medians and p90s.
 
 Systems:
   cybmem-kw     KeywordIndex.scores + top_k(10)
-  cybmem-full   the production ranking, cybmem.search.rank_query: tokenize the query, BM25 over the
+  cybmem-full   the production ranking, cybmem.retrieval.rank_query: tokenize the query, BM25 over the
                 postings, lineage, then keyword + recency + lineage scored exactly over the pool
                 that can reach the top 10 (records with a keyword or lineage score + the 10
                 newest others), top 10
@@ -43,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus as C  # noqa: E402
 
-from cybmem import scoring as S  # noqa: E402
+from cybmem import bm25, scoring as S, text, weights as W  # noqa: E402
 
 K = 10
 
@@ -105,14 +104,14 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     cols = C.replicate_columns(base_recs, n)
     docs = [base_tokens[i] for i in cols["source"].tolist()]
     run_ids, parents, roots, chats, ended = _lineage_columns(cols)
-    lookup = S.RunLookup.build(run_ids)
+    lookup = bm25.RunLookup.build(run_ids)
     print(f"prepare (replicate + columns + RunLookup): {time.perf_counter() - t0:.1f}s", flush=True)
     res: dict = {"n_docs": n}
 
     # ---- cybmem build / IPC round trip / refresh -------------------------------------
     gc.collect()
     t0 = time.perf_counter()
-    idx = S.KeywordIndex.build(docs)
+    idx = bm25.KeywordIndex.build(docs)
     build_s = time.perf_counter() - t0
     res["cybmem_build_s"] = build_s
     print(f"cybmem build: {build_s:.2f}s ({idx!r})", flush=True)
@@ -128,7 +127,7 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     for _ in range(7):
         t0 = time.perf_counter_ns()
         mm = pa.memory_map(str(path), "r")
-        loaded = S.KeywordIndex.from_arrow(pa.ipc.open_file(mm).read_all())
+        loaded = bm25.KeywordIndex.from_arrow(pa.ipc.open_file(mm).read_all())
         loads.append(time.perf_counter_ns() - t0)
     res["cybmem_ipc_load_ms"] = float(np.median(loads)) / 1e6
     res["ipc_file_mb"] = path.stat().st_size / 2**20
@@ -157,7 +156,7 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     del ext
 
     # ---- systems under test ----------------------------------------------------------------
-    weights = S.Weights()
+    weights = W.Weights()
     now = int(ended.max()) + 3_600_000
     # the new run: dispatched by the second-newest run, after the newest one
     ctx = S.LineageContext(parent_run_id=cols["runId"][-2], previous_run_id=cols["runId"][-1],
@@ -167,8 +166,8 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     def cyb_kw(q):
         return S.top_k(idx.scores(q), K)
 
-    from cybmem.frames import Snapshot
-    from cybmem.search import rank_query
+    from cybmem.snapshot import Snapshot
+    from cybmem.retrieval import rank_query
 
     nulls = pa.nulls(n, pa.string())
     table = pa.table({
@@ -259,117 +258,24 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     path.unlink(missing_ok=True)
 
 
-# ---- retrieval quality on the qrels -----------------------------------------------------
-
-def _suffix_strip(tokens: list[str]) -> list[str]:
-    """The tiny stemmer that was tried and rejected (see cybmem.scoring's docstring)."""
-    out = []
-    for x in tokens:
-        if len(x) > 4 and x.endswith("ies"):
-            x = x[:-3] + "y"
-        elif len(x) > 5 and x.endswith("ing"):
-            x = x[:-3]
-        elif len(x) > 4 and x.endswith("ed"):
-            x = x[:-2]
-        elif len(x) > 3 and x.endswith("es"):
-            x = x[:-2]
-        elif len(x) > 3 and x.endswith("s") and not x.endswith("ss"):
-            x = x[:-1]
-        out.append(x)
-    return out
-
-
-def quality(k: int = 10, stem: bool = False) -> dict:
-    """MRR@k / recall@k on the full corpus qrels for default weights vs single axes.
-
-    Per query: candidates = records with endedAt <= asOf minus the query run; the index is
-    built over the record prefix that holds them (idf as of then); lineage context = the
-    query run's previousRunId and rootRunId. Its parentRunId is NOT used: by construction
-    it is one of the judged-relevant runs.
-    """
-    root = C.ensure_corpus()
-    recs = C.load_records(root)
-    qrels = C.load_qrels(root)
-    tok = (lambda t: _suffix_strip(S.tokenize(t))) if stem else S.tokenize
-    toks = [tok(C.record_text(r)) for r in recs]
-    ids = np.array([r["runId"] for r in recs], dtype=object)
-    ended = np.array([r["endedAt"] for r in recs], dtype=np.int64)
-    parents = np.array([(r["lineage"] or {}).get("parentRunId") for r in recs], dtype=object)
-    roots = np.array([(r["lineage"] or {}).get("rootRunId") for r in recs], dtype=object)
-    chats = np.array([(r["lineage"] or {}).get("chatSessionId") for r in recs], dtype=object)
-    pos = {r: i for i, r in enumerate(ids)}
-    prepared = []
-    for q in qrels:
-        qi = pos[q["queryRunId"]]
-        cand = ended <= q["asOf"]
-        cand[qi] = False
-        rel = {pos[r] for r in q["relevant"] if r in pos and cand[pos[r]]}
-        if not rel:
-            continue
-        m = int(np.flatnonzero(cand).max()) + 1
-        raw = S.KeywordIndex.build(toks[:m]).scores(tok(q["query"]))
-        lin = recs[qi]["lineage"] or {}
-        ctx = S.LineageContext(previous_run_id=lin.get("previousRunId"), root_run_id=lin.get("rootRunId"))
-        la = S.lineage_affinity(ids[:m], parents[:m], None, roots[:m], chats[:m], ctx)
-        prepared.append((raw, ended[:m], q["asOf"], la, cand[:m], rel))
-
-    def metrics(w: S.Weights) -> tuple[float, float]:
-        mrr = rec = 0.0
-        for raw, e, now, la, mask, rel in prepared:
-            top = S.rank(S.score(keyword_raw=raw, ended_at_ms=e, now_ms=now, lineage=la,
-                                 vector_cos=None, weights=w, mask=mask), k)
-            mrr += next((1.0 / (r + 1) for r, i in enumerate(top) if i in rel), 0.0)
-            rec += len(rel.intersection(top)) / len(rel)
-        return mrr / len(prepared), rec / len(prepared)
-
-    configs = {
-        "defaults": S.Weights(),
-        "bm25-only": S.Weights(w_kw=1, w_rec=0, w_lin=0),
-        "recency-only": S.Weights(w_kw=0, w_rec=1, w_lin=0),
-        "kw+lineage": S.Weights(w_kw=0.85, w_rec=0, w_lin=0.15),
-    }
-    out = {"queries": len(prepared)}
-    print(f"qrels: {len(prepared)} queries (merged per queryRunId, judged runs after asOf dropped)"
-          + (", tokens suffix-stripped" if stem else ""))
-    print(f"{'weights':<14}{'MRR@10':>8}{'R@10':>8}")
-    for name, w in configs.items():
-        mrr, rec = metrics(w)
-        out[name] = {"mrr@10": mrr, "recall@10": rec, "weights": w.to_dict()}
-        print(f"{name:<14}{mrr:>8.3f}{rec:>8.3f}")
-    print("grid (w_kw = 1 - w_rec - 0.15, w_lin = 0.15):")
-    for hl in (7.0, 14.0, 30.0, 60.0, 120.0):
-        cells = []
-        for wr in (0.1, 0.25, 0.4, 0.55, 0.7):
-            mrr, _ = metrics(S.Weights(w_kw=max(0.0, 0.85 - wr), w_rec=wr, w_lin=0.15, half_life_days=hl))
-            cells.append(f"rec={wr:.2f}:{mrr:.3f}")
-        print(f"  half_life={hl:>5.0f}d  " + "  ".join(cells))
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="7761,100000,1000000")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--json", type=Path, default=None, help="write results here")
-    ap.add_argument("--quality", action="store_true", help="only measure MRR@10 / recall@10 on the qrels")
     ap.add_argument("--skip-bm25s", action="store_true")
     ap.add_argument("--skip-rank-bm25", action="store_true")
     args = ap.parse_args(argv)
     out: dict = {"python": sys.version.split()[0], "numpy": np.__version__, "pyarrow": pa.__version__}
-    if args.quality:
-        out["quality"] = quality()
-        print()
-        out["quality_suffix_strip"] = quality(stem=True)
-    else:
-        t0 = time.perf_counter()
-        root = C.ensure_corpus()
-        base_recs = C.load_records(root)
-        base_tokens = S.tokenize_many(C.record_text(r) for r in base_recs)
-        print(f"corpus: {len(base_recs)} records, tokenized in {time.perf_counter() - t0:.1f}s "
-              f"({sum(map(len, base_tokens)) / len(base_tokens):.1f} tokens/doc)")
-        for n in (int(x) for x in args.sizes.split(",") if x.strip()):
-            bench_size(n, base_recs, base_tokens, args, out)
-            gc.collect()
+    t0 = time.perf_counter()
+    root = C.ensure_corpus()
+    base_recs = C.load_records(root)
+    base_tokens = text.tokenize_many(C.record_text(r) for r in base_recs)
+    print(f"corpus: {len(base_recs)} records, tokenized in {time.perf_counter() - t0:.1f}s "
+          f"({sum(map(len, base_tokens)) / len(base_tokens):.1f} tokens/doc)")
+    for n in (int(x) for x in args.sizes.split(",") if x.strip()):
+        bench_size(n, base_recs, base_tokens, args, out)
+        gc.collect()
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
         print(f"wrote {args.json}")

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _corpus as C  # noqa: E402
 
 from cybmem import tuning as T  # noqa: E402
-from cybmem.frames import load_snapshot  # noqa: E402
-from cybmem.scoring import Weights  # noqa: E402
+from cybmem.snapshot import load_snapshot  # noqa: E402
+from cybmem.weights import Weights  # noqa: E402
 from cybmem.store import MemoryStore  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

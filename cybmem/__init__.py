@@ -46,7 +46,7 @@ _LAZY = {
     # retrieval and dispatch
     "Weights": "weights",
     "weights_for": "weights",
-    "search": "search",
+    "search": "retrieval",
     "inject_task": "dispatch",
     "memory_block": "dispatch",
     "strip": "preamble",
@@ -54,7 +54,7 @@ _LAZY = {
     "Judgment": "judgments",
     "load_judgments": "judgments",
     "tune": "tuning",
-    "doctor": "doctor",
+    "doctor": "checks",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

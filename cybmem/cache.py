@@ -32,13 +32,14 @@ import pyarrow.ipc as ipc
 
 from . import _io
 from ._io import atomic_write, locked
+from .text import VERSION as TOKENIZER_VERSION
 
 __all__ = [
     "CACHE_VERSION", "MAX_SEGMENTS", "RACY_NS", "Manifest", "cache_dir", "write_table", "read_table",
     "ledger_stat", "is_fresh", "dir_mtime_for_manifest", "listing_changes", "discard", "CacheCheck", "check",
 ]
 
-CACHE_VERSION = "4"
+CACHE_VERSION = "6-" + TOKENIZER_VERSION  # 6: kwi.arrow (the issues' keyword index); the tokens are in it too
 MAX_SEGMENTS = 8
 RACY_NS = 2_000_000_000  # 2 s: a directory mtime this close to the scan may hide a same-tick write
 _MAX_MANIFEST_BYTES = 256 * 1024 * 1024
@@ -96,7 +97,7 @@ class Manifest:
         return name
 
     def files(self) -> set[str]:
-        return {s[k] for s in self.segments for k in ("rec", "kw")} | {"events.arrow", "fold.arrow"}
+        return {s[k] for s in self.segments for k in ("rec", "kw")} | {"events.arrow", "fold.arrow", "kwi.arrow"}
 
 
 def ledger_stat(path: Path) -> dict | None:
@@ -217,7 +218,7 @@ def check(records_dir: Path, issues_path: Path, cache: Path, listing: dict[str, 
         records = pa.concat_tables(tables) if tables else None
         for s in manifest.segments:
             read_table(cache / s["kw"])
-        for name in ("events.arrow", "fold.arrow"):
+        for name in ("events.arrow", "fold.arrow", "kwi.arrow"):
             if (cache / name).exists():
                 read_table(cache / name)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:

@@ -12,6 +12,7 @@ never pay for pandas or matplotlib.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -20,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
-import click
 import typer
 
 from . import __version__
@@ -28,6 +28,10 @@ from .errors import CybmemError
 from .outcome import head_line
 from .schema import ms_to_utc, parse_time
 from .settings import Settings
+
+# Typer re-exports Click's exceptions (and from 0.20 on ships its own copy of Click), so their
+# classes are taken from what it exports: BadParameter -> UsageError -> ClickException.
+UsageError, ClickException = typer.BadParameter.__mro__[1:3]
 
 app = typer.Typer(
     name="cybmem",
@@ -105,7 +109,7 @@ def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
     except CybmemError as exc:
         _error(str(exc), 1, ctx.json)
         raise typer.Exit(1) from None
-    except click.UsageError as exc:
+    except UsageError as exc:
         if ctx.json:
             _error(exc.format_message(), 2, True)
             raise typer.Exit(2) from None
@@ -418,17 +422,17 @@ def write_cmd(
     if run_json is None and not hook:
         raise typer.BadParameter("give a run.json path, - for stdin, or --hook", param_hint="RUN_JSON")
     try:
-        result = _write_run(ctx, run_json or "-", run_id=run_id, parent_run_id=parent, chat_session_id=chat)
+        with _without_pandas():
+            result = _write_run(ctx, run_json or "-", run_id=run_id, parent_run_id=parent, chat_session_id=chat)
     except Exception as exc:  # noqa: BLE001 - hook mode: a memory failure must never take the run down
         if not hook:
             raise
-        message = str(exc) if isinstance(exc, (CybmemError, OSError, click.ClickException)) else f"unexpected {type(exc).__name__}: {exc}"
+        message = str(exc) if isinstance(exc, (CybmemError, OSError, ClickException)) else f"unexpected {type(exc).__name__}: {exc}"
         typer.echo(f"cybmem: warning: memory record not written: {' '.join(message.split())}", err=True)
         raise typer.Exit(0) from None
     if result.redacted:
         typer.echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
-    for warning in result.warnings:  # an optional layer fell back (distillation, embeddings)
-        typer.echo(f"cybmem: warning: {warning}", err=True)
+    _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
         return
@@ -532,7 +536,7 @@ def search_cmd(
 
     Example: cybmem search "flaky cart drawer test" -k 5 --explain
     """
-    from .search import search
+    from .retrieval import search
 
     store = ctx.store()
     result = search(store, query, k=k, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
@@ -556,6 +560,53 @@ def search_cmd(
             typer.echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
 
 
+class _RefusePandas:
+    """A meta-path entry that makes ``import pandas`` fail (see :func:`_without_pandas`)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r} (kept out of cybmem's dispatch path)", name=name)
+        return None
+
+
+@contextlib.contextmanager
+def _without_pandas():
+    """Keep pandas out of the write and inject paths (0.2-0.4 s each): pyarrow imports it on its
+    first numpy conversion only to look for optional pandas types, and works without it. A
+    process that already has pandas is left as it is."""
+    if "pandas" in sys.modules:
+        yield
+        return
+    sys.meta_path.insert(0, _RefusePandas)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(_RefusePandas)
+
+
+def _explain_lines(result) -> list[str]:
+    """The human form of ``inject --explain``: what was retrieved, why, and what the budget cut."""
+    d = result.to_dict()
+    lines = [f"project: {d['project'] or '-'}; block {d['tokens']['block']} of {d['tokens']['budget']} tokens "
+             f"(runs {d['tokens']['runs']}, issues {d['tokens']['issues']}); top-k {d['settings']['topk']}, "
+             f"issue cap {d['settings']['issues']}"]
+    if "weights" in d:
+        lines.append("weights: " + ", ".join(f"{k}={v:g} ({d['weightSources'].get(k, 'argument')})" for k, v in d["weights"].items()))
+    for h in d["runs"]:
+        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  {_head(h['task'], 50)}")
+    for issue in d["issues"]:
+        c = issue["contributions"]
+        mark = {"issues": "listed", "raised": "raised", "no": "next  "}[issue["listed"]]
+        via = f" via run {issue['via'][:8]}" if issue["via"] else ""
+        lines.append(f"issue {mark} {', '.join(issue['ids'])}  kw={c['keyword']:.3f} lin={c['lineage']:.3f} "
+                     f"rec={c['recency']:.3f}  = {issue['score']:.3f}{via}")
+    cut = d["cut"]
+    lines.append(f"cut for the budget: {len(cut['runs'])} run(s) {' '.join(r[:8] for r in cut['runs'])}".rstrip()
+                 + f"; {cut['issuesOverBudget']} issue line(s); {d['openIssues']} open issue(s) in all")
+    return lines
+
+
 @command("inject")
 def inject_cmd(
     ctx: Ctx,
@@ -563,6 +614,7 @@ def inject_cmd(
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the task from this file.")] = None,
     system: Annotated[bool, typer.Option("--system", help="Print only the MEMORY block (for a chat session's system message).")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when memory is broken or the project unknown (default: print the task anyway and warn).")] = False,
+    explain_: Annotated[bool, typer.Option("--explain", help="Also say on stderr what was retrieved and why: per-axis scores, weights and where each came from, issues, tokens, what the budget cut.")] = False,
     as_of: AsOfOpt = None,
     parent: ParentOpt = None,
     chat: ChatOpt = None,
@@ -571,24 +623,31 @@ def inject_cmd(
 
     Never fails the dispatcher: whatever is wrong with memory, the task is printed (with the block
     that could be built, possibly none) and one warning line goes to stderr; --strict exits 1
-    instead. Bounded by CYBERINE_MEMORY_TOPK and CYBERINE_MEMORY_MAX_TOKENS; CYBERINE_MEMORY=0
-    turns it off.
+    instead. The block holds the most relevant prior runs (CYBERINE_MEMORY_TOPK) and open issues
+    (CYBERINE_MEMORY_ISSUES), within CYBERINE_MEMORY_MAX_TOKENS; CYBERINE_MEMORY=0 turns it off.
 
-    Example: cybmem inject "Fix the checkout error banner" --cwd ~/web
+    Example: cybmem inject "Fix the checkout error banner" --cwd ~/web --explain
     """
     from .dispatch import Injection, inject_task
 
     text = "" if system and task is None and file is None else _task_text(task, file)
-    try:
-        result = inject_task(text, ctx.settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
-                             parent_run_id=parent, chat_session_id=chat, strict=strict)
-    except (CybmemError, click.UsageError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
-        if strict:
+    if not system and not text.strip():
+        raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
+    with _without_pandas():
+        try:
+            settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
+            result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
+                                 parent_run_id=parent, chat_session_id=chat, strict=strict)
+        except (CybmemError, UsageError):
             raise
-        result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
+        except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
+            if strict:
+                raise
+            result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
     _warn(" ".join(message.split()) for message in result.warnings)
+    if explain_:
+        for line in _explain_lines(result):
+            typer.echo(line, err=True)
     if ctx.json:
         _print_json(result.to_dict())
         return
@@ -664,55 +723,94 @@ def _floats(text: Optional[str], param: str) -> Optional[list[float]]:
     return values
 
 
-@command("tune")
-def tune_cmd(
-    ctx: Ctx,
-    judgments: Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (issue resolutions, parent runs).", show_default=False)] = None,
-    metric: Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")] = "mrr",
-    k: Annotated[int, typer.Option("-k", help="Metric cut-off: MRR@k, nDCG@k, recall@k.", min=1)] = 10,
-    steps: Annotated[int, typer.Option("--steps", help="Values per weight: STEPS points from 0 to 1.", min=2)] = 11,
-    half_lives: Annotated[Optional[str], typer.Option("--half-lives", help="Comma-separated half-lives in days (default: 1,3,7,14,30,60,120,365 and the current one).", show_default=False)] = None,
-    derive: Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: issue (a resolving run should see the runs that carried the issue), parent (a dispatched run should see its parent).")] = "issue,parent",
-    save: Annotated[bool, typer.Option("--save", help="Write the best weights to the project's weights.json, which search and inject read.")] = False,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
-):
-    """Grid-search the retrieval weights against relevance judgments; print the best against the current ones.
+_W_FIELDS = ("w_kw", "w_rec", "w_lin", "w_vec", "half_life_days")
 
-    Every query is replayed as dispatch would have answered it at its moment (only runs that had
-    ended count). With --save the best weights go to <memory dir>/<project>/weights.json.
 
-    Example: cybmem tune --project web --metric ndcg -k 3 --save
-    """
+def _weights_row(name: str, w, *values: str) -> list[str]:
+    return [name] + [f"{getattr(w, a):g}" for a in _W_FIELDS] + list(values)
+
+
+JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (issue resolutions, parent runs).", show_default=False)]
+MetricOpt = Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")]
+DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: issue (a resolving run should see the runs that carried the issue), parent (a dispatched run should see its parent).")]
+
+
+def _metric_and_kinds(metric: str, derive: str) -> list[str]:
     from .judgments import JUDGMENT_KINDS, METRICS
-    from .tuning import save_project_weights, tune
 
     if metric not in METRICS:
         raise typer.BadParameter(f"{metric!r} is not one of {', '.join(METRICS)}", param_hint="--metric")
     kinds = [x for x in derive.replace(" ", "").split(",") if x]
     if not kinds or set(kinds) - set(JUDGMENT_KINDS):
         raise typer.BadParameter(f"{derive!r}: choose from {', '.join(JUDGMENT_KINDS)}", param_hint="--derive")
+    return kinds
+
+
+@command("tune")
+def tune_cmd(
+    ctx: Ctx,
+    judgments: JudgmentsOpt = None,
+    metric: MetricOpt = "mrr",
+    k: Annotated[int, typer.Option("-k", help="Metric cut-off: MRR@k, nDCG@k, recall@k.", min=1)] = 10,
+    steps: Annotated[int, typer.Option("--steps", help="Values per weight: STEPS points from 0 to 1.", min=2)] = 11,
+    half_lives: Annotated[Optional[str], typer.Option("--half-lives", help="Comma-separated half-lives in days (default: 1,3,7,14,30,60,120,365 and the current one).", show_default=False)] = None,
+    derive: DeriveOpt = "issue,parent",
+    save: Annotated[bool, typer.Option("--save", help="Write the best weights to the project's weights.json, which search and inject read (refused when they would not hold up: see --force).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that lose on the later judgments, switch the keyword axis off, or come from judgments that cannot test keywords.")] = False,
+    all_weights: Annotated[bool, typer.Option("--all-weights", help="Search w_kw, w_rec and the half-life even when fewer than 10 judgments test keywords (by default only w_lin is searched then).")] = False,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+):
+    """Grid-search the retrieval weights against relevance judgments; print the best against the current ones.
+
+    Every query is replayed as dispatch would have answered it at its moment (only runs that had
+    ended count). The search is also run on the earlier half of the judgments and scored on the
+    later half; --save refuses weights that would not hold up (they lose there, switch keywords
+    off, or come only from judgments that lineage decides) unless --force. With --save the best
+    weights go to <memory dir>/<project>/weights.json.
+
+    Example: cybmem tune --project web -j qrels.jsonl --metric ndcg -k 3 --save
+    """
+    from .tuning import save_project_weights, tune
+
+    kinds = _metric_and_kinds(metric, derive)
     hl = _floats(half_lives, "--half-lives")
     store = ctx.store()
     result = tune(store, judgments=judgments, metric=metric, k=k, steps=steps, half_lives=hl, settings=ctx.settings,
-                  kinds=kinds, progress=progress)
+                  kinds=kinds, hold_few=not all_weights, progress=progress)
     saved, overridden = None, []
-    if save and result.best_in_grid:
+    refused = result.refusal if save else None
+    if save and result.best_in_grid and (refused is None or force):
         saved, overridden = save_project_weights(store, result.best, ctx.settings)
+        refused = None
     if ctx.json:
-        _print_json({**result.to_dict(), "saved": str(saved) if saved else None, "overriddenBy": overridden})
+        _print_json({**result.to_dict(), "saved": str(saved) if saved else None, "overriddenBy": overridden,
+                     "notSaved": refused})
+        if refused and result.best_in_grid:
+            raise typer.Exit(1)
         return
     shape = " x ".join(str(len(result.axes[a])) for a in ("w_kw", "w_rec", "w_lin"))
     if len(result.axes["w_vec"]) > 1:
         shape += f" x {len(result.axes['w_vec'])}"
-    typer.echo(f"Judgments: {result.judgments} {result.source}" + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
+    kinds_text = ", ".join(f"{n} {kind}" for kind, n in sorted(result.kinds.items()))
+    typer.echo(f"Judgments: {result.judgments} {result.source.split(' (')[0]} ({kinds_text})"
+               + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
+    if result.keyword_held:
+        typer.echo(f"Note: {result.keyword_held}.")
     typer.echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
                f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
     typer.echo("")
-    rows = []
-    for name, w, v in (("current", result.current, result.current_metric), ("best", result.best, result.best_metric)):
-        rows.append([name] + [f"{getattr(w, a):g}" for a in ("w_kw", "w_rec", "w_lin", "w_vec", "half_life_days")] + [f"{v:.4f}"])
-    rows[1][-1] += f"  ({result.improvement:+.4f})"
-    _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()], rows)
+    v = result.validation
+    heads = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()]
+    rows = [_weights_row("current", result.current, f"{result.current_metric:.4f}"),
+            _weights_row("best", result.best, f"{result.best_metric:.4f}  ({result.improvement:+.4f})")]
+    _table(heads, rows)
+    if v is not None:
+        typer.echo("")
+        typer.echo(f"Checked on time: searched on the earlier {v.earlier} judgments, scored on the later {v.later}:")
+        _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "EARLIER", "LATER"], [
+            _weights_row("current", result.current, f"{v.current_earlier:.4f}", f"{v.current_later:.4f}"),
+            _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", f"{v.tuned_later:.4f}"),
+        ])
     typer.echo("")
     target = store.dir / "weights.json"
     if not result.best_in_grid:
@@ -721,8 +819,61 @@ def tune_cmd(
         typer.echo(f"Saved to {saved}; `cybmem search` and `cybmem inject` use these weights from now on.")
         if overridden:
             typer.echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
+    elif refused:
+        typer.echo(f"Not saved: {refused}. Add --force to save them anyway.", err=True)
+        raise typer.Exit(1)
     else:
-        typer.echo(f"Not saved; add --save to write {target}.")
+        advice = f"add --save to write {target}" if result.refusal is None else f"--save would refuse: {result.refusal}"
+        typer.echo(f"Not saved; {advice}.")
+
+
+@command("eval")
+def eval_cmd(
+    ctx: Ctx,
+    judgments: JudgmentsOpt = None,
+    weights_file: Annotated[Optional[Path], typer.Option("--weights", help="A weights JSON file to score (as tune --save writes it).", show_default=False)] = None,
+    w_kw: Annotated[Optional[float], typer.Option("--w-kw", help="Score these weights: keyword weight (the others default to production's).", show_default=False, min=0)] = None,
+    w_rec: Annotated[Optional[float], typer.Option("--w-rec", help="Recency weight.", show_default=False, min=0)] = None,
+    w_lin: Annotated[Optional[float], typer.Option("--w-lin", help="Lineage weight.", show_default=False, min=0)] = None,
+    w_vec: Annotated[Optional[float], typer.Option("--w-vec", help="Vector weight.", show_default=False, min=0)] = None,
+    half_life: Annotated[Optional[float], typer.Option("--half-life-days", help="Recency time constant in days.", show_default=False, min=0)] = None,
+    metric: MetricOpt = "mrr",
+    k: Annotated[int, typer.Option("-k", help="Metric cut-off.", min=1)] = 10,
+    derive: DeriveOpt = "issue,parent",
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+):
+    """Score fixed weights on relevance judgments, beside the weights production uses now.
+
+    Reports the metric over all judgments, on the earlier and the later half in time, and per kind
+    of judgment. Weights come from --weights FILE and/or --w-kw/--w-rec/--w-lin/--w-vec/--half-life-days
+    (unset ones: what production reads for the project).
+
+    Example: cybmem eval -j qrels.jsonl --w-kw 0.6 --w-rec 0.3 --project web
+    """
+    from .tuning import evaluate_weights
+    from .weights import Weights, load_weights, weights_for
+
+    kinds = _metric_and_kinds(metric, derive)
+    store = ctx.store()
+    current = weights_for(ctx.settings, store).weights
+    candidates = {"current": current}
+    flags = {name: v for name, v in (("w_kw", w_kw), ("w_rec", w_rec), ("w_lin", w_lin), ("w_vec", w_vec),
+                                     ("half_life_days", half_life)) if v is not None}
+    if weights_file is not None and not weights_file.is_file():
+        raise typer.BadParameter(f"no such file: {weights_file}", param_hint="--weights")
+    if weights_file is not None or flags:
+        base = load_weights([weights_file]).weights if weights_file is not None else current
+        candidates["given"] = Weights.from_dict(flags, base=base)
+    result = evaluate_weights(store, candidates, judgments=judgments, metric=metric, k=k, kinds=kinds, progress=progress)
+    if ctx.json:
+        _print_json(result.to_dict())
+        return
+    typer.echo(f"Judgments: {result.judgments} {result.source}" + (f"; {result.skipped} skipped" if result.skipped else "") + ".")
+    kinds_seen = sorted({kind for r in result.rows.values() for kind in r["kinds"]})
+    heads = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper(), "EARLIER", "LATER", *[x.upper() for x in kinds_seen]]
+    fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+    _table(heads, [_weights_row(name, r["weights"], fmt(r["all"]), fmt(r["earlier"]), fmt(r["later"]),
+                                *[fmt(r["kinds"].get(x)) for x in kinds_seen]) for name, r in result.rows.items()])
 
 
 @command("report")
@@ -763,7 +914,7 @@ def doctor_cmd(
 
     Example: cybmem doctor --all --repair
     """
-    from .doctor import doctor
+    from .checks import doctor
 
     report = doctor(ctx.settings, project=ctx.project, cwd=ctx.cwd, all_projects=all_projects,
                     repair=repair, secrets=secrets, temp_age=temp_age)
@@ -883,23 +1034,69 @@ def export_cmd(
         typer.echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
 
 
+def _plain_coercion() -> None:
+    """Give plain ``str``, ``Path`` and flag options a pass-through coercion (this process only).
+
+    typer (0.2x) coerces every option value through a pydantic TypeAdapter, and importing
+    pydantic costs 0.15-0.2 s, paid by every dispatch (write, inject) for values that need no
+    validation. Options with a number range, a choice, path checks or a custom parser keep
+    typer's own coercion; a typer without these internals is left as it is.
+    """
+    try:
+        from typer import core as typer_core
+        from typer._coercion import RuntimeParam
+
+        build = typer_core._TyperParameter.get_runtime_param
+    except (ImportError, AttributeError):  # another typer: its own coercion
+        return
+
+    class _Plain(RuntimeParam):
+        def _coerce_value(self, value, param=None, ctx=None):
+            if self.annotation is bool:
+                return bool(value)
+            return Path(value) if self.annotation is Path else str(value)
+
+    def plain(param) -> bool:
+        desc = getattr(param, "type_descriptor", None)
+        if desc is None or param.nargs != 1 or param.multiple:
+            return False
+        info = desc.parameter_info
+        if info.parser is not None or getattr(info, "click_type", None) is not None:
+            return False
+        if desc.annotation is bool:
+            return bool(getattr(param, "is_flag", False))
+        if desc.annotation is Path:
+            return not (info.exists or info.resolve_path or info.allow_dash or info.path_type is not None
+                        or not info.file_okay or not info.dir_okay or info.writable or info.readable is False)
+        return desc.annotation is str
+
+    def get_runtime_param(self):
+        if getattr(self, "_runtime_param", None) is None and plain(self):
+            self._runtime_param = _Plain(parameter_info=self.type_descriptor.parameter_info,
+                                         annotation=self.type_descriptor.annotation)
+        return build(self)
+
+    typer_core._TyperParameter.get_runtime_param = get_runtime_param
+
+
 def main() -> None:
     """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json)."""
     args = sys.argv[1:]
     as_json = "--json" in args
+    _plain_coercion()
     command_ = typer.main.get_command(app)
     try:
         code = command_.main(args=args, prog_name="cybmem", standalone_mode=False)
-    except click.UsageError as exc:
+    except UsageError as exc:
         if as_json:
             _error(exc.format_message(), exc.exit_code, True)
         else:
             exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("Aborted!", err=True)
         sys.exit(1)
-    except click.ClickException as exc:
+    except ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

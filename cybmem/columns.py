@@ -1,7 +1,7 @@
 """Record files as Arrow columns: the bulk loader behind every snapshot.
 
 One row per record (lineage and outcome flattened, timestamps ``timestamp[ms, UTC]``, lists as
-Arrow lists, the file's inode) plus the keyword text of each row (task + summary + the titles of
+Arrow lists, the file's inode) plus the keyword text of each row (task + summary + the titles and details of
 the issues it raised). Large batches are parsed at once by Arrow's multi-threaded JSON reader
 and checked vectorised; a file those checks do not pass goes through the one record parser
 (:func:`cybmem.store.parse_record`), which decides and says why. Both fast paths only ever
@@ -109,7 +109,7 @@ class _Columns:
         self.cols: dict[str, list] = {f.name: [] for f in RECORD_SCHEMA}
         self.texts: list[str] = []
 
-    def add(self, d: dict, inode: int, titles: dict[str, str]) -> None:
+    def add(self, d: dict, inode: int, issue_text: dict[str, str]) -> None:
         c = self.cols
         lin, out = d["lineage"], d["outcome"]
         workers = d.get("workers") or ()
@@ -136,7 +136,7 @@ class _Columns:
         c["supersededBy"].append(d.get("supersededBy") or None)
         c["supersedes"].append(d.get("supersedes") or None)
         c["inode"].append(inode)
-        self.texts.append(record_text(d["task"], summary, issues, titles))
+        self.texts.append(record_text(d["task"], summary, issues, issue_text))
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -152,7 +152,7 @@ class _Columns:
         return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
 
 
-def _parse_records(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[_Columns, dict[str, int], list[ReadProblem]]:
+def _parse_records(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[_Columns, dict[str, int], list[ReadProblem]]:
     """Parse record files one by one; returns columns, the unreadable files (name -> inode) and their problems."""
     cols = _Columns()
     bad: dict[str, int] = {}
@@ -172,7 +172,7 @@ def _parse_records(store: MemoryStore, entries: list[tuple[str, int]], titles: d
             why = str(exc) if str(exc).startswith((name, path)) else f"{name}: {'not valid JSON: ' if type(exc).__name__ == 'JSONDecodeError' else ''}{exc}"
             problems.append(ReadProblem(path, why))
             continue
-        cols.add(d, inode, titles)
+        cols.add(d, inode, issue_text)
     return cols, bad, problems
 
 
@@ -288,12 +288,12 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
     return table, mask
 
 
-def keyword_texts(table: pa.Table, titles: dict[str, str]) -> list[str]:
+def keyword_texts(table: pa.Table, issue_text: dict[str, str]) -> list[str]:
     """The text each row is indexed by (cybmem.embeddings.record_text; embeddings use it too)."""
     tasks = table.column("task").to_pylist()
     summaries = table.column("summary").to_pylist()
     issues = table.column("issues").to_pylist()
-    return [record_text(task, summary, ids, titles) for task, summary, ids in zip(tasks, summaries, issues)]
+    return [record_text(task, summary, ids, issue_text) for task, summary, ids in zip(tasks, summaries, issues)]
 
 
 def _by_time(table: pa.Table, texts: list[str]) -> tuple[pa.Table, list[str]]:
@@ -307,7 +307,7 @@ def _by_time(table: pa.Table, texts: list[str]) -> tuple[pa.Table, list[str]]:
     return table.take(order), [texts[i] for i in idx]
 
 
-def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
+def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
     """Parse record files into a RECORD_SCHEMA table plus each row's keyword text.
 
     Rows come out oldest first. Large batches go through Arrow's JSON reader; files it cannot take, or rows that
@@ -343,21 +343,21 @@ def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], 
             table, mask = bulk
             good = table.filter(pa.array(mask)) if not mask.all() else table
             rest = [e for e, m in zip(kept, mask) if not m] + missing
-            cols, bad, problems = _parse_records(store, rest, titles)
+            cols, bad, problems = _parse_records(store, rest, issue_text)
             if len(cols):
                 good = pa.concat_tables([good, cols.table()])
                 # Same row order as the per-file path: by file name.
                 names_now = [r + ".json" for r in good.column("runId").to_pylist()]
                 order = sorted(range(len(names_now)), key=names_now.__getitem__)
                 good = good.take(pa.array(order, pa.int64()))
-            return good, keyword_texts(good, titles), bad, problems
-    cols, bad, problems = _parse_records(store, entries, titles)
+            return good, keyword_texts(good, issue_text), bad, problems
+    cols, bad, problems = _parse_records(store, entries, issue_text)
     return cols.table(), cols.texts, bad, problems
 
 
-def load_records(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
+def load_records(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
     """Parse record files into a RECORD_SCHEMA table (oldest first) plus each row's keyword text."""
-    table, texts, bad, problems = _load_records_unordered(store, entries, titles)
+    table, texts, bad, problems = _load_records_unordered(store, entries, issue_text)
     table, texts = _by_time(table, texts)
     return table, texts, bad, problems
 
@@ -367,7 +367,7 @@ def empty_table() -> pa.Table:
     return _Columns().table()
 
 
-def parse_files(store: MemoryStore, entries: list[tuple[str, int]], titles: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
+def parse_files(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
     """Parse a few record files one by one, rows in the order given (see :func:`load_records`)."""
-    cols, bad, problems = _parse_records(store, entries, titles)
+    cols, bad, problems = _parse_records(store, entries, issue_text)
     return cols.table(), cols.texts, bad, problems

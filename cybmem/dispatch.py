@@ -1,29 +1,74 @@
 """What production dispatch calls on every run: the MEMORY block for a new task, put ahead of it.
 
-:func:`inject_task` owns the dispatch rules: memory off (``CYBERINE_MEMORY=0``) or a project with
-no memory gives the task back unchanged, and with ``strict=False`` (the default, what
-``cybmem inject`` does) nothing that is wrong with memory ever fails the dispatcher: the task
-comes back with whatever block could be built (possibly none) and each problem is one line in
-``warnings``. :func:`memory_block` renders the block itself.
+:func:`inject_task` owns the dispatch rules. Memory off (``CYBERINE_MEMORY=0``) gives the task
+back unchanged. Without ``strict`` (what ``cybmem inject`` does) nothing that is wrong with
+memory ever fails the dispatcher: a missing or unknown project, an unreadable store, a broken
+weights file or variable: the task comes back with whatever block could be built (possibly
+none) and each problem is one line in ``warnings``. ``strict=True`` raises instead.
+
+The block (:func:`cybmem.preamble.layout`) holds the most relevant prior runs and the open
+issues that matter for this task:
+
+- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search`.
+- **Issues**: every open issue is scored by the same scorer as the runs: its keyword part is the
+  better of its own title and detail (BM25 over the issues) and the runs that raised or carry it
+  (whose keyword text holds the title and detail too); lineage comes from that best run; recency
+  from its last activity (its last event, or the newest run that carries it):
+  ``w_kw * keyword + w_lin * lineage + w_rec * recency``.
+  At most ``CYBERINE_MEMORY_ISSUES`` (default 5; 0 turns the section off) are shown, one title
+  under several ids once, in at most a third of the token budget (:data:`ISSUE_SHARE`), with a
+  line saying how many more are open. What the issues do not use goes to the runs.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CybmemError, NotFoundError
-from .preamble import OpenIssue, PreambleEntry, inject, render_block
-from .search import SearchResult, search
+from .preamble import Layout, OpenIssue, PreambleEntry, estimate_tokens, inject, layout
+from .projects import known_projects
+from .retrieval import Hit, SearchResult, search
+from .scoring import MS_PER_DAY, normalize_keyword
 from .settings import Settings
-from .snapshot import load_snapshot
+from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
-from .weights import Weights
+from .text import tokenize
+from .weights import LoadedWeights, Weights, weights_for
 
-__all__ = ["Injection", "memory_block", "inject_task"]
+__all__ = ["ISSUE_SHARE", "ChosenIssue", "Injection", "inject_task", "memory_block", "rank_issues"]
+
+#: The largest share of the token budget the open-issues section may take.
+ISSUE_SHARE = 1 / 3
+
+
+@dataclass
+class ChosenIssue:
+    """An open issue considered for the block, with why it ranks where it does."""
+
+    ids: list[str]  # the issue id, then any other ids with the same title
+    title: str
+    opened_at_ms: int
+    last_at_ms: int
+    by_run_id: str | None
+    score: float
+    keyword: float  # w_kw * normalised keyword score of its best run
+    lineage: float  # w_lin * lineage affinity of that run
+    recency: float  # w_rec * recency of the issue's last event
+    via: str | None  # the run that raised it and matched best, if any
+    listed: str = "no"  # "issues": in the issues section; "raised": on a shown run's raised line; "no"
+
+    def to_dict(self) -> dict:
+        return {"ids": self.ids, "title": self.title, "openedAt": self.opened_at_ms, "lastAt": self.last_at_ms,
+                "openedBy": self.by_run_id, "score": round(self.score, 6), "listed": self.listed, "via": self.via,
+                "contributions": {"keyword": round(self.keyword, 6), "lineage": round(self.lineage, 6),
+                                  "recency": round(self.recency, 6)}}
 
 
 @dataclass
@@ -35,15 +80,268 @@ class Injection:
     project: str | None
     warnings: list[str] = field(default_factory=list)
     result: SearchResult | None = field(default=None, repr=False)
+    issues: list[ChosenIssue] = field(default_factory=list)  # shown first, then the next ones considered
+    open_issues: int = 0
+    layout: Layout | None = field(default=None, repr=False)
+    weights: LoadedWeights | None = field(default=None, repr=False)
+    topk: int = 0
+    max_tokens: int = 0
+    issue_cap: int = 0
 
     @property
     def prompt(self) -> str:
         """The task with the block and one blank line ahead of it (the task alone when there is no block)."""
         return inject(self.task, self.block)
 
+    @property
+    def runs(self) -> list[Hit]:
+        """The prior runs shown in the block, most relevant first."""
+        shown = self.layout.runs if self.layout is not None else 0
+        return self.result.hits[:shown] if self.result is not None else []
+
     def to_dict(self) -> dict:
-        return {"project": self.project, "block": self.block, "task": self.task, "prompt": self.prompt,
-                "warnings": list(self.warnings)}
+        """Everything ``cybmem inject --json`` prints: the prompt and how it was made."""
+        out: dict = {"project": self.project, "block": self.block, "task": self.task, "prompt": self.prompt,
+                     "warnings": list(self.warnings)}
+        lay = self.layout
+        out["tokens"] = {
+            "block": estimate_tokens(self.block), "budget": self.max_tokens,
+            "runs": math.ceil(lay.run_chars / 4) if lay else 0, "issues": math.ceil(lay.issue_chars / 4) if lay else 0,
+        }
+        out["runs"] = [h.to_dict(explain=True) for h in self.runs]
+        out["issues"] = [i.to_dict() for i in self.issues]
+        out["openIssues"] = self.open_issues
+        out["cut"] = {
+            "runs": [h.run_id for h in self.result.hits[lay.runs:]] if (self.result and lay) else [],
+            "issuesOverBudget": lay.issues_cut if lay else 0,
+            "issuesNotShown": max(self.open_issues - (lay.issues if lay else 0), 0),
+        }
+        out["settings"] = {"topk": self.topk, "maxTokens": self.max_tokens, "issues": self.issue_cap,
+                           "issueShare": round(ISSUE_SHARE, 4)}
+        if self.weights is not None:
+            out["weights"] = self.weights.weights.to_dict()
+            out["weightSources"] = dict(self.weights.sources)
+        return out
+
+
+def _carriers(snap: Snapshot) -> tuple[pa.Array, np.ndarray]:
+    """(issue id, record row) for every issue a record carries in its outcome (computed once)."""
+    if "carriers" not in snap._cache:
+        col = snap.records.column("issues")
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        flat = pc.list_flatten(col)
+        rows = pc.list_parent_indices(col).to_numpy().astype(np.int64) if len(flat) else np.zeros(0, np.int64)
+        snap._cache["carriers"] = (flat, rows)
+    return snap._cache["carriers"]
+
+
+class IssueRanking:
+    """Every open issue scored against the task, as arrays over the open rows of the issue fold;
+    :class:`ChosenIssue` objects are made only for the rows a block needs (a store can hold tens
+    of thousands of open issues)."""
+
+    def __init__(self, folded: pa.Table, rows: np.ndarray, order: np.ndarray, total: np.ndarray,
+                 keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
+                 best_row: np.ndarray, run_ids: Any):
+        self.folded, self.rows, self.order, self.total = folded, rows, order, total
+        self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
+        self._run_ids = run_ids
+        self._keys: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _cell(self, name: str, i: int) -> Any:
+        return self.folded.column(name)[int(self.rows[i])].as_py()
+
+    def issue_id(self, i: int) -> str:
+        return self._cell("issueId", i)
+
+    def issue(self, i: int) -> ChosenIssue:
+        """Open issue ``i`` (a position in :attr:`rows`) as a :class:`ChosenIssue`."""
+        r = int(self._best_row[i])
+        opened = self.folded.column("openedAt")[int(self.rows[i])].cast(pa.int64()).as_py()
+        return ChosenIssue(ids=[self.issue_id(i)], title=self._cell("title", i), opened_at_ms=int(opened),
+                           last_at_ms=int(self._last_at[i]), by_run_id=self._cell("openedBy", i),
+                           score=float(self.total[i]), keyword=float(self._kw[i]), lineage=float(self._lin[i]),
+                           recency=float(self._rec[i]), via=self._run_ids[r].as_py() if r >= 0 else None)
+
+    def title_keys(self) -> np.ndarray:
+        """A code per open issue; issues with the same :func:`_title_key` share it (the rule runs
+        once per distinct title)."""
+        if self._keys is None:
+            titles = pc.fill_null(self.folded.column("title").take(pa.array(self.rows)), "")
+            enc = pc.dictionary_encode(titles).combine_chunks()
+            by_key: dict[str, int] = {}
+            codes = np.array([by_key.setdefault(_title_key(t), len(by_key)) for t in enc.dictionary.to_pylist()],
+                             dtype=np.int64)
+            self._keys = codes[enc.indices.to_numpy(zero_copy_only=False)] if len(codes) else np.zeros(0, np.int64)
+        return self._keys
+
+    def with_ids(self, ids: set[str]) -> np.ndarray:
+        """A mask of the open issues whose id is in ``ids``."""
+        if not ids or not len(self.rows):
+            return np.zeros(len(self), dtype=bool)
+        col = self.folded.column("issueId")
+        hit = pc.is_in(col, value_set=pa.array(sorted(ids), pa.string())).to_numpy(zero_copy_only=False)
+        return hit[self.rows]
+
+
+def _rank(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int | None = None) -> IssueRanking:
+    folded = snap.fold(as_of)
+    rows = snap.open_rows(as_of)
+    m = len(rows)
+    ranked = result.ranked
+    n = snap.n
+    mask = ranked.mask if ranked is not None else np.zeros(n, dtype=bool)
+    kw = np.zeros(n, dtype=np.float32)
+    if ranked is not None and ranked.keyword is not None and weights.w_kw > 0:
+        kw = normalize_keyword(ranked.keyword, mask, scale=weights.w_kw)
+    lin = np.zeros(n, dtype=np.float32)
+    if ranked is not None and ranked.lineage is not None and weights.w_lin > 0:
+        lin = ranked.lineage.astype(np.float32) * np.float32(weights.w_lin)
+    # The issue's own title and detail against the task (the issue index is row-aligned with the
+    # current fold; a past fold maps into it by id), normalised like the runs' keyword axis.
+    own = np.zeros(m, dtype=np.float32)
+    if weights.w_kw > 0 and m:
+        raw = snap.issue_index().scores(tokenize(result.query))
+        if as_of is None:
+            own = raw[rows].astype(np.float32)
+        else:
+            ids = folded.column("issueId").take(pa.array(rows))
+            at = pc.fill_null(pc.index_in(ids, value_set=snap.fold().column("issueId")), -1).to_numpy().astype(np.int64)
+            own = np.where(at >= 0, raw[np.maximum(at, 0)], 0).astype(np.float32)
+        own = normalize_keyword(own, scale=weights.w_kw)
+    best = np.zeros(m, dtype=np.float32)
+    best_row = np.full(m, -1, dtype=np.int64)
+    last_at = folded.column("lastAt").take(pa.array(rows)).cast(pa.int64()).to_numpy().copy() if m \
+        else np.zeros(0, np.int64)
+    flat, carrier = _carriers(snap)
+    if len(flat) and m:
+        # fold position of each carried issue id, then its place among the open issues (-1: not open)
+        where = np.full(folded.num_rows + 1, -1, dtype=np.int64)
+        where[rows] = np.arange(m)
+        at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), -1).to_numpy().astype(np.int64)
+        pos = where[at]  # at == -1 reads the extra last slot, -1
+        ok = (pos >= 0) & mask[carrier]
+        val = (kw + lin)[carrier]
+        order = np.lexsort((val, pos))  # per issue, its best run last
+        order = order[ok[order]]
+        if len(order):
+            last = np.r_[pos[order][1:] != pos[order][:-1], True]
+            pick = order[last]
+            best[pos[pick]] = val[pick]
+            best_row[pos[pick]] = carrier[pick]
+            # A run that carries an open issue is activity on it, even when it wrote no event.
+            np.maximum.at(last_at, pos[order], snap.ended_ms()[carrier[order]])
+    # The issue's keyword part: its own text or its best run, whichever matches better.
+    has = best_row >= 0
+    at_row = np.maximum(best_row, 0)
+    carrier_kw = np.where(has, kw[at_row] if n else 0, 0).astype(np.float32)
+    best = best + np.maximum(own - carrier_kw, 0)
+    now = ranked.now_ms if ranked is not None else result.now_ms
+    age_days = np.maximum(now - last_at, 0) / MS_PER_DAY
+    rec = (np.exp(-age_days / weights.half_life_days) * weights.w_rec).astype(np.float32) if weights.w_rec > 0 \
+        else np.zeros(m, dtype=np.float32)
+    total = best + rec
+    order = np.lexsort((-last_at, -total)) if m else np.zeros(0, np.int64)
+    keyword = np.maximum(carrier_kw, own)
+    lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
+    return IssueRanking(folded, rows, order, total, keyword, lineage, rec, last_at, best_row,
+                        snap.records.column("runId"))
+
+
+def rank_issues(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int | None = None) -> list[ChosenIssue]:
+    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best first."""
+    ranking = _rank(snap, result, weights, as_of=as_of)
+    return [ranking.issue(i) for i in ranking.order.tolist()]
+
+
+def _title_key(title: str) -> str:
+    return " ".join((title or "").casefold().split())
+
+
+def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:
+    """The first ``cap`` distinct titles among the ranked rows not in ``skip`` (ids of a repeated
+    title join the first), and how many of those open issues are left beyond them."""
+    order = ranking.order[~skip[ranking.order]]
+    if not len(order) or cap <= 0:
+        return [], len(order)
+    keys = ranking.title_keys()[order]
+    _, first = np.unique(keys, return_index=True)
+    leaders = np.sort(first)[:cap]  # positions in `order` of each chosen title's best row
+    lead_keys = keys[leaders]
+    members = np.isin(keys, lead_keys)
+    chosen = {int(k): ranking.issue(int(order[p])) for k, p in zip(lead_keys.tolist(), leaders.tolist())}
+    for p in np.flatnonzero(members).tolist():
+        c = chosen[int(keys[p])]
+        i = int(order[p])
+        if ranking.issue_id(i) != c.ids[0]:
+            c.ids.append(ranking.issue_id(i))
+    return list(chosen.values()), len(order) - int(members.sum())
+
+
+def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeights, *, as_of: int | None,
+           now_ms: int | None, parent_run_id: str | None, chat_session_id: str | None,
+           exclude: str | None = None) -> Injection:
+    inj = Injection(task, "", store.slug, weights=loaded, topk=settings.topk, max_tokens=settings.max_tokens,
+                    issue_cap=settings.issues)
+    if not store.exists():
+        return inj
+    snap = load_snapshot(store)
+    store.problems.extend(p for p in snap.problems if p not in store.problems)  # reported by the caller
+    weights = loaded.weights
+    result = search(snap, task, k=settings.topk, weights=loaded, settings=settings, as_of=as_of, now_ms=now_ms,
+                    parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude)
+    if result.weights != weights:  # the vector axis' default weight joined (embeddings configured and stored)
+        weights = result.weights
+        inj.weights = LoadedWeights(weights, {**loaded.sources, "w_vec": "default (embeddings)"}, loaded.problems)
+    ranking = _rank(snap, result, weights, as_of=as_of) if settings.issues else None
+    inj.open_issues = len(ranking) if ranking is not None else len(snap.open_rows(as_of))
+    open_ids: set[str] = set()  # of the issues the hits raised, those still open
+    if ranking is not None:
+        still_open = ranking.with_ids({i for h in result.hits for i in h.issues})
+        open_ids = {ranking.issue_id(int(i)) for i in np.flatnonzero(still_open)}
+    entries = [
+        PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
+                      open_issues=[i for i in h.issues if i in open_ids], next=h.next)
+        for h in result.hits
+    ]
+    # An open issue a shown run names on its "raised:" line is not listed again: the section
+    # brings the next ones. Laid out twice when the budget cuts runs, so that their issues
+    # come back.
+    shown_runs = len(entries)
+    chosen: list[ChosenIssue] = []
+    for _ in range(2):
+        named = {i for e in entries[:shown_runs] for i in e.open_issues}
+        beyond = 0
+        if ranking is not None:
+            chosen, beyond = _dedupe(ranking, ranking.with_ids(named), settings.issues)
+        shown_issues = [OpenIssue(issue_id=c.ids[0], title=c.title, opened_at_ms=c.opened_at_ms,
+                                  by_run_id=c.by_run_id or "", also=tuple(c.ids[1:])) for c in chosen]
+        lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, top_k=settings.topk,
+                     issue_share=ISSUE_SHARE, more_issues=beyond)
+        if lay.runs >= shown_runs:
+            break
+        shown_runs = lay.runs
+    for c in chosen[: lay.issues]:
+        c.listed = "issues"
+    named = {i for e in entries[: lay.runs] for i in e.open_issues}
+    rest: list[ChosenIssue] = []
+    if ranking is not None:
+        leaders = {c.ids[0] for c in chosen}
+        for i in ranking.order.tolist():
+            if len(rest) >= max(settings.issues, 5):
+                break
+            if ranking.issue_id(i) in leaders:
+                continue
+            issue = ranking.issue(i)
+            if named & set(issue.ids):
+                issue.listed = "raised"
+            rest.append(issue)
+    inj.block, inj.result, inj.layout = lay.text, result, lay
+    inj.issues = chosen + rest
+    return inj
 
 
 def memory_block(
@@ -59,39 +357,25 @@ def memory_block(
 ) -> str:
     """The MEMORY block for a new task ("" when the project has no memory).
 
-    Top ``settings.topk`` prior runs plus the project's open issues, bounded by
+    The most relevant prior runs and open issues (module docstring), bounded by
     ``settings.max_tokens``; deterministic for the same store, task and moment.
     """
-    return _build(store, task, settings, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
-                  chat_session_id=chat_session_id, weights=weights)[0]
+    loaded = LoadedWeights(weights, {}) if weights is not None else weights_for(settings, store)
+    return _build(store, task, settings, loaded, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
+                  chat_session_id=chat_session_id).block
 
 
-def _build(store: MemoryStore, task: str, settings: Settings, **kwargs) -> tuple[str, SearchResult | None]:
-    if not store.exists():
-        return "", None
-    snap = load_snapshot(store)
-    store.problems.extend(p for p in snap.problems if p not in store.problems)  # reported by the caller
-    as_of = kwargs.get("as_of")
-    result = search(snap, task, k=settings.topk, settings=settings, **kwargs)
-    table = snap.open_issues(as_of)
-    raised = sorted({i for h in result.hits for i in h.issues})
-    open_ids: set[str] = set()
-    if table.num_rows and raised:
-        # Issues raised by the retrieved runs first (most relevant), then the newest others.
-        is_raised = pc.is_in(table.column("issueId"), value_set=pa.array(raised, pa.string()))
-        table = pa.concat_tables([table.filter(is_raised), table.filter(pc.invert(is_raised))])
-        open_ids = set(table.filter(is_raised).column("issueId").to_pylist())
-    # No block line is shorter than ~40 characters, so more than this can never fit.
-    limit = max(1, settings.max_tokens * 4 // 40)
-    rows = table.slice(0, limit).to_pylist()
-    entries = [
-        PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
-                      open_issues=[i for i in h.issues if i in open_ids], next=h.next)
-        for h in result.hits
-    ]
-    open_issues = [OpenIssue(issue_id=i["issueId"], title=i["title"], opened_at_ms=int(i["openedAt"].timestamp() * 1000),
-                             by_run_id=i["openedBy"] or "") for i in rows]
-    return render_block(entries, open_issues, max_tokens=settings.max_tokens, top_k=settings.topk), result
+def _no_memory(settings: Settings, cwd, project: str | None) -> str:
+    """Why a project has no memory, naming what exists (a typo in the root or the slug shows)."""
+    root = settings.memory_dir
+    if not root.exists():
+        return f"no memory at {root} (nothing written there yet, or a typo in CYBERINE_MEMORY_DIR / --memory-dir)"
+    try:
+        known = ", ".join(sorted(known_projects(root))) or "none"
+    except CybmemError:
+        known = "unreadable projects.json"
+    where = f"project {project!r}" if project else f"the project at {os.path.abspath(cwd or os.getcwd())}"
+    return f"no memory yet for {where} under {root} (known projects: {known})"
 
 
 def inject_task(
@@ -111,12 +395,14 @@ def inject_task(
 
     Args:
         task: the new run's task (the human text).
-        settings: memory root, on/off, top-k, token budget, lineage of the new run.
+        settings: memory root, on/off, top-k, issue cap, token budget, lineage of the new run.
         cwd / project: the project (default: the one of the current directory).
         as_of / now_ms: replay memory as of a moment / measure recency from a moment.
         parent_run_id / chat_session_id: lineage of the new run (default: from ``settings``).
-        weights: axis weights (default: what production reads for the project).
-        strict: raise instead of warning when memory is broken or the project is unknown.
+        weights: axis weights (default: what production reads for the project; a broken
+            source is skipped with a warning unless ``strict``).
+        strict: raise instead of warning when anything is wrong with memory (the project unknown, a
+            file that cannot be read, a broken setting).
 
     Returns:
         An :class:`Injection`; ``prompt`` is what to dispatch. Without ``strict`` this never
@@ -124,19 +410,30 @@ def inject_task(
     """
     if not settings.enabled:
         return Injection(task, "", project)
-    warnings: list[str] = []
+    warnings = list(settings.problems)
+    if strict and warnings:
+        from .errors import ValidationError
+
+        raise ValidationError(warnings[0])
     try:
         try:
             store = MemoryStore.open(settings, cwd=cwd, project=project)
-        except NotFoundError:
-            if strict or project:
-                raise
-            return Injection(task, "", None)  # a project that never wrote memory has no block
-        block, result = _build(store, task, settings, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
-                               chat_session_id=chat_session_id, weights=weights)
-        warnings += [p.message for p in store.problems]
-        warnings += result.warnings if result is not None else []  # e.g. the vector axis fell back
-        return Injection(task, block, store.slug, warnings, result)
+        except NotFoundError as exc:
+            if strict:
+                raise NotFoundError(_no_memory(settings, cwd, project)) from exc
+            return Injection(task, "", project, warnings + [f"{_no_memory(settings, cwd, project)}; the task goes out without a MEMORY block"])
+        loaded = LoadedWeights(weights, {k: "argument" for k in weights.to_dict()}) if weights is not None \
+            else weights_for(settings, store, lenient=not strict)
+        warnings += loaded.problems
+        inj = _build(store, task, settings, loaded, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
+                     chat_session_id=chat_session_id)
+        inj.warnings = warnings + [p.message for p in store.problems]
+        inj.warnings += inj.result.warnings if inj.result is not None else []  # e.g. the vector axis fell back
+        if strict and inj.warnings:
+            from .errors import StoreError
+
+            raise StoreError(inj.warnings[0] + (f" (and {len(inj.warnings) - 1} more)" if len(inj.warnings) > 1 else ""))
+        return inj
     except (CybmemError, OSError) as exc:
         if strict:
             raise

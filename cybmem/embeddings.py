@@ -6,8 +6,8 @@ unusable line once; :func:`row_problem` is the rule for a usable row. cybmem wri
 line per (runId, model) (:meth:`cybmem.store.MemoryStore.append_embeddings` checks under the
 project lock); should another tool write a second one, readers keep the first.
 
-What is embedded is what the keyword index sees (:func:`record_text`: task, summary, titles of
-the issues the run raised), cut to :data:`EMBED_TEXT_CHARS` (:func:`embedding_text`).
+What is embedded is what the keyword index sees (:func:`record_text`: task, summary, title and
+detail of the issues the run raised), cut to :data:`EMBED_TEXT_CHARS` (:func:`embedding_text`).
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ MAX_EMBEDDINGS_BYTES = 8 * 1024 * 1024 * 1024
 EMBED_TEXT_CHARS = 2000
 
 
-def record_text(task: str, summary: str | None, issues: Sequence[str] | None, titles: Mapping[str, str]) -> str:
-    """The text a record is indexed by: task, summary and the titles of the issues it raised.
+def record_text(task: str, summary: str | None, issues: Sequence[str] | None, issue_text: Mapping[str, str]) -> str:
+    """The text a record is indexed by: task, summary and the text (title, detail) of the issues it raised.
 
     The keyword index (cybmem.columns) and the embeddings use this one function.
     """
     text = task + "\n" + (summary or "")
     if issues:
-        text += "\n" + "\n".join(titles.get(i, i) for i in issues)
+        text += "\n" + "\n".join(issue_text.get(i, i) for i in issues)
     return text
 
 

@@ -1,5 +1,8 @@
 """Exports: a project's memory (or a whole root's) as NDJSON, CSV, a Parquet dataset or SQLite.
 
+Over 600 lines because it holds four writers that share the same reading, schema and atomic
+output; each format is one section.
+
 Every format reads the store through its public views: the records as stored
 (:meth:`MemoryStore.records`, for NDJSON), and the pandas frames
 (:func:`cybmem.frames.records_frame`, :func:`~cybmem.frames.issue_events_frame`,
@@ -65,6 +68,7 @@ import orjson
 import pyarrow as pa
 
 from . import _io
+from .columns import RECORD_SCHEMA
 from .errors import StoreError, ValidationError
 from .store import MemoryStore
 
@@ -96,30 +100,11 @@ SCHEMA_VERSION = 1
 _TS = pa.timestamp("ms", tz="UTC")
 _STR_LIST = pa.list_(pa.string())
 
-#: Columns of ``DIR/records/**/*.parquet``, in file order (the partition columns are in the path).
+#: Columns of ``DIR/records/**/*.parquet``, in file order (the partition columns are in the path):
+#: the snapshot's records table (cybmem.columns.RECORD_SCHEMA) without the file's inode.
 RECORDS_SCHEMA = pa.schema(
-    [
-        pa.field("runId", pa.string(), nullable=False),
-        ("cwd", pa.string()),
-        ("workflowName", pa.string()),
-        ("task", pa.string()),
-        ("state", pa.string()),  # done | error | cancelled
-        ("startedAt", _TS),
-        ("endedAt", _TS),
-        ("parentRunId", pa.string()),
-        ("chatSessionId", pa.string()),
-        ("previousRunId", pa.string()),
-        ("rootRunId", pa.string()),
-        ("summary", pa.string()),
-        ("accomplished", _STR_LIST),
-        ("issues", _STR_LIST),  # issue ids opened by the run
-        ("next", _STR_LIST),
-        ("workerAgents", _STR_LIST),
-        ("workerStates", _STR_LIST),  # aligned with workerAgents
-        ("verdictSummary", pa.string()),
-        ("supersededBy", pa.string()),
-        ("supersedes", pa.string()),
-    ],
+    [pa.field("runId", pa.string(), nullable=False)]
+    + [f for f in RECORD_SCHEMA if f.name not in ("runId", "inode")],
     metadata={"cybmem.table": "records", "cybmem.schema_version": str(SCHEMA_VERSION)},
 )
 

@@ -41,6 +41,8 @@ __all__ = [
     "PreambleEntry",
     "estimate_tokens",
     "inject",
+    "layout",
+    "Layout",
     "lift_task",
     "neutralize",
     "render_block",
@@ -90,12 +92,26 @@ class PreambleEntry:
 
 @dataclass(frozen=True)
 class OpenIssue:
-    """One open issue of the project as shown in the block."""
+    """One open issue of the project as shown in the block (``also``: other ids with the same title)."""
 
     issue_id: str
     title: str
     opened_at_ms: int
     by_run_id: str
+    also: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A rendered block and what went into it: what the budget let in and what it cut."""
+
+    text: str
+    runs: int  # entries shown
+    issues: int  # issue lines shown
+    runs_cut: int  # entries that did not fit
+    issues_cut: int  # issue lines that did not fit their share
+    run_chars: int
+    issue_chars: int
 
 
 def _chunks(text: str) -> list[str]:
@@ -303,8 +319,8 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
 
 
 def _issue_line(issue: OpenIssue) -> str:
-    """The line of one open issue."""
-    issue_id = _field(issue.issue_id, _ISSUE_ID_MAX) or "?"
+    """The line of one open issue (several ids when one title stands for them)."""
+    issue_id = ", ".join(x for x in (_field(i, _ISSUE_ID_MAX) for i in (issue.issue_id, *issue.also)) if x) or "?"
     title = _field(issue.title, _ISSUE_TITLE_MAX)
     when = _utc(issue.opened_at_ms, "%Y-%m-%d") or "unknown date"
     by = f", run {_run_label(issue.by_run_id)}" if (issue.by_run_id or "").strip() else ""
@@ -318,45 +334,92 @@ def render_block(
     *,
     max_tokens: int = 1500,
     top_k: int | None = None,
+    issue_share: float | None = None,
+    more_issues: int = 0,
 ) -> str:
-    """Render the MEMORY block for the given prior runs and open issues (format: module doc).
+    """Render the MEMORY block for the given prior runs and open issues (see :func:`layout`)."""
+    return layout(entries, open_issues, max_tokens=max_tokens, top_k=top_k, issue_share=issue_share,
+                  more_issues=more_issues).text
+
+
+def layout(
+    entries: Sequence[PreambleEntry],
+    open_issues: Sequence[OpenIssue],
+    *,
+    max_tokens: int = 1500,
+    top_k: int | None = None,
+    issue_share: float | None = None,
+    more_issues: int = 0,
+) -> Layout:
+    """Lay out the MEMORY block (format: module doc) within a token budget.
 
     Budget: the whole block, HEADER and FOOTER included, keeps estimate_tokens <= max_tokens.
-    Entries go in whole, in the given order, until one does not fit (then no more entries);
-    open issues follow line by line until one does not fit. Lines are never cut by the budget.
+    The issue section takes at most ``issue_share`` of the budget (None: what is left after the
+    runs); its lines go in one by one until the next does not fit, and a last line says how many
+    more issues are open (``more_issues`` plus those cut here). The runs get everything the issue
+    section does not use: entries go in whole, in the given order, until one does not fit (then
+    no more). Lines are never cut by the budget.
 
     Args:
         entries: prior runs, most relevant first.
-        open_issues: the project's open issues, in display order.
+        open_issues: open issues to show, most relevant first.
         max_tokens: the token budget of the whole block.
         top_k: show at most this many entries (None: no limit).
+        issue_share: the largest fraction of the budget the issue section may take.
+        more_issues: open issues that were not offered at all (over the cap), for the last line.
 
     Returns:
-        The block, or "" when nothing but HEADER and FOOTER would fit.
+        A :class:`Layout`; its text is "" when nothing but HEADER and FOOTER would fit.
     """
     if top_k is not None:
         entries = entries[: max(top_k, 0)]
     limit = max_tokens * 4  # estimate_tokens(s) <= max_tokens  <=>  len(s) <= 4 * max_tokens
-    used = len(HEADER) + 1 + len(FOOTER)  # "HEADER\nFOOTER"
+    frame = len(HEADER) + 1 + len(FOOTER)  # "HEADER\nFOOTER"
+    size = lambda lines: sum(len(line) + 1 for line in lines)  # noqa: E731
+
+    # The issue section first, within its share, so that what it leaves goes to the runs.
+    issue_cap = limit - frame if issue_share is None else int((limit - frame) * issue_share)
+    lines = [_issue_line(i) for i in open_issues]
+    shown: list[str] = []
+
+    def more_line(n: int) -> list[str]:
+        return [f"- ... and {n} more open issue{'s' if n != 1 else ''} (`cybmem issues` lists them)"] if n else []
+
+    for i, line in enumerate(lines):
+        rest = len(lines) - i - 1 + more_issues
+        if size([_ISSUES_HEADING, *shown, line, *more_line(rest)]) > issue_cap:
+            break
+        shown.append(line)
+    cut_issues = len(lines) - len(shown)
+    section = [_ISSUES_HEADING, *shown, *more_line(cut_issues + more_issues)] if shown else []
+    if issue_share is None:
+        section_size = 0  # issues fill what the runs leave (below)
+    else:
+        section_size = size(section)
+
     body: list[str] = []
-
-    def add(lines: list[str]) -> bool:
-        nonlocal used
-        size = sum(len(line) + 1 for line in lines)
-        if used + size > limit:
-            return False
-        body.extend(lines)
-        used += size
-        return True
-
+    used = frame + section_size
+    runs_shown = 0
     for entry in entries:
-        if not add(_entry_lines(entry)):
+        block = _entry_lines(entry)
+        if used + size(block) > limit:
             break
-    heading = [_ISSUES_HEADING]
-    for issue in open_issues:
-        if not add(heading + [_issue_line(issue)]):
-            break
-        heading = []
+        body.extend(block)
+        used += size(block)
+        runs_shown += 1
+    run_chars = size(body)
+    if issue_share is None:  # the old rule: issues line by line in what is left
+        shown, heading = [], [_ISSUES_HEADING]
+        for line in lines:
+            if used + size(heading + [line]) > limit:
+                break
+            shown.append(line)
+            used += size(heading + [line])
+            heading = []
+        cut_issues = len(lines) - len(shown)
+        section = [_ISSUES_HEADING, *shown] if shown else []
+    body.extend(section)
     if not body:
-        return ""
-    return "\n".join([HEADER, *body, FOOTER])
+        return Layout("", 0, 0, len(entries), len(lines), 0, 0)
+    return Layout("\n".join([HEADER, *body, FOOTER]), runs_shown, len(shown), len(entries) - runs_shown, cut_issues,
+                  run_chars, size(section))

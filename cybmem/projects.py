@@ -21,7 +21,7 @@ from .errors import NotFoundError, StoreError, ValidationError
 
 __all__ = [
     "slug_base", "hash6", "abs_cwd", "resolve_slug", "peek_slug", "list_projects", "load_projects", "project_dirs",
-    "validate_slug", "is_safe_slug", "known_projects", "lookup_slug", "select_project", "PROJECTS_FILE", "MAX_PROJECTS_BYTES",
+    "validate_slug", "is_safe_slug", "known_projects", "lookup_slug", "select_project", "check_root", "PROJECTS_FILE", "MAX_PROJECTS_BYTES",
 ]
 
 PROJECTS_FILE = "projects.json"
@@ -241,6 +241,14 @@ def known_projects(root: Path, projects: dict[str, dict] | None = None) -> dict[
     return projects
 
 
+def check_root(root: Path) -> Path:
+    """``root`` if it is a directory or does not exist yet; StoreError (with the fix) otherwise."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise StoreError(f"memory root {root} is not a directory; point CYBERINE_MEMORY_DIR or --memory-dir at a directory")
+    return root
+
+
 def select_project(root: Path, *, cwd: str | os.PathLike | None = None, project: str | None = None,
                    create: bool = False, peek: bool = False, known: dict[str, dict] | None = None) -> str:
     """The project a command works on: ``project`` (a slug) if given, else the project of ``cwd``.
@@ -259,7 +267,7 @@ def select_project(root: Path, *, cwd: str | os.PathLike | None = None, project:
         NotFoundError: no such project (the message names the known ones).
         ValidationError: an unsafe slug or an unusable cwd.
     """
-    root = Path(root)
+    root = check_root(root)
     if project:
         validate_slug(project)
         if not create and not (root / project).is_dir():
@@ -292,7 +300,7 @@ def peek_slug(root: Path, cwd: str | os.PathLike) -> str:
 
 def list_projects(root: Path) -> list[dict]:
     """Every project of a memory root: slug, cwd (registered or backfilled) and record count."""
-    root = Path(root)
+    root = check_root(root)
     projects = load_projects(root) if root.exists() else {}
     _backfill(root, projects)
     out = []

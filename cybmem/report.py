@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Sequence
 
 from .errors import CybmemError, NotFoundError
+from .snapshot import load_snapshot
 from .store import MemoryStore
 from .progress import Progress
 
@@ -196,6 +197,7 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
 
     if not store.dir.is_dir():
         raise NotFoundError(f"project {store.slug} has no memory under {store.root}")
+    load_snapshot(store)  # a store that cannot be read fails here, with the reason, not inside a kernel
     stream = stream if stream is not None else sys.stderr
     base = notebooks_dir() if notebooks is None or any(not Path(n).is_file() for n in notebooks) else None
     paths = [Path(n) if Path(n).is_file() else base / n for n in (notebooks or NOTEBOOKS)]

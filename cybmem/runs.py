@@ -247,9 +247,15 @@ class WriteResult:
     path: Path
     redacted: list[str]
     store: MemoryStore
-    warnings: list[str] = field(default_factory=list)  # one line per optional layer that fell back
+    notes: list[str] = field(default_factory=list)  # one line per optional layer that fell back
     distilled: bool = False  # the outcome was refined by CYBERINE_MEMORY_MODEL
     embedded: bool = False  # a vector was appended to embeddings.jsonl
+
+    @property
+    def warnings(self) -> list[str]:
+        """What went wrong without failing the write (e.g. the derived index not updated, an
+        optional layer that fell back: distillation, embeddings)."""
+        return [p.message for p in self.store.problems] + self.notes
 
     def to_dict(self) -> dict:
         return {
@@ -260,7 +266,7 @@ class WriteResult:
             "redacted": self.redacted,
             "distilled": self.distilled,
             "embedded": self.embedded,
-            "warnings": list(self.warnings),
+            "warnings": self.warnings,
         }
 
 
@@ -396,7 +402,7 @@ def write_run(
     since = _size(store.embeddings_path)  # no line for this new record can predate it
     path, written = store.commit(rec, events, corrects=old_id)
     embedded = _embed_written(store, rec, settings, since, warnings)
-    return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store, warnings=warnings,
+    return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store, notes=warnings,
                        distilled=distilled, embedded=embedded)
 
 
@@ -465,7 +471,7 @@ def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, se
 def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, since: int, warnings: list[str]) -> bool:
     """Embed the record just written and append its vector (best effort); True when a line was added.
 
-    The text is the keyword index's (task, summary, titles of the issues it raised), cut to
+    The text is the keyword index's (task, summary, text of the issues it raised), cut to
     EMBED_TEXT_CHARS. A failure or timeout leaves the record as written and adds one warning;
     ``cybmem embed`` fills the gap later.
     """
@@ -477,8 +483,9 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
         config = remote.embed_config(settings.env)
         if config is None:
             return False
-        titles = {k: v.title for k, v in store.issue_states().items()}
-        text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, titles))
+        # The keyword index's issue text: title and detail by the fold's rule (cybmem.snapshot.issue_texts).
+        texts = {k: v.title if not v.detail else f"{v.title}\n{v.detail}" for k, v in store.issue_states().items()}
+        text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts))
         if text is None:
             return False
         # Off the dispatch path, but the run is over and its caller waits: two attempts of up to

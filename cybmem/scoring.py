@@ -175,7 +175,8 @@ def _eq_mask(ids: Any, value: str) -> np.ndarray:
 def _pa_equal(arr: pa.Array, value: str) -> np.ndarray:
     import pyarrow.compute as pc
 
-    eq = pc.equal(arr, value)
+    # A typed scalar: a bare str makes pyarrow probe for pandas (and import dateutil) on the dispatch path.
+    eq = pc.equal(arr, pa.scalar(value, arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type))
     if eq.null_count:
         eq = pc.fill_null(eq, False)
     return eq.to_numpy(zero_copy_only=False)

@@ -32,19 +32,21 @@ from .errors import StoreError
 from .store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
 from .text import tokenize_many
 
-__all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "titles_of"]
+__all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "issue_texts"]
 
 _PROGRESS_AFTER_S = 1.0
 
 
-def titles_of(events: pa.Table, ids: list[str] | None = None) -> dict[str, str]:
-    """issueId -> title by the fold's rule (cybmem.issues), for all issues or only ``ids``."""
+def issue_texts(events: pa.Table, ids: list[str] | None = None) -> dict[str, str]:
+    """issueId -> its title and detail by the fold's rule (cybmem.issues), for all issues or only
+    ``ids``: the text a run that raised the issue is also found by."""
     if ids is not None:
         if not ids or not events.num_rows:
             return {}
         events = events.filter(pc.is_in(events.column("issueId"), value_set=pa.array(sorted(set(ids)), pa.string())))
     folded = issues.fold_table(events)
-    return dict(zip(folded.column("issueId").to_pylist(), folded.column("title").to_pylist()))
+    return {i: t if not d else f"{t}\n{d}" for i, t, d in zip(
+        folded.column("issueId").to_pylist(), folded.column("title").to_pylist(), folded.column("detail").to_pylist())}
 
 
 def _record_issue_ids(table: pa.Table) -> list[str]:
@@ -168,16 +170,43 @@ class Snapshot:
                     table = _cache.read_table(path)
                 except (OSError, pa.ArrowException):
                     table = None
+            self._cache["fold_from_file"] = table is not None
             self._cache["fold"] = table if table is not None else issues.fold_table(self.events)
         return self._cache["fold"]
 
-    def open_issues(self, as_of: int | None = None) -> pa.Table:
-        """Open issues of :meth:`fold`, newest opened first (ties by id)."""
+    def issue_index(self) -> KeywordIndex:
+        """A keyword index over every issue's title and detail, row-aligned with :meth:`fold`
+        (cached with the snapshot; the open-issue ranking of cybmem.dispatch uses it)."""
+        if "issue_index" not in self._cache:
+            folded = self.fold()
+            index = None
+            path = self._cache.get("issue_index_file")
+            if path is not None and self._cache.get("fold_from_file"):  # written together with fold.arrow
+                try:
+                    index = KeywordIndex.from_arrow(_cache.read_table(path))
+                except (OSError, ValueError, pa.ArrowException):
+                    index = None
+            if index is None or index.n_docs != folded.num_rows:
+                index = _issue_index(folded)
+            self._cache["issue_index"] = index
+        return self._cache["issue_index"]
+
+    def open_rows(self, as_of: int | None = None) -> np.ndarray:
+        """The rows of :meth:`fold` (``as_of``) whose issue is open, newest opened first (ties by
+        id). Touches three columns only: the fold's text columns stay on disk."""
         folded = self.fold(as_of)
         if not folded.num_rows:
-            return folded
-        opened = folded.filter(pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN)))
-        return opened.take(pc.sort_indices(opened, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")]))
+            return np.zeros(0, dtype=np.int64)
+        is_open = pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN, pa.string()))
+        rows = np.flatnonzero(is_open.to_numpy(zero_copy_only=False))
+        at = pa.array(rows)
+        keys = pa.table({"openedAt": folded.column("openedAt").take(at), "issueId": folded.column("issueId").take(at)})
+        order = pc.sort_indices(keys, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")])
+        return rows[order.to_numpy(zero_copy_only=False)]
+
+    def open_issues(self, as_of: int | None = None) -> pa.Table:
+        """Open issues of :meth:`fold`, newest opened first (ties by id)."""
+        return self.fold(as_of).take(pa.array(self.open_rows(as_of)))
 
     def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
         """Some rows as dicts, only the given columns (cheap for a top-k)."""
@@ -191,39 +220,49 @@ class Snapshot:
 
 class _Notice:
     """One line on stderr when a cold load takes longer than a second (the dispatcher's terminal
-    otherwise sits silent for several seconds on a large store)."""
+    would otherwise sit silent for several seconds on a large store): a timer that the end of the
+    load cancels."""
 
     def __init__(self, store: MemoryStore, files: int):
-        self.store, self.files = store, files
-        self.t0 = time.perf_counter()
-        self.shown = False
+        import threading
 
-    def tick(self, what: str) -> None:
-        if not self.shown and time.perf_counter() - self.t0 > _PROGRESS_AFTER_S:
-            self.shown = True
-            print(f"cybmem: indexing {self.files} records of project {self.store.slug} ({what}); "
-                  "later reads use the cache", file=sys.stderr, flush=True)
+        message = (f"cybmem: indexing {files} records of project {store.slug} (once; later reads use the cache)")
+        self._timer = threading.Timer(_PROGRESS_AFTER_S, lambda: print(message, file=sys.stderr, flush=True))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def done(self) -> None:
+        self._timer.cancel()
 
 
 def _concat_indexes(parts: list[KeywordIndex]) -> KeywordIndex:
     return parts[0] if len(parts) == 1 else KeywordIndex.concat(parts)
 
 
-def _read_ledger_all(store: MemoryStore) -> bytes:
+def _read_ledger_all(store: MemoryStore, problems: list[ReadProblem]) -> bytes:
+    """The ledger's bytes; an unreadable ledger is reported in ``problems`` and read as empty, so
+    retrieval still works on the records (the issues are missing, and every verb says why)."""
     try:
         return _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES)
     except FileNotFoundError:
         return b""
+    except StoreError as exc:
+        problems.append(ReadProblem(str(store.issues_path), f"{exc}; issues are left out"))
+        return b""
 
 
-def _build_full(store: MemoryStore, ledger_raw: bytes) -> tuple[pa.Table, pa.Table, KeywordIndex, dict[str, int], list[ReadProblem], int, int]:
-    events, consumed, lines, problems = _parse_ledger(ledger_raw, 1, store.issues_path)
+def _build_full(store: MemoryStore) -> tuple[pa.Table, pa.Table, KeywordIndex, dict[str, int], list[ReadProblem], int, int]:
+    led_problems: list[ReadProblem] = []
+    raw = _read_ledger_all(store, led_problems)
+    events, consumed, lines, problems = _parse_ledger(raw, 1, store.issues_path)
+    problems = led_problems + problems
     listing = store.listing()
     notice = _Notice(store, len(listing))
-    table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), titles_of(events))
-    notice.tick("tokenizing")
-    index = KeywordIndex.build(tokenize_many(texts))
-    notice.tick("done")
+    try:
+        table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), issue_texts(events))
+        index = KeywordIndex.build(tokenize_many(texts))
+    finally:
+        notice.done()
     return table, events, index, bad, problems + rec_problems, consumed, lines
 
 
@@ -244,6 +283,7 @@ def _snapshot(store, records, events, index, problems, cache, *, from_cache: boo
     snap = Snapshot(store, records, events, index, problems, from_cache=from_cache, parsed=parsed)
     if cache is not None and from_cache:
         snap._cache["fold_file"] = cache / "fold.arrow"
+        snap._cache["issue_index_file"] = cache / "kwi.arrow"
     return snap
 
 
@@ -255,15 +295,22 @@ def _load_warm(store: MemoryStore, cache) -> Snapshot | None:
     return _snapshot(store, records, events, index, _problems_of(manifest), cache, from_cache=True, parsed=0)
 
 
+def _issue_index(folded: pa.Table) -> KeywordIndex:
+    """A keyword index over the issues of a fold (title and detail), row-aligned with it."""
+    texts = [t if not d else f"{t}\n{d}" for t, d in zip(folded.column("title").to_pylist(), folded.column("detail").to_pylist())]
+    return KeywordIndex.build(tokenize_many(texts))
+
+
 def _write_events(cache, manifest: _cache.Manifest, events: pa.Table) -> None:
-    """The cached ledger and its fold, written together."""
+    """The cached ledger, its fold and the fold's keyword index, written together."""
+    folded = issues.fold_table(events)
     _cache.write_table(cache / "events.arrow", events)
-    _cache.write_table(cache / "fold.arrow", issues.fold_table(events))
+    _cache.write_table(cache / "fold.arrow", folded)
+    _cache.write_table(cache / "kwi.arrow", _issue_index(folded).to_arrow())
 
 
 def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
-    raw = _read_ledger_all(store)
-    table, events, index, bad, problems, consumed, lines = _build_full(store, raw)
+    table, events, index, bad, problems, consumed, lines = _build_full(store)
     led = _cache.ledger_stat(store.issues_path) or {"size": 0, "mtime_ns": 0, "ino": 0}
     manifest = _cache.Manifest()
     seg = {"rec": manifest.new_file("rec"), "kw": manifest.new_file("kw"), "rows": table.num_rows}
@@ -290,7 +337,7 @@ def _patch_replaced(store: MemoryStore, cache, manifest: _cache.Manifest, record
     """
     names = [(name, ino) for _, name, ino in replaced]
     rows = [row for row, _, _ in replaced]
-    titles = titles_of(events, sorted({i for lst in records.take(pa.array(rows)).column("issues").to_pylist() for i in lst or ()}))
+    titles = issue_texts(events, sorted({i for lst in records.take(pa.array(rows)).column("issues").to_pylist() for i in lst or ()}))
     new, texts, bad, _ = parse_files(store, names, titles)
     if bad or new.num_rows != len(names):
         return None
@@ -337,12 +384,16 @@ def _refresh(store: MemoryStore, cache) -> Snapshot:
         led = _cache.ledger_stat(store.issues_path) or {"size": 0, "mtime_ns": 0, "ino": 0}
         prev = manifest.ledger
         same_file = prev.get("ino") == led["ino"] and led["size"] >= prev.get("size", 0)
+        problems = [p for p in problems if p.path != str(store.issues_path)]
+        unreadable: list[ReadProblem] = []
         if not same_file:
-            events, consumed, lines, led_problems = _parse_ledger(_read_ledger_all(store), 1, store.issues_path)
+            events, consumed, lines, led_problems = _parse_ledger(_read_ledger_all(store, unreadable), 1, store.issues_path)
+            led_problems = unreadable + led_problems
             problems = [p for p in problems if ".jsonl:" not in p.path]
         elif led["size"] > prev.get("size", 0):
-            raw = _read_ledger_all(store)[prev.get("size", 0):]
+            raw = _read_ledger_all(store, unreadable)[prev.get("size", 0):]
             more, consumed, lines, led_problems = _parse_ledger(raw, prev.get("lines", 0) + 1, store.issues_path)
+            led_problems = unreadable + led_problems
             consumed += prev.get("size", 0)
             lines += prev.get("lines", 0)
             if more.num_rows:
@@ -372,7 +423,7 @@ def _refresh(store: MemoryStore, cache) -> Snapshot:
             seg_table, texts, bad, rec_problems = load_records(store, new, {})
             if seg_table.num_rows:
                 # Issue titles for the keyword text: only the few ids these records raise.
-                titles = titles_of(events, _record_issue_ids(seg_table))
+                titles = issue_texts(events, _record_issue_ids(seg_table))
                 texts = keyword_texts(seg_table, titles) if titles else texts
             manifest.bad.update(bad)
             problems += rec_problems
@@ -415,7 +466,7 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
         StoreError: records/ or the ledger cannot be read at all.
     """
     if not use_cache:
-        table, events, index, _bad, problems, _, _ = _build_full(store, _read_ledger_all(store))
+        table, events, index, _bad, problems, _, _ = _build_full(store)
         snap = Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
         snap._cache["uncached"] = True  # derived layers (cybmem.vectors) stay in memory too
         return snap

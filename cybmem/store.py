@@ -420,8 +420,14 @@ class MemoryStore:
             if written:
                 sync_path(self.issues_path)
             sync_path(self.records_dir)
-            with self.index_lock():
-                self._update_index_locked(rec.runId)
+            try:
+                with self.index_lock():
+                    self._update_index_locked(rec.runId)
+            except OSError as exc:
+                # The record and its events are committed; the index is derived and every reader
+                # merges what it lacks, so this is a warning, never a failed write.
+                self._problem(str(self.index_path), f"record {rec.runId} written, but index.json was not updated ({exc}); "
+                              "run `cybmem rebuild`")
         finally:
             if tmp is not None:
                 with contextlib.suppress(OSError):
@@ -894,7 +900,14 @@ class MemoryStore:
     def _write_index_locked(self, entries: list[dict], skipped: dict[str, str] | None = None,
                             archived: dict[str, tuple] | None = None) -> None:
         # Derived and checked against records/ on every read: no fsync (a lost index is rebuilt).
-        atomic_write(self.index_path, self._index_bytes(entries, skipped or {}, archived), durable=False)
+        if self.index_path.is_dir():
+            raise StoreError(f"{self.index_path} is a directory; remove it (the index is derived) and run `cybmem rebuild`")
+        try:
+            atomic_write(self.index_path, self._index_bytes(entries, skipped or {}, archived), durable=False)
+        except OSError as exc:
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"cannot write {self.index_path}: {exc.strerror or exc}") from None
 
     def _compact_locked(self, entries: list[dict], archived: dict[str, tuple]) -> tuple[list[dict], dict[str, tuple]]:
         """Move the entries past ``index_cap`` (the oldest) to ``archived`` (index lock held).

@@ -15,11 +15,17 @@
 4. Tokens of one character and a small English stopword list (Lucene's EnglishAnalyzer stop
    set plus a few pronouns/auxiliaries, :data:`STOPWORDS`) are dropped.
 5. Numbers are kept as tokens ("fixes #12038" -> fixes, 12038).
-6. No stemming. A tiny suffix stripper (-ies/-ing/-ed/-es/-s) was measured on the pytest
-   corpus qrels (132 queries, ``python benchmarks/bench_query.py --quality``): MRR@10
-   0.221 -> 0.223 for BM25 alone and 0.376 -> 0.384 with the default weights, well inside
-   the noise of so few queries (one query moves MRR by up to 0.008), so tokens stay exact
-   and identifiers match as written.
+6. Every alphabetic ASCII token is stemmed with the Snowball English stemmer (Porter2, through
+   PyStemmer, the Snowball project's own C binding): "marks" and "mark", "fixtures" and
+   "fixture", "deprecated" and "deprecate" meet ("Deprecate marks on fixtures" finds the
+   earlier "mark ... fixture" work). Measured on the pytest corpus qrels (132 queries replayed
+   as of their moment, ``python benchmarks/bench_quality.py``): MRR@10 with the default
+   weights 0.401 -> 0.411, recall@10 0.583 -> 0.587; BM25 alone 0.225 -> 0.216 (within the
+   noise of so few queries: one query moves MRR by up to 0.008). A lighter plural/verb-form
+   folding gave 0.405 and the original Porter 0.411. Stemming each distinct word once (the
+   word cache below) keeps it off the hot path (benchmarks/RESULTS.md has the times).
+
+:data:`VERSION` names this rule; the Arrow cache is rebuilt when it changes.
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ import re
 import unicodedata
 from typing import Iterable
 
-__all__ = ["STOPWORDS", "tokenize", "tokenize_many"]
+import Stemmer
+
+__all__ = ["VERSION", "STOPWORDS", "tokenize", "tokenize_many"]
+
+#: Changes whenever the tokens of some text change (the cache keeps the version it was built with).
+VERSION = "3-snowball-english"  # 3: issue details join the keyword text
+_STEM = Stemmer.Stemmer("english").stemWord
 
 #: Lucene EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (33 words) plus a few pronouns and
 #: auxiliaries that carry no topic in commit/task text.
@@ -107,19 +119,26 @@ def _word_tokens(word: str) -> tuple[str, ...]:
     """The tokens of one word (see :func:`tokenize`)."""
     stop = STOPWORDS
     # Fast path: a plain lowercase word or a plain number (the vast majority).
-    if word.isascii() and (word.isdigit() or (word.islower() and word.isalpha())):
-        return (word,) if len(word) > 1 and word not in stop else ()
+    if word.isascii() and word.isdigit():
+        return (word,) if len(word) > 1 else ()
+    if word.isascii() and word.islower() and word.isalpha():
+        return (_STEM(word),) if len(word) > 1 and word not in stop else ()
     out: list[str] = []
     parts = _ASCII_PART_RE.findall(word) if word.isascii() else _unicode_parts(word)
     if len(parts) > 1:
         whole = word.replace("_", "").casefold()
         if len(whole) > 1 and whole not in stop:
-            out.append(whole)
+            out.append(_stem(whole))
     for part in parts:
         part = part.casefold()
         if len(part) > 1 and part not in stop:
-            out.append(part)
+            out.append(_stem(part))
     return tuple(out)
+
+
+def _stem(token: str) -> str:
+    """Stem an alphabetic ASCII token (identifiers with digits and non-English words stay)."""
+    return _STEM(token) if token.isascii() and token.isalpha() else token
 
 
 def tokenize_many(texts: Iterable[str]) -> list[list[str]]:

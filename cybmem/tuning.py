@@ -1,19 +1,12 @@
-"""Relevance judgments, retrieval metrics and a fast search over the scorer's weights.
+"""A fast search over the scorer's weights, against relevance judgments (cybmem.judgments).
 
-A *judgment* says: a run asking ``query`` at moment ``asOf`` should be shown the runs in
-``relevant``. Judgments files are JSONL, one object a line::
+Over 600 lines because it is one algorithm (candidate pools, pair classification, the tiled
+grid) whose steps share private structures; split, they would only expose them.
 
-    {"query": "...", "asOf": 1733000000000, "relevant": ["runId", ...],
-     "queryRunId": "...", "parentRunId": "...", "chatSessionId": "..."}   # last three optional
-
-(``../shared/corpora/*/qrels.jsonl`` is one; lines sharing a ``queryRunId`` are merged, their
-relevant lists united). :func:`judgments_from_store` derives judgments from a store itself.
-
-Metrics (:data:`METRICS`): MRR@k, nDCG@k (binary gains, ideal DCG over the relevant runs that
-existed) and recall@k. Every query is evaluated as production would have answered it then: only
+Every query is evaluated as production would have answered it then: only
 records with ``endedAt <= asOf`` that were not superseded by then are candidates, the query's own
 run is excluded, recency is measured from ``asOf`` and the lineage context is the query's
-parent / chat session / latest prior run (exactly :func:`cybmem.search.search` with ``as_of``).
+parent / chat session / latest prior run (exactly :func:`cybmem.retrieval.search` with ``as_of``).
 Relevant runs that did not exist yet are dropped; a query left with none is skipped. One
 deliberate approximation shared with ``search(as_of=...)``: BM25's idf and average length come
 from the whole index, not from the records of that moment.
@@ -57,7 +50,7 @@ from .errors import ValidationError
 from .judgments import JUDGMENT_KINDS, METRICS, Judgment, check_metric, judgments_from_store, load_judgments, merge_judgments
 from .progress import Progress
 from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
-from .search import dispatch_context
+from .retrieval import dispatch_context
 from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
@@ -76,7 +69,14 @@ __all__ = [
     "GridResult",
     "grid_search",
     "tune",
+    "Validation",
+    "time_folds",
+    "kind_weights",
+    "Evaluation",
+    "evaluate_weights",
     "save_project_weights",
+    "MIN_KEYWORD_JUDGMENTS",
+    "MIN_FOLD",
 ]
 
 DEFAULT_HALF_LIVES = (1.0, 3.0, 7.0, 14.0, 30.0, 60.0, 120.0, 365.0)
@@ -160,7 +160,23 @@ class AxisMatrices:
     n_candidates: np.ndarray  # int64 candidates (records existing at asOf), per judgment
     run_ids: list[str] = field(repr=False, default_factory=list)  # snapshot row -> run id
     seconds: float = 0.0  # time to compute
+    weights: np.ndarray | None = None  # float64 weight of each judgment in the mean (None: equal)
     _pairs: "_Pairs | None" = field(default=None, init=False, repr=False, compare=False)
+
+    def subset(self, keep: Sequence[int]) -> "AxisMatrices":
+        """The same pools for some of the judgments (by position), without recomputing anything."""
+        keep = [int(q) for q in keep]
+        spans = [np.arange(self.offsets[q], self.offsets[q + 1]) for q in keep]
+        flat = np.concatenate(spans) if spans else np.zeros(0, np.int64)
+        offsets = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in spans], out=offsets[1:])
+        pick = lambda a: None if a is None else a[flat]  # noqa: E731
+        return AxisMatrices(
+            judgments=[self.judgments[q] for q in keep], skipped=[], k=self.k, offsets=offsets, rows=self.rows[flat],
+            keyword=self.keyword[flat], age_ms=self.age_ms[flat], lineage=self.lineage[flat], vector=pick(self.vector),
+            relevant=self.relevant[flat], n_relevant=self.n_relevant[keep], n_candidates=self.n_candidates[keep],
+            run_ids=self.run_ids, weights=None if self.weights is None else self.weights[keep],
+        )
 
     @property
     def n(self) -> int:
@@ -474,7 +490,12 @@ def _metric_values(m: AxisMatrices, pairs: _Pairs, W_by_h: Sequence[tuple[float,
                 np.add.at(acc, q, disc[np.minimum(ranks, k) * inside] / ideal[q, None])
             if bar is not None:
                 bar.update(0)
-        out.append(acc if per_query else acc.sum(axis=0) / max(m.n, 1))
+        if per_query:
+            out.append(acc)
+        elif m.weights is None:
+            out.append(acc.sum(axis=0) / max(m.n, 1))
+        else:  # a weighted mean (see tune: kinds of judgments count alike)
+            out.append((acc * m.weights[:, None]).sum(axis=0) / max(float(m.weights.sum()), 1e-12))
         if bar is not None:
             bar.update()
     return out
@@ -556,6 +577,29 @@ class GridResult:
     precompute_seconds: float = 0.0
     best_in_grid: bool = True  # False: no grid point beat the current weights, best = current
     source: str = ""  # where the judgments came from, for people
+    kinds: dict[str, int] = field(default_factory=dict)  # evaluable judgments per kind
+    keyword_held: str = ""  # why w_kw was not searched (empty: it was)
+    validation: "Validation | None" = None  # the same search on the earlier judgments, scored on the later
+
+    @property
+    def refusal(self) -> str | None:
+        """Why ``cybmem tune --save`` will not save :attr:`best` without --force (None: it will)."""
+        if not self.best_in_grid:
+            return "no grid point beats the current weights"
+        if self.best.w_kw == 0:
+            return "the best weights switch the keyword axis off (w_kw=0): the block would ignore what the task says"
+        if self.keyword_held:
+            return ("too few of these judgments test keywords, and a larger w_lin also lowers what the words count "
+                    f"for, which they cannot measure; give at least {MIN_KEYWORD_JUDGMENTS} judgments that test "
+                    "keywords (e.g. --judgments qrels.jsonl)")
+        v = self.validation
+        if v is None:
+            return (f"too few judgments ({self.judgments}) to check the weights on later ones; "
+                    f"at least {2 * MIN_FOLD} are needed")
+        if v.tuned_later < v.current_later:
+            return (f"weights tuned on the earlier {v.earlier} judgments lose to the current ones on the later {v.later} "
+                    f"({v.tuned_later:.4f} vs {v.current_later:.4f}): the grid is fitting these judgments, not learning")
+        return None
 
     @property
     def label(self) -> str:
@@ -612,6 +656,8 @@ class GridResult:
     def to_dict(self, *, grid: bool = False) -> dict[str, Any]:
         """JSON-ready summary (``grid=True`` adds every point)."""
         out: dict[str, Any] = {
+            "kinds": dict(self.kinds), "keywordHeld": self.keyword_held or None, "refusal": self.refusal,
+            "validation": self.validation.to_dict() if self.validation is not None else None,
             "metric": self.metric, "k": self.k, "label": self.label,
             "current": {**self.current.to_dict(), "value": round(self.current_metric, 6)},
             "best": {**self.best.to_dict(), "value": round(self.best_metric, 6)},
@@ -744,12 +790,63 @@ def grid_search(m: AxisMatrices, *, metric: str = "mrr", k: int | None = None, s
 # --------------------------------------------------------------------------------------
 
 
+#: Fewer judgments that test keywords than this, and the keyword weight is not searched.
+MIN_KEYWORD_JUDGMENTS = 10
+#: Each time-ordered fold needs at least this many judgments for the check to mean anything.
+MIN_FOLD = 5
+
+
+@dataclass
+class Validation:
+    """The tuning checked on time: searched on the earlier judgments, scored on the later ones."""
+
+    earlier: int  # judgments tuned on
+    later: int  # judgments scored on
+    tuned: Weights  # the best weights on the earlier judgments
+    tuned_earlier: float
+    current_earlier: float
+    tuned_later: float
+    current_later: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"earlier": self.earlier, "later": self.later, "tuned": self.tuned.to_dict(),
+                "tunedEarlier": round(self.tuned_earlier, 6), "currentEarlier": round(self.current_earlier, 6),
+                "tunedLater": round(self.tuned_later, 6), "currentLater": round(self.current_later, 6)}
+
+
+def time_folds(m: AxisMatrices) -> tuple[AxisMatrices, AxisMatrices] | None:
+    """The judgments split in time: the earlier half by asOf and the later half (None: too few)."""
+    if m.n < 2 * MIN_FOLD:
+        return None
+    order = sorted(range(m.n), key=lambda q: (m.judgments[q].as_of, q))
+    half = m.n // 2
+    return m.subset(order[:half]), m.subset(order[half:])
+
+
+def kind_weights(judgments: Sequence[Judgment]) -> tuple[np.ndarray | None, int]:
+    """Weights that make the judgments lineage decides count as much, together, as all the others.
+
+    A derived judgment whose relevant runs include the dispatched run's parent ("parent",
+    "issue+parent") is answered by the lineage axis whatever the words say (the parent ranks
+    first); left to outnumber the others, such judgments would vote the keyword axis away.
+
+    Returns:
+        (weights, or None when there is one group only; the number of judgments that test keywords).
+    """
+    parent = np.array(["parent" in (j.kind or "").split("+") for j in judgments], dtype=bool)
+    others = int((~parent).sum())
+    if not parent.any() or not others:
+        return None, others
+    w = np.where(parent, 0.5 / parent.sum(), 0.5 / others)
+    return w.astype(np.float64), others
+
+
 def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str | Path | None = None,
          metric: str = "mrr", k: int = 10, steps: int = 11, half_lives: Iterable[float] | None = None,
          w_kw: Iterable[float] | None = None, w_rec: Iterable[float] | None = None,
          w_lin: Iterable[float] | None = None, w_vec: Iterable[float] | None = None,
          current: Weights | None = None, settings: Settings | None = None, kinds: Sequence[str] = JUDGMENT_KINDS,
-         progress: bool | None = None) -> GridResult:
+         hold_few: bool = True, progress: bool | None = None) -> GridResult:
     """Search the weights for a project: judgments -> axis values -> grid.
 
     Args:
@@ -758,6 +855,8 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
             (:func:`judgments_from_store` with ``kinds``).
         metric, k, steps, half_lives, w_kw, w_rec, w_lin, w_vec: see :func:`grid_search`.
         current: the weights to compare with (default: what production reads for the project).
+        hold_few: with fewer than MIN_KEYWORD_JUDGMENTS judgments that test keywords, search w_lin only
+            (False: search every axis anyway).
         settings: for the production weights (default: from the environment).
         progress: progress bars on stderr (None: when stderr is a TTY).
 
@@ -788,10 +887,97 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
         reasons = sorted({why for _, why in m.skipped})
         raise ValidationError(f"none of the {len(js)} judgments can be evaluated ({'; '.join(reasons)}); "
                               "check their asOf and relevant run ids against this project")
-    result = grid_search(m, metric=metric, k=k, steps=steps, w_kw=w_kw, w_rec=w_rec, w_lin=w_lin, w_vec=w_vec,
-                         half_lives=half_lives, current=current, progress=progress)
+    m.weights, keyword_tests = kind_weights(m.judgments)
+    held = ""
+    if hold_few and keyword_tests < MIN_KEYWORD_JUDGMENTS and all(x is None for x in (w_kw, w_rec, half_lives)):
+        # Judgments that lineage decides say nothing about words or time: they tune w_lin only.
+        w_kw, w_rec, half_lives = [current.w_kw], [current.w_rec], [current.half_life_days]
+        why = ("the others include the run's parent, which lineage finds whatever the words say"
+               if keyword_tests < m.n else f"fewer than {MIN_KEYWORD_JUDGMENTS} would tune them to noise")
+        held = (f"only {keyword_tests} judgment(s) test keywords ({why}), so only w_lin is searched; w_kw, "
+                f"w_rec and the half-life stay at {current.w_kw:g}, {current.w_rec:g} and "
+                f"{current.half_life_days:g} days (--all-weights searches them anyway)")
+    axes = dict(steps=steps, w_kw=w_kw, w_rec=w_rec, w_lin=w_lin, w_vec=w_vec, half_lives=half_lives, current=current)
+    result = grid_search(m, metric=metric, k=k, progress=progress, **axes)
     result.source = source
+    result.keyword_held = held
+    result.kinds = {}
+    for j in m.judgments:
+        result.kinds[j.kind or "given"] = result.kinds.get(j.kind or "given", 0) + 1
+    folds = time_folds(m)
+    if folds is not None:
+        early, late = folds
+        g = grid_search(early, metric=metric, k=k, progress=False, **axes)
+        result.validation = Validation(
+            earlier=early.n, later=late.n, tuned=g.best, tuned_earlier=g.best_metric, current_earlier=g.current_metric,
+            tuned_later=float(evaluate(late, g.best, metric=metric, k=k)),
+            current_later=float(evaluate(late, current, metric=metric, k=k)) if any(_weight_vector(current, True)) else 0.0,
+        )
     return result
+
+
+@dataclass
+class Evaluation:
+    """Fixed weights scored on judgments: overall, per kind and on the earlier / later halves."""
+
+    metric: str
+    k: int
+    judgments: int
+    skipped: int
+    source: str
+    rows: dict[str, dict[str, Any]]  # name -> {"weights", "all", "earlier", "later", "kinds": {kind: value}}
+
+    @property
+    def label(self) -> str:
+        return f"{METRICS[self.metric]}@{self.k}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "k": self.k, "label": self.label, "judgments": self.judgments,
+                "skipped": self.skipped, "source": self.source,
+                "rows": {n: {**r, "weights": r["weights"].to_dict()} for n, r in self.rows.items()}}
+
+
+def evaluate_weights(store: MemoryStore | Snapshot, weights: Mapping[str, Weights], *,
+                     judgments: Sequence[Judgment] | str | Path | None = None, metric: str = "mrr", k: int = 10,
+                     kinds: Sequence[str] = JUDGMENT_KINDS, progress: bool | None = None) -> Evaluation:
+    """Score fixed weights on judgments (what ``cybmem eval`` prints).
+
+    Args:
+        store: the project (or its snapshot).
+        weights: name -> weights to score, e.g. ``{"current": ..., "given": ...}``.
+        judgments: a list, a JSONL path, or None to derive them from the store.
+        metric, k: the metric and its cut-off.
+
+    Returns:
+        :class:`Evaluation`: each weighting's metric over all judgments, per kind, and on the
+        earlier and the later half of the judgments in time.
+    """
+    check_metric(metric, k)
+    snap = store if isinstance(store, Snapshot) else load_snapshot(store)
+    if judgments is None:
+        js, source = judgments_from_store(snap, kinds=kinds), f"derived from project {snap.store.slug}"
+    elif isinstance(judgments, (str, Path)):
+        js, source = load_judgments(judgments), f"from {judgments}"
+    else:
+        js, source = merge_judgments(judgments), "given"
+    m = axis_matrices(snap, js, k=k, progress=progress)
+    if not m.n:
+        raise ValidationError(f"none of the {len(js)} judgments can be evaluated against project {snap.store.slug}")
+    folds = time_folds(m)
+    by_kind: dict[str, list[int]] = {}
+    for q, j in enumerate(m.judgments):
+        by_kind.setdefault(j.kind or "given", []).append(q)
+    subsets = {kind: m.subset(qs) for kind, qs in by_kind.items()} if len(by_kind) > 1 else {}
+    rows: dict[str, dict[str, Any]] = {}
+    for name, w in weights.items():
+        if not any(_weight_vector(w, True)):
+            raise ValidationError(f"weights {name!r} are all 0; give at least one axis a positive weight")
+        row: dict[str, Any] = {"weights": w, "all": float(evaluate(m, w, metric=metric, k=k))}
+        row["earlier"] = float(evaluate(folds[0], w, metric=metric, k=k)) if folds else None
+        row["later"] = float(evaluate(folds[1], w, metric=metric, k=k)) if folds else None
+        row["kinds"] = {kind: float(evaluate(sub, w, metric=metric, k=k)) for kind, sub in subsets.items()}
+        rows[name] = row
+    return Evaluation(metric=metric, k=k, judgments=m.n, skipped=len(m.skipped), source=source, rows=rows)
 
 
 def save_project_weights(store: MemoryStore, weights: Weights, settings: Settings | None = None) -> tuple[Path, list[str]]:

@@ -49,7 +49,7 @@ from .embeddings import MAX_EMBEDDINGS_BYTES, embedding_text, row_problem
 from .errors import CybmemError, StoreError, ValidationError
 from .progress import Progress
 from .settings import Settings
-from .snapshot import Snapshot, load_snapshot, titles_of
+from .snapshot import Snapshot, issue_texts, load_snapshot
 from .store import MemoryStore
 
 __all__ = [
@@ -259,7 +259,7 @@ class VectorIndex:
 
 @dataclass
 class VectorQuery:
-    """A query vector against an index: what :func:`cybmem.search.rank_query` takes as its vector axis."""
+    """A query vector against an index: what :func:`cybmem.retrieval.rank_query` takes as its vector axis."""
 
     index: VectorIndex
     vector: np.ndarray
@@ -824,7 +824,7 @@ def embed_missing(store: MemoryStore, settings: Settings, *, progress: bool | No
     warnings = [p.message for p in snap.problems]
     sub = snap.records.take(pa.array(missing, pa.int64())) if len(missing) else snap.records.slice(0, 0)
     ids = sub.column("runId").to_pylist()
-    titles = titles_of(snap.events, sorted({i for lst in sub.column("issues").to_pylist() for i in lst or ()})) if sub.num_rows else {}
+    titles = issue_texts(snap.events, sorted({i for lst in sub.column("issues").to_pylist() for i in lst or ()})) if sub.num_rows else {}
     texts = [embedding_text(t) for t in keyword_texts(sub, titles)] if sub.num_rows else []
     work = [(rid, t) for rid, t in zip(ids, texts) if t is not None]
     empty = len(ids) - len(work)

@@ -1,7 +1,7 @@
 """An ipywidgets view for tuning the retrieval weights by hand (imported by notebooks only).
 
 Sliders for every weight and the recency half-life, a query box, the live top-k with each
-hit's per-axis contribution (:func:`cybmem.search.search`, the code path dispatch uses), the
+hit's per-axis contribution (:func:`cybmem.retrieval.search`, the code path dispatch uses), the
 metric of the slider weights against a judgments set, and Save / Reload buttons for the
 project's ``weights.json`` (what ``cybmem search`` and ``cybmem inject`` read). Every callback
 is a plain method, so tests drive the view without a browser: set ``view.sliders[...].value``,
@@ -21,11 +21,11 @@ from .errors import CybmemError
 from .snapshot import Snapshot, load_snapshot
 from .outcome import head_line
 from .schema import ms_to_utc
-from .search import SearchResult, search
+from .retrieval import SearchResult, search
 from .settings import Settings
 from .store import MemoryStore
 from .judgments import METRICS, Judgment, judgments_from_store
-from .tuning import AxisMatrices, axis_matrices, evaluate, save_project_weights
+from .tuning import AxisMatrices, axis_matrices, evaluate, save_project_weights, time_folds
 from .weights import Weights, weights_for
 
 __all__ = ["TuningView", "tuning_view"]
@@ -42,7 +42,7 @@ class TuningView:
         query, k, metric: the query Text, the top-k IntSlider and the metric Dropdown.
         table, score, status: HTML outputs (top-k table, metric line, save/load messages).
         save_button, reload_button: the buttons.
-        result: the last :class:`~cybmem.search.SearchResult`.
+        result: the last :class:`~cybmem.retrieval.SearchResult`.
         matrices: the judgments' :class:`~cybmem.tuning.AxisMatrices` (None without judgments).
         widget: the whole view (a VBox); displaying the TuningView displays it.
     """
@@ -56,6 +56,9 @@ class TuningView:
         self.now_ms = now_ms
         js = judgments_from_store(self.snapshot) if judgments is None else list(judgments)
         self.matrices: AxisMatrices | None = axis_matrices(self.snapshot, js, k=metric_k, progress=False) if js else None
+        # The judgments split in time, so the view shows whether weights that win on the earlier
+        # ones also hold on the later ones (what `cybmem tune --save` checks before saving).
+        self.folds = time_folds(self.matrices) if self.matrices is not None and self.matrices.n else None
         self.metric_k = metric_k
         saved = weights_for(self.settings, self.store).weights
         self._muted = False
@@ -164,10 +167,18 @@ class TuningView:
         return w
 
     # -- rendering -------------------------------------------------------------------
-    def _metric_of(self, w: Weights) -> float | None:
-        if self.matrices is None or not self.matrices.n or not any(getattr(w, a) for a in _WEIGHTS):
+    def _metric_of(self, w: Weights, matrices: AxisMatrices | None = None) -> float | None:
+        m = self.matrices if matrices is None else matrices
+        if m is None or not m.n or not any(getattr(w, a) for a in _WEIGHTS):
             return None
-        return float(evaluate(self.matrices, w, metric=self.metric.value if hasattr(self, "metric") else "mrr"))
+        return float(evaluate(m, w, metric=self.metric.value if hasattr(self, "metric") else "mrr"))
+
+    def fold_metrics(self, w: Weights | None = None) -> tuple[float | None, float | None]:
+        """The metric on the earlier and on the later half of the judgments in time (None: too few)."""
+        if self.folds is None:
+            return None, None
+        w = self.weights() if w is None else w
+        return self._metric_of(w, self.folds[0]), self._metric_of(w, self.folds[1])
 
     def current_metric(self) -> float | None:
         """The metric of the slider weights over the judgments (None without judgments)."""
@@ -182,6 +193,11 @@ class TuningView:
         saved = self._metric_of(weights_for(self.settings, self.store).weights)
         cur_s = "n/a (all weights 0)" if cur is None else f"{cur:.3f}"
         out = f"<b>{label} = {cur_s}</b> over {self.matrices.n} judgments"
+        early, late = self.fold_metrics()
+        if early is not None and late is not None:
+            s_early, s_late = self.fold_metrics(weights_for(self.settings, self.store).weights)
+            out += (f" &middot; earlier half {early:.3f}, <b>later half {late:.3f}</b>"
+                    + (f" (saved weights: {s_early:.3f} / {s_late:.3f})" if s_late is not None else ""))
         if saved is not None:
             out += f" &middot; saved weights: {saved:.3f}"
         if self.matrices.skipped:

@@ -191,9 +191,12 @@ def test_inject_modes_argument_file_stdin(populated, tmp_path):
 
 
 def test_inject_without_memory_or_disabled_prints_the_task_alone(populated, monkeypatch):
-    assert run("inject", "New task", "--cwd", "/fresh/project").output == "New task"
+    res = run("inject", "New task", "--cwd", "/fresh/project")
+    assert res.stdout == "New task"
+    assert res.stderr.startswith("warning: no memory yet for the project at /fresh/project") and "known projects: web" in res.stderr
     monkeypatch.setenv("CYBERINE_MEMORY", "0")
-    assert run("inject", "New task", "--cwd", "/home/dev/web").output == "New task"
+    res = run("inject", "New task", "--cwd", "/home/dev/web")
+    assert (res.stdout, res.stderr) == ("New task", "")
 
 
 def test_projects_lists_slugs(populated):
@@ -239,3 +242,18 @@ def test_inject_and_show_report_unreadable_records_once(populated):
     assert res.stdout.endswith("END MEMORY\n\nlogin form"), "stdout stays the exact prompt"
     res = run("show", "aaaa1111", "--cwd", "/home/dev/web")
     assert res.exit_code == 0 and res.stderr.count("warning: broken.json") == 1
+
+
+def test_plain_options_skip_typers_pydantic_but_checked_ones_keep_it(tmp_path):
+    """The console entry point coerces plain str/Path/flag options itself; a ranged option still
+    gets typer's validation and message."""
+    code = ("import sys\nfrom cybmem.cli import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, file=sys.stderr)\n"
+            "print('PYDANTIC', 'pydantic' in sys.modules, file=sys.stderr)")
+    root = str(tmp_path / "memory")
+    p = subprocess.run([sys.executable, "-c", code, "inject", "anything", "--memory-dir", root, "-p", "web",
+                        "--cwd", str(tmp_path), "--json"], capture_output=True, text=True, timeout=120)
+    assert "PYDANTIC False" in p.stderr and json.loads(p.stdout)["prompt"] == "anything", p.stderr
+    p = subprocess.run([sys.executable, "-c", code, "search", "anything", "--memory-dir", root, "-k", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert "EXIT 2" in p.stderr and "Invalid value for '-k'" in p.stderr, p.stderr

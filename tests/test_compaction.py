@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cybmem.cli import app
-from cybmem.doctor import doctor
+from cybmem.checks import doctor
 from cybmem.lineage import chain
 from cybmem.runs import write_run
-from cybmem.search import search
+from cybmem.retrieval import search
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore
 

@@ -92,7 +92,7 @@ def test_a_bad_reply_keeps_the_extractive_outcome_and_says_so_once(memory_root, 
     p = cli_write(memory_root, tmp_path, make_run("r1", "Fix the flaky login e2e test", output=OUTPUT), env)
     took = time.monotonic() - t
     assert p.returncode == 0 and p.stdout == "Wrote r1 (done) to project web; opened flaky-login-test.\n"
-    assert p.stderr.count("\n") == 1 and p.stderr.startswith("cybmem: warning: outcome not distilled: ")
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("warning: outcome not distilled: ")
     assert needle in p.stderr and p.stderr.rstrip().endswith("the extractive outcome is kept")
     out = record(memory_root, "r1")["outcome"]
     assert out["summary"].startswith("Fix the flaky login e2e test. Ended done.")

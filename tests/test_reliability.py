@@ -102,7 +102,7 @@ def _reader(root: str, deadline: float, out: str) -> None:
     from cybmem.preamble import inject, strip
     from cybmem.projects import resolve_slug
     from cybmem.dispatch import memory_block
-    from cybmem.search import search
+    from cybmem.retrieval import search
     from cybmem.settings import Settings
     from cybmem.store import MemoryStore
 

@@ -46,7 +46,7 @@ def _run(cmd: str, tmp_path: Path) -> str:
     shutil.copytree(REPO / "data-fixtures", tmp_path / "data-fixtures", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns(".cache", ".lock", ".index.lock", ".projects.lock"))
     p = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    out = p.stdout + p.stderr
+    out = (p.stdout + p.stderr).replace(f"{tmp_path}/", "")  # paths as a reader of USAGE.md sees them
     return out if out.endswith("\n") else out + "\n"
 
 

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from cybmem.runs import write_run
-from cybmem.search import search
+from cybmem.retrieval import search
 from cybmem.settings import Settings
 from cybmem.snapshot import load_snapshot
 from cybmem.store import MemoryStore
@@ -182,7 +182,7 @@ def test_a_record_is_embedded_when_written(memory_root, embed_server):
     row, = lines_of(res.store.embeddings_path)
     assert (row["runId"], row["model"], row["dims"]) == ("r1", "hash-embed", HASH_DIMS)
     text = embed_server.requests[-1].body["input"]
-    assert text == ["Fix the login form\nFix the login form. Ended done. Done.\nSlow CI"], "the keyword index's text"
+    assert text == ["Fix the login form\nFix the login form. Ended done. Done.\nSlow CI\n20 min"], "the keyword index's text"
 
 
 def test_a_failed_embedding_never_fails_the_write(memory_root, embed_server, tmp_path):
@@ -198,7 +198,7 @@ def test_a_failed_embedding_never_fails_the_write(memory_root, embed_server, tmp
     path.write_text(json.dumps(make_run("r2", start=T0 + DAY)))
     p = subprocess.run([exe, "write", str(path)], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout == "Wrote r2 (done) to project web.\n"
-    assert p.stderr.count("\n") == 1 and p.stderr.startswith("cybmem: warning: embedding not written: ")
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("warning: embedding not written: ")
     path.write_text(json.dumps(make_run("r3", start=T0 + 2 * DAY)))
     p = subprocess.run([exe, "write", str(path), "--json"], env=env, capture_output=True, text=True, timeout=60)
     data = json.loads(p.stdout)

@@ -124,3 +124,12 @@ def test_without_judgments_the_metric_line_says_so(fixture_copy):
     v = TuningView(MemoryStore(fixture_copy, "web"), settings=Settings.from_env(memory_dir=fixture_copy), judgments=[],
                    now_ms=NOW)
     assert v.matrices is None and "No judgments" in v.score.value
+
+
+def test_metric_line_shows_the_later_half_in_time(view):
+    """The view says whether weights hold on later judgments (what tune --save checks)."""
+    early, late = view.fold_metrics()
+    assert view.folds is not None and view.folds[0].n + view.folds[1].n == view.matrices.n
+    assert f"earlier half {early:.3f}, <b>later half {late:.3f}</b>" in view.score.value
+    view.sliders["w_kw"].value = 0.0
+    assert view.fold_metrics() != (early, late)

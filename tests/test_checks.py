@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cybmem.cli import app
-from cybmem.doctor import doctor
+from cybmem.checks import doctor
 from cybmem.schema import IssueEvent
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore

@@ -12,6 +12,7 @@ CYBERINE_MEMORY_EMBED_TIMEOUT, and when that fails the other axes rank alone, wi
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
 from .text import tokenize
-from .weights import Weights, weights_for
+from .weights import DEFAULT_W_VEC, LoadedWeights, Weights, weights_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .vectors import VectorQuery
@@ -71,6 +72,7 @@ class SearchResult:
     candidates: int
     context: LineageContext
     snapshot: Snapshot = field(repr=False)
+    ranked: Ranked | None = field(default=None, repr=False)
     warnings: list[str] = field(default_factory=list)  # e.g. the query could not be embedded
     vector: bool = False  # the vector axis took part
 
@@ -170,6 +172,8 @@ class Ranked:
     mask: np.ndarray
     context: LineageContext
     now_ms: int
+    keyword: np.ndarray | None = None  # raw BM25 of every row (None: the axis is off)
+    lineage: np.ndarray | None = None  # lineage affinity of every row (None: the axis is off)
 
 
 def rank_query(
@@ -201,12 +205,14 @@ def rank_query(
     if exclude is not None and snap.n:
         mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
     ctx = dispatch_context(snap, mask, parent_run_id, chat_session_id)
-    if not (snap.n and k > 0 and mask.any()):
+    if not (snap.n and mask.any()):
         return Ranked([], [], None, mask, ctx, now)
     kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
     lin = None
     if weights.w_lin:
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
+    if k <= 0:
+        return Ranked([], [], None, mask, ctx, now, kw, lin)  # no runs asked for; the axes still serve issues
     idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
     cos = None
     if vector is not None and weights.w_vec > 0:
@@ -224,7 +230,7 @@ def rank_query(
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
                    vector_cos=sub(cos), weights=weights, mask=mask[idx])
     local = rank(scored, k)
-    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now)
+    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin)
 
 
 def search(
@@ -232,7 +238,7 @@ def search(
     query: str,
     *,
     k: int = 10,
-    weights: Weights | None = None,
+    weights: Weights | LoadedWeights | None = None,
     settings: Settings | None = None,
     as_of: int | None = None,
     now_ms: int | None = None,
@@ -279,10 +285,10 @@ def search(
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
                         candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap,
-                        warnings=warnings, vector=vector is not None)
+                        ranked=ranked, warnings=warnings, vector=vector is not None)
 
 
-def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weights | None,
+def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weights | LoadedWeights | None,
                  query_vector: np.ndarray | None) -> tuple[Weights, "VectorQuery | None", list[str]]:
     """The weights to rank with and the vector axis (None: off), plus at most one warning.
 
@@ -291,6 +297,9 @@ def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weight
     loaded = None
     if weights is None:
         loaded = weights_for(settings, snap.store)
+    elif isinstance(weights, LoadedWeights):
+        loaded = weights
+    if loaded is not None:
         weights = loaded.weights
     if not settings.env.get("CYBERINE_MEMORY_EMBEDDINGS", "").strip() or snap.store is None:
         return weights, None, []
@@ -306,7 +315,7 @@ def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weight
     if index is None:
         return weights, None, []
     if loaded is not None and loaded.sources["w_vec"] == "default":
-        weights = weights_for(settings, snap.store, vectors=True).weights
+        weights = dataclasses.replace(weights, w_vec=DEFAULT_W_VEC)  # cybmem.weights: "default (embeddings)"
     if weights.w_vec <= 0:
         return weights, None, []
     vec, problem = (query_vector, None) if query_vector is not None else embed_query(config, query)

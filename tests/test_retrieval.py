@@ -10,7 +10,7 @@ from cybmem.runs import write_run
 from cybmem.weights import Weights
 from cybmem.dispatch import inject_task, memory_block
 from cybmem.schema import parse_time
-from cybmem.search import search
+from cybmem.retrieval import search
 from cybmem.weights import weights_for
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore
@@ -182,7 +182,7 @@ def test_pool_ranking_equals_scoring_every_record(fixture_copy, weights):
     from cybmem.snapshot import load_snapshot
     from cybmem.scoring import lineage_affinity, rank, score
     from cybmem.text import tokenize
-    from cybmem.search import dispatch_context, rank_query
+    from cybmem.retrieval import dispatch_context, rank_query
 
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     r = snap.records
@@ -199,15 +199,57 @@ def test_pool_ranking_equals_scoring_every_record(fixture_copy, weights):
             assert ranked.top == rank(dense, 10), (query, parent)
 
 
-def test_open_issues_raised_by_retrieved_runs_come_first(settings):
+def _issue_lines(block: str) -> list[str]:
+    return [line for line in block.split("Open issues in this project:\n")[1].splitlines()[:-1]]
+
+
+def test_open_issues_are_ranked_by_relevance_to_the_task(settings):
     out = "x\n\nACCOMPLISHED:\n- a\nISSUES:\n- {t}\nNEXT:\n- none\n"
-    write_run(make_run("a", "Fix the cart drawer", start=T0, output=out.format(t="Cart drawer flickers")), settings)
-    for i in range(5):
-        write_run(make_run(f"o{i}", f"Unrelated chore {i}", start=T0 + (i + 1) * DAY, output=out.format(t=f"Chore problem {i}")), settings)
-    block = memory_block(MemoryStore(settings.memory_dir, "web"), "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "1"}, memory_dir=settings.memory_dir), now_ms=NOW)
-    issue_lines = block.split("Open issues in this project:\n")[1].splitlines()[:-1]
-    assert issue_lines[0].startswith("- cart-drawer-flickers:")
-    assert [line.split(":")[0] for line in issue_lines[1:]] == [f"- chore-problem-{i}" for i in (4, 3, 2, 1, 0)], "then newest first"
+    write_run(make_run("a", "Fix the cart drawer", start=T0, output=out.format(t="Cart drawer flickers on open")), settings)
+    names = ["alpha", "bravo", "charlie", "delta", "echo"]
+    for i, name in enumerate(names):
+        write_run(make_run(f"o{i}", f"Unrelated chore {name}", start=T0 + (i + 1) * DAY, output=out.format(t=f"Chore problem {name}")), settings)
+    one = Settings.from_env({"CYBERINE_MEMORY_TOPK": "1"}, memory_dir=settings.memory_dir)
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "drawer flickering", one, now_ms=NOW)
+    # The one run shown names its issue on its raised line; the section then brings the others,
+    # most recent first (none of them matches the task).
+    assert "  raised: cart-drawer-flickers-on-open" in block
+    lines = _issue_lines(block)
+    assert [line.split(":")[0] for line in lines] == [f"- chore-problem-{n}" for n in reversed(names)]
+    # Asked about one chore, its issue leads the section.
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "the charlie chore", Settings.from_env(
+        {"CYBERINE_MEMORY_TOPK": "0"}, memory_dir=settings.memory_dir), now_ms=NOW)
+    assert _issue_lines(block)[0].startswith("- chore-problem-charlie:")
+
+
+def test_issue_section_is_capped_deduplicated_and_says_how_many_more(settings):
+    store = MemoryStore(settings.memory_dir, "web")
+    out = "x\n\nACCOMPLISHED:\n- a\nISSUES:\n{items}\nNEXT:\n- none\n"
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight"]
+    titles = [f"Problem number {w}" for w in words]
+    write_run(make_run("a", "Big audit", start=T0, output=out.format(items="\n".join(f"- {t}" for t in titles))), settings)
+    from cybmem.schema import IssueEvent
+
+    # One title under two ids (another tool opened it again under its own id): shown once.
+    store.append_issue_events([IssueEvent("other-id", T0 + 1, "opened", "a", "Problem number eight")])
+    s = Settings.from_env({"CYBERINE_MEMORY_TOPK": "0", "CYBERINE_MEMORY_ISSUES": "3"}, memory_dir=settings.memory_dir)
+    lines = _issue_lines(memory_block(store, "problem number eight", s, now_ms=NOW))
+    assert lines[0].startswith(("- problem-number-eight, other-id: Problem number eight", "- other-id, problem-number-eight"))
+    assert len(lines) == 4 and lines[-1] == "- ... and 6 more open issues (`cybmem issues` lists them)"  # 10 ids, 4 shown
+    off = Settings.from_env({"CYBERINE_MEMORY_ISSUES": "0"}, memory_dir=settings.memory_dir)
+    assert "Open issues" not in memory_block(store, "problem", off, now_ms=NOW)
+
+
+def test_issue_section_keeps_to_a_third_of_the_budget(settings):
+    out = "x\n\nACCOMPLISHED:\n- a\nISSUES:\n{items}\nNEXT:\n- none\n"
+    items = "\n".join(f"- A rather long issue title about subsystem {i} that keeps going on and on" for i in range(20))
+    write_run(make_run("a", "Audit the subsystems", start=T0, output=out.format(items=items)), settings)
+    for budget in (150, 300, 600, 1500):
+        s = Settings.from_env({"CYBERINE_MEMORY_ISSUES": "20", "CYBERINE_MEMORY_MAX_TOKENS": str(budget)}, memory_dir=settings.memory_dir)
+        block = memory_block(MemoryStore(settings.memory_dir, "web"), "subsystem", s, now_ms=NOW)
+        if "Open issues in this project:" in block:
+            section = "Open issues in this project:" + block.split("Open issues in this project:")[1].rsplit("END MEMORY", 1)[0]
+            assert len(section) <= (budget * 4) / 3, (budget, len(section))
 
 
 def _synthetic_snapshot(n=3000, seed=7):
@@ -241,7 +283,7 @@ def _synthetic_snapshot(n=3000, seed=7):
 def test_pool_ranks_exactly_with_many_matches_and_big_lineage_groups(weights):
     from cybmem.scoring import lineage_affinity, rank, score
     from cybmem.text import tokenize
-    from cybmem.search import dispatch_context, rank_query
+    from cybmem.retrieval import dispatch_context, rank_query
 
     snap = _synthetic_snapshot()
     r = snap.records
@@ -278,7 +320,7 @@ def test_pool_ranks_exactly_with_a_vector_axis(weights, method, candidates):
     import numpy as np
 
     from cybmem.scoring import lineage_affinity, rank, score
-    from cybmem.search import dispatch_context, rank_query
+    from cybmem.retrieval import dispatch_context, rank_query
     from cybmem.text import tokenize
     from cybmem.vectors import VectorIndex, VectorQuery
 

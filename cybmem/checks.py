@@ -36,7 +36,7 @@ from ._io import TMP_PREFIX
 from .embeddings import read_rows
 from .errors import NotFoundError, StoreError, ValidationError
 from .issues import event_from_dict
-from .projects import MAX_PROJECTS_BYTES, PROJECTS_FILE, is_safe_slug, known_projects, project_dirs, select_project
+from .projects import MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, project_dirs, select_project
 from .settings import Settings
 from .store import MAX_LEDGER_BYTES, MemoryStore
 
@@ -366,6 +366,20 @@ def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[F
     return []
 
 
+def _check_weights(settings: Settings, store: MemoryStore | None) -> list[Finding]:
+    """The weight files production reads (and CYBERINE_MEMORY_W_* variables): each must load."""
+    from .weights import load_weights, weight_files
+
+    files = weight_files(settings, store)
+    if store is not None:
+        files = files[1:2]  # the project's own file; the root's and the environment's are checked once
+    env = settings.env if store is None else {}
+    loaded = load_weights(files, env, lenient=True)
+    where = str(files[0]) if files else "environment"
+    return [Finding("weights", "error", where, f"{problem} (inject falls back past it with a warning; search and tune stop with this error)",
+                    store.slug if store is not None else None) for problem in loaded.problems]
+
+
 def _check_supersession(store: MemoryStore) -> list[Finding]:
     """Supersession links that name a run with no record (every reader ignores them)."""
     rows, ended = store.link_rows()  # archived records too
@@ -421,7 +435,7 @@ def _check_secrets(store: MemoryStore, bad: set[str], events: list[tuple[int, di
     return out
 
 
-def _check_project(store: MemoryStore, *, secrets: bool, temp_age: float, now: float) -> tuple[ProjectStats, list[Finding]]:
+def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, temp_age: float, now: float) -> tuple[ProjectStats, list[Finding]]:
     stats = ProjectStats(store.slug)
     findings = _check_dirs(store)
     rec_findings, bad = _check_records(store, stats)
@@ -436,6 +450,7 @@ def _check_project(store: MemoryStore, *, secrets: bool, temp_age: float, now: f
         ledger_whole = 0
     findings += _check_cache(store, bad, ledger_whole)
     findings += _check_supersession(store)
+    findings += _check_weights(settings, store)
     findings += _check_temp([store.dir, store.records_dir, store.dir / ".cache"], store.slug, temp_age, now)
     if secrets:
         findings += _check_secrets(store, bad, events)
@@ -576,18 +591,19 @@ def doctor(
     Returns:
         A :class:`DoctorReport`; ``report.clean`` is True when no error or repairable finding remains.
     """
-    root = settings.memory_dir
+    root = check_root(settings.memory_dir)
     if not root.exists():
         raise NotFoundError(f"no memory at {root}; nothing has been written there yet")
 
     def run() -> tuple[list[ProjectStats], list[Finding], dict[str, MemoryStore]]:
         now = time.time()
         findings, backfilled = _check_root(root, temp_age, now)
+        findings += _check_weights(settings, None)
         slugs = _select(root, backfilled, project=project, cwd=cwd, all_projects=all_projects)
         stats, stores = [], {}
         for slug in slugs:
             store = stores[slug] = MemoryStore(root, slug, index_cap=settings.index_cap)
-            st, found = _check_project(store, secrets=secrets, temp_age=temp_age, now=now)
+            st, found = _check_project(store, settings, secrets=secrets, temp_age=temp_age, now=now)
             stats.append(st)
             findings += found
         return stats, findings, stores

@@ -1,0 +1,90 @@
+"""The public API is small, explicit and pinned: a change to it is a decision, not an accident."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import cybmem
+
+PUBLIC = {
+    # errors
+    "CybmemError", "ValidationError", "NotFoundError", "AmbiguousError", "ConflictError", "StoreError",
+    # the store and its records
+    "Settings", "MemoryStore", "MemoryRecord", "Lineage", "Outcome", "Worker", "IssueEvent", "IssueState",
+    "list_projects",
+    # writing
+    "write_run",
+    # reading and lineage
+    "chain", "load_snapshot", "Snapshot", "records_frame", "issue_events_frame", "issue_fold", "lineage_edges",
+    # retrieval and dispatch
+    "Weights", "weights_for", "search", "inject_task", "memory_block", "strip",
+    # tuning and checks
+    "Judgment", "load_judgments", "tune", "doctor",
+    "__version__",
+}
+
+
+def test_public_api_is_pinned():
+    assert set(cybmem.__all__) == PUBLIC
+
+
+def test_every_public_name_resolves_and_is_documented():
+    for name in cybmem.__all__:
+        obj = getattr(cybmem, name)
+        if name != "__version__":
+            assert (obj.__doc__ or "").strip(), f"{name} has no docstring"
+
+
+def test_every_module_declares_its_public_names():
+    import pkgutil
+
+    for info in pkgutil.iter_modules(cybmem.__path__):
+        if info.name in ("cli", "widgets", "plots") or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"cybmem.{info.name}")
+        assert hasattr(module, "__all__"), info.name
+        for name in module.__all__:
+            assert hasattr(module, name), f"cybmem.{info.name}.{name}"
+
+
+def test_import_cybmem_is_cheap():
+    """`import cybmem` loads nothing heavy; names are imported on first use (PEP 562)."""
+    code = "import sys, cybmem; print(sorted(m for m in ('pandas', 'pyarrow', 'numpy', 'typer', 'httpx') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_mark_issue_is_a_library_call(memory_root):
+    from cybmem import IssueEvent, MemoryStore
+
+    store = MemoryStore(memory_root, "web")
+    store.append_issue_events([IssueEvent("flaky-x", 1, "opened", "r1", "Flaky X")])
+    (ev,) = store.mark_issue("flaky-x", "resolved", by="r2", detail="fixed the wait")
+    assert (ev.event, ev.byRunId, ev.detail) == ("resolved", "r2", "fixed the wait")
+    assert store.mark_issue("flaky-x", "resolved") == []
+    assert store.issue_states()["flaky-x"].state == "resolved"
+
+
+def test_usage_python_api_section_is_real(tmp_path, monkeypatch):
+    """USAGE.md's "Python API" examples run as doctests on a private copy of the fixtures."""
+    import doctest
+    import re
+    import shutil
+    from pathlib import Path
+
+    usage = Path(__file__).resolve().parent.parent / "USAGE.md"
+    text = usage.read_text()
+    start = text.index("\n## Python API")
+    end = text.index("\n## ", start + 1)
+    blocks = re.findall(r"```python\n(.*?)```\n", text[start:end], re.S)
+    assert len(blocks) >= 3
+    shutil.copytree(usage.parent / "data-fixtures", tmp_path / "data-fixtures",
+                    ignore=shutil.ignore_patterns(".cache", ".lock", ".index.lock", ".projects.lock"))
+    monkeypatch.chdir(tmp_path)
+    # One doctest over all blocks: they build on each other (doctest copies globals per test).
+    test = doctest.DocTestParser().get_doctest("\n".join(blocks), {}, "USAGE.md Python API", str(usage), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0, "USAGE.md Python API examples"

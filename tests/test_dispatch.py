@@ -1,0 +1,157 @@
+"""Dispatch you can trust: `cybmem inject` always gives the task back, says what went wrong in
+one line, explains itself, and keeps pandas (and the other heavy libraries) out of its process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cybmem.dispatch import inject_task
+from cybmem.errors import NotFoundError, ValidationError
+from cybmem.settings import Settings
+
+TASK = "Fix the flaky cart drawer test"
+NOW = "2026-10-27"
+
+
+def _cybmem(*args, env=None, input=None, cwd=None):
+    exe = shutil.which("cybmem")
+    cmd = [exe, *args] if exe else [sys.executable, "-c", "from cybmem.cli import main; main()", *args]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
+    full_env.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, input=input, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def root(fixture_copy) -> Path:
+    return fixture_copy
+
+
+def _broken(root: Path, how: str) -> dict:
+    """Break memory one way; returns extra environment for the call."""
+    if how == "unknown-project":
+        return {}
+    if how == "typo-in-root":
+        return {"CYBERINE_MEMORY_DIR": str(root) + "-typo"}
+    if how == "weights-file-corrupt":
+        (root / "web" / "weights.json").write_text("{not json")
+    elif how == "weights-env-not-a-number":
+        return {"CYBERINE_MEMORY_W_KW": "abc"}
+    elif how == "topk-not-a-number":
+        return {"CYBERINE_MEMORY_TOPK": "many"}
+    elif how == "records-unreadable":
+        shutil.rmtree(root / "web" / "records")
+        (root / "web" / "records").write_text("not a directory")
+    elif how == "ledger-a-directory":
+        (root / "web" / "issues.jsonl").unlink()
+        (root / "web" / "issues.jsonl").mkdir()
+    elif how == "projects-json-corrupt":
+        (root / "projects.json").write_text("{broken")
+    return {}
+
+
+BROKEN = ["unknown-project", "typo-in-root", "weights-file-corrupt", "weights-env-not-a-number", "topk-not-a-number",
+          "records-unreadable", "ledger-a-directory"]
+
+
+@pytest.mark.parametrize("how", BROKEN)
+def test_inject_gives_the_task_back_and_says_why_in_one_line(root, how):
+    env = {"CYBERINE_MEMORY_DIR": str(root), **_broken(root, how)}
+    project = "wbe" if how == "unknown-project" else "web"
+    p = _cybmem("inject", TASK, "--project", project, "--as-of", NOW, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.endswith(TASK)
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings and len(warnings) == len(p.stderr.splitlines()), p.stderr
+    if how == "unknown-project":
+        assert "no memory yet for project 'wbe'" in p.stderr and "known projects: api, web, web-7663e1" in p.stderr
+    if how in ("weights-file-corrupt", "weights-env-not-a-number", "topk-not-a-number", "ledger-a-directory"):
+        assert p.stdout.startswith("MEMORY (prior runs"), "the block is still built, with defaults / without issues"
+    strict = _cybmem("inject", TASK, "--project", project, "--as-of", NOW, "--strict", env=env)
+    assert strict.returncode == 1 and strict.stdout == "" and strict.stderr.startswith("Error: "), strict.stderr
+
+
+def test_inject_strict_passes_on_a_healthy_store(root):
+    p = _cybmem("inject", TASK, "--project", "web", "--strict", "--as-of", NOW, env={"CYBERINE_MEMORY_DIR": str(root)})
+    assert p.returncode == 0 and p.stderr == "" and p.stdout.endswith(TASK)
+
+
+def test_an_empty_task_is_a_usage_error(root):
+    for task in ("", "   \n"):
+        p = _cybmem("inject", task, "--project", "web", env={"CYBERINE_MEMORY_DIR": str(root)})
+        assert p.returncode == 2 and "the task is empty" in p.stderr and p.stdout == ""
+    p = _cybmem("inject", "", "--project", "web", "--json", env={"CYBERINE_MEMORY_DIR": str(root)})
+    assert p.returncode == 2 and json.loads(p.stderr)["exitCode"] == 2
+
+
+def test_library_rules(root):
+    settings = Settings.from_env({}, memory_dir=root)
+    result = inject_task(TASK, settings, project="nope")
+    assert (result.block, result.prompt) == ("", TASK) and "known projects" in result.warnings[0]
+    with pytest.raises(NotFoundError, match="known projects: api, web, web-7663e1"):
+        inject_task(TASK, settings, project="nope", strict=True)
+    bad = Settings.from_env({"CYBERINE_MEMORY_TOPK": "x"}, memory_dir=root, lenient=True)
+    assert inject_task(TASK, bad, project="web").block and bad.topk == 8
+    with pytest.raises(ValidationError, match="CYBERINE_MEMORY_TOPK"):
+        inject_task(TASK, bad, project="web", strict=True)
+    off = Settings.from_env({"CYBERINE_MEMORY": "0"}, memory_dir=root)
+    assert inject_task(TASK, off, project="nope").prompt == TASK
+
+
+def test_inject_json_says_how_the_block_was_made(root):
+    p = _cybmem("inject", TASK, "--project", "web", "--as-of", NOW, "--json", env={"CYBERINE_MEMORY_DIR": str(root)})
+    d = json.loads(p.stdout)
+    assert d["prompt"].endswith(TASK) and d["block"] in d["prompt"]
+    assert d["weights"]["w_kw"] == 0.45 and d["weightSources"]["w_kw"] == "default"
+    assert d["runs"][0]["runId"].startswith("9b6b1e00") and set(d["runs"][0]["contributions"]) == {"keyword", "recency", "lineage", "vector"}
+    assert d["tokens"]["block"] <= d["tokens"]["budget"] == 1500 and d["tokens"]["runs"] > 0
+    assert d["settings"] == {"topk": 8, "maxTokens": 1500, "issues": 5, "issueShare": 0.3333}
+    assert set(d["cut"]) == {"runs", "issuesOverBudget", "issuesNotShown"}
+    for issue in d["issues"]:
+        assert issue["listed"] in ("issues", "raised", "no") and set(issue["contributions"]) == {"keyword", "lineage", "recency"}
+    (root / "web" / "weights.json").write_text('{"w_rec": 0.3}')
+    d = json.loads(_cybmem("inject", TASK, "--project", "web", "--json", env={"CYBERINE_MEMORY_DIR": str(root)}).stdout)
+    assert d["weightSources"]["w_rec"] == str(root / "web" / "weights.json")
+
+
+def test_inject_explain_goes_to_stderr_and_keeps_stdout_the_prompt(root):
+    env = {"CYBERINE_MEMORY_DIR": str(root)}
+    plain = _cybmem("inject", TASK, "--project", "web", "--as-of", NOW, env=env)
+    p = _cybmem("inject", TASK, "--project", "web", "--as-of", NOW, "--explain", env=env)
+    assert p.stdout == plain.stdout
+    lines = p.stderr.splitlines()
+    assert lines[0].startswith("project: web; block ") and "top-k 8, issue cap 5" in lines[0]
+    assert lines[1].startswith("weights: w_kw=0.45 (default)")
+    assert lines[2].startswith("run  1. 9b6b1e00  kw=") and lines[-1].startswith("cut for the budget:")
+
+
+def test_a_tiny_budget_still_yields_a_well_formed_block_or_none(root):
+    env = {"CYBERINE_MEMORY_DIR": str(root), "CYBERINE_MEMORY_MAX_TOKENS": "40"}
+    p = _cybmem("inject", TASK, "--project", "web", "--json", env=env)
+    d = json.loads(p.stdout)
+    assert d["tokens"]["block"] <= 40 and d["prompt"].endswith(TASK)
+
+
+#: pydantic: typer coerces options through it (0.15-0.2 s to import); cybmem's plain options skip it.
+HEAVY = ("pandas", "matplotlib", "ipywidgets", "nbconvert", "pydantic")
+
+
+@pytest.mark.parametrize("verb", ["inject", "write"])
+def test_write_and_inject_never_import_heavy_libraries(root, tmp_path, verb):
+    if verb == "inject":
+        args = ["inject", TASK, "--project", "web", "--memory-dir", str(root)]
+    else:
+        run = {"id": "lean-1", "cwd": "/home/dev/web", "task": "Lean write", "status": "done", "endedAt": 1_800_000_000_000}
+        (tmp_path / "run.json").write_text(json.dumps(run))
+        args = ["write", str(tmp_path / "run.json"), "--memory-dir", str(root)]
+    code = ("import sys\nfrom cybmem.cli import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('LOADED', [m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert "LOADED []" in p.stderr, p.stderr
