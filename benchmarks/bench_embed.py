@@ -169,7 +169,7 @@ def quality(snap, settings: Settings, qrels: list[dict], qvecs: dict[str, np.nda
         results[name] = r
         print(f"  {name:<24} {r['mrr']:.3f} {r['recall']:.3f} {r['ndcg']:.3f}")
     base = results["default (no vectors)"]["mrr"]
-    best = max(SWEEP, key=lambda w: (round(results[f"default + w_vec={w:g}"]["mrr"], 4), -abs(w - DEFAULT_W_VEC)))
+    best = max(SWEEP, key=lambda w: (round(results[f"default + w_vec={w:g}"]["mrr"], 4), -w))
     got = results[f"default + w_vec={best:g}"]["mrr"]
     now = results[f"default + w_vec={DEFAULT_W_VEC:g}"]["mrr"] if DEFAULT_W_VEC in SWEEP else float("nan")
     print(f"best w_vec on top of the defaults: {best:g} (MRR@10 {got:.3f}, {got - base:+.3f} over no vectors); "

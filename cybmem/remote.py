@@ -44,13 +44,15 @@ import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import numpy as np
 import orjson
 
 from .errors import CybmemError, ValidationError
+
+if TYPE_CHECKING:  # pragma: no cover - httpx is imported when a request is made (below)
+    import httpx
 
 __all__ = [
     "DEFAULT_EMBED_MODEL",
@@ -96,6 +98,8 @@ _USER_AGENT = "cybmem/0.1 (+remote.py)"
 def _client(base_url: str, transport: httpx.BaseTransport | None) -> httpx.Client:
     """An httpx client for one base URL. A plain-http URL (a local Ollama) uses no TLS, so the
     client skips loading the CA bundle, which costs ~0.3 s per process: a dispatch pays it."""
+    import httpx  # here, not at the top: reading the configuration (a dispatch's first step) stays cheap
+
     plain = base_url.lower().startswith("http://")
     return httpx.Client(transport=transport, headers={"User-Agent": _USER_AGENT}, **({"verify": False} if plain else {}))
 
@@ -316,6 +320,8 @@ def _retry_after(resp: httpx.Response) -> float | None:
 
 
 def _transport_reason(exc: httpx.TransportError, timeout: float) -> str:
+    import httpx
+
     if isinstance(exc, httpx.ConnectTimeout):
         return f"connecting timed out after {timeout:.3g} s"
     if isinstance(exc, httpx.TimeoutException):
@@ -349,6 +355,8 @@ def _post_json(
     starts that could not finish in it, so the call returns or raises by then; ``budget`` (the
     seconds that deadline stood for) is what a message then names.
     """
+    import httpx
+
     attempts = max(1, attempts)
     reason = ""
     tried = 0

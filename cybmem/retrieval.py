@@ -216,14 +216,25 @@ def rank_query(
     idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
     cos = None
     if vector is not None and weights.w_vec > 0:
+        dense: list[Scored] = []
         if isinstance(vector, np.ndarray):
             cos = vector
         else:
             def partial() -> np.ndarray:  # every row on the other axes (the bound of a binary axis)
-                return score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
-                             weights=weights, mask=mask).total
+                dense.append(score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
+                                   weights=weights, mask=mask))
+                return dense[0].total
 
             cos = vector.axis(partial, mask, weights.w_vec, k)
+        if dense:
+            # Every row is scored on the other axes already: add the vector axis, in the order
+            # score() adds it, and rank them all (the same floats as scoring every record).
+            d = dense[0]
+            vec = np.asarray(cos, dtype=np.float32) * np.float32(weights.w_vec)
+            scored = Scored(total=d.total + vec, keyword=d.keyword, recency=d.recency, lineage=d.lineage, vector=vec,
+                            weights=weights, mask=mask)
+            local = rank(scored, k)
+            return Ranked(list(local), local, scored, mask, ctx, now, kw, lin)
         # Rows with a vector score join the pool like keyword hits; the rest keep the rule above.
         idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731

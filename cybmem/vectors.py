@@ -33,7 +33,9 @@ import dataclasses
 import hashlib
 import os
 import re
+import socket
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -755,17 +757,41 @@ def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
     Retries inside that budget back off briefly (20 ms, then 40): a dispatch waits for this
     call, and a stopped server refuses at once.
     """
-    from .remote import Embedder
-
     clipped = embedding_text(text)
     if clipped is None:
         return None, None
+    refused = _refused(config)
+    if refused:
+        return None, f"vector axis skipped, ranked by the other axes: {refused}"
+    from .remote import Embedder
+
     quick = dataclasses.replace(config, backoff=min(config.backoff, 0.02))
     try:
         with Embedder(quick) as embedder:
             return embedder.embed_query(clipped), None
     except CybmemError as exc:
         return None, f"vector axis skipped, ranked by the other axes: {' '.join(str(exc).split())}"
+
+
+def _refused(config) -> str | None:
+    """Why a plain-http embeddings server cannot be reached at all (nothing listens), else None.
+
+    One TCP connect (at most 0.2 s) before anything else: a configured but stopped local Ollama
+    is common, and the dispatch then skips importing the HTTP client and its retries. Not done
+    for https URLs (a remote server costs a round trip; its failures go through the client).
+    """
+    parts = urllib.parse.urlsplit(config.base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 80), timeout=min(0.2, config.query_timeout)):
+            return None
+    except OSError as exc:
+        why = "connection refused" if isinstance(exc, ConnectionRefusedError) else (
+            "no answer within 0.2 s" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__))
+        hint = (f"is Ollama running (`ollama serve`) at OLLAMA_HOST={config.base_url}?" if config.kind == "ollama"
+                else "check that the server at CYBERINE_MEMORY_EMBEDDINGS is up")
+        return f"nothing answers at {config.url} ({why}); {hint}"
 
 
 # --- the backfill ---------------------------------------------------------------------------------

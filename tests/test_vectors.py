@@ -25,7 +25,7 @@ from cybmem.vectors import EXACT_MAX_FLOATS, VectorIndex, embed_missing, load_in
 from cybmem.weights import DEFAULT_W_VEC, Weights, weights_for
 
 from conftest import T0, make_run
-from servers import HASH_DIMS, MINILM_NAME, chat_server, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
+from servers import HASH_DIMS, MINILM_NAME, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
 
 DAY = 86_400_000
 
@@ -264,7 +264,8 @@ def test_search_falls_back_with_one_warning_when_the_query_cannot_be_embedded(me
     res = search(store, "Fix bug 2", settings=settings, now_ms=T0 + 10 * DAY)
     assert time.monotonic() - t < 1.0, "a stopped server refuses at once; the retries back off briefly"
     assert not res.vector and len(res.warnings) == 1
-    assert res.warnings[0].startswith("vector axis skipped, ranked by the other axes: embeddings request")
+    assert res.warnings[0].startswith("vector axis skipped, ranked by the other axes: nothing answers at http://127.0.0.1:")
+    assert "(connection refused); check that the server at CYBERINE_MEMORY_EMBEDDINGS is up" in res.warnings[0]
     plain = search(store, "Fix bug 2", settings=settings, weights=res.weights, now_ms=T0 + 10 * DAY)
     assert [h.run_id for h in plain.hits] == [h.run_id for h in res.hits]
 
