@@ -1,14 +1,15 @@
-"""index.json compaction at 7.7k and 100k records: size, the index check, `cybmem list`.
+"""index.json compaction at 7.7k and 100k records: size, the index check, the write path's reads, chain.
 
     python benchmarks/bench_compaction.py [--sizes 7761,100000] [--repeat 5]
 
 For each size, a copy of the store (the real corpus, or it replicated as bench_store.py writes
 it) gets a compacted index (CYBERINE_MEMORY_INDEX_CAP 500, the default) and a full one
-(`rebuild --full`), and both are timed the same way, in turn: index.json's size; the check every
-reader makes (read index.json, list records/, merge: ``MemoryStore.index_entries``), which must
-not re-read archived records; ``listed(limit=20)`` (`cybmem list -n 20`); ``listed()`` of every
-record (`cybmem list`, which reads archived records from their files); and the wall time of
-`cybmem list -n 20` as a subprocess. Medians; the full index is the baseline.
+(`rebuild --full`), and both are timed the same way: index.json's size; the check every reader
+of the index makes (read index.json, list records/, merge: ``MemoryStore.index_entries``), which
+must not re-read archived records; ``latest_run_id`` (what every `cybmem write` asks to link
+previousRunId); ``all_entries`` (what `cybmem chain` walks: archived records are read from their
+files); and the wall time of `cybmem chain <newest run>` as a subprocess. (`cybmem list` reads
+the Arrow snapshot, not index.json.) Medians; the full index is the baseline.
 """
 
 from __future__ import annotations
@@ -66,19 +67,20 @@ def bench(n: int, repeat: int) -> None:
         finally:
             MemoryStore.read_record_st = real
         check = median(lambda: MemoryStore(root, SLUG).index_entries(), repeat)
-        top = median(lambda: MemoryStore(root, SLUG).listed(limit=20), repeat)
-        every = median(lambda: MemoryStore(root, SLUG).listed(), max(1, repeat // 2))
+        top = median(lambda: MemoryStore(root, SLUG).latest_run_id(), repeat)
+        every = median(lambda: MemoryStore(root, SLUG).all_entries(), max(1, repeat // 2))
+        newest = MemoryStore(root, SLUG).latest_run_id()
         env = {**os.environ, "CYBERINE_MEMORY_DIR": str(root)}
         exe = shutil.which("cybmem") or "cybmem"
-        cli = median(lambda: subprocess.run([exe, "list", "-p", SLUG, "-n", "20"], env=env, capture_output=True, check=True),
+        cli = median(lambda: subprocess.run([exe, "chain", newest, "-p", SLUG], env=env, capture_output=True, check=True),
                      max(1, repeat // 2))
         figures[label] = (size, check, top, every, cli)
         print(f"  {label:<20} index.json {size / 2**20:6.2f} MB (rebuilt in {rebuilt:.1f}s); records read by the check: "
-              f"{len(reads)}; check {check * 1e3:7.1f} ms; listed(20) {top * 1e3:7.1f} ms; listed(all) {every:6.2f} s; "
-              f"`cybmem list -n 20` {cli:5.2f} s", flush=True)
+              f"{len(reads)}; check {check * 1e3:7.1f} ms; latest_run_id {top * 1e3:7.1f} ms; all_entries {every:6.2f} s; "
+              f"`cybmem chain` {cli:5.2f} s", flush=True)
     f, c = figures["full"], figures["compacted (cap 500)"]
-    print(f"  compacted / full: index.json {c[0] / f[0]:.3f}x, check {c[1] / f[1]:.2f}x, listed(20) {c[2] / f[2]:.2f}x, "
-          f"listed(all) {c[3] / f[3]:.2f}x, `cybmem list -n 20` {c[4] / f[4]:.2f}x")
+    print(f"  compacted / full: index.json {c[0] / f[0]:.3f}x, check {c[1] / f[1]:.2f}x, latest_run_id {c[2] / f[2]:.2f}x, "
+          f"all_entries {c[3] / f[3]:.2f}x, `cybmem chain` {c[4] / f[4]:.2f}x")
     shutil.rmtree(root)
 
 

@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus  # noqa: E402
-import pyarrow as pa  # noqa: E402
 
 from cybmem import dispatch  # noqa: E402
 from cybmem.preamble import OpenIssue, PreambleEntry, estimate_tokens, layout  # noqa: E402

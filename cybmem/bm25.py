@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import bisect
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["KeywordIndex", "RunLookup"]
+__all__ = ["KeywordIndex", "QueryStats", "RunLookup"]
 
 _K1 = 1.2
 _B = 0.75
@@ -244,6 +245,33 @@ def _merge_segments(segs: Sequence[_Segment]) -> _Segment:
     return _Segment(gvocab, _prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
 
 
+@dataclass(frozen=True)
+class QueryStats:
+    """The collection statistics BM25 needs for one query: N, total length and each term's df.
+
+    An index split into shards (one per machine and project of a fleet) scores a query exactly
+    as one index over all documents would when every shard is scored under the statistics summed
+    over the shards: ``sum(shard.query_stats(q) for shard in shards)`` (:meth:`KeywordIndex.query_stats`,
+    then :meth:`KeywordIndex.scores` with ``stats=``).
+    """
+
+    terms: tuple[str, ...]  # the query's distinct terms, in query order
+    n_docs: int = 0
+    total_len: int = 0
+    df: tuple[int, ...] = ()  # documents holding each term
+
+    def __add__(self, other: "QueryStats") -> "QueryStats":
+        if not isinstance(other, QueryStats):
+            return NotImplemented
+        if other.terms != self.terms:
+            raise ValueError("cannot add statistics of different queries")
+        df = tuple(a + b for a, b in zip(self.df, other.df)) if self.df and other.df else (self.df or other.df)
+        return QueryStats(self.terms, self.n_docs + other.n_docs, self.total_len + other.total_len, df)
+
+    def __radd__(self, other):  # sum() starts from 0
+        return self if other == 0 else self.__add__(other)
+
+
 class KeywordIndex:
     """BM25 over append-only segments of postings.
 
@@ -423,17 +451,29 @@ class KeywordIndex:
             return seg.impact
         return self._fresh.get(i)
 
-    def scores(self, query_tokens: Sequence[str], *, out: np.ndarray | None = None) -> np.ndarray:
+    def query_stats(self, query_tokens: Sequence[str]) -> QueryStats:
+        """This index's share of the statistics a query is scored under (see :class:`QueryStats`)."""
+        terms = tuple(dict.fromkeys(query_tokens))
+        return QueryStats(terms, self.n_docs, self.total_len, tuple(self.document_frequency(t) for t in terms))
+
+    def scores(self, query_tokens: Sequence[str], *, out: np.ndarray | None = None,
+               stats: QueryStats | None = None) -> np.ndarray:
         """Raw BM25 score of every document, float32 of length ``n_docs``.
 
         Args:
             query_tokens: tokens (e.g. ``tokenize(query)``); duplicates count once; unknown
                 terms contribute nothing.
             out: optional float32 buffer of length n_docs to write into (avoids allocating).
+            stats: score under these collection statistics instead of this index's own: this
+                index is one shard of a larger collection (the sum of every shard's
+                :meth:`query_stats`). The result equals that collection's index scores for
+                these documents, float for float.
 
         Returns:
             The scores; removed documents are 0.
         """
+        if stats is not None:
+            return self._scores_under(query_tokens, stats, out)
         N = self.n_docs
         if out is None:
             res = np.zeros(N, dtype=np.float32)
@@ -485,6 +525,40 @@ class KeywordIndex:
             self._stale_queries += 1
             if self._stale_queries >= 2:  # a long-lived process: recompute impacts once
                 self._refresh_impacts()
+        if self._removed is not None:
+            res[self._removed] = 0.0
+        return res
+
+    def _scores_under(self, query_tokens: Sequence[str], stats: QueryStats, out: np.ndarray | None) -> np.ndarray:
+        """:meth:`scores` under given statistics: the tf-part and idf from the same kernels
+        (:func:`_bm25_tf`, :func:`_bm25_idf`, as :meth:`_compute_impacts` applies them), added per
+        term in query order, so each document's sum is the one a single index computes."""
+        N = self.n_docs
+        res = np.zeros(N, dtype=np.float32) if out is None else out
+        if out is not None:
+            if out.dtype != np.float32 or out.shape != (N,):
+                raise ValueError(f"out must be a float32 array of shape ({N},), got {out.dtype} {out.shape}")
+            res.fill(0.0)
+        terms = list(dict.fromkeys(query_tokens))
+        if tuple(terms) != stats.terms:
+            raise ValueError("stats were computed for another query")
+        if not terms or N == 0 or stats.n_docs == 0:
+            return res
+        avgdl = stats.total_len / stats.n_docs if stats.total_len else 1.0
+        idf = _bm25_idf(stats.n_docs, np.asarray(stats.df, dtype=np.int64)).astype(np.float32)
+        terms_b = [t.encode() for t in terms]
+        qkeys = _query_keys(terms_b)
+        offset = 0
+        for seg in self._segments:
+            view = res if seg.n_docs == N else res[offset : offset + seg.n_docs]
+            ip = seg.indptr
+            for ti, t in enumerate(seg.lookup(terms_b, qkeys)):
+                if t >= 0:
+                    s, e = int(ip[t]), int(ip[t + 1])
+                    w = seg.tf_part(avgdl, s, e, self.k1, self.b)
+                    w *= idf[ti]
+                    np.add.at(view, seg.doc_ids[s:e], w)
+            offset += seg.n_docs
         if self._removed is not None:
             res[self._removed] = 0.0
         return res

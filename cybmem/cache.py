@@ -45,8 +45,18 @@ RACY_NS = 2_000_000_000  # 2 s: a directory mtime this close to the scan may hid
 _MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 
 
+#: a file of this name in a memory root says: write no cache under this root (the bundled
+#: fixtures carry one, so reading them, or a copy of them, leaves no .cache/ behind)
+NO_CACHE_FILE = ".nocache"
+
+
 def cache_dir(project_dir: Path) -> Path:
     return Path(project_dir) / ".cache"
+
+
+def disabled(memory_root: Path) -> bool:
+    """True when the memory root asks for no cache (:data:`NO_CACHE_FILE`)."""
+    return (Path(memory_root) / NO_CACHE_FILE).exists()
 
 
 def write_table(path: Path, table: pa.Table) -> None:

@@ -16,6 +16,8 @@ import contextlib
 import functools
 import inspect
 import json
+import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ import typer
 
 from . import __version__
 from .errors import CybmemError
-from .outcome import head_line
+from .outcome import shorten, subject_line
 from .schema import ms_to_utc, parse_time
 from .settings import Settings
 
@@ -122,8 +124,12 @@ def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
         raise typer.Exit(1) from None
 
 
-def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True):
-    """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it."""
+def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, lean: bool = True):
+    """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
+
+    ``lean``: the command never needs pandas, so pyarrow's probe for it is refused (see
+    :func:`_without_pandas`); commands that build DataFrames pass False.
+    """
 
     def deco(fn: Callable) -> Callable:
         sig = inspect.signature(fn, eval_str=True)
@@ -135,7 +141,8 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
         def wrapper(**kwargs):
             ctx = Ctx(memory_dir=kwargs.pop("memory_dir", None), cwd=kwargs.pop("cwd", None),
                       project=kwargs.pop("project", None), json=kwargs.pop("as_json", False))
-            return _run(fn, ctx, kwargs)
+            with _without_pandas() if lean else contextlib.nullcontext():
+                return _run(fn, ctx, kwargs)
 
         del wrapper.__wrapped__
         wrapper.__signature__ = sig.replace(parameters=params)
@@ -157,19 +164,28 @@ def _print_json(data) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> None:
+def _width() -> int:
+    """Columns of the terminal (COLUMNS, else the terminal, else 120 when output is not a terminal)."""
+    return max(shutil.get_terminal_size((120, 24)).columns, 60)
+
+
+def _table(headers: list[str], rows: list[list[str]], *, fit: Callable[[str, int], str] = subject_line) -> None:
+    """Columns padded to their widest cell; the last one (task or title text) gets the rest of the
+    terminal's width and is cut there by ``fit`` (default: the task's subject line)."""
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row[:-1]):
             widths[i] = max(widths[i], len(cell))
+    room = max(_width() - sum(widths[:-1]) - 2 * (len(headers) - 1), 24)
     fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i < len(cells) - 1 else c for i, c in enumerate(cells)).rstrip()  # noqa: E731
     typer.echo(fmt(headers))
     for row in rows:
-        typer.echo(fmt(row))
+        typer.echo(fmt(row[:-1] + [fit(row[-1], room)]))
 
 
-def _head(text: str, limit: int = 72) -> str:
-    return head_line(text, limit)
+def _whole(text: str, room: int) -> str:
+    """A last column that is never cut (numbers, paths)."""
+    return text
 
 
 def _warn(messages) -> None:
@@ -188,34 +204,96 @@ def _write_exact(text: str) -> None:
 # --- read verbs -------------------------------------------------------------------
 
 
+# --- filters and paging, shared by list, search and chain (issues has its own) -----------
+
+SinceOpt = Annotated[Optional[str], typer.Option("--since", help="Only runs that ended at or after this moment: an ISO date or time (UTC unless it says otherwise) or epoch ms.", show_default=False)]
+UntilOpt = Annotated[Optional[str], typer.Option("--until", help="Only runs that ended at or before this moment (a bare date counts whole: 2024-05-31 is up to 23:59:59.999 UTC).", show_default=False)]
+StateOpt = Annotated[Optional[str], typer.Option("--state", help="Only runs in this state: done, error or cancelled (comma-separated for several).", show_default=False)]
+GrepOpt = Annotated[Optional[str], typer.Option("--grep", help="Only runs whose task or summary contains this text (case-insensitive).", show_default=False)]
+AgentOpt = Annotated[Optional[str], typer.Option("--agent", help="Only runs with a worker of this agent id.", show_default=False)]
+IssueOpt = Annotated[Optional[str], typer.Option("--issue", help="Only runs that raised this issue id or wrote one of its ledger events (resolved, reopened...).", show_default=False)]
+OffsetOpt = Annotated[int, typer.Option("--offset", help="Skip this many first (the next page starts at the last one shown).", min=0)]
+_PERIOD = re.compile(r"(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?")
+
+
+def _moment(value: Optional[str], param: str, *, end_of_day: bool = False) -> Optional[int]:
+    """--since / --until: epoch ms or ISO; a bare year, month or date (2024, 2024-05, 2024-05-31)
+    means its start, or with ``end_of_day`` (--until) its last millisecond."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    period = _PERIOD.fullmatch(text)
+    if period:
+        from datetime import datetime, timezone
+
+        y, m, d = int(period[1]), int(period[2] or 1), int(period[3] or 1)
+        try:
+            start = datetime(y, m, d, tzinfo=timezone.utc)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{text!r}: {exc}", param_hint=param) from None
+        if not end_of_day:
+            return int(start.timestamp() * 1000)
+        nxt = (start.replace(year=y + 1) if not period[2] else
+               start.replace(year=y + (m == 12), month=m % 12 + 1) if not period[3] else None)
+        end_ms = int(nxt.timestamp() * 1000) if nxt else int(start.timestamp() * 1000) + 86_400_000
+        return end_ms - 1
+    try:
+        return parse_time(text, param)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc).removeprefix(f"{param} "), param_hint=param) from None
+
+
+def _record_filter(since, until, state, grep, agent, issue):
+    from .filters import RecordFilter
+
+    try:
+        return RecordFilter.make(since=_moment(since, "--since"), until=_moment(until, "--until", end_of_day=True),
+                                 state=state, grep=grep, agent=agent, issue=issue)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--state") from None
+
+
+def _no_match(what: str, slug: str, f) -> str:
+    return f"No {what} in project {slug}" + (f" ({f.describe()})." if f is not None and f.active else ".")
+
+
 @command("list")
 def list_cmd(
     ctx: Ctx,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N records (0: all).", min=0)] = 0,
-    state: Annotated[Optional[str], typer.Option("--state", help="Only records in this state: done, error or cancelled.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N records (0: all).", min=0)] = 50,
+    offset: OffsetOpt = 0,
+    state: StateOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    grep: GrepOpt = None,
+    agent: AgentOpt = None,
+    issue: IssueOpt = None,
 ):
-    """List a project's records, newest first.
+    """List a project's records, newest first, a page at a time.
 
-    Example: cybmem list --limit 5
+    Example: cybmem list --since 2024-01-01 --grep fixture --limit 20
     """
-    if state is not None and state not in ("done", "error", "cancelled"):
-        raise typer.BadParameter(f"{state!r} is not one of done, error, cancelled", param_hint="--state")
-    store = ctx.store()
-    entries = store.listed(state=state, limit=limit or None)
-    _warn(p.message for p in store.problems)
+    from .filters import list_records
+    from .snapshot import load_snapshot
+
+    f = _record_filter(since, until, state, grep, agent, issue)
+    snap = load_snapshot(ctx.store())
+    page = list_records(snap, f, offset=offset, limit=limit)
+    _warn(p.message for p in snap.problems)
     if ctx.json:
-        _print_json(entries)
+        _print_json(page.items)
         return
-    if not entries:
-        typer.echo(f"No records in project {store.slug}.")
+    if not page.items:
+        typer.echo(_no_match("records", snap.store.slug, f) if not page.total else page.footer("records"))
         return
-    rows = [
-        [_when(e["endedAt"]), e["state"] + ("*" if e["superseded"] else ""), e["runId"][:8], e.get("workflowName", ""), _head(e.get("task", ""))]
-        for e in entries
-    ]
+    rows = [[_when(e["endedAt"]), e["state"] + ("*" if e["superseded"] else ""), e["runId"][:8], e["workflowName"], e["task"]]
+            for e in page.items]
     _table(["ENDED (UTC)", "STATE", "RUN", "WORKFLOW", "TASK"], rows)
-    if any(e["superseded"] for e in entries):
+    if any(e["superseded"] for e in page.items):
         typer.echo("* superseded by a later correction; `cybmem show` renders the newest truth")
+    footer = page.footer("records" + (" that match" if f.active else ""))
+    if footer:
+        typer.echo(footer)
 
 
 def _render_record(rec, *, asked: str, chain: list[str]) -> None:
@@ -274,59 +352,206 @@ def show_cmd(
     _render_record(rec, asked=asked, chain=chain)
 
 
+def _day(ms: Optional[int]) -> str:
+    return "-" if ms is None else ms_to_utc(ms)[:10]
+
+
+def _title(issue_id: str, title: Optional[str]) -> str:
+    """An issue's title for a table; blank when the id already spells it (an id is the slug of
+    its title unless the writer chose another), which leaves the room to titles that say more."""
+    from .outcome import issue_slug
+
+    title = title or ""
+    return "" if not title or issue_slug(title) == issue_id else title
+
+
 @command("issues")
 def issues_cmd(
     ctx: Ctx,
-    all_events: Annotated[bool, typer.Option("--all", help="Print the whole ledger, every event in file order.")] = False,
+    all_issues: Annotated[bool, typer.Option("--all", help="Every issue, also those closed longer ago than the window.")] = False,
+    events: Annotated[bool, typer.Option("--events", help="The raw ledger instead: every event in file order.")] = False,
+    state: Annotated[Optional[str], typer.Option("--state", help="Only issues in this state: open, closed, opened, reopened, resolved, wontfix (comma-separated for several); with --events, events of that kind.", show_default=False)] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only issues with an event at or after this moment (ISO or epoch ms); with --events, events at or after it.", show_default=False)] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Only issues opened at or before this moment (a bare date counts whole); with --events, events at or before it.", show_default=False)] = None,
+    grep: Annotated[Optional[str], typer.Option("--grep", help="Only issues whose title, detail or id contains this text (case-insensitive).", show_default=False)] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N (0: all).", min=0)] = 50,
+    offset: OffsetOpt = 0,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", help="The ledger as it was at this moment (ISO or epoch ms); the window is measured from then.", show_default=False)] = None,
 ):
-    """List a project's open issues (the fold of the issue ledger).
+    """List a project's issues (the fold of the issue ledger): open ones, and those closed recently.
 
-    Example: cybmem issues --all
+    A resolved (or wontfix) issue stays in the view for CYBERINE_MEMORY_ISSUE_WINDOW_DAYS days
+    (default 90) after it closed; --all shows every issue, --events the ledger itself.
+
+    Example: cybmem issues --state open --grep flaky
     """
+    import time
+
+    from .filters import IssueFilter, select_events, select_issues
+
+    if events and all_issues:
+        raise typer.BadParameter("--events lists every ledger event already; --all is for the issue view", param_hint="--all")
+    lo, hi = _moment(since, "--since"), _moment(until, "--until", end_of_day=True)
+    at = _moment(as_of, "--as-of")
     store = ctx.store()
-    if all_events:
-        events = store.issue_events()
+    if events:
+        named = ()
+        if state:
+            try:
+                named = IssueFilter.make(state=state).states
+            except CybmemError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--state") from None
+        ledger = [ev for ev in store.issue_events() if at is None or ev.at <= at]
+        titles = {k: v.title for k, v in store.issue_states().items()}
+        page = select_events(ledger, since=lo, until=hi, events_named=named, grep=grep, titles=titles,
+                             offset=offset, limit=limit)
         _warn(p.message for p in store.problems)
         if ctx.json:
-            _print_json([e.to_dict() for e in events])
+            _print_json([e.to_dict() for e in page.items])
             return
-        titles = {k: v.title for k, v in store.issue_states().items()}
-        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _head(e.title or titles.get(e.issueId, ""), 60)] for e in events]
-        if not rows:
-            typer.echo(f"The issue ledger of project {store.slug} is empty.")
+        if not page.items:
+            if page.total:
+                typer.echo(page.footer("events"))
+            elif lo is not None or hi is not None or named or grep:
+                typer.echo(f"No ledger events in project {store.slug} match.")
+            else:
+                typer.echo(f"The issue ledger of project {store.slug} is empty.")
             return
-        _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows)
+        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _title(e.issueId, e.title or titles.get(e.issueId))]
+                for e in page.items]
+        _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows, fit=shorten)
+        footer = page.footer("events")
+        if footer:
+            typer.echo(footer)
         return
-    issues = store.open_issues()
+    window = None if all_issues else ctx.settings.issue_window_days
+    try:
+        f = IssueFilter.make(state=state, since=lo, until=hi, grep=grep, window_days=window)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--state") from None
+    if at is None:
+        folded = store.issue_states().values()
+        now = int(time.time() * 1000)
+    else:
+        from .issues import fold
+
+        folded = fold(ev for ev in store.issue_events() if ev.at <= at).values()
+        now = at
+    page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit)
     _warn(p.message for p in store.problems)
     if ctx.json:
-        _print_json([s.to_dict() for s in issues])
+        _print_json([s.to_dict() for s in page.items])
         return
-    if not issues:
-        typer.echo(f"No open issues in project {store.slug}.")
+    hint = (f"{hidden} closed more than {window} days ago not shown (--all shows them)." if hidden else None)
+    if not page.items:
+        if page.total:
+            typer.echo(page.footer("issues"))
+        elif not (state or lo or hi or grep):
+            typer.echo(f"No open issues in project {store.slug}" + (f", none closed in the last {window} days." if window else "."))
+        else:
+            typer.echo(f"No issues in project {store.slug} match.")
+        if hint:
+            typer.echo(hint)
         return
-    rows = [[s.issueId, _when(s.openedAt), (s.openedBy or "-")[:8], s.state, _head(s.title, 60)] for s in issues]
-    _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "TITLE"], rows)
+    rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), _title(s.issueId, s.title)]
+            for s in page.items]
+    _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "CLOSED", "TITLE"], rows, fit=shorten)
+    for line in (page.footer("issues"), hint):
+        if line:
+            typer.echo(line)
+
+
+def _context(value: str) -> Optional[int]:
+    if value.strip().lower() == "all":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is neither a number of runs nor 'all'", param_hint="--context") from None
+    if n < 0:
+        raise typer.BadParameter("give 0 or more runs (0 or 'all': the whole chain)", param_hint="--context")
+    return n or None
+
+
+def _tasks(store, ids: list[str], snap=None) -> dict[str, str]:
+    """The whole task of each run (index entries hold only its first line): a table shows the
+    subject line, which for a merge commit is on a later line. A few records are read; for
+    many, the snapshot."""
+    if snap is None and len(ids) <= 200:
+        out = {}
+        for rid in ids:
+            try:
+                out[rid] = store.read_record(rid).task
+            except CybmemError:
+                continue
+        return out
+    if snap is None:
+        from .snapshot import load_snapshot
+
+        snap = load_snapshot(store)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = snap.records.filter(pc.is_in(snap.records.column("runId"), value_set=pa.array(ids, pa.string())))
+    return dict(zip(rows.column("runId").to_pylist(), rows.column("task").to_pylist()))
 
 
 @command("chain")
-def chain_cmd(ctx: Ctx, run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")]):
+def chain_cmd(
+    ctx: Ctx,
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    context: Annotated[str, typer.Option("--context", "-C", help="Runs shown each side of the run (0 or all: the whole chain).")] = "5",
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Page through the chain oldest first instead: at most N runs (0: to the end).", min=0)] = 0,
+    offset: OffsetOpt = 0,
+    state: StateOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    grep: GrepOpt = None,
+    agent: AgentOpt = None,
+    issue: IssueOpt = None,
+):
     """Walk the previousRunId chain both ways from a run, with its parent and chat links.
 
-    Example: cybmem chain 3f2a
+    Shows --context runs each side of the run (default 5) and says how many more there are;
+    filters keep only the chain's runs that match (the run itself always shows).
+
+    Example: cybmem chain 3f2a --context 10 --grep fixture
     """
     from .lineage import chain
 
+    n_context = _context(context)
+    f = _record_filter(since, until, state, grep, agent, issue)
     store = ctx.store()
-    result = chain(store, store.resolve_run_id(run_id))
+    full = chain(store, store.resolve_run_id(run_id))
+    keep = snap = None
+    if f.active:
+        from .filters import record_mask
+        from .snapshot import load_snapshot
+
+        snap = load_snapshot(store)
+        ids = snap.records.column("runId").to_numpy(zero_copy_only=False)
+        keep = set(ids[record_mask(snap, f)].tolist())
+    result = full.window(keep=keep, context=n_context, offset=offset, limit=limit)
     _warn(p.message for p in store.problems)
     if ctx.json:
         _print_json(result.to_dict())
         return
+    tasks = _tasks(store, [e["runId"] for e in result.runs], snap)
+    room = max(_width() - 42, 24)
+    if result.omitted_before:
+        typer.echo(f"   ... {result.omitted_before} earlier run{'s' if result.omitted_before != 1 else ''}")
     for entry in result.runs:
         mark = "->" if entry["runId"] == result.run_id else "  "
-        typer.echo(f"{mark} {_when(entry['endedAt'])}  {entry['state']:<9}  {entry['runId'][:8]}  {_head(entry['task'], 60)}")
+        typer.echo(f"{mark} {_when(entry['endedAt'])}  {entry['state']:<9}  {entry['runId'][:8]}  {subject_line(tasks.get(entry['runId'], entry['task']), room)}")
+    if result.omitted_after:
+        typer.echo(f"   ... {result.omitted_after} later run{'s' if result.omitted_after != 1 else ''}")
     extra = []
+    if result.omitted_before or result.omitted_after or result.unmatched:
+        parts = [f"{len(result.runs)} of the chain's {result.length} runs shown"]
+        if result.unmatched:
+            parts.append(f"{result.unmatched} do not match ({f.describe()})")
+        more = "--context all" if not (offset or limit) else "--limit 0"
+        extra.append("; ".join(parts) + (f"; {more} shows the rest" if result.omitted_before or result.omitted_after else "") + ".")
     if result.parent:
         extra.append(f"parent: {result.parent}" + ("" if result.parent_known else " (not in this project)"))
     if result.root:
@@ -356,7 +581,7 @@ def projects_cmd(ctx: Ctx):
     if not projects:
         typer.echo("No projects yet.")
         return
-    _table(["SLUG", "RECORDS", "CWD"], [[p["slug"], str(p["records"]), p["cwd"] or "?"] for p in projects])
+    _table(["SLUG", "RECORDS", "CWD"], [[p["slug"], str(p["records"]), p["cwd"] or "?"] for p in projects], fit=_whole)
 
 
 # --- write verbs ------------------------------------------------------------------
@@ -422,8 +647,7 @@ def write_cmd(
     if run_json is None and not hook:
         raise typer.BadParameter("give a run.json path, - for stdin, or --hook", param_hint="RUN_JSON")
     try:
-        with _without_pandas():
-            result = _write_run(ctx, run_json or "-", run_id=run_id, parent_run_id=parent, chat_session_id=chat)
+        result = _write_run(ctx, run_json or "-", run_id=run_id, parent_run_id=parent, chat_session_id=chat)
     except Exception as exc:  # noqa: BLE001 - hook mode: a memory failure must never take the run down
         if not hook:
             raise
@@ -526,36 +750,49 @@ def _fmt_axes(contrib: dict) -> str:
 def search_cmd(
     ctx: Ctx,
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
-    k: Annotated[int, typer.Option("-k", "--top", help="How many results.", min=1)] = 10,
+    k: Annotated[int, typer.Option("-k", "--top", "--limit", help="How many results.", min=1)] = 10,
+    offset: OffsetOpt = 0,
     explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights.")] = False,
     as_of: AsOfOpt = None,
     parent: ParentOpt = None,
     chat: ChatOpt = None,
+    state: StateOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    grep: GrepOpt = None,
+    agent: AgentOpt = None,
+    issue: IssueOpt = None,
 ):
     """Multi-axis scored search over a project's records (BM25 + recency + lineage).
 
-    Example: cybmem search "flaky cart drawer test" -k 5 --explain
+    Filters (--state, --since, --until, --grep, --agent, --issue) narrow the candidates before
+    ranking; --offset skips the first results (the next page).
+
+    Example: cybmem search "flaky cart drawer test" -k 5 --explain --since 2026-10-01
     """
     from .retrieval import search
 
+    f = _record_filter(since, until, state, grep, agent, issue)
     store = ctx.store()
-    result = search(store, query, k=k, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
-                    parent_run_id=parent, chat_session_id=chat)
+    result = search(store, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
+                    parent_run_id=parent, chat_session_id=chat, filter=f)
+    result.hits = result.hits[offset:]
     _warn(p.message for p in result.snapshot.problems)
     _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict(explain=explain_))
         return
     if not result.hits:
-        typer.echo(f"No matching records in project {store.slug}.")
+        typer.echo(_no_match("matching records", store.slug, f) if not offset else f"No results after the first {offset}.")
         return
-    rows = [[str(h.rank), f"{h.score:.3f}", h.run_id[:8], _when(h.ended_at_ms), h.state, _head(h.task, 60)] for h in result.hits]
+    rows = [[str(h.rank), f"{h.score:.3f}", h.run_id[:8], _when(h.ended_at_ms), h.state, h.task] for h in result.hits]
     _table(["#", "SCORE", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
     if explain_:
         w = result.weights
         typer.echo("")
         typer.echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
-                   + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
+                   + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else "")
+                   + (f"  among {result.candidates} records ({f.describe()})" if f.active else ""))
         for h in result.hits:
             typer.echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
 
@@ -594,7 +831,7 @@ def _explain_lines(result) -> list[str]:
     if "weights" in d:
         lines.append("weights: " + ", ".join(f"{k}={v:g} ({d['weightSources'].get(k, 'argument')})" for k, v in d["weights"].items()))
     for h in d["runs"]:
-        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  {_head(h['task'], 50)}")
+        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  {subject_line(h['task'], 50)}")
     for issue in d["issues"]:
         c = issue["contributions"]
         mark = {"issues": "listed", "raised": "raised", "no": "next  "}[issue["listed"]]
@@ -633,17 +870,16 @@ def inject_cmd(
     text = "" if system and task is None and file is None else _task_text(task, file)
     if not system and not text.strip():
         raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
-    with _without_pandas():
-        try:
-            settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
-            result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
-                                 parent_run_id=parent, chat_session_id=chat, strict=strict)
-        except (CybmemError, UsageError):
+    try:
+        settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
+        result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
+                             parent_run_id=parent, chat_session_id=chat, strict=strict)
+    except (CybmemError, UsageError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
+        if strict:
             raise
-        except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
-            if strict:
-                raise
-            result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
+        result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
     _warn(" ".join(message.split()) for message in result.warnings)
     if explain_:
         for line in _explain_lines(result):
@@ -803,14 +1039,14 @@ def tune_cmd(
     heads = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()]
     rows = [_weights_row("current", result.current, f"{result.current_metric:.4f}"),
             _weights_row("best", result.best, f"{result.best_metric:.4f}  ({result.improvement:+.4f})")]
-    _table(heads, rows)
+    _table(heads, rows, fit=_whole)
     if v is not None:
         typer.echo("")
         typer.echo(f"Checked on time: searched on the earlier {v.earlier} judgments, scored on the later {v.later}:")
         _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "EARLIER", "LATER"], [
             _weights_row("current", result.current, f"{v.current_earlier:.4f}", f"{v.current_later:.4f}"),
             _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", f"{v.tuned_later:.4f}"),
-        ])
+        ], fit=_whole)
     typer.echo("")
     target = store.dir / "weights.json"
     if not result.best_in_grid:
@@ -873,13 +1109,14 @@ def eval_cmd(
     heads = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper(), "EARLIER", "LATER", *[x.upper() for x in kinds_seen]]
     fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
     _table(heads, [_weights_row(name, r["weights"], fmt(r["all"]), fmt(r["earlier"]), fmt(r["later"]),
-                                *[fmt(r["kinds"].get(x)) for x in kinds_seen]) for name, r in result.rows.items()])
+                                *[fmt(r["kinds"].get(x)) for x in kinds_seen]) for name, r in result.rows.items()], fit=_whole)
 
 
-@command("report")
+@command("report", lean=False)
 def report_cmd(
     ctx: Ctx,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the HTML pages (created).", show_default=False)],
+    parameter: Annotated[Optional[list[str]], typer.Option("--parameter", "-P", help="NAME=VALUE for the notebooks' parameter cells, e.g. -P metric=ndcg -P k=5 -P judgments=judgments.jsonl (repeatable; names as in the notebooks, any case).", show_default=False)] = None,
     with_code: Annotated[bool, typer.Option("--with-code", help="Keep the notebooks' code cells in the pages.")] = False,
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds allowed per notebook cell.", min=1)] = 600,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Cell progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
@@ -887,13 +1124,17 @@ def report_cmd(
     """Execute the notebooks (history, lineage, issue ages, weight tuning) headless and write self-contained HTML.
 
     One page per notebook plus index.html; figures are embedded images, nothing is fetched
-    from the network. Progress goes to stderr.
+    from the network. Progress goes to stderr, a line per notebook with how long it took.
 
-    Example: cybmem report --out reports/web --project web
+    Example: cybmem report --out reports/web --project web -P metric=ndcg -P k=5
     """
-    from .report import build_report
+    from .report import NOTEBOOKS, build_report, notebooks_dir, parse_parameters
 
-    result = build_report(ctx.store(), out, with_code=with_code, timeout=timeout, progress=progress)
+    try:
+        params = parse_parameters(parameter or [], [notebooks_dir() / n for n in NOTEBOOKS])
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="-P") from None
+    result = build_report(ctx.store(), out, parameters=params, with_code=with_code, timeout=timeout, progress=progress)
     if ctx.json:
         _print_json(result.to_dict())
         return
@@ -931,7 +1172,7 @@ def doctor_cmd(
 _EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
 
 
-@command("export")
+@command("export", lean=False)
 def export_cmd(
     ctx: Ctx,
     format: Annotated[str, typer.Argument(help="ndjson, csv, parquet, sqlite or prov.", show_default=False)],
@@ -1032,6 +1273,122 @@ def export_cmd(
     else:
         t = result.tables[0]
         typer.echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
+
+
+# --- fleet ----------------------------------------------------------------------------
+
+_FLEET_ACTIONS = ("search", "issues", "report")
+
+
+@command("fleet", project=False, memory=False)
+def fleet_cmd(
+    ctx: Ctx,
+    action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],
+    query: Annotated[Optional[str], typer.Argument(help="search: what to look for (free text).", show_default=False)] = None,
+    dataset: Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)] = None,
+    scheduler: Annotated[Optional[str], typer.Option("--scheduler", help="A Dask scheduler's address (tcp://host:8786); default: a LocalCluster on this machine.", show_default=False)] = None,
+    workers: Annotated[int, typer.Option("--workers", help="LocalCluster worker processes.", min=1)] = 2,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for --scheduler to answer.", min=0.1)] = 10.0,
+    machine: Annotated[Optional[list[str]], typer.Option("--machine", "-m", help="Only this machine (repeat for more).", show_default=False)] = None,
+    project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="Only this project (repeat for more).", show_default=False)] = None,
+    k: Annotated[int, typer.Option("-k", "--top", help="search: how many results.", min=1)] = 10,
+    explain_: Annotated[bool, typer.Option("--explain", help="search: each result's per-axis contributions and the weights.")] = False,
+    as_of: AsOfOpt = None,
+    open_: Annotated[bool, typer.Option("--open", help="issues: list the open issues, oldest first, instead of counts per machine and project.")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="issues --open: show at most N (0: all).", min=0)] = 20,
+    now: Annotated[Optional[str], typer.Option("--now", help="issues, report: measure ages to this moment (epoch ms or ISO date; default: now).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="report: the directory to write the figures and tables into.", show_default=False)] = None,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+):
+    """Search, fold issues and report over every machine's exported memory, on Dask.
+
+    search QUERY: the top k records of the whole fleet, ranked as `cybmem search` ranks one store
+    holding them all. issues: the issue fold of every machine and project (counts, or --open).
+    report: issue-age histograms and the lineage summary per machine and project (PNG, CSV and
+    HTML) in --out. A LocalCluster runs by default; --scheduler uses a running cluster.
+
+    Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
+    """
+    if action not in _FLEET_ACTIONS:
+        raise typer.BadParameter(f"{action!r} is not one of {', '.join(_FLEET_ACTIONS)}", param_hint="ACTION")
+    if dataset is None:
+        raise typer.BadParameter("give the dataset directory (`cybmem export parquet --out DIR` writes it)", param_hint="--dataset")
+    if action == "search" and not query:
+        raise typer.BadParameter("search needs a QUERY", param_hint="QUERY")
+    if action != "search" and query is not None:
+        raise typer.BadParameter(f"{action} takes no QUERY (got {query!r})", param_hint="QUERY")
+    if action == "report" and out is None:
+        raise typer.BadParameter("report needs --out DIR", param_hint="--out")
+    if action != "report" and out is not None:
+        raise typer.BadParameter("--out is for report", param_hint="--out")
+    if action != "issues" and open_:
+        raise typer.BadParameter("--open is for issues", param_hint="--open")
+    if action != "search" and (explain_ or as_of is not None):
+        raise typer.BadParameter("--explain and --as-of are for search", param_hint="--explain" if explain_ else "--as-of")
+    if action == "search" and now is not None:
+        raise typer.BadParameter("--now is for issues and report (search: --as-of)", param_hint="--now")
+    from .fleet import Fleet
+
+    now_ms = parse_time(now, "--now")
+    with Fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress,
+               timeout=timeout) as fleet:
+        if action == "search":
+            result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
+            if ctx.json:
+                _print_json(result.to_dict(explain=explain_))
+                return
+            if not result.hits:
+                typer.echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
+                return
+            rows = [[str(h.rank), f"{h.score:.3f}", h.machine, h.project, h.run_id[:8], _when(h.ended_at_ms), h.state,
+                     h.task] for h in result.hits]
+            _table(["#", "SCORE", "MACHINE", "PROJECT", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
+            if explain_:
+                w = result.weights
+                typer.echo("")
+                typer.echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
+                           + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
+                for h in result.hits:
+                    typer.echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
+            return
+        if action == "issues":
+            if open_:
+                fold = fleet.issues(now=now_ms)
+                opened = fold[fold["state"].isin(["opened", "reopened"])].sort_values(
+                    ["openedAt", "machine", "project", "issueId"], kind="stable")
+                if ctx.json:
+                    shown = opened if not limit else opened.head(limit)
+                    _print_json(json.loads(shown.assign(ageDays=shown["age"].dt.total_seconds() / 86400)
+                                           .drop(columns=["age"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
+                    return
+                if not len(opened):
+                    typer.echo(f"No open issues in {len(fleet.groups)} projects.")
+                    return
+                shown = opened if not limit else opened.head(limit)
+                rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
+                        for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
+                                                         shown["openedAt"].dt.as_unit("ns"), shown["age"], shown["state"], shown["title"])]
+                _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
+                if len(shown) < len(opened):
+                    typer.echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
+                return
+            summary = fleet.issue_summary(now=now_ms)
+            if ctx.json:
+                _print_json(json.loads(summary.to_json(orient="records")))
+                return
+            rows = [[r.machine, r.project, str(r.issues), str(r.opened + r.reopened), str(r.resolved), str(r.wontfix),
+                     str(r.reopens), "-" if r.medianOpenDays != r.medianOpenDays else f"{r.medianOpenDays:.1f}"]
+                    for r in summary.itertuples()]
+            _table(["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN OPEN AGE (D)"], rows,
+                   fit=_whole)
+            return
+        result = fleet.report(out, now=now_ms)
+        if ctx.json:
+            _print_json(result.to_dict())
+            return
+        names = ", ".join(Path(f).name for f in result.files)
+        typer.echo(f"Wrote {names} to {out}: {result.runs} runs and {result.issues} issues of {result.projects} projects "
+                   f"on {result.machines} machines.")
 
 
 def _plain_coercion() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .store import MemoryStore
 
@@ -26,10 +26,52 @@ class ChainResult:
     chat_session: str | None = None
     chat_runs: list[str] = field(default_factory=list)
     open_issues: list[str] = field(default_factory=list)
+    length: int = 0  # runs in the whole chain, the run included
+    omitted_before: int = 0  # runs of the chain before those shown (that passed the filter), not shown
+    omitted_after: int = 0  # ... after those shown
+    unmatched: int = 0  # runs of the chain a filter left out
+
+    def window(self, *, keep: set[str] | None = None, context: int | None = 5, offset: int = 0,
+               limit: int | None = None) -> "ChainResult":
+        """Part of the chain: ``context`` runs each side of the run, or one page of it.
+
+        Args:
+            keep: run ids to keep (e.g. those a :class:`cybmem.filters.RecordFilter` selects);
+                None keeps every run. In context mode the run itself is always kept.
+            context: runs each side of the run (0 or None: all of them); ignored when paging.
+            offset, limit: page through the (kept) chain oldest first instead (limit 0 or None:
+                to the end).
+
+        Returns:
+            A new ChainResult whose ``runs``, ``previous`` and ``next`` hold the runs shown and
+            whose ``omitted_*`` and ``unmatched`` say how many were left out.
+        """
+        ids = [e["runId"] for e in self.runs]
+        me = ids.index(self.run_id) if self.run_id in ids else 0
+        paging = bool(offset or limit)
+        sel = [i for i, rid in enumerate(ids) if keep is None or rid in keep or (i == me and not paging)]
+        unmatched = len(ids) - len(sel) if keep is not None else 0
+        if paging:
+            lo, hi = offset, (offset + limit if limit else len(sel))
+        else:
+            pos = sel.index(me)
+            lo, hi = (max(pos - context, 0), pos + context + 1) if context else (0, len(sel))
+        shown = sel[lo:hi]
+        return replace(
+            self,
+            runs=[self.runs[i] for i in shown],
+            previous=[ids[i] for i in shown if i < me],
+            next=[ids[i] for i in shown if i > me],
+            omitted_before=min(lo, len(sel)),
+            omitted_after=max(len(sel) - hi, 0),
+            unmatched=unmatched,
+        )
 
     def to_dict(self) -> dict:
         return {
             "runId": self.run_id,
+            "chainLength": self.length,
+            "omitted": {"before": self.omitted_before, "after": self.omitted_after, "unmatched": self.unmatched},
             "previous": self.previous,
             "next": self.next,
             "parentRunId": self.parent,
@@ -80,6 +122,7 @@ def chain(store: MemoryStore, run_id: str) -> ChainResult:
     return ChainResult(
         run_id=run_id,
         runs=[by_id[i] for i in previous] + [me] + [by_id[i] for i in nxt],
+        length=len(previous) + 1 + len(nxt),
         previous=previous,
         next=nxt,
         parent=parent,

@@ -29,6 +29,7 @@ __all__ = [
     "parse_trailer",
     "shorten",
     "split_issue",
+    "subject_line",
 ]
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -251,6 +252,34 @@ def head_line(text: str | None, max_chars: int) -> str:
         if line.strip():
             return shorten(line, max_chars)
     return ""
+
+
+# GitHub's merge commit: "Merge pull request #123 from owner/branch", a blank line, the PR title.
+_MERGE_PR = re.compile(r"Merge pull request #(\d+) from \S+")
+
+
+def subject_line(text: str | None, max_chars: int) -> str:
+    """The line of a task that says the most, cut like :func:`head_line`: what tables show.
+
+    That is the first non-empty line, except for a GitHub merge commit ("Merge pull request #N
+    from owner/branch" followed by the pull request's title), which reads as the title with
+    ``(#N)`` after it, as a squash merge is written ("Fix the cache (#123)"). When the title must
+    be cut, ``(#N)`` is kept.
+
+    Args:
+        text: a task; None counts as "".
+        max_chars: the length limit, ellipsis included.
+    """
+    lines = [line for line in _lines(text or "") if line.strip()]
+    if not lines:
+        return ""
+    merge = _MERGE_PR.fullmatch(lines[0].strip())
+    if merge is None or len(lines) < 2:
+        return shorten(lines[0], max_chars)
+    suffix = f" (#{merge.group(1)})"
+    if max_chars < 2 * len(suffix):
+        return shorten(lines[1], max_chars)
+    return shorten(lines[1], max_chars - len(suffix)) + suffix
 
 
 def _first_sentence(task: str) -> str:

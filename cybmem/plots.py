@@ -10,6 +10,7 @@ this module.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +31,15 @@ __all__ = [
     "STATE_COLORS",
     "lineage_lanes",
     "lineage_graph",
+    "lineage_trees",
+    "dispatch_trees",
     "issue_age_histograms",
+    "issue_age_values",
+    "age_edges",
+    "age_counts",
+    "Histogram",
+    "IssueAgeData",
+    "lineage_summary",
     "runs_over_time",
     "weight_heatmap",
 ]
@@ -78,17 +87,8 @@ def _date_axis(ax) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def lineage_lanes(records: "pd.DataFrame") -> "pd.DataFrame":
-    """One row per run: its dispatch-tree root and the lane it is drawn in.
-
-    A dispatch tree is a run plus everything dispatched from it (parentRunId, transitively).
-    Runs that neither have nor are a parent share lane 0; each tree gets a lane of its own,
-    re-used by later trees that start after it ended (interval packing), so hundreds of runs
-    stay within a few lanes.
-
-    Returns:
-        DataFrame indexed like ``records`` with columns ``treeRoot`` and ``lane``.
-    """
+def _tree_roots(records: "pd.DataFrame") -> "pd.Series":
+    """The root of each run's dispatch tree (follow parentRunId up while the parent is in ``records``)."""
     import pandas as pd
 
     ids = records["runId"].astype(str).tolist()
@@ -103,7 +103,23 @@ def lineage_lanes(records: "pd.DataFrame") -> "pd.DataFrame":
         top = root.get(cur, cur)
         for x in path + [cur]:
             root[x] = top
-    roots = pd.Series([root[r] for r in ids], index=records.index)
+    return pd.Series([root[r] for r in ids], index=records.index)
+
+
+def lineage_lanes(records: "pd.DataFrame") -> "pd.DataFrame":
+    """One row per run: its dispatch-tree root and the lane it is drawn in.
+
+    A dispatch tree is a run plus everything dispatched from it (parentRunId, transitively).
+    Runs that neither have nor are a parent share lane 0; each tree gets a lane of its own,
+    re-used by later trees that start after it ended (interval packing), so hundreds of runs
+    stay within a few lanes.
+
+    Returns:
+        DataFrame indexed like ``records`` with columns ``treeRoot`` and ``lane``.
+    """
+    import pandas as pd
+
+    roots = _tree_roots(records)
     sizes = roots.value_counts()
     start = _datenum(records["startedAt"])
     end = _datenum(records["endedAt"])
@@ -124,6 +140,34 @@ def lineage_lanes(records: "pd.DataFrame") -> "pd.DataFrame":
             lane_of[r] = len(lane_end)
     lanes = roots.map(lambda x: lane_of.get(x, 0)).astype("int64")
     return pd.DataFrame({"treeRoot": roots.astype("string"), "lane": lanes}, index=records.index)
+
+
+def dispatch_trees(records: "pd.DataFrame", *, by: str = "largest") -> "pd.DataFrame":
+    """The project's dispatch trees (a run and everything it dispatched, at least two runs).
+
+    Args:
+        records: a records DataFrame.
+        by: ``"largest"`` (most runs first, then the most recent) or ``"recent"`` (latest
+            run ended first).
+
+    Returns:
+        One row per tree: ``root`` (run id), ``runs``, ``first`` and ``last`` (when its first
+        run started and its last ended), ``task`` (the root's task).
+    """
+    import pandas as pd
+
+    if by not in ("largest", "recent"):
+        from .errors import ValidationError
+
+        raise ValidationError(f"by must be 'largest' or 'recent', not {by!r}")
+    roots = _tree_roots(records)
+    df = pd.DataFrame({"root": roots.astype(str), "start": records["startedAt"], "end": records["endedAt"]})
+    trees = df.groupby("root").agg(runs=("root", "size"), first=("start", "min"), last=("end", "max")).reset_index()
+    trees = trees[trees["runs"] > 1]
+    tasks = dict(zip(records["runId"].astype(str), records["task"]))
+    trees["task"] = trees["root"].map(tasks)
+    keys = (["runs", "last", "root"], [False, False, True]) if by == "largest" else (["last", "runs", "root"], [False, False, True])
+    return trees.sort_values(keys[0], ascending=keys[1], kind="stable").reset_index(drop=True)
 
 
 def _tree_members(records: "pd.DataFrame", run_id: str) -> set[str]:
@@ -152,12 +196,19 @@ def _resolve(records: "pd.DataFrame", run: str | None) -> str | None:
 
 def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: str = "project",
                   highlight: str | None = None, labels: bool | None = None, x: str | None = None,
-                  title: str | None = None, figsize: tuple[float, float] | None = None) -> Figure:
+                  title: str | None = None, figsize: tuple[float, float] | None = None,
+                  max_runs: int = 400, trees: str = "largest", max_trees: int = 12,
+                  previous_max: int = 200) -> Figure:
     """Runs as nodes over time, one lane per dispatch tree, with their lineage edges.
 
     Nodes are coloured by state (hollow when superseded); previousRunId links are thin grey
     lines, parentRunId links blue arrows, corrections red dotted lines; each chat session is a
     shaded band around its runs. Lanes come from :func:`lineage_lanes`.
+
+    Thousands of runs on one axis read as nothing (a curtain of previous-run links, lanes
+    without names), so a project of more than ``max_runs`` runs is drawn as its ``max_trees``
+    largest (or most recent) dispatch trees by :func:`lineage_trees`, with run ids; and above
+    ``previous_max`` runs the previous-run links are counted in the legend but not drawn.
 
     Args:
         records: a records DataFrame (:func:`cybmem.frames.records_frame` / ``Snapshot.records_frame``).
@@ -170,6 +221,10 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
             ended: readable when runs bunch up); default time for a project, order for a tree.
         title: figure title (default describes the scope).
         figsize: inches (default grows with the number of lanes).
+        max_runs: above this many runs (project scope), draw the dispatch trees instead.
+        trees: which trees then: ``"largest"`` or ``"recent"``.
+        max_trees: how many trees then.
+        previous_max: above this many runs drawn, previous-run links are not drawn.
 
     Returns:
         The Figure (one Axes). Node collections carry gids ``nodes-<state>``.
@@ -191,9 +246,15 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
 
             raise ValidationError("scope='tree' needs focus=<run id>")
         df = df[df["runId"].isin(_tree_members(df, focus_id))].reset_index(drop=True)
+    if scope == "project" and len(df) > max_runs:
+        return lineage_trees(df, n=max_trees, by=trees, highlight=highlight or focus, title=title)
     hl = _resolve(df, highlight) if highlight else focus_id
     n = len(df)
     lanes = lineage_lanes(df) if n else None
+    alone_lane: int | None = 0
+    if n and not (lanes["lane"] == 0).any():
+        lanes["lane"] -= 1  # one tree alone: no lane of runs without parent or children to leave empty
+        alone_lane = None
     n_lanes = int(lanes["lane"].max()) + 1 if n else 1
     fig = _Figure(figsize=figsize or (11, min(2.2 + 0.45 * n_lanes, 12)), layout="constrained")
     ax = fig.add_subplot()
@@ -230,12 +291,17 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
             continue
         style = dict(_EDGE_STYLE[kind])
         label = style.pop("label")
+        if kind == "previous" and n > previous_max:
+            handles.append(Line2D([], [], label=f"{label}: {len(segs)}, not drawn above {previous_max} runs", **style))
+            continue
         if kind == "previous" and n > 150:
             style.update(linewidth=0.5, alpha=0.45)
         if kind == "parent" and len(segs) <= 300:
+            width = max(float(x.max() - x.min()), 1e-9)
             for (x0, y0), (x1, y1) in segs:
-                # Same lane: arc above the lane so the arrow does not hide under the previous line.
-                rad = 0.45 if y0 == y1 else (0.2 if y1 > y0 else -0.2)
+                # Same lane: arc above the lane (the y axis is inverted) so the arrow does not hide
+                # under the previous line; the longer the arc, the flatter, so it stays in the axes.
+                rad = -min(0.45, 0.06 * width / max(abs(x1 - x0), 1e-9)) if y0 == y1 else (0.2 if y1 > y0 else -0.2)
                 ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=9,
                                              connectionstyle=f"arc3,rad={rad}", color=style["color"],
                                              linewidth=style["linewidth"], zorder=2, shrinkA=3, shrinkB=3))
@@ -281,7 +347,7 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
     ticks = list(range(n_lanes))
     names = []
     for lane in ticks:
-        if lane == 0:
+        if lane == alone_lane:
             names.append("no parent / children")
         else:
             members = lanes.index[lanes["lane"] == lane]
@@ -314,54 +380,387 @@ def _edges(df: "pd.DataFrame") -> list[tuple[str, str, str]]:
     return list(zip(e["src"].astype(str), e["dst"].astype(str), e["kind"].astype(str)))
 
 
+def lineage_trees(records: "pd.DataFrame", *, n: int = 12, by: str = "largest", max_width: int = 16,
+                  highlight: str | None = None, title: str | None = None) -> Figure:
+    """The largest (or most recent) dispatch trees, one row each, every run named by its id.
+
+    A row holds one tree's runs in the order they ended, coloured by state (hollow when
+    superseded), with its run ids; parentRunId links are blue brackets under the row, from the
+    parent down and up to each run it dispatched (arrowheads). The row is labelled with
+    the root's id and task, and on the right with the tree's size and time span. Previous-run
+    links are left out: they run through every tree. This is what :func:`lineage_graph` draws
+    for a project too large to show run by run.
+
+    Args:
+        records: a records DataFrame.
+        n: how many trees (rows).
+        by: ``"largest"`` or ``"recent"`` (see :func:`dispatch_trees`).
+        max_width: runs drawn per tree; a larger tree shows its first ``max_width - 1`` runs and
+            its last one, with how many were left out between them.
+        highlight: a run id (or prefix) to ring.
+        title: figure title.
+
+    Returns:
+        The Figure (one Axes). Node collections carry gids ``nodes-<state>``; each drawn run's id
+        label carries the gid ``run-<runId>``.
+    """
+    from .outcome import subject_line
+
+    df = records.sort_values(["endedAt", "runId"], kind="stable").reset_index(drop=True)
+    all_trees = dispatch_trees(df, by=by)
+    chosen = all_trees.head(n)
+    roots = _tree_roots(df).astype(str)
+    in_trees = int(roots.isin(all_trees["root"]).sum())
+    rows = len(chosen)
+    fig = _Figure(figsize=(11, 1.6 + 0.72 * max(rows, 1)), layout="constrained")
+    ax = fig.add_subplot()
+    what = "largest" if by == "largest" else "most recent"
+    ax.set_title(title or (f"The {rows} {what} of {len(all_trees)} dispatch trees ({len(df):,} runs; "
+                           f"{in_trees:,} in a tree)" if rows else f"Dispatch trees ({len(df):,} runs)"), fontsize=10)
+    ax.set_xlabel("runs of each tree in the order they ended (run ids above; previous-run links not drawn)", fontsize=8)
+    if not rows:
+        ax.text(0.5, 0.5, "no dispatch trees: no run was dispatched by another run of this project",
+                ha="center", va="center", transform=ax.transAxes, color="#555555")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return fig
+    hl = _resolve(df, highlight) if highlight else None
+    state_of = dict(zip(df["runId"].astype(str), df["state"].astype(str)))
+    sup_of = dict(zip(df["runId"].astype(str), df["superseded"].astype(bool))) if "superseded" in df else {}
+    parent_of = dict(zip(df["runId"].astype(str), df["parentRunId"]))
+    points: dict[str, list[tuple[float, float, bool]]] = {s: [] for s in STATE_COLORS}
+    pos: dict[str, tuple[float, float]] = {}
+    width = 0
+    ticks, names = [], []
+    for row, tree in enumerate(chosen.itertuples(index=False)):
+        members = df.loc[roots == tree.root, ["runId", "endedAt"]]
+        ids = members["runId"].astype(str).tolist()
+        left_out = 0
+        if len(ids) > max_width:
+            left_out = len(ids) - max_width
+            ids = ids[: max_width - 1] + ids[-1:]
+        width = max(width, len(ids))
+        for i, rid in enumerate(ids):
+            xx = float(i) + (1.2 if left_out and i == len(ids) - 1 else 0.0)
+            pos[rid] = (xx, float(row))
+            points.setdefault(state_of.get(rid, "done"), []).append((xx, float(row), bool(sup_of.get(rid, False))))
+            ax.annotate(rid[:8], (xx, row), xytext=(-1, 5), textcoords="offset points", fontsize=6, rotation=60,
+                        ha="left", va="bottom", color="#333333", gid=f"run-{rid}")
+        if left_out:
+            ax.annotate(f"… {left_out} more …", (len(ids) - 0.9, row), xytext=(0, 0), textcoords="offset points",
+                        fontsize=6, ha="center", va="center", color="#555555",
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"}, zorder=4)
+        ticks.append(row)
+        names.append(f"{tree.root[:8]}  {subject_line(tree.task, 44)}")
+        span = f"{tree.first:%Y-%m-%d}" + (f" to {tree.last:%Y-%m-%d}" if f"{tree.last:%Y-%m-%d}" != f"{tree.first:%Y-%m-%d}" else "")
+        ax.annotate(f"{tree.runs} runs, {span}", (1.005, row), xycoords=("axes fraction", "data"), fontsize=7,
+                    va="center", color="#444444")
+    # parentRunId links as brackets under the row (a run that dispatched dozens would otherwise be
+    # a fan of crossing arcs): a line drops from the parent to a bus at its depth, the bus runs
+    # under its children, and a tick with an arrowhead rises to each child.
+    children: dict[str, list[str]] = {}
+    for rid in pos:
+        par = parent_of.get(rid)
+        if isinstance(par, str) and par in pos:
+            children.setdefault(par, []).append(rid)
+    depth: dict[str, int] = {}
+    for rid in pos:
+        d, cur = 0, parent_of.get(rid)
+        while isinstance(cur, str) and cur in pos and d < 50:
+            d, cur = d + 1, parent_of.get(cur)
+        depth[rid] = d
+    segs, heads = [], []
+    for par, kids in children.items():
+        px, py = pos[par]
+        bus = py + 0.2 + 0.09 * min(depth[par], 3)
+        xs_ = [px] + [pos[k][0] for k in kids]
+        segs.append([(px, py + 0.08), (px, bus)])
+        segs.append([(min(xs_), bus), (max(xs_), bus)])
+        for k in kids:
+            segs.append([(pos[k][0], bus), (pos[k][0], pos[k][1] + 0.1)])
+            heads.append((pos[k][0], pos[k][1] + 0.12))
+    arrows = sum(len(k) for k in children.values())
+    if segs:
+        ax.add_collection(LineCollection(segs, colors=_EDGE_STYLE["parent"]["color"], linewidths=1.0, zorder=2,
+                                         gid="edges-parent"))
+        hx, hy = zip(*heads)
+        ax.scatter(hx, hy, marker="^", s=14, color=_EDGE_STYLE["parent"]["color"], zorder=2, gid="arrowheads")
+    handles: list[Any] = [Line2D([], [], color=_EDGE_STYLE["parent"]["color"], linewidth=1.0, marker="^", markersize=4,
+                                 label=f"dispatched by (parentRunId): {arrows}")]
+    for state, color in STATE_COLORS.items():
+        pts = points.get(state) or []
+        if not pts:
+            continue
+        xs, ys, sup = (np.array(v) for v in zip(*pts))
+        ax.scatter(xs, ys, s=46, c=list(np.where(sup, "none", color)), edgecolors=color, linewidths=1.0, zorder=3,
+                   gid=f"nodes-{state}")
+        handles.append(Line2D([], [], marker="o", linestyle="", markersize=7, markerfacecolor=color,
+                              markeredgecolor=color, label=f"{state}: {len(pts)}"))
+    if hl is not None and hl in pos:
+        ax.plot([pos[hl][0]], [pos[hl][1]], marker="o", markersize=15, markerfacecolor="none", markeredgecolor="black",
+                markeredgewidth=2.0, zorder=4, gid="highlight")
+    ax.set_yticks(ticks, names, fontsize=7.5)
+    ax.set_ylim(rows - 0.35, -0.85)
+    ax.set_xlim(-0.6, max(width + (1.2 if width >= max_width else 0), 4) - 0.2)
+    ax.set_xticks([])
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.06), ncol=len(handles), fontsize=7.5,
+              frameon=False)
+    return fig
+
+
 # --------------------------------------------------------------------------------------
 # Issues and runs
 # --------------------------------------------------------------------------------------
 
 
-def issue_age_histograms(fold: "pd.DataFrame", *, title: str | None = None) -> Figure:
+_TIME_TICKS = ((60, "1 min"), (3600, "1 h"), (86_400, "1 day"), (7 * 86_400, "1 week"), (30 * 86_400, "1 month"),
+               (365 * 86_400, "1 year"), (3650 * 86_400, "10 years"), (36_500 * 86_400, "100 years"))
+_MIN_S = 60.0  # a log axis has no zero: shorter times are counted at one minute
+
+
+def _spans_orders(values: np.ndarray, ratio: float = 50.0) -> bool:
+    """True when positive counts differ by at least ``ratio`` (a linear axis would hide the small ones)."""
+    v = np.asarray(values, dtype=float)
+    v = v[v > 0]
+    return len(v) > 1 and v.max() / v.min() >= ratio
+
+
+def age_edges(n: int, longest: float) -> np.ndarray:
+    """Bin edges (seconds) of an age histogram of ``n`` durations, the longest ``longest`` seconds.
+
+    Log-spaced from one minute (shorter durations are counted at one minute) to a little past
+    the longest, ``sqrt(n) + 6`` edges within [8, 40].
+    """
+    lo, hi = _MIN_S, max(max(float(longest), _MIN_S) * 1.05, _MIN_S * 10)
+    return np.geomspace(lo, hi, min(40, max(8, int(math.sqrt(n)) + 6)))
+
+
+def age_counts(seconds: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """How many of ``seconds`` fall in each bin of ``edges`` (durations under a minute count at one)."""
+    return np.histogram(np.clip(np.asarray(seconds, dtype=float), _MIN_S, None), edges)[0].astype(np.int64)
+
+
+@dataclass
+class Histogram:
+    """An age histogram's numbers: the count, bin edges and counts, the median and how many are under a minute.
+
+    A collection counted in parts (the partitions of a fleet) sums its parts' :func:`age_counts`
+    over the :func:`age_edges` of the whole and gets the same numbers.
+    """
+
+    n: int
+    edges: np.ndarray
+    counts: np.ndarray
+    median: float | None
+    short: int = 0  # durations under a minute (counted at one minute)
+
+    @classmethod
+    def of(cls, seconds: np.ndarray) -> "Histogram":
+        seconds = np.asarray(seconds, dtype=float)
+        if not len(seconds):
+            return cls(0, np.zeros(0), np.zeros(0, dtype=np.int64), None, 0)
+        edges = age_edges(len(seconds), float(seconds.max()))
+        return cls(len(seconds), edges, age_counts(seconds, edges), float(np.median(seconds)),
+                   int((seconds < _MIN_S).sum()))
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "edges": self.edges.tolist(), "counts": self.counts.tolist(), "median": self.median,
+                "short": self.short}
+
+
+#: The panels of :func:`issue_age_histograms` that count durations.
+AGE_PANELS = ("open", "resolved")
+
+
+def issue_age_values(fold: "pd.DataFrame") -> dict[str, np.ndarray]:
+    """What the issue-age figure counts, from a fold (:func:`cybmem.frames.issue_fold`).
+
+    Returns:
+        ``open``: ages in seconds of open (opened / reopened) issues; ``resolved``: seconds
+        from opening to resolution of resolved issues (wontfix left out); ``reopens``: each
+        issue's reopen count. Missing ages dropped.
+    """
+    if not len(fold):
+        return {"open": np.zeros(0), "resolved": np.zeros(0), "reopens": np.zeros(0, dtype=np.int64)}
+    secs = fold["age"].dt.total_seconds()
+    open_ = fold["state"].isin(["opened", "reopened"])
+    resolved = fold["state"].eq("resolved")
+    return {
+        "open": secs[open_].dropna().to_numpy(dtype=float),
+        "resolved": secs[resolved].dropna().to_numpy(dtype=float),
+        "reopens": fold["reopenCount"].to_numpy(dtype=np.int64),
+    }
+
+
+@dataclass
+class IssueAgeData:
+    """What :func:`issue_age_histograms` draws: ages of open issues, times to resolve, reopen counts."""
+
+    issues: int
+    open: Histogram
+    resolved: Histogram
+    reopens: dict[int, int]  # reopen count -> issues, ascending
+
+    @classmethod
+    def of(cls, fold: "pd.DataFrame") -> "IssueAgeData":
+        """From one fold (:func:`cybmem.frames.issue_fold`); ages as measured when it was folded."""
+        v = issue_age_values(fold)
+        counts = np.unique(v["reopens"], return_counts=True)
+        return cls(len(fold), Histogram.of(v["open"]), Histogram.of(v["resolved"]),
+                   {int(a): int(b) for a, b in zip(*counts)})
+
+    def to_dict(self) -> dict:
+        return {"issues": self.issues, "open": self.open.to_dict(), "resolved": self.resolved.to_dict(),
+                "reopens": {str(k): v for k, v in self.reopens.items()}}
+
+
+def _log_time_hist(ax, hist: Histogram, color: str, what: str) -> None:
+    """A histogram of durations on a log time axis (1 min ... years) with its median."""
+    edges = hist.edges
+    lo, hi = float(edges[0]), float(edges[-1])
+    # the counts drawn as ax.hist draws values: one weighted value per bin
+    counts, _, _ = ax.hist(edges[:-1], bins=edges, weights=hist.counts, color=color, edgecolor="white")
+    ax.set_xscale("log")
+    ticks: list[tuple[float, str]] = []
+    apart = max(10.0, (hi / lo) ** (1 / 6))  # about six labels at most, so that they never run into each other
+    for t, label in _TIME_TICKS:
+        if lo <= t <= hi * 1.5 and (not ticks or t >= ticks[-1][0] * apart):
+            ticks.append((t, label))
+    ax.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlim(lo * 0.8, hi)
+    median = hist.median
+    ax.axvline(max(median, _MIN_S), color="black", linestyle="--", linewidth=1,
+               label=f"median {_duration(median) if median >= _MIN_S else 'under a minute'}")
+    if hist.short:
+        ax.plot([], [], " ", label=f"{hist.short} under a minute, counted at 1 min")
+    if _spans_orders(counts):
+        ax.set_yscale("log")
+        ax.set_ylim(0.7, None)
+        ax.set_ylabel("issues (log scale)")
+    ax.set_xlabel(f"{what} (log scale)")
+    ax.legend(fontsize=7.5, frameon=False)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365 * 86_400), ("days", 86_400), ("h", 3600), ("min", 60)):
+        if seconds >= size or unit == "min":
+            value = seconds / size
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{seconds:.0f} s"  # pragma: no cover
+
+
+def issue_age_histograms(fold: "pd.DataFrame | IssueAgeData", *, title: str | None = None) -> Figure:
     """Three panels: ages of open issues, time to resolve, and reopen counts.
 
+    Ages and times to resolve span minutes to years, so both use a log time axis (1 min, 1 h,
+    1 day ... 10 years; shorter times are counted at one minute); counts that differ by orders of
+    magnitude (thousands of issues never reopened, a few reopened once) use a log count axis.
+
     Args:
-        fold: one row per issue (:func:`cybmem.frames.issue_fold`); ``age`` is measured at the
-            ``now`` it was folded with.
+        fold: one row per issue (:func:`cybmem.frames.issue_fold`; ``age`` is measured at the
+            ``now`` it was folded with), or the counts already made (:class:`IssueAgeData`,
+            e.g. over a fleet by :meth:`cybmem.fleet.Fleet.issue_age_data`).
         title: figure title.
 
     Returns:
         The Figure (three Axes).
     """
-    fig = _Figure(figsize=(12, 3.6), layout="constrained")
+    data = fold if isinstance(fold, IssueAgeData) else IssueAgeData.of(fold)
+    fig = _Figure(figsize=(12, 3.8), layout="constrained")
     axes = fig.subplots(1, 3)
-    fig.suptitle(title or f"Issue ages ({len(fold)} issues)")
-    days = fold["age"].dt.total_seconds() / 86400 if len(fold) else fold.get("age")
-    open_ = fold["state"].isin(["opened", "reopened"]) if len(fold) else []
-    resolved = fold["state"].eq("resolved") if len(fold) else []
-    for ax, sel, color, name in ((axes[0], open_, "#ff7f0e", "Open issues: age"),
-                                 (axes[1], resolved, "#2e9e44", "Resolved issues: time to resolve")):
-        vals = days[sel].dropna().to_numpy(dtype=float) if len(fold) else np.zeros(0)
-        ax.set_title(f"{name} (n={len(vals)})", fontsize=10)
-        ax.set_xlabel("days")
+    fig.suptitle(title or f"Issue ages ({data.issues} issues)")
+    for ax, hist, color, name, what in ((axes[0], data.open, "#ff7f0e", "Open issues: age", "age"),
+                                        (axes[1], data.resolved, "#2e9e44", "Resolved issues: time to resolve", "time to resolve")):
+        ax.set_title(f"{name} (n={hist.n})", fontsize=10)
         ax.set_ylabel("issues")
-        if len(vals):
-            bins = min(30, max(5, int(math.sqrt(len(vals))) + 3))
-            ax.hist(vals, bins=bins, color=color, edgecolor="white")
-            ax.axvline(float(np.median(vals)), color="black", linestyle="--", linewidth=1,
-                       label=f"median {np.median(vals):.1f} d")
-            ax.legend(fontsize=8, frameon=False)
+        if hist.n:
+            _log_time_hist(ax, hist, color, what)
         else:
+            ax.set_xlabel(what)
             ax.text(0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#777777")
     ax = axes[2]
-    counts = fold["reopenCount"].value_counts().sort_index() if len(fold) else None
     ax.set_title("Reopen count per issue", fontsize=10)
     ax.set_xlabel("times reopened")
     ax.set_ylabel("issues")
-    if counts is not None and len(counts):
-        bars = ax.bar(counts.index.astype(int), counts.to_numpy(), color="#9467bd", edgecolor="white", label="issues")
+    if data.reopens:
+        xs = np.asarray(list(data.reopens), dtype=int)
+        counts = np.asarray(list(data.reopens.values()))
+        bars = ax.bar(xs, counts, color="#9467bd", edgecolor="white", label="issues")
         ax.bar_label(bars, fontsize=8)
-        ax.set_xticks(counts.index.astype(int))
+        ax.set_xticks(xs)
+        if _spans_orders(counts):
+            ax.set_yscale("log")
+            ax.set_ylim(0.7, counts.max() * 3)
+            ax.set_ylabel("issues (log scale)")
         ax.legend(fontsize=8, frameon=False)
     else:
         ax.text(0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#777777")
+    return fig
+
+
+#: Lineage link kinds of :func:`cybmem.frames.lineage_edges`, as :func:`lineage_summary` draws them.
+_LINK_STYLE = {
+    "previous": ("#b0b0b0", "previous run"),
+    "parent": ("#1f5fbf", "dispatched by a parent"),
+    "chat": ("#fdae6b", "same chat session"),
+    "superseded": ("#d62728", "superseded by a correction"),
+}
+
+
+def lineage_summary(summary: "pd.DataFrame", *, title: str | None = None) -> Figure:
+    """Runs by state and lineage links by kind, one row per machine and project.
+
+    Args:
+        summary: one row per machine and project with columns ``machine``, ``project``, the run
+            states (``done``, ``error``, ``cancelled``) and the link kinds of
+            :func:`cybmem.frames.lineage_edges` (``previous``, ``parent``, ``chat``,
+            ``superseded``), as :meth:`cybmem.fleet.Fleet.lineage_summary` makes it.
+        title: figure title.
+
+    Returns:
+        The Figure (two Axes sharing the machine/project rows).
+    """
+    n = len(summary)
+    fig = _Figure(figsize=(12, min(2.2 + 0.42 * max(n, 1), 14)), layout="constrained")
+    left, right = fig.subplots(1, 2, sharey=True)
+    runs = int(summary[[c for c in STATE_COLORS if c in summary]].to_numpy().sum()) if n else 0
+    machines = summary["machine"].nunique() if n else 0
+    fig.suptitle(title or f"Lineage of {runs:,} runs on {machines} machine{'s' if machines != 1 else ''}")
+    left.set_title("Runs by state", fontsize=10)
+    left.set_xlabel("runs")
+    right.set_title("Lineage links by kind", fontsize=10)
+    right.set_xlabel("links")
+    if not n:
+        for ax in (left, right):
+            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes, color="#777777")
+        return fig
+    y = np.arange(n, dtype=float)
+    labels = [f"{m} / {p}" for m, p in zip(summary["machine"], summary["project"])]
+    start = np.zeros(n)
+    for state, color in STATE_COLORS.items():
+        if state not in summary:
+            continue
+        v = summary[state].to_numpy(dtype=float)
+        left.barh(y, v, left=start, color=color, label=f"{state} ({int(v.sum()):,})", height=0.7)
+        start += v
+    fig.legend(*left.get_legend_handles_labels(), fontsize=8, frameon=False, loc="outside lower left", ncol=3)
+    kinds = [k for k in _LINK_STYLE if k in summary]
+    h = 0.8 / max(len(kinds), 1)
+    for i, kind in enumerate(kinds):
+        color, name = _LINK_STYLE[kind]
+        v = summary[kind].to_numpy(dtype=float)
+        right.barh(y - 0.4 + h * (i + 0.5), v, height=h, color=color, label=f"{name} ({int(v.sum()):,})")
+    if summary[kinds].to_numpy().max(initial=0) > 0:
+        right.set_xscale("symlog", linthresh=1)
+    fig.legend(*right.get_legend_handles_labels(), fontsize=8, frameon=False, loc="outside lower right", ncol=2)
+    left.set_yticks(y, labels, fontsize=8)
+    left.invert_yaxis()
+    for ax in (left, right):
+        ax.grid(axis="x", color="#eeeeee", zorder=0)
+        ax.set_axisbelow(True)
     return fig
 
 
@@ -370,17 +769,23 @@ def _auto_freq(span_days: float) -> tuple[str, str]:
         return "D", "day"
     if span_days <= 2 * 365:
         return "W", "week"
-    if span_days <= 15 * 365:
+    if span_days <= 25 * 365:
         return "MS", "month"
     return "YS", "year"
 
 
-def runs_over_time(records: "pd.DataFrame", *, freq: str | None = None, title: str | None = None) -> Figure:
-    """Stacked bars: runs ended per period, by state.
+def runs_over_time(records: "pd.DataFrame", *, freq: str | None = None, log: bool | None = None,
+                   title: str | None = None) -> Figure:
+    """Runs ended per period, by state: stacked bars, or on a log scale layered bars.
+
+    When the states' totals differ by orders of magnitude (7,749 done, 12 cancelled), stacked
+    bars hide the small ones; then the count axis is logarithmic and each state's bars stand
+    in front of the larger ones' (narrower), so every state shows.
 
     Args:
         records: a records DataFrame.
         freq: a pandas frequency (``"D"``, ``"W"``, ``"MS"``, ``"YS"``...); default from the span.
+        log: a log count axis; default when state totals differ 50-fold or more.
         title: figure title.
 
     Returns:
@@ -406,15 +811,34 @@ def runs_over_time(records: "pd.DataFrame", *, freq: str | None = None, title: s
     table = pd.crosstab(periods, records["state"]).sort_index()
     x = mdates.date2num(table.index.to_numpy())
     width = np.median(np.diff(x)) * 0.85 if len(x) > 1 else 0.8
-    bottom = np.zeros(len(table))
-    for state, color in STATE_COLORS.items():
-        if state in table:
-            v = table[state].to_numpy()
-            ax.bar(x, v, width=width, bottom=bottom, color=color, label=f"{state} ({int(v.sum())})", align="edge")
-            bottom += v
-    ax.set_title(title or f"Runs per {name} by state ({n} runs)")
+    totals = {state: int(table[state].sum()) for state in STATE_COLORS if state in table}
+    if log is None:
+        log = _spans_orders(np.array(list(totals.values())))
+    if log:
+        # The most common state as bars; the rarer ones as markers at their counts, which a log
+        # axis keeps visible however small (a bar of 1 would be a sliver at the bottom).
+        order = sorted(totals, key=lambda st: -totals[st])
+        markers = {"error": "o", "cancelled": "v", "done": "s"}
+        for rank, state in enumerate(order):
+            v = table[state].to_numpy().astype(float)
+            v[v <= 0] = np.nan
+            if rank == 0:
+                ax.bar(x, v, width=width, color=STATE_COLORS[state], align="edge", label=f"{state} ({totals[state]})", zorder=2)
+            else:
+                ax.scatter(x + width / 2, v, s=22, marker=markers.get(state, "o"), color=STATE_COLORS[state],
+                           edgecolors="black", linewidths=0.4, zorder=3 + rank, label=f"{state} ({totals[state]})")
+        ax.set_yscale("log")
+        ax.set_ylim(0.5, table.to_numpy().max() * 1.6)
+    else:
+        bottom = np.zeros(len(table))
+        for state, color in STATE_COLORS.items():
+            if state in table:
+                v = table[state].to_numpy()
+                ax.bar(x, v, width=width, bottom=bottom, color=color, label=f"{state} ({int(v.sum())})", align="edge")
+                bottom += v
+    ax.set_title(title or f"Runs per {name} by state ({n} runs{'; log scale' if log else ''})")
     ax.set_xlabel(f"{name} (UTC)")
-    ax.set_ylabel("runs ended")
+    ax.set_ylabel("runs ended" + (" (log scale)" if log else ""))
     _date_axis(ax)
     ax.legend(fontsize=8, frameon=False)
     return fig
@@ -425,26 +849,79 @@ def runs_over_time(records: "pd.DataFrame", *, freq: str | None = None, title: s
 # --------------------------------------------------------------------------------------
 
 
+def _level_norm(z: np.ndarray, cmap):
+    """Colour levels that show the differences a grid has, however they are spread.
+
+    Few distinct values (a plateau of ties and a handful of others): one colour per value.
+    Many: a dozen bins at quantiles of the distinct values, so a plateau or a few low outliers
+    do not squash everything else into one colour. Returns (norm, colorbar ticks, their labels);
+    the colorbar gives every level the same room.
+    """
+    from matplotlib.colors import BoundaryNorm
+
+    vals = np.unique(np.round(z[np.isfinite(z)], 6))
+    if len(vals) < 2:
+        return None, None, None
+    if len(vals) <= 12:
+        mids = (vals[:-1] + vals[1:]) / 2
+        pad = (vals[-1] - vals[0]) * 1e-3 or 1e-6
+        bounds = np.concatenate([[vals[0] - pad], mids, [vals[-1] + pad]])
+        return BoundaryNorm(bounds, cmap.N), (bounds[:-1] + bounds[1:]) / 2, _labels(vals)
+    bounds = np.unique(np.quantile(vals, np.linspace(0, 1, 13)))
+    return BoundaryNorm(bounds, cmap.N), bounds, _labels(bounds)
+
+
+def _labels(values: np.ndarray) -> list[str]:
+    """Values with as few decimals (3 to 6) as keep them apart."""
+    for digits in range(3, 7):
+        labels = [f"{v:.{digits}f}" for v in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return labels
+
+
 def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", reduce: str = "best",
-                   title: str | None = None) -> Figure:
+                   title: str | None = None, annotate: bool | None = None) -> Figure:
     """A retrieval metric over two axes of a weight search, best and current points marked.
+
+    Colours are levels of the values the slice has (:func:`_level_norm`): with judgments that
+    mostly tie (e.g. derived ones, which a lineage weight answers perfectly) a linear colour
+    range is one flat block; levels show every difference, and each cell is labelled with its
+    value when the grid is small enough to read. The subtitle says how many points tie at the
+    best value.
 
     Args:
         result: from :func:`cybmem.tuning.grid_search` / :func:`cybmem.tuning.tune`.
         x, y: grid axes (``w_kw``, ``w_rec``, ``w_lin``, ``w_vec``, ``half_life_days``).
         reduce: ``"best"`` (other axes fixed at the best point) or ``"max"`` (max over them).
         title: figure title.
+        annotate: write each cell's value (default: at most 15 x 15 cells).
 
     Returns:
         The Figure (heatmap Axes plus colorbar).
     """
+    import matplotlib
+
     z = result.slice2d(x, y, reduce=reduce)
     xs, ys = result.axes[x], result.axes[y]
-    fig = _Figure(figsize=(6.4, 5.2), layout="constrained")
+    fig = _Figure(figsize=(6.8, 5.4), layout="constrained")
     ax = fig.add_subplot()
-    im = ax.imshow(np.ma.masked_invalid(z), origin="lower", aspect="auto", cmap="viridis", interpolation="nearest")
-    cb = fig.colorbar(im, ax=ax)
-    cb.set_label(result.label)
+    cmap = matplotlib.colormaps["viridis"]
+    norm, levels, level_labels = _level_norm(z, cmap)
+    im = ax.imshow(np.ma.masked_invalid(z), origin="lower", aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
+    cb = fig.colorbar(im, ax=ax, spacing="uniform")
+    cb.set_label(result.label + (" (a colour per level)" if norm is not None else ""))
+    if levels is not None:
+        cb.set_ticks(levels, labels=level_labels)
+        cb.ax.minorticks_off()
+    if annotate is None:
+        annotate = z.shape[0] <= 15 and z.shape[1] <= 15
+    if annotate:
+        for (i, j), v in np.ndenumerate(z):
+            if np.isfinite(v):
+                r, g, b, _ = cmap(norm(v) if norm is not None else 0.5)
+                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if dark else "black")
 
     def ticks(vals: np.ndarray) -> tuple[list[int], list[str]]:
         step = max(1, int(math.ceil(len(vals) / 11)))
@@ -457,13 +934,17 @@ def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", r
     ax.set_ylabel(y + (" (days)" if y == "half_life_days" else ""))
     others = [a for a in result.axes if a not in (x, y) and len(result.axes[a]) > 1]
     fixed = "max over " + ", ".join(others) if reduce == "max" else ", ".join(f"{a}={getattr(result.best, a):g}" for a in others)
-    ax.set_title(title or f"{result.label} over {x} x {y}" + (f"\n({fixed})" if fixed else ""), fontsize=10)
+    finite = z[np.isfinite(z)]
+    ties = int(np.isclose(finite, finite.max()).sum()) if len(finite) else 0
+    note = f"{ties} of {len(finite)} points tie at the best {finite.max():.3f}" if ties > 1 else ""
+    sub = "; ".join(p for p in (fixed, note) if p)
+    ax.set_title(title or f"{result.label} over {x} x {y}" + (f"\n({sub})" if sub else ""), fontsize=10)
 
     def at(vals: np.ndarray, v: float) -> float:
         return float(np.interp(v, vals, np.arange(len(vals)))) if len(vals) > 1 else 0.0
 
     b, c = result.best, result.current
-    ax.plot([at(xs, getattr(c, x))], [at(ys, getattr(c, y))], marker="o", markersize=11, markerfacecolor="none",
+    ax.plot([at(xs, getattr(c, x))], [at(ys, getattr(c, y))], marker="o", markersize=13, markerfacecolor="none",
             markeredgecolor="white", markeredgewidth=2, linestyle="", label=f"current ({result.current_metric:.3f})")
     ax.plot([at(xs, getattr(b, x))], [at(ys, getattr(b, y))], marker="*", markersize=15, color="#ff4040",
             markeredgecolor="white", linestyle="", label=f"best ({result.best_metric:.3f})")

@@ -167,10 +167,15 @@ def lift_task(text: str) -> str:
     task is the rest of that line plus the following lines, up to (not including) the next line
     that looks like a wrapper section header, i.e. fully matches
     ``[A-Z][A-Z0-9 _/-]{2,40}:\\s*`` (``INSTRUCTIONS:``, ``OUTPUT FORMAT:``, ``ACCOMPLISHED:``),
-    or that starts with ``TASK:`` again, or the end of the text. Surrounding whitespace and
+    or the end of the text (a later ``TASK:`` line is the human's text). Surrounding whitespace and
     blank lines are trimmed, and so are ``TASK:`` prefixes the task itself begins with
     (``TASK: TASK: x`` -> ``x``), so a lifted task never needs lifting again. Text without a
     ``TASK:`` line is returned unchanged. Lines are split on "\\n"; a trailing \\r is whitespace.
+
+    Only a wrapper is lifted, never a task that merely contains a ``TASK:`` line (lifting would
+    keep the part after it and drop the human's words before it). Text is returned unchanged
+    when a line before the ``TASK:`` line reads as a MEMORY marker (a stray or forged one: real
+    blocks are gone by then), or when there is text before it and no section header after it.
 
     Args:
         text: a prompt, possibly wrapped by a workflow.
@@ -184,11 +189,18 @@ def lift_task(text: str) -> str:
     start = next((i for i, line in enumerate(lines) if line.startswith(_TASK_PREFIX)), None)
     if start is None:
         return text
+    before = lines[:start]
+    if any(_looks_like_marker(line) for line in before):
+        return text  # "Do x.\nEND MEMORY\n\nTASK: <injected>": not a wrapper the dispatcher built
     body = [lines[start][len(_TASK_PREFIX) :]]
+    closed = False
     for line in lines[start + 1 :]:
-        if line.startswith(_TASK_PREFIX) or _WRAPPER_SECTION.fullmatch(line):
+        if _WRAPPER_SECTION.fullmatch(line):
+            closed = True
             break
         body.append(line)
+    if not closed and any(line.strip() for line in before):
+        return text  # human text, then a TASK: line that runs to the end: a task, not a wrapper
     # A task that itself begins with "TASK:" would only be lifted again; drop those prefixes
     # in one go, so the result is clean and "TASK:" * n costs linear time.
     return _NESTED_TASK.sub("", "\n".join(body), count=1).strip()

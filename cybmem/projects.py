@@ -219,9 +219,14 @@ def resolve_slug(root: Path, cwd: str | os.PathLike, *, create: bool = True) -> 
 
 
 def _lookup(projects: dict[str, dict], path: str, base: str) -> str:
-    slug = next((s for s, v in sorted(projects.items()) if v.get("cwd") == path), None)
-    if slug is not None:
-        return slug
+    owners = sorted(s for s, v in projects.items() if v.get("cwd") == path)
+    if owners:
+        # Runs filed elsewhere with --project carry this cwd, and the backfill registers their slug
+        # with it: the slug the rule gives this cwd stays its project whatever sorts first.
+        for canonical in (base, f"{base}-{hash6(path)}"):
+            if canonical in owners:
+                return canonical
+        return owners[0]
     owner = projects.get(base, {}).get("cwd")
     return base if owner is None else f"{base}-{hash6(path)}"
 

@@ -12,7 +12,9 @@ a checkout, else ``cybmem/notebooks/`` shipped as package data.
 
 from __future__ import annotations
 
+import ast
 import html
+import os
 import re
 import subprocess
 import sys
@@ -22,13 +24,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from .errors import CybmemError, NotFoundError
+from .errors import CybmemError, NotFoundError, ValidationError
 from .snapshot import load_snapshot
 from .store import MemoryStore
 from .progress import Progress
 
-__all__ = ["NOTEBOOKS", "ReportResult", "notebooks_dir", "inject_parameters", "execute_notebook", "notebook_html",
-           "build_report"]
+__all__ = ["NOTEBOOKS", "ReportResult", "notebooks_dir", "notebook_parameters", "parse_parameters", "inject_parameters",
+           "execute_notebook", "notebook_html", "build_report"]
 
 #: the notebooks a report runs, in order
 NOTEBOOKS = ("01-history.ipynb", "02-lineage.ipynb", "03-issue-ages.ipynb", "04-weight-tuning.ipynb")
@@ -62,6 +64,85 @@ def notebooks_dir() -> Path:
             return d
     raise NotFoundError(f"the report notebooks ({', '.join(NOTEBOOKS)}) are neither in {here.parent / 'notebooks'} "
                         f"nor in {here / 'notebooks'}; reinstall cybmem or run from a checkout")
+
+
+_SET_BY_REPORT = ("MEMORY_DIR", "PROJECT")  # the store's; --memory-dir and --project choose them
+
+
+def notebook_parameters(path: str | Path) -> dict[str, Any]:
+    """The parameters a notebook declares: name -> default, from its cell tagged ``parameters``.
+
+    A default that is not a literal (an expression) reads as None. A notebook without such a
+    cell declares none.
+    """
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            out: dict[str, Any] = {}
+            for node in ast.parse(cell.source).body:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    try:
+                        out[node.targets[0].id] = ast.literal_eval(node.value)
+                    except ValueError:
+                        out[node.targets[0].id] = None
+            return out
+    return {}
+
+
+def _value(text: str) -> Any:
+    """A -P value: a Python literal (5, 0.5, None, True, "x", [..]) or else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_parameters(pairs: Sequence[str], notebooks: Sequence[str | Path]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs (``cybmem report -P``) checked against the notebooks' parameter cells.
+
+    Names match case-insensitively (``-P metric=ndcg`` sets ``METRIC``). Values are Python
+    literals or else text; where the default is a number or a bool the value must be one too.
+    A text value that names an existing file or directory (relative to the current directory)
+    is made absolute, since the notebooks run in their own directory.
+
+    Raises:
+        ValidationError: a malformed pair, an unknown name (the message lists the known ones),
+            a value of the wrong type, or MEMORY_DIR / PROJECT (chosen with --memory-dir / --project).
+    """
+    declared: dict[str, Any] = {}
+    for nb in notebooks:
+        for name, default in notebook_parameters(nb).items():
+            declared.setdefault(name, default)
+    by_lower = {name.lower(): name for name in declared}
+    known = ", ".join(n for n in declared if n not in _SET_BY_REPORT) or "none"
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValidationError(f"{pair!r}: write NAME=VALUE, e.g. -P metric=ndcg")
+        name = by_lower.get(key.lower())
+        if name is None:
+            raise ValidationError(f"{key!r}: no notebook of this report has a parameter of that name; they take: {known}")
+        if name in _SET_BY_REPORT:
+            raise ValidationError(f"{key!r}: the report sets {name} itself; use --memory-dir / --project")
+        value = _value(raw.strip())
+        default = declared[name]
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise ValidationError(f"{pair!r}: {name} is True or False")
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and (
+                isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValidationError(f"{pair!r}: {name} is a number (default {default!r})")
+        if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float) and not value.is_integer():
+            raise ValidationError(f"{pair!r}: {name} is a whole number (default {default!r})")
+        if isinstance(default, int) and isinstance(value, float):
+            value = int(value)
+        if isinstance(value, str) and value and os.path.exists(value):
+            value = os.path.abspath(value)
+        out[name] = value
+    return out
 
 
 def inject_parameters(nb: Any, params: dict[str, Any]) -> Any:
@@ -170,20 +251,35 @@ def _index_html(store: MemoryStore, pages: list[tuple[str, Path, float]], genera
             f"<ul>{items}</ul></body></html>\n")
 
 
+def _add_footer(nb: Any, path: Path, store: MemoryStore, secs: float, extra: dict[str, Any]) -> None:
+    """A last line on the page: which notebook, how long it took, when, with which parameters."""
+    import nbformat
+
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    given = "; parameters " + ", ".join(f"`{k} = {v!r}`" for k, v in extra.items()) if extra else ""
+    nb.cells.append(nbformat.v4.new_markdown_cell(
+        f"---\n*{path.name} ran in {secs:.1f} s on {when} UTC, project `{store.slug}`{given}. "
+        "Generated by `cybmem report`.*"))
+    if nb.get("nbformat_minor", 5) < 5:
+        nb.cells[-1].pop("id", None)
+
+
 def _title(path: Path) -> str:
     stem = path.stem.split("-", 1)[-1] if path.stem[:2].isdigit() else path.stem
     return stem.replace("-", " ").capitalize()
 
 
 def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence[str | Path] | None = None,
-                 with_code: bool = False, timeout: int = 600, progress: bool | None = None,
-                 stream: IO[str] | None = None) -> ReportResult:
+                 parameters: dict[str, Any] | None = None, with_code: bool = False, timeout: int = 600,
+                 progress: bool | None = None, stream: IO[str] | None = None) -> ReportResult:
     """Execute the report notebooks against ``store`` and write one HTML page each plus index.html.
 
     Args:
         store: the project to report on (its memory dir and slug become the notebooks' parameters).
         out_dir: where to write (created).
         notebooks: notebook paths or names (default: :data:`NOTEBOOKS` from :func:`notebooks_dir`).
+        parameters: more parameters (name -> value, e.g. from :func:`parse_parameters`); each
+            notebook gets those its parameter cell declares.
         with_code: keep the code cells in the pages.
         timeout: seconds per cell.
         progress: a cell-level progress bar on stderr (None: when stderr is a TTY); a line per
@@ -207,6 +303,15 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     params = {"MEMORY_DIR": str(store.root.resolve()), "PROJECT": store.slug}
+    extra = dict(parameters or {})
+    if extra:
+        declared: set[str] = set()
+        for p in paths:
+            declared |= set(notebook_parameters(p))
+        unknown = sorted(set(extra) - declared)
+        if unknown:
+            raise ValidationError(f"no notebook of this report has a parameter {', '.join(unknown)}; "
+                                  f"they take: {', '.join(sorted(declared - set(_SET_BY_REPORT)))}")
     result = ReportResult(out_dir=out, index=out / "index.html")
     pages: list[tuple[str, Path, float]] = []
     for i, path in enumerate(paths, 1):
@@ -216,11 +321,14 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
         stream.flush()
         bar = Progress(cells, f"  {path.stem}", enabled=progress, stream=stream)
         t0 = time.perf_counter()
+        own = notebook_parameters(path)
+        nb_params = {**params, **{k: v for k, v in extra.items() if k in own}}
         try:
-            nb = execute_notebook(path, params, timeout=timeout, on_cell=lambda **_: bar.update())
+            nb = execute_notebook(path, nb_params, timeout=timeout, on_cell=lambda **_: bar.update())
         finally:
             bar.close()
         secs = time.perf_counter() - t0
+        _add_footer(nb, path, store, secs, {k: v for k, v in extra.items() if k in own})
         page = out / f"{path.stem}.html"
         page.write_text(notebook_html(nb, title=f"{title}: {store.slug}", with_code=with_code), encoding="utf-8")
         result.pages.append(page)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow.compute as pc
 
+from .filters import RecordFilter, record_mask
 from .scoring import LineageContext, Scored, explain, lineage_affinity, rank, score
 from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
@@ -187,12 +188,15 @@ def rank_query(
     parent_run_id: str | None = None,
     chat_session_id: str | None = None,
     exclude: str | None = None,
+    where: np.ndarray | None = None,
     vector: "VectorQuery | np.ndarray | None" = None,
 ) -> Ranked:
     """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
 
     Exactly the ranking of scoring every record (see :func:`_pool`); this is the part
-    the latency benchmark compares with other BM25 engines' retrieval.
+    the latency benchmark compares with other BM25 engines' retrieval. ``where`` (a row mask,
+    e.g. :func:`cybmem.filters.record_mask`) narrows the candidates; the dispatch context (the
+    predecessor) is still taken from every candidate.
 
     ``vector`` is the vector axis (used when ``weights.w_vec > 0``): the cosine of every row
     with the query (a float32 array aligned with the rows), or a :class:`cybmem.vectors.VectorQuery`,
@@ -205,6 +209,8 @@ def rank_query(
     if exclude is not None and snap.n:
         mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
     ctx = dispatch_context(snap, mask, parent_run_id, chat_session_id)
+    if where is not None:
+        mask = mask & where
     if not (snap.n and mask.any()):
         return Ranked([], [], None, mask, ctx, now)
     kw = snap.index.scores(tokenize(query)) if weights.w_kw else None
@@ -256,6 +262,7 @@ def search(
     parent_run_id: str | None = None,
     chat_session_id: str | None = None,
     exclude: str | None = None,
+    filter: "RecordFilter | None" = None,
     query_vector: np.ndarray | None = None,
 ) -> SearchResult:
     """Score every record of a project against ``query`` and return the top ``k``.
@@ -271,6 +278,7 @@ def search(
         parent_run_id / chat_session_id: lineage of the run being dispatched (default:
             CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID from ``settings``).
         exclude: a run id never to return (e.g. the query's own run).
+        filter: only records that pass it are ranked (:func:`cybmem.filters.record_mask`).
         query_vector: the query's embedding, if already known (else it is embedded when the
             vector axis is on: CYBERINE_MEMORY_EMBEDDINGS set, vectors stored, w_vec > 0).
 
@@ -283,8 +291,9 @@ def search(
     weights, vector, warnings = _vector_axis(snap, query, settings, weights, query_vector)
     parent_run_id = parent_run_id or settings.parent_run_id
     chat_session_id = chat_session_id or settings.chat_session_id
+    where = record_mask(snap, filter) if filter is not None and filter.active else None
     ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
-                        chat_session_id=chat_session_id, exclude=exclude, vector=vector)
+                        chat_session_id=chat_session_id, exclude=exclude, where=where, vector=vector)
     hits: list[Hit] = []
     rows = snap.rows(ranked.top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
     for pos, (local, row) in enumerate(zip(ranked.local, rows), 1):

@@ -29,6 +29,7 @@ __all__ = [
     "LINEAGE_ROOT",
     "LINEAGE_MAX_DEPTH",
     "MS_PER_DAY",
+    "keyword_max",
     "normalize_keyword",
     "recency",
     "LineageContext",
@@ -44,19 +45,32 @@ __all__ = [
 MS_PER_DAY = 86_400_000
 
 
-def normalize_keyword(raw: np.ndarray, mask: np.ndarray | None = None, *, scale: float = 1.0) -> np.ndarray:
+def keyword_max(raw: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """The max of raw keyword scores over the candidates (what :func:`normalize_keyword` divides by).
+
+    A collection scored in parts (the shards of a fleet) takes the max of its parts' maxima and
+    passes it to :func:`score` as ``keyword_max``.
+    """
+    raw = np.asarray(raw, dtype=np.float32)
+    return float(np.max(raw, where=mask, initial=0.0)) if mask is not None else float(raw.max(initial=0.0))
+
+
+def normalize_keyword(raw: np.ndarray, mask: np.ndarray | None = None, *, scale: float = 1.0,
+                      max_value: float | None = None) -> np.ndarray:
     """Scale non-negative raw keyword scores to [0, 1] by their max over the candidates.
 
     Args:
         raw: raw scores (e.g. :meth:`KeywordIndex.scores`).
         mask: optional bool array; the max is taken over True entries only.
         scale: multiply the result by this (lets :func:`score` fold in w_kw for free).
+        max_value: divide by this instead (:func:`keyword_max` over a larger collection
+            these scores are a part of).
 
     Returns:
         float32 array; all-zero (or empty) input stays zero.
     """
     raw = np.asarray(raw, dtype=np.float32)
-    m = float(np.max(raw, where=mask, initial=0.0)) if mask is not None else float(raw.max(initial=0.0))
+    m = keyword_max(raw, mask) if max_value is None else float(max_value)
     if not m > 0.0 or not math.isfinite(m):
         return np.zeros(len(raw), dtype=np.float32)
     return raw * np.float32(scale / m)
@@ -409,7 +423,7 @@ class Scored:
 
 def score(*, keyword_raw: np.ndarray | None, ended_at_ms: np.ndarray, now_ms: int,
           lineage: np.ndarray | None, vector_cos: np.ndarray | None, weights: Weights,
-          mask: np.ndarray | None = None) -> Scored:
+          mask: np.ndarray | None = None, keyword_max: float | None = None) -> Scored:
     """Combine the axes over all records.
 
     Args:
@@ -420,6 +434,8 @@ def score(*, keyword_raw: np.ndarray | None, ended_at_ms: np.ndarray, now_ms: in
         vector_cos: :func:`cosine` output, or None.
         weights: axis weights; an axis with weight 0 is skipped (contribution None).
         mask: bool array, False = not a candidate (kept for :func:`rank`).
+        keyword_max: normalise the keyword axis by this max instead of the one over
+            ``mask`` (these records are one part of a larger collection; see :func:`keyword_max`).
 
     Returns:
         :class:`Scored`.
@@ -442,7 +458,7 @@ def score(*, keyword_raw: np.ndarray | None, ended_at_ms: np.ndarray, now_ms: in
     kw = rec = lin = vec = None
     raw = check("keyword_raw", keyword_raw)
     if raw is not None and weights.w_kw > 0:
-        kw = normalize_keyword(raw, mask, scale=weights.w_kw)
+        kw = normalize_keyword(raw, mask, scale=weights.w_kw, max_value=keyword_max)
     if weights.w_rec > 0:
         rec = _recency_into(ended, now_ms, weights.half_life_days, weights.w_rec)
     la = check("lineage", lineage)

@@ -456,7 +456,8 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
 
     Args:
         store: the project's store.
-        use_cache: False parses everything and neither reads nor writes the cache.
+        use_cache: False parses everything and neither reads nor writes the cache (as does a
+            memory root holding a ``.nocache`` file, :data:`cybmem.cache.NO_CACHE_FILE`).
 
     Returns:
         A :class:`Snapshot`; unreadable records and ledger lines are listed in ``problems``
@@ -465,7 +466,7 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
     Raises:
         StoreError: records/ or the ledger cannot be read at all.
     """
-    if not use_cache:
+    if not use_cache or _cache.disabled(store.root):
         table, events, index, _bad, problems, _, _ = _build_full(store)
         snap = Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
         snap._cache["uncached"] = True  # derived layers (cybmem.vectors) stay in memory too

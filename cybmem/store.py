@@ -491,28 +491,6 @@ class MemoryStore:
         rows, ended = self.link_rows(_index)
         return supersession.resolve([r for r in rows if r[2] or r[3]], ended)
 
-    def listed(self, *, state: str | None = None, limit: int | None = None) -> list[dict]:
-        """Index entries newest first, as ``cybmem list`` shows them; archived records are read from records/.
-
-        Each entry gains ``superseded`` (a correction exists, by the supersession rule) and its
-        ``supersededBy`` is the correction that rule found (a link to a missing run is dropped).
-        Archived records are read only as far as ``limit`` needs them.
-        """
-        index = self._current_index()
-        mapping = self.superseded_map(index)
-        out = []
-        for e in self._entries_newest_first(index):
-            if state and e["state"] != state:
-                continue
-            item = {k: v for k, v in e.items() if k not in ("inode", "supersededBy")}
-            if e["runId"] in mapping:
-                item["supersededBy"] = mapping[e["runId"]]
-            item["superseded"] = e["runId"] in mapping
-            out.append(item)
-            if limit and len(out) >= limit:
-                break
-        return out
-
     def supersession_chain(self, run_id: str, superseded: dict[str, str] | None = None) -> list[str]:
         """Run ids that supersede ``run_id``, in order, ending with the newest truth ([] if none)."""
         return supersession.walk(self.superseded_map() if superseded is None else superseded, run_id)

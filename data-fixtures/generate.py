@@ -19,6 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from cybmem.cache import NO_CACHE_FILE  # noqa: E402
 from cybmem.runs import write_run  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
 
@@ -284,6 +285,10 @@ def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
     settings = Settings.from_env({}, memory_dir=OUT)
+    OUT.mkdir(parents=True)
+    # Readers of the fixtures (tests, notebooks, USAGE's examples, copies of them) write no cache here.
+    (OUT / NO_CACHE_FILE).write_text("Write no Arrow cache (.cache/) under this memory root: the fixtures stay as "
+                                     "generated, and so do copies of them.\n")
     runs = list(RUNS)
     for i, (task, state) in enumerate(MAINT):
         runs.append((f"m{i:02d}", WEB, 260 + i * 24, 20 + i, state, task, f"{task}: done in a small focused change.",

@@ -129,9 +129,51 @@ def test_issues_open_and_all(populated):
     assert res.exit_code == 0
     assert res.output.splitlines()[1].split()[:2] == ["flaky-login-test", "2025-11-01"]
     assert run("mark", "flaky-login-test", "resolved", "--by", "bbbb3333", "--cwd", "/home/dev/web").exit_code == 0
-    assert run("issues", "--cwd", "/home/dev/web").output == "No open issues in project web.\n"
-    events = json.loads(run("issues", "--all", "--json", "--cwd", "/home/dev/web").output)
+    events = json.loads(run("issues", "--events", "--json", "--cwd", "/home/dev/web").output)
     assert [e["event"] for e in events] == ["opened", "resolved"]
+    assert json.loads(run("issues", "--all", "--json", "--cwd", "/home/dev/web").output)[0]["state"] == "resolved"
+
+
+def test_issues_window_resolved_ones_drop_out_after_n_days(populated, monkeypatch):
+    resolved_at = T0 + 200 * MIN
+    assert run("mark", "flaky-login-test", "resolved", "--by", "bbbb3333", "--cwd", "/home/dev/web").exit_code == 0
+    # The ledger as it was: open, then resolved; --as-of moves "now" to see the window pass.
+    events = json.loads(run("issues", "--events", "--json", "--cwd", "/home/dev/web").output)
+    resolved_at = events[-1]["at"]
+    soon = run("issues", "--cwd", "/home/dev/web", "--as-of", str(resolved_at + 5 * 86_400_000)).output.splitlines()
+    assert soon[0].split() == ["ISSUE", "OPENED", "(UTC)", "BY", "STATE", "CLOSED", "TITLE"]
+    assert soon[1].split()[:4] == ["flaky-login-test", "2025-11-01", "aaaa2222", "resolved"]
+    later = run("issues", "--cwd", "/home/dev/web", "--as-of", str(resolved_at + 91 * 86_400_000)).output
+    assert later == ("No open issues in project web, none closed in the last 90 days.\n"
+                     "1 closed more than 90 days ago not shown (--all shows them).\n")
+    assert "flaky-login-test" in run("issues", "--all", "--cwd", "/home/dev/web", "--as-of", str(resolved_at + 91 * 86_400_000)).output
+    monkeypatch.setenv("CYBERINE_MEMORY_ISSUE_WINDOW_DAYS", "0")
+    assert run("issues", "--cwd", "/home/dev/web").output.startswith("No open issues in project web.\n")
+    before = run("issues", "--cwd", "/home/dev/web", "--as-of", str(resolved_at - 1)).output
+    assert before.splitlines()[1].split()[3] == "opened", "--as-of folds only the events up to then"
+
+
+def test_issues_filters_and_paging(populated, tmp_path):
+    for i in range(3):
+        out = f"Done.\n\nACCOMPLISHED:\n- x\nISSUES:\n- Slow build number {i}: takes ages\nNEXT:\n- none\n"
+        path = write_json(tmp_path / f"i{i}.json", make_run(f"cccc000{i}", f"Task {i}", start=T0 + (100 + i) * MIN, output=out))
+        assert run("write", path).exit_code == 0
+    ids = lambda *args: [line.split()[0] for line in run("issues", "--cwd", "/home/dev/web", *args).output.splitlines()[1:]
+                         if not line.startswith("Showing")]  # noqa: E731
+    assert ids() == ["flaky-login-test", "slow-build-number-0", "slow-build-number-1", "slow-build-number-2"]
+    assert ids("--grep", "SLOW BUILD") == ["slow-build-number-0", "slow-build-number-1", "slow-build-number-2"]
+    assert ids("--grep", "ages") == ids("--grep", "slow"), "the detail counts"
+    assert ids("--since", str(T0 + 111 * MIN)) == ["slow-build-number-1", "slow-build-number-2"], "an event since then"
+    assert ids("--until", str(T0 + 110 * MIN)) == ["flaky-login-test", "slow-build-number-0"], "opened by then"
+    res = run("issues", "--cwd", "/home/dev/web", "--limit", "2", "--offset", "1")
+    assert [line.split()[0] for line in res.output.splitlines()[1:3]] == ["slow-build-number-0", "slow-build-number-1"]
+    assert res.output.splitlines()[-1] == "Showing 2-3 of 4 issues; --offset 3 for the next page, --limit 0 for all."
+    assert ids("--state", "closed") == []
+    assert run("issues", "--cwd", "/home/dev/web", "--state", "closed").output == "No issues in project web match.\n"
+    assert run("issues", "--cwd", "/home/dev/web", "--state", "gone").exit_code == 2
+    ev = run("issues", "--events", "--cwd", "/home/dev/web", "--grep", "number 2").output.splitlines()
+    assert len(ev) == 2 and ev[1].split()[3] == "slow-build-number-2"
+    assert run("issues", "--events", "--all", "--cwd", "/home/dev/web").exit_code == 2
 
 
 def test_chain_both_directions(populated):
@@ -142,6 +184,149 @@ def test_chain_both_directions(populated):
     assert "parent: aaaa1111" in res.output and "chat session: chat-1" in res.output
     data = json.loads(run("chain", "aaaa2222", "--json", "--cwd", "/home/dev/web").output)
     assert data["previous"] == ["aaaa1111"] and data["next"] == ["bbbb3333"] and data["openIssues"] == ["flaky-login-test"]
+    assert data["chainLength"] == 3 and data["omitted"] == {"before": 0, "after": 0, "unmatched": 0}
+
+
+@pytest.fixture
+def long_chain(memory_root, tmp_path):
+    """30 runs of one project, one after another; every 5th ends in error."""
+    for i in range(30):
+        state = "error" if i % 5 == 0 else "done"
+        path = write_json(tmp_path / f"r{i}.json", make_run(f"run-{i:02d}", f"Step {i} of the long job", state=state,
+                                                           start=T0 + i * 60 * MIN))
+        assert run("write", path).exit_code == 0
+    return memory_root
+
+
+def test_chain_context_says_what_it_left_out(long_chain):
+    out = run("chain", "run-15", "--cwd", "/home/dev/web").output.splitlines()
+    assert out[0] == "   ... 10 earlier runs"
+    shown = [line[3:].split()[3] for line in out[1:12]]
+    assert shown == [f"run-{i:02d}" for i in range(10, 21)] and out[6].startswith("-> ")
+    assert out[12] == "   ... 9 later runs"
+    assert out[13] == "11 of the chain's 30 runs shown; --context all shows the rest."
+    for everything in ("all", "0"):
+        lines = run("chain", "run-15", "--context", everything, "--cwd", "/home/dev/web").output.splitlines()
+        assert len(lines) == 31 and lines[-1] == "root: run-15", "every run, nothing left out to mention"
+    two = run("chain", "run-01", "-C", "2", "--cwd", "/home/dev/web").output.splitlines()
+    assert [line[3:].split()[3] for line in two[:4]] == ["run-00", "run-01", "run-02", "run-03"]
+    assert two[4] == "   ... 26 later runs"
+    assert run("chain", "run-15", "--context", "lots", "--cwd", "/home/dev/web").exit_code == 2
+    data = json.loads(run("chain", "run-15", "--context", "2", "--json", "--cwd", "/home/dev/web").output)
+    assert data["previous"] == ["run-13", "run-14"] and data["next"] == ["run-16", "run-17"]
+    assert data["omitted"] == {"before": 13, "after": 12, "unmatched": 0} and len(data["runs"]) == 5
+
+
+def test_chain_filters_and_paging(long_chain):
+    out = run("chain", "run-12", "--state", "error", "--cwd", "/home/dev/web", "-C", "all").output.splitlines()
+    ids = [line[3:].split()[3] for line in out if line[:3] in ("-> ", "   ") and not line.startswith("   ...")]
+    assert ids == ["run-00", "run-05", "run-10", "run-12", "run-15", "run-20", "run-25"], "the run itself stays"
+    assert out[-2:] == ["7 of the chain's 30 runs shown; 23 do not match (state error).", "root: run-12"]
+    page = json.loads(run("chain", "run-12", "--offset", "4", "--limit", "3", "--json", "--cwd", "/home/dev/web").output)
+    assert [r["runId"] for r in page["runs"]] == ["run-04", "run-05", "run-06"]
+    assert page["omitted"] == {"before": 4, "after": 23, "unmatched": 0}
+
+
+def test_list_filters_and_paging(long_chain):
+    out = run("list", "--cwd", "/home/dev/web", "-n", "4").output.splitlines()
+    assert [line.split()[3] for line in out[1:5]] == ["run-29", "run-28", "run-27", "run-26"]
+    assert out[5] == "Showing 1-4 of 30 records; --offset 4 for the next page, --limit 0 for all."
+    out = run("list", "--cwd", "/home/dev/web", "-n", "4", "--offset", "4").output.splitlines()
+    assert [line.split()[3] for line in out[1:5]] == ["run-25", "run-24", "run-23", "run-22"]
+    errors = json.loads(run("list", "--cwd", "/home/dev/web", "--state", "error", "--json").output)
+    assert [e["runId"] for e in errors] == ["run-25", "run-20", "run-15", "run-10", "run-05", "run-00"]
+    assert len(json.loads(run("list", "--cwd", "/home/dev/web", "--json").output)) == 30
+    since = json.loads(run("list", "--cwd", "/home/dev/web", "--json", "--since", "2025-11-02T02:10").output)
+    assert since[-1]["runId"] == "run-26" and len(since) == 4, "ISO time: runs that ended at or after it"
+    day = json.loads(run("list", "--cwd", "/home/dev/web", "--json", "--until", "2025-11-01").output)
+    assert len(day) == 24, "a bare date counts whole"
+    assert json.loads(run("list", "--cwd", "/home/dev/web", "--json", "--until", "2025-10").output) == []
+    assert [e["runId"] for e in json.loads(run("list", "--cwd", "/home/dev/web", "--json", "--grep", "STEP 1 ").output)] == ["run-01"]
+    assert len(json.loads(run("list", "--cwd", "/home/dev/web", "--json", "--agent", "impl-1").output)) == 30
+    assert run("list", "--cwd", "/home/dev/web", "--agent", "impl-9").output == "No records in project web (by agent impl-9).\n"
+    assert run("list", "--cwd", "/home/dev/web", "--since", "last week").exit_code == 2
+
+
+def test_list_and_search_by_issue(populated):
+    assert run("mark", "flaky-login-test", "resolved", "--by", "bbbb3333", "--cwd", "/home/dev/web").exit_code == 0
+    ids = [e["runId"] for e in json.loads(run("list", "--cwd", "/home/dev/web", "--issue", "flaky-login-test", "--json").output)]
+    assert ids == ["bbbb3333", "aaaa2222"], "the run that raised it and the run that resolved it"
+    hits = json.loads(run("search", "password login", "--cwd", "/home/dev/web", "--issue", "flaky-login-test", "--json").output)["hits"]
+    assert {h["runId"] for h in hits} == {"bbbb3333", "aaaa2222"}
+
+
+def test_search_filters_and_offset(long_chain):
+    res = json.loads(run("search", "long job step", "--cwd", "/home/dev/web", "--json", "-k", "30").output)
+    ranked = [h["runId"] for h in res["hits"]]
+    page2 = json.loads(run("search", "long job step", "--cwd", "/home/dev/web", "--json", "--limit", "5", "--offset", "5").output)
+    assert [h["runId"] for h in page2["hits"]] == ranked[5:10] and [h["rank"] for h in page2["hits"]] == [6, 7, 8, 9, 10]
+    err = json.loads(run("search", "long job step", "--cwd", "/home/dev/web", "--json", "--state", "error").output)
+    assert {h["runId"] for h in err["hits"]} == {f"run-{i:02d}" for i in range(0, 30, 5)} and err["candidates"] == 6
+    out = run("search", "long job", "--cwd", "/home/dev/web", "--state", "error", "--explain").output
+    assert "among 6 records (state error)" in out
+    assert run("search", "long job", "--cwd", "/home/dev/web", "--grep", "nothing like it").output == \
+        "No matching records in project web (matching 'nothing like it').\n"
+
+
+def test_tables_show_the_subject_and_fit_the_terminal(memory_root, tmp_path, monkeypatch):
+    task = ("Merge pull request #12038 from bluetech/fixtures-rm-arg2index\n\n"
+            "fixtures: avoid mutable arg2index state in favor of looking up the request chain")
+    assert run("write", write_json(tmp_path / "m.json", make_run("merge-1", task))).exit_code == 0
+    monkeypatch.setenv("COLUMNS", "200")
+    wide = run("list", "--cwd", "/home/dev/web").output.splitlines()[1]
+    assert wide.endswith("fixtures: avoid mutable arg2index state in favor of looking up the request chain (#12038)")
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = run("list", "--cwd", "/home/dev/web").output.splitlines()[1]
+    assert len(narrow) <= 80 and narrow.endswith("… (#12038)") and "fixtures: avoid" in narrow
+    for cmd in (["search", "arg2index"], ["chain", "merge-1"]):
+        line = next(x for x in run(*cmd, "--cwd", "/home/dev/web").output.splitlines() if "merge-1"[:8] in x)
+        assert len(line) <= 80 and line.endswith("(#12038)"), cmd
+
+
+def test_version_and_json_errors_on_stderr(populated):
+    exe = shutil.which("cybmem")
+    env = {**os.environ}
+    p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    from cybmem import __version__
+
+    assert p.returncode == 0 and p.stdout == f"cybmem {__version__}\n"
+    p = subprocess.run([exe, "show", "nope", "--json", "--cwd", "/home/dev/web"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and p.stdout == ""
+    err = json.loads(p.stderr)
+    assert err["exitCode"] == 1 and err["error"].startswith("no record matches 'nope'")
+    p = subprocess.run([exe, "list", "--since", "soon", "--json", "--cwd", "/home/dev/web"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == "" and json.loads(p.stderr)["exitCode"] == 2
+    p = subprocess.run([exe, "list", "--bogus", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "No such option: --bogus" in json.loads(p.stderr)["error"]
+    p = subprocess.run([exe, "list", "--bogus"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "No such option: --bogus" in p.stderr
+    p = subprocess.run([exe, "tune", "--metric", "best", "--cwd", "/home/dev/web"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "'best' is not one of mrr, ndcg, recall" in p.stderr
+
+
+def test_inject_and_strip_end_with_a_newline_on_a_terminal_only(populated):
+    """Exact bytes to a pipe (strip(inject(t)) == t); a trailing newline when a person reads it."""
+    import pty
+
+    exe = shutil.which("cybmem")
+    env = {**os.environ}
+    piped = subprocess.run([exe, "inject", "New task", "--cwd", "/fresh/project"], env=env, capture_output=True, text=True, timeout=60)
+    assert piped.stdout == "New task"
+    for args in (["inject", "New task", "--cwd", "/fresh/project"], ["strip", "New task"]):
+        primary, secondary = pty.openpty()
+        p = subprocess.run([exe, *args], env=env, stdout=secondary, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=60)
+        os.close(secondary)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(primary)
+        assert p.returncode == 0 and out.replace(b"\r\n", b"\n") == b"New task\n", args
 
 
 def test_rebuild(populated):
@@ -257,3 +442,25 @@ def test_plain_options_skip_typers_pydantic_but_checked_ones_keep_it(tmp_path):
     p = subprocess.run([sys.executable, "-c", code, "search", "anything", "--memory-dir", root, "-k", "0"],
                        capture_output=True, text=True, timeout=120)
     assert "EXIT 2" in p.stderr and "Invalid value for '-k'" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("cmd", [["list"], ["search", "login"], ["chain", "aaaa1111", "--grep", "login"]])
+def test_a_slow_cold_load_says_so_after_a_second(populated, monkeypatch, cmd):
+    """A cold load of a large store takes seconds: a timer prints one notice while it parses."""
+    import time as _time
+
+    from cybmem import snapshot
+
+    real = snapshot.load_records
+
+    def slow(*args, **kwargs):
+        _time.sleep(0.4)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "load_records", slow)
+    monkeypatch.setattr(snapshot, "_PROGRESS_AFTER_S", 0.1)
+    res = run(*cmd, "--cwd", "/home/dev/web")
+    assert res.exit_code == 0
+    assert res.stderr == "cybmem: indexing 3 records of project web (once; later reads use the cache)\n"
+    again = run(*cmd, "--cwd", "/home/dev/web")
+    assert again.stderr == "", "a warm load is quiet"

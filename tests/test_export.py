@@ -4,7 +4,6 @@ import csv
 import io
 import json
 import os
-import re
 import sqlite3
 import subprocess
 import sys
@@ -561,68 +560,3 @@ def test_concurrent_exporters_of_one_machine_write_each_row_once(fixture_copy, t
     assert new == [0, 0, 68], "one exporter wrote everything, the others found it there"
     t = read_dataset(tmp_path / "fleet").to_table()
     assert t.num_rows == 68 == len(set(t.column("runId").to_pylist()))
-
-
-# --- USAGE.md ------------------------------------------------------------------------------
-
-USAGE = Path(__file__).resolve().parent.parent / "USAGE.md"
-_SECONDS = re.compile(r'"seconds": [0-9.]+')
-
-
-def _section(text: str) -> tuple[int, int]:
-    start = text.index("\n## Exporting")
-    end = text.find("\n## ", start + 1)
-    return start, (len(text) if end < 0 else end)
-
-
-def _steps(body: str) -> list[tuple[str, str]]:
-    """(command, expected output) pairs of one console block."""
-    steps: list[list] = []
-    for line in body.split("\n"):
-        if line.startswith("$ "):
-            steps.append([line[2:], []])
-        elif steps:
-            steps[-1][1].append(line)
-    return [(cmd, "\n".join(out).rstrip("\n")) for cmd, out in steps]
-
-
-def test_usage_exporting_examples_are_real(tmp_path, monkeypatch):
-    """The console examples of USAGE.md's Exporting section, run in order on a copy of the fixtures.
-
-    CYBMEM_UPDATE_USAGE=1 rewrites their outputs after an intended change.
-    """
-    import shutil
-
-    text = USAGE.read_text()
-    start, end = _section(text)
-    blocks = list(re.finditer(r"```console\n(.*?)```\n", text[start:end], re.S))
-    assert len(blocks) >= 6
-    shutil.copytree(USAGE.parent / "data-fixtures", tmp_path / "data-fixtures",
-                    ignore=shutil.ignore_patterns(".cache", ".lock", ".index.lock", ".projects.lock"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
-    env["HOME"] = str(tmp_path)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    update = os.environ.get("CYBMEM_UPDATE_USAGE") == "1"
-    new_section = text[start:end]
-    for m in blocks:
-        rebuilt = []
-        for cmd, expected in _steps(m.group(1)):
-            p = subprocess.run(cmd, shell=True, executable="/bin/bash", cwd=tmp_path, env=env, capture_output=True,
-                               text=True, timeout=120)
-            actual = (p.stdout + p.stderr).rstrip("\n")
-            rebuilt.append(f"$ {cmd}\n{actual}\n" if actual else f"$ {cmd}\n")
-            if not update:
-                assert _SECONDS.sub('"seconds": N', actual) == _SECONDS.sub('"seconds": N', expected), cmd
-        if update:
-            new_section = new_section.replace(m.group(0), "```console\n" + "".join(rebuilt) + "```\n", 1)
-    if update and new_section != text[start:end]:
-        USAGE.write_text(text[:start] + new_section + text[end:])
-    # The Python examples read what the commands wrote: run them as doctests in the same directory.
-    import doctest
-
-    monkeypatch.chdir(tmp_path)
-    for i, body in enumerate(re.findall(r"```python\n(.*?)```\n", text[start:end], re.S)):
-        test = doctest.DocTestParser().get_doctest(body, {}, f"USAGE.md Exporting python block {i + 1}", str(USAGE), 0)
-        runner_ = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-        runner_.run(test)
-        assert runner_.summarize(verbose=False).failed == 0, f"python block {i + 1} of the Exporting section"

@@ -355,3 +355,16 @@ def test_summary_properties(task, state, verdict, output, max_chars):
     assert s == " ".join(s.split())
     assert len(s) <= max(max_chars, len(ended))
     assert s == extractive_summary(task, state, verdict, output, max_chars=max_chars)
+
+
+def test_subject_line_reads_a_merge_commit_as_its_pull_requests_title():
+    from cybmem.outcome import subject_line
+
+    merge = ("Merge pull request #12038 from bluetech/fixtures-rm-arg2index\n\n"
+             "fixtures: avoid mutable arg2index state in favor of looking up the request chain")
+    assert subject_line(merge, 200) == "fixtures: avoid mutable arg2index state in favor of looking up the request chain (#12038)"
+    assert subject_line(merge, 40) == "fixtures: avoid mutable… (#12038)", "cut on a word, the number kept"
+    assert subject_line("Merge pull request #5 from a/b", 80) == "Merge pull request #5 from a/b", "no title: the line itself"
+    assert subject_line("Merge branch 'main'\n\nConflicts:\n\tsetup.py", 80) == "Merge branch 'main'", "only pull requests"
+    assert subject_line("\n  Fix the login form\nsecond line", 80) == "Fix the login form" == head_line("Fix the login form", 80)
+    assert subject_line(None, 10) == "" and subject_line(merge, 8) == "fixture…", "too narrow for the number"

@@ -104,8 +104,9 @@ def test_issue_age_histograms(web):
     open_n = int(fold["state"].isin(["opened", "reopened"]).sum())
     assert titles[0] == f"Open issues: age (n={open_n})"
     assert titles[1] == f"Resolved issues: time to resolve (n={int((fold['state'] == 'resolved').sum())})"
-    assert [ax.get_xlabel() for ax in fig.axes] == ["days", "days", "times reopened"]
-    assert all(ax.get_ylabel() == "issues" for ax in fig.axes)
+    assert [ax.get_xlabel() for ax in fig.axes] == ["age (log scale)", "time to resolve (log scale)", "times reopened"]
+    assert fig.axes[0].get_xscale() == "log" and fig.axes[0].get_xticklabels()[0].get_text() == "1 min"
+    assert fig.axes[2].get_ylabel() == "issues"
     assert fig.get_suptitle() == f"Issue ages ({len(fold)} issues)"
     _png(fig)
     empty = plots.issue_age_histograms(fold.iloc[0:0])
@@ -133,7 +134,7 @@ def test_weight_heatmap(web):
     fig = plots.weight_heatmap(res, x="w_kw", y="w_rec")
     ax, cbar = fig.axes
     assert ax.get_xlabel() == "w_kw" and ax.get_ylabel() == "w_rec"
-    assert cbar.get_ylabel() == "MRR@5"
+    assert cbar.get_ylabel() == "MRR@5 (a colour per level)"
     assert ax.get_title().startswith("MRR@5 over w_kw x w_rec")
     img = ax.get_images()[0].get_array()
     assert img.shape == (5, 5)
@@ -144,3 +145,130 @@ def test_weight_heatmap(web):
     hl = plots.weight_heatmap(res, x="w_lin", y="half_life_days", reduce="max")
     assert hl.axes[0].get_ylabel() == "half_life_days (days)"
     _png(fig)
+
+
+# --- figures at scale: a 100,000-run history (tests/conftest.py: synthetic_history) -----------------
+
+
+def _save(fig: Figure, figures_dir, name: str) -> None:
+    """Leave the PNG where a person can look at it (benchmarks/out/figures/tests/)."""
+    fig.savefig(figures_dir / name, dpi=90)
+
+
+def test_lineage_at_100k_draws_the_largest_dispatch_trees_with_run_ids(history_100k, figures_dir):
+    df, _ = history_100k
+    fig = plots.lineage_graph(df)
+    ax = fig.axes[0]
+    trees = plots.dispatch_trees(df)
+    assert ax.get_title() == f"The 12 largest of {len(trees)} dispatch trees (100,000 runs; {int(trees['runs'].sum()):,} in a tree)"
+    names = [t.get_text() for t in ax.get_yticklabels()]
+    assert [n[:8] for n in names] == [r[:8] for r in trees["root"].head(12)], "one row per tree, largest first"
+    assert trees["runs"].head(12).min() >= trees["runs"].iloc[12:].max()
+    drawn = sum(_nodes(ax).values())
+    assert drawn == int(trees["runs"].head(12).clip(upper=16).sum()), "a tree shows at most 16 runs"
+    ids = [t for t in ax.texts if (t.get_gid() or "").startswith("run-")]
+    assert len(ids) == drawn and all(t.get_text() == t.get_gid()[4:12] for t in ids), "every run named by its id"
+    assert [c.get_gid() for c in ax.collections if isinstance(c, LineCollection)] == ["edges-parent"], \
+        "parent links only: no curtain of previous-run links"
+    assert any("more" in t.get_text() for t in ax.texts), "a tree larger than 16 runs says how many it left out"
+    _save(fig, figures_dir, "lineage-100k-largest.png")
+    recent = plots.lineage_graph(df, trees="recent", max_trees=8)
+    names = [t.get_text()[:8] for t in recent.axes[0].get_yticklabels()]
+    latest = plots.dispatch_trees(df, by="recent")
+    assert names == [r[:8] for r in latest["root"].head(8)] and recent.axes[0].get_title().startswith("The 8 most recent of")
+    _save(recent, figures_dir, "lineage-100k-recent.png")
+
+
+def test_lineage_graph_hides_previous_links_past_a_size(history_100k, figures_dir):
+    df, _ = history_100k
+    part = df.iloc[-300:]
+    fig = plots.lineage_graph(part)
+    ax = fig.axes[0]
+    assert sum(_nodes(ax).values()) == 300, "300 runs are still drawn run by run"
+    assert not [c for c in ax.collections if c.get_gid() == "edges-previous"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "previous run (previousRunId): 299, not drawn above 200 runs" in legend
+    _save(fig, figures_dir, "lineage-300-runs.png")
+
+
+def test_issue_ages_at_100k_use_log_axes(history_100k, figures_dir):
+    _, fold = history_100k
+    fig = plots.issue_age_histograms(fold)
+    ages, resolve, reopen = fig.axes
+    assert ages.get_xscale() == resolve.get_xscale() == "log"
+    assert resolve.get_xlabel() == "time to resolve (log scale)"
+    labels = [t.get_text() for t in resolve.get_xticklabels()]
+    assert labels[0] == "1 min" and "1 day" in labels and len(labels) <= 6, "about six labels, none running into another"
+    legend = [t.get_text() for t in resolve.get_legend().get_texts()]
+    zero = int(((fold["state"] == "resolved") & (fold["age"].dt.total_seconds() < 60)).sum())
+    assert legend[0] == "median under a minute" and f"{zero} under a minute, counted at 1 min" in legend
+    heights = [p.get_height() for p in resolve.patches]
+    assert sum(heights) == int((fold["state"] == "resolved").sum()), "every resolved issue is counted"
+    assert reopen.get_yscale() == "log", "thousands never reopened, a few reopened: counts span orders of magnitude"
+    counts = fold["reopenCount"].value_counts()
+    assert [int(t.get_text()) for t in reopen.texts] == counts.sort_index().tolist(), "every bar is labelled"
+    _save(fig, figures_dir, "issue-ages-100k.png")
+
+
+def test_issue_ages_stay_linear_counts_when_they_do_not_span_orders(web):
+    snap, df = web
+    fold = issue_fold(issue_events_frame(snap), now=df["endedAt"].max())
+    fig = plots.issue_age_histograms(fold)
+    assert fig.axes[2].get_yscale() == "linear"
+
+
+def test_runs_over_time_at_100k_shows_rare_states_on_a_log_axis(history_100k, figures_dir):
+    df, _ = history_100k
+    fig = plots.runs_over_time(df)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_title() == "Runs per month by state (100000 runs; log scale)"
+    markers = {c.get_label(): c for c in ax.collections}
+    for state in ("error", "cancelled"):
+        total = int((df["state"] == state).sum())
+        assert f"{state} ({total})" in markers, "the rare states are markers, visible however small"
+        assert np.nansum(markers[f"{state} ({total})"].get_offsets()[:, 1]) == total
+    assert sum(p.get_height() for p in ax.patches if np.isfinite(p.get_height())) == int((df["state"] == "done").sum())
+    _save(fig, figures_dir, "runs-over-time-100k.png")
+    assert plots.runs_over_time(df, log=False).axes[0].get_yscale() == "linear"
+
+
+def _grid(values: np.ndarray) -> "T.GridResult":
+    axes = {"w_kw": np.linspace(0, 1, 11), "w_rec": np.linspace(0, 1, 11), "w_lin": np.linspace(0, 1, values.shape[2]),
+            "w_vec": np.array([0.0]), "half_life_days": np.array([1, 3, 7, 14, 30, 60, 120, 365.0])}
+    v = values[..., None, :] if values.ndim == 4 else values
+    best_i = np.unravel_index(np.nanargmax(v), v.shape)
+    best = Weights(**{a: float(axes[a][i]) for a, i in zip(axes, best_i)})
+    return T.GridResult(metric="mrr", k=10, axes=axes, values=v, best=best, best_metric=float(np.nanmax(v)),
+                        current=Weights(), current_metric=0.65, judgments=132, skipped=0, points=v.size,
+                        evaluated=v.size, seconds=0.1)
+
+
+def test_weight_heatmap_colours_show_the_differences_under_a_plateau(figures_dir):
+    """Derived judgments: any lineage weight ranks the parent first, so most of the grid ties at 1.0
+    and the rest differ in the second decimal; a linear colour range paints one flat block."""
+    values = np.ones((11, 11, 11, 8))
+    values[:, :, 0, :] = [0.577, 0.599, 0.612, 0.614, 0.615, 0.626, 0.629, 0.612]  # w_lin = 0: per half-life
+    values[0, 0, 0, :] = np.nan  # every weight 0: no ranking
+    res = _grid(values)
+    fig = plots.weight_heatmap(res, x="w_lin", y="half_life_days", reduce="max")
+    ax, cbar = fig.axes
+    img = ax.get_images()[0]
+    z = res.slice2d("w_lin", "half_life_days", reduce="max")
+    distinct = np.unique(z[np.isfinite(z)])
+    colours = np.array([img.cmap(img.norm(v))[:3] for v in distinct])
+    gaps = np.linalg.norm(np.diff(colours, axis=0), axis=1)
+    assert len(distinct) >= 5 and gaps.min() > 0.05, "every level has its own, visibly different colour"
+    import matplotlib.colors as mcolors
+
+    linear = mcolors.Normalize(np.nanmin(z), np.nanmax(z))
+    flat = np.array([img.cmap(linear(v))[:3] for v in distinct[:-1]])
+    assert np.linalg.norm(np.diff(flat, axis=0), axis=1).min() < 0.05, "(a linear range would not tell them apart)"
+    assert [t.get_text() for t in cbar.get_yticklabels()] == [f"{v:.3f}" for v in distinct]
+    assert "80 of 88 points tie at the best 1.000" in ax.get_title()
+    cells = [t.get_text() for t in ax.texts]
+    assert len(cells) == 88 and "1.00" in cells, "small grids label every cell"
+    _save(fig, figures_dir, "weight-heatmap-plateau.png")
+    many = _grid(np.linspace(0.3, 0.9, 11 * 11 * 11 * 8).reshape(11, 11, 11, 8) ** 3)
+    fig = plots.weight_heatmap(many, x="w_kw", y="w_rec")
+    assert len(fig.axes[1].get_yticklabels()) == 13, "many values: a dozen quantile levels"
+    _save(fig, figures_dir, "weight-heatmap-spread.png")

@@ -1,8 +1,17 @@
+import json
+import time
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cybmem.redact import Finding, redact, scan
+
+CORPUS_PATH = Path(__file__).resolve().parent.parent / "data-fixtures" / "redaction-corpus.jsonl"
+CORPUS = [json.loads(line) for line in CORPUS_PATH.read_text(encoding="utf-8").splitlines()]
+SECRETS = [row for row in CORPUS if row["secret"]]
+LOOKALIKES = [row for row in CORPUS if not row["secret"]]
 
 # Fake secrets in the real shapes (none of these is a live credential).
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -151,7 +160,12 @@ FRAGMENTS = st.sampled_from(
     [AWS_ID, AWS_SECRET, GHP, GH_PAT, GLPAT, SLACK, OPENAI, OPENAI_PROJ, ANTHROPIC, GOOGLE, STRIPE, JWT, PEM,
      "-----BEGIN PRIVATE KEY-----\nAAAA", "-----END PRIVATE KEY-----", "aws_secret_access_key=", "password=",
      "token: ", "api_key=", "'", '"', "Bearer ", "Authorization: Basic ", "https://u:", "@host", "://", ":",
-     "[REDACTED:jwt]", "[REDACTED:", "]", " ", "\n", "\r\n", "=", "hunter2hunter2", "abc123def456ghi789"]
+     "[REDACTED:jwt]", "[REDACTED:", "]", " ", "\n", "\r\n", "=", "hunter2hunter2", "abc123def456ghi789",
+     "-----BEGIN RSA PRIVATE KEY----- ", "\\n", "MIIEowIBAAKCAQEA7", "aws ", "[REDACTED:aws_access_key_id]",
+     "DB_PASSWORD=", "_PASS=", "dbPassword: ", "--password ", "curl -u a:", "<password>", "</password>",
+     "Authorization: Token ", "AccountKey=", "?sig=", "hooks.slack.com/services/T0ABCDEFGH/", "npm_", "hf_",
+     "hunter2", "p@ss", "pa/ss", "${X}", "/", "@", "changeme", "SORT_KEY=", "1234567890:AA", "_auth=",
+     '"auth": "', "machine a.example login u password ", "X-Amz-Signature=", "Ym9iOmh1bnRlcjJ"]
 )
 # Every code point, lone surrogates and controls included.
 RAW = st.text(alphabet=st.one_of(st.characters(exclude_categories=()), st.characters(categories=["Cs", "Cc"])), max_size=20)
@@ -182,3 +196,126 @@ WORDS = st.lists(st.from_regex(r"[A-Za-z]{1,12}[.,]?", fullmatch=True), max_size
 @given(WORDS)
 def test_plain_prose_is_never_redacted(text):
     assert redact(text) == (text, [])
+
+
+# -- the corpus: data-fixtures/redaction-corpus.jsonl --------------------------------------
+
+
+def test_corpus_shape():
+    assert len({row["note"] for row in SECRETS}) == len(SECRETS) >= 40  # distinct secret shapes
+    assert len(LOOKALIKES) >= len(SECRETS)
+    for row in CORPUS:
+        assert set(row) >= {"text", "secret", "kind", "note"}
+        assert (row["kind"] is not None) == row["secret"]
+
+
+@pytest.mark.parametrize("row", SECRETS, ids=lambda row: row["note"])
+def test_corpus_secret_is_redacted(row):
+    out, kinds = redact(row["text"])
+    assert (out, kinds) == (row["redacted"], [row["kind"]])
+    assert row["value"] not in out
+    start = row["text"].index(row["value"])
+    assert scan(row["text"]) == [Finding(row["kind"], start, start + len(row["value"]))]
+
+
+@pytest.mark.parametrize("row", LOOKALIKES, ids=lambda row: row["note"])
+def test_corpus_lookalike_is_left_alone(row):
+    assert redact(row["text"]) == (row["text"], [])
+
+
+@pytest.mark.parametrize("row", CORPUS, ids=lambda row: row["note"])
+def test_corpus_idempotent(row):
+    once, _ = redact(row["text"])
+    assert redact(once) == (once, [])
+
+
+# -- rules that need more than one line to show ----------------------------------------------
+
+BARE_AWS_SECRET = "Zq8Lm2Xv9Pw4Rt7Yu1Io3Kj6Hg5Fd0Sa/Ce+Bn2M"
+
+
+def test_bare_aws_secret_needs_evidence_nearby():
+    near = f"aws deploy user, secret {BARE_AWS_SECRET}"
+    assert redact(near) == ("aws deploy user, secret [REDACTED:aws_secret_access_key]", ["aws_secret_access_key"])
+    far = "aws deploy user" + " filler" * 60 + f" secret {BARE_AWS_SECRET}"
+    assert redact(far) == (far, [])
+    assert redact(f"secret {BARE_AWS_SECRET}") == (f"secret {BARE_AWS_SECRET}", [])
+
+
+def test_redaction_marker_is_not_aws_evidence():
+    # Each pass would otherwise reach one window further from the last marker.
+    text = f"{AWS_ID} " + " ".join([BARE_AWS_SECRET] * 40)
+    once, _ = redact(text)
+    assert redact(once) == (once, [])
+    assert once.count("[REDACTED:aws_secret_access_key]") < 40
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("-----BEGIN RSA PRIVATE KEY----- MIIEow1 Zm9v+/ abc==", "[REDACTED:private_key]"),
+        ("-----BEGIN RSA PRIVATE KEY----- MIIEow1 Zm9v and then the prose", "[REDACTED:private_key] and then the prose"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow1\n\nZm9v2\nThe end", "[REDACTED:private_key]\nThe end"),
+        ('"-----BEGIN PRIVATE KEY-----\\nMIIEow1\\nZm9v2\\n"', '"[REDACTED:private_key]\\n"'),
+    ],
+)
+def test_truncated_private_key_body_never_survives(text, expected):
+    assert redact(text) == (expected, ["private_key"])
+
+
+def test_url_password_is_not_a_port():
+    assert redact("mysql://root:pa/ss@db") == ("mysql://root:[REDACTED:url_password]@db", ["url_password"])
+    for text in ("http://localhost:4873/@babel/core", "http://host:8080/a/b@c"):
+        assert redact(text) == (text, [])
+
+
+# -- linear time on adversarial input ------------------------------------------------------
+
+N = 50_000
+ADVERSARIAL = {
+    "password=": "password=" * N,
+    "DB_PASSWORD=x ": "DB_PASSWORD=x " * N,
+    "a_KEY=": "a_KEY=" * N,
+    "long key": "a_" * N + "KEY=abc",
+    "x://a:": "x://a:" * N,
+    "x://a:a@": "x://a:" + "a@" * N,
+    "collapsed BEGIN": "-----BEGIN RSA PRIVATE KEY----- " * N,
+    "collapsed chunks": "-----BEGIN RSA PRIVATE KEY-----" + " AAAA" * N,
+    "escaped chunks": "-----BEGIN PRIVATE KEY-----" + "\\nAAAA" * N,
+    "PEM headers": "-----BEGIN PRIVATE KEY-----\n" + "Proc-Type: " * N,
+    "aws candidates": "aws " + ("A" * 39 + "1 ") * (N // 4),
+    "aws near key ids": AWS_ID + " " + (AWS_SECRET + " ") * (N // 8),
+    "slack webhook": "hooks.slack.com/services/T" * N,
+    "discord webhook": "discord.com/api/webhooks/" * N,
+    "npm_": "npm_" * N,
+    "hf_": "hf_" * N,
+    "curl -u": "curl " + "-u a:" * N,
+    "curl -u values": "curl " + "-u a:bbbb " * N,
+    "Basic values": "Authorization: " + "Basic dXNlcjpwYXNz " * N,
+    "aws secrets": "aws " + (BARE_AWS_SECRET + " ") * (N // 8),
+    "--password": "--password " * N,
+    "--a-": "--" + "a-" * N,
+    "Token": "Authorization: " + "Token " * N,
+    "sig=": "?sig=" * N,
+    "AccountKey=": "AccountKey=" * N,
+    "telegram": "1234567890:AA" * N,
+    "quotes": 'password="' * N,
+    "xml": "<password>" * N,
+    "netrc": "machine a.example login u " * N,
+    "X-Amz-Signature": "X-Amz-Signature=" * N,
+    "long value": "password=" + "a" * (10 * N) + "(",
+    # Checks on one long value (a nested quantifier once made the type-name check exponential).
+    "upper-case run value": "password: " + "A" * (2 * N) + "a!",
+    "base64 value": "authorizationToken: " + "QVdTOmV5SndZWGxzYjJKJFHDSFKJHERWUY65IOU36" * (N // 20),
+    "snake value": "token = " + "a_" * N + "A",
+    "dotted value": "token=" + "a." * N + "!",
+    "digits": "1" * (10 * N) + ":AA",
+}
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL.values(), ids=ADVERSARIAL.keys())
+def test_adversarial_input_is_linear(text):
+    start = time.perf_counter()
+    once, _ = redact(text)
+    redact(once)
+    assert time.perf_counter() - start < 10  # quadratic behaviour takes minutes here

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from cybmem.errors import CybmemError, NotFoundError
-from cybmem.report import NOTEBOOKS, build_report, inject_parameters, notebooks_dir
+from cybmem.report import NOTEBOOKS, build_report, inject_parameters, notebook_parameters, notebooks_dir, parse_parameters
 from cybmem.store import MemoryStore
 
 IMG = re.compile(r'<img[^>]+src="data:image/png;base64,[A-Za-z0-9+/=]{200,}')
@@ -108,3 +108,67 @@ def test_cybmem_report_cli_writes_every_page(fixture_copy, tmp_path):
     p = subprocess.run(cmd + ["report", "--out", str(out), "--memory-dir", str(fixture_copy), "--project", "nope"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and p.stderr.startswith("Error: no project 'nope'")
+
+
+def test_notebook_parameters_are_read_from_the_tagged_cell():
+    params = notebook_parameters(notebooks_dir() / "04-weight-tuning.ipynb")
+    assert params == {"MEMORY_DIR": "../data-fixtures/memory", "PROJECT": "web", "JUDGMENTS": None, "METRIC": "mrr",
+                      "K": 10, "QUERY": "fix a flaky end-to-end test"}
+    assert set(notebook_parameters(notebooks_dir() / "01-history.ipynb")) == {"MEMORY_DIR", "PROJECT"}
+
+
+def test_parse_parameters_checks_names_and_types(tmp_path, monkeypatch):
+    nbs = [notebooks_dir() / n for n in NOTEBOOKS]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "judgments.jsonl").write_text("")
+    got = parse_parameters(["metric=ndcg", "K=5", "judgments=judgments.jsonl", "query=cart drawer"], nbs)
+    assert got == {"METRIC": "ndcg", "K": 5, "JUDGMENTS": str(tmp_path / "judgments.jsonl"), "QUERY": "cart drawer"}, \
+        "any case; literals; a file that exists is made absolute (the notebooks run elsewhere)"
+    assert parse_parameters(["k=5.0", "judgments=None"], nbs) == {"K": 5, "JUDGMENTS": None}
+    for bad, message in [
+        ("metrics=ndcg", "'metrics': no notebook of this report has a parameter of that name; they take: JUDGMENTS, METRIC, K, QUERY"),
+        ("k=five", "'k=five': K is a number (default 10)"),
+        ("k=2.5", "'k=2.5': K is a whole number"),
+        ("k", "'k': write NAME=VALUE"),
+        ("project=api", "'project': the report sets PROJECT itself; use --memory-dir / --project"),
+    ]:
+        with pytest.raises(CybmemError, match=re.escape(message)):
+            parse_parameters([bad], nbs)
+
+
+def test_report_passes_parameters_and_says_how_long_each_page_took(fixture_copy, tmp_path):
+    err = io.StringIO()
+    res = build_report(MemoryStore(fixture_copy, "web"), tmp_path / "r", notebooks=["04-weight-tuning.ipynb"],
+                       parameters={"METRIC": "ndcg", "K": 5}, stream=err, progress=False)
+    text = res.pages[0].read_text()
+    assert 'alt="&lt;Figure: nDCG@5 over w_kw x w_rec' in text, "the notebook ran with METRIC and K from -P"
+    assert re.search(r"04-weight-tuning.ipynb ran in \d+\.\d s on \d{4}-\d\d-\d\d \d\d:\d\d UTC, project <code>web</code>; "
+                     r"parameters <code>METRIC = 'ndcg'</code>, <code>K = 5</code>", text), "a line says how long it took"
+    assert re.search(r"\[1/1\] 04-weight-tuning.ipynb: done in \d+\.\ds", err.getvalue())
+    with pytest.raises(CybmemError, match="no notebook of this report has a parameter METRIC"):
+        build_report(MemoryStore(fixture_copy, "web"), tmp_path / "r", notebooks=["01-history.ipynb"],
+                     parameters={"METRIC": "ndcg"}, stream=io.StringIO())
+
+
+def test_report_cli_refuses_unknown_parameters(fixture_copy, tmp_path):
+    from typer.testing import CliRunner
+
+    from cybmem.cli import app
+
+    res = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "r"), "--memory-dir", str(fixture_copy), "-p", "web",
+                                   "-P", "colour=red"])
+    assert res.exit_code == 2 and "Invalid value for -P: 'colour': no notebook of this report has a parameter" in res.output
+    assert not (tmp_path / "r").exists(), "nothing runs before the parameters are checked"
+
+
+def test_report_tables_keep_long_titles(tmp_path):
+    """pandas cuts table cells at 50 characters unless told otherwise; every notebook tells it."""
+    for name in NOTEBOOKS:
+        nb = nbformat.read(notebooks_dir() / name, as_version=4)
+        assert any('pd.set_option("display.max_colwidth", None)' in c.source for c in nb.cells if c.cell_type == "code"), name
+
+
+def test_the_packaged_notebooks_are_the_checkouts():
+    here = Path(__file__).resolve().parent.parent
+    for name in NOTEBOOKS:
+        assert (here / "cybmem" / "notebooks" / name).read_bytes() == (here / "notebooks" / name).read_bytes(), name
