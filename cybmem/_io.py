@@ -141,8 +141,33 @@ def ensure_dir(path: Path) -> Path:
         try:
             d.mkdir(mode=DIR_MODE)
         except FileExistsError:
-            pass
+            continue
+        # mkdir's mode passes through the umask: under umask 277 the owner could not write
+        # into the store it just made. chmod does not.
+        os.chmod(d, DIR_MODE)
     return path
+
+
+def _open_private(path: Path, flags: int) -> int:
+    """Open ``path`` with ``flags``, creating it 0600 whatever the umask when it does not exist
+    (a file that exists keeps its mode: another tool may share it on purpose)."""
+    for _ in range(3):  # created or removed by another process in between: look again
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW, FILE_MODE)
+            break
+        except FileExistsError:
+            try:
+                return os.open(path, flags | _NOFOLLOW)
+            except FileNotFoundError:
+                continue
+    else:
+        return os.open(path, flags | os.O_CREAT | _NOFOLLOW, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _fsync_dir(path: Path) -> None:
@@ -256,7 +281,7 @@ def append_lines(path: Path, lines: list[bytes], *, sync: bool = True) -> None:
         return
     ensure_dir(path.parent)
     payload = b"".join(line.rstrip(b"\n") + b"\n" for line in lines)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW, FILE_MODE)
+    fd = _open_private(path, os.O_RDWR | os.O_APPEND)
     try:
         # A previous writer killed mid-line leaves no trailing newline; start on a fresh
         # line so our first line is never glued to the torn one.
@@ -277,7 +302,7 @@ def append_lines(path: Path, lines: list[bytes], *, sync: bool = True) -> None:
 def locked(lock_path: Path, *, shared: bool = False) -> Iterator[None]:
     """Hold an OS advisory lock (flock) on ``lock_path`` for a read-modify-write."""
     ensure_dir(lock_path.parent)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, FILE_MODE)
+    fd = _open_private(lock_path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield

@@ -390,13 +390,11 @@ def _check_supersession(store: MemoryStore) -> list[Finding]:
 
 
 def _check_dirs(store: MemoryStore) -> list[Finding]:
-    out = []
-    for d in (store.dir, store.records_dir):
-        if d.is_symlink():
-            out.append(Finding("paths", "error", str(d),
-                               f"is a symbolic link (to {os.readlink(d)}); writes refuse it, as they would land outside the memory root",
-                               store.slug))
-    return out
+    return [Finding("paths", "error", str(d),
+                    f"is a symbolic link (to {os.readlink(d)}); nothing is written through it, as it would land "
+                    "outside the memory root" + ("; remove it (the cache is rebuilt)" if d.name == ".cache" else ""),
+                    store.slug)
+            for d in store.symlinked_dirs()]
 
 
 def _secret_findings_in(value, field_path: str, path: str, project: str, out: list[Finding]) -> None:

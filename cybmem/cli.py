@@ -27,7 +27,7 @@ import typer
 
 from . import __version__
 from .errors import CybmemError
-from .outcome import shorten, subject_line
+from .outcome import printable, shorten, subject_line
 from .schema import ms_to_utc, parse_time
 from .settings import Settings
 
@@ -49,7 +49,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"cybmem {__version__}")
+        _echo(f"cybmem {__version__}")
         raise typer.Exit()
 
 
@@ -99,9 +99,9 @@ class Ctx:
 
 def _error(message: str, code: int, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps({"error": message, "exitCode": code}, ensure_ascii=False), err=True)
+        _echo(json.dumps({"error": message, "exitCode": code}, ensure_ascii=False), err=True)
     else:
-        typer.echo(f"Error: {message}", err=True)
+        _echo(f"Error: {message}", err=True)
 
 
 def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
@@ -160,8 +160,19 @@ def _when(ms: int | None) -> str:
     return "-" if ms is None else ms_to_utc(ms)
 
 
+def _echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """Every human-readable line goes out here: stored text is made printable first
+    (:func:`cybmem.outcome.printable`), so a record cannot drive the terminal."""
+    typer.echo(printable(message), err=err, nl=nl)
+
+
+_JSON_UNSAFE = re.compile("[\x7f-\x9f]")
+
+
 def _print_json(data) -> None:
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    """JSON on stdout; DEL and C1 characters escaped like C0 (\\u009b), so no raw control reaches a terminal."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    typer.echo(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def _width() -> int:
@@ -178,9 +189,9 @@ def _table(headers: list[str], rows: list[list[str]], *, fit: Callable[[str, int
             widths[i] = max(widths[i], len(cell))
     room = max(_width() - sum(widths[:-1]) - 2 * (len(headers) - 1), 24)
     fmt = lambda cells: "  ".join(c.ljust(widths[i]) if i < len(cells) - 1 else c for i, c in enumerate(cells)).rstrip()  # noqa: E731
-    typer.echo(fmt(headers))
+    _echo(fmt(headers))
     for row in rows:
-        typer.echo(fmt(row[:-1] + [fit(row[-1], room)]))
+        _echo(fmt(row[:-1] + [fit(row[-1], room)]))
 
 
 def _whole(text: str, room: int) -> str:
@@ -190,7 +201,7 @@ def _whole(text: str, room: int) -> str:
 
 def _warn(messages) -> None:
     for message in messages:
-        typer.echo(f"warning: {message}", err=True)
+        _echo(f"warning: {message}", err=True)
 
 
 def _write_exact(text: str) -> None:
@@ -284,16 +295,16 @@ def list_cmd(
         _print_json(page.items)
         return
     if not page.items:
-        typer.echo(_no_match("records", snap.store.slug, f) if not page.total else page.footer("records"))
+        _echo(_no_match("records", snap.store.slug, f) if not page.total else page.footer("records"))
         return
     rows = [[_when(e["endedAt"]), e["state"] + ("*" if e["superseded"] else ""), e["runId"][:8], e["workflowName"], e["task"]]
             for e in page.items]
     _table(["ENDED (UTC)", "STATE", "RUN", "WORKFLOW", "TASK"], rows)
     if any(e["superseded"] for e in page.items):
-        typer.echo("* superseded by a later correction; `cybmem show` renders the newest truth")
+        _echo("* superseded by a later correction; `cybmem show` renders the newest truth")
     footer = page.footer("records" + (" that match" if f.active else ""))
     if footer:
-        typer.echo(footer)
+        _echo(footer)
 
 
 def _render_record(rec, *, asked: str, chain: list[str]) -> None:
@@ -325,7 +336,7 @@ def _render_record(rec, *, asked: str, chain: list[str]) -> None:
     for title, items in (("Accomplished", rec.outcome.accomplished), ("Issues", rec.outcome.issues), ("Next", rec.outcome.next)):
         lines.append(f"{title}:")
         lines += [f"  - {i}" for i in items] or ["  - none"]
-    typer.echo("\n".join(lines))
+    _echo("\n".join(lines))
 
 
 @command("show")
@@ -411,18 +422,18 @@ def issues_cmd(
             return
         if not page.items:
             if page.total:
-                typer.echo(page.footer("events"))
+                _echo(page.footer("events"))
             elif lo is not None or hi is not None or named or grep:
-                typer.echo(f"No ledger events in project {store.slug} match.")
+                _echo(f"No ledger events in project {store.slug} match.")
             else:
-                typer.echo(f"The issue ledger of project {store.slug} is empty.")
+                _echo(f"The issue ledger of project {store.slug} is empty.")
             return
         rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _title(e.issueId, e.title or titles.get(e.issueId))]
                 for e in page.items]
         _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows, fit=shorten)
         footer = page.footer("events")
         if footer:
-            typer.echo(footer)
+            _echo(footer)
         return
     window = None if all_issues else ctx.settings.issue_window_days
     try:
@@ -445,20 +456,20 @@ def issues_cmd(
     hint = (f"{hidden} closed more than {window} days ago not shown (--all shows them)." if hidden else None)
     if not page.items:
         if page.total:
-            typer.echo(page.footer("issues"))
+            _echo(page.footer("issues"))
         elif not (state or lo or hi or grep):
-            typer.echo(f"No open issues in project {store.slug}" + (f", none closed in the last {window} days." if window else "."))
+            _echo(f"No open issues in project {store.slug}" + (f", none closed in the last {window} days." if window else "."))
         else:
-            typer.echo(f"No issues in project {store.slug} match.")
+            _echo(f"No issues in project {store.slug} match.")
         if hint:
-            typer.echo(hint)
+            _echo(hint)
         return
     rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), _title(s.issueId, s.title)]
             for s in page.items]
     _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "CLOSED", "TITLE"], rows, fit=shorten)
     for line in (page.footer("issues"), hint):
         if line:
-            typer.echo(line)
+            _echo(line)
 
 
 def _context(value: str) -> Optional[int]:
@@ -539,12 +550,12 @@ def chain_cmd(
     tasks = _tasks(store, [e["runId"] for e in result.runs], snap)
     room = max(_width() - 42, 24)
     if result.omitted_before:
-        typer.echo(f"   ... {result.omitted_before} earlier run{'s' if result.omitted_before != 1 else ''}")
+        _echo(f"   ... {result.omitted_before} earlier run{'s' if result.omitted_before != 1 else ''}")
     for entry in result.runs:
         mark = "->" if entry["runId"] == result.run_id else "  "
-        typer.echo(f"{mark} {_when(entry['endedAt'])}  {entry['state']:<9}  {entry['runId'][:8]}  {subject_line(tasks.get(entry['runId'], entry['task']), room)}")
+        _echo(f"{mark} {_when(entry['endedAt'])}  {entry['state']:<9}  {entry['runId'][:8]}  {subject_line(tasks.get(entry['runId'], entry['task']), room)}")
     if result.omitted_after:
-        typer.echo(f"   ... {result.omitted_after} later run{'s' if result.omitted_after != 1 else ''}")
+        _echo(f"   ... {result.omitted_after} later run{'s' if result.omitted_after != 1 else ''}")
     extra = []
     if result.omitted_before or result.omitted_after or result.unmatched:
         parts = [f"{len(result.runs)} of the chain's {result.length} runs shown"]
@@ -563,7 +574,7 @@ def chain_cmd(
     if result.open_issues:
         extra.append("open issues raised: " + ", ".join(result.open_issues))
     for line in extra:
-        typer.echo(line)
+        _echo(line)
 
 
 @command("projects", project=False)
@@ -579,7 +590,7 @@ def projects_cmd(ctx: Ctx):
         _print_json(projects)
         return
     if not projects:
-        typer.echo("No projects yet.")
+        _echo("No projects yet.")
         return
     _table(["SLUG", "RECORDS", "CWD"], [[p["slug"], str(p["records"]), p["cwd"] or "?"] for p in projects], fit=_whole)
 
@@ -610,7 +621,7 @@ def rebuild_cmd(
         typer.echo(f"Rebuilt {store.index_path} from {count} records: {count - archived} entries, {archived} archived "
                    f"(older than the newest {store.index_cap}; listed in {store.archive_path.name}).")
     else:
-        typer.echo(f"Rebuilt {store.index_path} from {count} records.")
+        _echo(f"Rebuilt {store.index_path} from {count} records.")
 
 
 def _read_input(source: str, hint: str = "RUN_JSON") -> bytes:
@@ -652,10 +663,10 @@ def write_cmd(
         if not hook:
             raise
         message = str(exc) if isinstance(exc, (CybmemError, OSError, ClickException)) else f"unexpected {type(exc).__name__}: {exc}"
-        typer.echo(f"cybmem: warning: memory record not written: {' '.join(message.split())}", err=True)
+        _echo(f"cybmem: warning: memory record not written: {' '.join(message.split())}", err=True)
         raise typer.Exit(0) from None
     if result.redacted:
-        typer.echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
+        _echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
     _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
@@ -667,7 +678,7 @@ def write_cmd(
         msg += f"; opened {', '.join(opened)}"
     if resolved:
         msg += f"; resolved {', '.join(resolved)}"
-    typer.echo(msg + ".")
+    _echo(msg + ".")
 
 
 @command("supersede")
@@ -688,7 +699,7 @@ def supersede_cmd(
     if ctx.json:
         _print_json({**result.to_dict(), "supersedes": old})
     else:
-        typer.echo(f"Wrote {result.record.runId}, superseding {old}; `cybmem show {old}` now renders the correction.")
+        _echo(f"Wrote {result.record.runId}, superseding {old}; `cybmem show {old}` now renders the correction.")
 
 
 @command("mark")
@@ -707,13 +718,14 @@ def mark_cmd(
         raise typer.BadParameter(f"{event!r} is not one of resolved, wontfix, reopened", param_hint="EVENT")
     store = ctx.store()
     before = store.issue_states().get(issue_id)
-    written = store.mark_issue(issue_id, event, by=by or ctx.settings.run_id, detail=detail)
+    written = store.mark_issue(issue_id, event, by=by or ctx.settings.run_id, detail=detail,
+                               redact_secrets=ctx.settings.redact_secrets)
     if ctx.json:
         _print_json([e.to_dict() for e in written])
     elif written:
-        typer.echo(f"{issue_id}: {before.state} -> {event}")
+        _echo(f"{issue_id}: {before.state} -> {event}")
     else:
-        typer.echo(f"{issue_id} is already {before.state}; nothing appended.")
+        _echo(f"{issue_id} is already {before.state}; nothing appended.")
 
 
 # --- retrieval ----------------------------------------------------------------------
@@ -783,18 +795,18 @@ def search_cmd(
         _print_json(result.to_dict(explain=explain_))
         return
     if not result.hits:
-        typer.echo(_no_match("matching records", store.slug, f) if not offset else f"No results after the first {offset}.")
+        _echo(_no_match("matching records", store.slug, f) if not offset else f"No results after the first {offset}.")
         return
     rows = [[str(h.rank), f"{h.score:.3f}", h.run_id[:8], _when(h.ended_at_ms), h.state, h.task] for h in result.hits]
     _table(["#", "SCORE", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
     if explain_:
         w = result.weights
-        typer.echo("")
-        typer.echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
+        _echo("")
+        _echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
                    + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else "")
                    + (f"  among {result.candidates} records ({f.describe()})" if f.active else ""))
         for h in result.hits:
-            typer.echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
+            _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
 
 
 class _RefusePandas:
@@ -883,13 +895,13 @@ def inject_cmd(
     _warn(" ".join(message.split()) for message in result.warnings)
     if explain_:
         for line in _explain_lines(result):
-            typer.echo(line, err=True)
+            _echo(line, err=True)
     if ctx.json:
         _print_json(result.to_dict())
         return
     if system:
         if result.block:
-            typer.echo(result.block)
+            _echo(result.block)
         return
     _write_exact(result.prompt)
 
@@ -1028,39 +1040,39 @@ def tune_cmd(
     if len(result.axes["w_vec"]) > 1:
         shape += f" x {len(result.axes['w_vec'])}"
     kinds_text = ", ".join(f"{n} {kind}" for kind, n in sorted(result.kinds.items()))
-    typer.echo(f"Judgments: {result.judgments} {result.source.split(' (')[0]} ({kinds_text})"
+    _echo(f"Judgments: {result.judgments} {result.source.split(' (')[0]} ({kinds_text})"
                + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
     if result.keyword_held:
-        typer.echo(f"Note: {result.keyword_held}.")
-    typer.echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
+        _echo(f"Note: {result.keyword_held}.")
+    _echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
                f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
-    typer.echo("")
+    _echo("")
     v = result.validation
     heads = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()]
     rows = [_weights_row("current", result.current, f"{result.current_metric:.4f}"),
             _weights_row("best", result.best, f"{result.best_metric:.4f}  ({result.improvement:+.4f})")]
     _table(heads, rows, fit=_whole)
     if v is not None:
-        typer.echo("")
-        typer.echo(f"Checked on time: searched on the earlier {v.earlier} judgments, scored on the later {v.later}:")
+        _echo("")
+        _echo(f"Checked on time: searched on the earlier {v.earlier} judgments, scored on the later {v.later}:")
         _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "EARLIER", "LATER"], [
             _weights_row("current", result.current, f"{v.current_earlier:.4f}", f"{v.current_later:.4f}"),
             _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", f"{v.tuned_later:.4f}"),
         ], fit=_whole)
-    typer.echo("")
+    _echo("")
     target = store.dir / "weights.json"
     if not result.best_in_grid:
-        typer.echo("No grid point beats the current weights" + ("; weights.json left as it is." if save else "."))
+        _echo("No grid point beats the current weights" + ("; weights.json left as it is." if save else "."))
     elif saved:
-        typer.echo(f"Saved to {saved}; `cybmem search` and `cybmem inject` use these weights from now on.")
+        _echo(f"Saved to {saved}; `cybmem search` and `cybmem inject` use these weights from now on.")
         if overridden:
-            typer.echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
+            _echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
     elif refused:
-        typer.echo(f"Not saved: {refused}. Add --force to save them anyway.", err=True)
+        _echo(f"Not saved: {refused}. Add --force to save them anyway.", err=True)
         raise typer.Exit(1)
     else:
         advice = f"add --save to write {target}" if result.refusal is None else f"--save would refuse: {result.refusal}"
-        typer.echo(f"Not saved; {advice}.")
+        _echo(f"Not saved; {advice}.")
 
 
 @command("eval")
@@ -1104,7 +1116,7 @@ def eval_cmd(
     if ctx.json:
         _print_json(result.to_dict())
         return
-    typer.echo(f"Judgments: {result.judgments} {result.source}" + (f"; {result.skipped} skipped" if result.skipped else "") + ".")
+    _echo(f"Judgments: {result.judgments} {result.source}" + (f"; {result.skipped} skipped" if result.skipped else "") + ".")
     kinds_seen = sorted({kind for r in result.rows.values() for kind in r["kinds"]})
     heads = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper(), "EARLIER", "LATER", *[x.upper() for x in kinds_seen]]
     fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
@@ -1138,7 +1150,7 @@ def report_cmd(
     if ctx.json:
         _print_json(result.to_dict())
         return
-    typer.echo(f"Wrote {len(result.pages)} pages to {result.out_dir}; open {result.index}")
+    _echo(f"Wrote {len(result.pages)} pages to {result.out_dir}; open {result.index}")
 
 
 @command("doctor")
@@ -1162,7 +1174,7 @@ def doctor_cmd(
     if ctx.json:
         _print_json(report.to_dict())
     else:
-        typer.echo("\n".join(report.lines()))
+        _echo("\n".join(report.lines()))
     if not report.clean:
         raise typer.Exit(1)
 
@@ -1240,7 +1252,7 @@ def export_cmd(
             return
         c = result.counts
         files = " and ".join(f"{p} ({'PROV-N' if k == 'provn' else 'PROV-JSON'})" for k, p in result.files.items())
-        typer.echo(f"Wrote {files}: {c['activities']} activities, {c['entities']} entities, {c['agents']} agents, "
+        _echo(f"Wrote {files}: {c['activities']} activities, {c['entities']} entities, {c['agents']} agents, "
                    f"{c['relations']} relations ({', '.join(f'{k} {v}' for k, v in c.items() if k not in ('activities', 'entities', 'agents', 'relations'))}).")
         return
 
@@ -1265,14 +1277,14 @@ def export_cmd(
         what = {"records": "record", "issues": "issue event"}
         parts = [f"{n(t.new, 'new ' + what[t.table])} ({n(len(t.files), 'file')}; {t.rows - t.new} already there)"
                  for t in result.tables]
-        typer.echo(f"Wrote {' and '.join(parts)} to {out} as machine {result.machine}.")
+        _echo(f"Wrote {' and '.join(parts)} to {out} as machine {result.machine}.")
     elif format == "sqlite":
         parts = [f"{t.table} {t.rows} ({t.new} new" + (f", {t.updated} updated)" if t.table != "issues" else ")") for t in result.tables]
-        typer.echo(f"Wrote {out}: {', '.join(parts)}"
+        _echo(f"Wrote {out}: {', '.join(parts)}"
                    + ("; full-text search on task and summary (records_fts)." if any(t.table == "records" for t in result.tables) else "."))
     else:
         t = result.tables[0]
-        typer.echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
+        _echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
 
 
 # --- fleet ----------------------------------------------------------------------------
@@ -1338,18 +1350,18 @@ def fleet_cmd(
                 _print_json(result.to_dict(explain=explain_))
                 return
             if not result.hits:
-                typer.echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
+                _echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
                 return
             rows = [[str(h.rank), f"{h.score:.3f}", h.machine, h.project, h.run_id[:8], _when(h.ended_at_ms), h.state,
                      h.task] for h in result.hits]
             _table(["#", "SCORE", "MACHINE", "PROJECT", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
             if explain_:
                 w = result.weights
-                typer.echo("")
-                typer.echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
+                _echo("")
+                _echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
                            + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
                 for h in result.hits:
-                    typer.echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
+                    _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
             return
         if action == "issues":
             if open_:
@@ -1362,7 +1374,7 @@ def fleet_cmd(
                                            .drop(columns=["age"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
                     return
                 if not len(opened):
-                    typer.echo(f"No open issues in {len(fleet.groups)} projects.")
+                    _echo(f"No open issues in {len(fleet.groups)} projects.")
                     return
                 shown = opened if not limit else opened.head(limit)
                 rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
@@ -1370,7 +1382,7 @@ def fleet_cmd(
                                                          shown["openedAt"].dt.as_unit("ns"), shown["age"], shown["state"], shown["title"])]
                 _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
                 if len(shown) < len(opened):
-                    typer.echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
+                    _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
                 return
             summary = fleet.issue_summary(now=now_ms)
             if ctx.json:
@@ -1387,7 +1399,7 @@ def fleet_cmd(
             _print_json(result.to_dict())
             return
         names = ", ".join(Path(f).name for f in result.files)
-        typer.echo(f"Wrote {names} to {out}: {result.runs} runs and {result.issues} issues of {result.projects} projects "
+        _echo(f"Wrote {names} to {out}: {result.runs} runs and {result.issues} issues of {result.projects} projects "
                    f"on {result.machines} machines.")
 
 
@@ -1451,7 +1463,7 @@ def main() -> None:
             exc.show()
         sys.exit(exc.exit_code)
     except typer.Abort:
-        typer.echo("Aborted!", err=True)
+        _echo("Aborted!", err=True)
         sys.exit(1)
     except ClickException as exc:
         exc.show()

@@ -22,11 +22,13 @@ import unicodedata
 from dataclasses import dataclass
 
 __all__ = [
+    "CONTROL",
     "Trailer",
     "extractive_summary",
     "head_line",
     "issue_slug",
     "parse_trailer",
+    "printable",
     "shorten",
     "split_issue",
     "subject_line",
@@ -83,6 +85,22 @@ def _header(line: str) -> str | None:
         return None
     match = _HEADER.fullmatch(stripped)
     return match.group(1).lower() if match else None
+
+
+#: Control characters no stored text may bring to a terminal or a prompt: C0 but tab and
+#: newline, DEL, and C1 (U+0080-U+009F: a terminal takes U+009B for ESC [).
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CR = re.compile(r"\r\n?")
+
+
+def printable(text: str | None) -> str:
+    """Stored text made safe to print to a terminal: line endings become "\\n", and every other
+    control character (an escape sequence's ESC, a bell, a C1 CSI) becomes U+FFFD, so a record
+    cannot clear the screen, set the window title or rewrite a line, and shows it tried."""
+    if not text:
+        return text or ""
+    text = _CR.sub("\n", text)
+    return CONTROL.sub("\ufffd", text) if CONTROL.search(text) else text
 
 
 def _collapse(text: str) -> str:

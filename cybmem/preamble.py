@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from .outcome import shorten
+from .outcome import CONTROL, shorten
 
 __all__ = [
     "FOOTER",
@@ -65,7 +65,6 @@ _INVISIBLE = "\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
 _MARKER_NOISE = re.compile(rf"[\s{_INVISIBLE}]+")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _NEWLINES = re.compile(r"\r\n|[\r\x85\u2028\u2029]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _QUOTED = "[quoted] "
 
 _TASK_MAX = 160
@@ -256,12 +255,31 @@ def _looks_like_marker(line: str) -> bool:
     return key == _HEADER_KEY or key == _FOOTER_KEY or key.startswith(_HEADER_PREFIX_KEY)
 
 
+def _drop_inline_blocks(text: str) -> str:
+    """Remove every HEADER ... FOOTER span, markers anywhere in a line (linear time)."""
+    start = text.find(HEADER)
+    if start < 0:
+        return text
+    out, pos = [], 0
+    while start >= 0:
+        end = text.find(FOOTER, start + len(HEADER))
+        if end < 0:
+            break
+        out.append(text[pos:start])
+        pos = end + len(FOOTER)
+        start = text.find(HEADER, pos)
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def neutralize(text: str) -> str:
     """Defuse stored text before it is copied into a block, so it can never end or forge one.
 
     Lone surrogates become U+FFFD, line endings become "\\n", C0 controls other than \\t and
-    \\n (and DEL) are dropped, and any line that, ignoring whitespace, zero-width / bidi
-    characters and case, reads as HEADER or FOOTER is prefixed with "[quoted] ".
+    \\n, DEL and C1 controls (outcome.CONTROL) are dropped, a whole block inside the text
+    (HEADER ... FOOTER, as an echoed prompt leaves it in a collapsed summary) is removed, and any
+    line that, ignoring whitespace, zero-width / bidi characters and case, reads as HEADER or
+    FOOTER is prefixed with "[quoted] ".
 
     Args:
         text: text taken from a stored record or issue.
@@ -270,7 +288,8 @@ def neutralize(text: str) -> str:
         The defused text.
     """
     text = _SURROGATE.sub("\ufffd", text or "")
-    text = _CONTROL.sub("", _NEWLINES.sub("\n", text))
+    text = CONTROL.sub("", _NEWLINES.sub("\n", text))
+    text = _drop_inline_blocks(text)
     return "\n".join(
         _QUOTED + line if _looks_like_marker(line) else line for line in text.split("\n")
     )

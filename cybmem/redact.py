@@ -55,9 +55,10 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 
-__all__ = ["Finding", "redact", "scan"]
+__all__ = ["Finding", "redact", "redact_value", "scan"]
 
 _MARK = "[REDACTED:"
 _NOT_MARK = r"(?!\[REDACTED:)"  # a value never starts at a marker: keeps redact idempotent
@@ -702,3 +703,23 @@ def redact(text: str) -> tuple[str, list[str]]:
             break
         kinds.update(f.kind for f in findings)
     return text, sorted(kinds)
+
+
+def redact_value(value: Any, kinds: set[str] | None = None) -> tuple[Any, set[str]]:
+    """The one redaction pass over stored input: every string inside ``value`` (a str, or lists
+    and dicts of them, keys left alone) redacted whole, before anything strips, extracts,
+    collapses or cuts it (a cut could drop the END line a PEM key is found by).
+
+    Returns:
+        (the value with every string redacted, the kinds found, added to ``kinds`` when given).
+    """
+    found = kinds if kinds is not None else set()
+    if isinstance(value, str):
+        out, ks = redact(value)
+        found.update(ks)
+        return out, found
+    if isinstance(value, list):
+        return [redact_value(v, found)[0] for v in value], found
+    if isinstance(value, dict):
+        return {k: redact_value(v, found)[0] for k, v in value.items()}, found
+    return value, found

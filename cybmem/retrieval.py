@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
+from .errors import CybmemError
 from .scoring import LineageContext, Scored, explain, lineage_affinity, rank, score
 from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
@@ -331,7 +332,10 @@ def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weight
     config, problem = embed_config_of(settings)
     if config is None:
         return weights, None, [problem] if problem else []
-    index = load_index(snap, config.model)
+    try:
+        index = load_index(snap, config.model)
+    except CybmemError as exc:  # embeddings.jsonl unreadable (a symlink, not a file): rank without it
+        return weights, None, [f"vector axis off: {exc}"]
     if index is None:
         return weights, None, []
     if loaded is not None and loaded.sources["w_vec"] == "default":

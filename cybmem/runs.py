@@ -28,10 +28,10 @@ from ._io import loads, read_file
 from .embeddings import embedding_text, record_text
 from .errors import CybmemError, NotFoundError, StoreError, ValidationError
 from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
-from .preamble import strip
+from .preamble import strip, strip_memory
 from .projects import peek_slug, select_project
-from .redact import redact
-from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_run_id
+from .redact import redact_value
+from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_chat_id, validate_run_id
 from .settings import Settings
 from .store import MemoryStore
 
@@ -225,14 +225,6 @@ def load_run_payload(data: bytes | str) -> Any:
     return payload
 
 
-def _clean(text: str | None, settings: Settings, found: set[str]) -> str | None:
-    if text is None or not settings.redact_secrets:
-        return text
-    out, kinds = redact(text)
-    found.update(kinds)
-    return out
-
-
 def _worker_state(w: Mapping) -> str:
     raw = _first(w, "state", "status")
     return str(raw) if raw is not None else "unknown"
@@ -287,6 +279,16 @@ def build_record(
     CYBERINE_RUN_ID / CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID.
     """
     found: set[str] = set()
+    if settings.redact_secrets:
+        # The one pass, over every text of the run whole, before anything below strips, extracts
+        # or cuts it. Run ids are validated, not redacted; a chat session id is free text.
+        run = dataclasses.replace(
+            run, task=redact_value(run.task, found)[0], workflow_name=redact_value(run.workflow_name, found)[0],
+            winner_output=redact_value(run.winner_output, found)[0], verdict=redact_value(run.verdict, found)[0],
+            workers=redact_value(run.workers, found)[0],
+            lineage={**run.lineage, **({"chatSessionId": redact_value(run.lineage["chatSessionId"], found)[0]}
+                                       if isinstance(run.lineage.get("chatSessionId"), str) else {})})
+        chat_session_id = redact_value(chat_session_id, found)[0]
     rid = run_id or run.run_id or settings.run_id
     if not rid:
         raise ValidationError("runId: missing; put \"runId\" in run.json, pass --run-id or set CYBERINE_RUN_ID")
@@ -297,6 +299,10 @@ def build_record(
         raise ValidationError(f"startedAt ({started}) is after endedAt ({ended})")
     parent = parent_run_id or run.lineage.get("parentRunId") or settings.parent_run_id
     chat = chat_session_id or run.lineage.get("chatSessionId") or settings.chat_session_id
+    if chat and settings.redact_secrets:
+        chat = redact_value(chat, found)[0]
+    if chat:
+        validate_chat_id(chat)
     if parent:
         validate_run_id(parent, "parentRunId")
     previous = run.lineage.get("previousRunId") or store.latest_run_id(before_ms=started, exclude=rid)
@@ -308,18 +314,21 @@ def build_record(
             root = parent
     root = root or rid
 
-    task = strip(run.task).strip() or run.task.strip()
-    trailer = parse_trailer(run.winner_output or "")
+    # What was dispatched, less its MEMORY block and wrapper: "" when that was all it held (the
+    # block is never stored as the task). A worker that echoed its prompt echoed the block too.
+    task = strip(run.task).strip()
+    output = strip_memory(run.winner_output or "")
+    trailer = parse_trailer(output)
     open_now = {s.issueId: s for s in store.open_issues()}
     events: list[IssueEvent] = []
     issue_ids: list[str] = []
     for item in trailer.issues:
-        title, detail = split_issue(_clean(item, settings, found) or item)
+        title, detail = split_issue(item)
         iid = issue_slug(title)
         if iid not in issue_ids:
             issue_ids.append(iid)
             events.append(IssueEvent(issueId=iid, at=ended, event="opened", byRunId=rid, title=title, detail=detail or None))
-    accomplished = [_clean(a, settings, found) or a for a in trailer.accomplished]
+    accomplished = list(trailer.accomplished)
     for item in accomplished:
         # "resolved flaky-login-test" / "fixed: Flaky login test" closes an open issue.
         m = _RESOLVE_VERB.match(item)
@@ -331,22 +340,22 @@ def build_record(
         for iid in sorted(candidates & set(open_now)):
             if iid not in issue_ids:
                 events.append(IssueEvent(issueId=iid, at=ended, event="resolved", byRunId=rid, title=open_now[iid].title))
-    verdict = _clean(run.verdict, settings, found)
-    summary = extractive_summary(task, run.state, verdict, run.winner_output)
+    verdict = strip_memory(run.verdict) if run.verdict else run.verdict
+    summary = extractive_summary(task, run.state, verdict, output)
     rec = MemoryRecord(
         runId=rid,
         cwd=os.path.abspath(cwd or run.cwd or os.getcwd()),
         workflowName=run.workflow_name,
-        task=_clean(task, settings, found) or task,
+        task=task,
         state=run.state,
         startedAt=started,
         endedAt=ended,
         lineage=Lineage(parentRunId=parent, chatSessionId=chat, previousRunId=previous, rootRunId=root),
         outcome=Outcome(
-            summary=_clean(summary, settings, found) or summary,
+            summary=summary,
             accomplished=accomplished,
             issues=issue_ids,
-            next=[_clean(n, settings, found) or n for n in trailer.next],
+            next=list(trailer.next),
         ),
         workers=[
             Worker(agentId=str(_first(w, "agentId", "id", "name") or f"worker-{i + 1}"), state=_worker_state(w),
@@ -446,17 +455,18 @@ def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, se
         warnings.append(f"outcome not distilled: {message}")
         return False
     found: set[str] = set()
+    if settings.redact_secrets:  # the same one pass as the rest of the run (cybmem.redact.redact_value)
+        out = redact_value(out, found)[0]
     outcome = rec.outcome
-    outcome.summary = _clean(out["summary"], settings, found) or outcome.summary
+    outcome.summary = out["summary"] or outcome.summary
     for key in ("accomplished", "next"):
         have = getattr(outcome, key)
         for item in out[key]:
-            item = _clean(item, settings, found) or item
             if item not in have:
                 have.append(item)
     touched = {ev.issueId for ev in events}
     for item in out["issues"]:
-        title, detail = split_issue(_clean(item, settings, found) or item)
+        title, detail = split_issue(item)
         iid = issue_slug(title)
         if iid in outcome.issues or iid in touched:
             continue

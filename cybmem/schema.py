@@ -18,6 +18,7 @@ from .errors import ValidationError
 
 __all__ = [
     "STATES",
+    "validate_chat_id",
     "ISSUE_EVENTS",
     "RUN_ID_RE",
     "Lineage",
@@ -79,6 +80,24 @@ def validate_run_id(value: Any, where: str = "runId") -> str:
         raise ValidationError(
             f"{where}: {value!r} is not a valid run id; use 1-128 characters from A-Z a-z 0-9 . _ -, "
             "not starting with '.' (it names a file under records/, where dot-files are temp files)"
+        )
+    return value
+
+
+_CHAT_BAD = re.compile(r"[\x00-\x1f\x7f-\x9f/\\]")
+_CHAT_MAX = 256
+
+
+def validate_chat_id(value: Any, where: str = "chatSessionId") -> str:
+    """Return ``value`` if it is a usable chat session id: 1-256 characters on one line, no
+    control characters, no '/' or '\\', no surrounding spaces, not "." or ".." (it is printed
+    and may name a file in the orchestrator's tree)."""
+    if (not isinstance(value, str) or not value or len(value) > _CHAT_MAX or _CHAT_BAD.search(value)
+            or value != value.strip() or value in (".", "..")):
+        shown = value if not isinstance(value, str) else value[:80].encode("unicode_escape").decode("ascii")
+        raise ValidationError(
+            f"{where}: {shown!r} is not a usable chat session id; use 1-{_CHAT_MAX} characters on one line, "
+            "without control characters, '/' or '\\'"
         )
     return value
 

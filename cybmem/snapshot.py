@@ -466,12 +466,15 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
     Raises:
         StoreError: records/ or the ledger cannot be read at all.
     """
-    if not use_cache or _cache.disabled(store.root):
+    cache = _cache.cache_dir(store.dir)
+    linked = store.symlinked_dirs()
+    if not use_cache or _cache.disabled(store.root) or linked:
         table, events, index, _bad, problems, _, _ = _build_full(store)
+        problems += [ReadProblem(str(d), f"{d} is a symbolic link; the cache is neither read nor written through it "
+                                         "(remove the link, see `cybmem doctor`)") for d in linked if d == cache]
         snap = Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
         snap._cache["uncached"] = True  # derived layers (cybmem.vectors) stay in memory too
         return snap
-    cache = _cache.cache_dir(store.dir)
     for attempt in range(3):
         try:
             try:

@@ -463,10 +463,16 @@ class MemoryStore:
             f"use `cybmem supersede {run_id} NEW.json` to correct it"
         )
 
+    def symlinked_dirs(self) -> list[Path]:
+        """The project's directories that are symbolic links (the one path guard): the project
+        dir, records/ and .cache/. Nothing is written through them: it would land outside the
+        memory root (and the cache's clean-up would delete files there)."""
+        return [d for d in (self.dir, self.records_dir, self.dir / ".cache") if d.is_symlink()]
+
     def _check_not_symlinked(self) -> None:
         """Refuse to write through a symlinked project or records dir: it would land outside the root."""
-        for d in (self.dir, self.records_dir):
-            if d.is_symlink():
+        for d in self.symlinked_dirs():
+            if d.name != ".cache":
                 raise StoreError(
                     f"{d} is a symbolic link; cybmem writes only inside the memory root {self.root}. "
                     "Replace it with a real directory (see `cybmem doctor`)."
@@ -587,8 +593,11 @@ class MemoryStore:
         return written
 
     def mark_issue(self, issue_id: str, event: str, *, by: str | None = None, detail: str | None = None,
-                   at: int | None = None) -> list[IssueEvent]:
+                   at: int | None = None, redact_secrets: bool = True) -> list[IssueEvent]:
         """Append a state change (resolved, wontfix or reopened) for an existing issue.
+
+        ``detail`` goes through the write path's redaction pass (cybmem.redact.redact_value)
+        unless ``redact_secrets`` is False (CYBERINE_MEMORY_REDACT=0).
 
         Returns the event written, or [] when the issue is already in that state.
 
@@ -603,6 +612,10 @@ class MemoryStore:
             raise NotFoundError(f"no issue {issue_id!r} in project {self.slug}; see `cybmem issues --all`")
         if event == "reopened" and states[issue_id].is_open:
             return []
+        if redact_secrets and detail:
+            from .redact import redact_value
+
+            detail = redact_value(detail)[0]
         ev = IssueEvent(issueId=issue_id, at=at if at is not None else int(time.time() * 1000), event=event,
                         byRunId=by, title=states[issue_id].title if states[issue_id].titled else None, detail=detail)
         return self.append_issue_events([ev])

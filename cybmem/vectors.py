@@ -673,7 +673,7 @@ def load_index(snap: Snapshot, model: str, *, use_cache: bool = True) -> VectorI
         snap._cache[key] = None
         return None
     cache = _cache.cache_dir(store.dir)
-    if not (use_cache and cache.is_dir()) or snap._cache.get("uncached"):
+    if not (use_cache and cache.is_dir()) or snap._cache.get("uncached") or store.symlinked_dirs():
         cache = None  # a snapshot loaded without the cache: vectors in memory too
     index = _load(snap, model, cache)
     if index is not None:
