@@ -334,3 +334,16 @@ def test_weights_without_vectors_keep_w_vec_zero(settings):
     assert Weights().w_vec == 0
     loaded = weights_for(settings, None)
     assert loaded.weights.w_vec == 0 and loaded.sources["w_vec"] == "default"
+
+
+def test_an_unreadable_embeddings_file_only_turns_the_axis_off(memory_root, embed_server, tmp_path):
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(3):
+        write_run(make_run(f"r{i}", f"Task {i}", start=T0 + i * DAY), settings)
+    store = MemoryStore(memory_root, "web")
+    target = tmp_path / "elsewhere.jsonl"
+    store.embeddings_path.rename(target)
+    store.embeddings_path.symlink_to(target)  # readers never follow a link out of the memory root
+    res = search(store, "Task 1", settings=settings, now_ms=T0 + 10 * DAY)
+    assert [h.run_id for h in res.hits] and not res.vector
+    assert len(res.warnings) == 1 and res.warnings[0].startswith("vector axis off: ") and "symbolic link" in res.warnings[0]
