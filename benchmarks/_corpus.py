@@ -28,9 +28,17 @@ _LINEAGE_KEYS = ("parentRunId", "previousRunId", "rootRunId")
 
 
 def corpora_dir() -> Path:
-    """Directory holding the corpus archives (env CYBMEM_CORPORA overrides)."""
+    """Directory holding the corpus archives (env CYBMEM_CORPORA overrides).
+
+    Default: ``<repo>/../shared/corpora``, or ``<repo>/../../shared/corpora`` for a git
+    worktree one level deeper (``/work/wt/<name>`` next to ``/work/shared``).
+    """
     env = os.environ.get("CYBMEM_CORPORA")
-    return Path(env).expanduser().resolve() if env else (REPO.parent / "shared" / "corpora").resolve()
+    if env:
+        return Path(env).expanduser().resolve()
+    near = (REPO.parent / "shared" / "corpora").resolve()
+    far = (REPO.parent.parent / "shared" / "corpora").resolve()
+    return far if not near.is_dir() and far.is_dir() else near
 
 
 def ensure_corpus(name: str = "pytest-memory") -> Path:

@@ -1,7 +1,7 @@
 """Run every benchmark and write benchmarks/RESULTS.md.
 
-    pip install -e '.[bench]'
-    python benchmarks/run_all.py                 # 7.7k, 100k and 1M records (about 15-25 minutes)
+    pip install -e '.[bench,test]'              # the test extra: torch and the model for bench_embed.py
+    python benchmarks/run_all.py                 # 7.7k, 100k and 1M records (about 25-40 minutes)
     python benchmarks/run_all.py --quick         # 7.7k and 100k only
 
 Each script prints medians and ratios measured in the same run; this runner keeps
@@ -75,6 +75,15 @@ def main() -> None:
             "the production search path, default weights against single axes."),
         run("Weight search", ["benchmarks/bench_tune.py"],
             "Grid search over w_kw, w_rec, w_lin on the corpus replicated to 20k records, 500 queries."),
+        run("Embeddings and the vector axis", ["benchmarks/bench_embed.py", "--size", "100000", "--queries", "200"],
+            "The corpus embedded through a real all-MiniLM-L6-v2 HTTP server (`cybmem embed`) against the model "
+            "alone; MRR@10 on the qrels with and without the vector axis (a sweep of w_vec); the cost of the "
+            "cosine axis per query at 100k records, exact mat-vec against binary quantisation with exact "
+            "rescoring, and the ranking agreement. Needs the test extra (torch, the model)."),
+        run("Index compaction", ["benchmarks/bench_compaction.py", "--sizes", "7761,100000"],
+            "index.json compacted to 500 entries against the full index: its size, the check against records/ "
+            "every reader of the index makes, the write path's latest_run_id, and `cybmem chain`, which reads "
+            "archived records from their files."),
     ]
     header = (f"# Benchmark results\n\nLatest run: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
               f"`python benchmarks/run_all.py{' --quick' if args.quick else ''}`.\n\nMachine: {machine()}.\n\n"

@@ -30,13 +30,15 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _READ_CHUNK = 1 << 20
 
 
-def read_file_st(path: str | os.PathLike, *, limit: int | None = None) -> tuple[bytes, os.stat_result]:
-    """Read a whole regular file and return its bytes and the stat of what was read.
+def read_file_st(path: str | os.PathLike, *, limit: int | None = None, offset: int = 0) -> tuple[bytes, os.stat_result]:
+    """Read a whole regular file (from byte ``offset`` on) and return its bytes and the stat of what was read.
 
     The one reader for everything under a memory root. It opens without following a final
     symbolic link and without blocking (a FIFO or device planted where a file should be can
     neither hang the reader nor feed it endless bytes), checks with fstat that the open file is a
     regular file, and reads at most ``limit`` bytes (a file that is or grows larger is refused).
+    ``offset`` skips the bytes an append-only file's reader has already consumed (``limit`` then
+    bounds what is left); past the end it reads nothing.
 
     Raises:
         FileNotFoundError: the file does not exist (callers decide whether that is normal).
@@ -56,8 +58,10 @@ def read_file_st(path: str | os.PathLike, *, limit: int | None = None) -> tuple[
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise StoreError(f"{path} is not a regular file (a FIFO, device or directory); move it out of the memory root")
-        if limit is not None and st.st_size > limit:
+        if limit is not None and st.st_size - offset > limit:
             raise StoreError(f"{path} is {st.st_size} bytes, larger than the {limit} such a file may have")
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
         chunks: list[bytes] = []
         got = 0
         cap = None if limit is None else limit + 1
@@ -81,9 +85,9 @@ def read_file_st(path: str | os.PathLike, *, limit: int | None = None) -> tuple[
         os.close(fd)
 
 
-def read_file(path: str | os.PathLike, *, limit: int | None = None) -> bytes:
+def read_file(path: str | os.PathLike, *, limit: int | None = None, offset: int = 0) -> bytes:
     """:func:`read_file_st` without the stat."""
-    return read_file_st(path, limit=limit)[0]
+    return read_file_st(path, limit=limit, offset=offset)[0]
 
 
 # A \uD800-\uDFFF escape: JavaScript's JSON.stringify writes lone surrogates this way

@@ -309,6 +309,8 @@ def _check_records(store: MemoryStore, stats: ProjectStats) -> tuple[list[Findin
 
 
 def _check_index(store: MemoryStore) -> list[Finding]:
+    """index.json against a rebuild from records/; a compacted index (entries past the cap moved
+    to its archived rows and archive-summary.md) is as good as a full one."""
     fresh, fresh_skipped = store.fresh_index()
     path = str(store.index_path)
     if not store.index_path.exists():
@@ -323,21 +325,28 @@ def _check_index(store: MemoryStore) -> list[Finding]:
     # checkout) has new ones, which the next read takes up on its own.
     entries = [{k: v for k, v in e.items() if k != "inode"} for e in doc[0]]
     fresh = [{k: v for k, v in e.items() if k != "inode"} for e in fresh]
-    skipped = doc[1]
-    if entries == fresh and set(skipped) == set(fresh_skipped):
+    skipped, archived = doc[1], doc[2]
+    fresh_by_id = {e["runId"]: e for e in fresh}
+    archived_ok = all(rid in fresh_by_id and (row[0], row[2], row[3]) == (
+        fresh_by_id[rid]["endedAt"], fresh_by_id[rid].get("supersedes"), fresh_by_id[rid].get("supersededBy"))
+        for rid, row in archived.items())
+    in_order = [e["runId"] for e in fresh if e["runId"] not in archived]
+    if (entries == [fresh_by_id.get(e["runId"]) for e in entries] and [e["runId"] for e in entries] == in_order
+            and archived_ok and set(skipped) == set(fresh_skipped)):
         return []
-    have = {e["runId"] for e in entries}
-    want = {e["runId"] for e in fresh}
+    have = {e["runId"] for e in entries} | set(archived)
+    want = set(fresh_by_id)
     parts = []
     if want - have:
         parts.append(f"{len(want - have)} record(s) missing from it")
     if have - want:
         parts.append(f"{len(have - want)} entr(ies) without a readable record")
-    fresh_by_id = {e["runId"]: e for e in fresh}
     differ = sum(1 for e in entries if e["runId"] in fresh_by_id and e != fresh_by_id[e["runId"]])
+    differ += sum(1 for rid, row in archived.items() if rid in fresh_by_id and (row[0], row[2], row[3]) != (
+        fresh_by_id[rid]["endedAt"], fresh_by_id[rid].get("supersedes"), fresh_by_id[rid].get("supersededBy")))
     if differ:
         parts.append(f"{differ} entr(ies) differ from their record")
-    if [e["runId"] for e in entries] != [e["runId"] for e in fresh] and not parts:
+    if [e["runId"] for e in entries] != in_order and not parts:
         parts.append("entries out of order")
     if set(skipped) != set(fresh_skipped):
         parts.append("its list of unreadable records is out of date")
@@ -373,10 +382,8 @@ def _check_weights(settings: Settings, store: MemoryStore | None) -> list[Findin
 
 def _check_supersession(store: MemoryStore) -> list[Finding]:
     """Supersession links that name a run with no record (every reader ignores them)."""
-    entries = store.index_entries()
-    ended = {e["runId"]: e["endedAt"] for e in entries}
-    links = [(e["runId"], e["endedAt"], e.get("supersedes"), e.get("supersededBy"))
-             for e in entries if e.get("supersedes") or e.get("supersededBy")]
+    rows, ended = store.link_rows()  # archived records too
+    links = [row for row in rows if row[2] or row[3]]
     return [Finding("supersession", "warning", str(store.record_path(rid)),
                     f"{field} names {target}, which has no record; readers ignore the link", store.slug, field=field)
             for rid, field, target in supersession.dangling(links, ended)]
@@ -593,7 +600,7 @@ def doctor(
         slugs = _select(root, backfilled, project=project, cwd=cwd, all_projects=all_projects)
         stats, stores = [], {}
         for slug in slugs:
-            store = stores[slug] = MemoryStore(root, slug)
+            store = stores[slug] = MemoryStore(root, slug, index_cap=settings.index_cap)
             st, found = _check_project(store, settings, secrets=secrets, temp_age=temp_age, now=now)
             stats.append(st)
             findings += found

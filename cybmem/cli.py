@@ -598,16 +598,27 @@ def projects_cmd(ctx: Ctx):
 
 
 @command("rebuild")
-def rebuild_cmd(ctx: Ctx):
+def rebuild_cmd(
+    ctx: Ctx,
+    full: Annotated[bool, typer.Option("--full", help="Every record as an entry (no CYBERINE_MEMORY_INDEX_CAP compaction; the next write compacts again).")] = False,
+):
     """Regenerate index.json from records/ alone (deleting index.json loses nothing).
+
+    Entries past CYBERINE_MEMORY_INDEX_CAP (default 500) are archived: listed compactly in
+    index.json and one line each in archive-summary.md; --full keeps every entry.
 
     Example: cybmem rebuild --project web
     """
     store = ctx.store()
-    count = store.rebuild_index()
+    count = store.rebuild_index(full=full)
     _warn(p.message for p in store.problems)
+    archived = len(store.archived_ids())
     if ctx.json:
-        _print_json({"project": store.slug, "records": count, "index": str(store.index_path)})
+        _print_json({"project": store.slug, "records": count, "entries": count - archived, "archived": archived,
+                     "index": str(store.index_path)})
+    elif archived:
+        typer.echo(f"Rebuilt {store.index_path} from {count} records: {count - archived} entries, {archived} archived "
+                   f"(older than the newest {store.index_cap}; listed in {store.archive_path.name}).")
     else:
         _echo(f"Rebuilt {store.index_path} from {count} records.")
 
@@ -778,6 +789,7 @@ def search_cmd(
                     parent_run_id=parent, chat_session_id=chat, filter=f)
     result.hits = result.hits[offset:]
     _warn(p.message for p in result.snapshot.problems)
+    _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict(explain=explain_))
         return
@@ -912,6 +924,35 @@ def strip_cmd(
         _print_json({"task": out})
         return
     _write_exact(out)
+
+
+@command("embed")
+def embed_cmd(
+    ctx: Ctx,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+):
+    """Embed the records that have no vector yet for the configured model (a backfill).
+
+    Needs CYBERINE_MEMORY_EMBEDDINGS (ollama or an OpenAI-compatible base URL) and
+    CYBERINE_MEMORY_EMBED_MODEL (default nomic-embed-text). Vectors are appended to the project's
+    embeddings.jsonl, one per record and model; search then uses the vector axis.
+
+    Example: CYBERINE_MEMORY_EMBEDDINGS=ollama cybmem embed --project web
+    """
+    from .vectors import embed_missing
+
+    result = embed_missing(ctx.store(), ctx.settings, progress=progress)
+    _warn(result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
+        return
+    if not result.embedded:
+        typer.echo(f"Nothing to embed: all {result.had} records of project {result.project} already have a vector (model {result.model})"
+                   + (f" ({result.empty} have no text)." if result.empty else "."))
+        return
+    typer.echo(f"Embedded {result.embedded} records of project {result.project} with {result.model} ({result.dims} dimensions) "
+               f"in {result.seconds:.1f}s: {result.rate:.1f} records/s; {result.had + result.embedded} of {result.records} "
+               "records have a vector now.")
 
 
 # --- tuning and reports ---------------------------------------------------------------

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _io
+from .embeddings import record_text
 from .schema import RUN_ID_RE, STATES
 from .store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
 
@@ -135,10 +136,7 @@ class _Columns:
         c["supersededBy"].append(d.get("supersededBy") or None)
         c["supersedes"].append(d.get("supersedes") or None)
         c["inode"].append(inode)
-        text = d["task"] + "\n" + summary
-        if issues:
-            text += "\n" + "\n".join(issue_text.get(i, i) for i in issues)
-        self.texts.append(text)
+        self.texts.append(record_text(d["task"], summary, issues, issue_text))
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -291,16 +289,11 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
 
 
 def keyword_texts(table: pa.Table, issue_text: dict[str, str]) -> list[str]:
+    """The text each row is indexed by (cybmem.embeddings.record_text; embeddings use it too)."""
     tasks = table.column("task").to_pylist()
     summaries = table.column("summary").to_pylist()
     issues = table.column("issues").to_pylist()
-    out = []
-    for task, summary, ids in zip(tasks, summaries, issues):
-        text = task + "\n" + (summary or "")
-        if ids:
-            text += "\n" + "\n".join(issue_text.get(i, i) for i in ids)
-        out.append(text)
-    return out
+    return [record_text(task, summary, ids, issue_text) for task, summary, ids in zip(tasks, summaries, issues)]
 
 
 def _by_time(table: pa.Table, texts: list[str]) -> tuple[pa.Table, list[str]]:

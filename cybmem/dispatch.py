@@ -291,8 +291,11 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     snap = load_snapshot(store)
     store.problems.extend(p for p in snap.problems if p not in store.problems)  # reported by the caller
     weights = loaded.weights
-    result = search(snap, task, k=settings.topk, weights=weights, settings=settings, as_of=as_of, now_ms=now_ms,
+    result = search(snap, task, k=settings.topk, weights=loaded, settings=settings, as_of=as_of, now_ms=now_ms,
                     parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude)
+    if result.weights != weights:  # the vector axis' default weight joined (embeddings configured and stored)
+        weights = result.weights
+        inj.weights = LoadedWeights(weights, {**loaded.sources, "w_vec": "default (embeddings)"}, loaded.problems)
     ranking = _rank(snap, result, weights, as_of=as_of) if settings.issues else None
     inj.open_issues = len(ranking) if ranking is not None else len(snap.open_rows(as_of))
     open_ids: set[str] = set()  # of the issues the hits raised, those still open
@@ -425,6 +428,7 @@ def inject_task(
         inj = _build(store, task, settings, loaded, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
                      chat_session_id=chat_session_id)
         inj.warnings = warnings + [p.message for p in store.problems]
+        inj.warnings += inj.result.warnings if inj.result is not None else []  # e.g. the vector axis fell back
         if strict and inj.warnings:
             from .errors import StoreError
 

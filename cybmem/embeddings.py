@@ -2,19 +2,58 @@
 
 Each line is ``{"runId", "model", "dims", "vector": [floats]}`` (``dims`` is optional for lines
 written by other tools). :func:`read_rows` reads the file with the one reader and reports each
-unusable line once; :func:`row_problem` is the rule for a usable row.
+unusable line once; :func:`row_problem` is the rule for a usable row. cybmem writes at most one
+line per (runId, model) (:meth:`cybmem.store.MemoryStore.append_embeddings` checks under the
+project lock); should another tool write a second one, readers keep the first.
+
+What is embedded is what the keyword index sees (:func:`record_text`: task, summary, title and
+detail of the issues the run raised), cut to :data:`EMBED_TEXT_CHARS` (:func:`embedding_text`).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import orjson
+
 from . import _io
 
-__all__ = ["MAX_EMBEDDINGS_BYTES", "row_problem", "read_rows"]
+__all__ = ["MAX_EMBEDDINGS_BYTES", "EMBED_TEXT_CHARS", "row_problem", "read_rows", "record_text", "embedding_text",
+           "row_bytes", "keys_in"]
 
 MAX_EMBEDDINGS_BYTES = 8 * 1024 * 1024 * 1024
+# Embedding models read a few hundred tokens at most (all-MiniLM-L6-v2: 256 word pieces, about
+# 1,000 characters; nomic-embed-text more, at a cost that grows with the length): the head of
+# the text carries the task, which is what a later query resembles.
+EMBED_TEXT_CHARS = 2000
+
+
+def record_text(task: str, summary: str | None, issues: Sequence[str] | None, issue_text: Mapping[str, str]) -> str:
+    """The text a record is indexed by: task, summary and the text (title, detail) of the issues it raised.
+
+    The keyword index (cybmem.columns) and the embeddings use this one function.
+    """
+    text = task + "\n" + (summary or "")
+    if issues:
+        text += "\n" + "\n".join(issue_text.get(i, i) for i in issues)
+    return text
+
+
+def embedding_text(text: str) -> str | None:
+    """``text`` cut to :data:`EMBED_TEXT_CHARS` for an embedding model; None when nothing is left to embed."""
+    text = text.strip()[:EMBED_TEXT_CHARS]
+    return text if text.strip() else None
+
+
+def row_bytes(run_id: str, model: str, vector: np.ndarray) -> bytes:
+    """One embeddings.jsonl line (without newline); float32 values in their shortest form."""
+    vec = np.ascontiguousarray(vector, dtype=np.float32).ravel()
+    return orjson.dumps({"runId": run_id, "model": model, "dims": int(vec.shape[0]), "vector": vec},
+                        option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def row_problem(row: Any) -> str | None:
@@ -65,3 +104,34 @@ def read_rows(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str, 
         else:
             problems.append((lineno, "a torn last line (no newline; a writer was interrupted)" if torn else reason, torn))
     return rows, problems
+
+
+def keys_in(path: Path, wanted: Iterable[tuple[str, str]], *, offset: int = 0) -> set[tuple[str, str]]:
+    """Which of the ``wanted`` (runId, model) pairs have a usable line in the file after ``offset``.
+
+    Only lines that contain one of the wanted run ids as a JSON string are parsed (run ids need
+    no escapes, so their quoted form is what any JSON writer puts in the line), so checking a
+    few keys costs one read of the bytes after ``offset`` and a substring search.
+    """
+    wanted = set(wanted)
+    if not wanted:
+        return set()
+    try:
+        raw = _io.read_file(path, limit=MAX_EMBEDDINGS_BYTES, offset=offset)
+    except FileNotFoundError:
+        return set()
+    found: set[tuple[str, str]] = set()
+    for run_id in {rid for rid, _ in wanted}:
+        needle = b'"' + run_id.encode() + b'"'
+        for m in re.finditer(re.escape(needle), raw):
+            start = raw.rfind(b"\n", 0, m.start()) + 1
+            end = raw.find(b"\n", m.end())
+            if end < 0:
+                continue  # a torn last line is not a line yet
+            try:
+                row = _io.loads(raw[start:end])
+            except ValueError:
+                continue
+            if row_problem(row) is None and (row["runId"], row["model"]) in wanted:
+                found.add((row["runId"], row["model"]))
+    return found

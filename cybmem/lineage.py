@@ -89,9 +89,10 @@ def chain(store: MemoryStore, run_id: str) -> ChainResult:
 
     Backwards follows each record's previousRunId; forwards follows the records
     that name the current one as previous (the earliest-ended one when several
-    runs started from the same predecessor).
+    runs started from the same predecessor). Runs compaction moved out of index.json are
+    read from their records, so the chain reaches every record.
     """
-    entries = store.index_entries()
+    entries = store.all_entries()
     by_id = {e["runId"]: e for e in entries}
     followers: dict[str, list[dict]] = {}
     for e in sorted(entries, key=lambda e: (e["endedAt"], e["runId"])):

@@ -4,23 +4,33 @@ This is the read path production dispatch calls on every run (through :mod:`cybm
 load the project's snapshot (warm from the Arrow cache), score the records that can reach the
 top k exactly as scoring all of them would (:func:`_pool`), and return the hits with their
 per-axis contributions. Nothing here imports pandas.
+
+The vector axis (cosine with the query's embedding, cybmem.vectors) is on when the project has
+vectors for the configured embedding model and w_vec > 0; the query is embedded within
+CYBERINE_MEMORY_EMBED_TIMEOUT, and when that fails the other axes rank alone, with one warning.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
+from .errors import CybmemError
 from .scoring import LineageContext, Scored, explain, lineage_affinity, rank, score
 from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
 from .text import tokenize
-from .weights import Weights, weights_for
+from .weights import DEFAULT_W_VEC, LoadedWeights, Weights, weights_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .vectors import VectorQuery
 
 __all__ = ["Hit", "Ranked", "SearchResult", "dispatch_context", "rank_query", "search"]
 
@@ -65,12 +75,17 @@ class SearchResult:
     context: LineageContext
     snapshot: Snapshot = field(repr=False)
     ranked: Ranked | None = field(default=None, repr=False)
+    warnings: list[str] = field(default_factory=list)  # e.g. the query could not be embedded
+    vector: bool = False  # the vector axis took part
 
     def to_dict(self, *, explain: bool = False) -> dict:
-        return {
+        out = {
             "query": self.query, "asOf": self.as_of, "now": self.now_ms, "candidates": self.candidates,
             "weights": self.weights.to_dict(), "hits": [h.to_dict(explain=explain) for h in self.hits],
         }
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
 
 
 def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | None) -> LineageContext:
@@ -88,11 +103,11 @@ def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat:
 
 
 def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int,
-          *, by_recency: bool = True) -> np.ndarray:
+          *, by_recency: bool = True, vec: np.ndarray | None = None) -> np.ndarray:
     """Row indices that can reach the top k, ascending; scoring only these is exact.
 
-    Every axis is non-negative. Records with a keyword score are all kept. A record
-    without one scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
+    Every axis is non-negative. Records with a keyword or a vector score are all kept. A record
+    with neither scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
     few levels (see scoring.lineage_affinity), so among records of one lineage level
     the newer always scores at least as high: only the k newest of each level can
     reach the top k. With recency off they tie, and the ranking breaks ties by the
@@ -101,6 +116,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     step = 4 * k + 64
     empty = np.zeros(0, np.int64)
     hot = empty if kw is None else np.flatnonzero(kw > 0)
+    if vec is not None:
+        hot = np.flatnonzero(vec > 0) if kw is None else np.flatnonzero((kw > 0) | (vec > 0))
     hot = hot[mask[hot]]
     order = snap.newest_first() if by_recency else None
 
@@ -124,6 +141,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
         ok = mask[chunk]
         if kw is not None:
             ok &= kw[chunk] <= 0
+        if vec is not None:
+            ok &= vec[chunk] <= 0
         if lin is not None:
             ok &= lin[chunk] <= 0
         chunk = chunk[ok][: k - got]
@@ -134,6 +153,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
         linked = linked[mask[linked]]
         if kw is not None:
             linked = linked[kw[linked] <= 0]
+        if vec is not None:
+            linked = linked[vec[linked] <= 0]
         if len(linked) <= step:
             picked.append(linked)
         else:
@@ -169,6 +190,7 @@ def rank_query(
     chat_session_id: str | None = None,
     exclude: str | None = None,
     where: np.ndarray | None = None,
+    vector: "VectorQuery | np.ndarray | None" = None,
 ) -> Ranked:
     """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
 
@@ -176,6 +198,12 @@ def rank_query(
     the latency benchmark compares with other BM25 engines' retrieval. ``where`` (a row mask,
     e.g. :func:`cybmem.filters.record_mask`) narrows the candidates; the dispatch context (the
     predecessor) is still taken from every candidate.
+
+    ``vector`` is the vector axis (used when ``weights.w_vec > 0``): the cosine of every row
+    with the query (a float32 array aligned with the rows), or a :class:`cybmem.vectors.VectorQuery`,
+    which computes it by one mat-vec or, on a large index, by binary quantisation with exact
+    rescoring of the nearest rows and of every row the other axes could still lift into the top
+    k (:meth:`~cybmem.vectors.VectorQuery.axis`). Either way the top k is that of exact cosines.
     """
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
     mask = snap.candidates(as_of)
@@ -193,9 +221,32 @@ def rank_query(
     if k <= 0:
         return Ranked([], [], None, mask, ctx, now, kw, lin)  # no runs asked for; the axes still serve issues
     idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
+    cos = None
+    if vector is not None and weights.w_vec > 0:
+        dense: list[Scored] = []
+        if isinstance(vector, np.ndarray):
+            cos = vector
+        else:
+            def partial() -> np.ndarray:  # every row on the other axes (the bound of a binary axis)
+                dense.append(score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
+                                   weights=weights, mask=mask))
+                return dense[0].total
+
+            cos = vector.axis(partial, mask, weights.w_vec, k)
+        if dense:
+            # Every row is scored on the other axes already: add the vector axis, in the order
+            # score() adds it, and rank them all (the same floats as scoring every record).
+            d = dense[0]
+            vec = np.asarray(cos, dtype=np.float32) * np.float32(weights.w_vec)
+            scored = Scored(total=d.total + vec, keyword=d.keyword, recency=d.recency, lineage=d.lineage, vector=vec,
+                            weights=weights, mask=mask)
+            local = rank(scored, k)
+            return Ranked(list(local), local, scored, mask, ctx, now, kw, lin)
+        # Rows with a vector score join the pool like keyword hits; the rest keep the rule above.
+        idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
-                   vector_cos=None, weights=weights, mask=mask[idx])
+                   vector_cos=sub(cos), weights=weights, mask=mask[idx])
     local = rank(scored, k)
     return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin)
 
@@ -205,7 +256,7 @@ def search(
     query: str,
     *,
     k: int = 10,
-    weights: Weights | None = None,
+    weights: Weights | LoadedWeights | None = None,
     settings: Settings | None = None,
     as_of: int | None = None,
     now_ms: int | None = None,
@@ -213,6 +264,7 @@ def search(
     chat_session_id: str | None = None,
     exclude: str | None = None,
     filter: "RecordFilter | None" = None,
+    query_vector: np.ndarray | None = None,
 ) -> SearchResult:
     """Score every record of a project against ``query`` and return the top ``k``.
 
@@ -228,19 +280,21 @@ def search(
             CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID from ``settings``).
         exclude: a run id never to return (e.g. the query's own run).
         filter: only records that pass it are ranked (:func:`cybmem.filters.record_mask`).
+        query_vector: the query's embedding, if already known (else it is embedded when the
+            vector axis is on: CYBERINE_MEMORY_EMBEDDINGS set, vectors stored, w_vec > 0).
 
     Returns:
-        A :class:`SearchResult` whose hits carry rank, score and per-axis contributions.
+        A :class:`SearchResult` whose hits carry rank, score and per-axis contributions, and a
+        warning when the vector axis had to be left out.
     """
     snap = store if isinstance(store, Snapshot) else load_snapshot(store)
     settings = settings or Settings.from_env()
-    if weights is None:
-        weights = weights_for(settings, snap.store).weights
+    weights, vector, warnings = _vector_axis(snap, query, settings, weights, query_vector)
     parent_run_id = parent_run_id or settings.parent_run_id
     chat_session_id = chat_session_id or settings.chat_session_id
     where = record_mask(snap, filter) if filter is not None and filter.active else None
     ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
-                        chat_session_id=chat_session_id, exclude=exclude, where=where)
+                        chat_session_id=chat_session_id, exclude=exclude, where=where, vector=vector)
     hits: list[Hit] = []
     rows = snap.rows(ranked.top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
     for pos, (local, row) in enumerate(zip(ranked.local, rows), 1):
@@ -251,4 +305,47 @@ def search(
             task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
-                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap, ranked=ranked)
+                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap,
+                        ranked=ranked, warnings=warnings, vector=vector is not None)
+
+
+def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weights | LoadedWeights | None,
+                 query_vector: np.ndarray | None) -> tuple[Weights, "VectorQuery | None", list[str]]:
+    """The weights to rank with and the vector axis (None: off), plus at most one warning.
+
+    Without CYBERINE_MEMORY_EMBEDDINGS nothing here touches embeddings.jsonl or the network.
+    """
+    loaded = None
+    if weights is None:
+        loaded = weights_for(settings, snap.store)
+    elif isinstance(weights, LoadedWeights):
+        loaded = weights
+    if loaded is not None:
+        weights = loaded.weights
+    if not settings.env.get("CYBERINE_MEMORY_EMBEDDINGS", "").strip() or snap.store is None:
+        return weights, None, []
+    wanted = weights.w_vec > 0 or (loaded is not None and loaded.sources["w_vec"] == "default")
+    if not wanted:
+        return weights, None, []
+    from .vectors import VectorQuery, embed_config_of, load_index, query_vector as embed_query
+
+    config, problem = embed_config_of(settings)
+    if config is None:
+        return weights, None, [problem] if problem else []
+    try:
+        index = load_index(snap, config.model)
+    except CybmemError as exc:  # embeddings.jsonl unreadable (a symlink, not a file): rank without it
+        return weights, None, [f"vector axis off: {exc}"]
+    if index is None:
+        return weights, None, []
+    if loaded is not None and loaded.sources["w_vec"] == "default":
+        weights = dataclasses.replace(weights, w_vec=DEFAULT_W_VEC)  # cybmem.weights: "default (embeddings)"
+    if weights.w_vec <= 0:
+        return weights, None, []
+    vec, problem = (query_vector, None) if query_vector is not None else embed_query(config, query)
+    if vec is None:
+        return weights, None, [problem] if problem else []
+    if np.asarray(vec).size != index.dims:
+        return weights, None, [f"vector axis skipped: the query vector has {np.asarray(vec).size} dimensions, the stored "
+                               f"{config.model} vectors {index.dims}; re-embed with `cybmem embed` after changing the model"]
+    return weights, VectorQuery(index, np.asarray(vec, dtype=np.float32)), []

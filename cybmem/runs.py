@@ -5,6 +5,12 @@ run's id, cwd, workflow, task, state, times, workers (with their final
 answers), an optional judge verdict and optional lineage. Field names of the
 TypeScript orchestrator and a few common aliases are accepted; anything
 missing that is optional is defaulted, extra fields are ignored.
+
+Two optional layers (seeds W4), both best effort and off unless configured:
+distillation (``CYBERINE_MEMORY_MODEL``: one chat call refines the NEW record's outcome
+before it is written, ADD-only) and embeddings (``CYBERINE_MEMORY_EMBEDDINGS``: the written
+record's text is embedded and appended to embeddings.jsonl). A failure of either keeps the
+record as the extractive path makes it and adds one line to ``WriteResult.warnings``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ._io import loads, read_file
-from .errors import NotFoundError, StoreError, ValidationError
+from .embeddings import embedding_text, record_text
+from .errors import CybmemError, NotFoundError, StoreError, ValidationError
 from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
 from .preamble import strip, strip_memory
 from .projects import peek_slug, select_project
@@ -232,11 +239,15 @@ class WriteResult:
     path: Path
     redacted: list[str]
     store: MemoryStore
+    notes: list[str] = field(default_factory=list)  # one line per optional layer that fell back
+    distilled: bool = False  # the outcome was refined by CYBERINE_MEMORY_MODEL
+    embedded: bool = False  # a vector was appended to embeddings.jsonl
 
     @property
     def warnings(self) -> list[str]:
-        """What went wrong without failing the write (e.g. the derived index not updated)."""
-        return [p.message for p in self.store.problems]
+        """What went wrong without failing the write (e.g. the derived index not updated, an
+        optional layer that fell back: distillation, embeddings)."""
+        return [p.message for p in self.store.problems] + self.notes
 
     def to_dict(self) -> dict:
         return {
@@ -245,6 +256,8 @@ class WriteResult:
             "path": str(self.path),
             "events": [e.to_dict() for e in self.events],
             "redacted": self.redacted,
+            "distilled": self.distilled,
+            "embedded": self.embedded,
             "warnings": self.warnings,
         }
 
@@ -369,15 +382,18 @@ def write_run(
     """Build the record of an orchestrator run and write it to its project's store.
 
     Everything is validated before anything touches the disk, so bad input leaves
-    nothing behind.
+    nothing behind. With CYBERINE_MEMORY_MODEL set the outcome is distilled first
+    (:func:`_distill_into`); with CYBERINE_MEMORY_EMBEDDINGS set the written record is embedded
+    (:func:`_embed_written`). Neither can fail the write: a fallback is one line in ``warnings``.
     """
     run = parse_run(run_obj)
     project_cwd = cwd or run.cwd or os.getcwd()
     if project:
-        store = MemoryStore(settings.memory_dir, select_project(settings.memory_dir, project=project, create=True))
+        store = MemoryStore(settings.memory_dir, select_project(settings.memory_dir, project=project, create=True),
+                            index_cap=settings.index_cap)
     else:
         # Work out the slug without registering it: bad input must leave nothing behind.
-        store = MemoryStore(settings.memory_dir, peek_slug(settings.memory_dir, project_cwd))
+        store = MemoryStore(settings.memory_dir, peek_slug(settings.memory_dir, project_cwd), index_cap=settings.index_cap)
     old_id = None
     if supersedes:
         # A correction takes the place of the run it corrects: same lineage unless it says otherwise.
@@ -388,8 +404,107 @@ def write_run(
         run, store, settings, run_id=run_id, parent_run_id=parent_run_id,
         chat_session_id=chat_session_id, cwd=project_cwd,
     )
+    warnings: list[str] = []
+    distilled = _distill_into(rec, events, run, settings, redacted, warnings)
     MemoryStore.validate_write(rec, events)  # before anything is registered: bad input leaves nothing behind
     if not project:
         store = MemoryStore.open(settings, cwd=project_cwd, create=True)
+    since = _size(store.embeddings_path)  # no line for this new record can predate it
     path, written = store.commit(rec, events, corrects=old_id)
-    return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store)
+    embedded = _embed_written(store, rec, settings, since, warnings)
+    return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store, notes=warnings,
+                       distilled=distilled, embedded=embedded)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, settings: Settings,
+                  redacted: list[str], warnings: list[str]) -> bool:
+    """Refine the new record's outcome with one CYBERINE_MEMORY_MODEL call (ADD-only); True when it did.
+
+    The model sees the run and the extractive outcome as a draft. Its summary replaces the
+    extractive one; its accomplished and next items are added after the extractive ones; its
+    issues open ledger events through the trailer's path (split_issue, issue_slug), after the
+    extractive ones, and never resolve anything. Existing records and ledger lines are never
+    touched. Everything it returns is redacted like the rest of the record. Unset: skipped; a
+    malformed reply, a timeout or an error keeps the extractive outcome and adds one warning.
+    """
+    if not settings.env.get("CYBERINE_MEMORY_MODEL", "").strip():
+        return False
+    from . import remote  # only a configured layer pays for httpx
+
+    try:
+        config = remote.distill_config(settings.env)
+        if config is None:
+            return False
+        run_view = {"task": rec.task, "workflowName": run.workflow_name, "state": run.state,
+                    "verdictSummary": rec.verdictSummary, "winnerOutput": run.winner_output, "workers": run.workers}
+        out = remote.distill(config, run_view, rec.outcome.to_dict())
+    except CybmemError as exc:
+        message = _one_line(exc).removeprefix("distilled outcome: ")
+        if "extractive outcome is kept" not in message:
+            message += "; the extractive outcome is kept"
+        warnings.append(f"outcome not distilled: {message}")
+        return False
+    found: set[str] = set()
+    if settings.redact_secrets:  # the same one pass as the rest of the run (cybmem.redact.redact_value)
+        out = redact_value(out, found)[0]
+    outcome = rec.outcome
+    outcome.summary = out["summary"] or outcome.summary
+    for key in ("accomplished", "next"):
+        have = getattr(outcome, key)
+        for item in out[key]:
+            if item not in have:
+                have.append(item)
+    touched = {ev.issueId for ev in events}
+    for item in out["issues"]:
+        title, detail = split_issue(item)
+        iid = issue_slug(title)
+        if iid in outcome.issues or iid in touched:
+            continue
+        outcome.issues.append(iid)
+        touched.add(iid)
+        events.append(IssueEvent(issueId=iid, at=rec.endedAt, event="opened", byRunId=rec.runId, title=title,
+                                 detail=detail or None))
+    redacted[:] = sorted(set(redacted) | found)
+    return True
+
+
+def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, since: int, warnings: list[str]) -> bool:
+    """Embed the record just written and append its vector (best effort); True when a line was added.
+
+    The text is the keyword index's (task, summary, text of the issues it raised), cut to
+    EMBED_TEXT_CHARS. A failure or timeout leaves the record as written and adds one warning;
+    ``cybmem embed`` fills the gap later.
+    """
+    if not settings.env.get("CYBERINE_MEMORY_EMBEDDINGS", "").strip():
+        return False
+    from . import remote  # only a configured layer pays for httpx
+
+    try:
+        config = remote.embed_config(settings.env)
+        if config is None:
+            return False
+        # The keyword index's issue text: title and detail by the fold's rule (cybmem.snapshot.issue_texts).
+        texts = {k: v.title if not v.detail else f"{v.title}\n{v.detail}" for k, v in store.issue_states().items()}
+        text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts))
+        if text is None:
+            return False
+        # Off the dispatch path, but the run is over and its caller waits: two attempts of up to
+        # write_timeout each (a cold Ollama loads the model within the first).
+        with remote.Embedder(dataclasses.replace(config, attempts=min(config.attempts, 2))) as embedder:
+            vector = embedder.embed([text])[0]
+        return store.append_embeddings([(rec.runId, config.model, vector)], since=since)[0] > 0
+    except Exception as exc:  # noqa: BLE001 - the record is written; an optional layer never fails the write
+        message = _one_line(exc) if isinstance(exc, (CybmemError, OSError)) else f"unexpected {type(exc).__name__}: {_one_line(exc)}"
+        warnings.append(f"embedding not written: {message}; `cybmem embed` adds it later")
+        return False

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import ValidationError
 
-__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS"]
+__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS", "DEFAULT_INDEX_CAP"]
 
 #: Prior runs in the MEMORY block. The store format's suggested 3 was measured against more on the
 #: pytest corpus qrels replayed through dispatch (benchmarks/bench_dispatch.py): the block names a
@@ -25,6 +25,8 @@ DEFAULT_MAX_TOKENS = 1500
 DEFAULT_ISSUES = 5
 #: days a closed issue stays in the default `cybmem issues` view (CYBERINE_MEMORY_ISSUE_WINDOW_DAYS)
 DEFAULT_ISSUE_WINDOW_DAYS = 90
+# index.json keeps this many entries; older ones collapse into archive-summary.md (seeds 3.5).
+DEFAULT_INDEX_CAP = 500
 
 _FALSE = {"0", "false", "no", "off"}
 
@@ -78,6 +80,7 @@ class Settings:
     chat_session_id: str | None = None
     redact_secrets: bool = True
     issue_window_days: int = DEFAULT_ISSUE_WINDOW_DAYS
+    index_cap: int = DEFAULT_INDEX_CAP
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     problems: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
@@ -110,6 +113,7 @@ class Settings:
             chat_session_id=_none_if_empty(env.get("CYBERINE_CHAT_SESSION_ID")),
             redact_secrets=_flag(env, "CYBERINE_MEMORY_REDACT", True),
             issue_window_days=_int_env(env, "CYBERINE_MEMORY_ISSUE_WINDOW_DAYS", DEFAULT_ISSUE_WINDOW_DAYS, 0),
+            index_cap=_int_env(env, "CYBERINE_MEMORY_INDEX_CAP", DEFAULT_INDEX_CAP, 0),
             env=env,
             problems=tuple(problems or ()),
         )

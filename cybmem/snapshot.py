@@ -472,7 +472,9 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
         table, events, index, _bad, problems, _, _ = _build_full(store)
         problems += [ReadProblem(str(d), f"{d} is a symbolic link; the cache is neither read nor written through it "
                                          "(remove the link, see `cybmem doctor`)") for d in linked if d == cache]
-        return Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
+        snap = Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
+        snap._cache["uncached"] = True  # derived layers (cybmem.vectors) stay in memory too
+        return snap
     for attempt in range(3):
         try:
             try:

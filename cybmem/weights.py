@@ -5,6 +5,10 @@ projects), ``<project>/weights.json`` (what ``cybmem tune --save`` and the tunin
 write), the file named by ``CYBERINE_MEMORY_WEIGHTS``, then the ``CYBERINE_MEMORY_W_*`` and
 ``CYBERINE_MEMORY_HALF_LIFE_DAYS`` variables. :func:`load_weights` says which source set each
 weight; the dispatch path asks it to skip a broken source (with a warning) rather than fail.
+
+The default w_vec is 0: without embeddings there is no vector axis. When the project has vectors
+for the configured embedding model and no file or variable sets w_vec, :data:`DEFAULT_W_VEC`
+applies (source ``"default (embeddings)"``), a value measured on the corpus qrels.
 """
 
 from __future__ import annotations
@@ -24,12 +28,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from .settings import Settings
     from .store import MemoryStore
 
-__all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
+__all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
            "save_weights"]
 
 ENV_PREFIX = "CYBERINE_MEMORY_"
 WEIGHTS_FILE = "weights.json"
 _MAX_BYTES = 1 << 20
+# w_vec when the store has vectors for the configured model and nothing sets it. Measured with
+# benchmarks/bench_embed.py (all-MiniLM-L6-v2; the pytest corpus qrels replayed as of each query
+# with the query text embedded; the other weights at their defaults), MRR@10 / R@10: no vectors
+# 0.425 / 0.561; w_vec 0.05: 0.420 / 0.561; 0.1: 0.412 / 0.561; 0.2: 0.402; 0.5: 0.373; 1.0:
+# 0.354; the vector axis alone 0.167. Those judgments link runs by ticket number, a lexical
+# signal the keyword axis already has, so no weight gains there; 0.05, the smallest step, costs
+# 0.005 (one query one rank lower, recall unchanged) and still lifts a run that a query only
+# paraphrases into the top 3 (tests/test_vectors.py), which is what embeddings are for.
+DEFAULT_W_VEC = 0.05
 
 
 @dataclass(frozen=True)
@@ -157,7 +170,7 @@ def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str
 
 
 def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None = None, *,
-                 lenient: bool = False) -> LoadedWeights:
+                 lenient: bool = False, vectors: bool = False) -> LoadedWeights:
     """Defaults, then each existing JSON file in order, then CYBERINE_MEMORY_W_* variables.
 
     Files may carry a "savedAt" key (written by :func:`save_weights`); it is ignored. Missing
@@ -168,12 +181,17 @@ def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None
         env: the environment (default: none).
         lenient: skip a broken file or variable and say why in ``problems`` (the dispatch path);
             otherwise raise.
+        vectors: the store has vectors for the configured embedding model; then a w_vec that no
+            file or variable sets is :data:`DEFAULT_W_VEC` (source ``"default (embeddings)"``).
 
     Raises:
         ValidationError: a malformed file or variable, named, with the fix (unless ``lenient``).
     """
     merged: dict[str, Any] = Weights().to_dict()
     sources = {name: "default" for name in merged}
+    if vectors:
+        merged["w_vec"] = DEFAULT_W_VEC
+        sources["w_vec"] = "default (embeddings)"
     problems: list[str] = []
     for f in files:
         p = Path(f)
@@ -203,9 +221,13 @@ def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None
     return LoadedWeights(weights, sources, problems)
 
 
-def weights_for(settings: "Settings", store: "MemoryStore | None" = None, *, lenient: bool = False) -> LoadedWeights:
-    """The weights production uses for this project (defaults < files < environment)."""
-    return load_weights(weight_files(settings, store), settings.env, lenient=lenient)
+def weights_for(settings: "Settings", store: "MemoryStore | None" = None, *, lenient: bool = False,
+                vectors: bool = False) -> LoadedWeights:
+    """The weights production uses for this project (defaults < files < environment).
+
+    ``vectors``: the project has vectors for the configured embedding model (see :func:`load_weights`).
+    """
+    return load_weights(weight_files(settings, store), settings.env, lenient=lenient, vectors=vectors)
 
 
 def save_weights(weights: Weights, path: Path | str) -> Path:

@@ -179,11 +179,21 @@ def _ledger_ok(store, *, torn_ok: bool = False) -> list[dict]:
 
 
 def _index_ok(store, run_ids: set[str]) -> None:
+    """index.json equals a rebuild: its entries, plus the runs compaction archived past the cap."""
     data = orjson.loads(store.index_path.read_bytes())
-    assert {e["runId"] for e in data["entries"]} == run_ids
-    assert data["count"] == len(run_ids) and not data.get("skipped")
+    archived = {row[0]: row for row in data.get("archived", [])}
+    entries = [e["runId"] for e in data["entries"]]
+    assert set(entries) | set(archived) == run_ids and not set(entries) & set(archived)
+    assert data["count"] == len(entries) and not data.get("skipped")
+    assert len(entries) == min(len(run_ids), store.index_cap or len(run_ids)), "compacted to the cap"
     fresh, skipped = store.fresh_index()
-    assert data["entries"] == fresh and not skipped, "index.json differs from a fresh rebuild"
+    by_id = {e["runId"]: e for e in fresh}
+    assert data["entries"] == [by_id[r] for r in entries] and not skipped, "index.json differs from a fresh rebuild"
+    assert entries == [e["runId"] for e in fresh if e["runId"] not in archived], "newest first"
+    assert all((row[1], row[2]) == (by_id[rid]["endedAt"], by_id[rid]["inode"]) for rid, row in archived.items())
+    if archived:
+        listed = [line.split("  ")[2] for line in store.archive_path.read_text().splitlines() if line.startswith("- ")]
+        assert len(listed) == len(set(listed)) and set(listed) >= set(archived), "one archive line per archived run"
 
 
 def _cache_ok(store, run_ids: set[str], n_events: int, *, torn_ok: bool = False) -> None:

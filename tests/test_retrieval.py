@@ -300,3 +300,53 @@ def test_pool_ranks_exactly_with_many_matches_and_big_lineage_groups(weights):
                           weights=weights, mask=mask)
             assert ranked.top == rank(dense, 10), (query, parent)
             assert len(ranked.scored.total) < snap.n, "the pool is smaller than the store"
+
+
+class _Recorded:
+    """A vector axis that keeps the cosine it handed to rank_query (to score densely with it)."""
+
+    def __init__(self, query):
+        self.query, self.cos = query, None
+
+    def axis(self, partial, mask, w_vec, k):
+        self.cos = self.query.axis(partial, mask, w_vec, k)
+        return self.cos
+
+
+@pytest.mark.parametrize("weights", [Weights(w_vec=0.3), Weights(w_kw=0, w_rec=0.5, w_lin=0.2, w_vec=1),
+                                     Weights(w_kw=0.2, w_rec=0, w_lin=0.3, w_vec=0.5), Weights(w_kw=0.9, w_rec=0.1, w_lin=0, w_vec=0.05)])
+@pytest.mark.parametrize("method, candidates", [("exact", None), ("binary", None), ("binary", 12)])
+def test_pool_ranks_exactly_with_a_vector_axis(weights, method, candidates):
+    import numpy as np
+
+    from cybmem.scoring import lineage_affinity, rank, score
+    from cybmem.retrieval import dispatch_context, rank_query
+    from cybmem.text import tokenize
+    from cybmem.vectors import VectorIndex, VectorQuery
+
+    snap = _synthetic_snapshot()
+    r = snap.records
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((snap.n, 24)).astype(np.float32)
+    vectors[rng.random(snap.n) < 0.2] = 0  # records without a vector
+    index = VectorIndex.from_matrix(vectors, block_rows=700)
+    now = T0 + 3001 * 3_600_000
+    for query in ("cart drawer", "zzz nothing matches", "teardown order fixture"):
+        for parent in (None, "r02100"):
+            qvec = rng.standard_normal(24).astype(np.float32)
+            axis = _Recorded(VectorQuery(index, qvec, method, candidates))
+            ranked = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent, vector=axis)
+            mask = snap.candidates(None)
+            ctx = dispatch_context(snap, mask, parent, None)
+            kw = snap.index.scores(tokenize(query))
+            lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
+                                   r.column("rootRunId"), r.column("chatSessionId"), ctx)
+            dense = score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=axis.cos,
+                          weights=weights, mask=mask)
+            assert ranked.top == rank(dense, 10), (query, parent)
+            exact = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent, vector=index.exact(qvec))
+            assert ranked.top == exact.top, "binary quantisation with the bound ranks as exact cosines do"
+            if method == "binary" and axis.query.stats["method"] == "binary":
+                assert axis.query.stats["rescored"] < snap.n, "fewer rows than the mat-vec"
+                scored = axis.cos > 0
+                assert np.allclose(axis.cos[scored], index.exact(qvec)[scored], atol=1e-6)

@@ -1,0 +1,349 @@
+"""The vector axis: the cosine kernels, the row-aligned vector cache, embedding on write, the
+backfill, search and inject with embeddings, against the real test servers of tests/servers.py.
+
+Tests marked ``model`` use the real all-MiniLM-L6-v2 model (skip them with ``-m "not model"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import orjson
+import pytest
+
+from cybmem.runs import write_run
+from cybmem.retrieval import search
+from cybmem.settings import Settings
+from cybmem.snapshot import load_snapshot
+from cybmem.store import MemoryStore
+from cybmem.vectors import EXACT_MAX_FLOATS, VectorIndex, embed_missing, load_index, sign_codes
+from cybmem.weights import DEFAULT_W_VEC, Weights, weights_for
+
+from conftest import T0, make_run
+from servers import HASH_DIMS, MINILM_NAME, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
+
+DAY = 86_400_000
+
+
+def embed_env(server, **extra) -> dict:
+    """Embeddings through the server's OpenAI form (the Ollama form is tested in test_remote.py)."""
+    return {"CYBERINE_MEMORY_EMBEDDINGS": f"{server.url}/v1", "CYBERINE_MEMORY_EMBED_MODEL": server.model, **extra}
+
+
+def settings_with(memory_root, env=None) -> Settings:
+    return Settings.from_env(env or {}, memory_dir=memory_root)
+
+
+def lines_of(path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+# --- kernels --------------------------------------------------------------------------------
+
+
+def test_sign_codes_and_hamming_match_a_bit_by_bit_count():
+    rng = np.random.default_rng(1)
+    m = rng.standard_normal((50, 70)).astype(np.float32)  # 70 dims: two words, the second padded
+    q = rng.standard_normal(70).astype(np.float32)
+    index = VectorIndex.from_matrix(m, block_rows=16)
+    expected = ((m > 0) != (q > 0)).sum(axis=1)
+    assert sign_codes(m).shape == (50, 2)
+    np.testing.assert_array_equal(index.hamming(q), expected)
+
+
+def test_exact_cosine_is_clipped_and_zero_for_rows_without_a_vector():
+    m = np.array([[1, 0], [0, 1], [-1, 0], [0, 0], [1, 1]], dtype=np.float32)
+    index = VectorIndex.from_matrix(m, block_rows=2)
+    cos = index.exact(np.array([2, 0], dtype=np.float32))
+    np.testing.assert_allclose(cos, [1, 0, 0, 0, 2 ** -0.5], rtol=1e-6)
+    assert index.count == 4 and list(index.has) == [True, True, True, False, True]
+
+
+def test_binary_axis_rescoring_every_row_is_the_exact_axis_and_misses_score_zero():
+    rng = np.random.default_rng(2)
+    m = rng.standard_normal((400, 32)).astype(np.float32)
+    m[7] = 0  # no vector
+    index = VectorIndex.from_matrix(m, block_rows=100)
+    q = rng.standard_normal(32).astype(np.float32)
+    np.testing.assert_allclose(index.cosine(q, method="binary", candidates=400), index.exact(q), rtol=1e-5, atol=1e-6)
+    few = index.cosine(q, method="binary", candidates=20, rescore=np.array([3, 7]))
+    scored = np.flatnonzero(few > 0)
+    assert 3 in index.nearest(q, 20) or few[3] == pytest.approx(index.exact(q)[3], abs=1e-6)
+    np.testing.assert_allclose(few[scored], index.exact(q)[scored], rtol=1e-5, atol=1e-6)
+    assert few[7] == 0 and len(index.nearest(q, 20)) >= 20
+
+
+def test_auto_is_exact_below_the_threshold_and_binary_above():
+    assert EXACT_MAX_FLOATS >= 7761 * 384, "the dev corpus is scored exactly"
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal(4).astype(np.float32)
+    small = VectorIndex.from_matrix(rng.standard_normal((100, 4)).astype(np.float32))
+    np.testing.assert_array_equal(small.cosine(q), small.exact(q))
+
+
+# --- the vector cache ------------------------------------------------------------------------
+
+
+def _store_with_runs(settings, n=6):
+    for i in range(n):
+        write_run(make_run(f"r{i}", f"Task number {i}", start=T0 + i * DAY), settings)
+    return MemoryStore(settings.memory_dir, "web")
+
+
+def _vec(text: str) -> np.ndarray:
+    return hash_encode([text])[0]
+
+
+def _assert_same_as_a_full_build(store, model="m"):
+    warm = load_index(load_snapshot(store), model)
+    cold = load_index(load_snapshot(store, use_cache=False), model)
+    q = _vec("query")
+    if cold is None:
+        assert warm is None
+        return None
+    np.testing.assert_array_equal(warm.has, cold.has)
+    np.testing.assert_allclose(warm.exact(q), cold.exact(q), rtol=1e-6)
+    return warm
+
+
+def test_the_cache_refreshes_incrementally_and_equals_a_full_build(settings):
+    store = _store_with_runs(settings)
+    assert load_index(load_snapshot(store), "m") is None, "no embeddings.jsonl: no vector axis"
+    assert store.append_embeddings([(f"r{i}", "m", _vec(f"t{i}")) for i in (0, 2, 4)]) == (3, store.embeddings_path.stat().st_size)
+    idx = _assert_same_as_a_full_build(store)
+    assert list(idx.has) == [True, False, True, False, True, False]
+    # a vector for an older row, one for a run with no record yet, another model's line, then the record
+    store.append_embeddings([("r1", "m", _vec("t1")), ("r9", "m", _vec("t9")), ("r3", "other", np.ones(5))])
+    write_run(make_run("r6", "Task number 6", start=T0 + 6 * DAY), settings)
+    idx = _assert_same_as_a_full_build(store)
+    assert list(idx.has) == [True, True, True, False, True, False, False]
+    write_run(make_run("r9", "Task number 9", start=T0 + 9 * DAY), settings)
+    idx = _assert_same_as_a_full_build(store)
+    assert idx.has[-1] and idx.count == 5, "the waiting vector found its record"
+    for i in range(12):  # many small refreshes: blocks are merged, never more than MAX_BLOCKS
+        write_run(make_run(f"s{i}", f"More {i}", start=T0 + (20 + i) * DAY), settings)
+        store.append_embeddings([(f"s{i}", "m", _vec(f"s{i}"))])
+        idx = _assert_same_as_a_full_build(store)
+    assert len(idx.blocks) <= 8 and idx.count == 17
+    assert load_index(load_snapshot(store), "other").count == 1 and load_index(load_snapshot(store), "nope") is None
+
+
+def test_the_first_line_of_a_run_wins_and_a_wrong_length_is_skipped_once(settings):
+    store = _store_with_runs(settings, 2)
+    first, second = _vec("first"), _vec("second")
+    with open(store.embeddings_path, "ab") as fh:  # another tool, writing what cybmem never would
+        for rid, vec in (("r0", first), ("r0", second), ("r1", np.ones(3))):
+            fh.write(orjson.dumps({"runId": rid, "model": "m", "vector": vec.tolist()}) + b"\n")
+    snap = load_snapshot(store)
+    idx = load_index(snap, "m")
+    np.testing.assert_allclose(idx.exact(first)[0], 1.0, rtol=1e-5)
+    assert not idx.has[1]
+    assert [p.message for p in snap.problems if "dimensions" in p.message] == [
+        "embeddings.jsonl:3: a m vector of 3 dimensions where the others have 8; skipped (re-embed with `cybmem embed` after changing the model)"]
+
+
+def test_a_replaced_embeddings_file_or_a_rebuilt_records_cache_starts_over(settings):
+    store = _store_with_runs(settings, 3)
+    store.append_embeddings([("r0", "m", _vec("a"))])
+    _assert_same_as_a_full_build(store)
+    store.embeddings_path.unlink()
+    store.append_embeddings([("r2", "m", _vec("b"))])  # a new file (new inode)
+    idx = _assert_same_as_a_full_build(store)
+    assert list(idx.has) == [False, False, True]
+    for f in (store.dir / ".cache").glob("rec-*.arrow"):
+        f.unlink()  # the records cache is damaged and rebuilt: rows may move
+    (store.dir / ".cache" / "manifest.json").unlink()
+    idx = _assert_same_as_a_full_build(store)
+    assert list(idx.has) == [False, False, True]
+
+
+def test_append_embeddings_writes_one_line_per_run_and_model(settings):
+    store = _store_with_runs(settings, 2)
+    wrote, size = store.append_embeddings([("r0", "m", _vec("a")), ("r0", "m", _vec("b")), ("r0", "m2", _vec("c"))])
+    assert wrote == 2
+    assert store.append_embeddings([("r0", "m", _vec("a")), ("r1", "m", _vec("d"))], since=0)[0] == 1
+    rows = lines_of(store.embeddings_path)
+    assert [(r["runId"], r["model"], r["dims"]) for r in rows] == [("r0", "m", 8), ("r0", "m2", 8), ("r1", "m", 8)]
+    np.testing.assert_array_equal(np.array(rows[0]["vector"], dtype=np.float32), _vec("a"))
+
+
+# --- embedding on write, the backfill ---------------------------------------------------------------
+
+
+def test_a_record_is_embedded_when_written(memory_root, embed_server):
+    settings = settings_with(memory_root, embed_env(embed_server))
+    res = write_run(make_run("r1", "Fix the login form", output="Done.\n\nACCOMPLISHED:\n- x\nISSUES:\n- Slow CI: 20 min\nNEXT:\n- none"), settings)
+    assert res.embedded and res.warnings == [] and res.to_dict()["embedded"] is True
+    row, = lines_of(res.store.embeddings_path)
+    assert (row["runId"], row["model"], row["dims"]) == ("r1", "hash-embed", HASH_DIMS)
+    text = embed_server.requests[-1].body["input"]
+    assert text == ["Fix the login form\nFix the login form. Ended done. Done.\nSlow CI\n20 min"], "the keyword index's text"
+
+
+def test_a_failed_embedding_never_fails_the_write(memory_root, embed_server, tmp_path):
+    embed_server.stop()
+    settings = settings_with(memory_root, embed_env(embed_server))
+    res = write_run(make_run("r1"), settings)
+    assert res.record.runId == "r1" and not res.embedded and res.store.record_path("r1").exists()
+    assert len(res.warnings) == 1 and res.warnings[0].startswith("embedding not written: ") and "cybmem embed" in res.warnings[0]
+    assert "connection refused" in res.warnings[0] and "\n" not in res.warnings[0]
+    exe = shutil.which("cybmem")
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root), **embed_env(embed_server)}
+    path = tmp_path / "r2.json"
+    path.write_text(json.dumps(make_run("r2", start=T0 + DAY)))
+    p = subprocess.run([exe, "write", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "Wrote r2 (done) to project web.\n"
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("warning: embedding not written: ")
+    path.write_text(json.dumps(make_run("r3", start=T0 + 2 * DAY)))
+    p = subprocess.run([exe, "write", str(path), "--json"], env=env, capture_output=True, text=True, timeout=60)
+    data = json.loads(p.stdout)
+    assert data["embedded"] is False and len(data["warnings"]) == 1 and data["warnings"][0].startswith("embedding not written")
+
+
+def test_embed_backfills_the_missing_vectors(memory_root, embed_server, tmp_path):
+    plain = settings_with(memory_root)
+    for i in range(5):
+        write_run(make_run(f"r{i}", f"Task {i}", start=T0 + i * DAY), plain)
+    settings = settings_with(memory_root, embed_env(embed_server))
+    store = MemoryStore(memory_root, "web")
+    store.append_embeddings([("r2", "hash-embed", hash_encode(["whatever"])[0])])
+    result = embed_missing(store, settings, batch_size=2)
+    assert (result.records, result.had, result.embedded, result.dims) == (5, 1, 4, HASH_DIMS) and result.rate > 0
+    assert [len(r.body["input"]) for r in embed_server.requests] == [2, 2]
+    assert sorted(r["runId"] for r in lines_of(store.embeddings_path)) == ["r0", "r1", "r2", "r3", "r4"]
+    assert embed_missing(store, settings).embedded == 0
+    exe = shutil.which("cybmem")
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root), **embed_env(embed_server)}
+    write_run(make_run("r5", "Task 5", start=T0 + 9 * DAY), plain)
+    p = subprocess.run([exe, "embed", "--project", "web"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"Embedded 1 records of project web with hash-embed ({HASH_DIMS} dimensions) in ")
+    assert "records/s; 6 of 6 records have a vector now." in p.stdout
+    p = subprocess.run([exe, "embed", "--project", "web", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    data = json.loads(p.stdout)
+    assert (data["embedded"], data["had"], data["records"]) == (0, 6, 6) and "recordsPerSecond" in data
+    p = subprocess.run([exe, "embed", "--project", "web"], env={**env, "CYBERINE_MEMORY_EMBEDDINGS": ""},
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and p.stderr.startswith("Error: embeddings are off: set CYBERINE_MEMORY_EMBEDDINGS")
+
+
+# --- search and inject ----------------------------------------------------------------------------
+
+
+def test_search_uses_the_vector_axis_with_the_measured_default_weight(memory_root, embed_server):
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(4):
+        write_run(make_run(f"r{i}", f"Task {i}", start=T0 + i * DAY), settings)
+    store = MemoryStore(memory_root, "web")
+    loaded = weights_for(settings, store, vectors=True)
+    assert loaded.weights.w_vec == DEFAULT_W_VEC and loaded.sources["w_vec"] == "default (embeddings)"
+    r1_text = embed_server.requests[1].body["input"][0]  # what r1 was embedded with
+    res = search(store, r1_text, settings=settings, now_ms=T0 + 10 * DAY)
+    assert res.vector and res.weights.w_vec == DEFAULT_W_VEC and res.warnings == []
+    by = {h.run_id: h for h in res.hits}
+    assert by["r1"].values["vector"] == pytest.approx(1.0, abs=1e-5), "the query is r1's text"
+    assert by["r1"].score > by["r2"].score > by["r0"].score, "the vector lifts r1 over the newer r2"
+    off = search(store, "Task 1", settings=settings_with(memory_root), now_ms=T0 + 10 * DAY)
+    assert not off.vector and off.weights.w_vec == 0
+    pinned = search(store, "Task 1", settings=settings_with(memory_root, embed_env(embed_server, CYBERINE_MEMORY_W_VEC="0")))
+    assert not pinned.vector and pinned.weights.w_vec == 0, "a variable that sets w_vec wins"
+
+
+def test_search_falls_back_with_one_warning_when_the_query_cannot_be_embedded(memory_root, embed_server):
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(4):
+        write_run(make_run(f"r{i}", f"Fix bug {i}", start=T0 + i * DAY), settings)
+    store = MemoryStore(memory_root, "web")
+    embed_server.stop()
+    t = time.monotonic()
+    res = search(store, "Fix bug 2", settings=settings, now_ms=T0 + 10 * DAY)
+    assert time.monotonic() - t < 1.0, "a stopped server refuses at once; the retries back off briefly"
+    assert not res.vector and len(res.warnings) == 1
+    assert res.warnings[0].startswith("vector axis skipped, ranked by the other axes: nothing answers at http://127.0.0.1:")
+    assert "(connection refused); check that the server at CYBERINE_MEMORY_EMBEDDINGS is up" in res.warnings[0]
+    plain = search(store, "Fix bug 2", settings=settings, weights=res.weights, now_ms=T0 + 10 * DAY)
+    assert [h.run_id for h in plain.hits] == [h.run_id for h in res.hits]
+
+
+def test_inject_with_the_embeddings_server_stopped_is_as_quick_and_warns_once(memory_root, embed_server):
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(5):
+        write_run(make_run(f"r{i}", f"Fix the login form, part {i}", start=T0 + i * DAY), settings)
+    embed_server.stop()
+    exe = shutil.which("cybmem")
+    base = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root)}
+    args = [exe, "inject", "The login form rejects valid emails", "--cwd", "/home/dev/web"]
+
+    def timed(env):
+        best, out = None, None
+        for _ in range(2):
+            t = time.monotonic()
+            p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+            took = time.monotonic() - t
+            best = took if best is None else min(best, took)
+            out = p
+        return best, out
+
+    off_s, off = timed(base)
+    on_s, on = timed({**base, **embed_env(embed_server)})
+    assert off.returncode == on.returncode == 0
+    assert on.stdout == off.stdout, "the same task and preamble, ranked by the other axes"
+    assert on.stdout.startswith("MEMORY (prior runs") and on.stdout.endswith("\n\nThe login form rejects valid emails")
+    assert off.stderr == "" and on.stderr.count("\n") == 1
+    assert on.stderr.startswith("warning: vector axis skipped, ranked by the other axes: ")
+    # Generous (a shared machine's load varies), but far below the 2 s query budget being waited for.
+    assert on_s < 1.5 * off_s + 0.75, f"inject took {on_s:.2f}s with the server down vs {off_s:.2f}s with embeddings off"
+
+
+@pytest.mark.model
+def test_a_paraphrase_finds_its_run_only_with_embeddings(memory_root, minilm_server):
+    settings = settings_with(memory_root, embed_env(minilm_server))
+    tasks = [
+        "Fix the flaky login test in CI",
+        "Add dark mode to the settings page",
+        "Reduce the memory footprint of the image thumbnail service",  # the target: fourth newest
+        "Document the deploy pipeline for new contributors",
+        "Speed up the database migrations",
+        "Upgrade the payment provider SDK",
+    ]
+    for i, task in enumerate(tasks):
+        res = write_run(make_run(f"r{i}", task, start=T0 + i * DAY, output="Done."), settings)
+        assert res.embedded and not res.warnings
+    store = MemoryStore(memory_root, "web")
+    query = "the picture preview backend eats too much RAM"
+    snap = load_snapshot(store)
+    from cybmem.text import tokenize
+
+    assert not snap.index.scores(tokenize(query)).any(), "the query shares no keyword with any run"
+    now = T0 + 7 * DAY
+    on = search(store, query, k=3, settings=settings, now_ms=now)
+    off = search(store, query, k=3, settings=settings_with(memory_root), now_ms=now)
+    assert on.vector and not on.warnings
+    assert on.weights.w_vec == DEFAULT_W_VEC
+    assert "r2" in [h.run_id for h in on.hits], [(h.run_id, h.contributions) for h in on.hits]
+    assert "r2" not in [h.run_id for h in off.hits], "by recency and lineage alone the three newest rank first"
+    assert minilm_server.requests[-1].body["model"] == MINILM_NAME
+
+
+def test_weights_without_vectors_keep_w_vec_zero(settings):
+    assert Weights().w_vec == 0
+    loaded = weights_for(settings, None)
+    assert loaded.weights.w_vec == 0 and loaded.sources["w_vec"] == "default"
+
+
+def test_an_unreadable_embeddings_file_only_turns_the_axis_off(memory_root, embed_server, tmp_path):
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(3):
+        write_run(make_run(f"r{i}", f"Task {i}", start=T0 + i * DAY), settings)
+    store = MemoryStore(memory_root, "web")
+    target = tmp_path / "elsewhere.jsonl"
+    store.embeddings_path.rename(target)
+    store.embeddings_path.symlink_to(target)  # readers never follow a link out of the memory root
+    res = search(store, "Task 1", settings=settings, now_ms=T0 + 10 * DAY)
+    assert [h.run_id for h in res.hits] and not res.vector
+    assert len(res.warnings) == 1 and res.warnings[0].startswith("vector axis off: ") and "symbolic link" in res.warnings[0]
