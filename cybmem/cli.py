@@ -448,7 +448,8 @@ def issues_cmd(
     folded = states_from_table(snap.fold(at))
     now = int(time.time() * 1000) if at is None else at
     page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit)
-    _warn(p.message for p in [*store.problems, *snap.problems])
+    ledger = str(store.issues_path)
+    _warn(dict.fromkeys(p.message for p in [*store.problems, *snap.problems] if p.path.startswith(ledger)))
     if ctx.json:
         _print_json([s.to_dict() for s in page.items])
         return

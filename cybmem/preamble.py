@@ -256,20 +256,22 @@ def _looks_like_marker(line: str) -> bool:
 
 
 def _drop_inline_blocks(text: str) -> str:
-    """Remove every HEADER ... FOOTER span, markers anywhere in a line (linear time)."""
-    start = text.find(HEADER)
-    if start < 0:
-        return text
-    out, pos = [], 0
-    while start >= 0:
-        end = text.find(FOOTER, start + len(HEADER))
-        if end < 0:
-            break
-        out.append(text[pos:start])
-        pos = end + len(FOOTER)
-        start = text.find(HEADER, pos)
-    out.append(text[pos:])
-    return "".join(out)
+    """Remove every HEADER ... FOOTER span, markers anywhere in a line, until none is left (a
+    removal can join a new one; each round shortens the text, each is linear)."""
+    while HEADER in text:
+        start, out, pos = text.find(HEADER), [], 0
+        while start >= 0:
+            end = text.find(FOOTER, start + len(HEADER))
+            if end < 0:
+                break
+            out.append(text[pos:start])
+            pos = end + len(FOOTER)
+            start = text.find(HEADER, pos)
+        if not out:
+            return text
+        out.append(text[pos:])
+        text = "".join(out)
+    return text
 
 
 def neutralize(text: str) -> str:
@@ -346,7 +348,7 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
     next_text = shorten("; ".join(s for s in steps if s), _LIST_MAX)
     if next_text:
         lines.append(f"  next: {next_text}")
-    return lines
+    return [_drop_inline_blocks(line) for line in lines]  # fields side by side can spell a block too
 
 
 def _issue_line(issue: OpenIssue) -> str:
@@ -356,7 +358,7 @@ def _issue_line(issue: OpenIssue) -> str:
     when = _utc(issue.opened_at_ms, "%Y-%m-%d") or "unknown date"
     by = f", run {_run_label(issue.by_run_id)}" if (issue.by_run_id or "").strip() else ""
     label = f"{issue_id}: {title}" if title else issue_id
-    return f"- {label} (opened {when}{by})"
+    return _drop_inline_blocks(f"- {label} (opened {when}{by})")
 
 
 def render_block(
