@@ -290,6 +290,7 @@ def list_cmd(
     f = _record_filter(since, until, state, grep, agent, issue)
     snap = load_snapshot(ctx.store())
     page = list_records(snap, f, offset=offset, limit=limit)
+    snap = page.snapshot  # a fresh load when a shown record changed in place
     _warn(p.message for p in snap.problems)
     if ctx.json:
         _print_json(page.items)
@@ -542,7 +543,7 @@ def chain_cmd(
         snap = load_snapshot(store)
         ids = snap.records.column("runId").to_numpy(zero_copy_only=False)
         keep = set(ids[record_mask(snap, f)].tolist())
-    result = full.window(keep=keep, context=n_context, offset=offset, limit=limit)
+    result = full.window(keep=keep, context=n_context, offset=offset, limit=limit).verified(store)
     _warn(p.message for p in store.problems)
     if ctx.json:
         _print_json(result.to_dict())

@@ -11,7 +11,7 @@ ones given must all hold.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from . import issues as _issues
@@ -167,6 +167,7 @@ class Page:
     total: int  # items that passed the filter
     offset: int
     limit: int | None
+    snapshot: Any = field(default=None, repr=False, compare=False)  # list_records: what the page was read from
 
     @property
     def shown(self) -> int:
@@ -236,10 +237,17 @@ def list_records(snap: "Snapshot", f: RecordFilter | None = None, *, offset: int
     import numpy as np
     import pyarrow as pa
 
-    mask = record_mask(snap, f or RecordFilter())
-    order = snap.newest_first()
-    picked = order[mask[order]] if snap.n else np.zeros(0, np.int64)
-    rows = _page(picked, offset, limit)
+    from .snapshot import verified
+
+    for attempt in range(2):
+        mask = record_mask(snap, f or RecordFilter())
+        order = snap.newest_first()
+        picked = order[mask[order]] if snap.n else np.zeros(0, np.int64)
+        rows = _page(picked, offset, limit)
+        fresh = verified(snap, rows) if attempt == 0 else snap  # a row edited in place is read again
+        if fresh is snap:
+            break
+        snap = fresh
     mapping = snap.supersession()
     cols = ["runId", "startedAt", "endedAt", "state", "workflowName", "task", "summary", "issues",
             "previousRunId", "parentRunId", "chatSessionId", "rootRunId", "supersedes"]
@@ -247,7 +255,7 @@ def list_records(snap: "Snapshot", f: RecordFilter | None = None, *, offset: int
     for name in ("startedAt", "endedAt"):
         table = table.set_column(table.schema.get_field_index(name), name, table.column(name).cast(pa.int64()))
     items = [_entry(row, mapping.get(row["runId"])) for row in table.to_pylist()]
-    return Page(items, int(len(picked)), offset, limit or None)
+    return Page(items, int(len(picked)), offset, limit or None, snapshot=snap)
 
 
 # --- issues ----------------------------------------------------------------------------

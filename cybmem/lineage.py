@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .store import MemoryStore
+from .errors import CybmemError, NotFoundError
+from .store import MemoryStore, index_entry
 
 __all__ = ["ChainResult", "chain"]
 
@@ -30,6 +31,13 @@ class ChainResult:
     omitted_before: int = 0  # runs of the chain before those shown (that passed the filter), not shown
     omitted_after: int = 0  # ... after those shown
     unmatched: int = 0  # runs of the chain a filter left out
+
+    def verified(self, store: MemoryStore) -> "ChainResult":
+        """The same chain with its shown runs checked against their files (:func:`verified_runs`)."""
+        runs = verified_runs(store, self.runs)
+        ids = {e["runId"] for e in runs}
+        return replace(self, runs=runs, previous=[i for i in self.previous if i in ids],
+                       next=[i for i in self.next if i in ids])
 
     def window(self, *, keep: set[str] | None = None, context: int | None = 5, offset: int = 0,
                limit: int | None = None) -> "ChainResult":
@@ -84,6 +92,31 @@ class ChainResult:
         }
 
 
+#: Above this many runs shown, the index entries are trusted as they are (reading every record
+#: of a whole 100k chain would take seconds).
+VERIFY_MAX = 500
+
+
+def verified_runs(store: MemoryStore, runs: list[dict]) -> list[dict]:
+    """The runs a chain shows, each checked against its record file: a record that no longer
+    reads (corrupted after it was indexed) is left out with a problem on ``store``, and one
+    edited in place is shown as it reads now (the index entry of its current content)."""
+    if len(runs) > VERIFY_MAX:
+        return runs
+    out = []
+    for entry in runs:
+        try:
+            rec, st = store.read_record_st(entry["runId"])
+        except NotFoundError:
+            out.append(entry)  # the run a chain starts from may have no record here
+            continue
+        except CybmemError as exc:
+            store._problem(str(store.records_dir / f"{entry['runId']}.json"), f"{exc}; not shown")
+            continue
+        out.append({**entry, **index_entry(rec, st.st_ino)})
+    return out
+
+
 def chain(store: MemoryStore, run_id: str) -> ChainResult:
     """Walk previousRunId both directions from ``run_id`` and collect its parent and chat links.
 
@@ -118,7 +151,7 @@ def chain(store: MemoryStore, run_id: str) -> ChainResult:
         nxt.append(cur["runId"])
     parent = me.get("parentRunId")
     chat = me.get("chatSessionId")
-    states = store.issue_states()
+    states = store.issue_states_for(me.get("issues", []))
     return ChainResult(
         run_id=run_id,
         runs=[by_id[i] for i in previous] + [me] + [by_id[i] for i in nxt],

@@ -24,7 +24,7 @@ from .filters import RecordFilter, record_mask
 from .errors import CybmemError
 from .scoring import LineageContext, Scored, explain, lineage_affinity, rank, score
 from .settings import Settings
-from .snapshot import Snapshot, load_snapshot
+from .snapshot import Snapshot, load_snapshot, verified
 from .store import MemoryStore
 from .text import tokenize
 from .weights import DEFAULT_W_VEC, LoadedWeights, Weights, weights_for
@@ -292,9 +292,20 @@ def search(
     weights, vector, warnings = _vector_axis(snap, query, settings, weights, query_vector)
     parent_run_id = parent_run_id or settings.parent_run_id
     chat_session_id = chat_session_id or settings.chat_session_id
-    where = record_mask(snap, filter) if filter is not None and filter.active else None
-    ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
-                        chat_session_id=chat_session_id, exclude=exclude, where=where, vector=vector)
+    for attempt in range(2):
+        where = record_mask(snap, filter) if filter is not None and filter.active else None
+        ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms,
+                            parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude,
+                            where=where, vector=vector)
+        # A hit whose file was edited in place since it was cached is read again, and the
+        # ranking redone: what is shown (and injected) is what the file says now.
+        fresh = verified(snap, ranked.top) if attempt == 0 else snap
+        if fresh is snap:
+            break
+        snap = fresh
+        if vector is not None:  # rows moved: the vectors again, the query's embedding reused
+            weights, vector, more = _vector_axis(snap, query, settings, weights, vector.vector)
+            warnings = list(dict.fromkeys([*warnings, *more]))
     hits: list[Hit] = []
     rows = snap.rows(ranked.top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
     for pos, (local, row) in enumerate(zip(ranked.local, rows), 1):

@@ -495,7 +495,8 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
         if config is None:
             return False
         # The keyword index's issue text: title and detail by the fold's rule (cybmem.snapshot.issue_texts).
-        texts = {k: v.title if not v.detail else f"{v.title}\n{v.detail}" for k, v in store.issue_states().items()}
+        texts = {k: v.title if not v.detail else f"{v.title}\n{v.detail}"
+                 for k, v in store.issue_states_for(rec.outcome.issues).items()}
         text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts))
         if text is None:
             return False

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -208,6 +209,28 @@ class Snapshot:
         """Open issues of :meth:`fold`, newest opened first (ties by id)."""
         return self.fold(as_of).take(pa.array(self.open_rows(as_of)))
 
+    def stale_rows(self, rows: Iterable[int]) -> list[int]:
+        """The rows whose record file changed after this snapshot read it: the file is gone, has
+        another inode, or was modified since (an in-place edit, e.g. a hand edit that removes a
+        secret; append-only writers never do it). Costs one lstat per row: meant for the rows a
+        verb shows, which :func:`load_snapshot` then re-reads with ``recheck``."""
+        starts, built = self._cache.get("built", (np.zeros(1, np.int64), np.array([time.time_ns()], np.int64)))
+        ids = self.records.column("runId")
+        inodes = self.records.column("inode") if "inode" in self.records.column_names else None
+        out = []
+        for r in rows:
+            r = int(r)
+            try:
+                st = os.lstat(self.store.records_dir / f"{ids[r].as_py()}.json")
+            except OSError:
+                out.append(r)
+                continue
+            ino = inodes[r].as_py() if inodes is not None else None
+            seg = int(np.searchsorted(starts, r, side="right") - 1)
+            if (ino and st.st_ino != ino) or st.st_mtime_ns >= int(built[seg]) - _cache.RACY_NS:
+                out.append(r)
+        return out
+
     def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
         """Some rows as dicts, only the given columns (cheap for a top-k)."""
         if not indices:
@@ -237,6 +260,20 @@ class _Notice:
 
 def _concat_indexes(parts: list[KeywordIndex]) -> KeywordIndex:
     return parts[0] if len(parts) == 1 else KeywordIndex.concat(parts)
+
+
+_LEDGER_TAIL = 64  # bytes before the consumed offset kept in the manifest: an edit there is seen
+
+
+def _ledger_tail(store: MemoryStore, consumed: int) -> str | None:
+    """The hex of the last bytes folded so far (checked before folding only what was appended)."""
+    if not consumed:
+        return None
+    start = max(consumed - _LEDGER_TAIL, 0)
+    try:
+        return _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES, offset=start)[: consumed - start].hex()
+    except (OSError, StoreError):
+        return None
 
 
 def _read_ledger_all(store: MemoryStore, problems: list[ReadProblem]) -> bytes:
@@ -279,11 +316,22 @@ def _problems_of(manifest: _cache.Manifest) -> list[ReadProblem]:
     return [ReadProblem(p, m) for p, m in manifest.problems]
 
 
-def _snapshot(store, records, events, index, problems, cache, *, from_cache: bool, parsed: int) -> Snapshot:
+def _snapshot(store, records, events, index, problems, cache, *, from_cache: bool, parsed: int,
+              manifest: _cache.Manifest | None = None, read_at: int | None = None) -> Snapshot:
     snap = Snapshot(store, records, events, index, problems, from_cache=from_cache, parsed=parsed)
     if cache is not None and from_cache:
         snap._cache["fold_file"] = cache / "fold.arrow"
         snap._cache["issue_index_file"] = cache / "kwi.arrow"
+    # When each row's record file was read: its segment's write time (for stale_rows).
+    if manifest is not None and manifest.segments:
+        try:
+            times = [os.stat(cache / seg["rec"]).st_mtime_ns for seg in manifest.segments]
+            starts = np.cumsum([0] + [seg["rows"] for seg in manifest.segments[:-1]])
+            snap._cache["built"] = (np.asarray(starts, np.int64), np.asarray(times, np.int64))
+        except OSError:
+            pass
+    elif read_at is not None:
+        snap._cache["built"] = (np.zeros(1, np.int64), np.array([read_at], np.int64))
     return snap
 
 
@@ -292,7 +340,8 @@ def _load_warm(store: MemoryStore, cache) -> Snapshot | None:
     if manifest is None or not _cache.is_fresh(store.records_dir, store.issues_path, manifest):
         return None
     records, index, events = _segments(cache, manifest)
-    return _snapshot(store, records, events, index, _problems_of(manifest), cache, from_cache=True, parsed=0)
+    return _snapshot(store, records, events, index, _problems_of(manifest), cache, from_cache=True, parsed=0,
+                     manifest=manifest)
 
 
 def _issue_index(folded: pa.Table) -> KeywordIndex:
@@ -319,13 +368,14 @@ def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
     manifest.segments = [seg]
     manifest.bad = bad
     manifest.ledger = {"size": consumed, "mtime_ns": led["mtime_ns"] if consumed == led["size"] else None,
-                       "ino": led["ino"], "lines": lines}
+                       "ino": led["ino"], "lines": lines, "tail": _ledger_tail(store, consumed)}
     _write_events(cache, manifest, events)
     manifest.problems = [[p.path, p.message] for p in problems]
     manifest.dir_mtime_ns = _cache.dir_mtime_for_manifest(store.records_dir, scanned_at)
     manifest.write(cache)
     _cache.remove_unlisted(cache, manifest)
-    return _snapshot(store, table, events, index, problems, cache, from_cache=False, parsed=table.num_rows)
+    return _snapshot(store, table, events, index, problems, cache, from_cache=False, parsed=table.num_rows,
+                     read_at=scanned_at)
 
 
 def _patch_replaced(store: MemoryStore, cache, manifest: _cache.Manifest, records: pa.Table,
@@ -360,13 +410,14 @@ def _patch_replaced(store: MemoryStore, cache, manifest: _cache.Manifest, record
     return pa.concat_tables([_cache.read_table(cache / s["rec"]) for s in manifest.segments])
 
 
-def _refresh(store: MemoryStore, cache) -> Snapshot:
+def _refresh(store: MemoryStore, cache, recheck: Sequence[str] = ()) -> Snapshot:
     ensure_dir(cache)
     with locked(cache / ".lock"):
         manifest = _cache.Manifest.read(cache)
-        if manifest is not None and _cache.is_fresh(store.records_dir, store.issues_path, manifest):
+        if manifest is not None and not recheck and _cache.is_fresh(store.records_dir, store.issues_path, manifest):
             records, index, events = _segments(cache, manifest)  # another process just refreshed
-            return _snapshot(store, records, events, index, _problems_of(manifest), cache, from_cache=True, parsed=0)
+            return _snapshot(store, records, events, index, _problems_of(manifest), cache, from_cache=True, parsed=0,
+                             manifest=manifest)
         scanned_at = time.time_ns()
         listing = store.listing()
         if manifest is None:
@@ -378,20 +429,35 @@ def _refresh(store: MemoryStore, cache) -> Snapshot:
         changes = _cache.listing_changes(records, listing)
         if changes.vanished:
             return _start_over(store, cache, scanned_at)  # a record vanished: append-only was broken
+        if recheck:  # edited in place (same inode): read again like a replaced file
+            known = {row for row, _, _ in changes.replaced}
+            at = pc.index_in(pa.array(list(recheck), pa.string()), value_set=records.column("runId")).to_pylist()
+            changes.replaced += [(row, f"{rid}.json", listing[f"{rid}.json"]) for rid, row in zip(recheck, at)
+                                 if row is not None and row not in known and f"{rid}.json" in listing]
 
         # The ledger from its last offset (from the start if it was replaced).
         problems = _problems_of(manifest)
         led = _cache.ledger_stat(store.issues_path) or {"size": 0, "mtime_ns": 0, "ino": 0}
         prev = manifest.ledger
-        same_file = prev.get("ino") == led["ino"] and led["size"] >= prev.get("size", 0)
+        # Appended to, not rewritten: the same file, not shorter, and when no longer, not touched
+        # (a same-length edit of a line changes the mtime only); the bytes read last time are
+        # checked below when it grew.
+        same_file = prev.get("ino") == led["ino"] and led["size"] >= prev.get("size", 0) and not (
+            led["size"] == prev.get("size", 0) and prev.get("mtime_ns") is not None and led["mtime_ns"] != prev["mtime_ns"])
         problems = [p for p in problems if p.path != str(store.issues_path)]
         unreadable: list[ReadProblem] = []
+        raw_all = None
+        if same_file and led["size"] > prev.get("size", 0):
+            raw_all = _read_ledger_all(store, unreadable)
+            start = prev.get("size", 0)
+            if prev.get("tail") is not None and raw_all[max(start - _LEDGER_TAIL, 0):start].hex() != prev["tail"]:
+                same_file = False  # what was read before changed: fold it all again
         if not same_file:
             events, consumed, lines, led_problems = _parse_ledger(_read_ledger_all(store, unreadable), 1, store.issues_path)
             led_problems = unreadable + led_problems
             problems = [p for p in problems if ".jsonl:" not in p.path]
         elif led["size"] > prev.get("size", 0):
-            raw = _read_ledger_all(store, unreadable)[prev.get("size", 0):]
+            raw = raw_all[prev.get("size", 0):]
             more, consumed, lines, led_problems = _parse_ledger(raw, prev.get("lines", 0) + 1, store.issues_path)
             led_problems = unreadable + led_problems
             consumed += prev.get("size", 0)
@@ -405,7 +471,7 @@ def _refresh(store: MemoryStore, cache) -> Snapshot:
         if (consumed, lines) != (prev.get("size", 0), prev.get("lines", 0)) or not same_file:
             _write_events(cache, manifest, events)
         manifest.ledger = {"size": consumed, "mtime_ns": led["mtime_ns"] if consumed == led["size"] else None,
-                           "ino": led["ino"], "lines": lines}
+                           "ino": led["ino"], "lines": lines, "tail": _ledger_tail(store, consumed)}
 
         if changes.replaced:
             patched = _patch_replaced(store, cache, manifest, records, changes.replaced, events)
@@ -448,16 +514,19 @@ def _refresh(store: MemoryStore, cache) -> Snapshot:
         manifest.dir_mtime_ns = _cache.dir_mtime_for_manifest(store.records_dir, scanned_at)
         manifest.write(cache)
         _cache.remove_unlisted(cache, manifest)
-        return _snapshot(store, records, events, index, problems, cache, from_cache=True, parsed=parsed)
+        return _snapshot(store, records, events, index, problems, cache, from_cache=True, parsed=parsed,
+                         manifest=manifest)
 
 
-def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
+def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterable[str] = ()) -> Snapshot:
     """Load a project's memory, refreshing its Arrow cache incrementally.
 
     Args:
         store: the project's store.
         use_cache: False parses everything and neither reads nor writes the cache (as does a
             memory root holding a ``.nocache`` file, :data:`cybmem.cache.NO_CACHE_FILE`).
+        recheck: run ids whose files changed in place (:meth:`Snapshot.stale_rows`): they are
+            read again, and a record that no longer parses is dropped with a problem.
 
     Returns:
         A :class:`Snapshot`; unreadable records and ledger lines are listed in ``problems``
@@ -468,23 +537,26 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
     """
     cache = _cache.cache_dir(store.dir)
     linked = store.symlinked_dirs()
+    recheck = sorted(set(recheck))
     if not use_cache or _cache.disabled(store.root) or linked:
+        read_at = time.time_ns()
         table, events, index, _bad, problems, _, _ = _build_full(store)
         problems += [ReadProblem(str(d), f"{d} is a symbolic link; the cache is neither read nor written through it "
                                          "(remove the link, see `cybmem doctor`)") for d in linked if d == cache]
-        snap = Snapshot(store, table, events, index, problems, from_cache=False, parsed=table.num_rows)
+        snap = _snapshot(store, table, events, index, problems, None, from_cache=False, parsed=table.num_rows,
+                         read_at=read_at)
         snap._cache["uncached"] = True  # derived layers (cybmem.vectors) stay in memory too
         return snap
     for attempt in range(3):
         try:
             try:
-                snap = _load_warm(store, cache)
+                snap = None if recheck else _load_warm(store, cache)
             except (pa.ArrowException, ValueError, KeyError, TypeError):
                 snap = None  # a damaged cache file: rebuild it
                 _cache.discard(cache)
             if snap is not None:
                 return snap
-            return _refresh(store, cache)
+            return _refresh(store, cache, recheck)
         except StoreError:
             raise  # the store itself (records/, the ledger) cannot be read: say so
         except FileNotFoundError:
@@ -496,3 +568,13 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True) -> Snapshot:
             # memory still works, parsed in memory.
             return load_snapshot(store, use_cache=False)
     raise AssertionError("unreachable")
+
+
+def verified(snap: Snapshot, rows: Iterable[int]) -> Snapshot:
+    """``snap``, or a fresh load when any of ``rows`` (the ones about to be shown) changed in place
+    since it was read (:meth:`Snapshot.stale_rows`): what a verb shows is what the files say now."""
+    stale = snap.stale_rows(rows)
+    if not stale:
+        return snap
+    ids = snap.records.column("runId").take(pa.array(stale, pa.int64())).to_pylist()
+    return load_snapshot(snap.store, use_cache=not snap._cache.get("uncached"), recheck=ids)
