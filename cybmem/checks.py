@@ -19,8 +19,10 @@ Findings have a severity:
     ledger is never rewritten), a temp file young enough to belong to a running writer, a
     cache that the next read refreshes anyway.
 
-``--repair`` rebuilds index.json and the cache and removes temp files older than
-``temp_age`` seconds; it never touches records/, issues.jsonl or embeddings.jsonl.
+``--repair`` always rebuilds index.json and the cache of every checked project from records/
+and the ledger (whatever the checks found: a hand edit then reaches every derived copy) and
+removes temp files older than ``temp_age`` seconds; it never touches records/, issues.jsonl or
+embeddings.jsonl. ``--secrets`` scans the derived files too.
 """
 
 from __future__ import annotations
@@ -354,12 +356,25 @@ def _check_index(store: MemoryStore) -> list[Finding]:
 
 
 def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[Finding]:
-    """The Arrow cache against records/ and the ledger (only when a cache exists)."""
+    """The Arrow cache against records/ and the ledger (only when a cache exists), and its rows
+    against files edited in place since (a hand edit keeps the inode: the cache would go on
+    serving the old text, a removed secret included)."""
     cache = _cache.cache_dir(store.dir)
+    if cache.is_symlink():
+        return []  # _check_dirs names it; nothing is read through it
     verdict = _cache.check(store.records_dir, store.issues_path, cache, store.listing(), bad, ledger_whole)
     if verdict.state == "broken":
         return [Finding("cache", "repairable", str(cache), "cache disagrees with the store: " + ", ".join(verdict.reasons),
                         store.slug)]
+    if verdict.state == "ok":
+        from .snapshot import cached_snapshot
+
+        snap = cached_snapshot(store)
+        stale = snap.stale_rows(range(snap.n)) if snap is not None else []
+        if stale:
+            return [Finding("cache", "repairable", str(cache),
+                            f"{len(stale)} cached record(s) edited in place since they were cached (the cache still "
+                            "holds their old text)", store.slug)]
     if verdict.state == "behind":
         return [Finding("cache", "warning", str(cache),
                         f"cache is behind ({', '.join(verdict.reasons)}); the next read refreshes it", store.slug)]
@@ -413,8 +428,60 @@ def _secret_findings_in(value, field_path: str, path: str, project: str, out: li
             stack.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(v))))
 
 
+def _check_derived_secrets(store: MemoryStore, out: list[Finding]) -> None:
+    """Secret shapes in the files derived from records and the ledger: index.json,
+    archive-summary.md and every text column of the Arrow cache (``--repair`` rebuilds them)."""
+    try:
+        doc = _io.loads(_io.read_file(store.index_path, limit=MAX_LEDGER_BYTES))
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict):
+        for i, entry in enumerate(doc.get("entries") or []):
+            if isinstance(entry, dict):
+                _secret_findings_in({k: v for k, v in entry.items() if k != "runId"}, f"entries[{i}]",
+                                    str(store.index_path), store.slug, out)
+    summary = store.dir / "archive-summary.md"
+    try:
+        text = _io.read_file(summary, limit=MAX_LEDGER_BYTES).decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        _secret_findings_in(line, f"line {n}", str(summary), store.slug, out)
+    cache = _cache.cache_dir(store.dir)
+    if cache.is_symlink() or not cache.is_dir():
+        return
+    import pyarrow as pa
+
+    for path in sorted(cache.glob("*.arrow")):
+        try:
+            table = _cache.read_table(path)
+        except (OSError, ValueError, pa.ArrowException):
+            continue
+        for name in table.column_names:
+            col = table.column(name)
+            if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+                    or (pa.types.is_list(col.type) and pa.types.is_string(col.type.value_type))):
+                continue
+            kinds: set[str] = set()
+            for value in col.to_pylist():
+                for text in (value if isinstance(value, list) else [value]):
+                    if text:
+                        kinds |= {f.kind for f in _scan(text)}
+            for kind in sorted(kinds):
+                out.append(Finding("secrets", "repairable", str(path), f"secret of kind {kind} in the cached "
+                                   f"column {name} (value not shown); `cybmem doctor --repair` rebuilds the cache",
+                                   store.slug, field=name, kind=kind))
+
+
+def _scan(text: str):
+    from .redact import scan
+
+    return scan(text)
+
+
 def _check_secrets(store: MemoryStore, bad: set[str], events: list[tuple[int, dict]]) -> list[Finding]:
-    """Secret shapes already on disk: in every field of every readable record, and in the ledger."""
+    """Secret shapes already on disk: in every field of every readable record, in the ledger and
+    in the derived files (index.json, archive-summary.md, the cache)."""
     out: list[Finding] = []
     for run_id in store.run_ids():
         if f"{run_id}.json" in bad:
@@ -430,6 +497,7 @@ def _check_secrets(store: MemoryStore, bad: set[str], events: list[tuple[int, di
     for lineno, d in events:
         fields = {k: v for k, v in d.items() if k not in ("issueId", "at", "event", "byRunId")}
         _secret_findings_in(fields, "", f"{store.issues_path}:{lineno}", store.slug, out)
+    _check_derived_secrets(store, out)
     return out
 
 
@@ -543,12 +611,14 @@ def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore])
                 done.append(f"removed {f.path}")
             except FileNotFoundError:
                 pass
-    for slug in sorted({f.project for f in findings if f.check == "index" and f.project}):
-        count = stores[slug].rebuild_index()
-        done.append(f"rebuilt {stores[slug].index_path} from {count} records")
-    for slug in sorted({f.project for f in findings if f.check == "cache" and f.project}):
-        _refresh_cache(stores[slug])
-        done.append(f"refreshed {stores[slug].dir / '.cache'}")
+    for slug, store in sorted(stores.items()):
+        if store.symlinked_dirs():
+            continue  # nothing is written through a link (an error finding says so)
+        count = store.rebuild_index()
+        done.append(f"rebuilt {store.index_path} from {count} records")
+        if not _cache.disabled(store.root):
+            _refresh_cache(store)
+            done.append(f"rebuilt {store.dir / '.cache'}")
     return done
 
 
@@ -608,7 +678,9 @@ def doctor(
 
     stats, findings, stores = run()
     repaired: list[str] = []
-    if repair and any(f.severity == "repairable" or (f.check == "cache" and f.project) for f in findings):
+    if repair:
+        # Always, not only when a check saw it: derived files are cheap to rebuild, and a rebuild
+        # is what makes a hand edit of a record (removing a secret) reach every copy.
         repaired = _repair(root, findings, stores)
         stats, findings, stores = run()
     return DoctorReport(str(root), stats, findings, repaired, secrets)

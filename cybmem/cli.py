@@ -729,6 +729,69 @@ def mark_cmd(
         _echo(f"{issue_id} is already {before.state}; nothing appended.")
 
 
+@command("redact")
+def redact_cmd(
+    ctx: Ctx,
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    secret: Annotated[Optional[list[str]], typer.Option("--secret", metavar="TEXT", help="A text to remove (repeatable; it lands in your shell history: prefer --secrets-from).", show_default=False)] = None,
+    secrets_from: Annotated[Optional[Path], typer.Option("--secrets-from", help="A file with one text to remove a line, or - for stdin.", show_default=False)] = None,
+    no_patterns: Annotated[bool, typer.Option("--no-patterns", help="Remove only the given texts, not the secret shapes the write path knows.")] = False,
+):
+    """Remove a secret from a run's memory everywhere it was copied, in one safe step.
+
+    Rewrites the run's record and its ledger lines with every known secret shape and each given
+    text replaced, atomically and under the project lock; drops the run's vectors; rebuilds
+    index.json and the cache; then names any file of the project that still holds a given text.
+
+    Example: printf '%s\\n' 'purple-otter-42' | cybmem redact 3f2a --secrets-from -
+    """
+    from .scrub import scrub_run
+
+    texts = list(secret or [])
+    if secrets_from is not None:
+        try:
+            data = sys.stdin.read() if str(secrets_from) == "-" else secrets_from.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot read {secrets_from}: {exc.strerror or exc}", param_hint="--secrets-from") from None
+        texts += [line for line in data.splitlines() if line.strip()]
+    if no_patterns and not texts:
+        raise typer.BadParameter("with --no-patterns, give the texts to remove (--secret or --secrets-from)",
+                                 param_hint="--no-patterns")
+    result = scrub_run(ctx.store(), run_id, secrets=texts, patterns=not no_patterns)
+    if ctx.json:
+        _print_json(result.to_dict())
+    elif not result.changed:
+        _echo(f"Nothing to redact in run {result.run_id} (project {result.project}).")
+    else:
+        what = []
+        if result.fields:
+            what.append(f"record ({', '.join(result.fields)})")
+        if result.ledger_lines:
+            what.append(f"{result.ledger_lines} ledger line{'s' if result.ledger_lines != 1 else ''}")
+        if result.renamed:
+            what.append("issue " + ", ".join(f"{old} -> {new}" for old, new in result.renamed.items()))
+        if result.records_relinked:
+            what.append(f"the issue list of {len(result.records_relinked)} other record"
+                        f"{'s' if len(result.records_relinked) != 1 else ''}")
+        if result.archive_lines:
+            what.append(f"{result.archive_lines} archive-summary.md line{'s' if result.archive_lines != 1 else ''}")
+        found = ([f"{result.replaced} occurrence{'s' if result.replaced != 1 else ''} of the given text"
+                  + ("s" if len(texts) > 1 else "")] if result.replaced else []) + result.kinds
+        _echo(f"Redacted run {result.run_id} in project {result.project}: {'; '.join(what)}"
+              + (f" ({', '.join(found)})" if found else "") + ".")
+        if result.embeddings_dropped:
+            _echo(f"Dropped {result.embeddings_dropped} vector{'s' if result.embeddings_dropped != 1 else ''} made from the "
+                  "old text (`cybmem embed` makes new ones).")
+        for path in result.rebuilt:
+            _echo(f"Rebuilt {path}.")
+    if result.remaining:
+        for path in result.remaining:
+            _echo(f"warning: a given text is still in {path}", err=True)
+        raise typer.Exit(1)
+    if texts and not ctx.json:
+        _echo(f"No file of project {result.project} holds a given text any more.")
+
+
 # --- retrieval ----------------------------------------------------------------------
 
 AsOfOpt = Annotated[

@@ -570,6 +570,18 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterab
     raise AssertionError("unreachable")
 
 
+def cached_snapshot(store: MemoryStore) -> Snapshot | None:
+    """The snapshot the cache holds when it is fresh, read without writing anything (doctor's
+    view); None when there is no fresh cache."""
+    cache = _cache.cache_dir(store.dir)
+    if store.symlinked_dirs() or _cache.disabled(store.root):
+        return None
+    try:
+        return _load_warm(store, cache)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None
+
+
 def verified(snap: Snapshot, rows: Iterable[int]) -> Snapshot:
     """``snap``, or a fresh load when any of ``rows`` (the ones about to be shown) changed in place
     since it was read (:meth:`Snapshot.stale_rows`): what a verb shows is what the files say now."""

@@ -376,3 +376,131 @@ def test_a_record_over_the_size_limit_is_skipped_by_every_reader(memory_root, tm
         assert "r-big-1.json" in res.stderr, (args, res.stderr)
     res = cli("doctor", "--cwd", "/home/dev/web")
     assert "r-big-1.json" in res.output
+
+
+# --- 4. the secret-removal procedure ------------------------------------------------------------
+
+
+def test_a_hand_edit_that_keeps_the_inode_reaches_every_copy(memory_root, tmp_path):
+    """The documented procedure: edit the record by hand (nano, `cat > file` keep the inode),
+    then `doctor --repair`. The cache and index.json held the old text and inject served it."""
+    leak = "purple-otter-42"  # the vault phrase: no pattern catches it, only a person can
+    run = make_run("r-hand-1", "Rotate the vault phrase",
+                   output=f"Rotated it; the new vault phrase is {leak}.\n\nACCOMPLISHED:\n- rotated\nISSUES:\n- none\nNEXT:\n- none")
+    assert cli("write", str(write_json(tmp_path / "hand.json", run))).exit_code == 0
+    assert leak in json.loads(cli("inject", "vault phrase", "--cwd", "/home/dev/web", "--json").stdout)["block"]
+    assert leak in (memory_root / "web" / "index.json").read_text()
+    path = memory_root / "web" / "records" / "r-hand-1.json"
+    ino, text = path.stat().st_ino, path.read_text()
+    with open(path, "w") as fh:  # what `cat > file` and nano do: same inode, new content
+        fh.write(text.replace(leak, "[removed by hand]"))
+    assert path.stat().st_ino == ino
+    # Readers show what the file says now, before any repair.
+    block = json.loads(cli("inject", "vault phrase", "--cwd", "/home/dev/web", "--json").stdout)["block"]
+    assert leak not in block and "[removed by hand]" in block
+    assert leak not in cli("list", "--json", "--cwd", "/home/dev/web").stdout
+    # doctor names the stale copy, --repair rebuilds every derived file, then nothing holds it.
+    res = cli("doctor", "--cwd", "/home/dev/web")
+    assert res.exit_code == 1 and "index.json is stale" in res.stdout, res.stdout
+    res = cli("doctor", "--repair", "--cwd", "/home/dev/web")
+    assert res.exit_code == 0, res.stdout
+    for f in memory_root.rglob("*"):
+        if f.is_file():
+            assert leak.encode() not in f.read_bytes(), f
+
+
+def test_a_same_length_ledger_edit_is_seen(memory_root, tmp_path):
+    _base_store(tmp_path)
+    assert "Login flakes" in cli("issues", "--json", "--cwd", "/home/dev/web").stdout  # folded and cached
+    ledger = memory_root / "web" / "issues.jsonl"
+    raw = ledger.read_bytes()
+    with open(ledger, "r+b") as fh:
+        fh.write(raw.replace(b"Login flakes", b"Login fl***s"))
+    out = cli("issues", "--json", "--cwd", "/home/dev/web").stdout
+    assert "Login fl***s" in out and "Login flakes" not in out
+
+
+def test_doctor_secrets_scans_the_derived_files(memory_root, tmp_path):
+    """A secret left in index.json or the cache (a hand edit of the record, no repair yet)."""
+    _base_store(tmp_path)
+    cli("search", "login", "--cwd", "/home/dev/web")
+    index = memory_root / "web" / "index.json"
+    doc = json.loads(index.read_text())
+    doc["entries"][0]["summary"] = "token ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"
+    index.write_text(json.dumps(doc))
+    res = cli("doctor", "--secrets", "--cwd", "/home/dev/web")
+    assert res.exit_code == 1 and "index.json" in res.stdout and "github" in res.stdout.lower(), res.stdout
+    assert "ghp_0123" not in res.stdout
+    assert cli("doctor", "--secrets", "--repair", "--cwd", "/home/dev/web").exit_code == 0
+
+
+def test_cybmem_redact_removes_a_secret_from_every_copy(memory_root, tmp_path, monkeypatch):
+    """`cybmem redact RUN`: the procedure in one step, for a secret no pattern knows and for one
+    written before redaction was on (CYBERINE_MEMORY_REDACT=0)."""
+    phrase = "purple-otter-42"
+    token = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"
+    monkeypatch.setenv("CYBERINE_MEMORY_REDACT", "0")
+    run = make_run("r-red-1", f"Rotate the vault phrase {phrase}",
+                   output=f"Done with {token}.\n\nACCOMPLISHED:\n- rotated\nISSUES:\n- Vault phrase {phrase} was in the logs: "
+                          f"purge them\nNEXT:\n- none")
+    assert cli("write", str(write_json(tmp_path / "red.json", run))).exit_code == 0
+    monkeypatch.delenv("CYBERINE_MEMORY_REDACT")
+    other = make_run("r-red-2", "Unrelated work on the login form", start=T0 + 60 * MIN)
+    assert cli("write", str(write_json(tmp_path / "other.json", other))).exit_code == 0
+    (memory_root / "web" / "embeddings.jsonl").write_text(
+        json.dumps({"runId": "r-red-1", "model": "m", "dims": 2, "vector": [0.1, 0.2]}) + "\n"
+        + json.dumps({"runId": "r-red-2", "model": "m", "dims": 2, "vector": [0.3, 0.4]}) + "\n")
+    cli("search", "vault", "--cwd", "/home/dev/web")  # cache built with the secrets in it
+    before = (memory_root / "web" / "records" / "r-red-2.json").read_bytes()
+
+    # A later run that resolved the issue names it in its own record.
+    fix = make_run("r-red-3", "Purge the logs", start=T0 + 120 * MIN, output="Done.\n\nACCOMPLISHED:\n- resolved "
+                   "vault-phrase-purple-otter-42-was-in-the-logs\nISSUES:\n- Logs purged late\nNEXT:\n- none")
+    assert cli("write", str(write_json(tmp_path / "fix.json", fix))).exit_code == 0
+    # ...and a run after that saw it again: its issue list names the id.
+    again = make_run("r-red-4", "Check the logs", start=T0 + 180 * MIN, output="Seen.\n\nACCOMPLISHED:\n- checked\n"
+                     f"ISSUES:\n- Vault phrase {phrase} was in the logs\nNEXT:\n- none")
+    assert cli("write", str(write_json(tmp_path / "again.json", again))).exit_code == 0
+    cli("search", "vault", "--cwd", "/home/dev/web")
+
+    res = cli("redact", "r-red-1", "--secrets-from", "-", "--cwd", "/home/dev/web", input=phrase + "\n")
+    assert "Redacted run r-red-1" in res.stdout and "github" in res.stdout
+    assert "vault-phrase-purple-otter-42-was-in-the-logs -> vault-phrase-redacted-was-in-the-logs" in res.stdout
+    # r-red-3 quotes the old id in its own words: named, with the command that clears it.
+    assert res.exit_code == 1 and "records/r-red-3.json (another run's record: `cybmem redact r-red-3" in res.stderr
+    res = cli("redact", "r-red-3", "--secrets-from", "-", "--cwd", "/home/dev/web", input=phrase + "\n")
+    assert res.exit_code == 0, res.output
+    assert "No file of project web holds a given text any more." in res.stdout
+    for f in memory_root.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert token.encode() not in data and phrase.encode() not in data, f
+    ledger = (memory_root / "web" / "issues.jsonl").read_text()
+    assert "[REDACTED:manual] was in the logs" in ledger
+    issues_now = json.loads(cli("issues", "--all", "--json", "--cwd", "/home/dev/web").stdout)
+    renamed = [i for i in issues_now if i["issueId"] == "vault-phrase-redacted-was-in-the-logs"]
+    assert renamed and renamed[0]["events"] == 3, "the renamed issue keeps its history"
+    assert json.loads((memory_root / "web" / "records" / "r-red-3.json").read_text())["outcome"]["issues"] == ["logs-purged-late"]
+    assert json.loads((memory_root / "web" / "records" / "r-red-4.json").read_text())["outcome"]["issues"] == [
+        "vault-phrase-redacted-was-in-the-logs"], "another record naming the issue follows the rename"
+    assert renamed[0]["state"] == "reopened" and renamed[0]["reopenCount"] == 1
+    assert [json.loads(x)["runId"] for x in (memory_root / "web" / "embeddings.jsonl").read_text().splitlines()] == ["r-red-2"]
+    assert (memory_root / "web" / "records" / "r-red-2.json").read_bytes() == before, "unrelated runs are untouched"
+    rec = json.loads((memory_root / "web" / "records" / "r-red-1.json").read_text())
+    assert rec["task"] == "Rotate the vault phrase [REDACTED:manual]"
+    assert cli("doctor", "--secrets", "--cwd", "/home/dev/web").exit_code == 0
+    again = cli("redact", "r-red-1", "--json", "--cwd", "/home/dev/web")
+    assert again.exit_code == 0 and json.loads(again.stdout)["fields"] == []
+
+
+def test_cybmem_redact_refuses_bad_input_and_loses_nothing(memory_root, tmp_path):
+    _base_store(tmp_path)
+    path = memory_root / "web" / "records" / "r-base-1.json"
+    before = path.read_bytes()
+    res = cli("redact", "r-base-1", "--secret", "abc", "--cwd", "/home/dev/web")
+    assert res.exit_code == 1 and "at least 4 characters" in res.stderr
+    res = cli("redact", "nope", "--secret", "abcd", "--cwd", "/home/dev/web")
+    assert res.exit_code == 1 and "no record" in res.stderr
+    res = cli("redact", "r-base-1", "--no-patterns", "--cwd", "/home/dev/web")
+    assert res.exit_code == 2
+    assert path.read_bytes() == before
