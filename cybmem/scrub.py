@@ -171,7 +171,7 @@ def scrub_run(store: MemoryStore, run_id: str, *, secrets: list[str] = (), patte
     # 5. the derived files, from the files
     if result.changed:
         count = store.rebuild_index()
-        result.rebuilt.append(f"{store.index_path} ({count} records)")
+        result.rebuilt.append(f"{store.index_path} ({count} record{'s' if count != 1 else ''})")
         if not _cache.disabled(store.root) and not store.symlinked_dirs():
             from .snapshot import load_snapshot
 
