@@ -1108,6 +1108,8 @@ def tune_cmd(
                + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
     if result.keyword_held:
         _echo(f"Note: {result.keyword_held}.")
+    if result.vector_note:
+        _echo(f"Note: {result.vector_note}.")
     _echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
                f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
     _echo("")

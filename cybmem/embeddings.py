@@ -1,7 +1,7 @@
 """embeddings.jsonl: one vector per record and model, append-only (store-format.md).
 
-Each line is ``{"runId", "model", "dims", "vector": [floats]}`` (``dims`` is optional for lines
-written by other tools). :func:`read_rows` reads the file with the one reader and reports each
+Each line is ``{"runId", "model", "vector": [floats]}``, exactly as store-format.md has it (a
+``dims`` field another tool adds is checked against the vector's length). :func:`read_rows` reads the file with the one reader and reports each
 unusable line once; :func:`row_problem` is the rule for a usable row. cybmem writes at most one
 line per (runId, model) (:meth:`cybmem.store.MemoryStore.append_embeddings` checks under the
 project lock); should another tool write a second one, readers keep the first.
@@ -52,8 +52,7 @@ def embedding_text(text: str) -> str | None:
 def row_bytes(run_id: str, model: str, vector: np.ndarray) -> bytes:
     """One embeddings.jsonl line (without newline); float32 values in their shortest form."""
     vec = np.ascontiguousarray(vector, dtype=np.float32).ravel()
-    return orjson.dumps({"runId": run_id, "model": model, "dims": int(vec.shape[0]), "vector": vec},
-                        option=orjson.OPT_SERIALIZE_NUMPY)
+    return orjson.dumps({"runId": run_id, "model": model, "vector": vec}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def row_problem(row: Any) -> str | None:

@@ -46,7 +46,7 @@ import numpy as np
 
 from .bm25 import RunLookup
 from .embeddings import read_rows
-from .errors import ValidationError
+from .errors import CybmemError, ValidationError
 from .judgments import JUDGMENT_KINDS, METRICS, Judgment, check_metric, judgments_from_store, load_judgments, merge_judgments
 from .progress import Progress
 from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
@@ -239,16 +239,61 @@ def _embeddings_matrix(snapshot: Snapshot) -> np.ndarray | None:
     return mat
 
 
+def embed_queries(judgments: Sequence[Judgment], settings: Settings,
+                  progress: bool | None = None) -> tuple[dict[str, np.ndarray], str | None]:
+    """The embedding of every judgment's query text, as dispatch embeds a task (the configured
+    model, CYBERINE_MEMORY_EMBEDDINGS); ({}, why) when they cannot be had. Never the query
+    run's stored vector: that one was made from its record, summary and outcome included, which
+    dispatch does not know yet."""
+    from .embeddings import embedding_text
+    from .vectors import embed_config_of
+
+    config, problem = embed_config_of(settings)
+    if config is None:
+        return {}, problem or "CYBERINE_MEMORY_EMBEDDINGS is not set, so the queries cannot be embedded"
+    texts = list(dict.fromkeys(t for t in (embedding_text(j.query) for j in judgments) if t))
+    if not texts:
+        return {}, "no judgment has query text to embed"
+    from .remote import Embedder
+
+    bar = _progress(len(texts), "embedding queries", progress)
+    try:
+        with Embedder(config) as embedder:
+            out: dict[str, np.ndarray] = {}
+            for start in range(0, len(texts), 64):
+                batch = texts[start:start + 64]
+                for text, vec in zip(batch, embedder.embed(batch)):
+                    out[text] = np.asarray(vec, dtype=np.float32)
+                bar.update(len(batch))
+    except CybmemError as exc:
+        return {}, f"the queries could not be embedded ({' '.join(str(exc).split())})"
+    finally:
+        bar.close()
+    return out, None
+
+
+def _query_vectors(snap: Snapshot, judgments: Sequence[Judgment], settings: Settings | None,
+                   progress: bool | None) -> tuple[dict[str, np.ndarray] | None, str]:
+    """The queries' embeddings when the store has vectors (else None), and why there are none."""
+    if not snap.store.embeddings_path.exists():
+        return None, ""
+    vecs, why = embed_queries(judgments, settings or Settings.from_env(), progress)
+    return (vecs or None), ("" if vecs else f"w_vec is not searched: {why}")
+
+
 def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int = 10,
-                  vectors: bool | None = None, progress: bool | None = None) -> AxisMatrices:
+                  vectors: bool | None = None, query_vectors: dict[str, np.ndarray] | None = None,
+                  progress: bool | None = None) -> AxisMatrices:
     """Compute, once per judgment, the axis values of the candidates that can matter at cut-off ``k``.
 
     Args:
         snapshot: the store the judgments are about.
         judgments: queries with their relevant runs (merge them first if lines repeat a query).
         k: the largest cut-off the metrics will use (pool depth, see the module docstring).
-        vectors: include the cosine axis from the store's embeddings.jsonl (query vector: the
-            embedding of the judgment's ``queryRunId``). None: when the store has embeddings.
+        vectors: include the cosine axis from the store's embeddings.jsonl. None: when the store
+            has embeddings and ``query_vectors`` are given.
+        query_vectors: the embedding of each query text (:func:`embed_queries`); without them
+            there is no honest query vector, and the cosine axis is left out.
         progress: draw a progress bar on stderr (None: when stderr is a TTY).
 
     Returns:
@@ -264,10 +309,16 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
     row_of = {rid: i for i, rid in enumerate(ids)}
     ended = snapshot.ended_ms() if n else np.zeros(0, np.int64)
     emb = None
-    if vectors is not False and n:
+    if vectors is not False and n and (query_vectors or vectors):
         emb = _embeddings_matrix(snapshot)
         if vectors and emb is None:
             raise ValidationError(f"project {snapshot.store.slug} has no usable embeddings.jsonl; tune without vectors")
+        if vectors and not query_vectors:
+            raise ValidationError("the cosine axis needs the queries' embeddings (embed_queries); a query run's stored "
+                                  "vector would leak its own outcome")
+        if emb is not None and query_vectors and len(next(iter(query_vectors.values()))) != emb.shape[1]:
+            raise ValidationError(f"the query embeddings have {len(next(iter(query_vectors.values())))} dimensions, the "
+                                  f"stored vectors {emb.shape[1]}: embed with the model the store was embedded with")
     emb_norms = np.linalg.norm(emb, axis=1) if emb is not None else None
     # Supersession: a relevant run corrected by then is represented by its correction.
     corrected_by = snapshot.supersession() if n else {}
@@ -314,7 +365,9 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
                                cols["chatSessionId"], ctx, lookup=lookup)
         vec = None
         if emb is not None:
-            qv = emb[qrow] if qrow is not None else None
+            from .embeddings import embedding_text
+
+            qv = query_vectors.get(embedding_text(j.query) or "")
             qn = float(np.linalg.norm(qv)) if qv is not None else 0.0
             vec = np.zeros(n, dtype=np.float32)
             if qn > 0:
@@ -579,6 +632,7 @@ class GridResult:
     source: str = ""  # where the judgments came from, for people
     kinds: dict[str, int] = field(default_factory=dict)  # evaluable judgments per kind
     keyword_held: str = ""  # why w_kw was not searched (empty: it was)
+    vector_note: str = ""  # why w_vec was not searched although the store has vectors (empty: it was, or none)
     validation: "Validation | None" = None  # the same search on the earlier judgments, scored on the later
 
     @property
@@ -656,7 +710,8 @@ class GridResult:
     def to_dict(self, *, grid: bool = False) -> dict[str, Any]:
         """JSON-ready summary (``grid=True`` adds every point)."""
         out: dict[str, Any] = {
-            "kinds": dict(self.kinds), "keywordHeld": self.keyword_held or None, "refusal": self.refusal,
+            "kinds": dict(self.kinds), "keywordHeld": self.keyword_held or None,
+            "vectorNote": self.vector_note or None, "refusal": self.refusal,
             "validation": self.validation.to_dict() if self.validation is not None else None,
             "metric": self.metric, "k": self.k, "label": self.label,
             "current": {**self.current.to_dict(), "value": round(self.current_metric, 6)},
@@ -882,7 +937,8 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
         source = "given"
     if current is None:
         current = weights_for(settings or Settings.from_env(), snap.store).weights
-    m = axis_matrices(snap, js, k=k, progress=progress)
+    qv, vector_note = _query_vectors(snap, js, settings, progress)
+    m = axis_matrices(snap, js, k=k, query_vectors=qv, progress=progress)
     if not m.n:
         reasons = sorted({why for _, why in m.skipped})
         raise ValidationError(f"none of the {len(js)} judgments can be evaluated ({'; '.join(reasons)}); "
@@ -901,6 +957,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     result = grid_search(m, metric=metric, k=k, progress=progress, **axes)
     result.source = source
     result.keyword_held = held
+    result.vector_note = vector_note
     result.kinds = {}
     for j in m.judgments:
         result.kinds[j.kind or "given"] = result.kinds.get(j.kind or "given", 0) + 1
@@ -960,7 +1017,8 @@ def evaluate_weights(store: MemoryStore | Snapshot, weights: Mapping[str, Weight
         js, source = load_judgments(judgments), f"from {judgments}"
     else:
         js, source = merge_judgments(judgments), "given"
-    m = axis_matrices(snap, js, k=k, progress=progress)
+    qv, _ = _query_vectors(snap, js, None, progress) if any(w.w_vec > 0 for w in weights.values()) else (None, "")
+    m = axis_matrices(snap, js, k=k, query_vectors=qv, progress=progress)
     if not m.n:
         raise ValidationError(f"none of the {len(js)} judgments can be evaluated against project {snap.store.slug}")
     folds = time_folds(m)

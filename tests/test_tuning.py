@@ -241,20 +241,41 @@ def test_best_is_the_current_weights_when_nothing_beats_them(web):
 
 
 def test_vector_axis_from_embeddings(settings):
-    """With embeddings.jsonl the cosine axis joins the search; the query vector is its run's embedding."""
+    """With embeddings.jsonl the cosine axis joins the search; the query vector is the embedding
+    of the query text, as dispatch makes it."""
+    from cybmem.embeddings import embedding_text
+
     for i, task in enumerate(["alpha work", "beta work", "gamma work", "delta query"]):
         write_run(make_run(f"v{i}", task, start=T0 + i * DAY), settings)
     store = MemoryStore(settings.memory_dir, "web")
-    vecs = {"v0": [1, 0, 0], "v1": [0, 1, 0], "v2": [0, 0, 1], "v3": [0.9, 0.1, 0]}
+    vecs = {"v0": [1, 0, 0], "v1": [0, 1, 0], "v2": [0, 0, 1], "v3": [0, 0, 1]}
     store.embeddings_path.write_text("".join(json.dumps({"runId": r, "model": "m", "vector": v}) + "\n" for r, v in vecs.items()))
     snap = load_snapshot(store)
     j = J.Judgment(query="delta query", as_of=T0 + 3 * DAY, relevant=("v0",), query_run_id="v3")
-    m = T.axis_matrices(snap, [j], k=1)
+    m = T.axis_matrices(snap, [j], k=1, query_vectors={embedding_text("delta query"): np.array([0.9, 0.1, 0], np.float32)})
     assert m.has_vectors
     assert T.evaluate(m, Weights(w_kw=0, w_rec=1, w_lin=0, w_vec=0), k=1) == 0.0, "recency alone picks v2"
     assert T.evaluate(m, Weights(w_kw=0, w_rec=0.1, w_lin=0, w_vec=1), k=1) == 1.0
     res = T.grid_search(m, k=1, steps=3, half_lives=[30], current=Weights())
     assert len(res.axes["w_vec"]) == 3 and res.best.w_vec > 0 and res.best_metric == 1.0
+
+
+def test_the_query_runs_own_vector_never_stands_in_for_the_query(settings):
+    """A query run's stored vector was made from its whole record (summary, outcome): using it as
+    the query leaks what dispatch cannot know. Without the queries' embeddings there is no axis."""
+    for i, task in enumerate(["alpha work", "delta query"]):
+        write_run(make_run(f"v{i}", task, start=T0 + i * DAY), settings)
+    store = MemoryStore(settings.memory_dir, "web")
+    store.embeddings_path.write_text(json.dumps({"runId": "v0", "model": "m", "vector": [1, 0]}) + "\n"
+                                     + json.dumps({"runId": "v1", "model": "m", "vector": [1, 0]}) + "\n")
+    snap = load_snapshot(store)
+    j = J.Judgment(query="delta query", as_of=T0 + 2 * DAY, relevant=("v0",), query_run_id="v1")
+    assert not T.axis_matrices(snap, [j], k=1).has_vectors
+    with pytest.raises(ValidationError, match="leak"):
+        T.axis_matrices(snap, [j], k=1, vectors=True)
+    res = T.tune(snap, judgments=[j], progress=False, current=Weights(), settings=Settings.from_env(env={}))
+    assert res.vector_note.startswith("w_vec is not searched: CYBERINE_MEMORY_EMBEDDINGS is not set")
+    assert res.axes["w_vec"].tolist() == [0.0]
 
 
 # --- one call, saving, progress, CLI ------------------------------------------------------

@@ -168,7 +168,8 @@ def test_append_embeddings_writes_one_line_per_run_and_model(settings):
     assert wrote == 2
     assert store.append_embeddings([("r0", "m", _vec("a")), ("r1", "m", _vec("d"))], since=0)[0] == 1
     rows = lines_of(store.embeddings_path)
-    assert [(r["runId"], r["model"], r["dims"]) for r in rows] == [("r0", "m", 8), ("r0", "m2", 8), ("r1", "m", 8)]
+    assert [(r["runId"], r["model"], len(r["vector"])) for r in rows] == [("r0", "m", 8), ("r0", "m2", 8), ("r1", "m", 8)]
+    assert all(set(r) == {"runId", "model", "vector"} for r in rows), "the line store-format.md specifies, nothing more"
     np.testing.assert_array_equal(np.array(rows[0]["vector"], dtype=np.float32), _vec("a"))
 
 
@@ -180,7 +181,7 @@ def test_a_record_is_embedded_when_written(memory_root, embed_server):
     res = write_run(make_run("r1", "Fix the login form", output="Done.\n\nACCOMPLISHED:\n- x\nISSUES:\n- Slow CI: 20 min\nNEXT:\n- none"), settings)
     assert res.embedded and res.warnings == [] and res.to_dict()["embedded"] is True
     row, = lines_of(res.store.embeddings_path)
-    assert (row["runId"], row["model"], row["dims"]) == ("r1", "hash-embed", HASH_DIMS)
+    assert (row["runId"], row["model"], len(row["vector"])) == ("r1", "hash-embed", HASH_DIMS)
     text = embed_server.requests[-1].body["input"]
     assert text == ["Fix the login form\nFix the login form. Ended done. Done.\nSlow CI\n20 min"], "the keyword index's text"
 
@@ -347,3 +348,22 @@ def test_an_unreadable_embeddings_file_only_turns_the_axis_off(memory_root, embe
     res = search(store, "Task 1", settings=settings, now_ms=T0 + 10 * DAY)
     assert [h.run_id for h in res.hits] and not res.vector
     assert len(res.warnings) == 1 and res.warnings[0].startswith("vector axis off: ") and "symbolic link" in res.warnings[0]
+
+
+def test_tune_embeds_the_query_texts_through_the_server(memory_root, embed_server):
+    """`tune` on a store with vectors asks the embeddings server for each judgment's query text
+    (never reuses the query run's stored vector) and searches w_vec."""
+    from cybmem import tuning as T
+    from cybmem.judgments import Judgment
+    from cybmem.weights import Weights
+
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i, task in enumerate(["Fix the login form", "Speed up the CI cache", "Add dark mode", "Login form again"]):
+        write_run(make_run(f"t{i}", task, start=1_761_955_200_000 + i * DAY), settings)
+    seen = len(embed_server.requests)
+    js = [Judgment(query=f"login form problem {i}", as_of=1_761_955_200_000 + 4 * DAY, relevant=("t0",)) for i in range(3)]
+    res = T.tune(MemoryStore(memory_root, "web"), judgments=js, settings=settings, progress=False, current=Weights(),
+                 hold_few=False)
+    asked = [t for r in embed_server.requests[seen:] for t in r.body["input"]]
+    assert sorted(asked) == sorted(j.query for j in js)
+    assert res.vector_note == "" and len(res.axes["w_vec"]) > 1
