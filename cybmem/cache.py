@@ -39,7 +39,7 @@ __all__ = [
     "ledger_stat", "is_fresh", "dir_mtime_for_manifest", "listing_changes", "discard", "CacheCheck", "check",
 ]
 
-CACHE_VERSION = "6-" + TOKENIZER_VERSION  # 6: kwi.arrow (the issues' keyword index); the tokens are in it too
+CACHE_VERSION = "8-" + TOKENIZER_VERSION  # 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
 MAX_SEGMENTS = 8
 RACY_NS = 2_000_000_000  # 2 s: a directory mtime this close to the scan may hide a same-tick write
 _MAX_MANIFEST_BYTES = 256 * 1024 * 1024
@@ -83,6 +83,7 @@ class Manifest:
     ledger: dict = field(default_factory=dict)  # {"size", "mtime_ns", "ino", "lines"}
     problems: list[list[str]] = field(default_factory=list)
     next_id: int = 1
+    act: str | None = None  # the open issues' activity file (query-independent arrays the dispatch ranking reads)
 
     def to_bytes(self) -> bytes:
         return orjson.dumps({"version": CACHE_VERSION, **self.__dict__})
@@ -107,7 +108,8 @@ class Manifest:
         return name
 
     def files(self) -> set[str]:
-        return {s[k] for s in self.segments for k in ("rec", "kw")} | {"events.arrow", "fold.arrow", "kwi.arrow"}
+        return ({s[k] for s in self.segments for k in ("rec", "kw")} | {"events.arrow", "fold.arrow", "kwi.arrow"}
+                | ({self.act} if self.act else set()))
 
 
 def ledger_stat(path: Path) -> dict | None:

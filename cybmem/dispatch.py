@@ -124,17 +124,6 @@ class Injection:
         return out
 
 
-def _carriers(snap: Snapshot) -> tuple[pa.Array, np.ndarray]:
-    """(issue id, record row) for every issue a record carries in its outcome (computed once)."""
-    if "carriers" not in snap._cache:
-        col = snap.records.column("issues")
-        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        flat = pc.list_flatten(col)
-        rows = pc.list_parent_indices(col).to_numpy().astype(np.int64) if len(flat) else np.zeros(0, np.int64)
-        snap._cache["carriers"] = (flat, rows)
-    return snap._cache["carriers"]
-
-
 class IssueRanking:
     """Every open issue scored against the task, as arrays over the open rows of the issue fold;
     :class:`ChosenIssue` objects are made only for the rows a block needs (a store can hold tens
@@ -142,11 +131,11 @@ class IssueRanking:
 
     def __init__(self, folded: pa.Table, rows: np.ndarray, order: np.ndarray, total: np.ndarray,
                  keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
-                 best_row: np.ndarray, run_ids: Any):
+                 best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray):
         self.folded, self.rows, self.order, self.total = folded, rows, order, total
         self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
         self._run_ids = run_ids
-        self._keys: np.ndarray | None = None
+        self._keys = title_codes
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -167,15 +156,7 @@ class IssueRanking:
                            recency=float(self._rec[i]), via=self._run_ids[r].as_py() if r >= 0 else None)
 
     def title_keys(self) -> np.ndarray:
-        """A code per open issue; issues with the same :func:`_title_key` share it (the rule runs
-        once per distinct title)."""
-        if self._keys is None:
-            titles = pc.fill_null(self.folded.column("title").take(pa.array(self.rows)), "")
-            enc = pc.dictionary_encode(titles).combine_chunks()
-            by_key: dict[str, int] = {}
-            codes = np.array([by_key.setdefault(_title_key(t), len(by_key)) for t in enc.dictionary.to_pylist()],
-                             dtype=np.int64)
-            self._keys = codes[enc.indices.to_numpy(zero_copy_only=False)] if len(codes) else np.zeros(0, np.int64)
+        """A code per open issue; issues with the same :func:`cybmem.issues.title_key` share it."""
         return self._keys
 
     def with_ids(self, ids: set[str]) -> np.ndarray:
@@ -214,26 +195,35 @@ def _rank(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int 
         own = normalize_keyword(own, scale=weights.w_kw)
     best = np.zeros(m, dtype=np.float32)
     best_row = np.full(m, -1, dtype=np.int64)
-    last_at = folded.column("lastAt").take(pa.array(rows)).cast(pa.int64()).to_numpy().copy() if m \
-        else np.zeros(0, np.int64)
-    flat, carrier = _carriers(snap)
-    if len(flat) and m:
-        # fold position of each carried issue id, then its place among the open issues (-1: not open)
-        where = np.full(folded.num_rows + 1, -1, dtype=np.int64)
-        where[rows] = np.arange(m)
-        at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), -1).to_numpy().astype(np.int64)
-        pos = where[at]  # at == -1 reads the extra last slot, -1
-        ok = (pos >= 0) & mask[carrier]
-        val = (kw + lin)[carrier]
-        order = np.lexsort((val, pos))  # per issue, its best run last
-        order = order[ok[order]]
-        if len(order):
-            last = np.r_[pos[order][1:] != pos[order][:-1], True]
-            pick = order[last]
-            best[pos[pick]] = val[pick]
-            best_row[pos[pick]] = carrier[pick]
-            # A run that carries an open issue is activity on it, even when it wrote no event.
-            np.maximum.at(last_at, pos[order], snap.ended_ms()[carrier[order]])
+    # Last activity and title codes do not depend on the task: cached with the snapshot.
+    activity = snap.activity(as_of, mask)
+    last_at = activity.column("lastActivity").to_numpy()[rows] if m else np.zeros(0, np.int64)
+    codes = activity.column("titleKey").to_numpy()[rows] if m else np.zeros(0, np.int32)
+    # The best run per open issue: among the runs the task scored (a few), the one that carries it.
+    val = kw + lin
+    scored = np.flatnonzero((val > 0) & mask) if m and n else np.zeros(0, np.int64)
+    if len(scored):
+        lists = snap.records.column("issues").take(pa.array(scored))
+        lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+        flat = pc.list_flatten(lists)
+        if len(flat):
+            carrier = scored[pc.list_parent_indices(lists).to_numpy().astype(np.int64)]
+            # fold rows of the carried ids (a pass over the fold against a small set), then each
+            # one's place among the open issues (-1: not open)
+            wanted = pc.unique(flat)
+            hit = np.flatnonzero(pc.is_in(folded.column("issueId"), value_set=wanted).to_numpy(zero_copy_only=False))
+            row_of = dict(zip(folded.column("issueId").take(pa.array(hit)).to_pylist(), hit.tolist()))
+            where = np.full(folded.num_rows + 1, -1, dtype=np.int64)
+            where[rows] = np.arange(m)
+            pos = where[np.array([row_of.get(i, -1) for i in flat.to_pylist()], dtype=np.int64)]
+            cval = val[carrier]
+            order = np.lexsort((cval, pos))  # per issue, its best run last
+            order = order[pos[order] >= 0]
+            if len(order):
+                last = np.r_[pos[order][1:] != pos[order][:-1], True]
+                pick = order[last]
+                best[pos[pick]] = cval[pick]
+                best_row[pos[pick]] = carrier[pick]
     # The issue's keyword part: its own text or its best run, whichever matches better.
     has = best_row >= 0
     at_row = np.maximum(best_row, 0)
@@ -248,17 +238,13 @@ def _rank(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int 
     keyword = np.maximum(carrier_kw, own)
     lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
     return IssueRanking(folded, rows, order, total, keyword, lineage, rec, last_at, best_row,
-                        snap.records.column("runId"))
+                        snap.records.column("runId"), codes)
 
 
 def rank_issues(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int | None = None) -> list[ChosenIssue]:
     """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best first."""
     ranking = _rank(snap, result, weights, as_of=as_of)
     return [ranking.issue(i) for i in ranking.order.tolist()]
-
-
-def _title_key(title: str) -> str:
-    return " ".join((title or "").casefold().split())
 
 
 def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:

@@ -44,6 +44,7 @@ __all__ = [
     "parse_ledger",
     "iter_ledger",
     "states_from_table",
+    "title_key",
     "fold",
     "fold_into",
     "open_states",
@@ -198,6 +199,12 @@ def states_from_table(table: "pa.Table") -> list[IssueState]:
 
 
 _TIME_COLUMNS = ("openedAt", "lastAt", "resolvedAt")
+
+
+def title_key(title: str | None) -> str:
+    """What makes two issue titles the same title (case and spacing aside): one line of the
+    block stands for every open issue with that key."""
+    return " ".join((title or "").casefold().split())
 
 
 def open_states(states: Iterable[IssueState]) -> list[IssueState]:

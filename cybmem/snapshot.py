@@ -50,6 +50,32 @@ def issue_texts(events: pa.Table, ids: list[str] | None = None) -> dict[str, str
         folded.column("issueId").to_pylist(), folded.column("title").to_pylist(), folded.column("detail").to_pylist())}
 
 
+def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray, ended: np.ndarray) -> pa.Table:
+    """Query-independent arrays over the rows of a fold, for the dispatch ranking of open issues:
+    ``lastActivity`` (epoch ms: the issue's last event, or later the end of the last run among
+    ``carriers_ok`` that carries it in its outcome: a run that carries an open issue is activity
+    on it, even when it wrote no event) and ``titleKey`` (a code per :func:`cybmem.issues.title_key`:
+    the same code, the same title)."""
+    m = folded.num_rows
+    last = folded.column("lastAt").cast(pa.int64()).to_numpy().copy() if m else np.zeros(0, np.int64)
+    col = records.column("issues")
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    flat = pc.list_flatten(col) if records.num_rows else pa.array([], pa.string())
+    if len(flat) and m:
+        rows = pc.list_parent_indices(col).to_numpy().astype(np.int64)
+        at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), -1).to_numpy().astype(np.int64)
+        ok = (at >= 0) & carriers_ok[rows]
+        np.maximum.at(last, at[ok], ended[rows[ok]])
+    codes = np.zeros(m, np.int32)
+    if m:
+        enc = pc.dictionary_encode(pc.fill_null(folded.column("title"), "")).combine_chunks()
+        by_key: dict[str, int] = {}
+        per_title = np.array([by_key.setdefault(issues.title_key(t), len(by_key)) for t in enc.dictionary.to_pylist()],
+                             dtype=np.int32)
+        codes = per_title[enc.indices.to_numpy(zero_copy_only=False)]
+    return pa.table({"lastActivity": pa.array(last, pa.int64()), "titleKey": pa.array(codes, pa.int32())})
+
+
 def _record_issue_ids(table: pa.Table) -> list[str]:
     return pc.unique(pc.list_flatten(table.column("issues"))).to_pylist() if table.num_rows else []
 
@@ -209,6 +235,28 @@ class Snapshot:
         """Open issues of :meth:`fold`, newest opened first (ties by id)."""
         return self.fold(as_of).take(pa.array(self.open_rows(as_of)))
 
+    def activity(self, as_of: int | None = None, carriers_ok: np.ndarray | None = None) -> pa.Table:
+        """:func:`issue_activity` of :meth:`fold` (``as_of``), runs counted where ``carriers_ok``
+        (default: :meth:`candidates`). The current one is cached with the snapshot (act-N.arrow):
+        dispatch reads it instead of matching every record's issues on every call."""
+        default = carriers_ok is None
+        if default:
+            carriers_ok = self.candidates(as_of)
+        if as_of is None and (default or np.array_equal(carriers_ok, self.candidates(None))):
+            if "activity" not in self._cache:
+                table = None
+                path = self._cache.get("act_file")
+                if path is not None:
+                    try:
+                        table = _cache.read_table(path)
+                    except (OSError, pa.ArrowException):
+                        table = None
+                if table is None or table.num_rows != self.fold().num_rows:
+                    table = issue_activity(self.records, self.fold(), carriers_ok, self.ended_ms())
+                self._cache["activity"] = table
+            return self._cache["activity"]
+        return issue_activity(self.records, self.fold(as_of), carriers_ok, self.ended_ms())
+
     def stale_rows(self, rows: Iterable[int]) -> list[int]:
         """The rows whose record file changed after this snapshot read it: the file is gone, has
         another inode, or was modified since (an in-place edit, e.g. a hand edit that removes a
@@ -322,6 +370,8 @@ def _snapshot(store, records, events, index, problems, cache, *, from_cache: boo
     if cache is not None and from_cache:
         snap._cache["fold_file"] = cache / "fold.arrow"
         snap._cache["issue_index_file"] = cache / "kwi.arrow"
+        if manifest is not None and manifest.act:
+            snap._cache["act_file"] = cache / manifest.act
     # When each row's record file was read: its segment's write time (for stale_rows).
     if manifest is not None and manifest.segments:
         try:
@@ -358,6 +408,18 @@ def _write_events(cache, manifest: _cache.Manifest, events: pa.Table) -> None:
     _cache.write_table(cache / "kwi.arrow", _issue_index(folded).to_arrow())
 
 
+def _write_activity(store: MemoryStore, cache, manifest: _cache.Manifest, records: pa.Table, events: pa.Table,
+                    index: KeywordIndex) -> None:
+    """The current fold's issue activity (:func:`issue_activity`), written with the manifest."""
+    snap = Snapshot(store, records, events, index)
+    if (cache / "fold.arrow").exists():
+        snap._cache["fold_file"] = cache / "fold.arrow"
+    table = issue_activity(records, snap.fold(), snap.candidates(None), snap.ended_ms())
+    name = manifest.new_file("act")
+    _cache.write_table(cache / name, table)
+    manifest.act = name
+
+
 def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
     table, events, index, bad, problems, consumed, lines = _build_full(store)
     led = _cache.ledger_stat(store.issues_path) or {"size": 0, "mtime_ns": 0, "ino": 0}
@@ -370,12 +432,15 @@ def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
     manifest.ledger = {"size": consumed, "mtime_ns": led["mtime_ns"] if consumed == led["size"] else None,
                        "ino": led["ino"], "lines": lines, "tail": _ledger_tail(store, consumed)}
     _write_events(cache, manifest, events)
+    _write_activity(store, cache, manifest, table, events, index)
     manifest.problems = [[p.path, p.message] for p in problems]
     manifest.dir_mtime_ns = _cache.dir_mtime_for_manifest(store.records_dir, scanned_at)
     manifest.write(cache)
     _cache.remove_unlisted(cache, manifest)
-    return _snapshot(store, table, events, index, problems, cache, from_cache=False, parsed=table.num_rows,
+    snap = _snapshot(store, table, events, index, problems, cache, from_cache=False, parsed=table.num_rows,
                      read_at=scanned_at)
+    snap._cache["act_file"] = cache / manifest.act
+    return snap
 
 
 def _patch_replaced(store: MemoryStore, cache, manifest: _cache.Manifest, records: pa.Table,
@@ -510,6 +575,7 @@ def _refresh(store: MemoryStore, cache, recheck: Sequence[str] = ()) -> Snapshot
                     _cache.write_table(cache / seg["rec"], seg_table)
                     _cache.write_table(cache / seg["kw"], seg_index.to_arrow())
                     manifest.segments.append(seg)
+        _write_activity(store, cache, manifest, records, events, index)
         manifest.problems = [[p.path, p.message] for p in problems]
         manifest.dir_mtime_ns = _cache.dir_mtime_for_manifest(store.records_dir, scanned_at)
         manifest.write(cache)

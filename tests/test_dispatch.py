@@ -155,3 +155,34 @@ def test_write_and_inject_never_import_heavy_libraries(root, tmp_path, verb):
             f"print('LOADED', [m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
     assert "LOADED []" in p.stderr, p.stderr
+
+
+def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
+    """act-N.arrow (last activity and title codes per fold row) is what issue_activity computes
+    from the files, after a cold load and after a write that carries an open issue."""
+    import os
+
+    from cybmem.runs import write_run
+    from cybmem.settings import Settings
+    from cybmem.snapshot import issue_activity, load_snapshot
+    from cybmem.store import MemoryStore
+
+    os.unlink(fixture_copy / ".nocache")
+    store = MemoryStore(fixture_copy, "web")
+    snap = load_snapshot(store)
+
+    def fresh(s):
+        return issue_activity(s.records, s.fold(), s.candidates(None), s.ended_ms())
+
+    assert "act_file" in snap._cache and snap.activity().equals(fresh(snap))
+    open_id = snap.open_issues().column("issueId")[0].as_py()
+    from conftest import make_run
+
+    later = make_run("act-1", "Look at it again", start=1_900_000_000_000, cwd="/home/dev/web",
+                     output=f"Looked.\n\nACCOMPLISHED:\n- looked\nISSUES:\n- {open_id}\nNEXT:\n- none")
+    write_run(later, Settings.from_env(env={}, memory_dir=fixture_copy))
+    again = load_snapshot(store)
+    act = again.activity()
+    assert act.equals(fresh(again)) and again._cache["act_file"] != snap._cache["act_file"]
+    row = again.fold().column("issueId").to_pylist().index(open_id)
+    assert act.column("lastActivity")[row].as_py() == 1_900_000_000_000 + 10 * 60_000
