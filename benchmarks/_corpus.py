@@ -296,3 +296,27 @@ def write_store(records: Iterable[dict[str, Any]], dest: Path, *, issues: Iterab
         for e in issues:
             fh.write(orjson.dumps(e) + b"\n")
     return dest
+
+
+def time_round_robin(fns: dict, queries, warmup: int = 5) -> dict[str, list[int]]:
+    """Nanoseconds per call of each function on each query: the functions take turns on query i,
+    so load changes on a shared machine hit all of them alike; each call is timed alone, with the
+    garbage collector off."""
+    import gc
+    import time
+
+    for q in queries[:warmup]:
+        for fn in fns.values():
+            fn(q)
+    out: dict[str, list[int]] = {name: [] for name in fns}
+    gc.disable()
+    try:
+        for q in queries:
+            for name, fn in fns.items():
+                t0 = time.perf_counter_ns()
+                fn(q)
+                out[name].append(time.perf_counter_ns() - t0)
+    finally:
+        gc.enable()
+    return out
+

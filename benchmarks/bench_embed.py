@@ -31,7 +31,6 @@ never compete with the measurements.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import shutil
@@ -180,20 +179,7 @@ def quality(snap, settings: Settings, qrels: list[dict], qvecs: dict[str, np.nda
 
 def _time(fns: dict, queries: list, warmup: int = 5) -> dict[str, list[float]]:
     """Microseconds per call; the functions take turns on each query (a busy machine slows them alike)."""
-    for q in queries[:warmup]:
-        for fn in fns.values():
-            fn(q)
-    out: dict[str, list[float]] = {n: [] for n in fns}
-    gc.disable()
-    try:
-        for q in queries:
-            for name, fn in fns.items():
-                t0 = time.perf_counter_ns()
-                fn(q)
-                out[name].append((time.perf_counter_ns() - t0) / 1e3)
-    finally:
-        gc.enable()
-    return out
+    return {name: [t / 1e3 for t in ts] for name, ts in _corpus.time_round_robin(fns, queries, warmup).items()}
 
 
 def replicated(n: int, matrix: np.ndarray, row_ids: list[str]):

@@ -53,26 +53,7 @@ def _stats(ns: list[int]) -> dict[str, float]:
 
 
 def _time_queries(fn, queries, warmup: int = 5) -> list[int]:
-    return _time_round_robin({"fn": fn}, queries, warmup)["fn"]
-
-
-def _time_round_robin(fns: dict, queries, warmup: int = 5) -> dict[str, list[int]]:
-    """Time each system on query i in turn, so load changes on a shared machine hit all
-    systems alike. Each call is timed alone with perf_counter_ns."""
-    for q in queries[:warmup]:
-        for fn in fns.values():
-            fn(q)
-    out: dict[str, list[int]] = {name: [] for name in fns}
-    gc.disable()
-    try:
-        for q in queries:
-            for name, fn in fns.items():
-                t0 = time.perf_counter_ns()
-                fn(q)
-                out[name].append(time.perf_counter_ns() - t0)
-    finally:
-        gc.enable()
-    return out
+    return C.time_round_robin({"fn": fn}, queries, warmup)["fn"]
 
 
 def make_queries(token_lists: list[list[str]], n: int, seed: int = 0) -> list[list[str]]:
@@ -228,7 +209,7 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
 
         fns["bm25s"] = b25
 
-    times = _time_round_robin(fns, queries)
+    times = C.time_round_robin(fns, queries)
     systems: dict[str, dict] = {name: _stats(ts) for name, ts in times.items()}
     del X, retr, prior
 

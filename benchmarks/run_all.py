@@ -73,6 +73,16 @@ def main() -> None:
         run("Retrieval quality", ["benchmarks/bench_quality.py"],
             "MRR@10, recall@10 and nDCG@10 on the corpus qrels, replayed as of each query's moment through "
             "the production search path, default weights against single axes."),
+        run("What the dispatch block holds", ["benchmarks/bench_dispatch.py"],
+            "The MEMORY block on the corpus qrels, before (top 3, newest issues first) and after (ranked "
+            "issues, top k): the share of runs and issues in the block, tokens, how often a judged relevant "
+            "run is shown and how often a judged open issue is listed."),
+        run("Stemming", ["benchmarks/bench_stem.py"],
+            "Snowball stemming against the plain tokenizer: MRR@10 on the qrels, cold index build and query "
+            "time ratios."),
+        run("Redaction", ["benchmarks/bench_redact.py"],
+            "Precision and recall per secret kind on the redaction corpus, false alarms on real commit "
+            "messages and synthetic worker output, throughput."),
         run("Weight search", ["benchmarks/bench_tune.py"],
             "Grid search over w_kw, w_rec, w_lin on the corpus replicated to 20k records, 500 queries."),
         run("Embeddings and the vector axis", ["benchmarks/bench_embed.py", "--size", "100000", "--queries", "200"],
@@ -80,6 +90,11 @@ def main() -> None:
             "alone; MRR@10 on the qrels with and without the vector axis (a sweep of w_vec); the cost of the "
             "cosine axis per query at 100k records, exact mat-vec against binary quantisation with exact "
             "rescoring, and the ranking agreement. Needs the test extra (torch, the model)."),
+        run("The fleet on Dask", ["benchmarks/bench_fleet.py"] + (["--copies", "8", "--inline-sizes", "1,2,4,8",
+                                                                   "--dask-sizes", "4,8"] if args.quick else []),
+            "Search and the issue fold over every machine's export (8 machines, millions of runs as Parquet): "
+            "Dask on a LocalCluster against the same partition functions in one process; times and each "
+            "process's own peak memory."),
         run("Index compaction", ["benchmarks/bench_compaction.py", "--sizes", "7761,100000"],
             "index.json compacted to 500 entries against the full index: its size, the check against records/ "
             "every reader of the index makes, the write path's latest_run_id, and `cybmem chain`, which reads "

@@ -124,25 +124,33 @@ def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
         raise typer.Exit(1) from None
 
 
-def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, lean: bool = True):
+def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, lean: bool = True,
+            filters: bool = False):
     """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
 
     ``lean``: the command never needs pandas, so pyarrow's probe for it is refused (see
-    :func:`_without_pandas`); commands that build DataFrames pass False.
+    :func:`_without_pandas`); commands that build DataFrames pass False. ``filters``: the record
+    filter options (--state, --since, --until, --grep, --agent, --issue) are added, and the
+    body gets them as one :class:`cybmem.filters.RecordFilter` argument ``f``.
     """
 
     def deco(fn: Callable) -> Callable:
         sig = inspect.signature(fn, eval_str=True)
-        own = [p for n, p in sig.parameters.items() if n != "ctx"]
+        own = [p for n, p in sig.parameters.items() if n not in ("ctx", "f")]
         names = (["memory_dir"] if memory else []) + (["cwd", "project"] if project else []) + (["as_json"] if as_json else [])
-        params = own + [_SHARED[n] for n in names]
+        params = own + (list(_FILTERS.values()) if filters else []) + [_SHARED[n] for n in names]
+
+        def body(ctx: Ctx, **kwargs):
+            if filters:
+                kwargs["f"] = _record_filter(*(kwargs.pop(n) for n in ("since", "until", "state", "grep", "agent", "issue")))
+            return fn(ctx, **kwargs)
 
         @functools.wraps(fn)
         def wrapper(**kwargs):
             ctx = Ctx(memory_dir=kwargs.pop("memory_dir", None), cwd=kwargs.pop("cwd", None),
                       project=kwargs.pop("project", None), json=kwargs.pop("as_json", False))
             with _without_pandas() if lean else contextlib.nullcontext():
-                return _run(fn, ctx, kwargs)
+                return _run(body, ctx, kwargs)
 
         del wrapper.__wrapped__
         wrapper.__signature__ = sig.replace(parameters=params)
@@ -223,6 +231,8 @@ StateOpt = Annotated[Optional[str], typer.Option("--state", help="Only runs in t
 GrepOpt = Annotated[Optional[str], typer.Option("--grep", help="Only runs whose task or summary contains this text (case-insensitive).", show_default=False)]
 AgentOpt = Annotated[Optional[str], typer.Option("--agent", help="Only runs with a worker of this agent id.", show_default=False)]
 IssueOpt = Annotated[Optional[str], typer.Option("--issue", help="Only runs that raised this issue id or wrote one of its ledger events (resolved, reopened...).", show_default=False)]
+_FILTERS = {n: inspect.Parameter(n, _KW, default=None, annotation=a) for n, a in (
+    ("state", StateOpt), ("since", SinceOpt), ("until", UntilOpt), ("grep", GrepOpt), ("agent", AgentOpt), ("issue", IssueOpt))}
 OffsetOpt = Annotated[int, typer.Option("--offset", help="Skip this many first (the next page starts at the last one shown).", min=0)]
 _PERIOD = re.compile(r"(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?")
 
@@ -268,17 +278,12 @@ def _no_match(what: str, slug: str, f) -> str:
     return f"No {what} in project {slug}" + (f" ({f.describe()})." if f is not None and f.active else ".")
 
 
-@command("list")
+@command("list", filters=True)
 def list_cmd(
     ctx: Ctx,
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N records (0: all).", min=0)] = 50,
     offset: OffsetOpt = 0,
-    state: StateOpt = None,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    grep: GrepOpt = None,
-    agent: AgentOpt = None,
-    issue: IssueOpt = None,
+    f: Any = None,
 ):
     """List a project's records, newest first, a page at a time.
 
@@ -287,7 +292,6 @@ def list_cmd(
     from .filters import list_records
     from .snapshot import load_snapshot
 
-    f = _record_filter(since, until, state, grep, agent, issue)
     snap = load_snapshot(ctx.store())
     page = list_records(snap, f, offset=offset, limit=limit)
     snap = page.snapshot  # a fresh load when a shown record changed in place
@@ -508,19 +512,14 @@ def _tasks(store, ids: list[str], snap=None) -> dict[str, str]:
     return dict(zip(rows.column("runId").to_pylist(), rows.column("task").to_pylist()))
 
 
-@command("chain")
+@command("chain", filters=True)
 def chain_cmd(
     ctx: Ctx,
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
     context: Annotated[str, typer.Option("--context", "-C", help="Runs shown each side of the run (0 or all: the whole chain).")] = "5",
     limit: Annotated[int, typer.Option("--limit", "-n", help="Page through the chain oldest first instead: at most N runs (0: to the end).", min=0)] = 0,
     offset: OffsetOpt = 0,
-    state: StateOpt = None,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    grep: GrepOpt = None,
-    agent: AgentOpt = None,
-    issue: IssueOpt = None,
+    f: Any = None,
 ):
     """Walk the previousRunId chain both ways from a run, with its parent and chat links.
 
@@ -532,7 +531,6 @@ def chain_cmd(
     from .lineage import chain
 
     n_context = _context(context)
-    f = _record_filter(since, until, state, grep, agent, issue)
     store = ctx.store()
     full = chain(store, store.resolve_run_id(run_id))
     keep = snap = None
@@ -822,7 +820,7 @@ def _fmt_axes(contrib: dict) -> str:
     return " ".join(f"{short.get(k, k)}={v:.3f}" for k, v in contrib.items() if v or k != "vector")
 
 
-@command("search")
+@command("search", filters=True)
 def search_cmd(
     ctx: Ctx,
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
@@ -832,12 +830,7 @@ def search_cmd(
     as_of: AsOfOpt = None,
     parent: ParentOpt = None,
     chat: ChatOpt = None,
-    state: StateOpt = None,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    grep: GrepOpt = None,
-    agent: AgentOpt = None,
-    issue: IssueOpt = None,
+    f: Any = None,
 ):
     """Multi-axis scored search over a project's records (BM25 + recency + lineage).
 
@@ -848,7 +841,6 @@ def search_cmd(
     """
     from .retrieval import search
 
-    f = _record_filter(since, until, state, grep, agent, issue)
     store = ctx.store()
     result = search(store, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
                     parent_run_id=parent, chat_session_id=chat, filter=f)
