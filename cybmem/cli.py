@@ -730,20 +730,23 @@ def mark_cmd(
 @command("redact")
 def redact_cmd(
     ctx: Ctx,
-    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    run_id: Annotated[Optional[str], typer.Argument(help="Run id or a unique prefix of it (or --everywhere).", show_default=False)] = None,
     secret: Annotated[Optional[list[str]], typer.Option("--secret", metavar="TEXT", help="A text to remove (repeatable; it lands in your shell history: prefer --secrets-from).", show_default=False)] = None,
     secrets_from: Annotated[Optional[Path], typer.Option("--secrets-from", help="A file with one text to remove a line, or - for stdin.", show_default=False)] = None,
+    everywhere: Annotated[bool, typer.Option("--everywhere", help="Every run whose record holds a given text, instead of one run.")] = False,
     no_patterns: Annotated[bool, typer.Option("--no-patterns", help="Remove only the given texts, not the secret shapes the write path knows.")] = False,
 ):
     """Remove a secret from a run's memory everywhere it was copied, in one safe step.
 
     Rewrites the run's record and its ledger lines with every known secret shape and each given
-    text replaced, atomically and under the project lock; drops the run's vectors; rebuilds
-    index.json and the cache; then names any file of the project that still holds a given text.
+    text replaced, atomically and under the project lock; renames an issue id spelled from such a
+    text; drops the run's vectors; rebuilds index.json and the cache; then names any file of the
+    project that still holds a given text (exit 1). --everywhere does it for every run that
+    holds a given text.
 
     Example: printf '%s\\n' 'purple-otter-42' | cybmem redact 3f2a --secrets-from -
     """
-    from .scrub import scrub_run
+    from .scrub import scrub_runs
 
     texts = list(secret or [])
     if secrets_from is not None:
@@ -752,18 +755,24 @@ def redact_cmd(
         except OSError as exc:
             raise typer.BadParameter(f"cannot read {secrets_from}: {exc.strerror or exc}", param_hint="--secrets-from") from None
         texts += [line for line in data.splitlines() if line.strip()]
-    if no_patterns and not texts:
-        raise typer.BadParameter("with --no-patterns, give the texts to remove (--secret or --secrets-from)",
-                                 param_hint="--no-patterns")
-    result = scrub_run(ctx.store(), run_id, secrets=texts, patterns=not no_patterns)
+    if (run_id is None) == (not everywhere):
+        raise typer.BadParameter("give one run id, or --everywhere (with the texts to remove)", param_hint="RUN_ID")
+    if (no_patterns or everywhere) and not texts:
+        raise typer.BadParameter("give the texts to remove (--secret or --secrets-from)",
+                                 param_hint="--everywhere" if everywhere else "--no-patterns")
+    store = ctx.store()
+    result = scrub_runs(store, None if everywhere else [store.resolve_run_id(run_id)], secrets=texts,
+                        patterns=not no_patterns)
     if ctx.json:
         _print_json(result.to_dict())
     elif not result.changed:
-        _echo(f"Nothing to redact in run {result.run_id} (project {result.project}).")
+        _echo(f"Nothing to redact in {'run ' + result.run_id if result.run_id else 'project'} {result.project}.")
     else:
         what = []
-        if result.fields:
+        if result.run_id and result.fields:
             what.append(f"record ({', '.join(result.fields)})")
+        elif result.runs:
+            what.append(f"{len(result.runs)} record{'s' if len(result.runs) != 1 else ''}")
         if result.ledger_lines:
             what.append(f"{result.ledger_lines} ledger line{'s' if result.ledger_lines != 1 else ''}")
         if result.renamed:
@@ -775,16 +784,20 @@ def redact_cmd(
             what.append(f"{result.archive_lines} archive-summary.md line{'s' if result.archive_lines != 1 else ''}")
         found = ([f"{result.replaced} occurrence{'s' if result.replaced != 1 else ''} of the given text"
                   + ("s" if len(texts) > 1 else "")] if result.replaced else []) + result.kinds
-        _echo(f"Redacted run {result.run_id} in project {result.project}: {'; '.join(what)}"
-              + (f" ({', '.join(found)})" if found else "") + ".")
+        who = f"run {result.run_id}" if result.run_id else f"{len(result.runs)} runs"
+        _echo(f"Redacted {who} in project {result.project}: {'; '.join(what)}" + (f" ({', '.join(found)})" if found else "") + ".")
         if result.embeddings_dropped:
             _echo(f"Dropped {result.embeddings_dropped} vector{'s' if result.embeddings_dropped != 1 else ''} made from the "
                   "old text (`cybmem embed` makes new ones).")
         for path in result.rebuilt:
             _echo(f"Rebuilt {path}.")
     if result.remaining:
-        for path in result.remaining:
+        shown = result.remaining[:8]
+        for path in shown:
             _echo(f"warning: a given text is still in {path}", err=True)
+        if len(result.remaining) > len(shown):
+            _echo(f"warning: ... and in {len(result.remaining) - len(shown)} more files (--json lists them all; "
+                  "--everywhere redacts every run that holds it)", err=True)
         raise typer.Exit(1)
     if texts and not ctx.json:
         _echo(f"No file of project {result.project} holds a given text any more.")

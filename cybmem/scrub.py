@@ -35,7 +35,7 @@ from .outcome import issue_slug
 from .redact import redact_value
 from .store import MAX_LEDGER_BYTES, MAX_RECORD_BYTES, MemoryStore, _dumps, parse_record
 
-__all__ = ["MANUAL", "ScrubResult", "scrub_run"]
+__all__ = ["MANUAL", "ScrubResult", "scrub_run", "scrub_runs"]
 
 #: What a given text is replaced with.
 MANUAL = "[REDACTED:manual]"
@@ -51,7 +51,8 @@ class ScrubResult:
     project: str
     kinds: list[str] = field(default_factory=list)  # secret shapes the pattern pass found
     replaced: int = 0  # occurrences of the given texts replaced
-    fields: list[str] = field(default_factory=list)  # record fields rewritten
+    fields: list[str] = field(default_factory=list)  # record fields rewritten (of the run, or of all runs)
+    runs: dict[str, list[str]] = field(default_factory=dict)  # run id -> its record fields rewritten
     renamed: dict[str, str] = field(default_factory=dict)  # issue ids renamed: old -> new
     records_relinked: list[str] = field(default_factory=list)  # other runs whose issue list was renamed
     ledger_lines: int = 0
@@ -62,11 +63,11 @@ class ScrubResult:
 
     @property
     def changed(self) -> bool:
-        return bool(self.fields or self.ledger_lines or self.archive_lines or self.embeddings_dropped
+        return bool(self.runs or self.ledger_lines or self.archive_lines or self.embeddings_dropped
                      or self.records_relinked)
 
     def to_dict(self) -> dict:
-        return {"runId": self.run_id, "project": self.project, "kinds": self.kinds, "replaced": self.replaced,
+        return {"runId": self.run_id or None, "runs": self.runs, "project": self.project, "kinds": self.kinds, "replaced": self.replaced,
                 "fields": self.fields, "renamedIssues": self.renamed, "recordsRelinked": self.records_relinked,
                 "ledgerLines": self.ledger_lines, "archiveLines": self.archive_lines,
                 "embeddingsDropped": self.embeddings_dropped, "rebuilt": self.rebuilt, "remaining": self.remaining}
@@ -128,44 +129,60 @@ def scrub_run(store: MemoryStore, run_id: str, *, secrets: list[str] = (), patte
         NotFoundError / AmbiguousError: no such run, or a prefix of several.
         ValidationError: a given text shorter than 4 characters.
     """
-    rid = store.resolve_run_id(run_id)
+    return scrub_runs(store, [store.resolve_run_id(run_id)], secrets=secrets, patterns=patterns)
+
+
+def scrub_runs(store: MemoryStore, run_ids: list[str] | None, *, secrets: list[str] = (),
+               patterns: bool = True) -> ScrubResult:
+    """:func:`scrub_run` for several runs at once (one lock, one rebuild); ``run_ids=None``: every
+    run whose record holds a given text (a leaked password quoted by many runs)."""
     given = _secrets(list(secrets))
+    if run_ids is None:
+        if not given:
+            raise ValidationError("to redact every run that holds a text, give the text (--secret or --secrets-from)")
+        run_ids = _runs_holding(store, given)
     clean = _Cleaner(given, patterns)
-    result = ScrubResult(rid, store.slug)
+    result = ScrubResult(run_ids[0] if len(run_ids) == 1 else "", store.slug)
     store._check_not_symlinked()
+    wanted_runs = set(run_ids)
     with store.lock():
         renamed = result.renamed = _renamed_ids(store, given)
-        # 1. the record (its issue list keeps its ids, renamed where they spell a given text)
-        path = store.record_path(rid)
-        raw = _io.read_file(path, limit=MAX_RECORD_BYTES)
-        parse_record(path.name, raw)  # a record that does not read is not rewritten blind
-        data = _io.loads(raw)
-        new = clean.value({k: v for k, v in data.items() if k != "outcome"}, "", result.fields, keep=("runId",))
-        outcome = data.get("outcome")
-        if isinstance(outcome, dict):
-            ids = outcome.get("issues")
-            new["outcome"] = {**clean.value({k: v for k, v in outcome.items() if k != "issues"}, "outcome", result.fields),
-                              **({"issues": _relinked(ids, renamed, result.fields)} if "issues" in outcome else {})}
-            new = {k: new[k] for k in data}  # the record's own key order
-        if result.fields:
-            out = _dumps(new, f"record {rid}", indent=True) + b"\n"
-            parse_record(path.name, out)
-            _io.atomic_write(path, out)
-        # 2. the ledger: the run's lines, any line holding a given text, the renamed issues' lines
+        # 1. the records (an issue list keeps its ids, renamed where they spell a given text)
+        for rid in run_ids:
+            fields: list[str] = []
+            path = store.record_path(rid)
+            raw = _io.read_file(path, limit=MAX_RECORD_BYTES)
+            parse_record(path.name, raw)  # a record that does not read is not rewritten blind
+            data = _io.loads(raw)
+            new = clean.value({k: v for k, v in data.items() if k != "outcome"}, "", fields, keep=("runId",))
+            outcome = data.get("outcome")
+            if isinstance(outcome, dict):
+                ids = outcome.get("issues")
+                new["outcome"] = {**clean.value({k: v for k, v in outcome.items() if k != "issues"}, "outcome", fields),
+                                  **({"issues": _relinked(ids, renamed, fields)} if "issues" in outcome else {})}
+                new = {k: new[k] for k in data}  # the record's own key order
+            if fields:
+                out = _dumps(new, f"record {rid}", indent=True) + b"\n"
+                parse_record(path.name, out)
+                _io.atomic_write(path, out)
+                result.runs[rid] = fields
+        result.fields = result.runs.get(result.run_id, []) if result.run_id else sorted({f for fs in result.runs.values() for f in fs})
+
+        # 2. the ledger: the runs' lines, any line holding a given text, the renamed issues' lines
         def change(d: dict) -> dict:
             d = clean.value(d, "", [], keep=_LEDGER_KEYS)
             return {**d, "issueId": renamed[d["issueId"]]} if d.get("issueId") in renamed else d
 
         result.ledger_lines = _rewrite_lines(store.issues_path, lambda d, line: isinstance(d, dict) and (
-            d.get("byRunId") == rid or d.get("issueId") in renamed or any(s.encode() in line for s in given)), change)
+            d.get("byRunId") in wanted_runs or d.get("issueId") in renamed or any(s.encode() in line for s in given)),
+            change)
         # 2b. other runs' records that name a renamed issue: only that list changes
         if renamed:
-            result.records_relinked = _relink_records(store, rid, renamed)
+            result.records_relinked = _relink_records(store, wanted_runs, renamed)
         # 3. archive-summary.md (compaction's one-liners)
-        result.archive_lines = _rewrite_text_lines(store.archive_path, rid, given, clean)
-        # 4. the run's vectors
-        if result.fields or result.ledger_lines:
-            result.embeddings_dropped = _drop_vectors(store.embeddings_path, rid)
+        result.archive_lines = _rewrite_text_lines(store.archive_path, wanted_runs, given, clean)
+        # 4. the runs' vectors (made from the old text)
+        result.embeddings_dropped = _drop_vectors(store.embeddings_path, set(result.runs))
     result.kinds = sorted(clean.kinds)
     result.replaced = clean.replaced
     # 5. the derived files, from the files
@@ -180,6 +197,26 @@ def scrub_run(store: MemoryStore, run_id: str, *, secrets: list[str] = (), patte
             result.rebuilt.append(str(_cache.cache_dir(store.dir)))
     result.remaining = _still_holding(store.dir, given)
     return result
+
+
+def _runs_holding(store: MemoryStore, given: list[str]) -> list[str]:
+    """The run ids whose record file holds a given text (as UTF-8 or as JSON escapes it)."""
+    needles = _needles(given)
+    out = []
+    for rid in store.run_ids():
+        try:
+            raw = _io.read_file(store.record_path(rid), limit=MAX_RECORD_BYTES)
+        except OSError:
+            continue
+        if any(n in raw for n in needles):
+            out.append(rid)
+    if not out:
+        raise ValidationError(f"no record of project {store.slug} holds a given text")
+    return out
+
+
+def _needles(given: list[str]) -> set[bytes]:
+    return {s.encode() for s in given} | {_dumps(s, "text")[1:-1] for s in given}
 
 
 def _renamed_ids(store: MemoryStore, given: list[str]) -> dict[str, str]:
@@ -223,12 +260,12 @@ def _relinked(ids: Any, renamed: dict[str, str], changed: list[str]) -> Any:
     return [renamed.get(i, i) if isinstance(i, str) else i for i in ids]
 
 
-def _relink_records(store: MemoryStore, rid: str, renamed: dict[str, str]) -> list[str]:
+def _relink_records(store: MemoryStore, skip: set[str], renamed: dict[str, str]) -> list[str]:
     """Rewrite the issue list of every other record that names a renamed issue (project lock held)."""
     needles = [f'"{old}"'.encode() for old in renamed]
     out = []
     for other in store.run_ids():
-        if other == rid:
+        if other in skip:
             continue
         path = store.record_path(other)
         try:
@@ -286,7 +323,7 @@ def _rewrite_lines(path: Path, wanted, change) -> int:
     return n
 
 
-def _rewrite_text_lines(path: Path, rid: str, given: list[str], clean: _Cleaner) -> int:
+def _rewrite_text_lines(path: Path, runs: set[str], given: list[str], clean: _Cleaner) -> int:
     try:
         raw = _io.read_file(path, limit=MAX_LEDGER_BYTES)
     except FileNotFoundError:
@@ -294,7 +331,7 @@ def _rewrite_text_lines(path: Path, rid: str, given: list[str], clean: _Cleaner)
     lines = raw.decode("utf-8", "surrogateescape").split("\n")
     n = 0
     for i, line in enumerate(lines):
-        if rid in line or any(s in line for s in given):
+        if any(r in line for r in runs) or any(s in line for s in given):
             new = clean.text(line)
             if new != line:
                 lines[i], n = new, n + 1
@@ -303,7 +340,7 @@ def _rewrite_text_lines(path: Path, rid: str, given: list[str], clean: _Cleaner)
     return n
 
 
-def _drop_vectors(path: Path, rid: str) -> int:
+def _drop_vectors(path: Path, runs: set[str]) -> int:
     try:
         raw = _io.read_file(path, limit=MAX_LEDGER_BYTES)
     except FileNotFoundError:
@@ -314,7 +351,7 @@ def _drop_vectors(path: Path, rid: str) -> int:
             d = _io.loads(line) if line.strip() else None
         except ValueError:
             d = None
-        if isinstance(d, dict) and d.get("runId") == rid:
+        if isinstance(d, dict) and d.get("runId") in runs:
             dropped += 1
             continue
         kept.append(line)
@@ -328,9 +365,7 @@ def _still_holding(directory: Path, given: list[str]) -> list[str]:
     UTF-8 and as JSON writes them), with a hint where the writer cannot remove it."""
     if not given:
         return []
-    needles = {s.encode(): s for s in given}
-    for s in given:
-        needles.setdefault(_dumps(s, "text")[1:-1], s)  # as a JSON string escapes it
+    needles = _needles(given)
     out = []
     for f in sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()):
         try:
@@ -339,7 +374,7 @@ def _still_holding(directory: Path, given: list[str]) -> list[str]:
             continue
         if any(n in data for n in needles):
             if f.parent.name == "records" and f.suffix == ".json":
-                why = f" (another run's record: `cybmem redact {f.stem} --secrets-from FILE`)"
+                why = f" (another run's record: `cybmem redact {f.stem}`, or --everywhere)"
             else:
                 why = ""
             out.append(f"{f}{why}")

@@ -467,9 +467,10 @@ def test_cybmem_redact_removes_a_secret_from_every_copy(memory_root, tmp_path, m
     assert "Redacted run r-red-1" in res.stdout and "github" in res.stdout
     assert "vault-phrase-purple-otter-42-was-in-the-logs -> vault-phrase-redacted-was-in-the-logs" in res.stdout
     # r-red-3 quotes the old id in its own words: named, with the command that clears it.
-    assert res.exit_code == 1 and "records/r-red-3.json (another run's record: `cybmem redact r-red-3" in res.stderr
-    res = cli("redact", "r-red-3", "--secrets-from", "-", "--cwd", "/home/dev/web", input=phrase + "\n")
+    assert res.exit_code == 1 and "records/r-red-3.json (another run's record: `cybmem redact r-red-3`" in res.stderr
+    res = cli("redact", "--everywhere", "--secrets-from", "-", "--cwd", "/home/dev/web", input=phrase + "\n")
     assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("Redacted run r-red-3 in project web: record (outcome.accomplished[0])")
     assert "No file of project web holds a given text any more." in res.stdout
     for f in memory_root.rglob("*"):
         if f.is_file():
@@ -503,4 +504,10 @@ def test_cybmem_redact_refuses_bad_input_and_loses_nothing(memory_root, tmp_path
     assert res.exit_code == 1 and "no record" in res.stderr
     res = cli("redact", "r-base-1", "--no-patterns", "--cwd", "/home/dev/web")
     assert res.exit_code == 2
+    res = cli("redact", "--everywhere", "--cwd", "/home/dev/web")
+    assert res.exit_code == 2 and "give the texts to remove" in res.output
+    res = cli("redact", "r-base-1", "--everywhere", "--secret", "abcd", "--cwd", "/home/dev/web")
+    assert res.exit_code == 2
+    res = cli("redact", "--everywhere", "--secret", "nowhere-to-be-found", "--cwd", "/home/dev/web")
+    assert res.exit_code == 1 and "no record of project web holds a given text" in res.stderr
     assert path.read_bytes() == before
