@@ -1,5 +1,8 @@
 """Check a memory store and rebuild what is derived: ``cybmem doctor``.
 
+Over 600 lines because it holds one check per kind of file (records, ledger, embeddings,
+index, cache, paths, weights, secrets) and the repair; each check is one function.
+
 What is checked, per project: every record file parses, validates and is named after its
 runId; every ledger line and every embeddings.jsonl line is whole and valid (and each model's
 vectors have one dimension); index.json equals a rebuild from records/; the Arrow cache

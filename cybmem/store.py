@@ -1,8 +1,14 @@
 """MemoryStore: one project's records, issue ledger and derived index on disk.
 
+Over 600 lines because every write path to a project's files is here (records, the ledger,
+embeddings lines, index.json and its compaction) under the same locks; split, the locking
+order would be spread over modules.
+
 Records are written once (temp file, fsync, hard link: an existing runId can never be
-replaced). The one change ever made to an existing record is adding ``supersededBy`` when a
-correction is written (see cybmem.supersession); every other byte stays. The ledger is appended
+replaced). The one change the write path ever makes to an existing record is adding
+``supersededBy`` when a correction is written (see cybmem.supersession); every other byte stays.
+The only other rewrite is a person's ``cybmem redact`` (cybmem.scrub, under :meth:`MemoryStore.lock`).
+The ledger is appended
 whole lines at a time under an OS lock, so an id that is already open is not opened twice even
 when runs end at the same moment. index.json is derived: one projection per record, rebuilt from
 records/ alone and checked against the directory listing (names and inode numbers) on every read.
