@@ -164,6 +164,11 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
 # --- rendering ------------------------------------------------------------------------
 
 
+def _count(count: int, what: str) -> str:
+    """``3 records``, ``1 record``: a count and its noun."""
+    return f"{count} {what if count == 1 else what + 's'}"
+
+
 def _when(ms: int | None) -> str:
     return "-" if ms is None else ms_to_utc(ms)
 
@@ -549,12 +554,12 @@ def chain_cmd(
     tasks = _tasks(store, [e["runId"] for e in result.runs], snap)
     room = max(_width() - 42, 24)
     if result.omitted_before:
-        _echo(f"   ... {result.omitted_before} earlier run{'s' if result.omitted_before != 1 else ''}")
+        _echo(f"   ... {_count(result.omitted_before, 'earlier run')}")
     for entry in result.runs:
         mark = "->" if entry["runId"] == result.run_id else "  "
         _echo(f"{mark} {_when(entry['endedAt'])}  {entry['state']:<9}  {entry['runId'][:8]}  {subject_line(tasks.get(entry['runId'], entry['task']), room)}")
     if result.omitted_after:
-        _echo(f"   ... {result.omitted_after} later run{'s' if result.omitted_after != 1 else ''}")
+        _echo(f"   ... {_count(result.omitted_after, 'later run')}")
     extra = []
     if result.omitted_before or result.omitted_after or result.unmatched:
         parts = [f"{len(result.runs)} of the chain's {result.length} runs shown"]
@@ -772,22 +777,21 @@ def redact_cmd(
         if result.run_id and result.fields:
             what.append(f"record ({', '.join(result.fields)})")
         elif result.runs:
-            what.append(f"{len(result.runs)} record{'s' if len(result.runs) != 1 else ''}")
+            what.append(f"{_count(len(result.runs), 'record')}")
         if result.ledger_lines:
-            what.append(f"{result.ledger_lines} ledger line{'s' if result.ledger_lines != 1 else ''}")
+            what.append(f"{_count(result.ledger_lines, 'ledger line')}")
         if result.renamed:
             what.append("issue " + ", ".join(f"{old} -> {new}" for old, new in result.renamed.items()))
         if result.records_relinked:
-            what.append(f"the issue list of {len(result.records_relinked)} other record"
-                        f"{'s' if len(result.records_relinked) != 1 else ''}")
+            what.append(f"the issue list of {_count(len(result.records_relinked), 'other record')}")
         if result.archive_lines:
-            what.append(f"{result.archive_lines} archive-summary.md line{'s' if result.archive_lines != 1 else ''}")
-        found = ([f"{result.replaced} occurrence{'s' if result.replaced != 1 else ''} of the given text"
+            what.append(f"{_count(result.archive_lines, 'archive-summary.md line')}")
+        found = ([f"{_count(result.replaced, 'occurrence')} of the given text"
                   + ("s" if len(texts) > 1 else "")] if result.replaced else []) + result.kinds
         who = f"run {result.run_id}" if result.run_id else f"{len(result.runs)} runs"
         _echo(f"Redacted {who} in project {result.project}: {'; '.join(what)}" + (f" ({', '.join(found)})" if found else "") + ".")
         if result.embeddings_dropped:
-            _echo(f"Dropped {result.embeddings_dropped} vector{'s' if result.embeddings_dropped != 1 else ''} made from the "
+            _echo(f"Dropped {_count(result.embeddings_dropped, 'vector')} made from the "
                   "old text (`cybmem embed` makes new ones).")
         for path in result.rebuilt:
             _echo(f"Rebuilt {path}.")
@@ -890,10 +894,13 @@ class _RefusePandas:
 
 @contextlib.contextmanager
 def _without_pandas():
-    """Keep pandas out of the write and inject paths (0.2-0.4 s each): pyarrow imports it on its
-    first numpy conversion only to look for optional pandas types, and works without it. A
-    process that already has pandas is left as it is."""
-    if "pandas" in sys.modules:
+    """Keep pandas out of the commands that do not need it (0.2-0.4 s each, on every dispatch):
+    pyarrow imports it on its first numpy conversion only to look for optional pandas types, and
+    works without it. Only in a process that runs one command (:func:`main`, the console script):
+    pyarrow remembers a refused import for the life of the process, and a program that runs
+    commands in-process (tests through CliRunner) may build DataFrames later. A process that
+    already has pandas is left as it is."""
+    if "pandas" in sys.modules or not _ONE_COMMAND_PROCESS:
         yield
         return
     sys.meta_path.insert(0, _RefusePandas)
@@ -1341,9 +1348,7 @@ def export_cmd(
     if out is None:
         return  # the data went to stdout
 
-    def n(count: int, what: str) -> str:
-        return f"{count} {what if count == 1 else what + 's'}"
-
+    n = _count
     if format == "parquet":
         what = {"records": "record", "issues": "issue event"}
         parts = [f"{n(t.new, 'new ' + what[t.table])} ({n(len(t.files), 'file')}; {t.rows - t.new} already there)"
@@ -1519,8 +1524,14 @@ def _plain_coercion() -> None:
     typer_core._TyperParameter.get_runtime_param = get_runtime_param
 
 
+#: Set by :func:`main`: this process runs one command and exits (see :func:`_without_pandas`).
+_ONE_COMMAND_PROCESS = False
+
+
 def main() -> None:
     """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json)."""
+    global _ONE_COMMAND_PROCESS
+    _ONE_COMMAND_PROCESS = True
     args = sys.argv[1:]
     as_json = "--json" in args
     _plain_coercion()
