@@ -103,23 +103,31 @@ def frame_only(root: Path) -> None:
 
 
 def imported_packages(cmd: list[str], env: dict) -> list[str]:
-    """Top-level third-party packages a command imports (from -X importtime)."""
-    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "cybmem.cli", *cmd], env=env,
-                       capture_output=True, text=True)
+    """Top-level third-party packages a command has loaded when it exits (sys.modules: an import
+    that was tried and refused, as pandas is on the dispatch path, does not count)."""
+    code = ("import atexit, sys\n"
+            "def _report():\n"
+            "    print('LOADED ' + ' '.join(sorted({m.split('.')[0] for m in sys.modules if sys.modules[m] is not None})),"
+            " file=sys.stderr)\n"
+            "atexit.register(_report)\n"
+            "sys.argv = ['cybmem'] + sys.argv[1:]\n"
+            "from cybmem.cli import main\n"
+            "main()\n")
+    p = subprocess.run([sys.executable, "-c", code, *cmd], env=env, capture_output=True, text=True)
+    line = next((x for x in p.stderr.splitlines() if x.startswith("LOADED ")), "LOADED ")
     stdlib = set(sys.stdlib_module_names)
-    names = []
-    for line in p.stderr.splitlines():
-        if not line.startswith("import time:") or "|" not in line:
-            continue
-        mod = line.rsplit("|", 1)[1].strip()
-        top = mod.split(".")[0]
-        if (mod == top and top not in stdlib and not top.startswith("_") and " " not in top
-                and top not in ("cybmem", "encodings", "sitecustomize", "usercustomize")):
-            names.append(top)
+    names = [top for top in line[len("LOADED "):].split()
+             if top not in stdlib and not top.startswith("_") and top not in ("cybmem", "encodings", "sitecustomize",
+                                                                                "usercustomize")]
     import importlib.util
 
-    # Some libraries probe optional modules (e.g. "org" for Jython); keep what really exists.
-    return sorted(n for n in set(names) if importlib.util.find_spec(n) is not None)
+    def real(name: str) -> bool:  # a package on disk (not an extension's runtime module)
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ValueError:
+            return False
+
+    return sorted(n for n in set(names) if real(n))
 
 
 def wall(argv: list[str], env: dict, repeat: int) -> float:
