@@ -168,7 +168,8 @@ class IssueRanking:
         return hit[self.rows]
 
 
-def _rank(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int | None = None) -> IssueRanking:
+def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -> IssueRanking:
+    snap = result.snapshot  # the one the hits were ranked over (search may have read the store again)
     folded = snap.fold(as_of)
     rows = snap.open_rows(as_of)
     m = len(rows)
@@ -241,9 +242,9 @@ def _rank(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int 
                         snap.records.column("runId"), codes)
 
 
-def rank_issues(snap: Snapshot, result: SearchResult, weights: Weights, *, as_of: int | None = None) -> list[ChosenIssue]:
+def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None) -> list[ChosenIssue]:
     """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best first."""
-    ranking = _rank(snap, result, weights, as_of=as_of)
+    ranking = _rank(result, weights, as_of=as_of)
     return [ranking.issue(i) for i in ranking.order.tolist()]
 
 
@@ -282,7 +283,8 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     if result.weights != weights:  # the vector axis' default weight joined (embeddings configured and stored)
         weights = result.weights
         inj.weights = LoadedWeights(weights, {**loaded.sources, "w_vec": "default (embeddings)"}, loaded.problems)
-    ranking = _rank(snap, result, weights, as_of=as_of) if settings.issues else None
+    snap = result.snapshot  # a hit edited in place since it was cached makes search read the store again
+    ranking = _rank(result, weights, as_of=as_of) if settings.issues else None
     inj.open_issues = len(ranking) if ranking is not None else len(snap.open_rows(as_of))
     open_ids: set[str] = set()  # of the issues the hits raised, those still open
     if ranking is not None:

@@ -186,3 +186,34 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
     assert act.equals(fresh(again)) and again._cache["act_file"] != snap._cache["act_file"]
     row = again.fold().column("issueId").to_pylist().index(open_id)
     assert act.column("lastActivity")[row].as_py() == 1_900_000_000_000 + 10 * 60_000
+
+
+def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
+    """search reads the store again when a hit changed on disk since the snapshot was loaded
+    (here: touched, and other runs written meanwhile, as under concurrent writers); the issue
+    ranking must use that newer snapshot, not the one the caller loaded (it was an
+    ArrowIndexError under 8 writers and a reader)."""
+    from conftest import make_run
+
+    from cybmem.dispatch import rank_issues
+    from cybmem.retrieval import search
+    from cybmem.runs import write_run
+    from cybmem.settings import Settings
+    from cybmem.snapshot import load_snapshot
+    from cybmem.store import MemoryStore
+
+    store = MemoryStore(fixture_copy, "web")
+    settings = Settings.from_env(env={}, memory_dir=fixture_copy)
+    old = load_snapshot(store)
+    first = search(old, "login", k=3, settings=settings)
+    assert first.hits and first.snapshot is old
+    open_id = old.open_issues().column("issueId")[0].as_py()
+    for i in range(40):  # more rows than the old snapshot had
+        write_run(make_run(f"later-{i}", f"Later login work {i}", start=1_900_000_000_000 + i * 3_600_000,
+                           cwd="/home/dev/web", output=f"Did it.\n\nISSUES:\n- {open_id}\nNEXT:\n- none"), settings)
+    hit = store.records_dir / f"{first.hits[0].run_id}.json"
+    os.utime(hit)  # changed after the old snapshot read it
+    result = search(old, "login", k=3, settings=settings)
+    assert result.snapshot is not old and result.snapshot.n > old.n
+    issues = rank_issues(result, result.weights)
+    assert open_id in {i for c in issues for i in c.ids}
