@@ -37,7 +37,7 @@ from .projects import known_projects
 from .retrieval import Hit, SearchResult, search
 from .scoring import MS_PER_DAY, normalize_keyword
 from .settings import Settings
-from .snapshot import Snapshot, load_snapshot
+from .snapshot import load_snapshot
 from .store import MemoryStore
 from .text import tokenize
 from .weights import LoadedWeights, Weights, weights_for
