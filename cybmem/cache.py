@@ -39,7 +39,7 @@ __all__ = [
     "ledger_stat", "is_fresh", "dir_mtime_for_manifest", "listing_changes", "discard", "CacheCheck", "check",
 ]
 
-CACHE_VERSION = "8-" + TOKENIZER_VERSION  # 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
+CACHE_VERSION = "9-" + TOKENIZER_VERSION  # 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
 MAX_SEGMENTS = 8
 RACY_NS = 2_000_000_000  # 2 s: a directory mtime this close to the scan may hide a same-tick write
 _MAX_MANIFEST_BYTES = 256 * 1024 * 1024
@@ -84,6 +84,7 @@ class Manifest:
     problems: list[list[str]] = field(default_factory=list)
     next_id: int = 1
     act: str | None = None  # the open issues' activity file (query-independent arrays the dispatch ranking reads)
+    carry: str | None = None  # which record carries which fold row (ditto)
 
     def to_bytes(self) -> bytes:
         return orjson.dumps({"version": CACHE_VERSION, **self.__dict__})
@@ -109,7 +110,7 @@ class Manifest:
 
     def files(self) -> set[str]:
         return ({s[k] for s in self.segments for k in ("rec", "kw")} | {"events.arrow", "fold.arrow", "kwi.arrow"}
-                | ({self.act} if self.act else set()))
+                | {f for f in (self.act, self.carry) if f})
 
 
 def ledger_stat(path: Path) -> dict | None:

@@ -22,7 +22,14 @@ from .embeddings import record_text
 from .schema import RUN_ID_RE, STATES
 from .store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
 
-__all__ = ["RECORD_SCHEMA", "load_records", "parse_files", "keyword_texts", "empty_table"]
+__all__ = ["RECORD_SCHEMA", "arrow_indices", "load_records", "parse_files", "keyword_texts", "empty_table"]
+
+def arrow_indices(rows: np.ndarray) -> pa.Array:
+    """Row numbers as an Arrow int64 array for ``take``, zero-copy. ``pa.array`` of a numpy array
+    imports numpy.ma (8 ms) to rule out masked arrays: too much for the dispatch path."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+
 
 _TS = pa.timestamp("ms", tz="UTC")
 _STR_LIST = pa.list_(pa.string())

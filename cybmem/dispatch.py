@@ -129,16 +129,38 @@ class IssueRanking:
     :class:`ChosenIssue` objects are made only for the rows a block needs (a store can hold tens
     of thousands of open issues)."""
 
-    def __init__(self, folded: pa.Table, rows: np.ndarray, order: np.ndarray, total: np.ndarray,
+    def __init__(self, folded: pa.Table, rows: np.ndarray, total: np.ndarray,
                  keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
                  best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray):
-        self.folded, self.rows, self.order, self.total = folded, rows, order, total
+        self.folded, self.rows, self.total = folded, rows, total
         self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
         self._run_ids = run_ids
         self._keys = title_codes
+        self._order: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def _sorted(self, at: np.ndarray) -> np.ndarray:
+        """``at`` (positions in :attr:`rows`, ascending) best first: score, then latest activity."""
+        return at[np.lexsort((-self._last_at[at], -self.total[at]))]
+
+    @property
+    def order(self) -> np.ndarray:
+        """Every open issue's position in :attr:`rows`, best first."""
+        if self._order is None:
+            self._order = self._sorted(np.arange(len(self.rows)))
+        return self._order
+
+    def top(self, count: int, skip: np.ndarray | None = None) -> np.ndarray:
+        """The first ``count`` of :attr:`order` leaving out ``skip`` (a mask), without sorting the
+        rest (tens of thousands of open issues, a handful shown)."""
+        ok = np.arange(len(self.rows)) if skip is None else np.flatnonzero(~skip)
+        if count < len(ok):
+            t = self.total[ok]
+            kth = np.partition(t, len(t) - count)[len(t) - count]
+            ok = ok[t >= kth]  # every tie of the last place too: the exact prefix of the order
+        return self._sorted(ok)[:count]
 
     def _cell(self, name: str, i: int) -> Any:
         return self.folded.column(name)[int(self.rows[i])].as_py()
@@ -200,31 +222,23 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
     activity = snap.activity(as_of, mask)
     last_at = activity.column("lastActivity").to_numpy()[rows] if m else np.zeros(0, np.int64)
     codes = activity.column("titleKey").to_numpy()[rows] if m else np.zeros(0, np.int32)
-    # The best run per open issue: among the runs the task scored (a few), the one that carries it.
+    # The best run per open issue: among the runs the task scored, the one that carries it
+    # (which record carries which fold row is cached with the snapshot: no id matching here).
     val = kw + lin
-    scored = np.flatnonzero((val > 0) & mask) if m and n else np.zeros(0, np.int64)
-    if len(scored):
-        lists = snap.records.column("issues").take(pa.array(scored))
-        lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
-        flat = pc.list_flatten(lists)
-        if len(flat):
-            carrier = scored[pc.list_parent_indices(lists).to_numpy().astype(np.int64)]
-            # fold rows of the carried ids (a pass over the fold against a small set), then each
-            # one's place among the open issues (-1: not open)
-            wanted = pc.unique(flat)
-            hit = np.flatnonzero(pc.is_in(folded.column("issueId"), value_set=wanted).to_numpy(zero_copy_only=False))
-            row_of = dict(zip(folded.column("issueId").take(pa.array(hit)).to_pylist(), hit.tolist()))
-            where = np.full(folded.num_rows + 1, -1, dtype=np.int64)
-            where[rows] = np.arange(m)
-            pos = where[np.array([row_of.get(i, -1) for i in flat.to_pylist()], dtype=np.int64)]
-            cval = val[carrier]
-            order = np.lexsort((cval, pos))  # per issue, its best run last
-            order = order[pos[order] >= 0]
-            if len(order):
-                last = np.r_[pos[order][1:] != pos[order][:-1], True]
-                pick = order[last]
-                best[pos[pick]] = cval[pick]
-                best_row[pos[pick]] = carrier[pick]
+    if m and n:
+        record, fold_row = snap.carriers(as_of)
+        where = np.full(folded.num_rows + 1, -1, dtype=np.int64)  # fold row -> place among the open (-1: not open)
+        where[rows] = np.arange(m)
+        pos = where[fold_row]
+        take = np.flatnonzero((pos >= 0) & mask[record] & (val[record] > 0))
+        carrier, pos = record[take], pos[take]
+        cval = val[carrier]
+        order = np.lexsort((cval, pos))  # per issue, its best run last
+        if len(order):
+            last = np.r_[pos[order][1:] != pos[order][:-1], True]
+            pick = order[last]
+            best[pos[pick]] = cval[pick]
+            best_row[pos[pick]] = carrier[pick]
     # The issue's keyword part: its own text or its best run, whichever matches better.
     has = best_row >= 0
     at_row = np.maximum(best_row, 0)
@@ -235,10 +249,9 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
     rec = (np.exp(-age_days / weights.half_life_days) * weights.w_rec).astype(np.float32) if weights.w_rec > 0 \
         else np.zeros(m, dtype=np.float32)
     total = best + rec
-    order = np.lexsort((-last_at, -total)) if m else np.zeros(0, np.int64)
     keyword = np.maximum(carrier_kw, own)
     lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
-    return IssueRanking(folded, rows, order, total, keyword, lineage, rec, last_at, best_row,
+    return IssueRanking(folded, rows, total, keyword, lineage, rec, last_at, best_row,
                         snap.records.column("runId"), codes)
 
 
@@ -251,21 +264,27 @@ def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = N
 def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:
     """The first ``cap`` distinct titles among the ranked rows not in ``skip`` (ids of a repeated
     title join the first), and how many of those open issues are left beyond them."""
-    order = ranking.order[~skip[ranking.order]]
-    if not len(order) or cap <= 0:
-        return [], len(order)
-    keys = ranking.title_keys()[order]
-    _, first = np.unique(keys, return_index=True)
+    left = int((~skip).sum())
+    if not left or cap <= 0:
+        return [], left
+    all_keys = ranking.title_keys()
+    size = 4 * cap
+    while True:  # a prefix of the order long enough to hold `cap` distinct titles
+        order = ranking.top(size, skip)
+        keys = all_keys[order]
+        _, first = np.unique(keys, return_index=True)
+        if len(first) >= cap or len(order) >= left:
+            break
+        size *= 4
     leaders = np.sort(first)[:cap]  # positions in `order` of each chosen title's best row
     lead_keys = keys[leaders]
-    members = np.isin(keys, lead_keys)
+    members = np.isin(all_keys, lead_keys) & ~skip  # every open issue under a chosen title, in rank order
     chosen = {int(k): ranking.issue(int(order[p])) for k, p in zip(lead_keys.tolist(), leaders.tolist())}
-    for p in np.flatnonzero(members).tolist():
-        c = chosen[int(keys[p])]
-        i = int(order[p])
+    for i in ranking._sorted(np.flatnonzero(members)).tolist():
+        c = chosen[int(all_keys[i])]
         if ranking.issue_id(i) != c.ids[0]:
             c.ids.append(ranking.issue_id(i))
-    return list(chosen.values()), len(order) - int(members.sum())
+    return list(chosen.values()), left - int(members.sum())
 
 
 def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeights, *, as_of: int | None,
@@ -318,7 +337,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     rest: list[ChosenIssue] = []
     if ranking is not None:
         leaders = {c.ids[0] for c in chosen}
-        for i in ranking.order.tolist():
+        for i in ranking.top(max(settings.issues, 5) + len(leaders)).tolist():
             if len(rest) >= max(settings.issues, 5):
                 break
             if ranking.issue_id(i) in leaders:

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from . import _io, cache as _cache, issues, supersession
 from ._io import ensure_dir, locked
 from .bm25 import KeywordIndex, RunLookup
-from .columns import RECORD_SCHEMA, empty_table, keyword_texts, load_records, parse_files
+from .columns import RECORD_SCHEMA, arrow_indices, empty_table, keyword_texts, load_records, parse_files
 from .errors import StoreError
 from .store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
 from .text import tokenize_many
@@ -54,20 +54,36 @@ def issue_texts(events: pa.Table, ids: list[str] | None = None) -> dict[str, str
         folded.column("issueId").to_pylist(), folded.column("title").to_pylist(), folded.column("detail").to_pylist())}
 
 
-def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray, ended: np.ndarray) -> pa.Table:
+def issue_carriers(records: pa.Table, folded: pa.Table) -> pa.Table:
+    """Every issue id the records' outcomes carry, in ``list_flatten`` order of their ``issues``
+    column: ``record`` (the carrying row) and ``foldRow`` (the issue's row in ``folded``, -1 when
+    the fold has no such issue). Query-independent: the current one is cached with the snapshot."""
+    col = records.column("issues")
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not records.num_rows or not len(flat := pc.list_flatten(col)):
+        return pa.table({"record": pa.array([], pa.int32()), "foldRow": pa.array([], pa.int32())})
+    rows = pc.list_parent_indices(col).cast(pa.int32())
+    at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), -1).cast(pa.int32())
+    return pa.table({"record": rows, "foldRow": at})
+
+
+def _arrays(carried: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    return (carried.column("record").to_numpy().astype(np.int64),
+            carried.column("foldRow").to_numpy().astype(np.int64))
+
+
+def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray, ended: np.ndarray,
+                   carried: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
     """Query-independent arrays over the rows of a fold, for the dispatch ranking of open issues:
     ``lastActivity`` (epoch ms: the issue's last event, or later the end of the last run among
     ``carriers_ok`` that carries it in its outcome: a run that carries an open issue is activity
     on it, even when it wrote no event) and ``titleKey`` (a code per :func:`cybmem.issues.title_key`:
-    the same code, the same title)."""
+    the same code, the same title). ``carried``: :func:`issue_carriers` of the same two tables, as
+    arrays (:meth:`Snapshot.carriers`)."""
     m = folded.num_rows
     last = folded.column("lastAt").cast(pa.int64()).to_numpy().copy() if m else np.zeros(0, np.int64)
-    col = records.column("issues")
-    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    flat = pc.list_flatten(col) if records.num_rows else pa.array([], pa.string())
-    if len(flat) and m:
-        rows = pc.list_parent_indices(col).to_numpy().astype(np.int64)
-        at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), -1).to_numpy().astype(np.int64)
+    if m:
+        rows, at = carried if carried is not None else _arrays(issue_carriers(records, folded))
         ok = (at >= 0) & carriers_ok[rows]
         np.maximum.at(last, at[ok], ended[rows[ok]])
     codes = np.zeros(m, np.int32)
@@ -230,7 +246,7 @@ class Snapshot:
             return np.zeros(0, dtype=np.int64)
         is_open = pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN, pa.string()))
         rows = np.flatnonzero(is_open.to_numpy(zero_copy_only=False))
-        at = pa.array(rows)
+        at = arrow_indices(rows)
         keys = pa.table({"openedAt": folded.column("openedAt").take(at), "issueId": folded.column("issueId").take(at)})
         order = pc.sort_indices(keys, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")])
         return rows[order.to_numpy(zero_copy_only=False)]
@@ -256,10 +272,36 @@ class Snapshot:
                     except (OSError, pa.ArrowException):
                         table = None
                 if table is None or table.num_rows != self.fold().num_rows:
-                    table = issue_activity(self.records, self.fold(), carriers_ok, self.ended_ms())
+                    table = issue_activity(self.records, self.fold(), carriers_ok, self.ended_ms(), self.carriers())
                 self._cache["activity"] = table
             return self._cache["activity"]
-        return issue_activity(self.records, self.fold(as_of), carriers_ok, self.ended_ms())
+        return issue_activity(self.records, self.fold(as_of), carriers_ok, self.ended_ms(), self.carriers(as_of))
+
+    def carriers(self, as_of: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`issue_carriers` of :meth:`fold` (``as_of``) as two int64 arrays (carrying
+        record row, fold row or -1). The current one is cached with the snapshot (car-N.arrow):
+        dispatch finds the open issues its best runs carry without matching ids on every call."""
+        slot = "carriers" if as_of is None else "carriers_past"  # the current one; the last past moment asked for
+        cached = self._cache.get(slot)
+        if cached is not None and cached[0] == as_of:
+            return cached[1]
+        if as_of is not None:
+            table = issue_carriers(self.records, self.fold(as_of))
+        else:
+            table = None
+            path = self._cache.get("carry_file")
+            if path is not None:
+                try:
+                    table = _cache.read_table(path)
+                except (OSError, pa.ArrowException):
+                    table = None
+            col = self.records.column("issues")
+            flat = sum(c.offsets[-1].as_py() - c.offsets[0].as_py() for c in col.chunks if len(c))
+            if table is None or table.num_rows != flat:
+                table = issue_carriers(self.records, self.fold())
+        out = _arrays(table)
+        self._cache[slot] = (as_of, out)
+        return out
 
     def stale_rows(self, rows: Iterable[int]) -> list[int]:
         """The rows whose record file changed after this snapshot read it: the file is gone, has
@@ -287,7 +329,7 @@ class Snapshot:
         """Some rows as dicts, only the given columns (cheap for a top-k)."""
         if not indices:
             return []
-        return self.records.select(columns).take(np.asarray(indices, dtype=np.int64)).to_pylist()
+        return self.records.select(columns).take(arrow_indices(indices)).to_pylist()
 
 
 # --- loading and the cache -------------------------------------------------------------
@@ -376,6 +418,8 @@ def _snapshot(store, records, events, index, problems, cache, *, from_cache: boo
         snap._cache["issue_index_file"] = cache / "kwi.arrow"
         if manifest is not None and manifest.act:
             snap._cache["act_file"] = cache / manifest.act
+        if manifest is not None and manifest.carry:
+            snap._cache["carry_file"] = cache / manifest.carry
     # When each row's record file was read: its segment's write time (for stale_rows).
     if manifest is not None and manifest.segments:
         try:
@@ -414,14 +458,16 @@ def _write_events(cache, manifest: _cache.Manifest, events: pa.Table) -> None:
 
 def _write_activity(store: MemoryStore, cache, manifest: _cache.Manifest, records: pa.Table, events: pa.Table,
                     index: KeywordIndex) -> None:
-    """The current fold's issue activity (:func:`issue_activity`), written with the manifest."""
+    """The current fold's issue activity and carriers (:func:`issue_activity`, :func:`issue_carriers`),
+    written with the manifest."""
     snap = Snapshot(store, records, events, index)
     if (cache / "fold.arrow").exists():
         snap._cache["fold_file"] = cache / "fold.arrow"
-    table = issue_activity(records, snap.fold(), snap.candidates(None), snap.ended_ms())
-    name = manifest.new_file("act")
-    _cache.write_table(cache / name, table)
-    manifest.act = name
+    carried = issue_carriers(records, snap.fold())
+    table = issue_activity(records, snap.fold(), snap.candidates(None), snap.ended_ms(), _arrays(carried))
+    manifest.act, manifest.carry = manifest.new_file("act"), manifest.new_file("car")
+    _cache.write_table(cache / manifest.act, table)
+    _cache.write_table(cache / manifest.carry, carried)
 
 
 def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
@@ -444,6 +490,7 @@ def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
     snap = _snapshot(store, table, events, index, problems, cache, from_cache=False, parsed=table.num_rows,
                      read_at=scanned_at)
     snap._cache["act_file"] = cache / manifest.act
+    snap._cache["carry_file"] = cache / manifest.carry
     return snap
 
 

@@ -164,7 +164,7 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
 
     from cybmem.runs import write_run
     from cybmem.settings import Settings
-    from cybmem.snapshot import issue_activity, load_snapshot
+    from cybmem.snapshot import issue_activity, issue_carriers, load_snapshot
     from cybmem.store import MemoryStore
 
     os.unlink(fixture_copy / ".nocache")
@@ -174,7 +174,19 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
     def fresh(s):
         return issue_activity(s.records, s.fold(), s.candidates(None), s.ended_ms())
 
+    def carriers_ok(s):
+        """car-N.arrow (which record carries which fold row) is the computed one, and every id
+        a record carries is at its fold row."""
+        record, fold_row = s.carriers()
+        table = issue_carriers(s.records, s.fold())
+        ids = s.fold().column("issueId").to_pylist()
+        carried = [(r, i) for r, lst in enumerate(s.records.column("issues").to_pylist()) for i in lst or ()]
+        return (record.tolist() == table.column("record").to_pylist() == [r for r, _ in carried]
+                and fold_row.tolist() == table.column("foldRow").to_pylist()
+                == [ids.index(i) if i in ids else -1 for _, i in carried])
+
     assert "act_file" in snap._cache and snap.activity().equals(fresh(snap))
+    assert "carry_file" in snap._cache and carriers_ok(snap) and len(snap.carriers()[0])
     open_id = snap.open_issues().column("issueId")[0].as_py()
     from conftest import make_run
 
@@ -184,6 +196,7 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
     again = load_snapshot(store)
     act = again.activity()
     assert act.equals(fresh(again)) and again._cache["act_file"] != snap._cache["act_file"]
+    assert carriers_ok(again) and again._cache["carry_file"] != snap._cache["carry_file"]
     row = again.fold().column("issueId").to_pylist().index(open_id)
     assert act.column("lastActivity")[row].as_py() == 1_900_000_000_000 + 10 * 60_000
 
@@ -217,3 +230,28 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
     assert result.snapshot is not old and result.snapshot.n > old.n
     issues = rank_issues(result, result.weights)
     assert open_id in {i for c in issues for i in c.ids}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_top_of_the_issue_ranking_is_the_prefix_of_its_full_order(seed):
+    """IssueRanking.top sorts only the best few of tens of thousands of open issues: it must give
+    exactly the prefix of the full order, ties on score (broken by latest activity) and on both
+    (kept in row order) included, with or without rows skipped."""
+    import numpy as np
+    import pyarrow as pa
+
+    from cybmem.dispatch import IssueRanking
+
+    rng = np.random.default_rng(seed)
+    m = 3000
+    total = rng.choice(np.array([0.0, 0.1, 0.25, 0.5], np.float32), m)  # many ties
+    last_at = rng.integers(0, 5, m) * 1000
+    folded = pa.table({"issueId": [f"i{i}" for i in range(m)]})
+    ranking = IssueRanking(folded, np.arange(m), total, total, total, total, last_at, np.full(m, -1),
+                           pa.array([], pa.string()), np.zeros(m, np.int32))
+    full = np.lexsort((-last_at, -total))
+    skip = rng.random(m) < 0.3
+    for count in (1, 5, 17, 400, m, m + 5):
+        assert ranking.top(count).tolist() == full[:count].tolist()
+        assert ranking.top(count, skip).tolist() == [i for i in full.tolist() if not skip[i]][:count]
+    assert ranking.order.tolist() == full.tolist()
