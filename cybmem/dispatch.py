@@ -233,12 +233,12 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
         take = np.flatnonzero((pos >= 0) & mask[record] & (val[record] > 0))
         carrier, pos = record[take], pos[take]
         cval = val[carrier]
-        order = np.lexsort((cval, pos))  # per issue, its best run last
-        if len(order):
-            last = np.r_[pos[order][1:] != pos[order][:-1], True]
-            pick = order[last]
-            best[pos[pick]] = cval[pick]
-            best_row[pos[pick]] = carrier[pick]
+        np.maximum.at(best, pos, cval)
+        top = np.flatnonzero(cval == best[pos])  # each issue's best runs; of equals, the last one
+        last = np.full(m, -1, dtype=np.int64)
+        np.maximum.at(last, pos[top], top)
+        has = last >= 0
+        best_row[has] = carrier[last[has]]
     # The issue's keyword part: its own text or its best run, whichever matches better.
     has = best_row >= 0
     at_row = np.maximum(best_row, 0)

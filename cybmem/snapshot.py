@@ -77,8 +77,8 @@ def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray,
     """Query-independent arrays over the rows of a fold, for the dispatch ranking of open issues:
     ``lastActivity`` (epoch ms: the issue's last event, or later the end of the last run among
     ``carriers_ok`` that carries it in its outcome: a run that carries an open issue is activity
-    on it, even when it wrote no event) and ``titleKey`` (a code per :func:`cybmem.issues.title_key`:
-    the same code, the same title). ``carried``: :func:`issue_carriers` of the same two tables, as
+    on it, even when it wrote no event), ``titleKey`` (a code per :func:`cybmem.issues.title_key`:
+    the same code, the same title) and ``openOrder`` (:func:`open_rows`, then -1 to the length). ``carried``: :func:`issue_carriers` of the same two tables, as
     arrays (:meth:`Snapshot.carriers`)."""
     m = folded.num_rows
     last = folded.column("lastAt").cast(pa.int64()).to_numpy().copy() if m else np.zeros(0, np.int64)
@@ -93,7 +93,24 @@ def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray,
         per_title = np.array([by_key.setdefault(issues.title_key(t), len(by_key)) for t in enc.dictionary.to_pylist()],
                              dtype=np.int32)
         codes = per_title[enc.indices.to_numpy(zero_copy_only=False)]
-    return pa.table({"lastActivity": pa.array(last, pa.int64()), "titleKey": pa.array(codes, pa.int32())})
+    order = np.full(m, -1, np.int32)  # the open rows, newest opened first (open_rows), then -1s
+    opened = open_rows(folded)
+    order[: len(opened)] = opened
+    return pa.table({"lastActivity": pa.array(last, pa.int64()), "titleKey": pa.array(codes, pa.int32()),
+                     "openOrder": pa.array(order, pa.int32())})
+
+
+def open_rows(folded: pa.Table) -> np.ndarray:
+    """The rows of a fold whose issue is open, newest opened first (ties by id). Touches three
+    columns only: the fold's text columns stay on disk."""
+    if not folded.num_rows:
+        return np.zeros(0, dtype=np.int64)
+    is_open = pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN, pa.string()))
+    rows = np.flatnonzero(is_open.to_numpy(zero_copy_only=False))
+    at = arrow_indices(rows)
+    keys = pa.table({"openedAt": folded.column("openedAt").take(at), "issueId": folded.column("issueId").take(at)})
+    order = pc.sort_indices(keys, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")])
+    return rows[order.to_numpy(zero_copy_only=False)]
 
 
 def _record_issue_ids(table: pa.Table) -> list[str]:
@@ -240,16 +257,11 @@ class Snapshot:
 
     def open_rows(self, as_of: int | None = None) -> np.ndarray:
         """The rows of :meth:`fold` (``as_of``) whose issue is open, newest opened first (ties by
-        id). Touches three columns only: the fold's text columns stay on disk."""
-        folded = self.fold(as_of)
-        if not folded.num_rows:
-            return np.zeros(0, dtype=np.int64)
-        is_open = pc.is_in(folded.column("state"), value_set=pa.array(issues.OPEN, pa.string()))
-        rows = np.flatnonzero(is_open.to_numpy(zero_copy_only=False))
-        at = arrow_indices(rows)
-        keys = pa.table({"openedAt": folded.column("openedAt").take(at), "issueId": folded.column("issueId").take(at)})
-        order = pc.sort_indices(keys, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")])
-        return rows[order.to_numpy(zero_copy_only=False)]
+        id) (:func:`open_rows`). The current ones come with the cached activity when there is one."""
+        if as_of is None and ("activity" in self._cache or "act_file" in self._cache):
+            order = self.activity().column("openOrder").to_numpy()
+            return order[: int((order >= 0).sum())].astype(np.int64)
+        return open_rows(self.fold(as_of))
 
     def open_issues(self, as_of: int | None = None) -> pa.Table:
         """Open issues of :meth:`fold`, newest opened first (ties by id)."""
@@ -329,7 +341,10 @@ class Snapshot:
         """Some rows as dicts, only the given columns (cheap for a top-k)."""
         if not indices:
             return []
-        return self.records.select(columns).take(arrow_indices(indices)).to_pylist()
+        table = self.records.select(columns)
+        if len(indices) <= 64:  # zero-copy slices: a take over many segments first concatenates them (7 ms at 100k)
+            return [row for i in indices for row in table.slice(int(i), 1).to_pylist()]
+        return table.take(arrow_indices(indices)).to_pylist()
 
 
 # --- loading and the cache -------------------------------------------------------------
