@@ -200,6 +200,11 @@ def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
         out[f"cli_{name}_import_floor_s"] = imp
         out[f"cli_{name}_vs_imports"] = t / imp
         out[f"cli_{name}_vs_dispatch_floor"] = t / floor
+    # The same inject through main() with the interpreter's ordinary exit (the console script
+    # skips the teardown after a lean command): what that skip is worth.
+    ordinary = [sys.executable, "-c", "import sys\nsys.argv = ['cybmem'] + sys.argv[1:]\nfrom cybmem.cli import main\nmain()",
+                *cmds["inject"][1:]]
+    out["cli_inject_ordinary_exit_s"] = wall(ordinary, env, cli_repeat)
     print(f"  read+parse (baseline)      {base * 1e3:9.1f} ms")
     print(f"  frame only (parse+Arrow)   {frame * 1e3:9.1f} ms   x{frame / base:.2f} of read+parse")
     print(f"  cold load (+index, cache)  {cold_t * 1e3:9.1f} ms   x{cold_t / base:.2f} of read+parse")
@@ -211,6 +216,9 @@ def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
         print(f"  cybmem {name:<7} (warm)      {out[f'cli_{name}_s'] * 1e3:9.1f} ms   x{out[f'cli_{name}_vs_dispatch_floor']:.2f} of "
               f"the dispatch baseline; x{out[f'cli_{name}_vs_imports']:.2f} of its own imports "
               f"`import {', '.join(out[f'cli_{name}_imports'])}` ({out[f'cli_{name}_import_floor_s'] * 1e3:.1f} ms)")
+    o = out["cli_inject_ordinary_exit_s"]
+    print(f"  the same inject, ordinary interpreter exit {o * 1e3:.1f} ms   x{o / floor:.2f} of the dispatch baseline "
+          f"(the console script skips the teardown: {(o - out['cli_inject_s']) * 1e3:.0f} ms)")
     return out
 
 

@@ -464,3 +464,26 @@ def test_a_slow_cold_load_says_so_after_a_second(populated, monkeypatch, cmd):
     assert res.stderr == "cybmem: indexing 3 records of project web (once; later reads use the cache)\n"
     again = run(*cmd, "--cwd", "/home/dev/web")
     assert again.stderr == "", "a warm load is quiet"
+
+
+def test_the_console_script_ends_lean_commands_without_teardown_and_loses_nothing(memory_root, tmp_path):
+    """`cybmem` (cybmem.cli:console) skips the interpreter's teardown after a lean command: every
+    byte it printed still arrives through a pipe (a quarter of a megabyte here), what it wrote is on disk,
+    and exit codes are the ordinary ones."""
+    exe = shutil.which("cybmem")
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root)}
+    for i in range(60):
+        path = write_json(tmp_path / f"r{i}.json", make_run(f"cons-{i:03d}", f"Task {i} " + "long words " * 400,
+                                                          start=T0 + i * MIN, output=TRAILER if i == 7 else None))
+        p = subprocess.run([exe, "write", str(path)], env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and p.stdout.startswith(f"Wrote cons-{i:03d} (done)"), p.stderr
+    p = subprocess.run([exe, "list", "--json", "--limit", "1000", "--cwd", "/home/dev/web"], env=env,
+                       capture_output=True, timeout=60)
+    inproc = run("list", "--json", "--limit", "1000", "--cwd", "/home/dev/web")
+    assert p.returncode == 0 and len(p.stdout) > 30_000 and p.stdout.decode() == inproc.stdout
+    assert len(json.loads(p.stdout)) == 60
+    p = subprocess.run([exe, "show", "nope", "--cwd", "/home/dev/web"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and p.stderr.startswith("Error: no record matches 'nope'")
+    p = subprocess.run([exe, "inject", "", "--cwd", "/home/dev/web"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "the task is empty" in p.stderr
+    assert run("doctor", "--cwd", "/home/dev/web").exit_code == 0
