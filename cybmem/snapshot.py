@@ -222,18 +222,23 @@ class Snapshot:
         """The sorted run-id lookup built by :meth:`prepare`, else None (the kernel scans)."""
         return self._cache.get("lookup")
 
+    def _cached_table(self, key: str) -> pa.Table | None:
+        """The cache file the manifest listed under ``key`` (e.g. "fold_file"), or None when there
+        is none or it cannot be read (the caller computes the table instead)."""
+        path = self._cache.get(key)
+        if path is None:
+            return None
+        try:
+            return _cache.read_table(path)
+        except (OSError, pa.ArrowException):
+            return None
+
     def fold(self, as_of: int | None = None) -> pa.Table:
         """The issue fold (cybmem.issues.fold_table), as of a moment; the current one is cached."""
         if as_of is not None:
             return issues.fold_table(self.events, as_of_ms=as_of)
         if "fold" not in self._cache:
-            table = None
-            path = self._cache.get("fold_file")
-            if path is not None:
-                try:
-                    table = _cache.read_table(path)
-                except (OSError, pa.ArrowException):
-                    table = None
+            table = self._cached_table("fold_file")
             self._cache["fold_from_file"] = table is not None
             self._cache["fold"] = table if table is not None else issues.fold_table(self.events)
         return self._cache["fold"]
@@ -244,11 +249,11 @@ class Snapshot:
         if "issue_index" not in self._cache:
             folded = self.fold()
             index = None
-            path = self._cache.get("issue_index_file")
-            if path is not None and self._cache.get("fold_from_file"):  # written together with fold.arrow
+            table = self._cached_table("issue_index_file") if self._cache.get("fold_from_file") else None  # written with fold.arrow
+            if table is not None:
                 try:
-                    index = KeywordIndex.from_arrow(_cache.read_table(path))
-                except (OSError, ValueError, pa.ArrowException):
+                    index = KeywordIndex.from_arrow(table)
+                except (ValueError, pa.ArrowException):
                     index = None
             if index is None or index.n_docs != folded.num_rows:
                 index = _issue_index(folded)
@@ -276,13 +281,7 @@ class Snapshot:
             carriers_ok = self.candidates(as_of)
         if as_of is None and (default or np.array_equal(carriers_ok, self.candidates(None))):
             if "activity" not in self._cache:
-                table = None
-                path = self._cache.get("act_file")
-                if path is not None:
-                    try:
-                        table = _cache.read_table(path)
-                    except (OSError, pa.ArrowException):
-                        table = None
+                table = self._cached_table("act_file")
                 if table is None or table.num_rows != self.fold().num_rows:
                     table = issue_activity(self.records, self.fold(), carriers_ok, self.ended_ms(), self.carriers())
                 self._cache["activity"] = table
@@ -300,13 +299,7 @@ class Snapshot:
         if as_of is not None:
             table = issue_carriers(self.records, self.fold(as_of))
         else:
-            table = None
-            path = self._cache.get("carry_file")
-            if path is not None:
-                try:
-                    table = _cache.read_table(path)
-                except (OSError, pa.ArrowException):
-                    table = None
+            table = self._cached_table("carry_file")
             col = self.records.column("issues")
             flat = sum(c.offsets[-1].as_py() - c.offsets[0].as_py() for c in col.chunks if len(c))
             if table is None or table.num_rows != flat:
