@@ -7,9 +7,10 @@ it) gets a compacted index (CYBERINE_MEMORY_INDEX_CAP 500, the default) and a fu
 (`rebuild --full`), and both are timed the same way: index.json's size; the check every reader
 of the index makes (read index.json, list records/, merge: ``MemoryStore.index_entries``), which
 must not re-read archived records; ``latest_run_id`` (what every `cybmem write` asks to link
-previousRunId); ``all_entries`` (what `cybmem chain` walks: archived records are read from their
-files); and the wall time of `cybmem chain <newest run>` as a subprocess. (`cybmem list` reads
-the Arrow snapshot, not index.json.) Medians; the full index is the baseline.
+previousRunId); ``all_entries`` (every entry, archived ones read from their record files: what
+the Python API gives a tool that wants index entries); and the wall time of `cybmem chain <newest
+run>` as a subprocess (it walks the Arrow snapshot, not index.json, as `cybmem list` does).
+Medians; the full index is the baseline.
 """
 
 from __future__ import annotations

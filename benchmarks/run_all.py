@@ -97,8 +97,8 @@ def main() -> None:
             "process's own peak memory."),
         run("Index compaction", ["benchmarks/bench_compaction.py", "--sizes", "7761,100000"],
             "index.json compacted to 500 entries against the full index: its size, the check against records/ "
-            "every reader of the index makes, the write path's latest_run_id, and `cybmem chain`, which reads "
-            "archived records from their files."),
+            "every reader of the index makes, the write path's latest_run_id, and `cybmem chain` (it walks the "
+            "cached snapshot, archived runs included)."),
     ]
     header = (f"# Benchmark results\n\nLatest run: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
               f"`python benchmarks/run_all.py{' --quick' if args.quick else ''}`.\n\nMachine: {machine()}.\n\n"

@@ -539,16 +539,17 @@ def chain_cmd(
     Example: cybmem chain 3f2a --context 10 --grep fixture
     """
     from .lineage import chain
+    from .snapshot import load_snapshot
 
     n_context = _context(context)
     store = ctx.store()
-    full = chain(store, store.resolve_run_id(run_id))
-    keep = snap = None
+    rid = store.resolve_run_id(run_id)
+    snap = load_snapshot(store)
+    full = chain(store, rid, snap)
+    keep = None
     if f.active:
         from .filters import record_mask
-        from .snapshot import load_snapshot
 
-        snap = load_snapshot(store)
         ids = snap.records.column("runId").to_numpy(zero_copy_only=False)
         keep = set(ids[record_mask(snap, f)].tolist())
     result = full.window(keep=keep, context=n_context, offset=offset, limit=limit).verified(store)
@@ -556,7 +557,7 @@ def chain_cmd(
     if ctx.json:
         _print_json(result.to_dict())
         return
-    tasks = _tasks(store, [e["runId"] for e in result.runs], snap)
+    tasks = _tasks(store, [e["runId"] for e in result.runs], snap if f.active else None)  # a few: read from their files
     room = max(_width() - 42, 24)
     if result.omitted_before:
         _echo(f"   ... {_count(result.omitted_before, 'earlier run')}")

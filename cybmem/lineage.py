@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .errors import CybmemError, NotFoundError
-from .store import MemoryStore, index_entry
+from .snapshot import Snapshot, load_snapshot, verified
+from .store import MemoryStore, entry_of, index_entry
 
 __all__ = ["ChainResult", "chain"]
 
@@ -17,7 +23,7 @@ class ChainResult:
     """A run's place in its project's history."""
 
     run_id: str
-    runs: list[dict]  # index entries, oldest first: earlier runs, the run, later runs
+    runs: Sequence[dict]  # index entries, oldest first: earlier runs, the run, later runs (made when read)
     previous: list[str]
     next: list[str]
     parent: str | None
@@ -31,13 +37,19 @@ class ChainResult:
     omitted_before: int = 0  # runs of the chain before those shown (that passed the filter), not shown
     omitted_after: int = 0  # ... after those shown
     unmatched: int = 0  # runs of the chain a filter left out
+    ids: list[str] | None = field(default=None, repr=False)  # the runs' ids (None: read from runs)
+
+    def run_ids(self) -> list[str]:
+        """The ids of :attr:`runs`, in order (without making the entries)."""
+        return self.ids if self.ids is not None else [e["runId"] for e in self.runs]
 
     def verified(self, store: MemoryStore) -> "ChainResult":
         """The same chain with its shown runs checked against their files (:func:`verified_runs`)."""
         runs = verified_runs(store, self.runs)
-        ids = {e["runId"] for e in runs}
-        return replace(self, runs=runs, previous=[i for i in self.previous if i in ids],
-                       next=[i for i in self.next if i in ids])
+        ids = [e["runId"] for e in runs]
+        kept = set(ids)
+        return replace(self, runs=runs, ids=ids, previous=[i for i in self.previous if i in kept],
+                       next=[i for i in self.next if i in kept])
 
     def window(self, *, keep: set[str] | None = None, context: int | None = 5, offset: int = 0,
                limit: int | None = None) -> "ChainResult":
@@ -54,7 +66,7 @@ class ChainResult:
             A new ChainResult whose ``runs``, ``previous`` and ``next`` hold the runs shown and
             whose ``omitted_*`` and ``unmatched`` say how many were left out.
         """
-        ids = [e["runId"] for e in self.runs]
+        ids = self.run_ids()
         me = ids.index(self.run_id) if self.run_id in ids else 0
         paging = bool(offset or limit)
         sel = [i for i, rid in enumerate(ids) if keep is None or rid in keep or (i == me and not paging)]
@@ -67,7 +79,8 @@ class ChainResult:
         shown = sel[lo:hi]
         return replace(
             self,
-            runs=[self.runs[i] for i in shown],
+            runs=self.runs.pick(shown) if isinstance(self.runs, _Entries) else [self.runs[i] for i in shown],
+            ids=[ids[i] for i in shown],
             previous=[ids[i] for i in shown if i < me],
             next=[ids[i] for i in shown if i > me],
             omitted_before=min(lo, len(sel)),
@@ -88,7 +101,7 @@ class ChainResult:
             "chatSessionId": self.chat_session,
             "chatRuns": self.chat_runs,
             "openIssues": self.open_issues,
-            "runs": self.runs,
+            "runs": list(self.runs),
         }
 
 
@@ -117,52 +130,137 @@ def verified_runs(store: MemoryStore, runs: list[dict]) -> list[dict]:
     return out
 
 
-def chain(store: MemoryStore, run_id: str) -> ChainResult:
+def chain(store: MemoryStore, run_id: str, snap: Snapshot | None = None) -> ChainResult:
     """Walk previousRunId both directions from ``run_id`` and collect its parent and chat links.
 
-    Backwards follows each record's previousRunId; forwards follows the records
-    that name the current one as previous (the earliest-ended one when several
-    runs started from the same predecessor). Runs compaction moved out of index.json are
-    read from their records, so the chain reaches every record.
+    Backwards follows each record's previousRunId; forwards follows the records that name the
+    current one as previous (the earliest-ended one when several runs started from the same
+    predecessor). Walked over the snapshot's columns (``snap``, default: the store's, from its
+    cache), so the chain reaches every record, those compaction moved out of index.json
+    included, without reading index.json; a record of the chain edited in place since it was
+    cached is read again (one lstat per run of the chain).
     """
-    entries = store.all_entries()
-    by_id = {e["runId"]: e for e in entries}
-    followers: dict[str, list[dict]] = {}
-    for e in sorted(entries, key=lambda e: (e["endedAt"], e["runId"])):
-        if e.get("previousRunId"):
-            followers.setdefault(e["previousRunId"], []).append(e)
-    me = by_id.get(run_id) or {"runId": run_id, "endedAt": 0, "state": "?", "task": ""}
-    previous: list[str] = []
-    seen = {run_id}
-    cur = me
-    while cur.get("previousRunId") in by_id and cur["previousRunId"] not in seen and len(previous) < _MAX_WALK:
-        cur = by_id[cur["previousRunId"]]
-        seen.add(cur["runId"])
-        previous.append(cur["runId"])
-    previous.reverse()
-    nxt: list[str] = []
-    cur = me
-    while followers.get(cur["runId"]) and len(nxt) < _MAX_WALK:
-        cand = [f for f in followers[cur["runId"]] if f["runId"] not in seen]
-        if not cand:
-            break
-        cur = cand[0]
-        seen.add(cur["runId"])
-        nxt.append(cur["runId"])
-    parent = me.get("parentRunId")
-    chat = me.get("chatSessionId")
-    states = store.issue_states_for(me.get("issues", []))
+    snap = snap if snap is not None else load_snapshot(store)
+    walked = _Walk(snap, run_id)
+    # A link edited in place since the cache read it (one lstat per run of the chain): those
+    # records are read again and the chain walked again.
+    stale = snap.stale_rows(walked.rows())
+    if stale:
+        snap = verified(snap, stale)
+        walked = _Walk(snap, run_id)
+    store.problems.extend(p for p in snap.problems if p not in store.problems)  # what could not be read: said once
+    recs, n, ids, ended, order = snap.records, snap.n, walked.ids, walked.ended, walked.order
+    previous, me, nxt, row_of = walked.previous, walked.me, walked.next, walked.row_of
+    walk = previous + [me if me is not None else -1] + nxt
+    entries = _Entries(recs, ended, walk, {"runId": run_id, "endedAt": 0, "state": "?", "task": ""})
+    mine = entries[len(previous)]
+    parent, chat = mine.get("parentRunId"), mine.get("chatSessionId")
+
+    def linked(column: str, value: str | None) -> list[str]:
+        if not value or not n:
+            return []
+        hit = np.zeros(n, dtype=bool)
+        hit[pc.equal(recs.column(column), value).to_numpy(zero_copy_only=False).nonzero()[0]] = True
+        return [ids[i] for i in order[hit[order]].tolist()]
+
+    states = store.issue_states_for(mine.get("issues", []))
     return ChainResult(
         run_id=run_id,
-        runs=[by_id[i] for i in previous] + [me] + [by_id[i] for i in nxt],
-        length=len(previous) + 1 + len(nxt),
-        previous=previous,
-        next=nxt,
+        runs=entries,
+        ids=[ids[i] if i >= 0 else run_id for i in walk],
+        length=len(entries),
+        previous=[ids[i] for i in previous],
+        next=[ids[i] for i in nxt],
         parent=parent,
-        parent_known=parent in by_id,
-        root=me.get("rootRunId"),
-        children=[e["runId"] for e in sorted(entries, key=lambda e: (e["endedAt"], e["runId"])) if e.get("parentRunId") == run_id],
+        parent_known=parent in row_of,
+        root=mine.get("rootRunId"),
+        children=linked("parentRunId", run_id),
         chat_session=chat,
-        chat_runs=[e["runId"] for e in sorted(entries, key=lambda e: (e["endedAt"], e["runId"])) if chat and e.get("chatSessionId") == chat],
-        open_issues=[i for i in me.get("issues", []) if states.get(i) and states[i].state in ("opened", "reopened")],
+        chat_runs=linked("chatSessionId", chat),
+        open_issues=[i for i in mine.get("issues", []) if states.get(i) and states[i].state in ("opened", "reopened")],
     )
+
+
+class _Walk:
+    """previousRunId walked both ways from a run over a snapshot's columns (rows, oldest first)."""
+
+    def __init__(self, snap: Snapshot, run_id: str):
+        recs = snap.records
+        self.ids = ids = recs.column("runId").to_pylist()
+        self.row_of = row_of = {rid: i for i, rid in enumerate(ids)}
+        prev = recs.column("previousRunId").to_pylist()
+        self.ended = snap.ended_ms()
+        # (endedAt, runId) order: the earliest-ended follower first, and the order of children and chats
+        self.order = pc.sort_indices(pa.table({"e": self.ended, "r": recs.column("runId")}),
+                                     sort_keys=[("e", "ascending"), ("r", "ascending")]).to_numpy() \
+            if snap.n else np.zeros(0, np.int64)
+        followers: dict[str, list[int]] = {}
+        for i in self.order.tolist():
+            if prev[i]:
+                followers.setdefault(prev[i], []).append(i)
+        self.me = me = row_of.get(run_id)
+        seen = {run_id}
+        previous: list[int] = []
+        cur = me
+        while cur is not None and prev[cur] in row_of and prev[cur] not in seen and len(previous) < _MAX_WALK:
+            cur = row_of[prev[cur]]
+            seen.add(ids[cur])
+            previous.append(cur)
+        previous.reverse()
+        nxt: list[int] = []
+        cur_id = run_id
+        while followers.get(cur_id) and len(nxt) < _MAX_WALK:
+            cand = [f for f in followers[cur_id] if ids[f] not in seen]
+            if not cand:
+                break
+            cur_id = ids[cand[0]]
+            seen.add(cur_id)
+            nxt.append(cand[0])
+        self.previous, self.next = previous, nxt
+
+    def rows(self) -> list[int]:
+        return self.previous + ([self.me] if self.me is not None else []) + self.next
+
+
+_ENTRY_COLUMNS = ["runId", "startedAt", "endedAt", "state", "workflowName", "task", "summary", "issues", "previousRunId",
+                  "parentRunId", "chatSessionId", "rootRunId", "supersedes", "supersededBy", "inode"]
+
+
+class _Entries(Sequence):
+    """A chain's index entries, each made from its snapshot row when first read: a window shows
+    a few runs of a chain that may hold 100k (making all of them takes seconds). Row -1 is the
+    stand-in for a run the store does not hold."""
+
+    def __init__(self, recs: pa.Table, ended: np.ndarray, rows: list[int], stand_in: dict):
+        self._recs, self._ended, self._rows = recs, ended, rows
+        self._made: list[dict | None] = [stand_in if r < 0 else None for r in rows]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.pick(range(*i.indices(len(self))))
+        return self.pick([range(len(self))[i]])[0]
+
+    def __iter__(self):
+        return iter(self.pick(range(len(self))))
+
+    def pick(self, positions) -> list[dict]:
+        """The entries at some positions, the missing ones made together."""
+        positions = list(positions)
+        todo = [p for p in positions if self._made[p] is None]
+        for p, e in zip(todo, _entries(self._recs, self._ended, [self._rows[p] for p in todo])):
+            self._made[p] = e
+        return [self._made[p] for p in positions]
+
+
+def _entries(recs: pa.Table, ended: np.ndarray, rows: list[int]) -> list[dict]:
+    """The index entries (:func:`cybmem.store.entry_of`) of some snapshot rows, in that order."""
+    if not rows:
+        return []
+    at = pa.array(rows, pa.int64())
+    table = recs.select([c for c in _ENTRY_COLUMNS if c != "endedAt"]).take(at)
+    table = table.set_column(table.schema.get_field_index("startedAt"), "startedAt", table.column("startedAt").cast(pa.int64()))
+    table = table.append_column("endedAt", pa.array(ended[np.asarray(rows, dtype=np.int64)], pa.int64()))
+    return [entry_of(row) for row in table.to_pylist()]

@@ -314,19 +314,28 @@ class Snapshot:
         secret; append-only writers never do it). Costs one lstat per row: meant for the rows a
         verb shows, which :func:`load_snapshot` then re-reads with ``recheck``."""
         starts, built = self._cache.get("built", (np.zeros(1, np.int64), np.array([time.time_ns()], np.int64)))
-        ids = self.records.column("runId")
-        inodes = self.records.column("inode") if "inode" in self.records.column_names else None
+        rows = np.asarray(list(rows), dtype=np.int64)
+        if not len(rows):
+            return []
+        id_col = self.records.column("runId")
+        ino_col = self.records.column("inode") if "inode" in self.records.column_names else None
+        if len(rows) <= 64:  # the rows a verb shows: scalars (a take over segments concatenates them first)
+            ids = [id_col[r].as_py() for r in rows.tolist()]
+            inodes = [ino_col[r].as_py() if ino_col is not None else None for r in rows.tolist()]
+        else:  # a whole chain
+            at = arrow_indices(rows)
+            ids = id_col.take(at).to_pylist()
+            inodes = ino_col.take(at).to_pylist() if ino_col is not None else [None] * len(rows)
+        since = built[np.searchsorted(starts, rows, side="right") - 1] - _cache.RACY_NS  # when each row was read
         out = []
-        for r in rows:
-            r = int(r)
+        records_dir = str(self.store.records_dir)
+        for r, rid, ino, t in zip(rows.tolist(), ids, inodes, since.tolist()):
             try:
-                st = os.lstat(self.store.records_dir / f"{ids[r].as_py()}.json")
+                st = os.lstat(f"{records_dir}/{rid}.json")
             except OSError:
                 out.append(r)
                 continue
-            ino = inodes[r].as_py() if inodes is not None else None
-            seg = int(np.searchsorted(starts, r, side="right") - 1)
-            if (ino and st.st_ino != ino) or st.st_mtime_ns >= int(built[seg]) - _cache.RACY_NS:
+            if (ino and st.st_ino != ino) or st.st_mtime_ns >= t:
                 out.append(r)
         return out
 

@@ -47,7 +47,7 @@ from .projects import select_project, validate_slug
 from .schema import ISSUE_ID_RE, IssueEvent, MemoryRecord, ms_to_utc, validate_run_id
 from .settings import DEFAULT_INDEX_CAP, Settings
 
-__all__ = ["MemoryStore", "ReadProblem", "MAX_RECORD_BYTES", "MAX_LEDGER_BYTES", "parse_record", "index_entry"]
+__all__ = ["MemoryStore", "ReadProblem", "MAX_RECORD_BYTES", "MAX_LEDGER_BYTES", "parse_record", "index_entry", "entry_of"]
 
 LOCK_FILE = ".lock"
 ARCHIVE_FILE = "archive-summary.md"
@@ -116,23 +116,32 @@ def parse_record(name: str, raw: bytes) -> MemoryRecord:
 
 def index_entry(rec: MemoryRecord, inode: int) -> dict:
     """index.json's projection of one record (links as written on the record, plus its inode)."""
-    entry = {
-        "runId": rec.runId,
-        "startedAt": rec.startedAt,
-        "endedAt": rec.endedAt,
-        "state": rec.state,
-        "workflowName": rec.workflowName,
-        "task": head_line(rec.task, 100),
-        "summary": shorten(rec.outcome.summary, 200),
-        "issues": list(rec.outcome.issues),
-    }
     lin = rec.lineage
-    for key, value in (("previousRunId", lin.previousRunId), ("parentRunId", lin.parentRunId),
-                       ("chatSessionId", lin.chatSessionId), ("rootRunId", lin.rootRunId),
-                       ("supersedes", rec.supersedes), ("supersededBy", rec.supersededBy)):
-        if value:
-            entry[key] = value
-    entry["inode"] = inode
+    return entry_of({
+        "runId": rec.runId, "startedAt": rec.startedAt, "endedAt": rec.endedAt, "state": rec.state,
+        "workflowName": rec.workflowName, "task": rec.task, "summary": rec.outcome.summary, "issues": rec.outcome.issues,
+        "previousRunId": lin.previousRunId, "parentRunId": lin.parentRunId, "chatSessionId": lin.chatSessionId,
+        "rootRunId": lin.rootRunId, "supersedes": rec.supersedes, "supersededBy": rec.supersededBy, "inode": inode,
+    })
+
+
+def entry_of(fields: dict) -> dict:
+    """The index entry of a record's fields (a record's, or a snapshot row's with times in epoch
+    ms): task and summary cut, lineage and supersession links only when set, then the inode."""
+    entry = {
+        "runId": fields["runId"],
+        "startedAt": fields["startedAt"],
+        "endedAt": fields["endedAt"],
+        "state": fields["state"],
+        "workflowName": fields["workflowName"],
+        "task": head_line(fields["task"], 100),
+        "summary": shorten(fields["summary"] or "", 200),
+        "issues": list(fields["issues"] or ()),
+    }
+    for key in ("previousRunId", "parentRunId", "chatSessionId", "rootRunId", "supersedes", "supersededBy"):
+        if fields.get(key):
+            entry[key] = fields[key]
+    entry["inode"] = fields["inode"]
     return entry
 
 

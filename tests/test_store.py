@@ -144,6 +144,31 @@ def test_chain_both_directions_with_parent_and_chat(store):
     assert res_c.parent == "b" and res_c.parent_known and res_c.open_issues == ["x"]
 
 
+def test_chain_walks_the_cached_columns_and_follows_a_link_edited_in_place(store):
+    """chain walks the snapshot (its cache), not index.json; a record of the chain edited in place
+    after it was cached (same inode: a hand edit) is read again, and the walk follows its new link."""
+    import time as _time
+
+    from cybmem.snapshot import load_snapshot
+
+    for i, rid in enumerate("abcd"):
+        store.write_record(rec(rid, T0 + i * 1000, previous="abcd"[i - 1] if i else None))
+    store.index_path.unlink()  # not needed: the walk reads the snapshot
+    assert chain(store, "d").previous == ["a", "b", "c"]
+    assert load_snapshot(store).from_cache
+    _time.sleep(2.1)  # past the cache's racy window, so that only a real edit makes a row stale
+    path = store.record_path("c")
+    data = json.loads(path.read_text())
+    data["lineage"]["previousRunId"] = "a"  # c now follows a directly
+    ino = path.stat().st_ino
+    with open(path, "r+") as fh:
+        fh.write(json.dumps(data, indent=2))
+        fh.truncate()
+    assert path.stat().st_ino == ino
+    res = chain(store, "d")
+    assert res.previous == ["a", "c"] and chain(store, "b").next == []
+
+
 def test_unreadable_records_are_skipped_once(store):
     store.write_record(rec("good"))
     store.records_dir.joinpath("bad.json").write_bytes(b"\x00\xff garbage")
