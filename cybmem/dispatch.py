@@ -295,7 +295,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     if not store.exists():
         return inj
     snap = load_snapshot(store)
-    store.problems.extend(p for p in snap.problems if p not in store.problems)  # reported by the caller
+    store.note_problems(snap.problems)  # reported by the caller
     weights = loaded.weights
     result = search(snap, task, k=settings.topk, weights=loaded, settings=settings, as_of=as_of, now_ms=now_ms,
                     parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude)

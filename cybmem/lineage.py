@@ -148,7 +148,7 @@ def chain(store: MemoryStore, run_id: str, snap: Snapshot | None = None) -> Chai
     if stale:
         snap = verified(snap, stale)
         walked = _Walk(snap, run_id)
-    store.problems.extend(p for p in snap.problems if p not in store.problems)  # what could not be read: said once
+    store.note_problems(snap.problems)  # what could not be read: said once
     recs, n, ids, ended, order = snap.records, snap.n, walked.ids, walked.ended, walked.order
     previous, me, nxt, row_of = walked.previous, walked.me, walked.next, walked.row_of
     walk = previous + [me if me is not None else -1] + nxt

@@ -304,9 +304,13 @@ class MemoryStore:
             yield
 
     def _problem(self, path: str, message: str) -> None:
-        problem = ReadProblem(path, message)
-        if problem not in self.problems:
-            self.problems.append(problem)
+        self.note_problems([ReadProblem(path, message)])
+
+    def note_problems(self, problems: Iterable[ReadProblem]) -> None:
+        """Add read problems found elsewhere (e.g. by a snapshot load) to :attr:`problems`, each once."""
+        for problem in problems:
+            if problem not in self.problems:
+                self.problems.append(problem)
 
     def report_problems(self, stream=None) -> None:
         """Print each read problem once to stderr (as ``warning: ...``)."""
