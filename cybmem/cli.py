@@ -154,7 +154,7 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
                       project=kwargs.pop("project", None), json=kwargs.pop("as_json", False))
             global _LEAN_RAN
             _LEAN_RAN = lean
-            with _lean_imports() if lean else contextlib.nullcontext():
+            with _lean_imports(compute=memory) if lean else contextlib.nullcontext():
                 return _run(body, ctx, kwargs)
 
         del wrapper.__wrapped__
@@ -904,12 +904,31 @@ class _RefusePandas:
 
 
 def _docstring_stand_in(doc: str | None) -> dict:
-    """What pyarrow.compute asks its vendored numpydoc parser for (see :func:`_lean_imports`)."""
+    """What pyarrow.compute asks its vendored numpydoc parser for (see :func:`_quick_compute_import`)."""
     return {"Parameters": []}
 
 
+def _quick_compute_import() -> None:
+    """Import pyarrow.compute with a stand-in for the numpydoc parsing behind its docstrings (15
+    ms of the 30 its import takes): the ~280 generated functions lack their options' descriptions
+    in ``help()``; functions, options and results are unchanged. A pyarrow whose compute module
+    wants more of the parser than the stand-in has is imported the ordinary way."""
+    if "pyarrow.compute" in sys.modules or "pyarrow.vendored.docscrape" in sys.modules:
+        return
+    fake = types.ModuleType("pyarrow.vendored.docscrape")
+    fake.NumpyDocString = _docstring_stand_in
+    sys.modules[fake.__name__] = fake
+    try:
+        import pyarrow.compute  # noqa: F401
+    except Exception:  # noqa: BLE001 - another pyarrow: the ordinary import below says what is wrong, if anything
+        sys.modules.pop("pyarrow.compute", None)
+    finally:
+        sys.modules.pop(fake.__name__, None)
+    import pyarrow.compute  # noqa: F401,F811
+
+
 @contextlib.contextmanager
-def _lean_imports():
+def _lean_imports(compute: bool = True):
     """Keep the commands that do not need them free of two import costs, in a process that runs
     one command (:func:`main`, the console script) and only there:
 
@@ -917,27 +936,21 @@ def _lean_imports():
       to look for optional pandas types, and works without it. pyarrow remembers a refused import
       for the life of the process, and a program that runs commands in-process (tests through
       CliRunner) may build DataFrames later; a process that already has pandas keeps it.
-    - the numpydoc parsing behind pyarrow.compute's docstrings (15 ms of the 30 its import takes):
-      a stand-in parser returns no parameters, so the ~280 generated functions lack their options'
-      descriptions in ``help()``. Functions, options and results are unchanged."""
+    - with ``compute`` (a command that reads a store), pyarrow.compute's docstring parsing
+      (:func:`_quick_compute_import`)."""
     if not _ONE_COMMAND_PROCESS:
         yield
         return
     refuse = "pandas" not in sys.modules
-    stand_in = "pyarrow.compute" not in sys.modules and "pyarrow.vendored.docscrape" not in sys.modules
     if refuse:
         sys.meta_path.insert(0, _RefusePandas)
-    if stand_in:
-        fake = types.ModuleType("pyarrow.vendored.docscrape")
-        fake.NumpyDocString = _docstring_stand_in
-        sys.modules[fake.__name__] = fake
     try:
+        if compute:
+            _quick_compute_import()
         yield
     finally:
         if refuse:
             sys.meta_path.remove(_RefusePandas)
-        if stand_in:
-            sys.modules.pop("pyarrow.vendored.docscrape", None)
 
 
 def _explain_lines(result) -> list[str]:

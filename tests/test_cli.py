@@ -487,3 +487,20 @@ def test_the_console_script_ends_lean_commands_without_teardown_and_loses_nothin
     p = subprocess.run([exe, "inject", "", "--cwd", "/home/dev/web"], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "the task is empty" in p.stderr
     assert run("doctor", "--cwd", "/home/dev/web").exit_code == 0
+
+
+@pytest.mark.parametrize("parser", ["stand-in", "refused"])
+def test_pyarrow_compute_is_imported_whole_with_or_without_the_docstring_stand_in(parser):
+    """The quick import of pyarrow.compute (a stand-in for its docstring parser) leaves a working
+    module and no stand-in behind; a pyarrow that wants more of the parser than the stand-in has
+    gets the ordinary import."""
+    code = ("import sys\nimport cybmem.cli as c\n"
+            + ("c._docstring_stand_in = lambda doc: {}['Parameters']\n" if parser == "refused" else "")
+            + "c._quick_compute_import()\nimport pyarrow as pa, pyarrow.compute as pc\n"
+            "assert pc.sum(pa.array([1, 2, 3])).as_py() == 6 and pc.is_in(pa.array(['a']), value_set=pa.array(['a'])).to_pylist() == [True]\n"
+            "real = sys.modules.get('pyarrow.vendored.docscrape')\n"
+            "print('STAND-IN LEFT' if real is not None and real.__name__ == 'pyarrow.vendored.docscrape' and not hasattr(real, '__file__') else 'CLEAN',"
+            " 'DOCS' if 'Parameters' in (pc.is_in.__doc__ or '') and 'value_set' in pc.is_in.__doc__ else 'NODOCS')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == (["CLEAN", "NODOCS"] if parser == "stand-in" else ["CLEAN", "DOCS"]), p.stdout
