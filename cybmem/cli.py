@@ -1615,8 +1615,9 @@ def console() -> None:
     pandas nor anything heavy (write, inject, ...: see :func:`_lean_imports`), the process ends
     as soon as stdout and stderr are flushed, without the interpreter's teardown (25-35 ms of
     freeing numpy's and pyarrow's modules, which the dispatcher waits for on every run). What
-    such a command writes to files is closed or fsynced before it returns; an error, a broken
-    pipe or any other command takes the ordinary way out."""
+    such a command writes to files is closed or fsynced before it returns. Exit codes are the
+    usual ones; an unexpected exception, a broken pipe or any other command takes the ordinary
+    way out."""
     global _LEAN_RAN
     _LEAN_RAN = False
     try:
