@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import _corpus  # noqa: E402
-from bench_store import store_for  # noqa: E402
+from bench_store import median_time, store_for  # noqa: E402
 
 from cybmem.store import MemoryStore  # noqa: E402
 
@@ -37,13 +36,9 @@ SLUG = "pytest"
 
 
 def median(fn, repeat: int) -> float:
+    """bench_store's median wall time, after one warm-up call."""
     fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return median_time(fn, repeat)
 
 
 def bench(n: int, repeat: int) -> None:
