@@ -22,7 +22,7 @@ import orjson
 
 from . import _io
 
-__all__ = ["MAX_EMBEDDINGS_BYTES", "EMBED_TEXT_CHARS", "row_problem", "read_rows", "record_text", "embedding_text",
+__all__ = ["MAX_EMBEDDINGS_BYTES", "EMBED_TEXT_CHARS", "row_problem", "read_rows", "record_text", "issue_text", "embedding_text",
            "row_bytes", "keys_in"]
 
 MAX_EMBEDDINGS_BYTES = 8 * 1024 * 1024 * 1024
@@ -41,6 +41,11 @@ def record_text(task: str, summary: str | None, issues: Sequence[str] | None, is
     if issues:
         text += "\n" + "\n".join(issue_text.get(i, i) for i in issues)
     return text
+
+
+def issue_text(title: str, detail: str | None) -> str:
+    """An issue's text in a record's (:func:`record_text`) and in the issue index: its title, then its detail if any."""
+    return title if not detail else f"{title}\n{detail}"
 
 
 def embedding_text(text: str) -> str | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ._io import loads, read_file
-from .embeddings import embedding_text, record_text
+from .embeddings import embedding_text, issue_text, record_text
 from .errors import CybmemError, NotFoundError, StoreError, ValidationError
 from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
 from .preamble import strip, strip_memory
@@ -495,8 +495,7 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
         if config is None:
             return False
         # The keyword index's issue text: title and detail by the fold's rule (cybmem.snapshot.issue_texts).
-        texts = {k: v.title if not v.detail else f"{v.title}\n{v.detail}"
-                 for k, v in store.issue_states_for(rec.outcome.issues).items()}
+        texts = {k: issue_text(v.title, v.detail) for k, v in store.issue_states_for(rec.outcome.issues).items()}
         text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts))
         if text is None:
             return False

@@ -33,6 +33,7 @@ from . import _io, cache as _cache, issues, supersession
 from ._io import ensure_dir, locked
 from .bm25 import KeywordIndex, RunLookup
 from .columns import RECORD_SCHEMA, arrow_indices, empty_table, keyword_texts, load_records, parse_files
+from .embeddings import issue_text
 from .errors import StoreError
 from .store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
 from .text import tokenize_many
@@ -50,7 +51,7 @@ def issue_texts(events: pa.Table, ids: list[str] | None = None) -> dict[str, str
             return {}
         events = events.filter(pc.is_in(events.column("issueId"), value_set=pa.array(sorted(set(ids)), pa.string())))
     folded = issues.fold_table(events)
-    return {i: t if not d else f"{t}\n{d}" for i, t, d in zip(
+    return {i: issue_text(t, d) for i, t, d in zip(
         folded.column("issueId").to_pylist(), folded.column("title").to_pylist(), folded.column("detail").to_pylist())}
 
 
@@ -461,7 +462,7 @@ def _load_warm(store: MemoryStore, cache) -> Snapshot | None:
 
 def _issue_index(folded: pa.Table) -> KeywordIndex:
     """A keyword index over the issues of a fold (title and detail), row-aligned with it."""
-    texts = [t if not d else f"{t}\n{d}" for t, d in zip(folded.column("title").to_pylist(), folded.column("detail").to_pylist())]
+    texts = [issue_text(t, d) for t, d in zip(folded.column("title").to_pylist(), folded.column("detail").to_pylist())]
     return KeywordIndex.build(tokenize_many(texts))
 
 
