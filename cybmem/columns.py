@@ -22,13 +22,28 @@ from .embeddings import record_text
 from .schema import RUN_ID_RE, STATES
 from .store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
 
-__all__ = ["RECORD_SCHEMA", "arrow_indices", "load_records", "parse_files", "keyword_texts", "empty_table"]
+__all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "load_records", "parse_files", "keyword_texts", "empty_table"]
+
 
 def arrow_indices(rows: np.ndarray) -> pa.Array:
     """Row numbers as an Arrow int64 array for ``take``, zero-copy. ``pa.array`` of a numpy array
     imports numpy.ma (8 ms) to rule out masked arrays: too much for the dispatch path."""
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+
+
+#: Up to this many rows :func:`take_rows` slices instead of taking.
+FEW_ROWS = 64
+
+
+def take_rows(table: pa.Table, rows) -> pa.Table:
+    """Some rows of a table, in the order given. A few are zero-copy slices: ``take`` over a
+    table of several chunks (the cache's segments) first concatenates them, 7 ms at 100k records
+    for the rows a verb shows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) <= FEW_ROWS:
+        return pa.concat_tables([table.slice(int(r), 1) for r in rows.tolist()]) if len(rows) else table.slice(0, 0)
+    return table.take(arrow_indices(rows))
 
 
 _TS = pa.timestamp("ms", tz="UTC")

@@ -37,7 +37,7 @@ from .projects import known_projects
 from .retrieval import Hit, SearchResult, search
 from .scoring import MS_PER_DAY, normalize_keyword
 from .settings import Settings
-from .snapshot import load_snapshot
+from .snapshot import load_snapshot, opened_in
 from .store import MemoryStore
 from .text import tokenize
 from .weights import LoadedWeights, Weights, weights_for
@@ -193,11 +193,13 @@ class IssueRanking:
 def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -> IssueRanking:
     snap = result.snapshot  # the one the hits were ranked over (search may have read the store again)
     folded = snap.fold(as_of)
-    rows = snap.open_rows(as_of)
-    m = len(rows)
     ranked = result.ranked
     n = snap.n
     mask = ranked.mask if ranked is not None else np.zeros(n, dtype=bool)
+    # Last activity, title codes and the open rows do not depend on the task: cached with the snapshot.
+    activity = snap.activity(as_of, mask)
+    rows = opened_in(activity)
+    m = len(rows)
     kw = np.zeros(n, dtype=np.float32)
     if ranked is not None and ranked.keyword is not None and weights.w_kw > 0:
         kw = normalize_keyword(ranked.keyword, mask, scale=weights.w_kw)
@@ -218,8 +220,6 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
         own = normalize_keyword(own, scale=weights.w_kw)
     best = np.zeros(m, dtype=np.float32)
     best_row = np.full(m, -1, dtype=np.int64)
-    # Last activity and title codes do not depend on the task: cached with the snapshot.
-    activity = snap.activity(as_of, mask)
     last_at = activity.column("lastActivity").to_numpy()[rows] if m else np.zeros(0, np.int64)
     codes = activity.column("titleKey").to_numpy()[rows] if m else np.zeros(0, np.int32)
     # The best run per open issue: among the runs the task scored, the one that carries it
@@ -237,8 +237,8 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
         top = np.flatnonzero(cval == best[pos])  # each issue's best runs; of equals, the last one
         last = np.full(m, -1, dtype=np.int64)
         np.maximum.at(last, pos[top], top)
-        has = last >= 0
-        best_row[has] = carrier[last[has]]
+        found = last >= 0
+        best_row[found] = carrier[last[found]]
     # The issue's keyword part: its own text or its best run, whichever matches better.
     has = best_row >= 0
     at_row = np.maximum(best_row, 0)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CybmemError, NotFoundError
+from .columns import take_rows
 from .snapshot import Snapshot, load_snapshot, verified
 from .store import MemoryStore, entry_of, index_entry
 
@@ -259,8 +260,7 @@ def _entries(recs: pa.Table, ended: np.ndarray, rows: list[int]) -> list[dict]:
     """The index entries (:func:`cybmem.store.entry_of`) of some snapshot rows, in that order."""
     if not rows:
         return []
-    at = pa.array(rows, pa.int64())
-    table = recs.select([c for c in _ENTRY_COLUMNS if c != "endedAt"]).take(at)
+    table = take_rows(recs.select([c for c in _ENTRY_COLUMNS if c != "endedAt"]), rows)
     table = table.set_column(table.schema.get_field_index("startedAt"), "startedAt", table.column("startedAt").cast(pa.int64()))
     table = table.append_column("endedAt", pa.array(ended[np.asarray(rows, dtype=np.int64)], pa.int64()))
     return [entry_of(row) for row in table.to_pylist()]

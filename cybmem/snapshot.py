@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from . import _io, cache as _cache, issues, supersession
 from ._io import ensure_dir, locked
 from .bm25 import KeywordIndex, RunLookup
-from .columns import RECORD_SCHEMA, arrow_indices, empty_table, keyword_texts, load_records, parse_files
+from .columns import RECORD_SCHEMA, arrow_indices, empty_table, keyword_texts, load_records, parse_files, take_rows
 from .embeddings import issue_text
 from .errors import StoreError
 from .store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
@@ -79,8 +79,8 @@ def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray,
     ``lastActivity`` (epoch ms: the issue's last event, or later the end of the last run among
     ``carriers_ok`` that carries it in its outcome: a run that carries an open issue is activity
     on it, even when it wrote no event), ``titleKey`` (a code per :func:`cybmem.issues.title_key`:
-    the same code, the same title) and ``openOrder`` (:func:`open_rows`, then -1 to the length). ``carried``: :func:`issue_carriers` of the same two tables, as
-    arrays (:meth:`Snapshot.carriers`)."""
+    the same code, the same title) and ``openOrder`` (:func:`open_rows`, then -1 to the length).
+    ``carried``: :func:`issue_carriers` of the same two tables, as arrays (:meth:`Snapshot.carriers`)."""
     m = folded.num_rows
     last = folded.column("lastAt").cast(pa.int64()).to_numpy().copy() if m else np.zeros(0, np.int64)
     if m:
@@ -99,6 +99,12 @@ def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray,
     order[: len(opened)] = opened
     return pa.table({"lastActivity": pa.array(last, pa.int64()), "titleKey": pa.array(codes, pa.int32()),
                      "openOrder": pa.array(order, pa.int32())})
+
+
+def opened_in(activity: pa.Table) -> np.ndarray:
+    """:func:`open_rows` as an :func:`issue_activity` table holds them (its ``openOrder``)."""
+    order = activity.column("openOrder").to_numpy()
+    return order[: int((order >= 0).sum())].astype(np.int64)
 
 
 def open_rows(folded: pa.Table) -> np.ndarray:
@@ -236,8 +242,11 @@ class Snapshot:
 
     def fold(self, as_of: int | None = None) -> pa.Table:
         """The issue fold (cybmem.issues.fold_table), as of a moment; the current one is cached."""
-        if as_of is not None:
-            return issues.fold_table(self.events, as_of_ms=as_of)
+        if as_of is not None:  # the last past moment asked for is kept (a replay asks for it several times)
+            past = self._cache.get("fold_past")
+            if past is None or past[0] != as_of:
+                past = self._cache["fold_past"] = (as_of, issues.fold_table(self.events, as_of_ms=as_of))
+            return past[1]
         if "fold" not in self._cache:
             table = self._cached_table("fold_file")
             self._cache["fold_from_file"] = table is not None
@@ -265,8 +274,7 @@ class Snapshot:
         """The rows of :meth:`fold` (``as_of``) whose issue is open, newest opened first (ties by
         id) (:func:`open_rows`). The current ones come with the cached activity when there is one."""
         if as_of is None and ("activity" in self._cache or "act_file" in self._cache):
-            order = self.activity().column("openOrder").to_numpy()
-            return order[: int((order >= 0).sum())].astype(np.int64)
+            return opened_in(self.activity())
         return open_rows(self.fold(as_of))
 
     def open_issues(self, as_of: int | None = None) -> pa.Table:
@@ -318,15 +326,9 @@ class Snapshot:
         rows = np.asarray(list(rows), dtype=np.int64)
         if not len(rows):
             return []
-        id_col = self.records.column("runId")
-        ino_col = self.records.column("inode") if "inode" in self.records.column_names else None
-        if len(rows) <= 64:  # the rows a verb shows: scalars (a take over segments concatenates them first)
-            ids = [id_col[r].as_py() for r in rows.tolist()]
-            inodes = [ino_col[r].as_py() if ino_col is not None else None for r in rows.tolist()]
-        else:  # a whole chain
-            at = arrow_indices(rows)
-            ids = id_col.take(at).to_pylist()
-            inodes = ino_col.take(at).to_pylist() if ino_col is not None else [None] * len(rows)
+        picked = take_rows(self.records.select([c for c in ("runId", "inode") if c in self.records.column_names]), rows)
+        ids = picked.column("runId").to_pylist()
+        inodes = picked.column("inode").to_pylist() if "inode" in picked.column_names else [None] * len(rows)
         since = built[np.searchsorted(starts, rows, side="right") - 1] - _cache.RACY_NS  # when each row was read
         out = []
         records_dir = str(self.store.records_dir)
@@ -344,10 +346,7 @@ class Snapshot:
         """Some rows as dicts, only the given columns (cheap for a top-k)."""
         if not indices:
             return []
-        table = self.records.select(columns)
-        if len(indices) <= 64:  # zero-copy slices: a take over many segments first concatenates them (7 ms at 100k)
-            return [row for i in indices for row in table.slice(int(i), 1).to_pylist()]
-        return table.take(arrow_indices(indices)).to_pylist()
+        return take_rows(self.records.select(columns), indices).to_pylist()
 
 
 # --- loading and the cache -------------------------------------------------------------
