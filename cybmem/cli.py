@@ -368,10 +368,11 @@ def show_cmd(
 
     store = ctx.store()
     asked = store.resolve_run_id(run_id)
-    # supersession as the cached snapshot holds it (index entries would be read in full)
-    snap = load_snapshot(store)
-    store.note_problems(snap.problems)
-    chain = [] if original else store.supersession_chain(asked, snap.supersession())
+    chain = []
+    if not original:  # supersession as the cached snapshot holds it (index entries would be read in full)
+        snap = load_snapshot(store)
+        store.note_problems(snap.problems)
+        chain = store.supersession_chain(asked, snap.supersession())
     rec = store.read_record(chain[-1] if chain else asked)
     _warn(p.message for p in store.problems)
     if ctx.json:

@@ -22,7 +22,7 @@ from .embeddings import record_text
 from .schema import RUN_ID_RE, STATES
 from .store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
 
-__all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "load_records", "parse_files", "keyword_texts", "empty_table"]
+__all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "with_ms_times", "load_records", "parse_files", "keyword_texts", "empty_table"]
 
 
 def arrow_indices(rows: np.ndarray) -> pa.Array:
@@ -44,6 +44,15 @@ def take_rows(table: pa.Table, rows) -> pa.Table:
     if len(rows) <= FEW_ROWS:
         return pa.concat_tables([table.slice(int(r), 1) for r in rows.tolist()]) if len(rows) else table.slice(0, 0)
     return table.take(arrow_indices(rows))
+
+
+def with_ms_times(table: pa.Table) -> pa.Table:
+    """The table with its ``startedAt`` / ``endedAt`` columns as epoch ms (int64), as index
+    entries and ``cybmem list --json`` show them."""
+    for name in ("startedAt", "endedAt"):
+        if name in table.column_names:
+            table = table.set_column(table.schema.get_field_index(name), name, table.column(name).cast(pa.int64()))
+    return table
 
 
 _TS = pa.timestamp("ms", tz="UTC")

@@ -235,8 +235,8 @@ def list_records(snap: "Snapshot", f: RecordFilter | None = None, *, offset: int
         correction as ``supersededBy``.
     """
     import numpy as np
-    import pyarrow as pa
 
+    from .columns import take_rows, with_ms_times
     from .snapshot import verified
 
     for attempt in range(2):
@@ -251,9 +251,7 @@ def list_records(snap: "Snapshot", f: RecordFilter | None = None, *, offset: int
     mapping = snap.supersession()
     cols = ["runId", "startedAt", "endedAt", "state", "workflowName", "task", "summary", "issues",
             "previousRunId", "parentRunId", "chatSessionId", "rootRunId", "supersedes"]
-    table = snap.records.select(cols).take(pa.array(np.asarray(rows, dtype=np.int64)))
-    for name in ("startedAt", "endedAt"):
-        table = table.set_column(table.schema.get_field_index(name), name, table.column(name).cast(pa.int64()))
+    table = with_ms_times(take_rows(snap.records.select(cols), rows))
     items = [_entry(row, mapping.get(row["runId"])) for row in table.to_pylist()]
     return Page(items, int(len(picked)), offset, limit or None, snapshot=snap)
 

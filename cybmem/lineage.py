@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CybmemError, NotFoundError
-from .columns import take_rows
+from .columns import take_rows, with_ms_times
 from .snapshot import Snapshot, load_snapshot, verified
 from .store import MemoryStore, entry_of, index_entry
 
@@ -150,18 +150,17 @@ def chain(store: MemoryStore, run_id: str, snap: Snapshot | None = None) -> Chai
         snap = verified(snap, stale)
         walked = _Walk(snap, run_id)
     store.note_problems(snap.problems)  # what could not be read: said once
-    recs, n, ids, ended, order = snap.records, snap.n, walked.ids, walked.ended, walked.order
+    recs, n, ids, order = snap.records, snap.n, walked.ids, walked.order
     previous, me, nxt, row_of = walked.previous, walked.me, walked.next, walked.row_of
     walk = previous + [me if me is not None else -1] + nxt
-    entries = _Entries(recs, ended, walk, {"runId": run_id, "endedAt": 0, "state": "?", "task": ""})
+    entries = _Entries(recs, walk, {"runId": run_id, "endedAt": 0, "state": "?", "task": ""})
     mine = entries[len(previous)]
     parent, chat = mine.get("parentRunId"), mine.get("chatSessionId")
 
     def linked(column: str, value: str | None) -> list[str]:
         if not value or not n:
             return []
-        hit = np.zeros(n, dtype=bool)
-        hit[pc.equal(recs.column(column), value).to_numpy(zero_copy_only=False).nonzero()[0]] = True
+        hit = pc.fill_null(pc.equal(recs.column(column), value), False).to_numpy(zero_copy_only=False)
         return [ids[i] for i in order[hit[order]].tolist()]
 
     states = store.issue_states_for(mine.get("issues", []))
@@ -190,9 +189,8 @@ class _Walk:
         self.ids = ids = recs.column("runId").to_pylist()
         self.row_of = row_of = {rid: i for i, rid in enumerate(ids)}
         prev = recs.column("previousRunId").to_pylist()
-        self.ended = snap.ended_ms()
         # (endedAt, runId) order: the earliest-ended follower first, and the order of children and chats
-        self.order = pc.sort_indices(pa.table({"e": self.ended, "r": recs.column("runId")}),
+        self.order = pc.sort_indices(pa.table({"e": snap.ended_ms(), "r": recs.column("runId")}),
                                      sort_keys=[("e", "ascending"), ("r", "ascending")]).to_numpy() \
             if snap.n else np.zeros(0, np.int64)
         followers: dict[str, list[int]] = {}
@@ -232,8 +230,8 @@ class _Entries(Sequence):
     a few runs of a chain that may hold 100k (making all of them takes seconds). Row -1 is the
     stand-in for a run the store does not hold."""
 
-    def __init__(self, recs: pa.Table, ended: np.ndarray, rows: list[int], stand_in: dict):
-        self._recs, self._ended, self._rows = recs, ended, rows
+    def __init__(self, recs: pa.Table, rows: list[int], stand_in: dict):
+        self._recs, self._rows = recs, rows
         self._made: list[dict | None] = [stand_in if r < 0 else None for r in rows]
 
     def __len__(self) -> int:
@@ -251,16 +249,13 @@ class _Entries(Sequence):
         """The entries at some positions, the missing ones made together."""
         positions = list(positions)
         todo = [p for p in positions if self._made[p] is None]
-        for p, e in zip(todo, _entries(self._recs, self._ended, [self._rows[p] for p in todo])):
+        for p, e in zip(todo, _entries(self._recs, [self._rows[p] for p in todo])):
             self._made[p] = e
         return [self._made[p] for p in positions]
 
 
-def _entries(recs: pa.Table, ended: np.ndarray, rows: list[int]) -> list[dict]:
+def _entries(recs: pa.Table, rows: list[int]) -> list[dict]:
     """The index entries (:func:`cybmem.store.entry_of`) of some snapshot rows, in that order."""
     if not rows:
         return []
-    table = take_rows(recs.select([c for c in _ENTRY_COLUMNS if c != "endedAt"]), rows)
-    table = table.set_column(table.schema.get_field_index("startedAt"), "startedAt", table.column("startedAt").cast(pa.int64()))
-    table = table.append_column("endedAt", pa.array(ended[np.asarray(rows, dtype=np.int64)], pa.int64()))
-    return [entry_of(row) for row in table.to_pylist()]
+    return [entry_of(row) for row in with_ms_times(take_rows(recs.select(_ENTRY_COLUMNS), rows)).to_pylist()]
