@@ -211,7 +211,7 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
 
     times = C.time_round_robin(fns, queries)
     systems: dict[str, dict] = {name: _stats(ts) for name, ts in times.items()}
-    del X, retr, prior
+    X = retr = prior = None  # free them (the closures above are done)
 
     if n <= 100_000 and not args.skip_rank_bm25:
         from rank_bm25 import BM25Okapi

@@ -220,7 +220,6 @@ def rank_query(
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
     if k <= 0:
         return Ranked([], [], None, mask, ctx, now, kw, lin)  # no runs asked for; the axes still serve issues
-    idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0)
     cos = None
     if vector is not None and weights.w_vec > 0:
         dense: list[Scored] = []
@@ -235,15 +234,20 @@ def rank_query(
             cos = vector.axis(partial, mask, weights.w_vec, k)
         if dense:
             # Every row is scored on the other axes already: add the vector axis, in the order
-            # score() adds it, and rank them all (the same floats as scoring every record).
+            # score() adds it (the same floats as scoring every record), and rank the rows that
+            # can reach the top k (all of them after a mat-vec).
             d = dense[0]
-            vec = np.asarray(cos, dtype=np.float32) * np.float32(weights.w_vec)
-            scored = Scored(total=d.total + vec, keyword=d.keyword, recency=d.recency, lineage=d.lineage, vector=vec,
-                            weights=weights, mask=mask)
+            reach = getattr(vector, "reach", None)
+            rows = slice(None) if reach is None else reach
+            sub = lambda a: None if a is None else a[rows]  # noqa: E731
+            vec = np.asarray(cos[rows], dtype=np.float32) * np.float32(weights.w_vec)
+            scored = Scored(total=d.total[rows] + vec, keyword=sub(d.keyword), recency=sub(d.recency), lineage=sub(d.lineage),
+                            vector=vec, weights=weights, mask=mask[rows])
             local = rank(scored, k)
-            return Ranked(list(local), local, scored, mask, ctx, now, kw, lin)
-        # Rows with a vector score join the pool like keyword hits; the rest keep the rule above.
-        idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
+            top = list(local) if reach is None else [int(reach[i]) for i in local]
+            return Ranked(top, local, scored, mask, ctx, now, kw, lin)
+    # Rows with a vector score join the pool like keyword hits (see _pool).
+    idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
                    vector_cos=sub(cos), weights=weights, mask=mask[idx])

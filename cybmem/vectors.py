@@ -19,12 +19,15 @@ Off unless ``CYBERINE_MEMORY_EMBEDDINGS`` is set (cybmem.remote reads the config
   this model's rows, and a line whose length differs from the model's first vector is skipped
   and reported once. If the snapshot's rows no longer match (its cache was rebuilt), or
   embeddings.jsonl was replaced, the index starts over.
-* :meth:`VectorIndex.cosine` scores a query vector against every row: exactly (one float32
-  mat-vec) when the index holds at most :data:`EXACT_MAX_FLOATS` numbers, else by binary
-  quantisation (Hamming distance over sign bits, one pass over 48 bytes per 384-dim row) and an
-  exact float32 rescoring of the :func:`rescore_count` nearest rows plus the rows the other
-  axes may put on top; rows outside that set score 0 on the vector axis
-  (``benchmarks/bench_embed.py`` measures the speed and the ranking agreement).
+* :meth:`VectorQuery.axis` is the vector axis of a top-k ranking, exact whatever the size: one
+  float32 mat-vec when the index holds at most :data:`EXACT_MAX_FLOATS` numbers; above that,
+  only the rows that can still reach the top k are scored exactly. The rows best on the other
+  axes are scored first, which bounds what the vector axis (cosine <= 1) can lift; when that
+  bound lets in too many rows, the rows nearest by Hamming distance over sign bits (one pass
+  over 48 bytes per 384-dim row) are scored too, which tightens it; the mat-vec is the last
+  resort. :meth:`VectorIndex.cosine` gives the whole axis the same ways (binary: only the
+  nearest rows are non-zero). ``benchmarks/bench_embed.py`` measures the speed and checks the
+  ranking against the mat-vec.
 * :func:`query_vector` embeds the query within ``CYBERINE_MEMORY_EMBED_TIMEOUT``; a failure is
   a one-line warning and search falls back to the other axes.
 * :func:`embed_missing` embeds the records that have no vector for the configured model.
@@ -141,7 +144,9 @@ class VectorIndex:
     @property
     def count(self) -> int:
         """Rows with a vector."""
-        return int(self.has.sum())
+        if "count" not in self._cache:
+            self._cache["count"] = int(np.count_nonzero(self.has))
+        return self._cache["count"]
 
     def _codes_t(self) -> list[np.ndarray]:
         """Per block, the sign words transposed (words, rows): each pass of the Hamming loop is contiguous."""
@@ -263,6 +268,31 @@ class VectorIndex:
         return out
 
 
+def _best_rows(p: np.ndarray, m: int, k: int) -> np.ndarray:
+    """About the ``m`` rows with the highest ``p`` (at least ``k`` of the best when there are k), ascending.
+
+    Not a full selection over every row (introselect over 100k float32 with many ties takes up
+    to milliseconds): the j-th best of a strided sample (j >= k, scaled so that about m rows
+    reach it) is a threshold at least j rows reach (the sampled ones), and only the rows at or
+    above it are selected from.
+    """
+    n = len(p)
+    if n <= m:
+        return np.arange(n)
+    sample = p[::max(1, n // 2048)]
+    j = max(k, -(-m * len(sample) // n))  # about m rows reach the j-th best of the sample; at least j do
+    rows = None
+    if len(sample) >= j:
+        t = sample[np.argpartition(sample, len(sample) - j)[len(sample) - j]]
+        if t > -np.inf:
+            rows = np.flatnonzero(p >= t)
+    if rows is None:
+        rows = np.arange(n)
+    if len(rows) > m:
+        rows = np.sort(rows[np.argpartition(p[rows], len(rows) - m)[len(rows) - m:]])
+    return rows
+
+
 @dataclass
 class VectorQuery:
     """A query vector against an index: what :func:`cybmem.retrieval.rank_query` takes as its vector axis."""
@@ -270,50 +300,83 @@ class VectorQuery:
     index: VectorIndex
     vector: np.ndarray
     method: str = "auto"
-    candidates: int | None = None  # rows taken by Hamming distance (default rescore_count)
+    candidates: int | None = None  # rows taken by Hamming distance when that pass runs (default rescore_count)
     stats: dict = field(default_factory=dict, repr=False)  # what the last axis() did
-
-    def cosine(self, rescore: np.ndarray | None = None) -> np.ndarray:
-        """The axis by :meth:`VectorIndex.cosine` (binary: an approximation, rows not rescored score 0)."""
-        return self.index.cosine(self.vector, rescore=rescore, method=self.method, candidates=self.candidates)
+    # Rows that can reach the top k after the last axis() (ascending), or None when every row can
+    # (the mat-vec): the rows rank_query has to rank.
+    reach: np.ndarray | None = field(default=None, repr=False)
 
     def axis(self, partial, mask: np.ndarray, w_vec: float, k: int) -> np.ndarray:
         """The vector axis for a top-``k`` ranking, exact whatever the method.
 
-        Exact method: one mat-vec. Binary: the ``candidates`` rows nearest by Hamming distance
-        are rescored exactly, which gives T, the k-th best total among them. A row whose score
-        on the other axes (``partial()``, the dense float32 totals without this axis) is below
-        ``T - w_vec`` cannot reach the top k whatever its cosine (cosine <= 1), so only the rows
-        at or above that bound are rescored too; the others score 0 on this axis and stay out of
-        the top k as they would with their exact cosine. When the bound lets in more than a
-        quarter of the rows, the exact mat-vec is cheaper and is used.
+        Exact method: one mat-vec. Binary: a row whose score on the other axes (``partial()``,
+        the dense float32 totals without this axis) is below ``T - w_vec``, where T is the k-th
+        best total of any rows scored exactly, cannot reach the top k whatever its cosine
+        (cosine <= 1): it scores 0 on this axis and stays out of the top k as it would with
+        its exact cosine. T is first taken from the rows best on the other axes (a few
+        times k, scored exactly); when w_vec is small against the spread of the other axes,
+        the bound then lets in a handful of rows and no pass over the vectors is needed.
+        When it lets in more than :func:`rescore_count` rows, the rows nearest by Hamming
+        distance over the sign bits are scored exactly too, which raises T; when the bound
+        still lets in more than a quarter of the rows, the exact mat-vec is cheaper and is used.
+        Afterwards :attr:`reach` holds the rows at or above the bound (every row that can be in
+        the top k), so only those need ranking.
         """
         index = self.index
         method = self.method
         if method == "auto":
             method = "exact" if index.count * index.dims <= EXACT_MAX_FLOATS else "binary"
+        self.reach = None
         if method == "exact":
             self.stats = {"method": "exact", "rescored": index.count}
             return index.exact(self.vector)
-        near = index.nearest(self.vector, self.candidates or rescore_count(index.count))
-        near = near[mask[near]]
-        p = np.where(mask, partial(), np.float32(-np.inf)).astype(np.float32, copy=False)
-        out = np.zeros(index.n, dtype=np.float32)
-        out[near] = index.rescored(self.vector, near)
-        totals = p[near] + out[near] * np.float32(w_vec)
-        if len(totals) >= k:
+        n, w = index.n, np.float32(w_vec)
+        p = np.asarray(partial(), dtype=np.float32)
+        if not mask.all():
+            p = np.where(mask, p, np.float32(-np.inf))
+        out = np.zeros(n, dtype=np.float32)
+        done = np.zeros(n, dtype=bool)  # rows scored exactly so far
+        scored = 0
+
+        def score_rows(rows: np.ndarray) -> None:
+            """Score the rows (ascending) not scored yet that have a vector and are candidates."""
+            nonlocal scored
+            rows = rows[index.has[rows] & mask[rows] & ~done[rows]]
+            out[rows] = index.rescored(self.vector, rows)
+            done[rows] = True
+            scored += len(rows)
+
+        def bound(rows: np.ndarray) -> np.ndarray | None:
+            """Rows that can still reach the top k, given T over ``rows`` (None: too few rows for a T)."""
+            if len(rows) < k:
+                return None
+            totals = p[rows] + out[rows] * w
             t = np.partition(totals, len(totals) - k)[len(totals) - k]
-            bound = np.float32(t) - np.float32(w_vec) - np.float32(1e-5)  # margin for float32 rounding
-            extra = np.flatnonzero(p >= bound)
-        else:
-            extra = np.flatnonzero(mask)
-        extra = extra[index.has[extra]]
-        if len(extra) > index.n // 4:
-            self.stats = {"method": "exact (the bound let in too many rows)", "rescored": index.count}
-            return index.exact(self.vector)
-        extra = np.setdiff1d(extra, near, assume_unique=True)
-        out[extra] = index.rescored(self.vector, extra)
-        self.stats = {"method": "binary", "nearest": len(near), "bound": len(extra), "rescored": len(near) + len(extra)}
+            if not np.isfinite(t):
+                return None
+            return np.flatnonzero(p >= np.float32(t) - w - np.float32(1e-5))  # margin for float32 rounding
+
+        best = _best_rows(p, 4 * k + 64, k)
+        best = best[mask[best]]
+        score_rows(best)
+        extra = bound(best)
+        if extra is None:  # fewer than k rows are candidates: all of them were just scored
+            self.reach = best
+            self.stats = {"method": "binary", "best": len(best), "nearest": 0, "bound": 0, "rescored": scored}
+            return out
+        near = np.zeros(0, dtype=np.int64)
+        if np.count_nonzero(index.has[extra]) > rescore_count(index.count):
+            near = index.nearest(self.vector, self.candidates or rescore_count(index.count))
+            score_rows(near)
+            extra = bound(np.union1d(best, near[mask[near]]))
+            if extra is None or np.count_nonzero(index.has[extra]) > n // 4:
+                self.stats = {"method": "exact (the bound let in too many rows)", "rescored": index.count}
+                return index.exact(self.vector)
+        before = scored
+        score_rows(extra)
+        self.reach = extra
+        self.stats = {"method": "binary", "best": len(best), "nearest": len(near), "bound": scored - before,
+                      "rescored": scored}
         return out
 
 

@@ -312,6 +312,10 @@ class _Recorded:
         self.cos = self.query.axis(partial, mask, w_vec, k)
         return self.cos
 
+    @property
+    def reach(self):
+        return self.query.reach
+
 
 @pytest.mark.parametrize("weights", [Weights(w_vec=0.3), Weights(w_kw=0, w_rec=0.5, w_lin=0.2, w_vec=1),
                                      Weights(w_kw=0.2, w_rec=0, w_lin=0.3, w_vec=0.5), Weights(w_kw=0.9, w_rec=0.1, w_lin=0, w_vec=0.05)])
@@ -346,6 +350,14 @@ def test_pool_ranks_exactly_with_a_vector_axis(weights, method, candidates):
             assert ranked.top == rank(dense, 10), (query, parent)
             exact = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent, vector=index.exact(qvec))
             assert ranked.top == exact.top, "binary quantisation with the bound ranks as exact cosines do"
+            if method == "binary" and weights.w_vec == 0.05:
+                stats = axis.query.stats
+                assert stats["method"] == "binary"
+                if query == "zzz nothing matches":  # recency alone leaves many rows within reach
+                    assert stats["nearest"] > 0, "the Hamming pass tightens the bound"
+                else:
+                    assert stats["nearest"] == 0 and stats["rescored"] <= 4 * 10 + 64, \
+                        "the rows best on the other axes bound the axis without a pass over the vectors"
             if method == "binary" and axis.query.stats["method"] == "binary":
                 assert axis.query.stats["rescored"] < snap.n, "fewer rows than the mat-vec"
                 scored = axis.cos > 0

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings as settings_, strategies as st
 
 from cybmem.runs import write_run
 from cybmem.retrieval import search
@@ -76,6 +77,25 @@ def test_binary_axis_rescoring_every_row_is_the_exact_axis_and_misses_score_zero
     assert 3 in index.nearest(q, 20) or few[3] == pytest.approx(index.exact(q)[3], abs=1e-6)
     np.testing.assert_allclose(few[scored], index.exact(q)[scored], rtol=1e-5, atol=1e-6)
     assert few[7] == 0 and len(index.nearest(q, 20)) >= 20
+
+
+@given(st.lists(st.sampled_from([-np.inf, 0.0, 0.1, 0.25, 0.5, 0.7, 1.0]) | st.floats(0, 2, width=32), min_size=1, max_size=700),
+       st.integers(1, 12), st.integers(1, 30), st.integers(0, 200))
+@settings_(max_examples=300, deadline=None)
+def test_the_best_rows_are_a_top_set_of_at_least_k_rows(values, repeats, k, extra):
+    """_best_rows (the rows the vector axis' bound starts from) is a top set: nothing left out
+    beats anything taken, and at least k rows are taken (ties and masked rows included; up to
+    8,400 rows, so the strided sample is taken too)."""
+    from cybmem.vectors import _best_rows
+
+    p = np.tile(np.array(values, dtype=np.float32), repeats)
+    m = 4 * k + extra
+    rows = _best_rows(p, m, k)
+    assert np.all(np.diff(rows) > 0), "ascending, no repeats"
+    assert len(rows) >= min(k, len(p))
+    rest = np.setdiff1d(np.arange(len(p)), rows)
+    if len(rows) and len(rest):
+        assert p[rows].min() >= p[rest].max()
 
 
 def test_auto_is_exact_below_the_threshold_and_binary_above():
