@@ -275,6 +275,46 @@ def test_search_uses_the_vector_axis_with_the_measured_default_weight(memory_roo
     assert not pinned.vector and pinned.weights.w_vec == 0, "a variable that sets w_vec wins"
 
 
+def test_search_over_a_large_index_ranks_as_the_mat_vec_does(memory_root, embed_server, monkeypatch):
+    """Above EXACT_MAX_FLOATS only the rows that can still reach the top k get their exact cosine;
+    the hits, their scores and their vector values are the mat-vec's (the threshold is lowered
+    here so that a small store takes that path)."""
+    import cybmem.vectors as vectors
+
+    settings = settings_with(memory_root, embed_env(embed_server))
+    words = ["login", "cache", "fixture", "report", "parser", "docs", "release", "warning", "plugin", "marker"]
+    for i in range(400):  # many more rows than the first stage scores (4k + 64)
+        write_run(make_run(f"r{i:03d}", f"Fix the {words[i % 10]} {words[(i * 3) % 7]} bug number {i}",
+                           start=T0 + i * 3_600_000), settings_with(memory_root))
+    store = MemoryStore(memory_root, "web")
+    assert embed_missing(store, settings, progress=False).embedded == 400
+    queries = ["login cache", "the fixture report parser", "release warning docs", "nothing in common"]
+    paths: dict[float, list[dict]] = {}
+    for w_vec in (DEFAULT_W_VEC, 0.5, 2.0):
+        weights = Weights(w_vec=w_vec)
+        exact = [search(store, q, k=5, weights=weights, settings=settings, now_ms=T0 + 500 * 3_600_000) for q in queries]
+        monkeypatch.setattr(vectors, "EXACT_MAX_FLOATS", 0)
+        real_axis = vectors.VectorQuery.axis
+
+        def axis(self, *args):
+            out = real_axis(self, *args)
+            paths.setdefault(w_vec, []).append(self.stats)
+            return out
+
+        monkeypatch.setattr(vectors.VectorQuery, "axis", axis)
+        bounded = [search(store, q, k=5, weights=weights, settings=settings, now_ms=T0 + 500 * 3_600_000) for q in queries]
+        monkeypatch.undo()
+        for e, b in zip(exact, bounded):
+            assert e.vector and b.vector and not b.warnings
+            assert [h.run_id for h in b.hits] == [h.run_id for h in e.hits]
+            for he, hb in zip(e.hits, b.hits):
+                assert hb.score == pytest.approx(he.score, abs=1e-6)
+                assert hb.values["vector"] == pytest.approx(he.values["vector"], abs=1e-6)
+    assert all(p["method"] == "binary" and p["rescored"] < 400 for p in paths[DEFAULT_W_VEC]), "a small w_vec: a few rows"
+    assert any(p["method"] == "binary" and p["bound"] for p in paths[0.5]), "rows beyond the first stage were in reach"
+    assert all(p["method"].startswith("exact") for p in paths[2.0]), "w_vec 2: the bound lets in too many, the mat-vec"
+
+
 def test_search_falls_back_with_one_warning_when_the_query_cannot_be_embedded(memory_root, embed_server):
     settings = settings_with(memory_root, embed_env(embed_server))
     for i in range(4):
