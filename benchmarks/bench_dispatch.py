@@ -16,6 +16,12 @@ run left out. Printed per layout:
 "before" is the earlier layout, rebuilt here from the same parts as the baseline: the top 3
 runs, then the open issues raised by them, then the newest other open issues, line by line
 until the budget is full. "after" is cybmem.dispatch as it is, at several top-k.
+
+Then the same queries as follow-ups: dispatched with the query run's recorded parentRunId (the
+corpus' "follow-up run dispatched from it") as the dispatcher's parent, ranked by score alone
+(the earlier rule) and with the parent shown first (cybmem.dispatch now): how often the parent
+is in the block. The parent is a judged-relevant run by construction, so these rows are about
+lineage, not text matching.
 Targets (the dispatch issue): relevant run for >= 55% of queries, judged open issue listed for
 >= 90%, issue section <= 35% of the block.
 """
@@ -80,8 +86,9 @@ def block_parts(block: str) -> tuple[int, int]:
     return len(runs), len(issues) + len(sep)
 
 
-def measure(name, snap, qrels, ended, issues_of, settings, build) -> dict:
+def measure(name, snap, qrels, ended, issues_of, settings, build, parent_of=None) -> dict:
     runs_hit, issue_hit, issue_judged, run_share, issue_share, shown, tokens = 0, 0, 0, [], [], [], []
+    parents, parent_hit = 0, 0
     t0 = time.perf_counter()
     n = 0
     for q in qrels:
@@ -93,6 +100,10 @@ def measure(name, snap, qrels, ended, issues_of, settings, build) -> dict:
         runs_text = block.split("\nOpen issues in this project:")[0]
         if any(f"- run {r[:8]} " in runs_text for r in rel):
             runs_hit += 1
+        parent = parent_of(q) if parent_of else None
+        if parent:
+            parents += 1
+            parent_hit += f"- run {parent[:8]} " in runs_text
         judged = set(issues_of.get(q["queryRunId"], [])) & {i for r in rel for i in issues_of.get(r, [])}
         open_now = set(snap.open_issues(q["asOf"]).column("issueId").to_pylist()) & judged
         if open_now:
@@ -108,7 +119,8 @@ def measure(name, snap, qrels, ended, issues_of, settings, build) -> dict:
     return {"name": name, "queries": n, "relevantRun": runs_hit / n, "judgedIssueQueries": issue_judged,
             "judgedIssueListed": issue_hit / max(issue_judged, 1), "runShare": statistics.fmean(run_share),
             "issueShare": statistics.fmean(issue_share), "runsShown": statistics.fmean(shown),
-            "blockTokens": statistics.median(tokens), "msPerQuery": (time.perf_counter() - t0) / n * 1e3}
+            "blockTokens": statistics.median(tokens), "msPerQuery": (time.perf_counter() - t0) / n * 1e3,
+            "parents": parents, "parentShown": parent_hit / max(parents, 1)}
 
 
 def main() -> None:
@@ -142,6 +154,36 @@ def main() -> None:
         print(f"{r['name']:<32} {r['runShare']:6.0%} {r['issueShare']:7.0%} {r['runsShown']:11.1f} {r['blockTokens']:7.0f} "
               f"{r['relevantRun']:13.0%} {r['judgedIssueListed']:>18.0%} of {r['judgedIssueQueries']:<3} {r['msPerQuery']:9.1f}")
     print("targets: relevant run >= 55%, judged open issue listed >= 90%, issue section <= 35% of the block")
+    # Follow-ups: the same queries dispatched with the query run's recorded parentRunId as
+    # CYBERINE_PARENT_RUN_ID, as an orchestrator dispatching a follow-up would. The corpus sets
+    # parentRunId to the latest earlier run that references the same issue number, so the parent
+    # is a judged-relevant run by construction: these rows show what the dispatcher's lineage
+    # gives an agent, not how well the text is matched (the targets are for the rows above).
+    parent_of_run = dict(zip(ids, snap.records.column("parentRunId").to_pylist()))
+
+    def parent_of(q):
+        p = parent_of_run.get(q["queryRunId"])
+        return p if p and ended.get(p, 1 << 62) <= q["asOf"] else None
+
+    settings = replace(base, topk=8)
+
+    def follow_up(q):
+        return dispatch._build(store, q["query"], settings, loaded, as_of=q["asOf"], now_ms=None, parent_run_id=parent_of(q),
+                               chat_session_id=None, exclude=q["queryRunId"]).block
+
+    real_search = dispatch.search
+    dispatch.search = lambda *a, **kw: real_search(*a, **{**kw, "pin_parent": False})  # the earlier rule
+    try:
+        follow = [measure("follow-ups, by score (top 8)", snap, qrels, ended, issues_of, settings, follow_up, parent_of)]
+    finally:
+        dispatch.search = real_search
+    follow.append(measure("follow-ups, parent first (top 8)", snap, qrels, ended, issues_of, settings, follow_up, parent_of))
+    print(f"\nfollow-ups (the query run's parentRunId passed as CYBERINE_PARENT_RUN_ID; a judged-relevant run by "
+          f"construction):\n{'layout':<34} {'parent shown':>13} {'relevant run':>13} {'judged open issue listed':>25}")
+    for r in follow:
+        print(f"{r['name']:<34} {r['parentShown']:>6.0%} of {r['parents']:<3} {r['relevantRun']:13.0%} "
+              f"{r['judgedIssueListed']:>18.0%} of {r['judgedIssueQueries']:<3}")
+    results += follow
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"corpus": args.corpus, "results": results}, indent=2))

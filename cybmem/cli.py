@@ -963,7 +963,9 @@ def _explain_lines(result) -> list[str]:
     if "weights" in d:
         lines.append("weights: " + ", ".join(f"{k}={v:g} ({d['weightSources'].get(k, 'argument')})" for k, v in d["weights"].items()))
     for h in d["runs"]:
-        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  {subject_line(h['task'], 50)}")
+        pin = "  (parent of this run: shown first)" if h.get("pinned") == "parent" else ""
+        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
+                     f"{subject_line(h['task'], 50)}{pin}")
     for issue in d["issues"]:
         c = issue["contributions"]
         mark = {"issues": "listed", "raised": "raised", "no": "next  "}[issue["listed"]]

@@ -9,7 +9,10 @@ none) and each problem is one line in ``warnings``. ``strict=True`` raises inste
 The block (:func:`cybmem.preamble.layout`) holds the most relevant prior runs and the open
 issues that matter for this task:
 
-- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search`.
+- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search`. When the
+  dispatcher names the run this one follows up (``CYBERINE_PARENT_RUN_ID``) and that run has a
+  record, it comes first whatever its score (``pinned: parent`` in ``--json``), and the top k - 1
+  others follow: lineage is first-class, the scorer is layered on top.
 - **Issues**: every open issue is scored by the same scorer as the runs: its keyword part is the
   better of its own title and detail (BM25 over the issues) and the runs that raised or carry it
   (whose keyword text holds the title and detail too); lineage comes from that best run; recency
@@ -298,7 +301,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     store.note_problems(snap.problems)  # reported by the caller
     weights = loaded.weights
     result = search(snap, task, k=settings.topk, weights=loaded, settings=settings, as_of=as_of, now_ms=now_ms,
-                    parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude)
+                    parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude, pin_parent=True)
     if result.weights != weights:  # the vector axis' default weight joined (embeddings configured and stored)
         weights = result.weights
         inj.weights = LoadedWeights(weights, {**loaded.sources, "w_vec": "default (embeddings)"}, loaded.problems)

@@ -50,12 +50,15 @@ class Hit:
     summary: str
     issues: list[str]
     next: list[str]
+    pinned: str | None = None  # "parent": shown first as the parent of the run dispatched, whatever its score
 
     def to_dict(self, *, explain: bool = False) -> dict:
         out = {
             "rank": self.rank, "runId": self.run_id, "score": round(self.score, 6), "endedAt": self.ended_at_ms,
             "state": self.state, "task": self.task, "summary": self.summary, "issues": self.issues, "next": self.next,
         }
+        if self.pinned:
+            out["pinned"] = self.pinned
         if explain:
             out["contributions"] = {k: round(v, 6) for k, v in self.contributions.items()}
             out["values"] = {k: round(v, 6) for k, v in self.values.items()}
@@ -176,6 +179,24 @@ class Ranked:
     now_ms: int
     keyword: np.ndarray | None = None  # raw BM25 of every row (None: the axis is off)
     lineage: np.ndarray | None = None  # lineage affinity of every row (None: the axis is off)
+    pinned: int | None = None  # the row put first whatever its score (the parent of the run dispatched)
+
+
+def _parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None) -> int | None:
+    """The row of the run being dispatched's parent when it is a candidate, else None (e.g. the
+    parent is still running: no record yet)."""
+    if not parent or not snap.n:
+        return None
+    lookup = snap.run_lookup()
+    row = lookup.find(parent) if lookup is not None else pc.index(snap.records.column("runId"), parent).as_py()
+    return row if row >= 0 and mask[row] else None
+
+
+def _pin_first(local: list[int], at: int | None, k: int) -> list[int]:
+    """``local`` (best first) with ``at`` first and the rest in order, ``k`` in all."""
+    if at is None:
+        return local
+    return [at, *[i for i in local if i != at]][:k]
 
 
 def rank_query(
@@ -191,6 +212,7 @@ def rank_query(
     exclude: str | None = None,
     where: np.ndarray | None = None,
     vector: "VectorQuery | np.ndarray | None" = None,
+    pin_parent: bool = False,
 ) -> Ranked:
     """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
 
@@ -204,6 +226,10 @@ def rank_query(
     which computes it by one mat-vec or, on a large index, by binary quantisation with exact
     rescoring of the nearest rows and of every row the other axes could still lift into the top
     k (:meth:`~cybmem.vectors.VectorQuery.axis`). Either way the top k is that of exact cosines.
+
+    ``pin_parent``: the parent of the run being dispatched (``parent_run_id``), when it is a
+    candidate, comes first whatever its score, and the top k - 1 others follow (a dispatcher
+    that names the run it follows up always gets that run back; its scores are still computed).
     """
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
     mask = snap.candidates(as_of)
@@ -220,6 +246,7 @@ def rank_query(
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
     if k <= 0:
         return Ranked([], [], None, mask, ctx, now, kw, lin)  # no runs asked for; the axes still serve issues
+    pin = _parent_row(snap, mask, parent_run_id) if pin_parent else None
     cos = None
     if vector is not None and weights.w_vec > 0:
         dense: list[Scored] = []
@@ -238,21 +265,29 @@ def rank_query(
             # can reach the top k (all of them after a mat-vec).
             d = dense[0]
             reach = getattr(vector, "reach", None)
+            if reach is not None and pin is not None:
+                at = int(np.searchsorted(reach, pin))
+                if at == len(reach) or reach[at] != pin:  # out of reach of the top k, but shown
+                    cos[pin] = vector.rescored(np.array([pin]))[0]
+                    reach = np.insert(reach, at, pin)
             rows = slice(None) if reach is None else reach
             sub = lambda a: None if a is None else a[rows]  # noqa: E731
             vec = np.asarray(cos[rows], dtype=np.float32) * np.float32(weights.w_vec)
             scored = Scored(total=d.total[rows] + vec, keyword=sub(d.keyword), recency=sub(d.recency), lineage=sub(d.lineage),
                             vector=vec, weights=weights, mask=mask[rows])
-            local = rank(scored, k)
+            at = None if pin is None else (pin if reach is None else int(np.searchsorted(reach, pin)))
+            local = _pin_first(rank(scored, k), at, k)
             top = list(local) if reach is None else [int(reach[i]) for i in local]
-            return Ranked(top, local, scored, mask, ctx, now, kw, lin)
+            return Ranked(top, local, scored, mask, ctx, now, kw, lin, pin)
     # Rows with a vector score join the pool like keyword hits (see _pool).
     idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
+    if pin is not None:
+        idx = np.union1d(idx, [pin])
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
                    vector_cos=sub(cos), weights=weights, mask=mask[idx])
-    local = rank(scored, k)
-    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin)
+    local = _pin_first(rank(scored, k), None if pin is None else int(np.searchsorted(idx, pin)), k)
+    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin)
 
 
 def search(
@@ -269,6 +304,7 @@ def search(
     exclude: str | None = None,
     filter: "RecordFilter | None" = None,
     query_vector: np.ndarray | None = None,
+    pin_parent: bool = False,
 ) -> SearchResult:
     """Score every record of a project against ``query`` and return the top ``k``.
 
@@ -286,6 +322,8 @@ def search(
         filter: only records that pass it are ranked (:func:`cybmem.filters.record_mask`).
         query_vector: the query's embedding, if already known (else it is embedded when the
             vector axis is on: CYBERINE_MEMORY_EMBEDDINGS set, vectors stored, w_vec > 0).
+        pin_parent: put the parent run (``parent_run_id``) first whatever its score, when it is
+            a candidate (what dispatch does; see :func:`rank_query`).
 
     Returns:
         A :class:`SearchResult` whose hits carry rank, score and per-axis contributions, and a
@@ -300,7 +338,7 @@ def search(
         where = record_mask(snap, filter) if filter is not None and filter.active else None
         ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms,
                             parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude,
-                            where=where, vector=vector)
+                            where=where, vector=vector, pin_parent=pin_parent)
         # A hit whose file was edited in place since it was cached is read again, and the
         # ranking redone: what is shown (and injected) is what the file says now.
         fresh = verified(snap, ranked.top) if attempt == 0 else snap
@@ -318,6 +356,7 @@ def search(
             rank=pos, run_id=row["runId"], score=float(ex["total"]), contributions=ex["contributions"],
             values=ex["values"], ended_at_ms=int(row["endedAt"].timestamp() * 1000), state=row["state"],
             task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
+            pinned="parent" if ranked.pinned is not None and ranked.top[pos - 1] == ranked.pinned else None,
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
                         candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap,

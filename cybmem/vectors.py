@@ -306,6 +306,10 @@ class VectorQuery:
     # (the mat-vec): the rows rank_query has to rank.
     reach: np.ndarray | None = field(default=None, repr=False)
 
+    def rescored(self, rows: np.ndarray) -> np.ndarray:
+        """The exact cosine of some rows (ascending row indices)."""
+        return self.index.rescored(self.vector, rows)
+
     def axis(self, partial, mask: np.ndarray, w_vec: float, k: int) -> np.ndarray:
         """The vector axis for a top-``k`` ranking, exact whatever the method.
 

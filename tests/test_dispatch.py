@@ -131,6 +131,46 @@ def test_inject_explain_goes_to_stderr_and_keeps_stdout_the_prompt(root):
     assert lines[2].startswith("run  1. 9b6b1e00  kw=") and lines[-1].startswith("cut for the budget:")
 
 
+def test_the_parent_named_by_the_dispatcher_comes_first(root):
+    """A follow-up names the run it follows up (CYBERINE_PARENT_RUN_ID): that run is shown first
+    whatever its score, then the scorer's order; an unknown or later parent changes nothing."""
+    env = {"CYBERINE_MEMORY_DIR": str(root)}
+    args = ("--project", "web", "--as-of", NOW)
+    plain = json.loads(_cybmem("inject", TASK, *args, "--json", env=env).stdout)
+    shown = [r["runId"] for r in plain["runs"]]
+    assert len(shown) == 8 and not any("pinned" in r for r in plain["runs"])
+    ranked = [h["runId"] for h in json.loads(_cybmem("search", TASK, *args, "-k", "100", "--json", env=env).stdout)["hits"]]
+    parent = ranked[-1]  # the candidate the scorer likes least
+    assert parent not in shown
+    follow = {**env, "CYBERINE_PARENT_RUN_ID": parent}
+    d = json.loads(_cybmem("inject", TASK, *args, "--json", env=follow).stdout)
+    assert d["runs"][0]["runId"] == parent and d["runs"][0]["pinned"] == "parent" and d["warnings"] == []
+    assert d["runs"][0]["contributions"]["lineage"] > 0, "its scores are still computed"
+    by_score = [h["runId"] for h in json.loads(_cybmem("search", TASK, *args, "-k", "8", "--json", env=follow).stdout)["hits"]]
+    others = [r["runId"] for r in d["runs"][1:]]
+    assert len(d["runs"]) == 8 and others == [r for r in by_score if r != parent][:7], "then the scorer's order, k in all"
+    first_run = next(line for line in d["block"].splitlines() if line.startswith("- run "))
+    assert first_run.startswith(f"- run {parent[:8]} ")
+    p = _cybmem("inject", TASK, *args, "--explain", env=follow)
+    run_lines = [line for line in p.stderr.splitlines() if line.startswith("run ")]
+    assert run_lines[0].startswith(f"run  1. {parent[:8]}") and run_lines[0].endswith("(parent of this run: shown first)")
+    assert not any("parent of this run" in line for line in run_lines[1:])
+    # A parent already in the top k also comes first; the others keep their order.
+    top = by_score[3]
+    d = json.loads(_cybmem("inject", TASK, *args, "--json", env={**env, "CYBERINE_PARENT_RUN_ID": top}).stdout)
+    again = [h["runId"] for h in json.loads(_cybmem("search", TASK, *args, "-k", "8", "--parent", top, "--json", env=env).stdout)["hits"]]
+    assert [r["runId"] for r in d["runs"]] == [top, *[r for r in again if r != top]]
+    # A parent with no record (still running) or none yet as of then: nothing pinned, nothing to warn about.
+    missing = "00000000-0000-4000-8000-000000000000"
+    d = json.loads(_cybmem("inject", TASK, *args, "--json", env={**env, "CYBERINE_PARENT_RUN_ID": missing}).stdout)
+    assert [r["runId"] for r in d["runs"]] == shown and d["warnings"] == []
+    ended = {h["runId"]: h["endedAt"] for h in json.loads(_cybmem("search", TASK, *args, "-k", "100", "--json", env=env).stdout)["hits"]}
+    newest = max(ended, key=ended.get)
+    early = json.loads(_cybmem("inject", TASK, "--project", "web", "--as-of", str(ended[newest] - 1), "--json",
+                               env={**env, "CYBERINE_PARENT_RUN_ID": newest}).stdout)
+    assert early["runs"] and not any(r.get("pinned") or r["runId"] == newest for r in early["runs"])
+
+
 def test_a_tiny_budget_still_yields_a_well_formed_block_or_none(root):
     env = {"CYBERINE_MEMORY_DIR": str(root), "CYBERINE_MEMORY_MAX_TOKENS": "40"}
     p = _cybmem("inject", TASK, "--project", "web", "--json", env=env)

@@ -362,3 +362,43 @@ def test_pool_ranks_exactly_with_a_vector_axis(weights, method, candidates):
                 assert axis.query.stats["rescored"] < snap.n, "fewer rows than the mat-vec"
                 scored = axis.cos > 0
                 assert np.allclose(axis.cos[scored], index.exact(qvec)[scored], atol=1e-6)
+
+
+@pytest.mark.parametrize("method", [None, "exact", "binary"])
+def test_the_pinned_parent_comes_first_with_the_scores_it_would_have(method):
+    """pin_parent: the parent row first whatever its score (pool, mat-vec and bounded vector
+    paths alike), its per-axis scores those of scoring every record, then the top k - 1 others."""
+    import numpy as np
+
+    from cybmem.retrieval import dispatch_context, rank_query
+    from cybmem.scoring import lineage_affinity, score
+    from cybmem.text import tokenize
+    from cybmem.vectors import VectorIndex, VectorQuery
+
+    snap = _synthetic_snapshot()
+    r = snap.records
+    rng = np.random.default_rng(11)
+    index = VectorIndex.from_matrix(rng.standard_normal((snap.n, 16)).astype(np.float32))
+    qvec = rng.standard_normal(16).astype(np.float32)
+    weights = Weights(w_vec=0.05) if method else Weights()
+    now = T0 + 3001 * 3_600_000
+    mask = snap.candidates(None)
+    for query in ("cart drawer", "teardown order fixture"):
+        for parent in ("r00010", "r01500", "r02998"):
+            vec = (lambda: VectorQuery(index, qvec, method)) if method else (lambda: None)
+            plain = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent, vector=vec())
+            pinned = rank_query(snap, query, k=10, weights=weights, now_ms=now, parent_run_id=parent, vector=vec(),
+                                pin_parent=True)
+            row = int(parent[1:])
+            assert pinned.pinned == row and pinned.top[0] == row
+            assert pinned.top[1:] == [i for i in plain.top if i != row][:9]
+            ctx = dispatch_context(snap, mask, parent, None)
+            lin = lineage_affinity(r.column("runId"), r.column("parentRunId"), r.column("previousRunId"),
+                                   r.column("rootRunId"), r.column("chatSessionId"), ctx)
+            dense = score(keyword_raw=snap.index.scores(tokenize(query)), ended_at_ms=snap.ended_ms(), now_ms=now,
+                          lineage=lin, vector_cos=index.exact(qvec) if method else None, weights=weights, mask=mask)
+            got = pinned.scored.total[pinned.local[0]]
+            assert got == pytest.approx(dense.total[row], abs=1e-5), (query, parent)
+    unknown = rank_query(snap, "cart drawer", k=10, weights=Weights(), now_ms=now, parent_run_id="nope", pin_parent=True)
+    assert unknown.pinned is None and unknown.top == rank_query(snap, "cart drawer", k=10, weights=Weights(), now_ms=now,
+                                                                  parent_run_id="nope").top
