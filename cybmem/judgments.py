@@ -159,7 +159,9 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
       before R started. (The reverse, the opener's task retrieving its resolver, would need
       the resolver before it exists.)
     - ``"parent"``: a run C dispatched by parent P (P ended before C started), asked with C's
-      task and ``parentRunId=P``, should retrieve P: the plan it executes.
+      task and ``parentRunId=P``, should retrieve P: the plan it executes. Dispatch shows the
+      parent first (:func:`cybmem.retrieval.rank_query`'s ``pin_parent``), and tuning replays
+      that, so these judgments are always met: they check the pin and move no weight.
 
     previousRunId links are not used: "the latest run of the project" says nothing about
     relevance, and scoring it would only reward recency. Corrections (records that supersede

@@ -182,7 +182,7 @@ class Ranked:
     pinned: int | None = None  # the row put first whatever its score (the parent of the run dispatched)
 
 
-def _parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None) -> int | None:
+def parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None) -> int | None:
     """The row of the run being dispatched's parent when it is a candidate, else None (e.g. the
     parent is still running: no record yet)."""
     if not parent or not snap.n:
@@ -246,7 +246,7 @@ def rank_query(
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
     if k <= 0:
         return Ranked([], [], None, mask, ctx, now, kw, lin)  # no runs asked for; the axes still serve issues
-    pin = _parent_row(snap, mask, parent_run_id) if pin_parent else None
+    pin = parent_row(snap, mask, parent_run_id) if pin_parent else None
     cos = None
     if vector is not None and weights.w_vec > 0:
         dense: list[Scored] = []

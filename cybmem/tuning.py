@@ -5,8 +5,11 @@ grid) whose steps share private structures; split, they would only expose them.
 
 Every query is evaluated as production would have answered it then: only
 records with ``endedAt <= asOf`` that were not superseded by then are candidates, the query's own
-run is excluded, recency is measured from ``asOf`` and the lineage context is the query's
-parent / chat session / latest prior run (exactly :func:`cybmem.retrieval.search` with ``as_of``).
+run is excluded, recency is measured from ``asOf``, the lineage context is the query's
+parent / chat session / latest prior run, and the parent, when it is a candidate, is shown first
+whatever the weights (exactly :func:`cybmem.retrieval.search` with ``as_of`` and ``pin_parent``,
+what dispatch runs). So the parent stays out of the pools, every other run ranks one place lower,
+and a relevant parent is first under every weighting (a ``parent`` judgment is always met).
 Relevant runs that did not exist yet are dropped; a query left with none is skipped. One
 deliberate approximation shared with ``search(as_of=...)``: BM25's idf and average length come
 from the whole index, not from the records of that moment.
@@ -50,7 +53,7 @@ from .errors import CybmemError, ValidationError
 from .judgments import JUDGMENT_KINDS, METRICS, Judgment, check_metric, judgments_from_store, load_judgments, merge_judgments
 from .progress import Progress
 from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
-from .retrieval import dispatch_context
+from .retrieval import parent_row, dispatch_context
 from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
@@ -161,7 +164,18 @@ class AxisMatrices:
     run_ids: list[str] = field(repr=False, default_factory=list)  # snapshot row -> run id
     seconds: float = 0.0  # time to compute
     weights: np.ndarray | None = None  # float64 weight of each judgment in the mean (None: equal)
+    # The parent that dispatch shows first (cybmem.retrieval.rank_query's pin_parent): its row per
+    # judgment (-1: none, e.g. no parent or not a candidate then). It is left out of the pool, and
+    # every other run ranks one place lower; a relevant parent ranks first whatever the weights.
+    pinned: np.ndarray | None = None  # int64 (judgments,)
+    pinned_relevant: np.ndarray | None = None  # bool (judgments,): that parent is a relevant run
     _pairs: "_Pairs | None" = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.pinned is None:
+            self.pinned = np.full(len(self.judgments), -1, dtype=np.int64)
+        if self.pinned_relevant is None:
+            self.pinned_relevant = np.zeros(len(self.judgments), dtype=bool)
 
     def subset(self, keep: Sequence[int]) -> "AxisMatrices":
         """The same pools for some of the judgments (by position), without recomputing anything."""
@@ -176,6 +190,7 @@ class AxisMatrices:
             keyword=self.keyword[flat], age_ms=self.age_ms[flat], lineage=self.lineage[flat], vector=pick(self.vector),
             relevant=self.relevant[flat], n_relevant=self.n_relevant[keep], n_candidates=self.n_candidates[keep],
             run_ids=self.run_ids, weights=None if self.weights is None else self.weights[keep],
+            pinned=self.pinned[keep], pinned_relevant=self.pinned_relevant[keep],
         )
 
     @property
@@ -205,7 +220,8 @@ class AxisMatrices:
             if w[c] > 0:
                 total += a[:, c] * w[c]
         order = np.lexsort((-self.rows[s:e], -total))
-        return [self.run_ids[int(self.rows[s + i])] for i in order[: (k or self.k)]]
+        pin = [self.run_ids[int(self.pinned[q])]] if self.pinned[q] >= 0 else []
+        return (pin + [self.run_ids[int(self.rows[s + i])] for i in order])[: (k or self.k)]
 
     def summary(self) -> dict[str, Any]:
         """Sizes, for printing."""
@@ -334,6 +350,8 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
     parts: dict[str, list[np.ndarray]] = {x: [] for x in ("rows", "kw", "age", "lin", "vec", "rel")}
     n_rel: list[int] = []
     n_cand: list[int] = []
+    pinned: list[int] = []
+    pinned_rel: list[bool] = []
     bar = _progress(len(judgments), "axis values", progress)
     for j in judgments:
         bar.update()
@@ -361,6 +379,10 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
             continue
         kw = normalize_keyword(snapshot.index.scores(tokenize(j.query)), mask)
         ctx = dispatch_context(snapshot, mask, j.parent_run_id, j.chat_session_id)
+        pin = parent_row(snapshot, mask, j.parent_run_id)  # shown first by dispatch: out of the pool
+        if pin is not None:
+            mask = mask.copy()
+            mask[pin] = False
         lin = lineage_affinity(cols["runId"], cols["parentRunId"], cols["previousRunId"], cols["rootRunId"],
                                cols["chatSessionId"], ctx, lookup=lookup)
         vec = None
@@ -375,7 +397,7 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
                 np.clip(vec, 0.0, 1.0, out=vec)
         new_order = by_new[mask[by_new]]
         row_order = by_row[mask[by_row]]
-        pool = [np.asarray(rel_rows, dtype=np.int64)]
+        pool = [np.asarray([i for i in rel_rows if i != pin], dtype=np.int64)]
         levels = np.unique(lin[new_order])
         for lv in levels:
             on_new = new_order[lin[new_order] == lv] if len(levels) > 1 else new_order
@@ -396,7 +418,9 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
             parts["vec"].append(vec[rows])
         parts["rel"].append(np.isin(rows, rel_rows))
         n_rel.append(len(rel_rows))
-        n_cand.append(int(mask.sum()))
+        n_cand.append(int(mask.sum()) + (pin is not None))
+        pinned.append(-1 if pin is None else pin)
+        pinned_rel.append(pin is not None and pin in rel_rows)
         kept.append(j)
     bar.close()
 
@@ -410,7 +434,8 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
         keyword=flat("kw", np.float32), age_ms=flat("age", np.float32), lineage=flat("lin", np.float32),
         vector=flat("vec", np.float32) if emb is not None else None, relevant=flat("rel", bool),
         n_relevant=np.asarray(n_rel, dtype=np.int64), n_candidates=np.asarray(n_cand, dtype=np.int64),
-        run_ids=ids, seconds=time.perf_counter() - t0,
+        run_ids=ids, seconds=time.perf_counter() - t0, pinned=np.asarray(pinned, dtype=np.int64),
+        pinned_relevant=np.asarray(pinned_rel, dtype=bool),
     )
 
 
@@ -454,7 +479,7 @@ def _classify(m: AxisMatrices) -> _Pairs:
             certain_win = ge0 & higher  # d.w >= 0 always, ties go to it
             never = le0 & ~higher  # d.w <= 0 always, ties go to the relevant run
             never[ri] = True
-            n_always = int(certain_win.sum())
+            n_always = int(certain_win.sum()) + int(m.pinned[q] >= 0)  # the parent shown first
             if n_always >= m.k:
                 continue  # below the cut-off under every weighting: contributes 0
             unsure = ~(certain_win | never)
@@ -543,6 +568,14 @@ def _metric_values(m: AxisMatrices, pairs: _Pairs, W_by_h: Sequence[tuple[float,
                 np.add.at(acc, q, disc[np.minimum(ranks, k) * inside] / ideal[q, None])
             if bar is not None:
                 bar.update(0)
+        first = np.flatnonzero(m.pinned_relevant)  # a relevant parent: first under every weighting
+        if len(first):
+            if metric == "mrr":
+                acc[first] = 1.0
+            elif metric == "recall":
+                acc[first] += 1.0 / n_rel[first, None]
+            else:
+                acc[first] += disc[1] / ideal[first, None]
         if per_query:
             out.append(acc)
         elif m.weights is None:
@@ -882,8 +915,8 @@ def kind_weights(judgments: Sequence[Judgment]) -> tuple[np.ndarray | None, int]
     """Weights that make the judgments lineage decides count as much, together, as all the others.
 
     A derived judgment whose relevant runs include the dispatched run's parent ("parent",
-    "issue+parent") is answered by the lineage axis whatever the words say (the parent ranks
-    first); left to outnumber the others, such judgments would vote the keyword axis away.
+    "issue+parent") is answered whatever the words say (dispatch shows the parent first);
+    left to outnumber the others, such judgments would flatten every difference the others make.
 
     Returns:
         (weights, or None when there is one group only; the number of judgments that test keywords).

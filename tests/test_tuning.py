@@ -43,7 +43,7 @@ def web(fixture_copy):
 
 def _search_ids(snap, j, w, k=10, *, scored_only=False):
     res = search(snap, j.query, k=k, weights=w, as_of=j.as_of, exclude=j.query_run_id,
-                 parent_run_id=j.parent_run_id, chat_session_id=j.chat_session_id)
+                 parent_run_id=j.parent_run_id, chat_session_id=j.chat_session_id, pin_parent=True)
     return [h.run_id for h in res.hits if h.score > 0 or not scored_only]
 
 
@@ -155,7 +155,8 @@ def test_vectorised_metric_equals_search_then_metric(web, metric, k):
 
 def _existing(m, q):
     s, e = m.offsets[q], m.offsets[q + 1]
-    return {m.run_ids[r] for r in m.rows[s:e][m.relevant[s:e]]}
+    pinned = {m.run_ids[m.pinned[q]]} if m.pinned_relevant[q] else set()  # the parent dispatch shows first
+    return {m.run_ids[r] for r in m.rows[s:e][m.relevant[s:e]]} | pinned
 
 
 def test_no_peeking_at_the_future(settings):
@@ -172,6 +173,32 @@ def test_no_peeking_at_the_future(settings):
     pool = {m.run_ids[r] for r in m.rows}
     assert pool <= {"r0", "r1"}
     assert T.evaluate(m, Weights(w_kw=1, w_rec=0, w_lin=0), metric="recall") == 1.0
+
+
+def test_a_parent_that_is_not_relevant_pushes_the_relevant_runs_down_one_place(settings):
+    """Tuning replays dispatch: the parent it shows first takes a place whether or not it is
+    relevant, so every other run ranks one lower (checked against search itself)."""
+    DAY = 86_400_000
+    tasks = ["Fix the flaky login test", "Add dark mode to the settings page", "Fix the login redirect loop",
+             "Write the release notes", "Refactor the login form", "Bump the dependencies", "Speed up the login page"]
+    for i, task in enumerate(tasks):
+        write_run(make_run(f"r{i}", task, start=T0 + i * DAY), settings)
+    snap = load_snapshot(MemoryStore(settings.memory_dir, "web"))
+    asked = T0 + 10 * DAY
+    js = [J.Judgment(query="login test flaky", as_of=asked, relevant=("r0", "r2"), parent_run_id="r3"),  # parent not relevant
+          J.Judgment(query="login page", as_of=asked, relevant=("r6",), parent_run_id="r6"),  # the parent is the relevant run
+          J.Judgment(query="dark mode", as_of=asked, relevant=("r1",), parent_run_id="gone")]  # no such record: nothing pinned
+    m = T.axis_matrices(snap, js, k=5)
+    assert [m.run_ids[p] if p >= 0 else None for p in m.pinned.tolist()] == ["r3", "r6", None]
+    assert m.pinned_relevant.tolist() == [False, True, False]
+    for w in SEARCH_WEIGHTS:
+        for q, j in enumerate(m.judgments):
+            assert m.ranking(q, w, k=5) == _search_ids(snap, j, w, k=5), (j.query, w)
+        for metric in J.METRICS:
+            for k in (1, 2, 5):
+                ref = [J.metric_at_k(_search_ids(snap, j, w, k), set(j.relevant), metric=metric, k=k) for j in m.judgments]
+                assert T.evaluate(m, w, metric=metric, k=k, per_query=True).tolist() == pytest.approx(ref, abs=1e-12), (w, metric, k)
+    assert T.evaluate(m, Weights(), metric="mrr", k=1, per_query=True)[0] == 0.0, "the parent holds the first place"
 
 
 def test_pool_covers_every_top_k(web):
