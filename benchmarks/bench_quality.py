@@ -65,12 +65,12 @@ def evaluate(snap, qrels: list[dict], weights: Weights, ended: dict[str, int]) -
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", default="pytest-memory", help="pytest-memory (7,761 records) or pytest-memory-1k")
+    ap.add_argument("--corpus", default="pytest-memory", help="pytest-memory (7,761 records), pytest-memory-1k, or the path of a memory root with qrels.jsonl")
     ap.add_argument("--json", type=Path, help="also write the figures as JSON")
     args = ap.parse_args()
     root = _corpus.ensure_corpus(args.corpus)
     qrels = _corpus.load_qrels(root)
-    store = MemoryStore(root, "pytest")
+    store = MemoryStore(root, _corpus.slug_of(root))
     t = time.perf_counter()
     snap = load_snapshot(store)
     print(f"{args.corpus}: {snap.n:,} records, {len(qrels)} judged queries (loaded in {time.perf_counter() - t:.2f}s)")

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         "mrrDefault": round(res.current_metric, 4), "mrrBest": round(res.best_metric, 4),
     }
     if not args.no_quality:
-        real = load_snapshot(MemoryStore(C.ensure_corpus(), "pytest"), use_cache=False)
+        real = load_snapshot(MemoryStore(C.ensure_corpus(), C.slug_of(C.ensure_corpus())), use_cache=False)
         qrels = T.load_judgments(C.ensure_corpus() / "qrels.jsonl")
         fx = load_snapshot(MemoryStore(REPO / "data-fixtures" / "memory", "web"), use_cache=False)
         out["quality"] = [quality(real, qrels, 11, "pytest corpus qrels (7,761 records)"),
