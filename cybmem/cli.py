@@ -1168,6 +1168,8 @@ def tune_cmd(
         _echo(f"Note: {result.keyword_held}.")
     if result.vector_note:
         _echo(f"Note: {result.vector_note}.")
+    if result.met_note:
+        _echo(f"Note: {result.met_note}.")
     _echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
                f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
     _echo("")

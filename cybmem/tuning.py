@@ -666,6 +666,7 @@ class GridResult:
     kinds: dict[str, int] = field(default_factory=dict)  # evaluable judgments per kind
     keyword_held: str = ""  # why w_kw was not searched (empty: it was)
     vector_note: str = ""  # why w_vec was not searched although the store has vectors (empty: it was, or none)
+    met_note: str = ""  # every judgment is met whatever the weights (empty: not so)
     validation: "Validation | None" = None  # the same search on the earlier judgments, scored on the later
 
     @property
@@ -744,7 +745,7 @@ class GridResult:
         """JSON-ready summary (``grid=True`` adds every point)."""
         out: dict[str, Any] = {
             "kinds": dict(self.kinds), "keywordHeld": self.keyword_held or None,
-            "vectorNote": self.vector_note or None, "refusal": self.refusal,
+            "vectorNote": self.vector_note or None, "metNote": self.met_note or None, "refusal": self.refusal,
             "validation": self.validation.to_dict() if self.validation is not None else None,
             "metric": self.metric, "k": self.k, "label": self.label,
             "current": {**self.current.to_dict(), "value": round(self.current_metric, 6)},
@@ -981,7 +982,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     if hold_few and keyword_tests < MIN_KEYWORD_JUDGMENTS and all(x is None for x in (w_kw, w_rec, half_lives)):
         # Judgments that lineage decides say nothing about words or time: they tune w_lin only.
         w_kw, w_rec, half_lives = [current.w_kw], [current.w_rec], [current.half_life_days]
-        why = ("the others include the run's parent, which lineage finds whatever the words say"
+        why = ("the others include the run's parent, which dispatch shows first whatever the words say"
                if keyword_tests < m.n else f"fewer than {MIN_KEYWORD_JUDGMENTS} would tune them to noise")
         held = (f"only {keyword_tests} judgment(s) test keywords ({why}), so only w_lin is searched; w_kw, "
                 f"w_rec and the half-life stay at {current.w_kw:g}, {current.w_rec:g} and "
@@ -991,6 +992,11 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     result.source = source
     result.keyword_held = held
     result.vector_note = vector_note
+    met = m.pinned_relevant & ((m.n_relevant == 1) | (metric == "mrr"))  # the parent shown first is all they ask
+    if m.n and met.all():
+        result.met_note = (f"every judgment is met whatever the weights (each asks for the run's parent, which dispatch "
+                           f"shows first), so there is nothing to tune here; tune on judgments of your own "
+                           f"(--judgments, e.g. qrels.jsonl or ids from `cybmem search --json`)")
     result.kinds = {}
     for j in m.judgments:
         result.kinds[j.kind or "given"] = result.kinds.get(j.kind or "given", 0) + 1

@@ -469,3 +469,16 @@ def test_cli_eval_scores_fixed_weights_beside_production(fixture_copy, monkeypat
     assert text.splitlines()[1].split()[:8] == ["W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "MRR@10", "EARLIER", "LATER"]
     bad = runner.invoke(app, ["eval", "--project", "web", "--weights", "/nope.json"])
     assert bad.exit_code == 2 and "no such file" in bad.stderr
+
+
+def test_tune_says_when_every_judgment_is_met_whatever_the_weights(web):
+    """Derived parent judgments ask for the run dispatch shows first: tune says there is nothing
+    to learn from them, and where to get judgments that can teach it something."""
+    store, _ = web
+    only_parents = T.tune(store, kinds=["parent"], progress=False)
+    assert only_parents.current_metric == 1.0 and not only_parents.best_in_grid
+    assert only_parents.met_note.startswith("every judgment is met whatever the weights")
+    assert only_parents.to_dict()["metNote"] == only_parents.met_note
+    assert T.tune(store, kinds=["issue"], progress=False).met_note == ""
+    out = CliRunner().invoke(app, ["tune", "-p", "web", "--derive", "parent", "--memory-dir", str(store.root)])
+    assert "Note: every judgment is met whatever the weights" in out.output
