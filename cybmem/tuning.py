@@ -994,9 +994,9 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     result.vector_note = vector_note
     met = m.pinned_relevant & ((m.n_relevant == 1) | (metric == "mrr"))  # the parent shown first is all they ask
     if m.n and met.all():
-        result.met_note = (f"every judgment is met whatever the weights (each asks for the run's parent, which dispatch "
-                           f"shows first), so there is nothing to tune here; tune on judgments of your own "
-                           f"(--judgments, e.g. qrels.jsonl or ids from `cybmem search --json`)")
+        result.met_note = ("every judgment is met whatever the weights (each asks for the run's parent, which dispatch "
+                           "shows first), so there is nothing to tune here; tune on judgments of your own "
+                           "(--judgments, e.g. qrels.jsonl or ids from `cybmem search --json`)")
     result.kinds = {}
     for j in m.judgments:
         result.kinds[j.kind or "given"] = result.kinds.get(j.kind or "given", 0) + 1
