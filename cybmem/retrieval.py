@@ -182,14 +182,25 @@ class Ranked:
     pinned: int | None = None  # the row put first whatever its score (the parent of the run dispatched)
 
 
-def parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None) -> int | None:
-    """The row of the run being dispatched's parent when it is a candidate, else None (e.g. the
-    parent is still running: no record yet)."""
+def parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None, as_of: int | None = None) -> int | None:
+    """The row dispatch shows first for the run being dispatched's parent: the parent's record,
+    or the correction that supersedes it (as of ``as_of``), when that is a candidate; else None
+    (e.g. the parent is still running: no record yet)."""
     if not parent or not snap.n:
         return None
     lookup = snap.run_lookup()
-    row = lookup.find(parent) if lookup is not None else pc.index(snap.records.column("runId"), parent).as_py()
-    return row if row >= 0 and mask[row] else None
+
+    def find(rid: str) -> int:
+        return lookup.find(rid) if lookup is not None else pc.index(snap.records.column("runId"), rid).as_py()
+
+    row, seen = find(parent), {parent}
+    while row >= 0 and not mask[row]:
+        parent = snap.supersession(as_of).get(parent)  # a corrected parent: its correction
+        if parent is None or parent in seen:
+            return None
+        seen.add(parent)
+        row = find(parent)
+    return row if row >= 0 else None
 
 
 def _pin_first(local: list[int], at: int | None, k: int) -> list[int]:
@@ -246,7 +257,7 @@ def rank_query(
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
     if k <= 0:
         return Ranked([], [], None, mask, ctx, now, kw, lin)  # no runs asked for; the axes still serve issues
-    pin = parent_row(snap, mask, parent_run_id) if pin_parent else None
+    pin = parent_row(snap, mask, parent_run_id, as_of) if pin_parent else None
     cos = None
     if vector is not None and weights.w_vec > 0:
         dense: list[Scored] = []

@@ -379,7 +379,7 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
             continue
         kw = normalize_keyword(snapshot.index.scores(tokenize(j.query)), mask)
         ctx = dispatch_context(snapshot, mask, j.parent_run_id, j.chat_session_id)
-        pin = parent_row(snapshot, mask, j.parent_run_id)  # shown first by dispatch: out of the pool
+        pin = parent_row(snapshot, mask, j.parent_run_id, j.as_of)  # shown first by dispatch: out of the pool
         if pin is not None:
             mask = mask.copy()
             mask[pin] = False

@@ -402,3 +402,22 @@ def test_the_pinned_parent_comes_first_with_the_scores_it_would_have(method):
     unknown = rank_query(snap, "cart drawer", k=10, weights=Weights(), now_ms=now, parent_run_id="nope", pin_parent=True)
     assert unknown.pinned is None and unknown.top == rank_query(snap, "cart drawer", k=10, weights=Weights(), now_ms=now,
                                                                   parent_run_id="nope").top
+
+
+def test_a_corrected_parent_is_shown_by_its_correction(settings):
+    """The parent a dispatcher names was corrected since (a record supersedes it): dispatch shows
+    the correction first, as search would show it instead of the superseded record; as of a
+    moment before the correction, the parent itself."""
+    DAY = 86_400_000
+    for i, task in enumerate(["Add client-side routing", "Write the release notes", "Bump the dependencies",
+                              "Fix the login redirect loop", "Speed up the product list"]):
+        write_run(make_run(f"r{i}", task, start=T0 + i * DAY), settings)
+    write_run(make_run("r0-fix", "Add client-side routing, corrected", start=T0 + 10 * DAY), settings, supersedes="r0")
+    task = "Tune the cache headers of the API"
+    inj = inject_task(task, settings, project="web", parent_run_id="r0", now_ms=T0 + 12 * DAY)
+    assert inj.runs[0].run_id == "r0-fix" and inj.runs[0].pinned == "parent"
+    assert "r0" not in [h.run_id for h in inj.runs]
+    before = inject_task(task, settings, project="web", parent_run_id="r0", as_of=T0 + 5 * DAY)
+    assert before.runs[0].run_id == "r0" and before.runs[0].pinned == "parent"
+    gone = inject_task(task, settings, project="web", parent_run_id="r9", now_ms=T0 + 12 * DAY)
+    assert not any(h.pinned for h in gone.runs) and gone.warnings == []
