@@ -226,10 +226,7 @@ def _renamed_ids(store: MemoryStore, given: list[str]) -> dict[str, str]:
     slugs = [s for s in slugs if len(s) >= 4 and not s.startswith("issue-")]
     if not slugs:
         return {}
-    try:
-        raw = _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES)
-    except FileNotFoundError:
-        return {}
+    raw = store.ledger_bytes()
     ids: list[str] = []
     for line in _lines(raw):
         try:

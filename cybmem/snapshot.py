@@ -391,9 +391,7 @@ def _read_ledger_all(store: MemoryStore, problems: list[ReadProblem]) -> bytes:
     """The ledger's bytes; an unreadable ledger is reported in ``problems`` and read as empty, so
     retrieval still works on the records (the issues are missing, and every verb says why)."""
     try:
-        return _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES)
-    except FileNotFoundError:
-        return b""
+        return store.ledger_bytes()
     except StoreError as exc:
         problems.append(ReadProblem(str(store.issues_path), f"{exc}; issues are left out"))
         return b""

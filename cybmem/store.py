@@ -562,15 +562,20 @@ class MemoryStore:
 
     # --- the issue ledger --------------------------------------------------------
 
+    def ledger_bytes(self) -> bytes:
+        """The ledger's bytes as they are now (b"" when there is no ledger yet); a ledger that
+        cannot be read raises :class:`StoreError` (cybmem._io.read_file)."""
+        try:
+            return _io.read_file(self.issues_path, limit=MAX_LEDGER_BYTES)
+        except FileNotFoundError:
+            return b""
+
     def iter_issue_events(self) -> Iterator[tuple[int, IssueEvent]]:
         """(line number, event) of the ledger in file order, parsed as it is read.
 
         A torn or invalid line is skipped and reported once in ``self.problems``.
         """
-        try:
-            raw = _io.read_file(self.issues_path, limit=MAX_LEDGER_BYTES)
-        except FileNotFoundError:
-            return
+        raw = self.ledger_bytes()
         problems: list[tuple[int, str]] = []
         yield from issues.iter_ledger(raw, problems)
         for lineno, why in problems:
@@ -602,10 +607,7 @@ class MemoryStore:
         wanted = {i for i in ids if isinstance(i, str) and ISSUE_ID_RE.fullmatch(i)}
         if not wanted:
             return {}
-        try:
-            raw = _io.read_file(self.issues_path, limit=MAX_LEDGER_BYTES)
-        except FileNotFoundError:
-            return {}
+        raw = self.ledger_bytes()
         end = raw.rfind(b"\n") + 1
         alternatives = b"|".join(re.escape(i.encode()) for i in sorted(wanted, key=len, reverse=True))
         pattern = re.compile(rb'"issueId"\s*:\s*"(?:' + alternatives + rb')"')
