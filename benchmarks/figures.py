@@ -8,7 +8,8 @@ The corpus is unpacked once into benchmarks/.data/ (see _corpus.py); the replica
 once too (about 30 s) and its Arrow cache built on first load. Each figure is a PNG a person can
 open; the script prints where they went and how long each took. The figures are the ones the
 report notebooks draw: the lineage view (largest and most recent dispatch trees), one dispatch
-tree, issue ages, runs over time and the weight-tuning heatmaps on derived judgments.
+tree, issue ages, runs over time and the weight-tuning heatmaps (on the store's qrels.jsonl when it
+has one, else on derived judgments).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import _corpus  # noqa: E402
 
 import cybmem  # noqa: E402
 from cybmem import plots, tuning  # noqa: E402
-from cybmem.judgments import judgments_from_store  # noqa: E402
+from cybmem.judgments import judgments_from_store, load_judgments  # noqa: E402
 from cybmem.snapshot import load_snapshot  # noqa: E402
 
 OUT = HERE / "out" / "figures"
@@ -75,10 +76,14 @@ def render(store: cybmem.MemoryStore, out: Path, *, heatmaps: bool = True) -> No
     if heatmaps:
         t0 = time.perf_counter()
         settings = cybmem.Settings.from_env(memory_dir=store.root)
-        judgments = judgments_from_store(snap)
+        # The store's own qrels when it has them: derived judgments mostly ask for the parent a
+        # follow-up is shown first, which every weighting meets (a flat map).
+        qrels = store.root / "qrels.jsonl"
+        judgments = load_judgments(qrels) if qrels.is_file() else judgments_from_store(snap)
+        source = qrels.name if qrels.is_file() else "derived judgments"
         m = tuning.axis_matrices(snap, judgments, k=10)
         result = tuning.grid_search(m, metric="mrr", k=10, current=cybmem.weights_for(settings, store).weights)
-        print(f"  grid search on {len(judgments)} derived judgments in {time.perf_counter() - t0:.1f}s")
+        print(f"  grid search on {len(judgments)} judgments ({source}) in {time.perf_counter() - t0:.1f}s")
         save("weights-kw-rec.png", lambda: plots.weight_heatmap(result, x="w_kw", y="w_rec"))
         save("weights-lin-half-life.png", lambda: plots.weight_heatmap(result, x="w_lin", y="half_life_days", reduce="max"))
 
