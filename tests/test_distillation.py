@@ -83,7 +83,7 @@ def test_a_well_formed_reply_refines_the_new_record(memory_root, tmp_path, chat_
     ("Sure! The run fixed the login test.", "not JSON"),
     (json.dumps({"summary": "only a summary"}), "lacks accomplished, issues, next"),
     (500, "HTTP 500"),
-    (HANG, "no reply within 0.5 s"),
+    (HANG, "no complete reply within 0.5 s"),
 ], ids=["malformed", "missing-keys", "http-500", "hang"])
 def test_a_bad_reply_keeps_the_extractive_outcome_and_says_so_once(memory_root, tmp_path, chat_server, reply, needle):
     chat_server.script = [reply, reply]  # the 500 and the hang are retried once
