@@ -586,7 +586,7 @@ class Embedder:
     def __repr__(self) -> str:
         return f"Embedder({self.config.kind} {self.config.url} model={self.model!r} dims={self.dims})"
 
-    def embed(self, texts: Sequence[str], *, timeout: float | None = None) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, timeout: float | None = None, budget: float | None = None) -> np.ndarray:
         """Embed texts in batches of ``config.batch_size``.
 
         Args:
@@ -595,6 +595,8 @@ class Embedder:
                 seconds. A number: the whole call, all batches and retries included, returns
                 or raises within that many seconds. Both are wall-clock time for the whole
                 exchange, kept whatever the server does.
+            budget: the budget a message names when the call runs out of time (default
+                ``timeout``; the caller's whole budget when ``timeout`` is what was left of it).
 
         Returns:
             float32 array of shape (len(texts), dims), rows in input order.
@@ -614,14 +616,14 @@ class Embedder:
         deadline = None if timeout is None else time.monotonic() + timeout
         size = self.config.batch_size
         parts = [
-            self._batch([t[: self.config.max_chars] for t in texts[i : i + size]], deadline, timeout)
+            self._batch([t[: self.config.max_chars] for t in texts[i : i + size]], deadline, budget or timeout)
             for i in range(0, len(texts), size)
         ]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def embed_query(self, text: str, *, timeout: float | None = None) -> np.ndarray:
+    def embed_query(self, text: str, *, timeout: float | None = None, budget: float | None = None) -> np.ndarray:
         """One vector for a dispatch-time query, within ``config.query_timeout`` (or ``timeout``)."""
-        return self.embed([text], timeout=self.config.query_timeout if timeout is None else timeout)[0]
+        return self.embed([text], timeout=self.config.query_timeout if timeout is None else timeout, budget=budget)[0]
 
     def _batch(self, texts: list[str], deadline: float | None, budget: float | None) -> np.ndarray:
         config = self.config

@@ -499,10 +499,10 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
         text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts))
         if text is None:
             return False
-        # Off the dispatch path, but the run is over and its caller waits: two attempts of up to
-        # write_timeout each (a cold Ollama loads the model within the first).
+        # Off the dispatch path, but the run is over and its caller (a hook) waits: the whole call,
+        # a retry included, ends within write_timeout (a cold Ollama loads the model in the first).
         with remote.Embedder(dataclasses.replace(config, attempts=min(config.attempts, 2))) as embedder:
-            vector = embedder.embed([text])[0]
+            vector = embedder.embed([text], timeout=config.write_timeout)[0]
         return store.append_embeddings([(rec.runId, config.model, vector)], since=since)[0] > 0
     except Exception as exc:  # noqa: BLE001 - the record is written; an optional layer never fails the write
         message = _one_line(exc) if isinstance(exc, (CybmemError, OSError)) else f"unexpected {type(exc).__name__}: {_one_line(exc)}"

@@ -825,9 +825,12 @@ def embed_config_of(settings: Settings):
 def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
     """Embed a dispatch-time query within the short query timeout; (vector, None) or (None, warning).
 
+    The budget counts from here: the reachability probe and the HTTP client's import and setup
+    are inside it, so a dispatch never waits past it whatever the server or the machine does.
     Retries inside that budget back off briefly (20 ms, then 40): a dispatch waits for this
     call, and a stopped server refuses at once.
     """
+    started = time.monotonic()
     clipped = embedding_text(text)
     if clipped is None:
         return None, None
@@ -839,7 +842,8 @@ def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
     quick = dataclasses.replace(config, backoff=min(config.backoff, 0.02))
     try:
         with Embedder(quick) as embedder:
-            return embedder.embed_query(clipped), None
+            left = config.query_timeout - (time.monotonic() - started)
+            return embedder.embed_query(clipped, timeout=left, budget=config.query_timeout), None
     except CybmemError as exc:
         return None, f"vector axis skipped, ranked by the other axes: {' '.join(str(exc).split())}"
 

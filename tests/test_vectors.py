@@ -26,7 +26,7 @@ from cybmem.vectors import EXACT_MAX_FLOATS, VectorIndex, embed_missing, load_in
 from cybmem.weights import DEFAULT_W_VEC, Weights, weights_for
 
 from conftest import T0, make_run
-from servers import HASH_DIMS, MINILM_NAME, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
+from servers import HASH_DIMS, MINILM_NAME, Drip, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
 
 DAY = 86_400_000
 
@@ -359,6 +359,40 @@ def test_inject_with_the_embeddings_server_stopped_is_as_quick_and_warns_once(me
     assert on.stderr.startswith("warning: vector axis skipped, ranked by the other axes: ")
     # Generous (a shared machine's load varies), but far below the 2 s query budget being waited for.
     assert on_s < 1.5 * off_s + 0.75, f"inject took {on_s:.2f}s with the server down vs {off_s:.2f}s with embeddings off"
+
+
+@pytest.mark.parametrize("headers", [False, True], ids=["drip-body", "drip-headers"])
+def test_inject_and_write_keep_their_budget_against_a_dripping_server(memory_root, embed_server, tmp_path, headers):
+    """A server that sends a byte every 0.2 s held inject for minutes against its 2 s budget
+    (httpx's timeout is per read) and write past 60 s; both now end on time, the record written."""
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(5):
+        write_run(make_run(f"r{i}", f"Fix the login form, part {i}", start=T0 + i * DAY), settings)
+    embed_server.delivery = Drip(interval=0.2, headers=headers)  # a ~200-byte reply: 40 s and more
+    exe = shutil.which("cybmem")
+    base = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root)}
+    env = {**base, **embed_env(embed_server, CYBERINE_MEMORY_EMBED_TIMEOUT="1", CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT="1.5")}
+    args = [exe, "inject", "The login form rejects valid emails", "--cwd", "/home/dev/web"]
+    t = time.monotonic()
+    off = subprocess.run(args, env=base, capture_output=True, text=True, timeout=120)
+    off_s = time.monotonic() - t
+    t = time.monotonic()
+    on = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    on_s = time.monotonic() - t
+    assert on.returncode == 0 and on.stdout == off.stdout, "the task and its block, ranked by the other axes"
+    assert on.stderr.count("\n") == 1 and on.stderr.startswith("warning: vector axis skipped, ranked by the other axes: ")
+    assert "(time budget used up)" in on.stderr and "CYBERINE_MEMORY_EMBED_TIMEOUT" in on.stderr
+    # Generous for a loaded machine (the vectors' first load, the HTTP client's import), far below the 40 s drip.
+    assert on_s < off_s + 1.0 + 3.0, f"inject took {on_s:.2f}s (without embeddings {off_s:.2f}s; budget 1 s)"
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(make_run("r9", "Fix the login form, part 9", start=T0 + 9 * DAY)))
+    t = time.monotonic()
+    w = subprocess.run([exe, "write", str(run)], env=env, capture_output=True, text=True, timeout=120)
+    w_s = time.monotonic() - t
+    assert w.returncode == 0 and w.stdout.startswith("Wrote r9 (done)")
+    assert w.stderr.startswith("warning: embedding not written: ") and "no complete reply within 1.5 s" in w.stderr
+    assert w_s < off_s + 1.5 + 4.0, f"write took {w_s:.2f}s against a 1.5 s embedding budget"
+    assert (memory_root / "web" / "records" / "r9.json").exists()
 
 
 @pytest.mark.model
