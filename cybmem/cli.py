@@ -1070,7 +1070,8 @@ def embed_cmd(
         _print_json(result.to_dict())
         return
     if not result.embedded:
-        typer.echo(f"Nothing to embed: all {result.had} records of project {result.project} already have a vector (model {result.model})"
+        typer.echo(f"Nothing to embed: all {result.had} records of project {result.project} already have a vector "
+                   f"(model {result.model}" + (f", {result.dims} dimensions)" if result.dims else ")")
                    + (f" ({result.empty} have no text)." if result.empty else "."))
         return
     typer.echo(f"Embedded {result.embedded} records of project {result.project} with {result.model} ({result.dims} dimensions) "
