@@ -230,6 +230,33 @@ def test_embeddings_checks(store):
         {k: v for k, v in before.items() if not k.endswith("embeddings.jsonl")}, "records and ledgers never change"
 
 
+def test_a_record_cached_just_after_it_was_written_is_not_called_edited(store, settings):
+    """An inject within 2 s of a write caches the new record inside the cache's racy window (its
+    mtime is within RACY_NS of its segment's); once a later read trusts the listing, doctor
+    called it "edited in place" (exit 1) for as long as that segment stayed. Now such a row is
+    read again and compared: only a real change is reported."""
+    from cybmem.runs import write_run
+    from cybmem.snapshot import load_snapshot
+
+    load_snapshot(store)
+    write_run(make_run("r4", "Fix the login form, part 4", start=T0 + 4 * 60 * MIN), settings)
+    old = time.time_ns() - 10_000_000_000
+    os.utime(store.records_dir, ns=(old, old))  # as after the 2 s a later read waits: the listing is trusted
+    assert load_snapshot(store).n == 4  # the inject: r4 joins the cache a moment after it was written
+    res = doc("--project", "web")
+    assert res.exit_code == 0 and res.stdout.endswith("clean: 1 project(s), 4 records checked.\n"), res.output
+    path = store.record_path("r4")  # a real edit in place, inside the same window: still found
+    ino = path.stat().st_ino
+    with open(path, "r+") as fh:
+        text = fh.read()
+        fh.seek(0)
+        fh.write(text.replace("part 4", "part 5"))
+    assert path.stat().st_ino == ino
+    res = doc("--project", "web", "--json")
+    assert res.exit_code == 1 and ("cache", "1 cached record(s) edited in place since they were cached (the cache "
+                                   "still holds their old text)") in [(f["check"], f["message"]) for f in json.loads(res.stdout)["findings"]]
+
+
 def test_selection(store, memory_root):
     res = doc("--cwd", "/somewhere/else")
     assert res.exit_code == 1 and "--all" in res.stderr and res.stderr.startswith("Error: no memory for project")
