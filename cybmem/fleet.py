@@ -178,6 +178,8 @@ def _kind(t: pa.DataType) -> str:
         return "time"
     if pa.types.is_integer(t):
         return "integer"
+    if pa.types.is_floating(t):
+        return "number"
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return f"list of {_kind(t.value_type)}"
     if pa.types.is_null(t):
@@ -192,7 +194,8 @@ def _part_problem(path: Path, table: str) -> str | None:
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowException, OSError) as exc:
-        return f"not a readable Parquet file ({' '.join(str(exc).split())[:160]})"
+        why = re.sub(r"^Could not open Parquet input source '[^']*': ", "", " ".join(str(exc).split()))
+        return f"not a readable Parquet file ({why[:160]})"
     want = _SCHEMAS[table]
     missing = [c for c in _REQUIRED[table] if c not in schema.names]
     if missing:
@@ -785,6 +788,12 @@ class Fleet:
         progress: draw a progress bar on stderr (default: when stderr is a terminal).
         timeout: seconds to wait for a scheduler's answer.
 
+    Attributes:
+        skipped: one line per part file left out (not Parquet, no runId / issueId, a column of
+            another kind).
+        ran_on: where the partition functions run, in words (``where``: as a value).
+        claims: the run ids more than one (machine, project) exported, with their owners.
+
     Example:
         >>> with Fleet("fleet") as fleet:  # doctest: +SKIP
         ...     fleet.search("flaky login test", k=5).hits
@@ -795,7 +804,6 @@ class Fleet:
                  workers: int = 2, threads_per_worker: int = 1, processes: bool = True,
                  partition_bytes: int = PARTITION_BYTES, progress: bool | None = None, timeout: float = 10.0):
         self.dataset = Path(dataset)
-        #: One line per part file left out (not Parquet, no runId / issueId, a column of another kind).
         self.skipped: list[str] = []
         self.groups = _select(scan_dataset(self.dataset, skipped=self.skipped), machines, projects, self.dataset)
         self._partitions = _pack(self.groups, partition_bytes)
@@ -876,9 +884,8 @@ class Fleet:
         return "inline" if self.client is None else (self.scheduler or "local")
 
     def __repr__(self) -> str:
-        where = "inline" if self.client is None else (self.scheduler or "LocalCluster")
         return (f"Fleet({str(self.dataset)!r}, {len(self.machines)} machines, {len(self.groups)} projects, "
-                f"{len(self._partitions)} partitions, {where})")
+                f"{len(self._partitions)} partitions, {self.where})")
 
     @property
     def machines(self) -> list[str]:

@@ -624,7 +624,7 @@ def test_usage_fleet_examples_are_real(tmp_path, monkeypatch):
             args = shlex.split(cmd)
             if args[0] == "cybmem":
                 res = runner.invoke(app, args[1:])
-                got = res.stdout + res.stderr
+                got = res.stderr + res.stdout  # warnings come first, as on a terminal
             else:  # a shell step of the example (damaging a file)
                 got = subprocess.run(["/bin/bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True).stdout
             if update and got != expected:
