@@ -119,8 +119,12 @@ __all__ = [
 
 #: Default Parquet bytes per partition when packing small (machine, project)s together.
 PARTITION_BYTES = 64 << 20
-#: ``scheduler="auto"`` runs in this process up to this much Parquet (measured crossover: module docstring).
-INLINE_MAX_BYTES = 64 << 20
+#: ``scheduler="auto"`` runs in this process up to this much Parquet (about 240k runs): where a
+#: LocalCluster of 2 workers starts to win a one-shot ``cybmem fleet search`` on a quiet 2-core
+#: machine. Below it the cluster lost every measured run (8.0 s against 2.5 s at 1k runs, 47
+#: against 26 s at 62k); on a busy machine it lost up to 106 MB too (85 against 55 s) and won at
+#: 205 MB (108 against 116 s). ``benchmarks/bench_fleet.py --crossover``; benchmarks/RESULTS.md.
+INLINE_MAX_BYTES = 100_000_000
 _SEARCH_COLUMNS = ("runId", "task", "state", "endedAt", "parentRunId", "chatSessionId", "previousRunId", "rootRunId",
                    "summary", "issues", "next", "supersededBy", "supersedes")
 _LINEAGE_COLUMNS = ("runId", "state", "endedAt", "parentRunId", "chatSessionId", "previousRunId", "supersededBy",
@@ -812,7 +816,7 @@ class Fleet:
         if scheduler == "auto":
             small = size <= INLINE_MAX_BYTES
             scheduler = "inline" if small else None
-            self.ran_on = (f"in this process (under {_mb(INLINE_MAX_BYTES)} of Parquet a LocalCluster costs more than it saves)"
+            self.ran_on = (f"in this process (under {_mb(INLINE_MAX_BYTES)} of Parquet, a LocalCluster costs more than it saves)"
                            if small else f"on a LocalCluster of {workers} workers (over {_mb(INLINE_MAX_BYTES)} of Parquet)")
         elif scheduler in ("inline", "local", None):
             scheduler = None if scheduler == "local" else scheduler

@@ -577,7 +577,7 @@ def test_cli_text_outputs(fleet, data, tmp_path, monkeypatch):
     assert lines[0].split() == ["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN", "OPEN",
                                 "AGE", "(D)"]
     assert len(lines) == 11 and lines[1].split()[:3] == ["ci-1", "api", "5"]
-    assert re.fullmatch(r"Ran in this process \(under \d+ MB of Parquet a LocalCluster costs more than it saves\)\.",
+    assert re.fullmatch(r"Ran in this process \(under \d+ MB of Parquet, a LocalCluster costs more than it saves\)\.",
                         lines[-1]), lines[-1]
     res = cli("fleet", "issues", "--dataset", data["dataset"], "--open", "-n", "2", "--now", "2026-12-01", "--workers", "1")
     assert res.exit_code == 0 and res.stdout.splitlines()[-2].startswith("... 7 more open issues")
