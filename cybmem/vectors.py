@@ -836,7 +836,8 @@ def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
     """Embed a dispatch-time query within the short query timeout; (vector, None) or (None, warning).
 
     The budget counts from here: the reachability probe and the HTTP client's import and setup
-    are inside it, so a dispatch never waits past it whatever the server or the machine does.
+    are spent from it (an import cannot be cut short, the exchange can: it ends by the deadline
+    whatever the server sends).
     Retries inside that budget back off briefly (20 ms, then 40): a dispatch waits for this
     call, and a stopped server refuses at once.
     """
