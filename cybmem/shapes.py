@@ -53,10 +53,33 @@ class Rule:
     needles (the regex runs only when one occurs in the text)."""
 
     kind: str
-    regex: re.Pattern[str]
+    regex: _Lazy
     needles: tuple[str, ...]
     group: int = 0
     check: Callable[[str, re.Match[str]], bool] | None = None
+
+
+class _Lazy:
+    """A regex compiled on first use: most rules never meet their needle in a process, and the
+    write path (a fresh interpreter per run) should not pay for compiling them."""
+
+    __slots__ = ("pattern", "_compiled")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._compiled: re.Pattern[str] | None = None
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern)
+        return self._compiled.finditer(text)
+
+
+_lazy = _Lazy
+
+
+def _bounded_source(head: str, tail: str, edge: str, before: str | None) -> str:
+    return rf"{head}(?<![{before or edge}]{head}){tail}(?![{edge}])"
 
 
 def bounded(head: str, tail: str, edge: str = "A-Za-z0-9_-", before: str | None = None) -> re.Pattern[str]:
@@ -67,7 +90,7 @@ def bounded(head: str, tail: str, edge: str = "A-Za-z0-9_-", before: str | None 
     Python's re searches a pattern that starts with a literal far faster than one that starts
     with a lookbehind (on 1 MB of commit messages: about 1,500 MB/s against 65 MB/s per shape).
     """
-    return re.compile(rf"{head}(?<![{before or edge}]{head}){tail}(?![{edge}])")
+    return re.compile(_bounded_source(head, tail, edge, before))
 
 
 # -- checks ------------------------------------------------------------------------------------
@@ -106,7 +129,7 @@ def _vendor(kind: str, head: str, tail: str, *, needles: tuple[str, ...] = (), c
     literal = re.sub(r"\\(.)", r"\1", head)
     n = len(literal) if re.escape(literal).replace("\\", "") == head.replace("\\", "") else 0
     # Before the head only a word character continues a token: whsec_… may follow "=" or "/".
-    _V.append(Rule(kind, bounded(head, tail, edge, before="A-Za-z0-9_"), needles or (literal,),
+    _V.append(Rule(kind, _lazy(_bounded_source(head, tail, edge, "A-Za-z0-9_")), needles or (literal,),
                    check=lambda s, m: check(s[n:], m)))
 
 
@@ -135,7 +158,7 @@ _vendor("postman_token", "PMAK-", r"[A-Fa-f0-9]{24}-[A-Fa-f0-9]{34}")
 _vendor("doppler_token", r"dp\.", r"(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]{2,32}\.)?[A-Za-z0-9]{40,44}",
         edge="A-Za-z0-9_.-")
 _vendor("pulumi_token", "pul-", r"[a-f0-9]{40}")
-_V.append(Rule("terraform_token", re.compile(
+_V.append(Rule("terraform_token", _lazy(
     r"(?<![A-Za-z0-9_.-])[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}(?![A-Za-z0-9_=-])"), (".atlasv1.",),
     check=_random))
 _vendor("sentry_token", "sntrys_", r"[A-Za-z0-9+/=_-]{50,}+", edge="A-Za-z0-9+/=_-")
@@ -174,7 +197,7 @@ _vendor("heroku_token", "HRKU-AA", r"[A-Za-z0-9_-]{58}")
 _vendor("infracost_token", "ico-", r"[A-Za-z0-9]{32}", check=_mixed)
 _vendor("intra42_secret", "s-s4t2", r"(?:ud|af)-[a-f0-9]{64}")
 _vendor("langsmith_key", "lsv2_", r"(?:pt|sk)_[a-z0-9]{32}_[a-z0-9]{10}")
-_V.append(Rule("maxmind_key", re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk(?![A-Za-z0-9_-])"),
+_V.append(Rule("maxmind_key", _lazy(r"(?<![A-Za-z0-9_-])[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk(?![A-Za-z0-9_-])"),
                ("_mmk",), check=_random))
 _vendor("newrelic_key", "NRAK-", r"[A-Z0-9]{27}")
 _vendor("newrelic_key", "NRII-", r"[A-Za-z0-9-]{32}")
@@ -198,7 +221,7 @@ for _head in ("ABIA", "ACCA", "A3T"):
 _vendor("slack_token", "xox", r"[oe]-[0-9]{1,16}-[A-Za-z0-9-]{10,}+")
 _vendor("slack_token", r"xoxe\.xox", r"[bp]-\d-[A-Za-z0-9]{100,}+", edge="A-Za-z0-9_.-")
 _vendor("slack_token", "xox", r"[ar]-(?:\d-)?[A-Za-z0-9]{8,}+(?:-[A-Za-z0-9]+)*+")
-_V.append(Rule("slack_webhook", re.compile(
+_V.append(Rule("slack_webhook", _lazy(
     r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9+/_-]{40,}+)"), ("hooks.slack.com/",), group=1))
 _vendor("vault_token", r"hv[sb]\.", r"[A-Za-z0-9_-]{24,}+", needles=("hvs.", "hvb."), edge="A-Za-z0-9_.-")
 _vendor("vault_token", r"s\.", r"[A-Za-z0-9]{24,40}", check=_mixed, edge="A-Za-z0-9_.-")
@@ -207,25 +230,25 @@ _vendor("mapbox_token", "sk", r"\.eyJ[A-Za-z0-9_-]{40,}\.[A-Za-z0-9_-]{20,}+", e
 _vendor("mailgun_key", "key-", r"[a-f0-9]{32}", check=lambda s, m: _not_filler(s[4:]) and any(c.isalpha() for c in s[4:]))
 
 # Azure AD client secret: three characters, a digit, "Q~", then 31-34 more.
-_V.append(Rule("azure_client_secret", re.compile(
+_V.append(Rule("azure_client_secret", _lazy(
     r"Q~(?<=(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.]{3}\dQ~)[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])"), ("Q~",),
     check=lambda s, m: _not_filler(s)))
 # Discord bot token: a base64 user id, a timestamp, an HMAC.
-_V.append(Rule("discord_token", re.compile(
+_V.append(Rule("discord_token", _lazy(
     r"\.[A-Za-z0-9_-]{6}\.(?<=(?<![A-Za-z0-9_.-])[MNO][A-Za-z0-9_-]{23}\.[A-Za-z0-9_-]{6}\.)[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_.-])"),
     (".",), check=lambda s, m: _mixed(s)))
 # Okta API token: "SSWS" as its Authorization scheme, or a bare 00-prefixed 42-character token.
-_V.append(Rule("okta_token", re.compile(r"SSWS[ \t]++(00[A-Za-z0-9_-]{40})(?![A-Za-z0-9_-])"), ("SSWS",), group=1))
-_V.append(Rule("okta_token", re.compile(r"00(?<![A-Za-z0-9_-]00)[A-Za-z0-9_-]{40}(?![A-Za-z0-9_-])"), ("00",),
+_V.append(Rule("okta_token", _lazy(r"SSWS[ \t]++(00[A-Za-z0-9_-]{40})(?![A-Za-z0-9_-])"), ("SSWS",), group=1))
+_V.append(Rule("okta_token", _lazy(r"00(?<![A-Za-z0-9_-]00)[A-Za-z0-9_-]{40}(?![A-Za-z0-9_-])"), ("00",),
                check=lambda s, m: _mixed(s) and sum(c.isdigit() for c in s) >= 4))
 # A JWT without its signature (header.claims), and a signed one whose claims are not {"…
-_V.append(Rule("jwt", re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,}+\.eyJ[A-Za-z0-9_-]{10,}+(?:\.[A-Za-z0-9_-]*+)?"),
+_V.append(Rule("jwt", _lazy(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,}+\.eyJ[A-Za-z0-9_-]{10,}+(?:\.[A-Za-z0-9_-]*+)?"),
                ("eyJ",)))
-_V.append(Rule("jwt", re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,}+\.ey[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+"),
+_V.append(Rule("jwt", _lazy(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,}+\.ey[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+"),
                ("eyJ",)))
 # A private key's DER body in base64 without its PEM lines: SEQUENCE, then INTEGER 0 (IBAA,
 # PKCS#1) or INTEGER 0 and an AlgorithmIdentifier (IBAD, PKCS#8). A certificate never has them.
-_V.append(Rule("private_key", re.compile(
+_V.append(Rule("private_key", _lazy(
     r"MII(?<![A-Za-z0-9+/]MII)[A-Za-z0-9+/]{3}IBA[AD][A-Za-z0-9+/]{40,}+(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{16,}+)*+={0,2}+"),
     ("MII",)))
 
@@ -246,46 +269,46 @@ def _not_stand_in(secret: str, m: re.Match[str]) -> bool:
 
 _CLI: list[Rule] = [
     # mysql / mariadb / mysqldump / mysqladmin with the password glued to -p
-    Rule("cli_password", re.compile(
+    Rule("cli_password", _lazy(
         r"\b(?:mysql[a-z]*+|mariadb[a-z-]*+)\b[^\n|;&]{0,200}?[ \t]-p(?P<q>[\"']?)(?P<v>[^\s\"'`;|&<>-][^\s\"'`;|&<>]{2,}+)(?P=q)"),
         ("mysql", "mariadb"), group="v", check=_not_stand_in),
-    Rule("cli_password", re.compile(rf"\bsshpass[ \t]++-p[ \t]*+{_ARG}"), ("sshpass",), group="v", check=_not_stand_in),
-    Rule("cli_password", re.compile(rf"\bredis-cli\b[^\n|;&]{{0,200}}?[ \t]-a[ \t]++{_ARG}"), ("redis-cli",),
+    Rule("cli_password", _lazy(rf"\bsshpass[ \t]++-p[ \t]*+{_ARG}"), ("sshpass",), group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(rf"\bredis-cli\b[^\n|;&]{{0,200}}?[ \t]-a[ \t]++{_ARG}"), ("redis-cli",),
          group="v", check=_not_stand_in),
-    Rule("cli_password", re.compile(rf"(?:docker|podman|buildah|helm)[ \t]++(?:registry[ \t]++)?login\b[^\n|;&]{{0,200}}?[ \t]-p[ \t]++{_ARG}"),
+    Rule("cli_password", _lazy(rf"(?:docker|podman|buildah|helm)[ \t]++(?:registry[ \t]++)?login\b[^\n|;&]{{0,200}}?[ \t]-p[ \t]++{_ARG}"),
          ("docker login", "podman login", "buildah login", "registry login"), group="v", check=_not_stand_in),
-    Rule("cli_password", re.compile(rf"-pass(?:in|out)?[ \t]++pass:{_ARG}"), ("pass:",), group="v", check=_not_stand_in),
-    Rule("cli_password", re.compile(
+    Rule("cli_password", _lazy(rf"-pass(?:in|out)?[ \t]++pass:{_ARG}"), ("pass:",), group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(
         rf"\bnet[ \t]++use\b[^\n]{{0,200}}?/u(?:ser)?:[^\s/]++[ \t]++(?!/){_ARG}"), ("net use", "NET USE"),
         group="v", check=_not_stand_in),
-    Rule("cli_password", re.compile(
+    Rule("cli_password", _lazy(
         rf"\bnet[ \t]++use[ \t]++(?:[A-Za-z*]:[ \t]++)?\\\\[^\s]++[ \t]++(?!/){_ARG}"), ("net use", "NET USE"),
         group="v", check=_not_stand_in),
     # redis.conf
-    Rule("config_password", re.compile(rf"(?m)^[ \t]*+(?:requirepass|masterauth)[ \t]++{_ARG}"),
+    Rule("config_password", _lazy(rf"(?m)^[ \t]*+(?:requirepass|masterauth)[ \t]++{_ARG}"),
          ("requirepass", "masterauth"), group="v", check=_not_stand_in),
     # SQL: CREATE USER … IDENTIFIED BY '…', CREATE ROLE … PASSWORD '…'
-    Rule("config_password", re.compile(r"(?i:identified[ \t]++by(?:[ \t]++password)?)[ \t]++(?P<q>['\"])(?P<v>[^'\"\n]{3,}+)(?P=q)"),
+    Rule("config_password", _lazy(r"(?i:identified[ \t]++by(?:[ \t]++password)?)[ \t]++(?P<q>['\"])(?P<v>[^'\"\n]{3,}+)(?P=q)"),
          ("IDENTIFIED", "identified"), group="v", check=_not_stand_in),
-    Rule("config_password", re.compile(r"(?i:\bpassword)[ \t]++(?P<q>')(?P<v>[^'\n]{3,}+)'"), ("PASSWORD '", "password '", "Password '"),
+    Rule("config_password", _lazy(r"(?i:\bpassword)[ \t]++(?P<q>')(?P<v>[^'\n]{3,}+)'"), ("PASSWORD '", "password '", "Password '"),
          group="v", check=_not_stand_in),
     # .pgpass: hostname:port:database:username:password
-    Rule("config_password", re.compile(
+    Rule("config_password", _lazy(
         r"(?m)^(?:[A-Za-z0-9.-]++|\*):(?:\d{2,5}|\*):[A-Za-z0-9_.*-]++:[A-Za-z0-9_.*@-]++:(?P<v>[^\s:]{3,}+)$"), (":",),
         group="v", check=lambda s, m: _not_stand_in(s, m) and not _DOTTED.fullmatch(s)),
     # NuGet.config and friends: <add key="Password" value="…" />
-    Rule("config_password", re.compile(
+    Rule("config_password", _lazy(
         r"key=\"(?i:[a-z]*(?:password|passwd|secret|token|apikey))\"[ \t]++value=\"(?P<v>[^\"]{4,}+)\""), ("key=\"",),
         group="v", check=_not_stand_in),
     # bundler credentials: BUNDLE_GEMS__CONTRIBSYS__COM=user:pass
-    Rule("config_password", re.compile(
+    Rule("config_password", _lazy(
         r"BUNDLE_[A-Z0-9_]+?__[A-Z]{2,}+[\"']?[ \t]*[:=][ \t]*(?P<q>[\"']?)(?P<v>[^\s\"':]++:[^\s\"';&]++)(?P=q)"),
         ("BUNDLE_",), group="v", check=_not_stand_in),
     # yarn berry: npmAuthIdent "user:pass"
-    Rule("config_password", re.compile(rf"npmAuthIdent[\"']?[ \t]*[:=][ \t]*{_ARG}"), ("npmAuthIdent",), group="v",
+    Rule("config_password", _lazy(rf"npmAuthIdent[\"']?[ \t]*[:=][ \t]*{_ARG}"), ("npmAuthIdent",), group="v",
          check=_not_stand_in),
     # An Authorization header whose value has no scheme word (a bare token or UUID).
-    Rule("bearer_token", re.compile(
+    Rule("bearer_token", _lazy(
         r"(?:[Aa]uthorization|AUTHORIZATION)[\"']?[ \t]*:[ \t]*(?!(?i:basic|bearer|token|digest|negotiate|ntlm|aws4|ssws)\b)"
         r"(?P<v>[A-Za-z0-9_~+/=-][A-Za-z0-9_~+/.=-]{15,}+)"), ("uthorization", "UTHORIZATION"), group="v",
         check=lambda s, m: _random(s) and not s.startswith("$")),
