@@ -701,6 +701,7 @@ def _candidates(text: str) -> list[tuple[int, int, int, str]]:
                 continue
             out.append((start, -end, order, shape.kind))
     out.extend((start, -end, len(_SHAPES), kind) for start, end, kind in _more.find(text))
+    out.extend((start, -end, len(_SHAPES) + 1, kind) for start, end, kind in _more.scanner_candidates(text))
     return out
 
 

@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import binascii
 import math
+import os
 import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["Decoded", "Rule", "bounded", "decoded_variants", "find"]
+__all__ = ["SCANNER_ENV", "Decoded", "Rule", "bounded", "decoded_variants", "find", "scanner_candidates"]
 
 Candidate = tuple[int, int, str]  # [start, end) in the text, kind
 _NOT_MARK = r"(?!\[REDACTED:)"
@@ -433,6 +434,54 @@ def find(text: str) -> list[Candidate]:
                 out.append((start, end, rule.kind))
     out.extend(_blocks(text))
     out.extend(_high_entropy(text))
+    return out
+
+
+# -- a maintained scanner, opt-in ------------------------------------------------------------------
+
+#: Names a maintained secret scanner to run inside the one pass as well (``kingfisher``: the
+#: kingfisher-secret-scanner package, ``pip install 'cybmem[secrets]'``). Off by default: its
+#: rules take about 2 s to compile in every fresh interpreter, and every ``cybmem write`` is one
+#: (benchmarks/bench_secrets.py prints the figures).
+SCANNER_ENV = "CYBERINE_MEMORY_SECRET_SCANNER"
+_SCANNERS: dict[str, object] = {}
+
+
+def _scanner(name: str):
+    from .errors import ValidationError
+
+    if name != "kingfisher":
+        raise ValidationError(f"{SCANNER_ENV}={name}: unknown secret scanner; the one known is kingfisher "
+                              "(or leave it unset)")
+    if name not in _SCANNERS:
+        try:
+            from kingfisher_sdk import Scanner
+        except ImportError:
+            raise ValidationError(f"{SCANNER_ENV}=kingfisher needs the kingfisher-secret-scanner package: "
+                                  "pip install 'cybmem[secrets]' (or unset it)") from None
+        # base64=False: a finding inside decoded base64 would have no span in the text to replace
+        _SCANNERS[name] = Scanner(base64=False)
+    return _SCANNERS[name]
+
+
+def scanner_candidates(text: str) -> list[Candidate]:
+    """The findings of the scanner SCANNER_ENV names, as candidates (kind: the rule's last id
+    part, e.g. ``github_pat``); [] when it is unset. A stand-in it reports (xxxx…) is left out."""
+    name = os.environ.get(SCANNER_ENV, "").strip().lower()
+    if name in ("", "0", "off", "none", "no", "false"):
+        return []
+    data = text.encode("utf-8", "surrogatepass")
+    out = []
+    for finding in _scanner(name).scan(data):
+        if not finding.visible or finding.is_base64_encoded:
+            continue
+        where = finding.location
+        start, end = where["start_offset"], where["end_offset"]
+        if len(data) != len(text):  # byte offsets of a non-ASCII text: count the characters before
+            start = len(data[:start].decode("utf-8", "surrogatepass"))
+            end = start + len(data[where["start_offset"]:end].decode("utf-8", "surrogatepass"))
+        if end > start and _not_filler(text[start:end]):
+            out.append((start, end, finding.rule_id.rsplit(".", 1)[-1].replace("-", "_").lower()))
     return out
 
 

@@ -272,3 +272,28 @@ def test_doctor_secrets_finds_what_the_pass_finds(memory_root, monkeypatch):
             found.setdefault(f["path"].rsplit("/", 1)[-1], set()).add(f["kind"])
     for i, text in enumerate(texts):
         assert found.get(f"s{i}.json") == set(redact(text)[1]), text
+
+
+# -- the maintained scanner, opt-in ----------------------------------------------------------------
+
+SUMO = 'export SUMOLOGIC_ACCESSID="suDbJw97o9WVo0"'  # a gitleaks example only Kingfisher's rules know
+
+
+def test_kingfisher_joins_the_one_pass_when_asked(monkeypatch):
+    pytest.importorskip("kingfisher_sdk", reason="the secrets extra (pip install 'cybmem[secrets]') is not installed")
+    assert redact(SUMO) == (SUMO, [])
+    monkeypatch.setenv(shapes.SCANNER_ENV, "kingfisher")
+    assert redact(SUMO) == ('export SUMOLOGIC_ACCESSID="[REDACTED:sumologic_access_id]"', ["sumologic_access_id"])
+    assert redact("héllo " + SUMO) == ('héllo export SUMOLOGIC_ACCESSID="[REDACTED:sumologic_access_id]"',
+                                        ["sumologic_access_id"]), "byte offsets of a non-ASCII text"
+    assert redact("SUMOLOGIC_ACCESSID=suxxxxxxxxxxxx")[1] == [], "a stand-in is not a secret"
+
+
+def test_an_unknown_scanner_is_a_clear_error(monkeypatch):
+    from cybmem.errors import ValidationError
+
+    monkeypatch.setenv(shapes.SCANNER_ENV, "gitleaks")
+    with pytest.raises(ValidationError, match="unknown secret scanner; the one known is kingfisher"):
+        redact("anything")
+    monkeypatch.setenv(shapes.SCANNER_ENV, "off")
+    assert redact("anything") == ("anything", [])
