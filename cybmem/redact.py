@@ -18,6 +18,12 @@ AWS evidence (below). Kinds:
 Where the shape has a label (Bearer, user:…@host, password=, AccountKey=, a webhook host) only
 the secret part is replaced.
 
+This module's table is the core; cybmem.shapes adds vendor token formats, command-line and
+config-file passwords and a high-entropy rule (and, when CYBERINE_MEMORY_SECRET_SCANNER names
+one, a maintained scanner), and the decoders with which :func:`scan` looks at the text again
+with JSON escapes and percent-encoding undone and wrapped tokens joined. Both tables are one
+pass: :func:`scan` resolves their overlaps together.
+
 The rules that trade recall for precision, each backed by a line of
 data-fixtures/redaction-corpus.jsonl (python benchmarks/bench_redact.py prints the figures):
 
@@ -40,17 +46,25 @@ data-fixtures/redaction-corpus.jsonl (python benchmarks/bench_redact.py prints t
   count after password / secret / token words, 8+ after ``auth`` and after
   ``<api|secret|access|…>_key``; after any other ``*_KEY``, ``*-Signature`` or a bare quoted
   ``"auth"`` the value must look generated (16+ characters, letters and digits, no words, not a
-  UUID). Database, cache and paging names are not secrets: ``SORT_KEY``, ``PUBLIC_KEY``,
-  ``NextToken``, ``ChangeToken``. A short all-letter value after a bare ``password:`` is prose
-  (``Password: reset``). Never a value: placeholders and templates (``${X}``, ``<password>``,
-  ``{{x}}``, ``%s``, ``****``, ``xxxx``, ``your_token``, ``!vault``, ``sk-...abcd``), literals
-  (none, null, true, required, include, …), numbers after non-password words (``max_token=4096``,
-  an OID), file paths and ARNs, and code: ``config.password``, ``get_token()``,
-  ``password=password``, ``token=access_token``, ``api_key: SecretStr``, ``token = nextchar`` (a
-  bare name after a spaced ``=``, or before ``,`` ``)`` or an operator), ``token == END``
-  (comparisons count only for password words and quoted values) and colon paths
-  (``arn:…:secret:name``, ``AWS::…::ApiKey``). Known default passwords (``changeme``,
-  ``postgres``) are redacted: they are the credential actually in use.
+  UUID unless quoted: Heroku and Snyk keys are UUIDs). Database, cache and paging names are not
+  secrets: ``SORT_KEY``, ``PUBLIC_KEY``, ``NextToken``, ``ChangeToken``, ``bucket_key``. A short
+  all-letter value after a bare ``password:`` is prose (``Password: reset``). The separator may
+  be ``=``, ``:``, ``:=``, ``::=``, ``?=``, ``=>``, a YAML block (``token: |`` and the value on
+  the next line) or a typed declaration (``var apiToken string = "…"``); a quoted value may hold
+  spaces after a password word (``DB_PASSWORD="correct horse battery staple"``), and a
+  single-quoted ``'$uperS3cret'`` is literal text, not a variable. Never a value: placeholders
+  and templates (``${X}``, ``<password>``, ``{{x}}``, ``%s``, ``****``, ``xxxxx``, 16 equal
+  characters, ``your_token``, ``fakesecret``, ``!vault``, ``sk-...abcd``), literals (none, null,
+  true, required, include, GitHub Actions' read / write, …), numbers of under 16 digits after
+  non-password words (``max_token=4096``, an OID), package coordinates (``jjwt-jackson-0.11.2``),
+  names of three or more capitalised words after a non-password word, file paths and ARNs, and
+  code: ``config.password``, ``get_token()``, ``password=password``, ``token=access_token``,
+  ``api_key: SecretStr``, ``token = nextchar`` (a bare name after a spaced ``=``, or before ``,``
+  ``)`` or an operator, unless a part of it is generated: ``sandbox_2pj32ll7_xvav…``),
+  ``token == END`` (comparisons count only for password words and quoted values) and colon paths
+  (``arn:…:secret:name``, ``AWS::…::ApiKey``; an .npmrc ``//host/:_authToken=`` is none).
+  Known default passwords (``changeme``, ``postgres``) are redacted: they are the credential
+  actually in use.
 """
 
 from __future__ import annotations
