@@ -11,7 +11,8 @@ In the same run, on the same queries, each call is timed against what it wraps, 
 the store, which loads the warm cache each time, as a one-shot process does), and against the
 CLI (`cybmem search`, `cybmem inject --system` as subprocesses) on a prefix of the queries.
 The calls take turns on each query, so load on a shared machine hits them alike. The protocol's
-own cost per call is the difference between the server and the in-process call.
+own cost per call is the difference between the server and the in-process call; the SDK client's
+check of each answer against the tool's output schema (jsonschema, in the client) is timed apart.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def measure(root: Path, queries: list[dict], cli_runs: int) -> dict[str, list[fl
     tasks = [q["query"] for q in queries]
     times: dict[str, list[float]] = {name: [] for name in (
         "in-process search (held snapshot)", "in-process search (store: warm cache load)", "mcp search (stdio)",
-        "cybmem search (CLI)", "in-process memory block (held snapshot)", "mcp memory_block (stdio)",
+        "  of which the client's output-schema check", "cybmem search (CLI)", "in-process memory block (held snapshot)", "mcp memory_block (stdio)",
         "cybmem inject --system (CLI)")}
 
     def timed(name: str, fn) -> object:
@@ -85,6 +86,9 @@ def measure(root: Path, queries: list[dict], cli_runs: int) -> dict[str, list[fl
                     result = await client.call_tool("search", {"query": subject, "k": 10})
                     times["mcp search (stdio)"].append(time.perf_counter() - t)
                     assert not result.is_error, result.content[0].text
+                    t = time.perf_counter()  # what call_tool spent checking the answer against the tool's outputSchema
+                    await client.session.validate_tool_result("search", result)
+                    times["  of which the client's output-schema check"].append(time.perf_counter() - t)
                     timed("in-process memory block (held snapshot)", lambda: inject_task(task, settings, project=SLUG))
                     t = time.perf_counter()
                     result = await client.call_tool("memory_block", {"task": task})

@@ -17,7 +17,9 @@ warm state stay in memory between calls while the cache's freshness check (a few
 holds, so a call costs milliseconds and a record another process wrote since is seen on the next
 call. Every tool and resource goes through :meth:`Memory.call`: calls are served one at a time,
 a library error becomes an MCP error carrying the message the CLI prints, and ``observers`` see
-each answer (the one place to log what an agent fetched).
+each answer (the one place to log what an agent fetched). Calls are answered on the event loop,
+not in a worker thread: they take milliseconds, and the two thread switches a call would cost
+took longer than the call itself on a busy machine (benchmarks/bench_mcp.py).
 """
 
 from __future__ import annotations
@@ -432,7 +434,7 @@ def _add_tool(server: MCPServer, memory: Memory, name: str) -> None:
     sig = inspect.signature(method, eval_str=True)
 
     @functools.wraps(method)
-    def tool(**arguments) -> CallToolResult:
+    async def tool(**arguments) -> CallToolResult:  # async: answered on the event loop (module docstring)
         answer = memory.call(name, arguments, lambda: method(**arguments))
         return CallToolResult(content=[TextContent(type="text", text=_text(name, answer))], structured_content=answer)
 
@@ -467,14 +469,14 @@ def build_server(memory: Memory) -> MCPServer:
 
     @server.resource("cybmem://projects/{project}/issues", name="open-issues", title="A project's open issues",
                      mime_type="application/json")
-    def open_issues(project: str) -> str:
+    async def open_issues(project: str) -> str:
         """The project's open issues, oldest first (as `cybmem issues --state open --json`)."""
         arguments = {"project": project}
         return printable_json(memory.call("open-issues", arguments, lambda: memory.open_issues(project), resource=True))
 
     @server.resource("cybmem://projects/{project}/runs/{run_id}", name="run-record", title="A run's record",
                      mime_type="application/json")
-    def run_record(project: str, run_id: str) -> str:
+    async def run_record(project: str, run_id: str) -> str:
         """A run's record, its newest truth (as `cybmem show RUN --json`); the run id may be a unique prefix."""
         arguments = {"project": project, "run_id": run_id}
         return printable_json(memory.call("run-record", arguments, lambda: memory.record(project, run_id), resource=True))
