@@ -30,7 +30,7 @@ import typer
 
 from . import __version__
 from .errors import CybmemError
-from .outcome import printable, shorten, subject_line
+from .outcome import printable, printable_json, shorten, subject_line
 from .schema import ms_to_utc, parse_time
 from .settings import Settings
 
@@ -184,13 +184,9 @@ def _echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
     typer.echo(printable(message), err=err, nl=nl)
 
 
-_JSON_UNSAFE = re.compile("[\x7f-\x9f]")
-
-
 def _print_json(data) -> None:
-    """JSON on stdout; DEL and C1 characters escaped like C0 (\\u009b), so no raw control reaches a terminal."""
-    text = json.dumps(data, indent=2, ensure_ascii=False)
-    typer.echo(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    """JSON on stdout (:func:`cybmem.outcome.printable_json`: no raw control reaches a terminal)."""
+    typer.echo(printable_json(data))
 
 
 def _width() -> int:
@@ -364,24 +360,15 @@ def show_cmd(
 
     Example: cybmem show 3f2a
     """
-    from .snapshot import load_snapshot
+    from .lineage import show_record
 
     store = ctx.store()
-    asked = store.resolve_run_id(run_id)
-    chain = []
-    if not original:  # supersession as the cached snapshot holds it (index entries would be read in full)
-        snap = load_snapshot(store)
-        store.note_problems(snap.problems)
-        chain = store.supersession_chain(asked, snap.supersession())
-    rec = store.read_record(chain[-1] if chain else asked)
+    shown = show_record(store, run_id, original=original)
     _warn(p.message for p in store.problems)
     if ctx.json:
-        data = rec.to_dict()
-        if chain:
-            data = {**data, "_supersededChain": [asked] + chain[:-1]}
-        _print_json(data)
+        _print_json(shown.to_dict())
         return
-    _render_record(rec, asked=asked, chain=chain)
+    _render_record(shown.record, asked=shown.asked, chain=shown.chain)
 
 
 def _day(ms: Optional[int]) -> str:
@@ -1409,6 +1396,30 @@ def export_cmd(
     else:
         t = result.tables[0]
         _echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
+
+
+# --- the MCP server -------------------------------------------------------------------
+
+
+@command("mcp", as_json=False, lean=False)
+def mcp_cmd(
+    ctx: Ctx,
+    http: Annotated[Optional[int], typer.Option("--http", metavar="PORT", help="Serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio (0: a free port, named on stderr).", min=0, max=65535, show_default=False)] = None,
+    allow_writes: Annotated[bool, typer.Option("--allow-writes", help="Also offer the write tools: mark_issue and supersede (off: the server never writes a record or a ledger line).")] = False,
+):
+    """Serve the memory root to agents over the Model Context Protocol (MCP), on stdio or --http PORT.
+
+    Tools: search, show, chain, issues, memory_block (what inject --system prints); with
+    --allow-writes also mark_issue and supersede. Resources: a project's open issues and a run's
+    record. --project / --cwd choose the default project; each call may name another. Add it to
+    an MCP client's configuration as a command: cybmem mcp --memory-dir DIR (USAGE.md, "The MCP
+    server").
+
+    Example: cybmem mcp --project web
+    """
+    from .mcp_server import serve
+
+    serve(ctx.settings, cwd=ctx.cwd, project=ctx.project, http=http, allow_writes=allow_writes)
 
 
 # --- fleet ----------------------------------------------------------------------------
