@@ -1494,8 +1494,8 @@ def fleet_cmd(
                     ["openedAt", "machine", "project", "issueId"], kind="stable")
                 if ctx.json:
                     shown = opened if not limit else opened.head(limit)
-                    _print_json(json.loads(shown.assign(ageDays=shown["age"].dt.total_seconds() / 86400)
-                                           .drop(columns=["age"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
+                    _print_json(json.loads(shown.assign(ageDays=shown["openAge"].dt.total_seconds() / 86400)
+                                           .drop(columns=["openAge", "timeToResolve"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
                     return
                 if not len(opened):
                     _echo(f"No open issues in {len(fleet.groups)} projects.")
@@ -1503,7 +1503,7 @@ def fleet_cmd(
                 shown = opened if not limit else opened.head(limit)
                 rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
                         for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
-                                                         shown["openedAt"].dt.as_unit("ns"), shown["age"], shown["state"], shown["title"])]
+                                                         shown["openedAt"].dt.as_unit("ns"), shown["openAge"], shown["state"], shown["title"])]
                 _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
                 if len(shown) < len(opened):
                     _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")

@@ -581,18 +581,17 @@ def issue_age_values(fold: "pd.DataFrame") -> dict[str, np.ndarray]:
     """What the issue-age figure counts, from a fold (:func:`cybmem.frames.issue_fold`).
 
     Returns:
-        ``open``: ages in seconds of open (opened / reopened) issues; ``resolved``: seconds
-        from opening to resolution of resolved issues (wontfix left out); ``reopens``: each
-        issue's reopen count. Missing ages dropped.
+        ``open``: ``openAge`` in seconds of open (opened / reopened) issues; ``resolved``:
+        ``timeToResolve`` in seconds of resolved issues (wontfix left out); ``reopens``: each
+        issue's reopen count. Missing durations dropped.
     """
     if not len(fold):
         return {"open": np.zeros(0), "resolved": np.zeros(0), "reopens": np.zeros(0, dtype=np.int64)}
-    secs = fold["age"].dt.total_seconds()
     open_ = fold["state"].isin(["opened", "reopened"])
     resolved = fold["state"].eq("resolved")
     return {
-        "open": secs[open_].dropna().to_numpy(dtype=float),
-        "resolved": secs[resolved].dropna().to_numpy(dtype=float),
+        "open": fold.loc[open_, "openAge"].dt.total_seconds().dropna().to_numpy(dtype=float),
+        "resolved": fold.loc[resolved, "timeToResolve"].dt.total_seconds().dropna().to_numpy(dtype=float),
         "reopens": fold["reopenCount"].to_numpy(dtype=np.int64),
     }
 
@@ -663,8 +662,8 @@ def issue_age_histograms(fold: "pd.DataFrame | IssueAgeData", *, title: str | No
     magnitude (thousands of issues never reopened, a few reopened once) use a log count axis.
 
     Args:
-        fold: one row per issue (:func:`cybmem.frames.issue_fold`; ``age`` is measured at the
-            ``now`` it was folded with), or the counts already made (:class:`IssueAgeData`,
+        fold: one row per issue (:func:`cybmem.frames.issue_fold`; ``openAge`` is measured at
+            the ``now`` it was folded with), or the counts already made (:class:`IssueAgeData`,
             e.g. over a fleet by :meth:`cybmem.fleet.Fleet.issue_age_data`).
         title: figure title.
 

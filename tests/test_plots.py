@@ -200,7 +200,7 @@ def test_issue_ages_at_100k_use_log_axes(history_100k, figures_dir):
     labels = [t.get_text() for t in resolve.get_xticklabels()]
     assert labels[0] == "1 min" and "1 day" in labels and len(labels) <= 6, "about six labels, none running into another"
     legend = [t.get_text() for t in resolve.get_legend().get_texts()]
-    zero = int(((fold["state"] == "resolved") & (fold["age"].dt.total_seconds() < 60)).sum())
+    zero = int(((fold["state"] == "resolved") & (fold["timeToResolve"].dt.total_seconds() < 60)).sum())
     assert legend[0] == "median under a minute" and f"{zero} under a minute, counted at 1 min" in legend
     heights = [p.get_height() for p in resolve.patches]
     assert sum(heights) == int((fold["state"] == "resolved").sum()), "every resolved issue is counted"
