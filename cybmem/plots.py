@@ -412,8 +412,6 @@ def lineage_trees(records: "pd.DataFrame", *, n: int = 12, by: str = "largest", 
         collections carry gids ``nodes-<state>``, each drawn run's id label ``run-<runId>`` and
         each tree's label ``tree-<rootRunId>``.
     """
-    import pandas as pd
-
     from .outcome import subject_line
 
     df = records.sort_values(["endedAt", "runId"], kind="stable").reset_index(drop=True)
