@@ -1246,19 +1246,22 @@ def report_cmd(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds allowed per notebook cell.", min=1)] = 600,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Cell progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
-    """Execute the notebooks (history, lineage, issue ages, weight tuning) headless and write self-contained HTML.
+    """Execute the notebooks (history, lineage, issue ages, weight tuning; the fleet with -P dataset=DIR) headless and write self-contained HTML.
 
     One page per notebook plus index.html; figures are embedded images, nothing is fetched
     from the network. Progress goes to stderr, a line per notebook with how long it took.
+    Without --project or --cwd, CYBERINE_MEMORY_PROJECT names the project, as for the notebooks.
 
     Example: cybmem report --out reports/web --project web -P metric=ndcg -P k=5
     """
-    from .report import NOTEBOOKS, build_report, notebooks_dir, parse_parameters
+    from .report import NOTEBOOKS, PROJECT_ENV, build_report, notebooks_dir, parse_parameters
 
     try:
         params = parse_parameters(parameter or [], [notebooks_dir() / n for n in NOTEBOOKS])
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint="-P") from None
+    if not ctx.project and ctx.cwd is None:  # the notebooks' project variable, before the current directory
+        ctx.project = ctx.settings.env.get(PROJECT_ENV, "").strip() or None
     result = build_report(ctx.store(), out, parameters=params, with_code=with_code, timeout=timeout, progress=progress)
     if ctx.json:
         _print_json(result.to_dict())
@@ -1505,8 +1508,8 @@ def fleet_cmd(
                     ["openedAt", "machine", "project", "issueId"], kind="stable")
                 if ctx.json:
                     shown = opened if not limit else opened.head(limit)
-                    _print_json(json.loads(shown.assign(ageDays=shown["age"].dt.total_seconds() / 86400)
-                                           .drop(columns=["age"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
+                    _print_json(json.loads(shown.assign(ageDays=shown["openAge"].dt.total_seconds() / 86400)
+                                           .drop(columns=["openAge", "timeToResolve"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
                     return
                 if not len(opened):
                     _echo(f"No open issues in {len(fleet.groups)} projects.")
@@ -1514,7 +1517,7 @@ def fleet_cmd(
                 shown = opened if not limit else opened.head(limit)
                 rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
                         for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
-                                                         shown["openedAt"].dt.as_unit("ns"), shown["age"], shown["state"], shown["title"])]
+                                                         shown["openedAt"].dt.as_unit("ns"), shown["openAge"], shown["state"], shown["title"])]
                 _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
                 if len(shown) < len(opened):
                     _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
