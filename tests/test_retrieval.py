@@ -144,12 +144,21 @@ def test_preamble_golden(fixture_copy, name, project, task, env):
 def test_token_cap_never_cuts_a_line(fixture_copy):
     store = MemoryStore(fixture_copy, "web")
     full = memory_block(store, "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "10"}, memory_dir=fixture_copy), now_ms=NOW)
+    full_runs = [line for line in full.splitlines() if line.startswith("- run ")]
     for cap in (60, 120, 250, 400, 800):
         block = memory_block(store, "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "10", "CYBERINE_MEMORY_MAX_TOKENS": str(cap)}, memory_dir=fixture_copy), now_ms=NOW)
         assert estimate_tokens(block) <= cap
         if block:
             assert block.startswith(HEADER) and block.endswith(FOOTER)
-            assert set(block.splitlines()) <= set(full.splitlines()), "every line is a whole line of the uncapped block"
+            lines = block.splitlines()
+            runs = [line for line in lines if line.startswith("- run ")]
+            assert runs == full_runs[: len(runs)], "the runs that fit are the first of the uncapped block, whole"
+            section = block.split("Open issues in this project:\n")[1].splitlines()[:-1] if "Open issues" in block else []
+            for line in section:  # an issue listed here is one the uncapped block names (on a raised: line or listed)
+                if not line.startswith("- ... and"):
+                    assert line.split(":")[0][2:].split(", ")[0] in full, line
+            rest = set(lines) - set(section) - {"Open issues in this project:"}
+            assert rest <= set(full.splitlines()), "every other line is a whole line of the uncapped block"
 
 
 def test_empty_store_has_no_block(settings):
@@ -211,11 +220,30 @@ def test_open_issues_are_ranked_by_relevance_to_the_task(settings):
         write_run(make_run(f"o{i}", f"Unrelated chore {name}", start=T0 + (i + 1) * DAY, output=out.format(t=f"Chore problem {name}")), settings)
     one = Settings.from_env({"CYBERINE_MEMORY_TOPK": "1"}, memory_dir=settings.memory_dir)
     block = memory_block(MemoryStore(settings.memory_dir, "web"), "drawer flickering", one, now_ms=NOW)
-    # The one run shown names its issue on its raised line; the section then brings the others,
-    # most recent first (none of them matches the task).
-    assert "  raised: cart-drawer-flickers-on-open" in block
+    # The one run shown names its issue on its raised line, marked open; the section then brings the
+    # others, most recent first (none of them matches the task, which relates to the project).
+    assert "  raised: cart-drawer-flickers-on-open (open)" in block
     lines = _issue_lines(block)
     assert [line.split(":")[0] for line in lines] == [f"- chore-problem-{n}" for n in reversed(names)]
+    # A task that relates to nothing here: no run, one line saying so, and only an issue whose own
+    # text matches it.
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "quantum entanglement routing", one, now_ms=NOW)
+    assert block.splitlines()[1].startswith("- (no earlier run relates to this task: its best keyword match is 0.00")
+    assert "Open issues in this project:" not in block and "- run " not in block
+    write_run(make_run("q", "Unrelated chore", start=T0 + 9 * DAY, output=out.format(t="Quantum entanglement routing drops packets")),
+              settings)
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "quantum entanglement routing", one, now_ms=NOW)
+    assert "- run " in block  # the run that raised it now relates to the task
+    assert "quantum-entanglement-routing-drops-packets (open)" in block
+    # An issue another tool opened (no run carries it): listed on its own text, under the one line.
+    from cybmem.schema import IssueEvent
+
+    MemoryStore(settings.memory_dir, "web").append_issue_events(
+        [IssueEvent("lidar-calibration-drift", T0 + 10 * DAY, "opened", "tracker", "Lidar calibration drift")])
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "lidar calibration drift", one, now_ms=NOW)
+    assert block.splitlines()[1].startswith("- (no earlier run relates to this task")
+    assert _issue_lines(block) == ["- lidar-calibration-drift: Lidar calibration drift (opened 2025-11-11, run tracker)",
+                                   "- ... and 7 more open issues (`cybmem issues` lists them)"]
     # Asked about one chore, its issue leads the section.
     block = memory_block(MemoryStore(settings.memory_dir, "web"), "the charlie chore", Settings.from_env(
         {"CYBERINE_MEMORY_TOPK": "0"}, memory_dir=settings.memory_dir), now_ms=NOW)
