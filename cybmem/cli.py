@@ -622,7 +622,9 @@ def rebuild_cmd(
     """Regenerate index.json from records/ alone (deleting index.json loses nothing).
 
     Entries past CYBERINE_MEMORY_INDEX_CAP (default 500) are archived: listed compactly in
-    index.json and one line each in archive-summary.md; --full keeps every entry.
+    index.json and one line each in archive-summary.md; --full keeps every entry. With
+    CYBERINE_MEMORY_RETUNE=N and a history grown N% since its last tuning, the weights are
+    re-tuned too (`cybmem tune --auto`).
 
     Example: cybmem rebuild --project web
     """
@@ -630,14 +632,23 @@ def rebuild_cmd(
     count = store.rebuild_index(full=full)
     _warn(p.message for p in store.problems)
     archived = len(store.archived_ids())
+    retuned = None
+    if ctx.settings.retune > 0:
+        from .tuning import auto_tune, retune_due
+
+        if retune_due(store, ctx.settings, count):
+            retuned = auto_tune(store, ctx.settings)
     if ctx.json:
         _print_json({"project": store.slug, "records": count, "entries": count - archived, "archived": archived,
-                     "index": str(store.index_path)})
-    elif archived:
+                     "index": str(store.index_path), **({"retuned": retuned} if retuned else {})})
+        return
+    if archived:
         typer.echo(f"Rebuilt {store.index_path} from {count} records: {count - archived} entries, {archived} archived "
                    f"(older than the newest {store.index_cap}; listed in {store.archive_path.name}).")
     else:
         _echo(f"Rebuilt {store.index_path} from {count} records.")
+    if retuned:
+        _echo(retuned[0].upper() + retuned[1:] + ".")
 
 
 def _read_input(source: str, hint: str = "RUN_JSON") -> bytes:
@@ -1142,6 +1153,7 @@ def tune_cmd(
     save: Annotated[bool, typer.Option("--save", help="Write the weights tuned on the earlier half of the judgments, and checked on the later half, to the project's weights.json with the evidence (refused when they do not beat the current ones there: see --force).")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that do not beat the current ones on the later judgments, switch the keyword axis off, or come from too few judgments.")] = False,
     all_weights: Annotated[bool, typer.Option("--all-weights", help="Search w_kw, w_rec and the half-life even when fewer than 10 judgments test keywords (by default only w_lin is searched then).")] = False,
+    auto: Annotated[bool, typer.Option("--auto", help="Tune on the store's own judgments, save only what passes every check, print one line, exit 0 (what CYBERINE_MEMORY_RETUNE runs as the history grows).")] = False,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
     """Grid-search the retrieval weights against relevance judgments; check them on later judgments; save them.
@@ -1158,8 +1170,12 @@ def tune_cmd(
 
     Example: cybmem tune --project web --as-of 2026-06-01 --save
     """
-    from .tuning import evidence_of, save_project_weights, tune
+    from .tuning import auto_tune, evidence_of, save_project_weights, tune
 
+    if auto:
+        line = auto_tune(ctx.store(), ctx.settings, progress=progress)
+        _print_json({"result": line}) if ctx.json else _echo(line[0].upper() + line[1:] + ".")
+        return
     kinds = _metric_and_kinds(metric, derive)
     hl = _floats(half_lives, "--half-lives")
     moment = parse_time(as_of, "--as-of") if as_of is not None else None

@@ -39,7 +39,9 @@ no re-scoring of the store (benchmarks/bench_tune.py has the figures).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +82,10 @@ __all__ = [
     "evaluate_weights",
     "save_project_weights",
     "evidence_of",
+    "auto_tune",
+    "retune_due",
+    "spawn_auto_tune",
+    "RETUNE_MIN_RECORDS",
     "MIN_KEYWORD_JUDGMENTS",
     "MIN_FOLD",
     "MIN_JUDGMENTS",
@@ -1292,3 +1298,99 @@ def save_project_weights(store: MemoryStore, weights: Weights, settings: Setting
         "CYBERINE_MEMORY_HALF_LIFE_DAYS", "CYBERINE_MEMORY_FLOOR", "CYBERINE_MEMORY_FLOOR_VEC"))
                    if str(settings.env[v]).strip())
     return path, over
+
+
+#: Fewer runs than this and a store is not re-tuned on its own (CYBERINE_MEMORY_RETUNE).
+RETUNE_MIN_RECORDS = 50
+_RETUNE_LOCK = ".retune.lock"
+_RETUNE_STATE = ".retune.json"
+
+
+def retune_due(store: MemoryStore, settings: Settings, records: int | None = None) -> bool:
+    """Has the history grown by CYBERINE_MEMORY_RETUNE percent since the last tuning (or never been
+    tuned and reached :data:`RETUNE_MIN_RECORDS` runs)? False when the setting is 0."""
+    if settings.retune <= 0:
+        return False
+    n = len(store.listing()) if records is None else records
+    last = _last_tuned_at(store)
+    if last <= 0:
+        return n >= RETUNE_MIN_RECORDS
+    return n >= max(RETUNE_MIN_RECORDS, last * (100 + settings.retune) / 100)
+
+
+def _last_tuned_at(store: MemoryStore) -> int:
+    """Runs the history had at the last tuning, saved or not (weights.json's evidence, .retune.json)."""
+    ev = read_evidence(store.dir / WEIGHTS_FILE) or {}
+    seen = [ev.get("records")]
+    try:
+        seen.append(json.loads((store.dir / _RETUNE_STATE).read_text()).get("records"))
+    except (OSError, ValueError, AttributeError):
+        pass
+    return max([x for x in seen if isinstance(x, int)], default=0)
+
+
+def auto_tune(store: MemoryStore, settings: Settings | None = None, *, progress: bool | None = False) -> str:
+    """Tune on the store's own judgments and save only what passes every check (what
+    CYBERINE_MEMORY_RETUNE runs): one line saying what happened. Never raises for a tuning that
+    cannot be done; a second auto-tuning of the same store while one runs returns at once."""
+    import fcntl
+
+    settings = settings or Settings.from_env()
+    lock = store.dir / _RETUNE_LOCK
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        return f"not re-tuned: {lock} cannot be opened ({exc.strerror})"
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f"not re-tuned: another tuning of project {store.slug} is running"
+        try:
+            result = tune(store, settings=settings, progress=progress)
+        except CybmemError as exc:
+            return f"not re-tuned: {' '.join(str(exc).split())}"
+        from . import _io
+
+        # The next check waits for the history to grow again, whatever this one decides.
+        _io.atomic_write(store.dir / _RETUNE_STATE, json.dumps({"records": result.records, "at": int(time.time() * 1000)}).encode())
+        if result.refusal is not None or result.saves is None or result.saves == result.current:
+            why = result.refusal or "the checked weights are the current ones"
+            return f"kept the weights of project {store.slug}: {why}"
+        try:
+            path, _ = save_project_weights(store, result.saves, settings, evidence=evidence_of(result), expect=result.state)
+        except CybmemError as exc:
+            return f"not re-tuned: {' '.join(str(exc).split())}"
+        v = result.validation
+        return (f"re-tuned project {store.slug} on {result.judgments} judgments ({result.records} runs): "
+                f"{result.label} on the later {v.later} {v.current_later:.4f} -> {v.tuned_later:.4f}; saved to {path}")
+    finally:
+        os.close(fd)
+
+
+def spawn_auto_tune(store: MemoryStore, settings: Settings) -> bool:
+    """Start ``cybmem tune --auto`` for the store in a detached process (the write path's hook for
+    CYBERINE_MEMORY_RETUNE: the write returns at once, dispatch only reads what it saves). True
+    when one was started; False when one is already running or it could not start."""
+    import fcntl
+    import subprocess
+    import sys
+
+    try:
+        fd = os.open(store.dir / _RETUNE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: nobody is tuning; let go for the child
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+        # sh starts the tuning in the background and ends at once: the tuning is nobody's child to
+        # wait for (no zombie in a long-lived caller), in a session of its own.
+        subprocess.run(["sh", "-c", 'exec "$@" </dev/null >/dev/null 2>&1 &', "sh", sys.executable, "-m", "cybmem.cli",
+                        "tune", "--auto", "--memory-dir", str(settings.memory_dir), "--project", store.slug],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True, timeout=10, check=False)
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False

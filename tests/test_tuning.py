@@ -652,3 +652,35 @@ def test_refusals_when_the_check_on_later_judgments_fails(tide):
     assert T.bootstrap_interval(np.zeros(0)) == (0.0, 0.0)
     lo, hi = T.bootstrap_interval(np.array([0.1] * 20 + [-0.1] * 5))
     assert lo < 0.06 < hi and lo > 0
+
+
+def test_a_store_re_tunes_itself_as_it_grows(tide, monkeypatch):
+    """CYBERINE_MEMORY_RETUNE=N: rebuild re-tunes when the history grew N% since the last tuning, and
+    a write starts a detached `cybmem tune --auto`; dispatch only reads what they save."""
+    import time as _time
+
+    monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(tide))
+    store = MemoryStore(tide, "tide")
+    weights_file = tide / "tide" / "weights.json"
+    off = runner.invoke(app, ["rebuild", "--project", "tide"])
+    assert off.exit_code == 0 and "tuned" not in off.stdout and not weights_file.exists(), "off by default"
+    monkeypatch.setenv("CYBERINE_MEMORY_RETUNE", "20")
+    res = runner.invoke(app, ["rebuild", "--project", "tide"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[1].startswith("Re-tuned project tide on 70 judgments (210 runs): MRR@10 on the later 35 ")
+    assert json.loads(weights_file.read_text())["tuned"]["records"] == 210
+    settings = Settings.from_env()
+    assert not T.retune_due(store, settings, 251) and T.retune_due(store, settings, 252), "20% more than 210"
+    again = runner.invoke(app, ["rebuild", "--project", "tide"])
+    assert len(again.stdout.splitlines()) == 1, "not grown since: no tuning"
+    # A write that takes the history past the mark starts one in the background; the write does not wait.
+    weights_file.unlink()  # back to the defaults, which the history has outgrown
+    (tide / "tide" / ".retune.json").write_text(json.dumps({"records": 100}))
+    write_run(make_run("late", "Handle the late output", start=T0 + 80 * 7 * DAY, cwd="/home/dev/tide"), settings)
+    deadline = _time.monotonic() + 60
+    while not weights_file.exists() and _time.monotonic() < deadline:
+        _time.sleep(0.2)
+    assert json.loads(weights_file.read_text())["tuned"]["records"] == 211, "re-tuned by the detached process"
+    # A check that keeps the weights waits for the history to grow again too.
+    assert T.auto_tune(store, settings).startswith("kept the weights of project tide: no grid point beats the current")
+    assert json.loads((tide / "tide" / ".retune.json").read_text())["records"] == 211 and not T.retune_due(store, settings)
