@@ -53,7 +53,8 @@ import numpy as np
 from .bm25 import RunLookup
 from .embeddings import read_rows
 from .errors import CybmemError, ValidationError
-from .judgments import JUDGMENT_KINDS, METRICS, Judgment, check_metric, judgments_from_store, load_judgments, merge_judgments
+from .judgments import (JUDGMENT_KINDS, METRICS, Judgment, check_metric, derived_source, judgments_from_store,
+                        load_judgments, merge_judgments)
 from .progress import Progress
 from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
 from .retrieval import parent_row, dispatch_context
@@ -1070,10 +1071,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
             raise ValidationError(f"project {snap.store.slug} implies no judgments yet{when} (no run raised, resolved "
                                   "or reopened an issue that earlier runs carried, or was dispatched by a finished "
                                   "parent); pass a judgments file with --judgments")
-        counts: dict[str, int] = {}
-        for j in js:
-            counts[j.kind or "?"] = counts.get(j.kind or "?", 0) + 1
-        source = f"derived from project {snap.store.slug} (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
+        source = derived_source(snap.store.slug, js)
     else:
         js = load_judgments(judgments) if isinstance(judgments, (str, Path)) else merge_judgments(judgments)
         source = f"from {judgments}" if isinstance(judgments, (str, Path)) else "given"
