@@ -1226,11 +1226,11 @@ def tune_cmd(
         _echo(f"Saved {what} to {saved}, with the evidence; `cybmem search` and `cybmem inject` use them from now on.")
         if overridden:
             _echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
-    elif refused:
+    elif refused and not force:
         _echo(f"Not saved: {refused}. Add --force to save them anyway.", err=True)
         raise typer.Exit(1)
-    elif save and to_save is not None and to_save == result.current:
-        _echo("The tuned weights are the current ones; weights.json left as it is.")
+    elif save:
+        _echo("Nothing to save: no weights beat the current ones; weights.json left as it is.")
     else:
         advice = f"add --save to write the checked weights to {target}" if result.refusal is None else f"--save would keep the current weights: {result.refusal}"
         _echo(f"Not saved; {advice}.")

@@ -20,7 +20,9 @@ candidates is below ``weights.floor`` (and, with vectors, no cosine reaches ``we
 the task relates to nothing in this project's memory and no run is shown. Otherwise a run may
 enter when its match is at least :data:`~cybmem.weights.FLOOR_SHARE` of the best (or its cosine
 reaches ``floor_vec``). Recency and lineage then order the runs that qualify; they never let a run
-in alone. The parent a dispatcher names is shown whatever its match.
+in alone. The parent a dispatcher names is shown whatever its match. A task without a single
+indexable word (the block a chat session gets at its start, "what were we doing") has nothing to
+judge evidence by: no floor applies, and the latest runs lead.
 """
 
 from __future__ import annotations
@@ -343,8 +345,9 @@ def rank_query(
         mask = mask & where
     if not (snap.n and mask.any()):
         return Ranked([], [], None, mask, ctx, now)
-    floor = floor and (weights.floor > 0 or (vector is not None and weights.w_vec > 0 and weights.floor_vec > 0))
     tokens = tokenize(query)
+    # Without a word to judge by (a chat session's block at its start) there is no evidence to ask for.
+    floor = floor and bool(tokens) and (weights.floor > 0 or (vector is not None and weights.w_vec > 0 and weights.floor_vec > 0))
     raw = snap.index.scores(tokens) if weights.w_kw or floor else None
     kw = raw if weights.w_kw else None
     lin = None

@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cybmem.preamble import FOOTER, HEADER, estimate_tokens, inject, strip
@@ -449,3 +450,68 @@ def test_a_corrected_parent_is_shown_by_its_correction(settings):
     assert before.runs[0].run_id == "r0" and before.runs[0].pinned == "parent"
     gone = inject_task(task, settings, project="web", parent_run_id="r9", now_ms=T0 + 12 * DAY)
     assert not any(h.pinned for h in gone.runs) and gone.warnings == []
+
+
+# --- the floor: a run enters the block only on evidence about the task ---------------------------------
+
+
+def _tiny_snapshot(texts: list[str]):
+    import pyarrow as pa
+
+    from cybmem.bm25 import KeywordIndex
+    from cybmem.snapshot import Snapshot
+    from cybmem.text import tokenize
+
+    n = len(texts)
+    ids = [f"r{i}" for i in range(n)]
+    nulls = pa.nulls(n, pa.string())
+    table = pa.table({
+        "runId": ids, "parentRunId": nulls, "previousRunId": pa.array([None] + ids[:-1], pa.string()), "rootRunId": nulls,
+        "chatSessionId": nulls, "endedAt": pa.array([T0 + i * 3_600_000 for i in range(n)], pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+        "supersedes": nulls, "supersededBy": nulls,
+    })
+    return Snapshot(None, table, None, KeywordIndex.build([tokenize(t) for t in texts]))
+
+
+def test_keyword_match_is_bm25_over_the_square_root_of_idf_mass_times_the_largest_idf():
+    import math
+
+    from cybmem.retrieval import keyword_match
+    from cybmem.text import tokenize
+
+    texts = ["cart drawer flaky", "login form", "search box", "cart total"] * 5
+    snap = _tiny_snapshot(texts)
+    tokens = tokenize("cart drawer zeppelin")
+    raw = snap.index.scores(tokens)
+    idf = lambda df: math.log1p((20 - df + 0.5) / (df + 0.5))  # noqa: E731  Lucene's, N = 20
+    mass, top = idf(10) + idf(5) + idf(0), idf(0)  # cart, drawer, and a word no run holds
+    assert snap.index.idf_mass(tokens) == pytest.approx((mass, top))
+    assert keyword_match(snap.index, tokens, raw) == pytest.approx(raw / math.sqrt(mass * top))
+    assert not keyword_match(snap.index, [], raw).any()
+
+
+def test_the_floor_keeps_out_runs_without_evidence_and_lets_the_parent_and_close_vectors_in():
+    from cybmem.retrieval import rank_query
+
+    texts = ["rework the tokenizer for unicode identifiers", "tokenizer splits unicode identifiers wrongly",
+             "bump the ci image", "release notes for 2.1", "bump the ci image again", "update the changelog"]
+    snap = _tiny_snapshot(texts)
+    w = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05, floor=0.3)
+    now = T0 + 10 * 3_600_000
+    related = rank_query(snap, "tokenizer breaks on unicode identifiers", k=5, weights=w, now_ms=now, floor=True)
+    assert sorted(related.top) == [0, 1] and related.floor.passed and related.floor.qualifying == 2
+    assert related.floor.below.tolist() == [False, False, True, True, True, True], "recency alone lets nothing in"
+    unfloored = rank_query(snap, "tokenizer breaks on unicode identifiers", k=5, weights=w, now_ms=now)
+    assert len(unfloored.top) == 5 and unfloored.floor is None
+    foreign = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=w, now_ms=now, floor=True)
+    assert foreign.top == [] and not foreign.floor.passed
+    assert foreign.floor.reason == "no earlier run relates to this task: its best keyword match is 0.00, below the floor 0.30"
+    pinned = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=w, now_ms=now, floor=True,
+                        parent_run_id="r3", pin_parent=True)
+    assert pinned.top == [3], "the parent a dispatcher names is shown whatever its match"
+    cos = np.array([0.1, 0.2, 0.1, 0.7, 0.3, 0.59], dtype=np.float32)
+    vw = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05, w_vec=0.2, floor=0.3, floor_vec=0.6)
+    by_vector = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=vw, now_ms=now, floor=True, vector=cos)
+    assert by_vector.top == [3] and by_vector.floor.best_vec == pytest.approx(0.7), "a close vector lets a run in"
+    off = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=Weights(floor=0.0), now_ms=now, floor=True)
+    assert len(off.top) == 5 and off.floor is None, "floor 0 turns it off"

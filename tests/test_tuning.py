@@ -532,43 +532,15 @@ def test_tune_says_when_every_judgment_is_met_whatever_the_weights(web):
 # --- self-tuning on a history where time relates runs ----------------------------------------------
 
 
-def _time_related_store(root: Path, pairs: int = 70) -> Path:
-    """A project where time relates runs, as in sphinx's history: the run that picks up an issue
-    lands hours after the run that raised it, in other words, while older runs share its words.
-    Derived judgments reward recency; the default weights reward the words."""
-    import random
-
-    rng = random.Random(3)
-    word = lambda: "".join(rng.choice("bcdfghjklmnpqrstvwxz") + rng.choice("aeiou") for _ in range(3))  # noqa: E731
-    proj = root / "tide"
-    (proj / "records").mkdir(parents=True)
-    (root / "projects.json").write_text(json.dumps({"tide": {"cwd": "/home/dev/tide"}}))
-    events, previous, hour = [], None, 3_600_000
-
-    def record(rid, task, start, issues=()):
-        nonlocal previous
-        rec = {"runId": rid, "cwd": "/home/dev/tide", "workflowName": "implement-task", "task": task, "state": "done",
-               "startedAt": start, "endedAt": start + hour, "lineage": {"previousRunId": previous} if previous else {},
-               "outcome": {"summary": task, "accomplished": [task], "issues": list(issues), "next": []},
-               "workers": [{"agentId": "impl-1", "state": "done"}]}
-        (proj / "records" / f"{rid}.json").write_text(json.dumps(rec))
-        previous = rid
-
-    for i in range(pairs):
-        t = T0 + i * 7 * DAY
-        topic, a_word = word(), word()
-        record(f"decoy-{i:03d}", f"Clean up the {topic} output", t - 3 * DAY)
-        record(f"opens-{i:03d}", f"Rework the {a_word} loader", t, [f"issue-{i}"])
-        events.append({"issueId": f"issue-{i}", "at": t + hour, "event": "opened", "byRunId": f"opens-{i:03d}",
-                       "title": f"Issue {i}"})
-        record(f"follows-{i:03d}", f"Handle the {topic} output", t + 3 * hour, [f"issue-{i}"])
-    (proj / "issues.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    return root
-
-
 @pytest.fixture
 def tide(tmp_path):
-    return _time_related_store(tmp_path / "mem")
+    """A project where time relates runs (data-fixtures/time_related.py): self-tuning has something to learn."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("time_related", Path(__file__).resolve().parent.parent / "data-fixtures" / "time_related.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write(tmp_path / "mem")
 
 
 def test_self_tuning_saves_the_checked_weights_with_their_evidence(tide, monkeypatch):

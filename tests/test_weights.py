@@ -16,7 +16,7 @@ from cybmem.weights import Weights, load_weights, save_weights
 def test_weights_defaults_and_dict_round_trip():
     w = Weights()
     assert w.to_dict() == {"w_kw": 0.5, "w_rec": 0.35, "w_lin": 0.05, "w_vec": 0.0, "half_life_days": 30.0,
-                           "floor": 0.4, "floor_vec": 0.5}
+                           "floor": 0.4, "floor_vec": 0.6}
     assert Weights.from_dict(w.to_dict()) == w
     assert Weights.from_dict({"w_vec": 0.2}).w_vec == 0.2
 
