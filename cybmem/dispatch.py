@@ -23,9 +23,10 @@ issues that matter for this task:
   ``w_kw * keyword + w_lin * lineage + w_rec * recency``. When the task relates to no run (it is
   below the floor), only open issues whose own title and detail match it as well as the floor asks
   are listed. A shown run's still-open issues are on its ``raised:`` line, marked ``(open)``, and
-  not listed again. At most ``CYBERINE_MEMORY_ISSUES`` (default 5; 0 turns the section off) are shown, one title
-  under several ids once, in at most a third of the token budget (:data:`ISSUE_SHARE`), with a
-  line saying how many more are open. What the issues do not use goes to the runs.
+  not listed again. At most ``CYBERINE_MEMORY_ISSUES`` (default 5; 0 turns the section off) are
+  shown, one title under several ids once, in at most a third of the token budget
+  (:data:`ISSUE_SHARE`), with a line saying how many more are open. What the issues do not use
+  goes to the runs.
 """
 
 from __future__ import annotations
@@ -304,23 +305,22 @@ def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[Cho
     """The first ``cap`` distinct titles among the related ranked rows not in ``skip`` (ids of a
     repeated title join the first), and how many open issues not in ``skip`` are left beyond them."""
     left = int((~skip).sum())
-    pick = skip | ~ranking.related
-    if not left or cap <= 0 or pick.all():
+    out = skip | ~ranking.related  # what may not be chosen
+    available = int((~out).sum())
+    if not left or cap <= 0 or not available:
         return [], left
-    outside = skip
-    skip = pick
     all_keys = ranking.title_keys()
     size = 4 * cap
     while True:  # a prefix of the order long enough to hold `cap` distinct titles
-        order = ranking.top(size, skip)
+        order = ranking.top(size, out)
         keys = all_keys[order]
         _, first = np.unique(keys, return_index=True)
-        if len(first) >= cap or len(order) >= int((~skip).sum()):
+        if len(first) >= cap or len(order) >= available:
             break
         size *= 4
     leaders = np.sort(first)[:cap]  # positions in `order` of each chosen title's best row
     lead_keys = keys[leaders]
-    members = np.isin(all_keys, lead_keys) & ~outside  # every open issue under a chosen title, in rank order
+    members = np.isin(all_keys, lead_keys) & ~skip  # every open issue under a chosen title, in rank order
     chosen = {int(k): ranking.issue(int(order[p])) for k, p in zip(lead_keys.tolist(), leaders.tolist())}
     for i in ranking._sorted(np.flatnonzero(members)).tolist():
         c = chosen[int(all_keys[i])]

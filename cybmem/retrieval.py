@@ -15,9 +15,10 @@ idf mass (the sum of the idf of its distinct terms, words the project never used
 the largest idf there can be (a word no run holds): a score that does not grow with the task's
 length (the square-root length normalisation of Zhou and Croft's WIG query-performance
 predictor, CIKM 2007) nor with the number of runs (idf grows with its log). A task of m rare
-words that one run holds, each often, matches it at about sqrt(m); half of them, at about half. When the task's best match among the
-candidates is below ``weights.floor`` (and, with vectors, no cosine reaches ``weights.floor_vec``)
-the task relates to nothing in this project's memory and no run is shown. Otherwise a run may
+words that one run holds, each often, matches it at about sqrt(m); half of them, at about half.
+When the task's best match among the candidates is below ``weights.floor`` (and, with vectors,
+no cosine reaches ``weights.floor_vec``) the task relates to nothing in this project's memory and
+no run is shown. Otherwise a run may
 enter when its match is at least :data:`~cybmem.weights.FLOOR_SHARE` of the best (or its cosine
 reaches ``floor_vec``). Recency and lineage then order the runs that qualify; they never let a run
 in alone. The parent a dispatcher names is shown whatever its match. A task without a single
@@ -242,8 +243,7 @@ def _apply_floor(snap: Snapshot, tokens: list[str], raw: np.ndarray | None, cos:
     best = float(np.max(match, where=mask, initial=0.0))
     ok = np.zeros(n, dtype=bool)
     if best >= weights.floor and best > 0:
-        ok = match >= np.float32(max(FLOOR_SHARE * best, 0.0))
-        ok &= match > 0
+        ok = (match >= np.float32(FLOOR_SHARE * best)) & (match > 0)
     best_vec = None
     if cos is not None:
         best_vec = float(np.max(cos, where=mask, initial=0.0))

@@ -1009,13 +1009,13 @@ def _without_lineage(js: Sequence[Judgment]) -> list[Judgment]:
 
 
 def _validate(m: AxisMatrices, axes: dict[str, Any], metric: str, k: int, current: Weights,
-              text: AxisMatrices | None) -> Validation | None:
+              text: AxisMatrices | None, progress: bool | None = False) -> Validation | None:
     """Search on the earlier half of ``m`` (by asOf), score tuned and current weights on the later half."""
     folds = time_folds(m)
     if folds is None:
         return None
     early, late = folds
-    g = grid_search(early, metric=metric, k=k, progress=False, **axes)
+    g = grid_search(early, metric=metric, k=k, progress=progress, **axes)
     tuned = g.best
     cur_ok = any(_weight_vector(current, True))
     per_t = evaluate(late, tuned, metric=metric, k=k, per_query=True)
@@ -1118,21 +1118,21 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     # Tune for the dispatch runs will get: judgments that name a parent or chat are also checked as text alone.
     text = None
     if any(j.parent_run_id or j.chat_session_id for j in m.judgments):
-        text = axis_matrices(snap, _without_lineage(m.judgments), k=k, query_vectors=qv, progress=False)
+        text = axis_matrices(snap, _without_lineage(m.judgments), k=k, query_vectors=qv, progress=progress)
         text.weights = m.weights
         if text.n != m.n:  # a judgment answerable only through its parent: compare like with like
             text = None
-    result.validation = _validate(m, axes, metric, k, current, text)
+    result.validation = _validate(m, axes, metric, k, current, text, progress)
     v = result.validation
     if v is not None and result.refusal is None:
-        floor, note = learn_floor(snap, m.judgments, dataclasses.replace(v.tuned), topk=topk or settings.topk)
+        floor, note = learn_floor(snap, m.judgments, v.tuned, topk=topk or settings.topk, progress=progress)
         v.tuned = dataclasses.replace(v.tuned, floor=floor) if floor is not None else v.tuned
         result.floor_note = note
     return result
 
 
 def learn_floor(snap: Snapshot, judgments: Sequence[Judgment], weights: Weights, *, topk: int,
-                keep: float = FLOOR_KEEP) -> tuple[float | None, str]:
+                keep: float = FLOOR_KEEP, progress: bool | None = False) -> tuple[float | None, str]:
     """The highest floor that keeps at least ``keep`` of the judgments whose relevant run the block
     (its top ``topk``, dispatch's rule) shows: learned from the project's own judgments.
 
@@ -1145,7 +1145,9 @@ def learn_floor(snap: Snapshot, judgments: Sequence[Judgment], weights: Weights,
     best: list[float] = []
     hits = 0
     row_of: dict[str, int] | None = None
+    bar = _progress(len(judgments), "floor", progress)
     for j in judgments:
+        bar.update()
         ranked = rank_query(snap, j.query, k=topk, weights=probe, as_of=j.as_of, parent_run_id=None,
                             chat_session_id=j.chat_session_id, exclude=j.query_run_id, floor=True)
         if ranked.floor is None or not ranked.top:
@@ -1156,6 +1158,7 @@ def learn_floor(snap: Snapshot, judgments: Sequence[Judgment], weights: Weights,
         if rel & set(ranked.top):
             best.append(ranked.floor.best)
         hits += 1
+    bar.close()
     if len(best) < MIN_JUDGMENTS // 2:
         return None, (f"the floor stays at {weights.floor:g}: only {len(best)} judgment(s) show a relevant run "
                       f"without one (at least {MIN_JUDGMENTS // 2} are needed to learn it)")
