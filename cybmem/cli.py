@@ -609,7 +609,9 @@ def rebuild_cmd(
     """Regenerate index.json from records/ alone (deleting index.json loses nothing).
 
     Entries past CYBERINE_MEMORY_INDEX_CAP (default 500) are archived: listed compactly in
-    index.json and one line each in archive-summary.md; --full keeps every entry.
+    index.json and one line each in archive-summary.md; --full keeps every entry. With
+    CYBERINE_MEMORY_RETUNE=N and a history grown N% since its last tuning, the weights are
+    re-tuned too (`cybmem tune --auto`).
 
     Example: cybmem rebuild --project web
     """
@@ -617,14 +619,23 @@ def rebuild_cmd(
     count = store.rebuild_index(full=full)
     _warn(p.message for p in store.problems)
     archived = len(store.archived_ids())
+    retuned = None
+    if ctx.settings.retune > 0:
+        from .tuning import auto_tune, retune_due
+
+        if retune_due(store, ctx.settings, count):
+            retuned = auto_tune(store, ctx.settings)
     if ctx.json:
         _print_json({"project": store.slug, "records": count, "entries": count - archived, "archived": archived,
-                     "index": str(store.index_path)})
-    elif archived:
+                     "index": str(store.index_path), **({"retuned": retuned} if retuned else {})})
+        return
+    if archived:
         typer.echo(f"Rebuilt {store.index_path} from {count} records: {count - archived} entries, {archived} archived "
                    f"(older than the newest {store.index_cap}; listed in {store.archive_path.name}).")
     else:
         _echo(f"Rebuilt {store.index_path} from {count} records.")
+    if retuned:
+        _echo(retuned[0].upper() + retuned[1:] + ".")
 
 
 def _read_input(source: str, hint: str = "RUN_JSON") -> bytes:
@@ -949,6 +960,19 @@ def _explain_lines(result) -> list[str]:
              f"issue cap {d['settings']['issues']}"]
     if "weights" in d:
         lines.append("weights: " + ", ".join(f"{k}={v:g} ({d['weightSources'].get(k, 'argument')})" for k, v in d["weights"].items()))
+        if d.get("tuned"):
+            lines.append(f"weights source: {d['tuned']}")
+    fl = d.get("floor")
+    if fl:
+        if fl.get("reason"):
+            lines.append(f"floor: {fl['reason']}; no run may enter")
+        else:
+            lines.append(f"floor: the task's best keyword match {fl['best']:.2f} >= {fl['floor']:.2f}, so runs matching "
+                         f">= {fl['cut']:.2f} may enter ({fl['qualifying']} of {fl['candidates']} runs)"
+                         + (f"; or a cosine >= {fl['floorVec']:.2f}" if "floorVec" in fl else ""))
+        for h in fl.get("below", []):
+            lines.append(f"below  {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
+                         f"{subject_line(h['task'], 50)}")
     for h in d["runs"]:
         pin = "  (parent of this run: shown first)" if h.get("pinned") == "parent" else ""
         lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
@@ -1087,9 +1111,9 @@ def _weights_row(name: str, w, *values: str) -> list[str]:
     return [name] + [f"{getattr(w, a):g}" for a in _W_FIELDS] + list(values)
 
 
-JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (issue resolutions, parent runs).", show_default=False)]
+JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (runs that raised, resolved or reopened an issue earlier runs carried; parent runs).", show_default=False)]
 MetricOpt = Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")]
-DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: issue (a resolving run should see the runs that carried the issue), parent (a dispatched run should see its parent).")]
+DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: raised, resolved, reopened (a run that raised, resolved or reopened an issue should see the earlier runs that carried it; issue = all three), parent (a dispatched run should see its parent).")]
 
 
 def _metric_and_kinds(metric: str, derive: str) -> list[str]:
@@ -1098,8 +1122,8 @@ def _metric_and_kinds(metric: str, derive: str) -> list[str]:
     if metric not in METRICS:
         raise typer.BadParameter(f"{metric!r} is not one of {', '.join(METRICS)}", param_hint="--metric")
     kinds = [x for x in derive.replace(" ", "").split(",") if x]
-    if not kinds or set(kinds) - set(JUDGMENT_KINDS):
-        raise typer.BadParameter(f"{derive!r}: choose from {', '.join(JUDGMENT_KINDS)}", param_hint="--derive")
+    if not kinds or set(kinds) - set(JUDGMENT_KINDS) - {"issue"}:
+        raise typer.BadParameter(f"{derive!r}: choose from issue, {', '.join(JUDGMENT_KINDS)}", param_hint="--derive")
     return kinds
 
 
@@ -1112,45 +1136,59 @@ def tune_cmd(
     steps: Annotated[int, typer.Option("--steps", help="Values per weight: STEPS points from 0 to 1.", min=2)] = 11,
     half_lives: Annotated[Optional[str], typer.Option("--half-lives", help="Comma-separated half-lives in days (default: 1,3,7,14,30,60,120,365 and the current one).", show_default=False)] = None,
     derive: DeriveOpt = "issue,parent",
-    save: Annotated[bool, typer.Option("--save", help="Write the best weights to the project's weights.json, which search and inject read (refused when they would not hold up: see --force).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that lose on the later judgments, switch the keyword axis off, or come from judgments that cannot test keywords.")] = False,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", help="Tune as of this moment (ISO date/time or epoch ms): only the runs, ledger events and judgments that existed then, so the result can be checked on what came after.", show_default=False)] = None,
+    save: Annotated[bool, typer.Option("--save", help="Write the weights tuned on the earlier half of the judgments, and checked on the later half, to the project's weights.json with the evidence (refused when they do not beat the current ones there: see --force).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that do not beat the current ones on the later judgments, switch the keyword axis off, or come from too few judgments.")] = False,
     all_weights: Annotated[bool, typer.Option("--all-weights", help="Search w_kw, w_rec and the half-life even when fewer than 10 judgments test keywords (by default only w_lin is searched then).")] = False,
+    auto: Annotated[bool, typer.Option("--auto", help="Tune on the store's own judgments, save only what passes every check, print one line, exit 0 (what CYBERINE_MEMORY_RETUNE runs as the history grows).")] = False,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
-    """Grid-search the retrieval weights against relevance judgments; print the best against the current ones.
+    """Grid-search the retrieval weights against relevance judgments; check them on later judgments; save them.
 
-    Every query is replayed as dispatch would have answered it at its moment (only runs that had
-    ended count). The search is also run on the earlier half of the judgments and scored on the
-    later half; --save refuses weights that would not hold up (they lose there, switch keywords
-    off, or come only from judgments that lineage decides) unless --force. With --save the best
-    weights go to <memory dir>/<project>/weights.json.
+    Without --judgments the judgments come from the project's own history: a run that raised,
+    resolved or reopened an issue should have been shown the earlier runs that carried it (asked
+    with its task, the issue's references taken out, as text alone), and a dispatched run its
+    parent. Every query is replayed as dispatch would have answered it at its moment (only runs
+    that had ended count). The weights are searched on the earlier half of the judgments and
+    scored on the later half; --save writes those checked weights (never ones fitted to the
+    judgments they are checked on), with the evidence, and only when they beat the current weights
+    there (90% bootstrap interval above 0) and hold up asked as text alone; with fewer than 30
+    judgments that test the weights it keeps the current ones. --force saves anyway.
 
-    Example: cybmem tune --project web -j qrels.jsonl --metric ndcg -k 3 --save
+    Example: cybmem tune --project web --as-of 2026-06-01 --save
     """
-    from .tuning import save_project_weights, tune
+    from .tuning import auto_tune, evidence_of, save_project_weights, tune
 
+    if auto:
+        line = auto_tune(ctx.store(), ctx.settings, progress=progress)
+        _print_json({"result": line}) if ctx.json else _echo(line[0].upper() + line[1:] + ".")
+        return
     kinds = _metric_and_kinds(metric, derive)
     hl = _floats(half_lives, "--half-lives")
+    moment = parse_time(as_of, "--as-of") if as_of is not None else None
     store = ctx.store()
-    result = tune(store, judgments=judgments, metric=metric, k=k, steps=steps, half_lives=hl, settings=ctx.settings,
-                  kinds=kinds, hold_few=not all_weights, progress=progress)
+    result = tune(store, judgments=judgments, as_of=moment, metric=metric, k=k, steps=steps, half_lives=hl,
+                  settings=ctx.settings, kinds=kinds, hold_few=not all_weights, progress=progress)
     saved, overridden = None, []
     refused = result.refusal if save else None
-    if save and result.best_in_grid and (refused is None or force):
-        saved, overridden = save_project_weights(store, result.best, ctx.settings)
+    to_save = result.saves if result.saves is not None else (result.best if force else None)
+    if save and to_save is not None and to_save != result.current and (refused is None or force):
+        saved, overridden = save_project_weights(store, to_save, ctx.settings, evidence=evidence_of(result),
+                                                 expect=result.state)
         refused = None
     if ctx.json:
         _print_json({**result.to_dict(), "saved": str(saved) if saved else None, "overriddenBy": overridden,
                      "notSaved": refused})
-        if refused and result.best_in_grid:
+        if refused:
             raise typer.Exit(1)
         return
     shape = " x ".join(str(len(result.axes[a])) for a in ("w_kw", "w_rec", "w_lin"))
     if len(result.axes["w_vec"]) > 1:
         shape += f" x {len(result.axes['w_vec'])}"
     kinds_text = ", ".join(f"{n} {kind}" for kind, n in sorted(result.kinds.items()))
-    _echo(f"Judgments: {result.judgments} {result.source.split(' (')[0]} ({kinds_text})"
-               + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
+    when = f" as of {_when(result.as_of)}" if result.as_of is not None else ""
+    _echo(f"Judgments: {result.judgments} {result.source.split(' (')[0]}{when} ({kinds_text})"
+          + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
     if result.keyword_held:
         _echo(f"Note: {result.keyword_held}.")
     if result.vector_note:
@@ -1158,33 +1196,43 @@ def tune_cmd(
     if result.met_note:
         _echo(f"Note: {result.met_note}.")
     _echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
-               f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
+          f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
     _echo("")
     v = result.validation
     heads = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()]
     rows = [_weights_row("current", result.current, f"{result.current_metric:.4f}"),
-            _weights_row("best", result.best, f"{result.best_metric:.4f}  ({result.improvement:+.4f})")]
+            _weights_row("best on all", result.best, f"{result.best_metric:.4f}  ({result.improvement:+.4f})")]
     _table(heads, rows, fit=_whole)
     if v is not None:
         _echo("")
-        _echo(f"Checked on time: searched on the earlier {v.earlier} judgments, scored on the later {v.later}:")
-        _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "EARLIER", "LATER"], [
-            _weights_row("current", result.current, f"{v.current_earlier:.4f}", f"{v.current_later:.4f}"),
-            _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", f"{v.tuned_later:.4f}"),
+        _echo(f"Checked on time: searched on the earlier {v.earlier} judgments, scored on the later {v.later} "
+              f"(90% interval of the gain {v.interval[0]:+.4f} to {v.interval[1]:+.4f}):")
+        later = [f"{v.current_later:.4f}", f"{v.tuned_later:.4f}"]
+        heads2 = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "EARLIER", "LATER"]
+        text = v.text_tuned_later is not None
+        if text:
+            heads2.append("LATER AS TEXT")
+        _table(heads2, [
+            _weights_row("current", result.current, f"{v.current_earlier:.4f}", later[0], *([f"{v.text_current_later:.4f}"] if text else [])),
+            _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", later[1], *([f"{v.text_tuned_later:.4f}"] if text else [])),
         ], fit=_whole)
+    if result.floor_note:
+        _echo(f"Floor: {result.floor_note}.")
     _echo("")
     target = store.dir / "weights.json"
-    if not result.best_in_grid:
-        _echo("No grid point beats the current weights" + ("; weights.json left as it is." if save else "."))
-    elif saved:
-        _echo(f"Saved to {saved}; `cybmem search` and `cybmem inject` use these weights from now on.")
+    if saved:
+        what = ("the weights tuned on the earlier judgments and checked on the later ones" if result.saves is not None
+                else "the best weights on all judgments (not checked on later ones)")
+        _echo(f"Saved {what} to {saved}, with the evidence; `cybmem search` and `cybmem inject` use them from now on.")
         if overridden:
             _echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
-    elif refused:
+    elif refused and not force:
         _echo(f"Not saved: {refused}. Add --force to save them anyway.", err=True)
         raise typer.Exit(1)
+    elif save:
+        _echo("Nothing to save: no weights beat the current ones; weights.json left as it is.")
     else:
-        advice = f"add --save to write {target}" if result.refusal is None else f"--save would refuse: {result.refusal}"
+        advice = f"add --save to write the checked weights to {target}" if result.refusal is None else f"--save would keep the current weights: {result.refusal}"
         _echo(f"Not saved; {advice}.")
 
 

@@ -478,7 +478,7 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
         for name, (needed, why) in _NEEDS.items():
             if extra.get(needed) is None:
                 result.left_out[name] = why
-                stream.write(f"{name}: left out: {why}\n")
+                stream.write(f"[left out] {name}: {why}\n")
         paths = [p for p in paths if p.name not in result.left_out]
     pages: list[tuple[str, Path, float]] = []
     for i, path in enumerate(paths, 1):

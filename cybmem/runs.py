@@ -412,8 +412,23 @@ def write_run(
     since = _size(store.embeddings_path)  # no line for this new record can predate it
     path, written = store.commit(rec, events, corrects=old_id)
     embedded = _embed_written(store, rec, settings, since, warnings)
+    _retune_if_grown(store, settings)
     return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store, notes=warnings,
                        distilled=distilled, embedded=embedded)
+
+
+def _retune_if_grown(store: MemoryStore, settings: Settings) -> None:
+    """CYBERINE_MEMORY_RETUNE: when the history has grown enough since the last tuning, tune it in
+    a detached process (cybmem.tuning.spawn_auto_tune); the write never waits for it or fails by it."""
+    if settings.retune <= 0:
+        return
+    try:
+        from .tuning import retune_due, spawn_auto_tune
+
+        if retune_due(store, settings):
+            spawn_auto_tune(store, settings)
+    except Exception:  # noqa: BLE001 - an optional layer never fails the write
+        pass
 
 
 def _size(path: Path) -> int:
