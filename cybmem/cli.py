@@ -890,7 +890,7 @@ AsOfOpt = Annotated[
     Optional[str],
     typer.Option("--as-of", help="Replay memory as of a moment: epoch milliseconds or an ISO date; later records are ignored and recency is measured from then.", show_default=False),
 ]
-ParentOpt = Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched (default: $CYBERINE_PARENT_RUN_ID).")]
+ParentOpt = Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched, or a unique prefix of it (default: $CYBERINE_PARENT_RUN_ID).")]
 ChatOpt = Annotated[Optional[str], typer.Option("--chat", help="Chat session id (default: $CYBERINE_CHAT_SESSION_ID).")]
 
 
@@ -935,7 +935,14 @@ def search_cmd(
     """
     from .retrieval import search
 
+    from .errors import NotFoundError
+
     store = ctx.store()
+    try:  # a prefix as the MEMORY block prints it, as inject takes it
+        parent = store.resolve_link(parent or ctx.settings.parent_run_id)
+    except NotFoundError as exc:
+        _warn([f"no parent run for the lineage axis (--parent / CYBERINE_PARENT_RUN_ID): {exc}"])
+        parent = None
     result = search(store, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
                     parent_run_id=parent, chat_session_id=chat, filter=f)
     result.hits = result.hits[offset:]
