@@ -100,7 +100,7 @@ def issue_fold(events: "pd.DataFrame | MemoryStore | Snapshot", *, now: "pd.Time
 
     Returns:
         Columns issueId, title, state, openedAt, resolvedAt, lastAt, age (open: now - openedAt;
-        resolved: time to resolve), reopenCount, events, openedBy, resolvedBy, lastBy, detail.
+        resolved: time to resolve; never below zero), reopenCount, events, openedBy, resolvedBy, lastBy, detail.
     """
     import pandas as pd
 
@@ -109,7 +109,9 @@ def issue_fold(events: "pd.DataFrame | MemoryStore | Snapshot", *, now: "pd.Time
     out = issues.fold_table(table).to_pandas(types_mapper=_types_mapper)
     now = now if now is not None else pd.Timestamp.now(tz="UTC")
     open_ = out["state"].isin(list(issues.OPEN))
-    out["age"] = (now - out["openedAt"]).where(open_, out["resolvedAt"] - out["openedAt"])
+    # Never negative: an event stamped before the one it follows in the ledger (clock skew between
+    # writers; `cybmem doctor` names them) counts as happening at the same moment.
+    out["age"] = (now - out["openedAt"]).where(open_, out["resolvedAt"] - out["openedAt"]).clip(lower=pd.Timedelta(0))
     return out[_FOLD_COLUMNS]
 
 
