@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import types
 from dataclasses import dataclass
@@ -101,6 +102,8 @@ class Ctx:
 
 
 def _error(message: str, code: int, as_json: bool) -> None:
+    if _INTERRUPTED:
+        return  # what failed because of Ctrl-C: main says "interrupted" instead
     if as_json:
         _echo(json.dumps({"error": message, "exitCode": code}, ensure_ascii=False), err=True)
     else:
@@ -1690,11 +1693,47 @@ def _app_for(args: list[str]) -> typer.Typer:
     return one
 
 
+#: Set by :func:`_on_sigint`: the person pressed Ctrl-C (see :func:`main`).
+_INTERRUPTED = False
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C ended
+
+
+def _on_sigint(signum, frame) -> None:
+    """SIGINT: remember it, then raise KeyboardInterrupt as Python's own handler does (a library
+    may turn it into another exception, e.g. asyncio's CancelledError: the flag still says why)."""
+    global _INTERRUPTED
+    _INTERRUPTED = True
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json)."""
+    """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json).
+
+    Ctrl-C, wherever it lands (a command's body, a notebook kernel's event loop, a Dask client), ends
+    the command with exit code 130 and one line on stderr, ``cybmem: interrupted``, with no
+    traceback: every file cybmem writes goes to a temp file that is renamed into place only when
+    whole, and the unwinding removes the temp file. A second Ctrl-C while that unwinding runs ends
+    the process at once.
+    """
     global _ONE_COMMAND_PROCESS
     _ONE_COMMAND_PROCESS = True
-    args = sys.argv[1:]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
+        signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        code = _main(sys.argv[1:])
+    except BaseException:  # noqa: BLE001 - re-raised unless Ctrl-C caused it
+        if not _INTERRUPTED:
+            raise
+    if _INTERRUPTED:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        _echo("cybmem: interrupted", err=True)
+        sys.exit(INTERRUPTED_EXIT)
+    sys.exit(code)
+
+
+def _main(args: list[str]) -> int:
     as_json = "--json" in args
     _plain_coercion()
     command_ = typer.main.get_command(_app_for(args))
@@ -1705,14 +1744,14 @@ def main() -> None:
             _error(exc.format_message(), exc.exit_code, True)
         else:
             exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except typer.Abort:
         _echo("Aborted!", err=True)
-        sys.exit(1)
+        return 1
     except ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+        return exc.exit_code
+    return code if isinstance(code, int) else 0
 
 
 def console() -> None:
