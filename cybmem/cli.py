@@ -19,6 +19,7 @@ import inspect
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import sys
@@ -912,6 +913,18 @@ def _task_text(task: Optional[str], file: Optional[Path]) -> str:
     return task
 
 
+def _stdin_holds_input() -> bool:
+    """Whether stdin holds text for an optional input (``inject --system``): a file, or a pipe
+    with data or its end already there. A terminal does not, nor a pipe nobody has written to
+    (a dispatcher that leaves its child's stdin open): reading it would wait for ever."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return False
+    try:
+        return bool(select.select([sys.stdin], [], [], 0)[0])
+    except (OSError, ValueError):  # no file descriptor (a test runner's stdin): it was given
+        return True
+
+
 def _fmt_axes(contrib: dict) -> str:
     short = {"keyword": "kw", "recency": "rec", "lineage": "lin", "vector": "vec"}
     return " ".join(f"{short.get(k, k)}={v:.3f}" for k, v in contrib.items() if v or k != "vector")
@@ -1076,9 +1089,9 @@ def inject_cmd(
     """
     from .dispatch import Injection, inject_task
 
-    # --system ranks for the task too when one is given (an argument, --file or a pipe on stdin);
-    # alone at a terminal it builds the block for no task in particular.
-    bare = task is None and file is None and (sys.stdin is None or sys.stdin.isatty())
+    # --system ranks for the task too when one is given (an argument, --file or stdin); without
+    # one it builds the block for no task in particular.
+    bare = task is None and file is None and not _stdin_holds_input()
     text = "" if system and bare else _task_text(task, file)
     if not system and not text.strip():
         raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
@@ -1712,8 +1725,8 @@ def main() -> None:
     Ctrl-C, wherever it lands (a command's body, a notebook kernel's event loop, a Dask client), ends
     the command with exit code 130 and one line on stderr, ``cybmem: interrupted``, with no
     traceback: every file cybmem writes goes to a temp file that is renamed into place only when
-    whole, and the unwinding removes the temp file. A second Ctrl-C while that unwinding runs ends
-    the process at once.
+    whole, and the unwinding removes the temp file. A second Ctrl-C cuts that unwinding short; one
+    more after the line ends the process at once.
     """
     global _ONE_COMMAND_PROCESS
     _ONE_COMMAND_PROCESS = True
@@ -1721,10 +1734,14 @@ def main() -> None:
         signal.signal(signal.SIGINT, _on_sigint)
     try:
         code = _main(sys.argv[1:])
+    except KeyboardInterrupt:
+        code = INTERRUPTED_EXIT
     except BaseException:  # noqa: BLE001 - re-raised unless Ctrl-C caused it
         if not _INTERRUPTED:
             raise
-    if _INTERRUPTED:
+    # typer turns a KeyboardInterrupt into exit code 130 (no command exits so otherwise); pyarrow's
+    # readers take SIGINT for themselves while they run and raise it, past _on_sigint.
+    if _INTERRUPTED or code == INTERRUPTED_EXIT:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()

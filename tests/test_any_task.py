@@ -107,6 +107,27 @@ def test_system_ranks_for_the_task_on_stdin(fixture_copy):
     assert p.returncode == 0 and p.stdout == given["block"] + "\n"
 
 
+def test_system_does_not_wait_on_a_stdin_nobody_writes_to(fixture_copy):
+    """A dispatcher that leaves its child's stdin open (a pipe with nothing in it) gets the block
+    for no task at once, as before, instead of a process waiting for ever."""
+    exe = shutil.which("cybmem")
+    cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli import console; console()"]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")},
+           "CYBERINE_MEMORY_DIR": str(fixture_copy)}
+    p = subprocess.Popen([*cmd, "inject", "--system", "--project", "web", "--as-of", NOW, "--json"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert p.wait(timeout=60) == 0
+        d = json.loads(p.stdout.read())
+    finally:
+        p.kill()
+        for stream in (p.stdin, p.stdout, p.stderr):
+            stream.close()
+    blank = json.loads(run("inject", "--system", "--project", "web", "--as-of", NOW, "--memory-dir", fixture_copy,
+                           "--json", input="").stdout)
+    assert d["task"] == "" and d["block"] == blank["block"]
+
+
 # --- --parent takes the prefix the block prints ------------------------------------------------------
 
 
