@@ -391,7 +391,7 @@ def _named_project(root: Path, project: str, *, create: bool, known: dict[str, d
         known = known if known is not None else known_projects(root)
     except StoreError:  # a broken projects.json: the directories at least
         known = {}
-    names = on_disk | set(known)
+    names = set(project_dirs(root)) | set(known)
     similar = look_alikes(project, names)
     if similar:
         shown = f"{project!r}" + (f" ({ascii(project)[1:-1]})" if not project.isascii() else "")
