@@ -95,6 +95,10 @@ def main() -> None:
             "Search and the issue fold over every machine's export (8 machines, millions of runs as Parquet): "
             "Dask on a LocalCluster against the same partition functions in one process; times and each "
             "process's own peak memory."),
+        run("The MCP server", ["benchmarks/bench_mcp.py"],
+            "Per-call latency of `cybmem mcp` over stdio, driven by the MCP SDK's client, for `search` and "
+            "`memory_block` on the 7.7k corpus (warm: the snapshot held in the server), beside the same calls "
+            "in process and the CLI (`cybmem search`, `cybmem inject --system` subprocesses) on the same queries."),
         run("Index compaction", ["benchmarks/bench_compaction.py", "--sizes", "7761,100000"],
             "index.json compacted to 500 entries against the full index: its size, the check against records/ "
             "every reader of the index makes, the write path's latest_run_id, and `cybmem chain` (it walks the "

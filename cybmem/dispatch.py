@@ -41,7 +41,7 @@ from .retrieval import Hit, SearchResult, search
 from .scoring import MS_PER_DAY, normalize_keyword
 from .settings import Settings
 from .snapshot import load_snapshot, opened_in
-from .store import MemoryStore, resolve_link
+from .store import MemoryStore
 from .text import tokenize
 from .weights import LoadedWeights, Weights, weights_for
 
@@ -258,10 +258,12 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
                         snap.records.column("runId"), codes)
 
 
-def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None) -> list[ChosenIssue]:
-    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best first."""
+def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None,
+                limit: int | None = None) -> list[ChosenIssue]:
+    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best
+    first; only the first ``limit`` when given (a store can hold tens of thousands of open issues)."""
     ranking = _rank(result, weights, as_of=as_of)
-    return [ranking.issue(i) for i in ranking.order.tolist()]
+    return [ranking.issue(i) for i in (ranking.order if limit is None else ranking.top(limit)).tolist()]
 
 
 def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:
@@ -300,7 +302,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     snap = load_snapshot(store)
     store.note_problems(snap.problems)  # reported by the caller
     try:  # the id form the block prints (8 characters) names the parent too
-        parent_run_id = resolve_link(parent_run_id or settings.parent_run_id, snap.records.column("runId"), store.slug)
+        parent_run_id = snap.resolve_link(parent_run_id or settings.parent_run_id)
     except NotFoundError as exc:
         inj.warnings.append(f"no parent run shown first (--parent / CYBERINE_PARENT_RUN_ID): {exc}")
         parent_run_id = None

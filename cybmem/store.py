@@ -47,8 +47,7 @@ from .projects import select_project, validate_slug
 from .schema import ISSUE_ID_RE, IssueEvent, MemoryRecord, ms_to_utc, validate_run_id
 from .settings import DEFAULT_INDEX_CAP, Settings
 
-__all__ = ["MemoryStore", "ReadProblem", "MAX_RECORD_BYTES", "MAX_LEDGER_BYTES", "parse_record", "index_entry", "entry_of",
-           "resolve_link"]
+__all__ = ["MemoryStore", "ReadProblem", "MAX_RECORD_BYTES", "MAX_LEDGER_BYTES", "parse_record", "index_entry", "entry_of"]
 
 LOCK_FILE = ".lock"
 ARCHIVE_FILE = "archive-summary.md"
@@ -144,50 +143,6 @@ def entry_of(fields: dict) -> dict:
             entry[key] = fields[key]
     entry["inode"] = fields["inode"]
     return entry
-
-
-def _ambiguous(prefix: str, matches: list[str]) -> str:
-    shown = ", ".join(matches[:10]) + (f", … ({len(matches)} in all)" if len(matches) > 10 else "")
-    return f"prefix {prefix!r} matches {len(matches)} records: {shown}; give more characters"
-
-
-def resolve_link(run_id: str | None, ids, project: str) -> str | None:
-    """The run a lineage id given to dispatch names (``--parent``, CYBERINE_PARENT_RUN_ID):
-    exact, or a unique prefix as ``cybmem show`` takes one (the MEMORY block prints the first 8
-    characters of an id). An id that is the start of no record but at least as long as the
-    project's shortest run id is kept as given: a run not recorded yet (a parent still running)
-    or one of another project.
-
-    Args:
-        run_id: the id as given (None or blank: None).
-        ids: every run id of the project: a list, or a pyarrow string array (a snapshot's
-            column, matched without leaving Arrow).
-        project: the project's slug, for the messages.
-
-    Raises:
-        AmbiguousError: the start of several records' ids.
-        NotFoundError: the start of none, and shorter than every run id of the project: it can
-            only be a mistyped abbreviation.
-    """
-    run_id = (run_id or "").strip() or None
-    if run_id is None:
-        return None
-    if isinstance(ids, (list, tuple)):
-        matches = [i for i in ids if i.startswith(run_id)]
-        shortest = min(map(len, ids), default=0)
-    else:
-        import pyarrow.compute as pc
-
-        matches = ids.filter(pc.starts_with(ids, pattern=run_id)).to_pylist() if len(ids) else []
-        shortest = (pc.min(pc.utf8_length(ids)).as_py() or 0) if len(ids) else 0
-    if run_id in matches or len(matches) == 1:
-        return run_id if run_id in matches else matches[0]
-    if matches:
-        raise AmbiguousError(_ambiguous(run_id, sorted(matches)))
-    if len(run_id) < shortest:
-        raise NotFoundError(f"no record of project {project} starts with {run_id!r}, and it is too short to be a "
-                            "whole run id; see `cybmem list`")
-    return run_id
 
 
 def _sort_key(entry: dict) -> tuple:
@@ -421,25 +376,16 @@ class MemoryStore:
         prefix = (prefix or "").strip()
         if not prefix:
             raise ValidationError("a run id or prefix is required")
-        return self._resolve_in(prefix, self.run_ids())
-
-    def _resolve_in(self, prefix: str, ids: list[str]) -> str:
+        ids = self.run_ids()
         if prefix in ids:
             return prefix
         matches = [i for i in ids if i.startswith(prefix)]
         if not matches:
             raise NotFoundError(f"no record matches {prefix!r} in project {self.slug}; see `cybmem list`")
         if len(matches) > 1:
-            raise AmbiguousError(_ambiguous(prefix, matches))
+            shown = ", ".join(matches[:10]) + (f", … ({len(matches)} in all)" if len(matches) > 10 else "")
+            raise AmbiguousError(f"prefix {prefix!r} matches {len(matches)} records: {shown}; give more characters")
         return matches[0]
-
-    def resolve_link(self, run_id: str | None) -> str | None:
-        """:func:`resolve_link` over this project's record files."""
-        run_id = (run_id or "").strip() or None
-        with contextlib.suppress(ValidationError):  # not a run id's shape: the walk below says so
-            if run_id is not None and self.record_path(run_id).is_file():
-                return run_id  # a whole id with a record: one stat, no listing
-        return resolve_link(run_id, self.run_ids(), self.slug)
 
     # --- writing -----------------------------------------------------------------
 

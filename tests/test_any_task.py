@@ -157,7 +157,7 @@ def test_an_unknown_or_ambiguous_parent_prefix_warns_and_the_task_still_goes_out
     env = {"CYBERINE_MEMORY_DIR": str(fixture_copy)}
     ids = _ids(fixture_copy)
     shared = next(a[:2] for a, b in zip(ids, ids[1:]) if a[:2] == b[:2])
-    for given, why in (("6a4aad8z", "no record of project web starts with '6a4aad8z'"),
+    for given, why in (("6a4aad8z", "no record matches '6a4aad8z' in project web"),
                        (shared, f"prefix '{shared}' matches")):
         for how in (["--parent", given], []):
             extra = {} if how else {"CYBERINE_PARENT_RUN_ID": given}
@@ -169,16 +169,18 @@ def test_an_unknown_or_ambiguous_parent_prefix_warns_and_the_task_still_goes_out
 
 
 def test_resolve_link_rules(fixture_copy):
-    store = MemoryStore(fixture_copy, "web")
+    from cybmem.snapshot import load_snapshot
+
+    snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     ids = _ids(fixture_copy)
-    assert store.resolve_link(ids[0]) == ids[0] and store.resolve_link(ids[0][:8]) == ids[0]
-    assert store.resolve_link(None) is None and store.resolve_link("  ") is None
+    assert snap.resolve_link(ids[0]) == ids[0] and snap.resolve_link(ids[0][:8]) == ids[0]
+    assert snap.resolve_link(None) is None and snap.resolve_link("  ") is None
     running = "00000000-0000-4000-8000-000000000000"  # a parent still running: no record yet, no fuss
-    assert store.resolve_link(running) == running
-    with pytest.raises(NotFoundError, match="too short to be a whole run id"):
-        store.resolve_link("ffffffff")
+    assert snap.resolve_link(running) == running
+    with pytest.raises(NotFoundError, match="no record matches 'ffffffff' in project web"):
+        snap.resolve_link("ffffffff")
     with pytest.raises(AmbiguousError):
-        store.resolve_link(ids[0][:1])
+        snap.resolve_link(ids[0][:1])
 
 
 # --- a subdirectory belongs to the nearest registered project ------------------------------------------
