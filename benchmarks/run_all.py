@@ -83,6 +83,10 @@ def main() -> None:
         run("Redaction", ["benchmarks/bench_redact.py"],
             "Precision and recall per secret kind on the redaction corpus, false alarms on real commit "
             "messages and synthetic worker output, throughput."),
+        run("Secret detection on shapes cybmem was not written from", ["benchmarks/bench_secrets.py"],
+            "Recall on gitleaks' and detect-secrets' own examples (data-fixtures/secret-examples.jsonl), "
+            "false alarms on every commit message of pytest, mypy and sphinx, cost per record, and "
+            "detect-secrets and Kingfisher on the same examples when installed (the bench extra)."),
         run("Weight search", ["benchmarks/bench_tune.py"],
             "Grid search over w_kw, w_rec, w_lin on the corpus replicated to 20k records, 500 queries."),
         run("Embeddings and the vector axis", ["benchmarks/bench_embed.py", "--size", "100000", "--queries", "200"],
