@@ -19,7 +19,9 @@ import inspect
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import sys
 import types
 from dataclasses import dataclass
@@ -101,6 +103,8 @@ class Ctx:
 
 
 def _error(message: str, code: int, as_json: bool) -> None:
+    if _INTERRUPTED:
+        return  # what failed because of Ctrl-C: main says "interrupted" instead
     if as_json:
         _echo(json.dumps({"error": message, "exitCode": code}, ensure_ascii=False), err=True)
     else:
@@ -127,14 +131,79 @@ def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
         raise typer.Exit(1) from None
 
 
+def _option_form(arg: str, takes_value: dict[str, bool]) -> bool:
+    """Whether Click would read ``arg`` as one of the command's own options (``takes_value``:
+    name -> whether it takes a value): a name (``--json``, ``-p``), ``--name=value``, or a
+    cluster of short options (``-pweb``). Text with whitespace is never a short cluster."""
+    name = arg.split("=", 1)[0]
+    if name in takes_value:
+        return name == arg or takes_value[name]  # a flag takes no "=value"
+    if arg.startswith("--") or any(c.isspace() for c in arg):
+        return False
+    for i, ch in enumerate(arg[1:], 1):
+        if f"-{ch}" not in takes_value:
+            return False
+        if takes_value[f"-{ch}"]:
+            return True  # the rest of the cluster is its value
+    return True
+
+
+def free_text_args(command_, ctx, args: list[str]) -> tuple[list[str], Optional[str]]:
+    """``args`` with a free-text argument that starts with a dash moved behind ``--``, and the
+    text when it was a single word (a mistyped option, maybe: worth a warning).
+
+    The command's last positional argument is free text (a task, a query): the dispatcher passes
+    the human's text as it is, and "--no-build-isolation is ignored" or "- fix A" is text, not an
+    option. Walking the arguments as Click does, the first one that starts with a dash, sits in
+    that argument's place and is not one of the command's options (:func:`_option_form`) is
+    taken as the text. ``--`` keeps working and is the way to pass a text that is exactly an
+    option (``cybmem inject -- --help``).
+    """
+    params = command_.get_params(ctx)
+    takes_value = {name: not (p.is_flag or p.count) for p in params if p.param_type_name == "option"
+                   for name in (*p.opts, *p.secondary_opts)}
+    slot = sum(p.param_type_name == "argument" for p in params) - 1  # positionals before the free text
+    seen, i = 0, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            if _option_form(arg, takes_value):
+                i += 2 if takes_value.get(arg) else 1  # a value of its own follows: skip it
+                continue
+            if seen == slot:
+                rest = args[:i] + args[i + 1:]
+                end = rest.index("--") + 1 if "--" in rest else len(rest)
+                lone = None if any(c.isspace() for c in arg) else arg
+                return rest[:end] + ([] if "--" in rest else ["--"]) + [arg] + rest[end:], lone
+            break  # an unknown option elsewhere: Click says so
+        seen += 1
+        i += 1
+    return args, None
+
+
+class _FreeTextCommand(typer.core.TyperCommand):
+    """A command whose last positional argument is free text (:func:`free_text_args`)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        args, lone = free_text_args(self, ctx, list(args))
+        if lone is not None:
+            _warn([f"took {lone!r} as the text: {self.name} has no such option "
+                   "(put -- before a text that starts with a dash)"])
+        return super().parse_args(ctx, args)
+
+
 def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, lean: bool = True,
-            filters: bool = False):
+            filters: bool = False, free_text: bool = False):
     """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
 
     ``lean``: the command never needs pandas, so pyarrow's probe for it is refused (see
     :func:`_lean_imports`); commands that build DataFrames pass False. ``filters``: the record
     filter options (--state, --since, --until, --grep, --agent, --issue) are added, and the
-    body gets them as one :class:`cybmem.filters.RecordFilter` argument ``f``.
+    body gets them as one :class:`cybmem.filters.RecordFilter` argument ``f``. ``free_text``:
+    the last positional argument is free text, taken as it is even when it starts with a dash
+    (:func:`free_text_args`).
     """
 
     def deco(fn: Callable) -> Callable:
@@ -160,7 +229,7 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
         del wrapper.__wrapped__
         wrapper.__signature__ = sig.replace(parameters=params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        app.command(name)(wrapper)
+        app.command(name, cls=_FreeTextCommand if free_text else None)(wrapper)
         return fn
 
     return deco
@@ -823,7 +892,7 @@ AsOfOpt = Annotated[
     Optional[str],
     typer.Option("--as-of", help="Replay memory as of a moment: epoch milliseconds or an ISO date; later records are ignored and recency is measured from then.", show_default=False),
 ]
-ParentOpt = Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched (default: $CYBERINE_PARENT_RUN_ID).")]
+ParentOpt = Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched, or a unique prefix of it (default: $CYBERINE_PARENT_RUN_ID).")]
 ChatOpt = Annotated[Optional[str], typer.Option("--chat", help="Chat session id (default: $CYBERINE_CHAT_SESSION_ID).")]
 
 
@@ -842,12 +911,24 @@ def _task_text(task: Optional[str], file: Optional[Path]) -> str:
     return task
 
 
+def _stdin_holds_input() -> bool:
+    """Whether stdin holds text for an optional input (``inject --system``): a file, or a pipe
+    with data or its end already there. A terminal does not, nor a pipe nobody has written to
+    (a dispatcher that leaves its child's stdin open): reading it would wait for ever."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return False
+    try:
+        return bool(select.select([sys.stdin], [], [], 0)[0])
+    except (OSError, ValueError):  # no file descriptor (a test runner's stdin): it was given
+        return True
+
+
 def _fmt_axes(contrib: dict) -> str:
     short = {"keyword": "kw", "recency": "rec", "lineage": "lin", "vector": "vec"}
     return " ".join(f"{short.get(k, k)}={v:.3f}" for k, v in contrib.items() if v or k != "vector")
 
 
-@command("search", filters=True)
+@command("search", filters=True, free_text=True)
 def search_cmd(
     ctx: Ctx,
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
@@ -868,8 +949,17 @@ def search_cmd(
     """
     from .retrieval import search
 
+    from .errors import NotFoundError
+    from .snapshot import load_snapshot
+
     store = ctx.store()
-    result = search(store, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
+    snap = load_snapshot(store)
+    try:  # a prefix as the MEMORY block prints it, as inject takes it
+        parent = snap.resolve_link(parent or ctx.settings.parent_run_id)
+    except NotFoundError as exc:
+        _warn([f"no parent run for the lineage axis (--parent / CYBERINE_PARENT_RUN_ID): {exc}"])
+        parent = None
+    result = search(snap, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
                     parent_run_id=parent, chat_session_id=chat, filter=f)
     result.hits = result.hits[offset:]
     _warn(p.message for p in result.snapshot.problems)
@@ -989,12 +1079,12 @@ def _explain_lines(result) -> list[str]:
     return lines
 
 
-@command("inject")
+@command("inject", free_text=True)
 def inject_cmd(
     ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="The task prompt (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the task from this file.")] = None,
-    system: Annotated[bool, typer.Option("--system", help="Print only the MEMORY block (for a chat session's system message).")] = False,
+    system: Annotated[bool, typer.Option("--system", help="Print only the MEMORY block (for a chat session's system message), ranked for the task when one is given (argument, --file or stdin).")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when memory is broken or the project unknown (default: print the task anyway and warn).")] = False,
     explain_: Annotated[bool, typer.Option("--explain", help="Also say on stderr what was retrieved and why: per-axis scores, weights and where each came from, issues, tokens, what the budget cut.")] = False,
     as_of: AsOfOpt = None,
@@ -1012,7 +1102,10 @@ def inject_cmd(
     """
     from .dispatch import Injection, inject_task
 
-    text = "" if system and task is None and file is None else _task_text(task, file)
+    # --system ranks for the task too when one is given (an argument, --file or stdin); without
+    # one it builds the block for no task in particular.
+    bare = task is None and file is None and not _stdin_holds_input()
+    text = "" if system and bare else _task_text(task, file)
     if not system and not text.strip():
         raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
     try:
@@ -1039,7 +1132,7 @@ def inject_cmd(
     _write_exact(result.prompt)
 
 
-@command("strip", project=False, memory=False)
+@command("strip", project=False, memory=False, free_text=True)
 def strip_cmd(
     ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="Text to clean (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
@@ -1478,7 +1571,7 @@ def mcp_cmd(
 _FLEET_ACTIONS = ("search", "issues", "report")
 
 
-@command("fleet", project=False, memory=False, lean=False)
+@command("fleet", project=False, memory=False, lean=False, free_text=True)
 def fleet_cmd(
     ctx: Ctx,
     action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],
@@ -1677,11 +1770,51 @@ def _app_for(args: list[str]) -> typer.Typer:
     return one
 
 
+#: Set by :func:`_on_sigint`: the person pressed Ctrl-C (see :func:`main`).
+_INTERRUPTED = False
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C ended
+
+
+def _on_sigint(signum, frame) -> None:
+    """SIGINT: remember it, then raise KeyboardInterrupt as Python's own handler does (a library
+    may turn it into another exception, e.g. asyncio's CancelledError: the flag still says why)."""
+    global _INTERRUPTED
+    _INTERRUPTED = True
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json)."""
+    """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json).
+
+    Ctrl-C, wherever it lands (a command's body, a notebook kernel's event loop, a Dask client), ends
+    the command with exit code 130 and one line on stderr, ``cybmem: interrupted``, with no
+    traceback: every file cybmem writes goes to a temp file that is renamed into place only when
+    whole, and the unwinding removes the temp file. A second Ctrl-C cuts that unwinding short; one
+    more after the line ends the process at once.
+    """
     global _ONE_COMMAND_PROCESS
     _ONE_COMMAND_PROCESS = True
-    args = sys.argv[1:]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
+        signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        code = _main(sys.argv[1:])
+    except KeyboardInterrupt:
+        code = INTERRUPTED_EXIT
+    except BaseException:  # noqa: BLE001 - re-raised unless Ctrl-C caused it
+        if not _INTERRUPTED:
+            raise
+    # typer turns a KeyboardInterrupt into exit code 130 (no command exits so otherwise); pyarrow's
+    # readers take SIGINT for themselves while they run and raise it, past _on_sigint.
+    if _INTERRUPTED or code == INTERRUPTED_EXIT:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        _echo("cybmem: interrupted", err=True)
+        sys.exit(INTERRUPTED_EXIT)
+    sys.exit(code)
+
+
+def _main(args: list[str]) -> int:
     as_json = "--json" in args
     _plain_coercion()
     command_ = typer.main.get_command(_app_for(args))
@@ -1692,14 +1825,14 @@ def main() -> None:
             _error(exc.format_message(), exc.exit_code, True)
         else:
             exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except typer.Abort:
         _echo("Aborted!", err=True)
-        sys.exit(1)
+        return 1
     except ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+        return exc.exit_code
+    return code if isinstance(code, int) else 0
 
 
 def console() -> None:
