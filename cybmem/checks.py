@@ -7,8 +7,9 @@ What is checked, per project: every record file parses, validates and is named a
 runId; every ledger line and every embeddings.jsonl line is whole and valid (and each model's
 vectors have one dimension); index.json equals a rebuild from records/; the Arrow cache
 (``.cache/``) matches records/ and the ledger; no symbolic link leads writes out of the
-memory root; temp files (``.tmp-*``) left by a killed writer. Per memory root: projects.json
-parses, every slug dir is registered or can be backfilled, no cwd has two slugs.
+memory root; temp files (``.tmp-*``) left by a killed writer; a ``cybmem redact`` killed halfway
+(its journal). Per memory root: projects.json parses, every slug dir is registered or can be
+backfilled, no cwd has two slugs.
 
 Findings have a severity:
 
@@ -25,7 +26,9 @@ Findings have a severity:
 ``--repair`` always rebuilds index.json and the cache of every checked project from records/
 and the ledger (whatever the checks found: a hand edit then reaches every derived copy) and
 removes temp files older than ``temp_age`` seconds; it never touches records/, issues.jsonl or
-embeddings.jsonl. ``--secrets`` scans the derived files too.
+embeddings.jsonl, except to finish a ``cybmem redact`` that was killed (its journal,
+``redact-pending.json``, says what is left to do: cybmem.scrub). ``--secrets`` scans the derived
+files too.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from .embeddings import read_rows
 from .errors import NotFoundError, StoreError, ValidationError
 from .issues import event_from_dict
 from .projects import MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, project_dirs, select_project
+from .schema import ms_to_utc
 from .settings import Settings
 from .store import MAX_LEDGER_BYTES, MemoryStore
 
@@ -504,6 +508,21 @@ def _check_secrets(store: MemoryStore, bad: set[str], events: list[tuple[int, di
     return out
 
 
+def _check_redaction(store: MemoryStore) -> list[Finding]:
+    """A `cybmem redact` that was killed: its journal is still there (the repair finishes it)."""
+    from .scrub import pending
+
+    try:
+        plan = pending(store)
+    except StoreError as exc:
+        return [Finding("redact", "error", str(store.dir / "redact-pending.json"), str(exc), store.slug)]
+    if plan is None:
+        return []
+    return [Finding("redact", "repairable", plan["path"], f"a redaction of {plan['runs']} run(s) begun "
+                    f"{ms_to_utc(plan['startedAt'])} was interrupted (done: {', '.join(plan['done']) or 'nothing'}); "
+                    "`cybmem doctor --repair` or the next `cybmem redact` finishes it", store.slug)]
+
+
 def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, temp_age: float, now: float) -> tuple[ProjectStats, list[Finding]]:
     stats = ProjectStats(store.slug)
     findings = _check_dirs(store)
@@ -521,6 +540,7 @@ def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, tem
     findings += _check_supersession(store)
     findings += _check_weights(settings, store)
     findings += _check_temp([store.dir, store.records_dir, store.dir / ".cache"], store.slug, temp_age, now)
+    findings += _check_redaction(store)
     if secrets:
         findings += _check_secrets(store, bad, events)
     return stats, findings
@@ -617,6 +637,14 @@ def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore])
     for slug, store in sorted(stores.items()):
         if store.symlinked_dirs():
             continue  # nothing is written through a link (an error finding says so)
+        if any(f.check == "redact" and f.severity == "repairable" and f.project == slug for f in findings):
+            from .scrub import complete_pending
+
+            finished = complete_pending(store)  # its own rebuild of the derived files included
+            if finished is not None:
+                left = finished.remaining + finished.unreachable
+                done.append(f"finished the interrupted redaction of {len(finished.targets)} run(s) in {slug} "
+                            f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
         count = store.rebuild_index()
         done.append(f"rebuilt {store.index_path} from {count} records")
         if not _cache.disabled(store.root):
