@@ -1,7 +1,8 @@
 """Exports: a project's memory (or a whole root's) as NDJSON, CSV, a Parquet dataset or SQLite.
 
 Over 600 lines because it holds four writers that share the same reading, schema and atomic
-output; each format is one section.
+output, and the one rule of where they may write; each format is one section, and so are the
+destination rule and the list of exports a redaction reaches.
 
 Every format reads the store through its public views: the records as stored
 (:meth:`MemoryStore.records`, for NDJSON), and the pandas frames
@@ -10,7 +11,8 @@ Every format reads the store through its public views: the records as stored
 project slug. Who reads what:
 
 - ``ndjson``: the records as stored, one JSON object a line (jq, pandas ``read_json(lines=True)``, any tool).
-- ``csv``: lineage and outcome flattened into columns, lists as JSON text (spreadsheets, pandas).
+- ``csv``: lineage and outcome flattened into columns, lists as JSON text, formula-like cells
+  defused (spreadsheets, pandas).
 - ``parquet``: a Hive-partitioned dataset that many machines append to side by side
   (pyarrow.dataset, DuckDB, Dask, Spark, polars).
 - ``sqlite``: ``records`` (with full-text search), ``issue_events`` and ``issues``, as Datasette and
@@ -30,13 +32,23 @@ partition columns live only in the path; the files hold :data:`RECORDS_SCHEMA` /
 :data:`PARTITION_SCHEMA` types the path columns as strings (so a project named
 ``2024`` stays a string). :func:`read_dataset` opens it that way.
 
-Exports are incremental and never rewrite a file: a record is written once per
-machine and project (its ``runId`` is looked up in the files already there), a ledger
-event once (events past the highest ``line`` already exported). Each new file is written
-under a dot-name that readers skip, fsynced, and renamed into place, so a reader never
-sees half a file; exporters of the same machine take a lock on ``DIR/.lock-<machine>``.
-Machines never write each other's partitions, so their exports land side by side in one
-DIR (a shared disk, or copied together) and read as one table.
+Exports are incremental and never rewrite a file (but :func:`refresh_dataset`, after ``cybmem
+redact``): a record is written once per machine and project (its ``runId`` is looked up in the
+files already there), a ledger event once (events past the highest ``line`` already exported).
+Each new file is written under a dot-name that readers skip, fsynced, and renamed into place,
+so a reader never sees half a file; exporters of the same machine take a lock on
+``DIR/.lock-<machine>``. Machines never write each other's partitions, so their exports land
+side by side in one DIR (a shared disk, or copied together) and read as one table.
+
+Where an export may write, and what it leaves
+---------------------------------------------
+
+:func:`check_out` is the one rule for a destination: never a symbolic link, a device, a FIFO or
+a path inside a memory root; an existing file only with ``force`` (a SQLite database is updated
+without it). Every export written to a path is noted in the project's ``exports.json``
+(:func:`note_export`, :func:`known_exports`), so that ``cybmem redact`` reaches it
+(:func:`refresh_dataset`, :func:`refresh_sqlite`, or :func:`redo_command` for a file it cannot
+edit). CSV cells a spreadsheet would run get a leading ``'`` (:func:`_csv_cell`).
 
 What the dataset leaves out, and why: ``superseded`` and ``durationS`` of the frame are
 derived. ``superseded`` changes when a correction arrives later, which an append-only
@@ -784,7 +796,8 @@ def export_parquet(
     Only what the dataset does not hold yet for this machine and project is written
     (records by ``runId``, events past the last exported ledger ``line``), as new part
     files under ``DIR/<table>/machine=<m>/project=<slug>/month=<YYYY-MM>/``; existing
-    files are never touched. See the module docstring for the layout and schemas.
+    files are never touched (but by :func:`refresh_dataset`). See the module docstring for the
+    layout and schemas; each export is noted in the projects' ``exports.json`` (:func:`note_export`).
 
     Args:
         stores: one project's store, or several (``--all``).
