@@ -318,3 +318,22 @@ def locked(lock_path: Path, *, shared: bool = False) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def is_locked(lock_path: Path) -> bool:
+    """Whether another process holds the lock :func:`locked` takes on ``lock_path`` now."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | _NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

@@ -518,6 +518,9 @@ def _check_redaction(store: MemoryStore) -> list[Finding]:
         return [Finding("redact", "error", str(store.dir / "redact-pending.json"), str(exc), store.slug)]
     if plan is None:
         return []
+    if plan["running"]:
+        return [Finding("redact", "warning", plan["path"], f"a redaction of {plan['runs']} run(s) is at work "
+                        f"(begun {ms_to_utc(plan['startedAt'])})", store.slug)]
     return [Finding("redact", "repairable", plan["path"], f"a redaction of {plan['runs']} run(s) begun "
                     f"{ms_to_utc(plan['startedAt'])} was interrupted (done: {', '.join(plan['done']) or 'nothing'}); "
                     "`cybmem doctor --repair` or the next `cybmem redact` finishes it", store.slug)]

@@ -29,7 +29,10 @@ It is a journalled operation: before anything is rewritten, the plan (the runs, 
 and the issue ids to rename, those two base64-encoded) goes to ``redact-pending.json`` in the project
 directory (0600), and each step is marked there once done. Every step is idempotent, so a
 redaction killed at any point is finished (rolled forward) by the next ``cybmem redact`` of the
-project or by ``cybmem doctor --repair``; the journal is removed when the last step is done.
+project or by ``cybmem doctor --repair``; the journal is removed when the last step is done. The
+steps that rewrite the records, the ledger and the other source files hold the project lock;
+the rebuild of the derived files and the exports do not (writers go on meanwhile), and one
+redaction of a project runs at a time (``.redact.lock``).
 
 This is the second of the two rewrites cybmem ever makes of a record or the ledger (the first
 is ``supersededBy``); USAGE.md, "Guarantees", says so.
@@ -39,10 +42,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import os
 import re
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +60,7 @@ from .redact import redact_value
 from .schema import validate_run_id
 from .store import MAX_LEDGER_BYTES, MAX_RECORD_BYTES, MemoryStore, _dumps, parse_record
 
-__all__ = ["JOURNAL", "MANUAL", "ScrubResult", "complete_pending", "pending", "scrub_run", "scrub_runs"]
+__all__ = ["JOURNAL", "MANUAL", "REDACT_LOCK", "ScrubResult", "complete_pending", "pending", "scrub_run", "scrub_runs"]
 
 #: What a given text is replaced with.
 MANUAL = "[REDACTED:manual]"
@@ -63,8 +68,12 @@ MANUAL = "[REDACTED:manual]"
 JOURNAL = "redact-pending.json"
 #: Ledger keys that are identities, never rewritten (a secret in them is reported instead).
 _LEDGER_KEYS = ("issueId", "at", "event", "byRunId")
-#: The steps of a redaction, in order; the journal lists those done.
-_STEPS = ("records", "ledger", "relink", "archive", "vectors", "derived", "exports")
+#: The steps of a redaction, in order; the journal lists those done. The first ones rewrite the
+#: store's own files (under the project lock); the last ones only what is derived from them, and
+#: the exports (writers go on meanwhile). One redaction at a time: REDACT_LOCK.
+_SOURCE_STEPS = ("records", "ledger", "relink", "archive", "vectors")
+_STEPS = _SOURCE_STEPS + ("derived", "exports")
+REDACT_LOCK = ".redact.lock"
 #: Test hook: a process whose environment names a step here kills itself (SIGKILL, as a crash
 #: would) right after that step ("record": after the first record; "journal": after the plan).
 _KILL_ENV = "CYBMEM_TEST_KILL_REDACT"
@@ -238,7 +247,8 @@ def _test_kill(step: str) -> None:
 
 
 def pending(store: MemoryStore) -> dict | None:
-    """The interrupted redaction of a project (when, how many runs, the steps done), or None.
+    """The unfinished redaction of a project (when, how many runs, the steps done, whether a
+    process is at it now), or None.
 
     Raises:
         StoreError: the journal is damaged.
@@ -247,7 +257,7 @@ def pending(store: MemoryStore) -> dict | None:
     if plan is None:
         return None
     return {"path": str(_journal_path(store)), "startedAt": plan.started_at, "runs": len(plan.runs),
-            "done": list(plan.done)}
+            "done": list(plan.done), "running": _io.is_locked(store.dir / REDACT_LOCK)}
 
 
 def complete_pending(store: MemoryStore) -> ScrubResult | None:
@@ -257,17 +267,28 @@ def complete_pending(store: MemoryStore) -> ScrubResult | None:
         What finishing it did, or None when no redaction was interrupted.
     """
     store._check_not_symlinked()
+    with _redaction(store):
+        return _complete(store)
+
+
+@contextlib.contextmanager
+def _redaction(store: MemoryStore) -> Iterator[None]:
+    """One redaction of a project at a time, from its plan to the removal of its journal."""
+    with _io.locked(store.dir / REDACT_LOCK):
+        yield
+
+
+def _complete(store: MemoryStore) -> ScrubResult | None:
+    """Finish the journal's redaction, if any (:func:`_redaction` held)."""
     with store.lock():
-        return _complete_locked(store)
-
-
-def _complete_locked(store: MemoryStore) -> ScrubResult | None:
-    plan = _read_plan(store)
-    if plan is None:
-        return None
-    result = ScrubResult(plan.runs[0] if len(plan.runs) == 1 else "", store.slug, renamed=dict(plan.renamed),
-                         started_at=plan.started_at, targets=list(plan.runs))
-    _execute(store, plan, _Cleaner(plan.texts, plan.patterns), result)
+        plan = _read_plan(store)
+        if plan is None:
+            return None
+        result = ScrubResult(plan.runs[0] if len(plan.runs) == 1 else "", store.slug, renamed=dict(plan.renamed),
+                             started_at=plan.started_at, targets=list(plan.runs))
+        clean = _Cleaner(plan.texts, plan.patterns)
+        _execute(store, plan, clean, result, _SOURCE_STEPS)
+    _execute(store, plan, clean, result, _STEPS)
     return result
 
 
@@ -301,19 +322,21 @@ def scrub_runs(store: MemoryStore, run_ids: list[str] | None, *, secrets: list[s
     if run_ids is None and not given:
         raise ValidationError("to redact every run that holds a text, give the text (--secret or --secrets-from)")
     store._check_not_symlinked()
-    with store.lock():
-        completed = _complete_locked(store)
-        held_elsewhere = True
-        if run_ids is None:
-            run_ids = _runs_holding(store, given)
-            held_elsewhere = bool(run_ids) or bool(_still_holding(store.dir, given))
-        clean = _Cleaner(given, patterns)
-        plan = _plan(store, run_ids, given, patterns)
-        result = ScrubResult(run_ids[0] if len(run_ids) == 1 else "", store.slug, renamed=dict(plan.renamed),
-                             started_at=plan.started_at, targets=list(run_ids))
-        _save(store, plan)
-        _test_kill("journal")
-        _execute(store, plan, clean, result)
+    with _redaction(store):
+        completed = _complete(store)
+        with store.lock():
+            held_elsewhere = True
+            if run_ids is None:
+                run_ids = _runs_holding(store, given)
+                held_elsewhere = bool(run_ids) or bool(_still_holding(store.dir, given))
+            clean = _Cleaner(given, patterns)
+            plan = _plan(store, run_ids, given, patterns)
+            result = ScrubResult(run_ids[0] if len(run_ids) == 1 else "", store.slug, renamed=dict(plan.renamed),
+                                 started_at=plan.started_at, targets=list(run_ids))
+            _save(store, plan)
+            _test_kill("journal")
+            _execute(store, plan, clean, result, _SOURCE_STEPS)
+        _execute(store, plan, clean, result, _STEPS)
     result.completed = completed
     result.fields = (result.runs.get(result.run_id, []) if result.run_id
                      else sorted({f for fs in result.runs.values() for f in fs}))
@@ -353,10 +376,11 @@ def _cleaned_record(store: MemoryStore, rid: str, clean: _Cleaner, renamed: dict
     return out, fields
 
 
-def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResult) -> None:
-    """Do the steps of ``plan`` not done yet, marking each in the journal; then remove the journal."""
+def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResult, steps: tuple[str, ...]) -> None:
+    """Do ``steps`` of ``plan`` not done yet, marking each in the journal; when the last one is
+    done, remove the journal. The source steps want the project lock held."""
     given, renamed, wanted_runs = plan.texts, plan.renamed, set(plan.runs)
-    for step in _STEPS:
+    for step in steps:
         if step in plan.done:
             continue
         if step == "records":
@@ -380,8 +404,9 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
             # 2b. other runs' records that name a renamed issue: only that list changes
             result.records_relinked = _relink_records(store, wanted_runs, renamed)
         elif step == "archive":
-            # 3. archive-summary.md (compaction's one-liners)
-            result.archive_lines = _rewrite_text_lines(store.archive_path, wanted_runs, given, clean)
+            # 3. archive-summary.md (compaction's one-liners; writers append there under the index lock)
+            with store.index_lock():
+                result.archive_lines = _rewrite_text_lines(store.archive_path, wanted_runs, given, clean)
         elif step == "vectors":
             # 4. the vectors of the runs whose record changed (made from the old text)
             result.embeddings_dropped = _drop_vectors(store.embeddings_path, set(plan.changed))
@@ -403,6 +428,8 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
         _test_kill(step)
     result.kinds = sorted(clean.kinds)
     result.replaced = clean.replaced
+    if not set(_STEPS) <= set(plan.done):
+        return
     try:
         os.unlink(_journal_path(store))
     except FileNotFoundError:

@@ -207,6 +207,26 @@ def test_a_redaction_killed_after_any_step_is_finished_by_the_next_one(built, tm
     assert (web / "records" / "r-clean.json").read_bytes() == clean_before
 
 
+def test_doctor_leaves_a_redaction_at_work_alone(built, tmp_path):
+    """A journal whose redaction is still running (its lock held) is a warning, and --repair neither
+    waits for it nor finishes it; once the process is gone it is repairable."""
+    from cybmem import _io
+
+    root = _copy(built, tmp_path / "b")
+    web = root / "web"
+    killed = _run(root, "redact", "--everywhere", "--secrets-from", "-", "--cwd", CWD, input=PHRASE + "\n",
+                  CYBMEM_TEST_KILL_REDACT="ledger")
+    assert killed.returncode == -signal.SIGKILL
+    journal = (web / "redact-pending.json").read_bytes()
+    with _io.locked(web / ".redact.lock"):  # as the redacting process holds it
+        res = _cli_in(root, "doctor", "--cwd", CWD)
+        assert "warning    " + str(web / "redact-pending.json") + ": a redaction of 5 run(s) is at work" in res.stdout
+        res = _cli_in(root, "doctor", "--repair", "--cwd", CWD)  # rebuilds what is derived, as always
+        assert "finished the interrupted" not in res.stdout and (web / "redact-pending.json").read_bytes() == journal
+    res = _cli_in(root, "doctor", "--cwd", CWD)
+    assert res.exit_code == 1 and "was interrupted (done: records, ledger)" in res.stdout, res.stdout
+
+
 _DIE_IN = """import os, signal, sys
 import cybmem.scrub, cybmem.store
 def die(*args, **kwargs):
@@ -266,35 +286,49 @@ def test_the_reported_case_a_killed_redact_run_is_finished_by_its_rerun(built, t
 
 
 def test_random_kills_of_successive_redactions_lose_nothing_and_leave_nothing(tmp_path, capsys):
-    """Ten redactions, each of its own text, each SIGKILLed at a random moment: each is finished by
-    the next (which never gets its text), the last by `doctor --repair`; a text whose redaction
-    died before it wrote its plan is redacted again, as a person would. Then no copy is left."""
-    phrases = tuple(f"secret-phrase-{i:02d}-{'abcdefghij'[i]}x" for i in range(10))
+    """Successive redactions, each of its own text, SIGKILLed at random moments until six of the
+    kills have left one half done: each is finished by the next (which never gets its text), the
+    last by `doctor --repair`; a text whose redaction died before it wrote its plan is redacted
+    again, as a person would. Then no copy of any text is left."""
+    phrases = tuple(f"secret-phrase-{i:02d}-{chr(97 + i)}x" for i in range(16))
     root = _build(tmp_path, runs=30, phrases=phrases)
     web = root / "web"
     rng = random.Random(20)
-    rolled, unplanned, finished, mid = 0, [], 0, 0
+    rolled, unplanned, finished, mid, kills = 0, [], 0, 0, 0
     journal = web / "redact-pending.json"
 
     def planned_texts() -> list[str]:
         return [base64.b64decode(t).decode() for t in json.loads(journal.read_text())["texts"]] if journal.exists() else []
 
-    for phrase in phrases:
+    # The first redaction runs to its end: how long one takes here sets the moments of the kills,
+    # and each kill that comes too early (before any plan) or too late (after the end) moves them.
+    start = time.monotonic()
+    first = _run(root, "redact", "--everywhere", "--secrets-from", "-", "--cwd", CWD, input=phrases[0] + "\n")
+    took = time.monotonic() - start
+    assert first.returncode == 1 and "still holds a given text" in first.stderr, first.stderr  # the CSV
+    for phrase in phrases[1:]:
+        if mid >= 6:
+            unplanned.append(phrase)  # enough: the rest are redacted at the end, with their texts
+            continue
         before = planned_texts()
         proc = subprocess.Popen(_cli() + ["redact", "--everywhere", "--secrets-from", "-", "--cwd", CWD],
                                 env=_env(root), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         proc.stdin.write(phrase.encode() + b"\n")
         proc.stdin.close()
-        time.sleep(rng.uniform(1.0, 8.0))
+        time.sleep(took * rng.uniform(0.2, 1.4))  # anywhere in its life, or in finishing the last one
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         after = planned_texts()
         rolled += bool(before) and after != before  # it finished the one the last kill left half done
-        mid += proc.returncode == -signal.SIGKILL and bool(after)  # a redaction (its or the last) half done
         if proc.returncode != -signal.SIGKILL:
             finished += 1  # done before its moment came
-        elif phrase not in after and any(phrase.encode() in f.read_bytes() for f in (web / "records").glob("*.json")):
+            took *= 0.8
+            continue
+        kills += 1
+        mid += bool(after)  # a redaction (its own or the last one) half done
+        took *= 1.0 if after else 1.25
+        if phrase not in after and any(phrase.encode() in f.read_bytes() for f in (web / "records").glob("*.json")):
             # killed before its plan was written (maybe while it finished the one before): nothing
             # of it was changed yet, and a person redacts it again
             unplanned.append(phrase)
@@ -312,8 +346,8 @@ def test_random_kills_of_successive_redactions_lose_nothing_and_leave_nothing(tm
     assert not [p for p in phrases if p.encode() in (tmp_path / "memory.db").read_bytes()]
     assert len(list((web / "records").glob("*.json"))) == 32
     _doctor_clean(root)
-    assert mid >= 3, "too few kills landed inside a redaction to test anything"
+    assert mid >= 6, "too few kills landed inside a redaction to test anything"
     with capsys.disabled():
-        print(f"\nredact kills: {len(phrases) - finished} SIGKILLs ({mid} left a redaction half done, {len(unplanned)} "
-              f"came before their own plan, {finished} redactions finished first); {rolled} finished by the next "
-              "redact, the last by doctor --repair")
+        print(f"\nredact kills: {kills} SIGKILLs ({mid} left a redaction half done), {finished} redactions finished "
+              f"before their kill; {rolled} finished by the next redact, the last by doctor --repair; "
+              f"{len(unplanned)} texts redacted again at the end")
