@@ -335,14 +335,14 @@ def _stdout_hint(path: Path) -> str:
 
 def _memory_root_of(real: Path, roots: Iterable[str | os.PathLike]) -> Path | None:
     """The memory root (or project directory) ``real`` lies in, if any: one of ``roots``, or a
-    directory above it that holds a store's files (a project's records/ with its ledger or index,
-    or a root's projects.json with cybmem's lock or .nocache beside it)."""
+    directory above it that holds a store's files (a project's records/ with its ledger or
+    cybmem's lock beside it, or a root's projects.json with cybmem's lock or .nocache)."""
     for root in roots:
         r = Path(os.path.realpath(root))
         if real == r or r in real.parents:
             return Path(root)
     for d in real.parents:
-        if (d / "records").is_dir() and ((d / "issues.jsonl").exists() or (d / "index.json").exists()):
+        if (d / "records").is_dir() and any((d / n).exists() for n in ("issues.jsonl", ".lock", ".index.lock")):
             return d
         if (d / "projects.json").is_file() and ((d / ".projects.lock").exists() or (d / ".nocache").exists()):
             return d

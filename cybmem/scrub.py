@@ -386,7 +386,10 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
         if step == "records":
             # 1. the records (an issue list keeps its ids, renamed where they spell a given text)
             for rid in plan.runs:
-                out, fields = _cleaned_record(store, rid, clean, renamed)
+                try:
+                    out, fields = _cleaned_record(store, rid, clean, renamed)
+                except FileNotFoundError:
+                    continue  # removed since the plan was made: nothing of it is left to clean
                 if fields:
                     _io.atomic_write(store.record_path(rid), out)
                     result.runs[rid] = fields
@@ -439,7 +442,7 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
 
 
 def _reach_exports(store: MemoryStore, plan: _Plan, result: ScrubResult) -> None:
-    """Bring the project's known exports in line with the redacted store (project lock held).
+    """Bring the project's known exports in line with the redacted store (after its own files).
 
     A Parquet dataset: this machine's rows of the redacted runs (and of runs naming a renamed
     issue) and every ledger event that differs from the ledger now are rewritten in place (one
