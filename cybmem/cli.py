@@ -744,9 +744,11 @@ def redact_cmd(
 
     Rewrites the run's record and its ledger lines with every known secret shape and each given
     text replaced, atomically and under the project lock; renames an issue id spelled from such a
-    text; drops the run's vectors; rebuilds index.json and the cache; then names any file of the
-    project that still holds a given text (exit 1). --everywhere does it for every run that
-    holds a given text.
+    text; drops the run's vectors; rebuilds index.json and empties the cache; rewrites the rows of
+    the Parquet and SQLite exports the project knows of; then names any file of the project, and
+    any file export, that still holds a given text (exit 1). --everywhere does it for every run
+    that holds a given text. A redaction killed halfway is finished first by the next one (or by
+    `cybmem doctor --repair`).
 
     Example: printf '%s\\n' 'purple-otter-42' | cybmem redact 3f2a --secrets-from -
     """
@@ -1291,7 +1293,7 @@ def report_cmd(
 @command("doctor", lean=False)
 def doctor_cmd(
     ctx: Ctx,
-    repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/) and remove old temp files; records and the ledger are never touched.")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/), remove old temp files and finish a killed `cybmem redact`; records and the ledger are otherwise never touched.")] = False,
     secrets: Annotated[bool, typer.Option("--secrets", help="Also scan records and issue titles/details for secrets (reports file, field and kind, never the secret; rewrites nothing).")] = False,
     all_projects: Annotated[bool, typer.Option("--all", help="Check every project of the memory root.")] = False,
     temp_age: Annotated[float, typer.Option("--temp-age", help="Temp files younger than this many seconds may belong to a running writer and are left alone.", min=0)] = 60,
