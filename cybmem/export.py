@@ -474,8 +474,9 @@ def known_exports(store: MemoryStore) -> list[dict]:
 
 def note_export(stores: Iterable[MemoryStore], entry: dict, warnings: list[str]) -> None:
     """Note an export in each project's ``exports.json`` (one entry per format, path and machine,
-    its time the latest), before it is written: an export killed halfway is known too. A project
-    that cannot be written (a read-only root) gets a warning instead; the export goes on."""
+    its time the latest), before it is written: an export killed halfway is known too. Entries
+    whose path is gone are dropped. A project that cannot be written (a read-only root) gets a
+    warning instead; the export goes on."""
     entry = {**entry, "out": os.path.abspath(entry["out"]), "at": int(time.time() * 1000)}
     key = (entry["format"], entry["out"], entry.get("machine"))
     for store in stores:
@@ -483,7 +484,8 @@ def note_export(stores: Iterable[MemoryStore], entry: dict, warnings: list[str])
         try:
             store._check_not_symlinked()
             with store.lock():
-                kept = [e for e in known_exports(store) if (e["format"], e["out"], e.get("machine")) != key]
+                kept = [e for e in known_exports(store)
+                        if (e["format"], e["out"], e.get("machine")) != key and os.path.lexists(e["out"])]
                 _io.atomic_write(path, orjson.dumps({"version": 1, "exports": kept + [entry]},
                                                     option=orjson.OPT_INDENT_2) + b"\n")
         except OSError as exc:
@@ -790,6 +792,7 @@ def export_parquet(
     machine: str | None = None,
     tables: Iterable[str] = TABLES,
     progress: bool | None = None,
+    note: bool = True,
 ) -> ExportSummary:
     """Append a project's records and ledger events to a Hive-partitioned Parquet dataset.
 
@@ -805,6 +808,8 @@ def export_parquet(
         machine: the ``machine`` partition (default: :func:`default_machine`).
         tables: which of ``records`` and ``issues`` to export.
         progress: draw a progress bar on stderr (default: when stderr is a terminal).
+        note: note the dataset in the projects' ``exports.json`` (:func:`note_export`); False for
+            a temporary dataset its maker removes (a report's), which no redaction need reach.
 
     Returns:
         An :class:`ExportSummary`: per table, the source rows, the rows newly written and the files.
@@ -824,9 +829,9 @@ def export_parquet(
     summary = ExportSummary("parquet", str(out_dir), [s.slug for s in stores], machine=machine)
     for t in tables:
         summary.table(t)
-    # Noted before the dataset lock is taken: a redaction holds the project lock, then this one.
-    note_export(stores, {"format": "parquet", "out": str(out_dir), "machine": machine, "tables": tables,
-                         "all": len(stores) > 1}, summary.warnings)
+    if note:  # before the dataset lock is taken, which a redaction takes after its own
+        note_export(stores, {"format": "parquet", "out": str(out_dir), "machine": machine, "tables": tables,
+                             "all": len(stores) > 1}, summary.warnings)
     with _dataset_lock(out_dir, machine):
         for store in stores:
             records, events = _frames(store, summary.warnings)

@@ -321,3 +321,19 @@ def test_an_export_from_a_store_that_cannot_note_it_warns(tmp_path, fixture_copy
     res = cli("export", "csv", "--memory-dir", fixture_copy, "-p", "api", "--out", tmp_path / "a.csv")
     assert res.exit_code == 0 and (tmp_path / "a.csv").exists()
     assert "could not note this export" in res.stderr and "`cybmem redact` will not reach it" in res.stderr
+
+
+def test_exports_json_forgets_exports_that_are_gone(tmp_path, fixture_copy):
+    """One entry per format, path and machine, the latest time; a path that is gone is dropped at
+    the next export (a report's temporary dataset is not noted at all: export_parquet(note=False))."""
+    from cybmem.export import export_parquet, known_exports
+
+    store = MemoryStore(fixture_copy, "api")
+    for name in ("a.csv", "b.csv"):
+        assert cli("export", "csv", "--memory-dir", fixture_copy, "-p", "api", "--out", tmp_path / name).exit_code == 0
+    assert cli("export", "csv", "--memory-dir", fixture_copy, "-p", "api", "--out", tmp_path / "b.csv", "--force").exit_code == 0
+    assert [Path(e["out"]).name for e in known_exports(store)] == ["a.csv", "b.csv"]
+    (tmp_path / "a.csv").unlink()
+    export_parquet(store, tmp_path / "temporary", machine="m", note=False)
+    assert cli("export", "ndjson", "--memory-dir", fixture_copy, "-p", "api", "--out", tmp_path / "c.ndjson").exit_code == 0
+    assert [(e["format"], Path(e["out"]).name) for e in known_exports(store)] == [("csv", "b.csv"), ("ndjson", "c.ndjson")]
