@@ -8,7 +8,8 @@ runId, and carries a cwd in the project's directory; every ledger line and every
 embeddings.jsonl line is whole and valid (and each model's vectors have one dimension), and
 each issue's events are stamped in file order; index.json equals a rebuild from records/; the
 Arrow cache (``.cache/``) matches records/ and the ledger; no symbolic link leads writes out of
-the memory root; temp files (``.tmp-*``) left by a killed writer. Per memory root: projects.json
+the memory root; temp files (``.tmp-*``) left by a killed writer; a ``cybmem redact`` killed
+halfway (its journal). Per memory root: projects.json
 parses, every slug dir is registered or can be backfilled, no cwd has two slugs, no two slugs
 look alike (:func:`cybmem.projects.slug_key`).
 
@@ -27,7 +28,9 @@ Findings have a severity:
 ``--repair`` always rebuilds index.json and the cache of every checked project from records/
 and the ledger (whatever the checks found: a hand edit then reaches every derived copy) and
 removes temp files older than ``temp_age`` seconds; it never touches records/, issues.jsonl or
-embeddings.jsonl. ``--secrets`` scans the derived files too.
+embeddings.jsonl, except to finish a ``cybmem redact`` that was killed (its journal,
+``redact-pending.json``, says what is left to do: cybmem.scrub). ``--secrets`` scans the derived
+files too.
 """
 
 from __future__ import annotations
@@ -533,6 +536,24 @@ def _check_secrets(store: MemoryStore, bad: set[str], events: list[tuple[int, di
     return out
 
 
+def _check_redaction(store: MemoryStore) -> list[Finding]:
+    """A `cybmem redact` that was killed: its journal is still there (the repair finishes it)."""
+    from .scrub import pending
+
+    try:
+        plan = pending(store)
+    except StoreError as exc:
+        return [Finding("redact", "error", str(store.dir / "redact-pending.json"), str(exc), store.slug)]
+    if plan is None:
+        return []
+    if plan["running"]:
+        return [Finding("redact", "warning", plan["path"], f"a redaction of {plan['runs']} run(s) is at work "
+                        f"(begun {ms_to_utc(plan['startedAt'])})", store.slug)]
+    return [Finding("redact", "repairable", plan["path"], f"a redaction of {plan['runs']} run(s) begun "
+                    f"{ms_to_utc(plan['startedAt'])} was interrupted (done: {', '.join(plan['done']) or 'nothing'}); "
+                    "`cybmem doctor --repair` or the next `cybmem redact` finishes it", store.slug)]
+
+
 def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, temp_age: float, now: float,
                    home: str | None = None) -> tuple[ProjectStats, list[Finding]]:
     stats = ProjectStats(store.slug)
@@ -551,6 +572,7 @@ def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, tem
     findings += _check_supersession(store)
     findings += _check_weights(settings, store)
     findings += _check_temp([store.dir, store.records_dir, store.dir / ".cache"], store.slug, temp_age, now)
+    findings += _check_redaction(store)
     if secrets:
         findings += _check_secrets(store, bad, events)
     return stats, findings
@@ -657,6 +679,14 @@ def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore])
     for slug, store in sorted(stores.items()):
         if store.symlinked_dirs():
             continue  # nothing is written through a link (an error finding says so)
+        if any(f.check == "redact" and f.severity == "repairable" and f.project == slug for f in findings):
+            from .scrub import complete_pending
+
+            finished = complete_pending(store)  # its own rebuild of the derived files included
+            if finished is not None:
+                left = finished.remaining + finished.unreachable
+                done.append(f"finished the interrupted redaction of {len(finished.targets)} run(s) in {slug} "
+                            f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
         count = store.rebuild_index()
         done.append(f"rebuilt {store.index_path} from {count} records")
         if not _cache.disabled(store.root):

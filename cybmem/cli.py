@@ -811,7 +811,7 @@ def mark_cmd(
         _echo(f"{issue_id} is already {before.state}; nothing appended.")
 
 
-@command("redact")
+@command("redact", lean=False)
 def redact_cmd(
     ctx: Ctx,
     run_id: Annotated[Optional[str], typer.Argument(help="Run id or a unique prefix of it (or --everywhere).", show_default=False)] = None,
@@ -824,9 +824,11 @@ def redact_cmd(
 
     Rewrites the run's record and its ledger lines with every known secret shape and each given
     text replaced, atomically and under the project lock; renames an issue id spelled from such a
-    text; drops the run's vectors; rebuilds index.json and the cache; then names any file of the
-    project that still holds a given text (exit 1). --everywhere does it for every run that
-    holds a given text.
+    text; drops the run's vectors; rebuilds index.json and empties the cache; rewrites the rows of
+    the Parquet and SQLite exports the project knows of; then names any file of the project, and
+    any file export, that still holds a given text (exit 1). --everywhere does it for every run
+    that holds a given text. A redaction killed halfway is finished first by the next one (or by
+    `cybmem doctor --repair`).
 
     Example: printf '%s\\n' 'purple-otter-42' | cybmem redact 3f2a --secrets-from -
     """
@@ -849,8 +851,14 @@ def redact_cmd(
                         patterns=not no_patterns)
     if ctx.json:
         _print_json(result.to_dict())
-    elif not result.changed:
-        _echo(f"Nothing to redact in {'run ' + result.run_id if result.run_id else 'project'} {result.project}.")
+        _redact_exit(result)
+        return
+    if result.completed is not None:
+        done = result.completed
+        _echo(f"Finished an interrupted redaction of {_count(len(done.targets), 'run')} in project {done.project} "
+              f"(begun {_when(done.started_at)}).")
+    if not result.changed:
+        _echo(f"Nothing to redact in {'run ' + result.run_id + ' of ' if result.run_id else ''}project {result.project}.")
     else:
         what = []
         if result.run_id and result.fields:
@@ -867,13 +875,18 @@ def redact_cmd(
             what.append(f"{_count(result.archive_lines, 'archive-summary.md line')}")
         found = ([f"{_count(result.replaced, 'occurrence')} of the given text"
                   + ("s" if len(texts) > 1 else "")] if result.replaced else []) + result.kinds
-        who = f"run {result.run_id}" if result.run_id else f"{len(result.runs)} runs"
-        _echo(f"Redacted {who} in project {result.project}: {'; '.join(what)}" + (f" ({', '.join(found)})" if found else "") + ".")
+        who = (f"run {result.run_id} in project " if result.run_id else f"{len(result.runs)} runs in project "
+               if result.runs else "project ")
+        _echo(f"Redacted {who}{result.project}: {'; '.join(what)}" + (f" ({', '.join(found)})" if found else "") + ".")
         if result.embeddings_dropped:
             _echo(f"Dropped {_count(result.embeddings_dropped, 'vector')} made from the "
                   "old text (`cybmem embed` makes new ones).")
-        for path in result.rebuilt:
-            _echo(f"Rebuilt {path}.")
+    for path in result.rebuilt:
+        _echo(f"Rebuilt {path}.")
+    for path in result.emptied:
+        _echo(f"Emptied {path} (the next read rebuilds it).")
+    for line in result.exports:
+        _echo(f"Export: {line}.")
     if result.remaining:
         shown = result.remaining[:8]
         for path in shown:
@@ -881,9 +894,17 @@ def redact_cmd(
         if len(result.remaining) > len(shown):
             _echo(f"warning: ... and in {len(result.remaining) - len(shown)} more files (--json lists them all; "
                   "--everywhere redacts every run that holds it)", err=True)
-        raise typer.Exit(1)
-    if texts and not ctx.json:
+    for line in result.unreachable:
+        _echo(f"warning: {line}", err=True)
+    _redact_exit(result)
+    if texts:
         _echo(f"No file of project {result.project} holds a given text any more.")
+
+
+def _redact_exit(result) -> None:
+    """Exit 1 while a copy is left: a file that still holds a given text, an export cybmem cannot edit."""
+    if result.remaining or result.unreachable:
+        raise typer.Exit(1)
 
 
 # --- retrieval ----------------------------------------------------------------------
@@ -1410,10 +1431,10 @@ def report_cmd(
     _echo(f"Wrote {len(result.pages)} pages to {result.out_dir}; open {result.index}")
 
 
-@command("doctor")
+@command("doctor", lean=False)
 def doctor_cmd(
     ctx: Ctx,
-    repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/) and remove old temp files; records and the ledger are never touched.")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/), remove old temp files and finish a killed `cybmem redact`; records and the ledger are otherwise never touched.")] = False,
     secrets: Annotated[bool, typer.Option("--secrets", help="Also scan records and issue titles/details for secrets (reports file, field and kind, never the secret; rewrites nothing).")] = False,
     all_projects: Annotated[bool, typer.Option("--all", help="Check every project of the memory root.")] = False,
     temp_age: Annotated[float, typer.Option("--temp-age", help="Temp files younger than this many seconds may belong to a running writer and are left alone.", min=0)] = 60,
@@ -1452,6 +1473,7 @@ def export_cmd(
     chain: Annotated[Optional[str], typer.Option("--chain", help="prov: only the previousRunId chain of this run (id or unique prefix), walked both ways.", show_default=False)] = None,
     provn: Annotated[bool, typer.Option("--provn", help="prov: also write PROV-N next to the PROV-JSON file (same name, .provn).")] = False,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing regular file at --out (never a link, a device or a FIFO, never inside a memory root).")] = False,
 ):
     """Export a project's memory (or, with --all, every project's) for other tools.
 
@@ -1467,6 +1489,8 @@ def export_cmd(
 
     if format not in _EXPORT_FORMATS:
         raise typer.BadParameter(f"{format!r} is not one of {', '.join(_EXPORT_FORMATS)}", param_hint="FORMAT")
+    if out is not None and str(out) == "-" and format in ("ndjson", "csv"):
+        out = None  # stdout
     if table is not None and table not in TABLES:
         raise typer.BadParameter(f"{table!r} is not one of {', '.join(TABLES)}", param_hint="--table")
     if format in ("parquet", "sqlite", "prov") and out is None:
@@ -1502,7 +1526,7 @@ def export_cmd(
     if format == "prov":
         from .prov import export_prov
 
-        result = export_prov(stores, out, chain=chain, provn=provn)
+        result = export_prov(stores, out, chain=chain, provn=provn, force=force)
         _warn(result.warnings)
         if ctx.json:
             _print_json(result.to_dict())
@@ -1515,11 +1539,11 @@ def export_cmd(
 
     if format in ("ndjson", "csv"):
         fn = export_ndjson if format == "ndjson" else export_csv
-        result = fn(stores, out, table=table or "records", progress=progress)
+        result = fn(stores, out, table=table or "records", progress=progress, force=force)
     elif format == "parquet":
         result = export_parquet(stores, out, machine=machine, tables=[table] if table else TABLES, progress=progress)
     else:
-        result = export_sqlite(stores, out, tables=[table] if table else TABLES, progress=progress)
+        result = export_sqlite(stores, out, tables=[table] if table else TABLES, progress=progress, force=force)
     _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())

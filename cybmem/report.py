@@ -223,7 +223,7 @@ def open_notebook_fleet(dataset: str | os.PathLike | None = None, memory_dir: st
         machines = {default_machine(): tuple(slugs)}
     out = Path(tempfile.mkdtemp(prefix="cybmem-fleet-")) / "fleet"
     for machine, slugs in machines.items():
-        export_parquet([MemoryStore(root, slug) for slug in slugs], out, machine=machine)
+        export_parquet([MemoryStore(root, slug) for slug in slugs], out, machine=machine, note=False)  # temporary
     built = "; ".join(f"{machine}: {', '.join(slugs)}" for machine, slugs in machines.items())
     return NotebookFleet(out, f"exported from {root} as {built}\n  memory dir: {memory_from}", True)
 
