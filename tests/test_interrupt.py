@@ -161,13 +161,7 @@ def _env(root: Path) -> dict:
     return {**env, "CYBERINE_MEMORY_DIR": str(root)}
 
 
-# A SQLite export opens its database at --out itself; writing it through a temp file is branch safety20's
-# change to cybmem/export.py: drop this mark when it is merged (strict, so the merge says so).
-_SQLITE_IN_PLACE = pytest.mark.xfail(strict=True, reason="export sqlite writes --out in place until safety20 lands")
-
-
-@pytest.mark.parametrize("verb", ["search", "tune", "export-parquet", "export-csv",
-                                  pytest.param("export-sqlite", marks=_SQLITE_IN_PLACE)])
+@pytest.mark.parametrize("verb", ["search", "tune", "export-parquet", "export-csv", "export-sqlite"])
 def test_ctrl_c_ends_a_verb_with_130_one_line_and_no_partial_file(big, tmp_path, verb):
     out = tmp_path / "out"
     out.mkdir()
