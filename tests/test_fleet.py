@@ -361,9 +361,12 @@ def test_report_writes_the_figures_and_a_page(fleet, tmp_path):
 
 
 def _small_fleet(root: Path) -> Path:
+    """The dataset, exported from a copy of the fixtures (an export notes itself in its memory root)."""
+    memory = root / "memory"
+    shutil.copytree(FIXTURES, memory, ignore=shutil.ignore_patterns(".cache", ".lock", "exports.json"))
     dataset = root / "fleet"
-    export_parquet(MemoryStore(FIXTURES, "web"), dataset, machine="laptop")
-    export_parquet(MemoryStore(FIXTURES, "api"), dataset, machine="ci-1")
+    export_parquet(MemoryStore(memory, "web"), dataset, machine="laptop")
+    export_parquet(MemoryStore(memory, "api"), dataset, machine="ci-1")
     return dataset
 
 
@@ -490,7 +493,7 @@ def test_a_machine_cannot_speak_for_run_ids_another_exported_first(tmp_path):
 
 def test_one_project_exported_by_two_machines_is_one_project(tmp_path):
     dataset = _small_fleet(tmp_path)
-    export_parquet(MemoryStore(FIXTURES, "web"), dataset, machine="laptop-2")  # a shared disk: the same memory
+    export_parquet(MemoryStore(tmp_path / "memory", "web"), dataset, machine="laptop-2")  # a shared disk: the same memory
     f, hits, summary, report, lineage = _fleet_answers(dataset, tmp_path)
     _, want_hits, _, want_report, _ = _fleet_answers(_small_fleet(tmp_path / "clean"), tmp_path / "c")
     assert (report.projects, report.machines, report.runs, report.claimed) == (2, 3, want_report.runs, 47)
