@@ -448,16 +448,18 @@ class KeywordIndex:
                 df += int(s.indptr[t + 1] - s.indptr[t])
         return df
 
-    def idf_mass(self, query_tokens: Sequence[str]) -> tuple[float, float]:
+    def idf_mass(self, query_tokens: Sequence[str], *, n_docs: int | None = None) -> tuple[float, float]:
         """The sum of the idf of a query's distinct terms, terms no document holds included (at
         the idf of df 0), and that largest idf: what :func:`cybmem.retrieval.keyword_match`
-        divides a score by (the square root of their product)."""
+        divides a score by (the square root of their product). ``n_docs``: the idf as if the
+        collection had that many documents (the others holding none of the terms)."""
+        n = self.n_docs if n_docs is None else int(n_docs)
         terms = list(dict.fromkeys(query_tokens))
-        top = float(_bm25_idf(self.n_docs, np.zeros(1, dtype=np.int64))[0])
+        top = float(_bm25_idf(n, np.zeros(1, dtype=np.int64))[0])
         if not terms:
             return 0.0, top
         df = np.array([self.document_frequency(t) for t in terms], dtype=np.int64)
-        return float(_bm25_idf(self.n_docs, df).sum()), top
+        return float(_bm25_idf(n, df).sum()), top
 
     # -- query ----------------------------------------------------------------------------
     def _segment_impacts(self, i: int, seg: _Segment) -> np.ndarray | None:

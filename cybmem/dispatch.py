@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from .errors import CybmemError, NotFoundError
 from .preamble import Layout, OpenIssue, PreambleEntry, estimate_tokens, inject, layout
 from .projects import known_projects
-from .retrieval import Floor, Hit, SearchResult, match_scale, search
+from .retrieval import Floor, Hit, SearchResult, keyword_match, search
 from .scoring import MS_PER_DAY, normalize_keyword
 from .settings import Settings
 from .snapshot import load_snapshot, opened_in
@@ -244,13 +244,17 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
         tokens = tokenize(result.query)
         raw = snap.issue_index().scores(tokens)
         if as_of is None:
-            own = raw[rows].astype(np.float32)
+            def pick(a: np.ndarray) -> np.ndarray:
+                return a[rows].astype(np.float32)
         else:
             ids = folded.column("issueId").take(pa.array(rows))
             at = pc.fill_null(pc.index_in(ids, value_set=snap.fold().column("issueId")), -1).to_numpy().astype(np.int64)
-            own = np.where(at >= 0, raw[np.maximum(at, 0)], 0).astype(np.float32)
+
+            def pick(a: np.ndarray) -> np.ndarray:
+                return np.where(at >= 0, a[np.maximum(at, 0)], 0).astype(np.float32)
+        own = pick(raw)
         if floor is not None:
-            own_match = own * np.float32(match_scale(snap.issue_index(), tokens))
+            own_match = pick(keyword_match(snap.issue_index(), tokens, raw))
         own = normalize_keyword(own, scale=weights.w_kw) if weights.w_kw > 0 else np.zeros(m, np.float32)
     best = np.zeros(m, dtype=np.float32)
     best_row = np.full(m, -1, dtype=np.int64)

@@ -43,7 +43,7 @@ from .settings import Settings
 from .snapshot import Snapshot, load_snapshot, verified
 from .store import MemoryStore
 from .text import tokenize
-from .weights import DEFAULT_W_VEC, FLOOR_SHARE, LoadedWeights, Weights, weights_for
+from .weights import DEFAULT_W_VEC, FLOOR_MIN_RUNS, FLOOR_SHARE, LoadedWeights, Weights, weights_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .bm25 import KeywordIndex
@@ -184,15 +184,28 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     return np.sort(np.concatenate(picked)).astype(np.int64, copy=False)
 
 
-def keyword_match(index: "KeywordIndex", tokens: list[str], raw: np.ndarray) -> np.ndarray:
+def keyword_match(index: "KeywordIndex", tokens: list[str], raw: np.ndarray | None = None) -> np.ndarray:
     """Every row's keyword match: raw BM25 over sqrt(idf mass x largest idf) (module docstring,
-    "The floor"); float32, 0 for a task without terms."""
-    return raw * np.float32(match_scale(index, tokens))
+    "The floor"); float32, 0 for a task without terms. ``raw``: the index's own BM25 scores of
+    ``tokens`` when the caller has them. An index of fewer than
+    :data:`~cybmem.weights.FLOOR_MIN_RUNS` documents is scored as if it had that many (the others
+    holding none of the task's words), idf mass and largest idf included."""
+    n = index.n_docs
+    if not tokens or n == 0:
+        return np.zeros(n, np.float32)
+    if n >= FLOOR_MIN_RUNS:
+        raw = index.scores(tokens) if raw is None else raw
+        return raw * np.float32(match_scale(index, tokens))
+    stats = index.query_stats(tokens)
+    as_if = dataclasses.replace(stats, n_docs=FLOOR_MIN_RUNS,
+                                total_len=max(1, round(stats.total_len * FLOOR_MIN_RUNS / n)))  # same avgdl
+    return index.scores(tokens, stats=as_if) * np.float32(match_scale(index, tokens))
 
 
 def match_scale(index: "KeywordIndex", tokens: list[str]) -> float:
-    """What a raw BM25 score of ``tokens`` over ``index`` is multiplied by to give its keyword match."""
-    mass, top = index.idf_mass(tokens)
+    """What BM25 scores of ``tokens`` over ``index`` (under :func:`keyword_match`'s statistics)
+    are multiplied by to give their keyword match."""
+    mass, top = index.idf_mass(tokens, n_docs=max(index.n_docs, FLOOR_MIN_RUNS))
     return 1.0 / float(np.sqrt(mass * top)) if mass > 0 and top > 0 else 0.0
 
 

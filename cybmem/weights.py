@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .store import MemoryStore
 
 __all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
-           "save_weights", "read_evidence", "tuned_note", "AXES", "FLOOR_SHARE"]
+           "save_weights", "read_evidence", "tuned_note", "AXES", "FLOOR_SHARE", "FLOOR_MIN_RUNS"]
 
 ENV_PREFIX = "CYBERINE_MEMORY_"
 WEIGHTS_FILE = "weights.json"
@@ -49,6 +49,13 @@ DEFAULT_W_VEC = 0.05
 #: the floor (runs that share only a stray word with the task stay out; measured with
 #: benchmarks/bench_fit.py: 0.1 costs no judged-relevant run on the three histories, 0.3 costs 3-6%).
 FLOOR_SHARE = 0.1
+
+#: A project with fewer runs than this has its keyword match computed as if it had this many (the
+#: others holding none of the task's words): with a handful of runs, document frequency cannot
+#: tell a common word from a rare one (a word the only run holds has idf 0.29 against 1.39 for a
+#: word it lacks), so a task naming exactly what that run did fell below the floor. From this many
+#: runs on, the match is the store's own; the floors were measured on stores of thousands.
+FLOOR_MIN_RUNS = 100
 
 
 @dataclass(frozen=True)

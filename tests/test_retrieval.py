@@ -479,15 +479,45 @@ def test_keyword_match_is_bm25_over_the_square_root_of_idf_mass_times_the_larges
     from cybmem.retrieval import keyword_match
     from cybmem.text import tokenize
 
-    texts = ["cart drawer flaky", "login form", "search box", "cart total"] * 5
+    texts = ["cart drawer flaky", "login form", "search box", "cart total"] * 25
     snap = _tiny_snapshot(texts)
     tokens = tokenize("cart drawer zeppelin")
     raw = snap.index.scores(tokens)
-    idf = lambda df: math.log1p((20 - df + 0.5) / (df + 0.5))  # noqa: E731  Lucene's, N = 20
-    mass, top = idf(10) + idf(5) + idf(0), idf(0)  # cart, drawer, and a word no run holds
+    idf = lambda df, n=100: math.log1p((n - df + 0.5) / (df + 0.5))  # noqa: E731  Lucene's
+    mass, top = idf(50) + idf(25) + idf(0), idf(0)  # cart, drawer, and a word no run holds
     assert snap.index.idf_mass(tokens) == pytest.approx((mass, top))
     assert keyword_match(snap.index, tokens, raw) == pytest.approx(raw / math.sqrt(mass * top))
+    assert keyword_match(snap.index, tokens) == pytest.approx(raw / math.sqrt(mass * top))
     assert not keyword_match(snap.index, [], raw).any()
+
+
+def test_a_small_store_is_matched_as_if_it_held_floor_min_runs():
+    """Four runs: document frequency cannot tell a rare word from a common one, so the match is
+    BM25 and idf as if there were FLOOR_MIN_RUNS runs, the others holding none of the words."""
+    import math
+
+    from cybmem.bm25 import KeywordIndex
+    from cybmem.retrieval import keyword_match
+    from cybmem.text import tokenize
+    from cybmem.weights import FLOOR_MIN_RUNS, Weights
+
+    texts = ["cart drawer flaky", "login form", "search box", "cart total"]
+    snap = _tiny_snapshot(texts)
+    tokens = tokenize("cart drawer zeppelin")
+    n = FLOOR_MIN_RUNS
+    # The same four runs padded with runs that hold none of the words score the four alike.
+    # (96 fillers of 2 and 3 words keep the average length at the four runs' 9 / 4 words)
+    fillers = [["filler", "word"]] * 72 + [["filler", "word", "more"]] * 24
+    padded = KeywordIndex.build([tokenize(t) for t in texts] + fillers)
+    assert len(fillers) == n - 4 and padded.avgdl == snap.index.avgdl
+    mass, top = padded.idf_mass(tokens)
+    want = padded.scores(tokens)[:4] / math.sqrt(mass * top)
+    got = keyword_match(snap.index, tokens)
+    assert got == pytest.approx(want) and got[1] == 0 and got[2] == 0 and got[0] > got[3] > 0
+    assert snap.index.idf_mass(tokens, n_docs=n) == pytest.approx((mass, top))
+    # The only run of a store, named by a task of its own words, passes the default floor.
+    one = _tiny_snapshot(["Fix the login form validation"])
+    assert keyword_match(one.index, tokenize("fix the login form"))[0] >= Weights().floor
 
 
 def test_the_floor_keeps_out_runs_without_evidence_and_lets_the_parent_and_close_vectors_in():
