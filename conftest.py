@@ -71,7 +71,11 @@ def corpus_1k(tmp_path_factory) -> Path:
 
 
 def _audit_module():
-    """tests/audit/sitecustomize.py, under its own name."""
+    """tests/audit/sitecustomize.py: the one this process started with (a session started by
+    another one, e.g. an xdist worker), else loaded under its own name."""
+    started = sys.modules.get("sitecustomize")
+    if started is not None and Path(getattr(started, "__file__", "")).resolve() == AUDIT_DIR / "sitecustomize.py":
+        return started
     return _load("cybmem_reads_audit", AUDIT_DIR / "sitecustomize.py")
 
 
@@ -99,7 +103,8 @@ class ReadsAudit:
         deny = [str(REPO / p) for p in NOT_IN_A_CLONE]
         rule = {"allow": [str(REPO), tempfile.gettempdir()], "trusted": _trusted(), "deny": deny, "log": str(self.log)}
         os.environ[audit.ENV] = json.dumps(rule)
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(AUDIT_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != AUDIT_DIR]
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(AUDIT_DIR), *paths])
         self.first = True
         audit.install(audit.Rule(rule["allow"], rule["deny"], rule["trusted"]), self._record)
 

@@ -76,33 +76,39 @@ def path_of(event, args):
     return os.path.normpath(os.path.join(os.getcwd(), target))
 
 
-_state = {"busy": False}
+_state = {"busy": False, "rule": None, "record": None}
+
+
+def _hook(event, args):
+    if event not in EVENTS or _state["busy"] or _state["rule"] is None:
+        return
+    _state["busy"] = True  # record() and realpath() may open files themselves
+    try:
+        path = path_of(event, args)
+        if path is not None and _state["rule"].outside(path):
+            _state["record"](event, path)
+    except Exception:  # noqa: BLE001 - an audit hook must never break the process it watches
+        pass
+    finally:
+        _state["busy"] = False
 
 
 def install(rule, record):
-    """Call ``record(event, path)`` for every audited event naming a path outside ``rule``."""
-    events = EVENTS
+    """Call ``record(event, path)`` for every audited event naming a path outside ``rule``.
 
-    def hook(event, args):
-        if event not in events or _state["busy"]:
-            return
-        _state["busy"] = True  # record() and realpath() may open files themselves
-        try:
-            path = path_of(event, args)
-            if path is not None and rule.outside(path):
-                record(event, path)
-        except Exception:  # noqa: BLE001 - an audit hook must never break the process it watches
-            pass
-        finally:
-            _state["busy"] = False
-
-    sys.addaudithook(hook)
+    A process has at most one hook (audit hooks cannot be removed): installing again, as a test
+    session started by another one does (an xdist worker), replaces the rule and the recorder.
+    """
+    first = _state["rule"] is None
+    _state["rule"], _state["record"] = rule, record
+    if first:
+        sys.addaudithook(_hook)
 
 
 def _child():
     """In a process a test started: append one line per outside open to the session's log."""
     raw = os.environ.get(ENV)
-    if not raw or getattr(sys, "_cybmem_reads_audit", False):
+    if not raw:
         return
     config = json.loads(raw)
     log = config["log"]
@@ -117,7 +123,6 @@ def _child():
         finally:
             os.close(fd)
 
-    sys._cybmem_reads_audit = True
     install(Rule(config["allow"], config["deny"], config["trusted"]), record)
 
 
