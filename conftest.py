@@ -10,11 +10,11 @@ every Python process a test starts. A test that opened such a path fails at tear
 path and the process; opens made while collecting are charged to the first test that runs.
 
 Allowed: the repository, the temporary directory (tmp_path, the HOME each test gets, the
-notebook copies), the Python installation and its site-packages, and the operating system's own
-directories (/proc, /sys, /dev, /etc, /usr, ...). Not allowed even inside the repository:
-benchmarks/.data (corpora the benchmarks unpack; a clone has none). The optional real-history
-corpora (CORPORA in tests/conftest.py, ../shared/corpora on CI) may be read only by tests that
-use a corpus fixture, which skip when the corpora are absent.
+session's HOME, the notebook copies), the Python installation and its site-packages, and the
+operating system's own directories (/proc, /sys, /dev, /etc, /usr, ...). Not allowed even inside
+the repository: benchmarks/.data (corpora the benchmarks unpack; a clone has none). The optional
+corpora (CORPORA below) may be read only by tests that use a corpus fixture, which skip when the
+corpora are absent. tests/test_reads_audit.py tests the check itself.
 """
 
 from __future__ import annotations
@@ -101,7 +101,10 @@ class ReadsAudit:
         self.found: list[tuple[str, str, str]] = []  # (event, path, who) since the last test ended
         self.corpora = os.path.normpath(os.path.abspath(CORPORA))
         deny = [str(REPO / p) for p in NOT_IN_A_CLONE]
-        rule = {"allow": [str(REPO), tempfile.gettempdir()], "trusted": _trusted(), "deny": deny, "log": str(self.log)}
+        allow = [str(REPO), tempfile.gettempdir()]
+        if config.option.basetemp:  # tmp_path lives there instead
+            allow.append(os.path.abspath(config.option.basetemp))
+        rule = {"allow": allow, "trusted": _trusted(), "deny": deny, "log": str(self.log)}
         os.environ[audit.ENV] = json.dumps(rule)
         paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != AUDIT_DIR]
         os.environ["PYTHONPATH"] = os.pathsep.join([str(AUDIT_DIR), *paths])
@@ -169,11 +172,6 @@ def pytest_configure(config: pytest.Config) -> None:
     _session_home()
     if _AUDIT is None:
         _AUDIT = ReadsAudit(config)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    os.environ[_audit_module().ENV + "_TEST"] = item.nodeid
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -115,8 +115,7 @@ def _child():
     who = " ".join(getattr(sys, "orig_argv", None) or sys.argv or [sys.executable])
 
     def record(event, path):
-        line = json.dumps({"event": event, "path": path, "pid": os.getpid(), "argv": who,
-                           "test": os.environ.get(ENV + "_TEST", "")}) + "\n"
+        line = json.dumps({"event": event, "path": path, "pid": os.getpid(), "argv": who}) + "\n"
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode("utf-8", "replace"))  # one write per line: whole lines from every process
