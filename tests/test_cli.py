@@ -85,7 +85,7 @@ def test_usage_errors_exit_2(populated):
     assert run("list", "--state", "finished", "--cwd", "/home/dev/web").exit_code == 2
     assert run("write").exit_code == 2
     assert run("show").exit_code == 2
-    assert run("write", "/no/such/run.json").exit_code == 2
+    assert run("write", populated.parent / "no-such-run.json").exit_code == 2  # a file that is not there
 
 
 def test_list_newest_first(populated):

@@ -7,6 +7,7 @@ repository in different ways, and each is reported at teardown with the path and
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -16,10 +17,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "audit"))
-import sitecustomize as audit  # noqa: E402  (tests/audit/sitecustomize.py; shadows nothing in this process)
 
-sys.path.remove(str(REPO / "tests" / "audit"))
+
+def _load_audit():
+    """tests/audit/sitecustomize.py under another name: as ``sitecustomize`` it would install itself."""
+    spec = importlib.util.spec_from_file_location("cybmem_reads_audit_rules", REPO / "tests" / "audit" / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+audit = _load_audit()
 
 
 def test_the_rule_allows_what_a_clone_and_its_machine_have(tmp_path):
