@@ -1,7 +1,8 @@
-"""The check that no test reads outside the repository (conftest.py, tests/audit/sitecustomize.py).
+"""The check that no test reads outside the repository (tests/session/cybmem_test_session.py and
+tests/audit/sitecustomize.py).
 
 The rule is tested on paths, then the whole check end to end: a pytest session in a subprocess,
-with the repository's conftest.py as its plugin, runs a few tests that open files outside the
+with the session plugin of this repository, runs a few tests that open files outside the
 repository in different ways, and each is reported at teardown with the path and the process.
 """
 
@@ -106,9 +107,10 @@ def test_every_test_that_opens_outside_the_repository_fails_at_teardown(tmp_path
     probe.write_text(PROBE.format(outside=outside, denied=denied))
     # The inner session installs its own check; it must not report into this session's log.
     env = {k: v for k, v in os.environ.items() if not k.startswith(audit.ENV)}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                      if p and Path(p) != REPO / "tests" / "audit"]])
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(probe)],
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "session"), str(REPO),
+                                         *[p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                           if p and Path(p) != REPO / "tests" / "audit"]])
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "cybmem_test_session", "-p", "no:cacheprovider", str(probe)],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = p.stdout
     assert p.returncode == 1, out + p.stderr

@@ -1,6 +1,6 @@
 """Record every file a test process opens outside what a clone of the repository has.
 
-The test session (conftest.py at the repository root) installs :func:`install` in its own
+The test session (tests/session/cybmem_test_session.py) installs :func:`install` in its own
 process and puts this directory first on ``PYTHONPATH``, so every Python process a test starts
 (the ``cybmem`` console script, ``python -m ...``, notebook kernels, Dask workers) imports this
 file as its ``sitecustomize`` and records the same way into a log file the session reads after

@@ -1,4 +1,6 @@
-"""The session's rules: the optional corpora, and every test reads only what a clone has.
+"""The session's plugin: the optional corpora, a private HOME, and every test reads only what a
+clone has. pyproject.toml loads it for every run (``pythonpath`` and ``-p cybmem_test_session``),
+so it covers tests/ and the notebooks alike, in each xdist worker.
 
 The real-history corpora are not in the repository. ``corpus_1k`` unpacks one when it is there
 (``../shared/corpora`` beside the checkout, as on CI, or ``CYBMEM_CORPORA``; the benchmarks'
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
 AUDIT_DIR = REPO / "tests" / "audit"
 #: inside the repository but never in a clone (git-ignored data)
 NOT_IN_A_CLONE = ("benchmarks/.data",)
@@ -142,7 +144,7 @@ class ReadsAudit:
                 seen.add((path, who))
                 lines.append(f"  {path}  ({event}, {who})")
         return (f"{len(lines)} path(s) outside the repository were opened {when}; a clone has no such "
-                f"files (tests read data-fixtures/ or tmp_path; see conftest.py):\n" + "\n".join(lines[:40]))
+                f"files (tests read data-fixtures/ or tmp_path; see tests/session/cybmem_test_session.py):\n" + "\n".join(lines[:40]))
 
 
 _AUDIT: ReadsAudit | None = None
