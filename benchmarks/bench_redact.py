@@ -29,11 +29,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import random
 import statistics
 import sys
-import tarfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -106,25 +104,12 @@ def print_corpus(result: dict) -> dict:
             "lines": dict(lines)}
 
 
-def corpora_dir() -> Path:
-    env = os.environ.get("CYBMEM_CORPORA")
-    return Path(env).expanduser() if env else REPO.parent / "shared" / "corpora"
-
-
 @functools.cache
 def commit_messages() -> list[str]:
     """Every task (commit message) of the pytest corpus archive, or [] when it is absent."""
-    archive = corpora_dir() / "pytest-memory.tar.gz"
-    if not archive.is_file():
-        archive = Path("/work/shared/corpora/pytest-memory.tar.gz")
-    if not archive.is_file():
-        return []
-    texts = []
-    with tarfile.open(archive) as tar:
-        for member in tar:
-            if member.isfile() and "/records/" in member.name and member.name.endswith(".json"):
-                texts.append(json.load(tar.extractfile(member))["task"])
-    return texts
+    from bench_secrets import commit_messages as messages
+
+    return messages("pytest-memory")
 
 
 def print_real_text(texts: list[str]) -> dict:

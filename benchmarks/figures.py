@@ -27,7 +27,7 @@ import _corpus  # noqa: E402
 
 import cybmem  # noqa: E402
 from cybmem import plots, tuning  # noqa: E402
-from cybmem.judgments import judgments_from_store, load_judgments  # noqa: E402
+from cybmem.judgments import store_judgments  # noqa: E402
 from cybmem.snapshot import load_snapshot  # noqa: E402
 
 OUT = HERE / "out" / "figures"
@@ -62,28 +62,26 @@ def render(store: cybmem.MemoryStore, out: Path, *, heatmaps: bool = True) -> No
 
     save("lineage.png", lambda: plots.lineage_graph(records))
     save("lineage-recent.png", lambda: plots.lineage_graph(records, trees="recent"))
-    edges = cybmem.lineage_edges(records)
+    edges = cybmem.lineage_edges(snap)
     parents = edges.loc[edges["kind"] == "parent", "src"]
     if len(parents):
         focus = parents.value_counts().idxmax()
         save("lineage-one-tree.png", lambda: plots.lineage_graph(records, focus=focus, scope="tree"))
-    events = cybmem.issue_events_frame(snap)
     now = records["endedAt"].max()
-    fold = cybmem.issue_fold(events, now=now)
+    fold = cybmem.issue_fold(snap, now=now)
     save("issue-ages.png", lambda: plots.issue_age_histograms(
         fold, title=f"Issue ages in {store.slug} (measured at {now:%Y-%m-%d %H:%M} UTC)"))
     save("runs-over-time.png", lambda: plots.runs_over_time(records))
     if heatmaps:
         t0 = time.perf_counter()
         settings = cybmem.Settings.from_env(memory_dir=store.root)
-        # The store's own qrels when it has them: derived judgments mostly ask for the parent a
-        # follow-up is shown first, which every weighting meets (a flat map).
-        qrels = store.root / "qrels.jsonl"
-        judgments = load_judgments(qrels) if qrels.is_file() else judgments_from_store(snap)
-        source = qrels.name if qrels.is_file() else "derived judgments"
+        # The store's own qrels when it has them (what the tuning notebook and the report use):
+        # derived judgments mostly ask for the parent a follow-up is shown first, which every
+        # weighting meets (a flat map).
+        judgments, source = store_judgments(snap)
         m = tuning.axis_matrices(snap, judgments, k=10)
         result = tuning.grid_search(m, metric="mrr", k=10, current=cybmem.weights_for(settings, store).weights)
-        print(f"  grid search on {len(judgments)} judgments ({source}) in {time.perf_counter() - t0:.1f}s")
+        print(f"  grid search on {len(judgments)} judgments {source} in {time.perf_counter() - t0:.1f}s")
         save("weights-kw-rec.png", lambda: plots.weight_heatmap(result, x="w_kw", y="w_rec"))
         save("weights-lin-half-life.png", lambda: plots.weight_heatmap(result, x="w_lin", y="half_life_days", reduce="max"))
 

@@ -83,6 +83,10 @@ def main() -> None:
         run("Redaction", ["benchmarks/bench_redact.py"],
             "Precision and recall per secret kind on the redaction corpus, false alarms on real commit "
             "messages and synthetic worker output, throughput."),
+        run("Secret detection on shapes cybmem was not written from", ["benchmarks/bench_secrets.py"],
+            "Recall on gitleaks' and detect-secrets' own examples (data-fixtures/secret-examples.jsonl), "
+            "false alarms on every commit message of pytest, mypy and sphinx, cost per record, and "
+            "detect-secrets and Kingfisher on the same examples when installed (the bench extra)."),
         run("Weight search", ["benchmarks/bench_tune.py"],
             "Grid search over w_kw, w_rec, w_lin on the corpus replicated to 20k records, 500 queries."),
         run("Embeddings and the vector axis", ["benchmarks/bench_embed.py", "--size", "100000", "--queries", "200"],
@@ -95,6 +99,10 @@ def main() -> None:
             "Search and the issue fold over every machine's export (8 machines, millions of runs as Parquet): "
             "Dask on a LocalCluster against the same partition functions in one process; times and each "
             "process's own peak memory."),
+        run("The MCP server", ["benchmarks/bench_mcp.py"],
+            "Per-call latency of `cybmem mcp` over stdio, driven by the MCP SDK's client, for `search` and "
+            "`memory_block` on the 7.7k corpus (warm: the snapshot held in the server), beside the same calls "
+            "in process and the CLI (`cybmem search`, `cybmem inject --system` subprocesses) on the same queries."),
         run("Index compaction", ["benchmarks/bench_compaction.py", "--sizes", "7761,100000"],
             "index.json compacted to 500 entries against the full index: its size, the check against records/ "
             "every reader of the index makes, the write path's latest_run_id, and `cybmem chain` (it walks the "

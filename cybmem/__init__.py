@@ -37,6 +37,7 @@ _LAZY = {
     "write_run": "runs",
     # reading and lineage
     "chain": "lineage",
+    "show_record": "lineage",
     "load_snapshot": "snapshot",
     "Snapshot": "snapshot",
     "records_frame": "frames",

@@ -30,7 +30,7 @@ import typer
 
 from . import __version__
 from .errors import CybmemError
-from .outcome import printable, shorten, subject_line
+from .outcome import printable, printable_json, shorten, subject_line
 from .schema import ms_to_utc, parse_time
 from .settings import Settings
 
@@ -184,13 +184,9 @@ def _echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
     typer.echo(printable(message), err=err, nl=nl)
 
 
-_JSON_UNSAFE = re.compile("[\x7f-\x9f]")
-
-
 def _print_json(data) -> None:
-    """JSON on stdout; DEL and C1 characters escaped like C0 (\\u009b), so no raw control reaches a terminal."""
-    text = json.dumps(data, indent=2, ensure_ascii=False)
-    typer.echo(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    """JSON on stdout (:func:`cybmem.outcome.printable_json`: no raw control reaches a terminal)."""
+    typer.echo(printable_json(data))
 
 
 def _width() -> int:
@@ -364,24 +360,15 @@ def show_cmd(
 
     Example: cybmem show 3f2a
     """
-    from .snapshot import load_snapshot
+    from .lineage import show_record
 
     store = ctx.store()
-    asked = store.resolve_run_id(run_id)
-    chain = []
-    if not original:  # supersession as the cached snapshot holds it (index entries would be read in full)
-        snap = load_snapshot(store)
-        store.note_problems(snap.problems)
-        chain = store.supersession_chain(asked, snap.supersession())
-    rec = store.read_record(chain[-1] if chain else asked)
+    shown = show_record(store, run_id, original=original)
     _warn(p.message for p in store.problems)
     if ctx.json:
-        data = rec.to_dict()
-        if chain:
-            data = {**data, "_supersededChain": [asked] + chain[:-1]}
-        _print_json(data)
+        _print_json(shown.to_dict())
         return
-    _render_record(rec, asked=asked, chain=chain)
+    _render_record(shown.record, asked=shown.asked, chain=shown.chain)
 
 
 def _day(ms: Optional[int]) -> str:
@@ -1259,19 +1246,22 @@ def report_cmd(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds allowed per notebook cell.", min=1)] = 600,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Cell progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
-    """Execute the notebooks (history, lineage, issue ages, weight tuning) headless and write self-contained HTML.
+    """Execute the notebooks (history, lineage, issue ages, weight tuning; the fleet with -P dataset=DIR) headless and write self-contained HTML.
 
     One page per notebook plus index.html; figures are embedded images, nothing is fetched
     from the network. Progress goes to stderr, a line per notebook with how long it took.
+    Without --project or --cwd, CYBERINE_MEMORY_PROJECT names the project, as for the notebooks.
 
     Example: cybmem report --out reports/web --project web -P metric=ndcg -P k=5
     """
-    from .report import NOTEBOOKS, build_report, notebooks_dir, parse_parameters
+    from .report import NOTEBOOKS, PROJECT_ENV, build_report, notebooks_dir, parse_parameters
 
     try:
         params = parse_parameters(parameter or [], [notebooks_dir() / n for n in NOTEBOOKS])
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint="-P") from None
+    if not ctx.project and ctx.cwd is None:  # the notebooks' project variable, before the current directory
+        ctx.project = ctx.settings.env.get(PROJECT_ENV, "").strip() or None
     result = build_report(ctx.store(), out, parameters=params, with_code=with_code, timeout=timeout, progress=progress)
     if ctx.json:
         _print_json(result.to_dict())
@@ -1411,6 +1401,30 @@ def export_cmd(
         _echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
 
 
+# --- the MCP server -------------------------------------------------------------------
+
+
+@command("mcp", as_json=False, lean=False)
+def mcp_cmd(
+    ctx: Ctx,
+    http: Annotated[Optional[int], typer.Option("--http", metavar="PORT", help="Serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio (0: a free port, named on stderr).", min=0, max=65535, show_default=False)] = None,
+    allow_writes: Annotated[bool, typer.Option("--allow-writes", help="Also offer the write tools: mark_issue and supersede (off: the server never writes a record or a ledger line).")] = False,
+):
+    """Serve the memory root to agents over the Model Context Protocol (MCP), on stdio or --http PORT.
+
+    Tools: search, show, chain, issues, memory_block (what inject --system prints); with
+    --allow-writes also mark_issue and supersede. Resources: a project's open issues and a run's
+    record. --project / --cwd choose the default project; each call may name another. Add it to
+    an MCP client's configuration as a command: cybmem mcp --memory-dir DIR (USAGE.md, "The MCP
+    server").
+
+    Example: cybmem mcp --project web
+    """
+    from .mcp_server import serve
+
+    serve(ctx.settings, cwd=ctx.cwd, project=ctx.project, http=http, allow_writes=allow_writes)
+
+
 # --- fleet ----------------------------------------------------------------------------
 
 _FLEET_ACTIONS = ("search", "issues", "report")
@@ -1494,8 +1508,8 @@ def fleet_cmd(
                     ["openedAt", "machine", "project", "issueId"], kind="stable")
                 if ctx.json:
                     shown = opened if not limit else opened.head(limit)
-                    _print_json(json.loads(shown.assign(ageDays=shown["age"].dt.total_seconds() / 86400)
-                                           .drop(columns=["age"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
+                    _print_json(json.loads(shown.assign(ageDays=shown["openAge"].dt.total_seconds() / 86400)
+                                           .drop(columns=["openAge", "timeToResolve"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
                     return
                 if not len(opened):
                     _echo(f"No open issues in {len(fleet.groups)} projects.")
@@ -1503,7 +1517,7 @@ def fleet_cmd(
                 shown = opened if not limit else opened.head(limit)
                 rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
                         for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
-                                                         shown["openedAt"].dt.as_unit("ns"), shown["age"], shown["state"], shown["title"])]
+                                                         shown["openedAt"].dt.as_unit("ns"), shown["openAge"], shown["state"], shown["title"])]
                 _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
                 if len(shown) < len(opened):
                     _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")

@@ -258,10 +258,12 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
                         snap.records.column("runId"), codes)
 
 
-def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None) -> list[ChosenIssue]:
-    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best first."""
+def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None,
+                limit: int | None = None) -> list[ChosenIssue]:
+    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best
+    first; only the first ``limit`` when given (a store can hold tens of thousands of open issues)."""
     ranking = _rank(result, weights, as_of=as_of)
-    return [ranking.issue(i) for i in ranking.order.tolist()]
+    return [ranking.issue(i) for i in (ranking.order if limit is None else ranking.top(limit)).tolist()]
 
 
 def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:

@@ -274,7 +274,7 @@ def _flat_rows(df: "pd.DataFrame", project: str, columns: tuple[str, ...]) -> li
 
 
 def _fold_rows(events: "pd.DataFrame", project: str) -> list[dict]:
-    """The issue fold (:func:`cybmem.frames.issue_fold`) as flat rows; ``age`` becomes seconds."""
+    """The issue fold (:func:`cybmem.frames.issue_fold`) as flat rows; ``ageS``: openAge, else timeToResolve, in seconds."""
     import pandas as pd
 
     from .frames import issue_fold
@@ -283,7 +283,7 @@ def _fold_rows(events: "pd.DataFrame", project: str) -> list[dict]:
     if fold.empty:
         return []
     fold = fold.copy()
-    fold["ageS"] = fold["age"].dt.total_seconds()
+    fold["ageS"] = fold["openAge"].fillna(fold["timeToResolve"]).dt.total_seconds()
     rows = []
     for rec in fold.to_dict("records"):
         row = {"project": project}

@@ -2,27 +2,33 @@
 
 Every view comes from the Arrow snapshot (:func:`cybmem.snapshot.load_snapshot`) and the shared
 rules (the issue fold of :mod:`cybmem.issues`, supersession of :mod:`cybmem.supersession`); none
-computes a rule of its own. Timestamps are tz-aware UTC, lists are Arrow-backed, text columns
-are pandas strings. Nothing in the write or inject path imports this module.
+computes a rule of its own. Each takes the project (a store or its snapshot) first. Timestamps
+are tz-aware UTC, lists are Arrow-backed, text columns are pandas strings and a run's ``state`` is
+a categorical of :data:`cybmem.schema.STATES`. Nothing in the write or inject path imports this
+module.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import re
+
 import pyarrow as pa
 
 from . import issues, supersession
+from .schema import STATES
 from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["records_frame", "issue_events_frame", "issue_fold", "lineage_edges"]
+__all__ = ["records_frame", "issue_events_frame", "issue_fold", "lineage_edges", "natural_key"]
 
-_FOLD_COLUMNS = ["issueId", "title", "state", "openedAt", "resolvedAt", "lastAt", "age", "reopenCount", "events",
-                 "openedBy", "resolvedBy", "lastBy", "detail"]
+_FOLD_COLUMNS = ["issueId", "title", "state", "openedAt", "resolvedAt", "lastAt", "openAge", "timeToResolve",
+                 "reopenCount", "events", "openedBy", "resolvedBy", "lastBy", "detail"]
+_DIGITS = re.compile(r"(\d+)")
 
 
 def _snapshot(source: MemoryStore | Snapshot) -> Snapshot:
@@ -45,22 +51,46 @@ def records_frame(source: MemoryStore | Snapshot, *, as_of: int | None = None,
 
     Columns: the record's fields (lineage and outcome flattened, ``workerAgents`` and
     ``workerStates`` lists), ``superseded`` (a correction exists, by the supersession rule, as of
-    ``as_of`` when given) and ``durationS``.
+    ``as_of`` when given) and ``durationS``. ``state`` is a categorical whose categories are
+    done, error, cancelled (in that order, whether or not they occur), so counts and tables
+    list every state.
 
     Args:
         source: the project's store, or a loaded snapshot.
         as_of: only records that had ended by then (epoch ms).
         include_superseded: False drops superseded records.
     """
+    import pandas as pd
+
     snap = _snapshot(source)
     df = snap.records.drop_columns(["inode"]).to_pandas(types_mapper=_types_mapper)
     df["superseded"] = ~snap.candidates(as_of)  # for the rows kept below: superseded as of then
     df["durationS"] = (df["endedAt"] - df["startedAt"]).dt.total_seconds()
+    df["state"] = df["state"].astype(pd.CategoricalDtype(STATES))  # the snapshot holds no other state
     if as_of is not None:
         df = df[snap.ended_ms() <= as_of]
     if not include_superseded:
         df = df[~df["superseded"]]
     return df.sort_values(["endedAt", "runId"], kind="stable").reset_index(drop=True)
+
+
+def natural_key(values: "pd.Series") -> "pd.Series":
+    """A sort key that orders the numbers inside ids by value: ticket-9, ticket-10, ticket-998, ticket-10001.
+
+    For ``sort_values(key=natural_key)`` (pandas passes the column): the rank of each value
+    when the digit runs compare as numbers and the text between them as text (case-folded,
+    ties broken by the text itself). Missing values sort last.
+    """
+    import pandas as pd
+
+    def parts(text: str) -> tuple:
+        # re.split with a group alternates text and digits, text first: positions never mix types
+        return tuple(int(p) if i % 2 else p.casefold() for i, p in enumerate(_DIGITS.split(text))), text
+
+    present = values.dropna()
+    order = {v: i for i, v in enumerate(sorted(set(present.astype(str)), key=parts))}
+    return pd.Series([order[str(v)] if not pd.isna(v) else len(order) for v in values], index=values.index,
+                     dtype="int64")
 
 
 def issue_events_frame(source: MemoryStore | Snapshot) -> "pd.DataFrame":
@@ -99,8 +129,12 @@ def issue_fold(events: "pd.DataFrame | MemoryStore | Snapshot", *, now: "pd.Time
         now: the moment open issues' ages are measured to (default: now).
 
     Returns:
-        Columns issueId, title, state, openedAt, resolvedAt, lastAt, age (open: now - openedAt;
-        resolved: time to resolve), reopenCount, events, openedBy, resolvedBy, lastBy, detail.
+        Columns issueId, title, state, openedAt, resolvedAt, lastAt, ``openAge`` (open and
+        reopened issues: ``now - openedAt``; NaT once closed), ``timeToResolve`` (resolved and
+        wontfix issues: ``resolvedAt - openedAt``, from the first opening; NaT while open),
+        reopenCount, events, openedBy, resolvedBy, lastBy, detail. Both durations are clipped at
+        0: events out of time order (a resolution stamped before the opening, an opening after
+        ``now``) give 0, never a negative duration.
     """
     import pandas as pd
 
@@ -109,19 +143,28 @@ def issue_fold(events: "pd.DataFrame | MemoryStore | Snapshot", *, now: "pd.Time
     out = issues.fold_table(table).to_pandas(types_mapper=_types_mapper)
     now = now if now is not None else pd.Timestamp.now(tz="UTC")
     open_ = out["state"].isin(list(issues.OPEN))
-    out["age"] = (now - out["openedAt"]).where(open_, out["resolvedAt"] - out["openedAt"])
+    zero = pd.Timedelta(0)
+    out["openAge"] = (now - out["openedAt"]).where(open_).clip(lower=zero)
+    out["timeToResolve"] = (out["resolvedAt"] - out["openedAt"]).where(~open_).clip(lower=zero)
     return out[_FOLD_COLUMNS]
 
 
-def lineage_edges(records: "pd.DataFrame") -> "pd.DataFrame":
+def lineage_edges(source: "MemoryStore | Snapshot | pd.DataFrame") -> "pd.DataFrame":
     """Edges between runs: previous, parent, chat (consecutive runs of a session), superseded.
 
-    Columns: src, dst, kind. ``src`` is the earlier run (the predecessor, the parent, the
-    superseded record), ``dst`` the later one. Supersession follows cybmem.supersession's rule
-    over the records given.
+    Args:
+        source: a project (a store or its snapshot: all its records) or a records DataFrame
+            (any subset of :func:`records_frame`, e.g. one time window); edges to runs outside
+            it are left out.
+
+    Returns:
+        Columns src, dst, kind (a categorical). ``src`` is the earlier run (the predecessor,
+        the parent, the superseded record), ``dst`` the later one. Supersession follows
+        cybmem.supersession's rule over the records given.
     """
     import pandas as pd
 
+    records = source if isinstance(source, pd.DataFrame) else records_frame(source)
     frames = []
     ids = set(records["runId"])
     for col, kind in (("previousRunId", "previous"), ("parentRunId", "parent")):

@@ -7,7 +7,9 @@ A *judgment* says: a run asking ``query`` at moment ``asOf`` should be shown the
      "queryRunId": "...", "parentRunId": "...", "chatSessionId": "..."}   # last three optional
 
 (``../shared/corpora/*/qrels.jsonl`` is one; lines sharing a ``queryRunId`` are merged, their
-relevant lists united). :func:`judgments_from_store` derives judgments from a store itself.
+relevant lists united). :func:`judgments_from_store` derives judgments from a store itself;
+:func:`store_judgments` is what a store is tuned on when no file is named: its own
+``qrels.jsonl`` when it carries one, else the derived ones.
 
 Metrics (:data:`METRICS`): MRR@k, nDCG@k (binary gains, ideal DCG over the relevant runs that
 existed) and recall@k; :func:`metric_at_k` scores one ranked list (the reference the vectorised
@@ -29,12 +31,14 @@ from .errors import ValidationError
 from .snapshot import Snapshot
 
 __all__ = ["METRICS", "JUDGMENT_KINDS", "Judgment", "merge_judgments", "load_judgments", "save_judgments",
-           "judgments_from_store", "check_metric", "metric_at_k"]
+           "judgments_from_store", "store_judgments", "QRELS_FILE", "check_metric", "metric_at_k"]
 
 #: metric name -> label; every metric is cut at k.
 METRICS = {"mrr": "MRR", "ndcg": "nDCG", "recall": "recall"}
 #: what :func:`judgments_from_store` can derive.
 JUDGMENT_KINDS = ("issue", "parent")
+#: a store's own judgments file, in its project's folder or at the memory root (as the corpora carry it)
+QRELS_FILE = "qrels.jsonl"
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,32 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
                 add(i, [p], "parent")
     out.sort(key=lambda t: t[0])
     return merge_judgments(j for _, j in out)
+
+
+def store_judgments(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS) -> tuple[list[Judgment], str]:
+    """The judgments a project is tuned on when none are named, and where they come from.
+
+    The store's own :data:`QRELS_FILE` (in the project's folder, else at the memory root) when
+    there is one: judgments someone made, which can move every weight. Else those the store
+    implies (:func:`judgments_from_store` with ``kinds``), mostly a follow-up asking for the
+    parent that dispatch shows first whatever the weights.
+
+    Returns:
+        The judgments, and their source for people: ``from <path>`` or ``derived from project
+        <slug> (<n> <kind>, ...)``.
+
+    Raises:
+        ValidationError: the store's qrels file is malformed (naming the line).
+    """
+    store = snapshot.store
+    for path in (store.dir / QRELS_FILE, store.root / QRELS_FILE):
+        if path.is_file():
+            return load_judgments(path), f"from {path}"
+    js = judgments_from_store(snapshot, kinds=kinds)
+    counts: dict[str, int] = {}
+    for j in js:
+        counts[j.kind or "?"] = counts.get(j.kind or "?", 0) + 1
+    return js, f"derived from project {store.slug} (" + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none") + ")"
 
 
 def check_metric(metric: str, k: int) -> None:

@@ -1,4 +1,5 @@
-"""Chains: previous / next along previousRunId, parent and children, chat sessions, supersession."""
+"""Chains: previous / next along previousRunId, parent and children, chat sessions, supersession;
+and one record as ``cybmem show`` shows it (:func:`show_record`: the newest truth of a run)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pyarrow.compute as pc
 
 from .errors import CybmemError, NotFoundError
 from .columns import take_rows, with_ms_times
+from .schema import MemoryRecord
 from .snapshot import Snapshot, load_snapshot, verified
 from .store import MemoryStore, entry_of, index_entry
 
-__all__ = ["ChainResult", "chain"]
+__all__ = ["ChainResult", "Shown", "chain", "show_record"]
 
 _MAX_WALK = 100_000  # guards against cycles written by other tools
 
@@ -104,6 +106,44 @@ class ChainResult:
             "openIssues": self.open_issues,
             "runs": list(self.runs),
         }
+
+
+@dataclass
+class Shown:
+    """A record as ``cybmem show`` shows it: the newest truth of the run that was asked for."""
+
+    record: MemoryRecord  # the record shown
+    asked: str  # the run id the id or prefix named
+    chain: list[str]  # the runs that superseded it, in order, ending with the one shown ([] if none)
+
+    @property
+    def superseded(self) -> list[str]:
+        """The runs the one shown supersedes, from the one asked for on ([] when it was not corrected)."""
+        return [self.asked] + self.chain[:-1] if self.chain else []
+
+    def to_dict(self) -> dict:
+        """What ``cybmem show --json`` prints: the record's fields, and ``_supersededChain`` (the
+        :attr:`superseded` runs) when it was corrected."""
+        data = self.record.to_dict()
+        return {**data, "_supersededChain": self.superseded} if self.chain else data
+
+
+def show_record(store: MemoryStore, run_id: str, *, original: bool = False, snap: Snapshot | None = None) -> Shown:
+    """The record ``run_id`` (an id or a unique prefix) names, following supersession to the newest
+    truth as the snapshot holds it (``original``: the asked record itself).
+
+    Raises:
+        NotFoundError / AmbiguousError: no record, or several, match the prefix (the message lists
+            them); ValidationError / StoreError: the record cannot be read.
+    """
+    if original:
+        asked = store.resolve_run_id(run_id)
+        return Shown(store.read_record(asked), asked, [])
+    snap = snap if snap is not None else load_snapshot(store)
+    store.note_problems(snap.problems)
+    asked = snap.resolve_run_id(run_id)
+    chain = store.supersession_chain(asked, snap.supersession())
+    return Shown(store.read_record(chain[-1] if chain else asked), asked, chain)
 
 
 #: Above this many runs shown, the index entries are trusted as they are (reading every record

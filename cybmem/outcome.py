@@ -17,6 +17,7 @@ Everything here is pure, deterministic and never raises on any str.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ __all__ = [
     "issue_slug",
     "parse_trailer",
     "printable",
+    "printable_json",
     "shorten",
     "split_issue",
     "subject_line",
@@ -101,6 +103,17 @@ def printable(text: str | None) -> str:
         return text or ""
     text = _CR.sub("\n", text)
     return CONTROL.sub("\ufffd", text) if CONTROL.search(text) else text
+
+
+_JSON_UNSAFE = re.compile("[\x7f-\x9f]")
+
+
+def printable_json(data) -> str:
+    """``data`` as indented JSON text (what ``--json`` prints), with DEL and C1 characters
+    escaped like C0 ones (``\\u009b``), so no raw control reaches a terminal; decoded, it is
+    ``data`` unchanged."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _collapse(text: str) -> str:

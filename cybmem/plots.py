@@ -385,47 +385,66 @@ def _edges(df: "pd.DataFrame") -> list[tuple[str, str, str]]:
 
 def lineage_trees(records: "pd.DataFrame", *, n: int = 12, by: str = "largest", max_width: int = 16,
                   highlight: str | None = None, title: str | None = None) -> Figure:
-    """The largest (or most recent) dispatch trees, one row each, every run named by its id.
+    """A project too large to draw run by run: how its runs link over time, and its largest trees.
 
-    A row holds one tree's runs in the order they ended, coloured by state (hollow when
-    superseded), with its run ids; parentRunId links are blue brackets under the row, from the
-    parent down and up to each run it dispatched (arrowheads). The row is labelled with
-    the root's id and task, and on the right with the tree's size and time span. Previous-run
-    links are left out: they run through every tree. This is what :func:`lineage_graph` draws
-    for a project too large to show run by run.
+    Two panels. On top, the whole history: runs per month (or week, or year: by the span) as
+    grey bars, and in front of them the runs in a dispatch tree, in a chat session and the
+    corrections (records that supersede another), on a log count axis when they differ by orders
+    of magnitude; each tree drawn below is numbered where it started. Below, the ``n`` largest
+    (or most recent) dispatch trees side by side, as many to a row as their width allows: each
+    tree's runs in the order they ended, coloured by state (hollow when superseded), named by
+    their ids; parentRunId links are blue brackets under them, from the parent down and up to
+    each run it dispatched (arrowheads); above, the tree's number, root id and task; below, its
+    size and time span. Previous-run links are left out: they run through every tree. This is
+    what :func:`lineage_graph` draws for a project of more than ``max_runs`` runs.
 
     Args:
         records: a records DataFrame.
-        n: how many trees (rows).
+        n: how many trees.
         by: ``"largest"`` or ``"recent"`` (see :func:`dispatch_trees`).
         max_width: runs drawn per tree; a larger tree shows its first ``max_width - 1`` runs and
             its last one, with how many were left out between them.
         highlight: a run id (or prefix) to ring.
-        title: figure title.
+        title: figure title (the suptitle).
 
     Returns:
-        The Figure (one Axes). Node collections carry gids ``nodes-<state>``; each drawn run's id
-        label carries the gid ``run-<runId>``.
+        The Figure: ``axes[0]`` the history, ``axes[1]`` the trees. In the trees, node
+        collections carry gids ``nodes-<state>``, each drawn run's id label ``run-<runId>`` and
+        each tree's label ``tree-<rootRunId>``.
     """
     from .outcome import subject_line
 
     df = records.sort_values(["endedAt", "runId"], kind="stable").reset_index(drop=True)
     all_trees = dispatch_trees(df, by=by)
-    chosen = all_trees.head(n)
+    chosen = all_trees.head(n).reset_index(drop=True)
     roots = _tree_roots(df).astype(str)
-    in_trees = int(roots.isin(all_trees["root"]).sum())
-    rows = len(chosen)
-    fig = _Figure(figsize=(11, 1.6 + 0.72 * max(rows, 1)), layout="constrained")
-    ax = fig.add_subplot()
+    in_tree = roots.isin(all_trees["root"]).to_numpy()
+    rows_of_trees = len(chosen)
     what = "largest" if by == "largest" else "most recent"
-    ax.set_title(title or (f"The {rows} {what} of {len(all_trees)} dispatch trees ({len(df):,} runs; "
-                           f"{in_trees:,} in a tree)" if rows else f"Dispatch trees ({len(df):,} runs)"), fontsize=10)
-    ax.set_xlabel("runs of each tree in the order they ended (run ids above; previous-run links not drawn)", fontsize=8)
-    if not rows:
+    heading = title or (f"The {rows_of_trees} {what} of {len(all_trees)} dispatch trees ({len(df):,} runs; "
+                        f"{int(in_tree.sum()):,} in a tree)" if rows_of_trees else f"Dispatch trees ({len(df):,} runs)")
+
+    # Trees side by side: as many to a row as about 32 run widths hold.
+    widths = [min(int(r), max_width) + (1.2 if r > max_width else 0.0) for r in chosen["runs"]] or [1.0]
+    cell = max(max(widths), 3.0)
+    pitch = cell + 1.6
+    cols = max(1, min(4, int(32 // pitch), rows_of_trees or 1))
+    grid_rows = max(1, math.ceil(rows_of_trees / cols))
+    row_h = 1.9  # data units per row of trees: label, ids, nodes, brackets, span
+    fig = _Figure(figsize=(12, 3.4 + 1.2 * grid_rows), layout="constrained")
+    timeline, ax = fig.subplots(2, 1, height_ratios=[2.3, 0.35 + 1.2 * grid_rows])
+    fig.suptitle(heading, fontsize=11)
+    _lineage_timeline(timeline, df, in_tree, chosen, len(all_trees))
+
+    ax.set_title("Each tree's runs in the order they ended, named by their ids (previous-run links not drawn)",
+                 fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    if not rows_of_trees:
         ax.text(0.5, 0.5, "no dispatch trees: no run was dispatched by another run of this project",
                 ha="center", va="center", transform=ax.transAxes, color="#555555")
-        ax.set_xticks([])
-        ax.set_yticks([])
         return fig
     hl = _resolve(df, highlight) if highlight else None
     state_of = dict(zip(df["runId"].astype(str), df["state"].astype(str)))
@@ -433,31 +452,28 @@ def lineage_trees(records: "pd.DataFrame", *, n: int = 12, by: str = "largest", 
     parent_of = dict(zip(df["runId"].astype(str), df["parentRunId"]))
     points: dict[str, list[tuple[float, float, bool]]] = {s: [] for s in STATE_COLORS}
     pos: dict[str, tuple[float, float]] = {}
-    width = 0
-    ticks, names = [], []
-    for row, tree in enumerate(chosen.itertuples(index=False)):
-        members = df.loc[roots == tree.root, ["runId", "endedAt"]]
-        ids = members["runId"].astype(str).tolist()
+    label_chars = int(11.0 / cols * 72 / 4.3)  # what a cell's width (about 11 in / cols) holds at 7.5 pt
+    for i, tree in enumerate(chosen.itertuples(index=False)):
+        x0, y = (i % cols) * pitch, (i // cols) * row_h
+        ids = df.loc[roots == tree.root, "runId"].astype(str).tolist()
         left_out = 0
         if len(ids) > max_width:
             left_out = len(ids) - max_width
             ids = ids[: max_width - 1] + ids[-1:]
-        width = max(width, len(ids))
-        for i, rid in enumerate(ids):
-            xx = float(i) + (1.2 if left_out and i == len(ids) - 1 else 0.0)
-            pos[rid] = (xx, float(row))
-            points.setdefault(state_of.get(rid, "done"), []).append((xx, float(row), bool(sup_of.get(rid, False))))
-            ax.annotate(rid[:8], (xx, row), xytext=(-1, 5), textcoords="offset points", fontsize=6, rotation=60,
+        for j, rid in enumerate(ids):
+            xx = x0 + float(j) + (1.2 if left_out and j == len(ids) - 1 else 0.0)
+            pos[rid] = (xx, y)
+            points.setdefault(state_of.get(rid, "done"), []).append((xx, y, bool(sup_of.get(rid, False))))
+            ax.annotate(rid[:8], (xx, y), xytext=(-1, 5), textcoords="offset points", fontsize=6, rotation=60,
                         ha="left", va="bottom", color="#333333", gid=f"run-{rid}")
         if left_out:
-            ax.annotate(f"… {left_out} more …", (len(ids) - 0.9, row), xytext=(0, 0), textcoords="offset points",
-                        fontsize=6, ha="center", va="center", color="#555555",
-                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"}, zorder=4)
-        ticks.append(row)
-        names.append(f"{tree.root[:8]}  {subject_line(tree.task, 44)}")
+            ax.annotate(f"… {left_out} more …", (x0 + len(ids) - 0.9, y), fontsize=6, ha="center", va="center",
+                        color="#555555", bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"}, zorder=4)
+        name = f"{i + 1}  {tree.root[:8]}  {subject_line(tree.task, label_chars - 14)}"
+        ax.text(x0 - 0.3, y - 0.75, name, fontsize=7.5, ha="left", va="bottom", gid=f"tree-{tree.root}",
+                fontweight="bold" if hl is not None and hl in ids else "normal")
         span = f"{tree.first:%Y-%m-%d}" + (f" to {tree.last:%Y-%m-%d}" if f"{tree.last:%Y-%m-%d}" != f"{tree.first:%Y-%m-%d}" else "")
-        ax.annotate(f"{tree.runs} runs, {span}", (1.005, row), xycoords=("axes fraction", "data"), fontsize=7,
-                    va="center", color="#444444")
+        ax.text(x0 - 0.3, y + 0.6, f"{tree.runs} runs, {span}", fontsize=6.5, ha="left", va="top", color="#555555")
     # parentRunId links as brackets under the row (a run that dispatched dozens would otherwise be
     # a fan of crossing arcs): a line drops from the parent to a bus at its depth, the bus runs
     # under its children, and a tick with an arrowhead rises to each child.
@@ -495,22 +511,82 @@ def lineage_trees(records: "pd.DataFrame", *, n: int = 12, by: str = "largest", 
         if not pts:
             continue
         xs, ys, sup = (np.array(v) for v in zip(*pts))
-        ax.scatter(xs, ys, s=46, c=list(np.where(sup, "none", color)), edgecolors=color, linewidths=1.0, zorder=3,
+        ax.scatter(xs, ys, s=40, c=list(np.where(sup, "none", color)), edgecolors=color, linewidths=1.0, zorder=3,
                    gid=f"nodes-{state}")
         handles.append(Line2D([], [], marker="o", linestyle="", markersize=7, markerfacecolor=color,
                               markeredgecolor=color, label=f"{state}: {len(pts)}"))
     if hl is not None and hl in pos:
         ax.plot([pos[hl][0]], [pos[hl][1]], marker="o", markersize=15, markerfacecolor="none", markeredgecolor="black",
                 markeredgewidth=2.0, zorder=4, gid="highlight")
-    ax.set_yticks(ticks, names, fontsize=7.5)
-    ax.set_ylim(rows - 0.35, -0.85)
-    ax.set_xlim(-0.6, max(width + (1.2 if width >= max_width else 0), 4) - 0.2)
-    ax.set_xticks([])
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.06), ncol=len(handles), fontsize=7.5,
+        handles.append(Line2D([], [], marker="o", linestyle="", markersize=10, markerfacecolor="none",
+                              markeredgecolor="black", markeredgewidth=2, label=f"highlighted run {hl[:8]}"))
+    ax.set_xlim(-0.6, cols * pitch - 1.2)
+    ax.set_ylim((grid_rows - 1) * row_h + 1.0, -0.9)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncol=len(handles), fontsize=7.5,
               frameon=False)
     return fig
+
+
+#: what the history panel of :func:`lineage_trees` counts beside all runs: (label, what none of them is, colour)
+_LINKED = {"tree": ("in a dispatch tree", "no dispatch trees", _EDGE_STYLE["parent"]["color"]),
+           "chat": ("in a chat session", "no chat sessions", "#fdae6b"),
+           "correction": ("a correction (supersedes a record)", "no corrections", _EDGE_STYLE["superseded"]["color"])}
+
+
+def _lineage_timeline(ax, df: "pd.DataFrame", in_tree: np.ndarray, chosen: "pd.DataFrame", n_trees: int) -> None:
+    """The history panel of :func:`lineage_trees`: runs per period, the linked ones in front, the drawn trees numbered."""
+    import pandas as pd
+
+    n = len(df)
+    ax.set_ylabel("runs ended")
+    if not n:
+        ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+        return
+    periods, name = _periods(df["endedAt"])
+    linked = {"tree": in_tree, "chat": df["chatSessionId"].notna().to_numpy(),
+              "correction": df["supersedes"].notna().to_numpy()}
+    table = pd.DataFrame({"all": np.ones(n, dtype=np.int64), **{k: v.astype(np.int64) for k, v in linked.items()}})
+    table = table.groupby(periods.to_numpy()).sum().sort_index()
+    x = mdates.date2num(table.index.to_numpy())
+    width = float(np.median(np.diff(x))) * 0.85 if len(x) > 1 else 0.8
+    totals = {k: int(table[k].sum()) for k in table}
+    log = _spans_orders(table.to_numpy().ravel())
+    ax.bar(x, table["all"], width=width, align="edge", color="#c8c8c8", zorder=1, label=f"all runs: {n:,}")
+    empty = []
+    for shrink, (key, (label, none, color)) in zip((0.6, 0.35, 0.2), _LINKED.items()):
+        if not totals[key]:
+            empty.append(none)
+            continue
+        v = table[key].to_numpy().astype(float)
+        v[v <= 0] = np.nan
+        extra = f" ({n_trees:,} trees)" if key == "tree" else ""
+        ax.bar(x + width * (1 - shrink) / 2, v, width=width * shrink, align="edge", color=color, zorder=2,
+               label=f"{label}: {totals[key]:,} runs{extra}")
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(0.7, float(table["all"].max()) * 4)
+        ax.set_ylabel("runs ended (log scale)")
+    else:
+        ax.set_ylim(0, float(table["all"].max()) * 1.35)
+    _date_axis(ax)
+    handles, _ = ax.get_legend_handles_labels()
+    if empty:
+        handles.append(Line2D([], [], linestyle="", label=", ".join(empty)))
+    # Each drawn tree's number where it started; numbers that would collide step down.
+    starts = mdates.date2num(chosen["first"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()) if len(chosen) else []
+    span = max(float(x.max() + width - x.min()), 1e-9)
+    placed: list[tuple[float, int]] = []
+    for i in np.argsort(starts, kind="stable"):
+        level = 0
+        while any(abs(starts[i] - px) < span * 0.018 and lvl == level for px, lvl in placed):
+            level += 1
+        placed.append((starts[i], level))
+        ax.annotate(str(i + 1), (starts[i], 0.93 - 0.13 * (level % 5)), xycoords=("data", "axes fraction"),
+                    fontsize=6.5, ha="center", va="center", color="white", fontweight="bold", zorder=5,
+                    bbox={"boxstyle": "circle,pad=0.2", "fc": _EDGE_STYLE["parent"]["color"], "ec": "none"})
+    ax.set_title(f"Runs per {name} (UTC), the linked ones in front; numbered: where the trees below started",
+                 fontsize=9)
+    ax.legend(handles=handles, fontsize=7.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=4)
 
 
 # --------------------------------------------------------------------------------------
@@ -581,18 +657,17 @@ def issue_age_values(fold: "pd.DataFrame") -> dict[str, np.ndarray]:
     """What the issue-age figure counts, from a fold (:func:`cybmem.frames.issue_fold`).
 
     Returns:
-        ``open``: ages in seconds of open (opened / reopened) issues; ``resolved``: seconds
-        from opening to resolution of resolved issues (wontfix left out); ``reopens``: each
-        issue's reopen count. Missing ages dropped.
+        ``open``: ``openAge`` in seconds of open (opened / reopened) issues; ``resolved``:
+        ``timeToResolve`` in seconds of resolved issues (wontfix left out); ``reopens``: each
+        issue's reopen count. Missing durations dropped.
     """
     if not len(fold):
         return {"open": np.zeros(0), "resolved": np.zeros(0), "reopens": np.zeros(0, dtype=np.int64)}
-    secs = fold["age"].dt.total_seconds()
     open_ = fold["state"].isin(["opened", "reopened"])
     resolved = fold["state"].eq("resolved")
     return {
-        "open": secs[open_].dropna().to_numpy(dtype=float),
-        "resolved": secs[resolved].dropna().to_numpy(dtype=float),
+        "open": fold.loc[open_, "openAge"].dt.total_seconds().dropna().to_numpy(dtype=float),
+        "resolved": fold.loc[resolved, "timeToResolve"].dt.total_seconds().dropna().to_numpy(dtype=float),
         "reopens": fold["reopenCount"].to_numpy(dtype=np.int64),
     }
 
@@ -663,8 +738,8 @@ def issue_age_histograms(fold: "pd.DataFrame | IssueAgeData", *, title: str | No
     magnitude (thousands of issues never reopened, a few reopened once) use a log count axis.
 
     Args:
-        fold: one row per issue (:func:`cybmem.frames.issue_fold`; ``age`` is measured at the
-            ``now`` it was folded with), or the counts already made (:class:`IssueAgeData`,
+        fold: one row per issue (:func:`cybmem.frames.issue_fold`; ``openAge`` is measured at
+            the ``now`` it was folded with), or the counts already made (:class:`IssueAgeData`,
             e.g. over a fleet by :meth:`cybmem.fleet.Fleet.issue_age_data`).
         title: figure title.
 
@@ -777,6 +852,15 @@ def _auto_freq(span_days: float) -> tuple[str, str]:
     return "YS", "year"
 
 
+def _periods(ended: "pd.Series", freq: str | None = None) -> tuple["pd.Series", str]:
+    """Each timestamp's period start (naive UTC) and the period's name; ``freq`` None: by the span (_auto_freq)."""
+    naive = ended.dt.tz_convert("UTC").dt.tz_localize(None)
+    name = {"D": "day", "W": "week", "MS": "month", "YS": "year"}.get(freq or "", freq)
+    if freq is None:
+        freq, name = _auto_freq((naive.max() - naive.min()).total_seconds() / 86400)
+    return naive.dt.to_period(freq[0] if freq in ("MS", "YS") else freq).dt.start_time, name
+
+
 def runs_over_time(records: "pd.DataFrame", *, freq: str | None = None, log: bool | None = None,
                    title: str | None = None) -> Figure:
     """Runs ended per period, by state: stacked bars, or on a log scale layered bars.
@@ -805,12 +889,7 @@ def runs_over_time(records: "pd.DataFrame", *, freq: str | None = None, log: boo
         ax.set_xlabel("period")
         ax.set_ylabel("runs")
         return fig
-    ended = records["endedAt"].dt.tz_convert("UTC").dt.tz_localize(None)
-    span = (ended.max() - ended.min()).total_seconds() / 86400
-    name = {"D": "day", "W": "week", "MS": "month", "YS": "year"}.get(freq or "", freq)
-    if freq is None:
-        freq, name = _auto_freq(span)
-    periods = ended.dt.to_period(freq[0] if freq in ("MS", "YS") else freq).dt.start_time
+    periods, name = _periods(records["endedAt"], freq)
     table = pd.crosstab(periods, records["state"]).sort_index()
     x = mdates.date2num(table.index.to_numpy())
     width = np.median(np.diff(x)) * 0.85 if len(x) > 1 else 0.8

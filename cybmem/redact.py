@@ -18,6 +18,12 @@ AWS evidence (below). Kinds:
 Where the shape has a label (Bearer, user:…@host, password=, AccountKey=, a webhook host) only
 the secret part is replaced.
 
+This module's table is the core; cybmem.shapes adds vendor token formats, command-line and
+config-file passwords and a high-entropy rule (and, when CYBERINE_MEMORY_SECRET_SCANNER names
+one, a maintained scanner), and the decoders with which :func:`scan` looks at the text again
+with JSON escapes and percent-encoding undone and wrapped tokens joined. Both tables are one
+pass: :func:`scan` resolves their overlaps together.
+
 The rules that trade recall for precision, each backed by a line of
 data-fixtures/redaction-corpus.jsonl (python benchmarks/bench_redact.py prints the figures):
 
@@ -40,26 +46,37 @@ data-fixtures/redaction-corpus.jsonl (python benchmarks/bench_redact.py prints t
   count after password / secret / token words, 8+ after ``auth`` and after
   ``<api|secret|access|…>_key``; after any other ``*_KEY``, ``*-Signature`` or a bare quoted
   ``"auth"`` the value must look generated (16+ characters, letters and digits, no words, not a
-  UUID). Database, cache and paging names are not secrets: ``SORT_KEY``, ``PUBLIC_KEY``,
-  ``NextToken``, ``ChangeToken``. A short all-letter value after a bare ``password:`` is prose
-  (``Password: reset``). Never a value: placeholders and templates (``${X}``, ``<password>``,
-  ``{{x}}``, ``%s``, ``****``, ``xxxx``, ``your_token``, ``!vault``, ``sk-...abcd``), literals
-  (none, null, true, required, include, …), numbers after non-password words (``max_token=4096``,
-  an OID), file paths and ARNs, and code: ``config.password``, ``get_token()``,
-  ``password=password``, ``token=access_token``, ``api_key: SecretStr``, ``token = nextchar`` (a
-  bare name after a spaced ``=``, or before ``,`` ``)`` or an operator), ``token == END``
-  (comparisons count only for password words and quoted values) and colon paths
-  (``arn:…:secret:name``, ``AWS::…::ApiKey``). Known default passwords (``changeme``,
-  ``postgres``) are redacted: they are the credential actually in use.
+  UUID unless quoted: Heroku and Snyk keys are UUIDs). Database, cache and paging names are not
+  secrets: ``SORT_KEY``, ``PUBLIC_KEY``, ``NextToken``, ``ChangeToken``, ``bucket_key``. A short
+  all-letter value after a bare ``password:`` is prose (``Password: reset``). The separator may
+  be ``=``, ``:``, ``:=``, ``::=``, ``?=``, ``=>``, a YAML block (``token: |`` and the value on
+  the next line) or a typed declaration (``var apiToken string = "…"``); a quoted value may hold
+  spaces after a password word (``DB_PASSWORD="correct horse battery staple"``), and a
+  single-quoted ``'$uperS3cret'`` is literal text, not a variable. Never a value: placeholders
+  and templates (``${X}``, ``<password>``, ``{{x}}``, ``%s``, ``****``, ``xxxxx``, 16 equal
+  characters, ``your_token``, ``fakesecret``, ``!vault``, ``sk-...abcd``), literals (none, null,
+  true, required, include, GitHub Actions' read / write, …), numbers of under 16 digits after
+  non-password words (``max_token=4096``, an OID), package coordinates (``jjwt-jackson-0.11.2``),
+  names of three or more capitalised words after a non-password word, file paths and ARNs, and
+  code: ``config.password``, ``get_token()``, ``password=password``, ``token=access_token``,
+  ``api_key: SecretStr``, ``token = nextchar`` (a bare name after a spaced ``=``, or before ``,``
+  ``)`` or an operator, unless a part of it is generated: ``sandbox_2pj32ll7_xvav…``),
+  ``token == END`` (comparisons count only for password words and quoted values) and colon paths
+  (``arn:…:secret:name``, ``AWS::…::ApiKey``; an .npmrc ``//host/:_authToken=`` is none).
+  Known default passwords (``changeme``, ``postgres``) are redacted: they are the credential
+  actually in use.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from dataclasses import dataclass
+
+from . import shapes as _more
+from .shapes import bounded as _bounded
 
 __all__ = ["Finding", "redact", "redact_value", "scan"]
 
@@ -87,16 +104,6 @@ class _Shape:
     group: int | str | tuple[str, ...] = 0
     check: Callable[[str, re.Match[str]], bool] | None = None
     needles: tuple[str, ...] = ()
-
-
-def _bounded(head: str, tail: str, edge: str = "A-Za-z0-9_-") -> re.Pattern[str]:
-    """head + tail, not inside a longer run of edge characters.
-
-    The regex starts with the fixed-width head and checks the edge behind it afterwards:
-    Python's re searches a pattern that starts with a literal far faster than one that starts
-    with a lookbehind (on 1 MB of commit messages: about 1,500 MB/s against 65 MB/s per shape).
-    """
-    return re.compile(rf"{head}(?<![{edge}]{head}){tail}(?![{edge}])")
 
 
 def _openai_like(secret: str, _: re.Match[str]) -> bool:
@@ -187,7 +194,7 @@ def _after_authorization(secret: str, match: re.Match[str]) -> bool:
     return _AUTH_HEADER.search(match.string[max(0, start - 40) : start]) is not None
 
 
-_AUTH_HEADER = re.compile(r"(?i:authorization)[\"']?\s*[:=]\s*[\"']?$")
+_AUTH_HEADER = re.compile(r"(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:api-)?$")
 
 
 def _bearer(secret: str, match: re.Match[str]) -> bool:
@@ -200,14 +207,32 @@ def _bearer(secret: str, match: re.Match[str]) -> bool:
 def _curl_user(secret: str, match: re.Match[str]) -> bool:
     """curl -u user:pass, not docker -u 1000:1000 or chown-like user:group."""
     start = match.start()
-    before = match.string[max(0, start - 200) : start]  # bounded: linear on one long line
-    if "curl" not in before[before.rfind("\n") + 1 :]:
+    before = match.string[max(0, start - 600) : start]  # bounded: linear on one long line
+    # the curl command's line, and the lines it continues onto with a trailing backslash
+    command = before[before.rfind("\n") + 1 :]
+    lines = before.split("\n")[:-1]
+    while lines and lines[-1].rstrip().endswith("\\"):
+        command = lines.pop() + command
+    if "curl" not in command:
         return False
-    return not (_placeholder(secret) or secret.isdigit())
+    user = match.string[match.start() : match.start(1)].split()[-1].strip("\"':")
+    bare = secret.strip("<>[]'\"").lower()
+    return not (_placeholder(secret) or secret.isdigit() or bare in _STAND_IN_PASSWORDS
+                or bare == user.strip("<>[]").lower())
+
+
+_STAND_IN_PASSWORDS = frozenset({"pass", "password", "passwd", "token", "test", "secret", "changeit", "pwd"})
+_FILLER = re.compile(r"(.)\1{15}|x{5}|X{5}|0{8}|#{4}|\*{4}")
+
+
+def _filler(value: str) -> bool:
+    """A run of 16 equal characters, xxxxx, 00000000, **** or ####: a stand-in (glpat-XXXX…,
+    hvs.xxxx…)."""
+    return bool(_FILLER.search(value))
 
 
 _PLACEHOLDER = re.compile(
-    r"\$[{(A-Za-z_0-9]|[<{\[:%]|![A-Za-z]+$|#[0-9a-fA-F]{3,8}$|(?i:your)(?![a-z])"
+    r"\$[{(A-Za-z_0-9]|[<{\[:%]|![A-Za-z]+$|#[0-9a-fA-F]{3,8}$|(?i:your)(?![a-z])|(?i:[a-z]*fake)"
 )
 _MASKED = re.compile(r"\.\.\.|…|\*\*\*|%[sdr]")  # also printf templates: '%s:%s'
 
@@ -215,7 +240,7 @@ _MASKED = re.compile(r"\.\.\.|…|\*\*\*|%[sdr]")  # also printf templates: '%s:
 def _placeholder(value: str) -> bool:
     """${X}, <password>, {{x}}, {0}, %(pw)s, %PASSWORD%, [hidden], :term:, !vault, #d8dee9,
     your_token, xxxxxxxx, masked values a tool printed (sk-...abcd, ****abcd) and templates."""
-    return bool(_PLACEHOLDER.match(value) or _MASKED.search(value)) or len(set(value)) == 1
+    return bool(_PLACEHOLDER.match(value) or _MASKED.search(value)) or len(set(value)) == 1 or _filler(value)
 
 
 # -- secret_assignment ---------------------------------------------------------------------
@@ -225,7 +250,7 @@ _WORDS = ("password", "passwd", "passphrase", "pwd", "pass", "secret", "token", 
           "creds", "private", "key", "apikey", "auth", "key_base", "signature")
 _KEY_WORDS = frozenset({"key", "apikey", "auth", "key_base", "signature"})  # SECRET_KEY_BASE
 # Words that are a key on their own; the others only end a compound key (DB_PASS, X_PRIVATE).
-_BARE_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "secret", "token",
+_BARE_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "secret", "token", "creds",
                          "credentials", "apikey"})  # fmt: skip
 # Words long enough to end a key glued on without a separator (PGPASSWORD, csrftoken).
 _GLUED_WORDS = _BARE_WORDS - {"pwd"}
@@ -245,12 +270,14 @@ _PLAIN_PREFIXES = frozenset({
     "pgp", "cluster", "distribution", "socket", "websocket", "result", "limit", "more", "input",
     "output", "next", "page", "forward", "backward", "continuation", "pagination", "starting",
     "sync", "change", "creation", "client", "request", "action", "sequence", "marker",
-    "cancellation", "resumption", "lock", "update", "s3",
+    "cancellation", "resumption", "lock", "update", "s3", "bucket",
 })  # fmt: skip
 _LITERALS = frozenset({
     "none", "null", "nil", "true", "false", "undefined", "required", "optional", "redacted",
     "yes", "no", "on", "off", "enabled", "disabled", "empty", "unset", "hidden", "masked",
     "include", "omit", "same-origin", "seconds", "minutes", "hours", "days",
+    # GitHub Actions permissions (permissions: id-token: write)
+    "read", "write", "read-all", "write-all",
     # code, not a value: password = await ..., token = yield ...
     "await", "async", "new", "yield", "lambda", "function", "return", "this", "self", "typeof",
 })  # fmt: skip
@@ -267,6 +294,9 @@ _PATH = re.compile(
     r"(?:/|~/|\.\.?/|[A-Za-z]:[\\/])|.*\.(?:json|pem|key|p12|pfx|crt|cer|txt|ya?ml|env|ini|toml|cfg|conf)$"
 )
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|[0-9][0-9.:_-]*")  # 4096, 0x1F, 1.3.6.1, 2026-11-30
+_NAME_WORD = re.compile(r"[A-Z][a-z]{3,}")
+_COORDINATE = re.compile(r"[A-Za-z]{3,}[-_]v?\d+\.\d+(?:\.\d+)*$")
+_LONG_DIGITS = re.compile(r"[0-9]{16,}")  # discordToken="893064019486956120": an id or a secret, not a count
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 _WORDY = re.compile(r"(?:^|[/_.:-])[a-z]{4,}(?=[/_.:-]|$)")
 _PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd"})
@@ -311,6 +341,13 @@ _REFERENCE = re.compile(r"arn:|[A-Za-z][A-Za-z0-9+.-]*://")  # arn:aws:…, file
 _IDENTIFIER = re.compile(r"[A-Za-z_]++|(?=[a-z0-9]*+_)[a-z_][a-z0-9_]*+")  # nextchar, s3_conn
 
 
+def _generated_part(value: str) -> bool:
+    """sandbox_2pj32ll7_xvavocjsc781zj0u: a part of 8+ characters mixing 2+ digits and letters
+    is generated, not a name (s3_connection, get_token_v2)."""
+    return any(len(p) >= 8 and sum(c.isdigit() for c in p) >= 2 and sum(c.isalpha() for c in p) >= 2
+               for p in value.split("_"))
+
+
 def _code_value(secret: str, match: re.Match[str], sep: str, flag: bool) -> bool:
     """An unquoted value that is code, not a secret: an expression in a comparison
     (token == END_ELEMENT), and a name (letters and _, or snake_case) after a spaced = as in
@@ -319,7 +356,7 @@ def _code_value(secret: str, match: re.Match[str], sep: str, flag: bool) -> bool
     requires)."""
     if sep == "==":
         return True
-    if not _IDENTIFIER.fullmatch(secret):
+    if not _IDENTIFIER.fullmatch(secret) or _generated_part(secret):
         return False
     if flag:
         return True
@@ -336,6 +373,12 @@ def _key_prefix(text: str, word_start: int) -> str:
     while start > stop and text[start - 1] in _KEY_CHARSET:
         start -= 1
     return text[start:word_start]
+
+
+def _literal_dollar(secret: str, match: re.Match[str]) -> bool:
+    """'$uperS3cret' in single quotes (dotenv, shell): literal text, not a $VARIABLE."""
+    return (match.groupdict().get("q") == "'" and secret.startswith("$") and secret[1:2] not in ("{", "(")
+            and not re.fullmatch(r"\$[A-Z_][A-Z0-9_]*", secret))
 
 
 def _assignment(secret: str, match: re.Match[str]) -> bool:
@@ -356,14 +399,17 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         camel = word[0].isupper() and word[1:].islower()
         if not (camel or lower in _GLUED_WORDS):
             return False
+    if lower == "creds" and not compound:
+        return _random_like(secret)  # creds = 07DDRPsVSy3VycEgPS6TzfhJHTTcTo, not creds: none
     is_key = lower in _KEY_WORDS
     parts = (_parts(prefix) if compound and (is_key or lower == "token") else None) or [""]
     last = parts[-1]
     if last in _PLAIN_PREFIXES or "public" in parts:
         return False  # SORT_KEY, PUBLIC_KEY, NextToken, publicKeyToken
-    if text.endswith((":", "://"), 0, key_start):
+    if text.endswith((":", "://"), 0, key_start) and not text.endswith("/:", 0, key_start):
         # A URL user name (https://x-access-token:…@host: url_password's job) or a part of a
-        # colon path (arn:aws:secretsmanager:…:secret:name, AWS::ApiGateway::ApiKey).
+        # colon path (arn:aws:secretsmanager:…:secret:name, AWS::ApiGateway::ApiKey); an
+        # .npmrc line (//registry.npmjs.org/:_authToken=…) is neither.
         return False
     sep = match.group("sep") or match.groupdict().get("xml") or ""
     flag = sep.isspace()  # --password VALUE
@@ -376,21 +422,25 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     folded = secret.lower()
     if (
         folded in _LITERALS
-        or _placeholder(secret)
+        or (_placeholder(secret) and not _literal_dollar(secret, match))
         or _DOTTED_NAME.fullmatch(secret)
         or _PATH.match(secret)
         or _REFERENCE.match(secret)
         or _names_a_secret(secret)
     ):
         return False
+    if _COORDINATE.search(secret):
+        return False  # io.jsonwebtoken:jjwt-jackson-0.11.2: a package and its version
     if (sep == ":" or flag) and _type_name(secret):
         return False  # a type: api_key: SecretStr, password: string, key: PKCS7PrivateKeyTypes
     quoted = match.groupdict().get("qv") is not None
+    if quoted and any(c.isspace() for c in secret) and (lower not in _PASSWORD_WORDS or len(secret.split()) > 6):
+        return False  # token: "a sentence"; a passphrase in quotes follows a password word
     if not quoted and _code_value(secret, match, sep, flag):
         return False
     if sep == "==" and lower not in _PASSWORD_WORDS:
         return False  # if token == "integer": a parser, not a secret
-    if lower not in _PASSWORD_WORDS and _NUMBER.fullmatch(secret):
+    if lower not in _PASSWORD_WORDS and _NUMBER.fullmatch(secret) and not _LONG_DIGITS.fullmatch(secret):
         return False  # max_token=4096, NUM_PASS=1234, SERVER_AUTH = '1.3.6.1.5.5.7.3.1'
     if lower == "pwd" and not compound and sep != "=":
         return False  # pwd: command not found (PWD=/path is a path, ODBC's PWD=… a password)
@@ -399,7 +449,9 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
             return _random_like(secret)
         if lower in ("apikey", "auth", "key_base") or last in _SECRET_KEY_PREFIXES:
             return len(secret) >= 8
-        return _random_like(secret)
+        return _random_like(secret) or (quoted and bool(_UUID.fullmatch(secret)))
+    if lower not in _PASSWORD_WORDS and len(_NAME_WORD.findall(secret)) >= 3 and not _generated_part(secret):
+        return False  # token: AgencyIdentificationCodeContentType: a name, not a token
     if len(secret) >= 8:
         return True
     # A short value: after a bare key and a colon it must not read as a word (Password: reset).
@@ -436,7 +488,7 @@ def _cases(*words: str) -> str:
 
 _KEY_WORD = rf"(?P<word>{_cases(*_WORDS)})"
 _VALUE = (
-    rf"(?:(?P<q>[\"']){_NOT_MARK}(?P<qv>[^\s\"']{{4,}}+)(?P=q)"
+    rf"(?:(?P<q>[\"']){_NOT_MARK}(?P<qv>[^\s\"'](?:[^\"'\n]{{2,198}}[^\s\"']|[^\s\"']{{2,}}+))(?P=q)"
     # Possessive: the value is every non-delimiter character, and a value that runs into
     # "(" or "[" is code (get_token(), os.environ[...]), not a secret.
     rf"|{_NOT_MARK}(?P<v>[^\s\"'`,;&()<>\[\]{{}}]{{4,}}+)(?![(\[]))"
@@ -467,6 +519,7 @@ _SHAPES: tuple[_Shape, ...] = (
     _Shape(
         "aws_access_key_id",
         re.compile(r"(?:AKIA|ASIA)(?<![A-Za-z0-9]....)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        check=lambda secret, _: not _filler(secret[4:]),
     ),
     _Shape(
         "aws_secret_access_key",
@@ -483,7 +536,7 @@ _SHAPES: tuple[_Shape, ...] = (
         re.compile(
             r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt|soat)-[A-Za-z0-9_-]{20,}+(?![A-Za-z0-9_-])"
         ),
-        check=_token_like,
+        check=lambda secret, m: _token_like(secret, m) and not _filler(secret),
     ),
     _Shape(
         "slack_webhook",
@@ -494,8 +547,10 @@ _SHAPES: tuple[_Shape, ...] = (
         group=1,
     ),
     # Slack tokens carry numeric workspace / user ids; the lookahead wants a digit.
-    _Shape("slack_token", _bounded("xox[abprs]-", r"(?=[A-Za-z-]*\d)[A-Za-z0-9-]{10,}")),
-    _Shape("slack_token", _bounded("xapp-", r"\d-[A-Z0-9]{8,14}-\d{8,16}-[a-f0-9]{32,80}")),
+    _Shape("slack_token", _bounded("xox[abprs]-", r"(?=[A-Za-z-]*\d)[A-Za-z0-9-]{20,}"),
+           check=lambda secret, m: not (_filler(secret) or _camel_words(secret)
+                                        or m.string[m.end() : m.end() + 1] in ("#", "*"))),
+    _Shape("slack_token", _bounded("xapp-", r"\d-[A-Z0-9]{8,14}-\d{8,16}-[a-z0-9]{32,80}")),
     _Shape(
         "discord_webhook",
         re.compile(
@@ -520,7 +575,7 @@ _SHAPES: tuple[_Shape, ...] = (
         check=_openai_like,
     ),
     _Shape("groq_key", _bounded("gsk_", r"[A-Za-z0-9]{52}")),
-    _Shape("google_api_key", _bounded("AIza", r"[A-Za-z0-9_-]{35}")),
+    _Shape("google_api_key", _bounded("AIza", r"[A-Za-z0-9_-]{35}"), check=lambda secret, _: not _filler(secret)),
     _Shape("stripe_key", _bounded("sk_", r"(?:live|test)_[A-Za-z0-9]{10,}", "A-Za-z0-9_")),
     _Shape("stripe_key", _bounded("rk_", r"(?:live|test)_[A-Za-z0-9]{10,}", "A-Za-z0-9_")),
     _Shape("sendgrid_key", _bounded(r"SG\.", r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}")),
@@ -542,10 +597,11 @@ _SHAPES: tuple[_Shape, ...] = (
         "telegram_bot_token",
         # <bot id>:<secret>; the bot id is public (the bot's user id), the part after the
         # colon is the secret.
-        re.compile(r":(?<=[0-9]{8}:)(AA[A-Za-z0-9_-]{33})(?![A-Za-z0-9_-])"),
+        re.compile(r":(?<=[0-9]{5}:)(A[A-Za-z0-9_-]{34})(?![A-Za-z0-9_-])"),
         group=1,
+        check=lambda secret, m: _token_like(secret, m) and not _camel_words(secret),
     ),
-    _Shape("vault_token", _bounded(r"hv[sb]\.", r"[A-Za-z0-9_-]{90,}")),
+    _Shape("vault_token", _bounded(r"hv[sb]\.", r"[A-Za-z0-9_-]{90,}"), check=lambda secret, _: not _filler(secret)),
     _Shape("age_secret_key", _bounded("AGE-SECRET-KEY-1", r"[0-9A-Z]{58}")),
     _Shape(
         "azure_key",
@@ -586,7 +642,7 @@ _SHAPES: tuple[_Shape, ...] = (
     _Shape(
         "basic_auth",
         re.compile(
-            r"-(?:u|-user)[ \t]+[\"']?[^\s:\"'@]++:"
+            r"-(?:u|-user)[ \t]+[\"']?[^\s:\"']*+:[\"']?"
             rf"{_NOT_MARK}([^\s\"']{{4,}}+)"
         ),
         group=1,
@@ -606,9 +662,13 @@ _SHAPES: tuple[_Shape, ...] = (
     _Shape(
         "secret_assignment",
         re.compile(
-            rf"{_KEY_WORD}(?P<kq>[\"'])?[ \t]*+(?:(?P<sep>:=|=>|==|[:=])[ \t]*+{_VALUE}"
+            # a typed declaration between key and value: var apiToken string = "…"
+            rf"{_KEY_WORD}(?P<kq>[\"'])?(?:[ \t]*+:?[ \t]*+(?:string|String|str)(?![\w:]))?"
+            rf"[ \t]*+(?:(?P<sep>:{{1,3}}=|[?]=|=>|==|[:=])[ \t]*+"
+            # a YAML block scalar: password: |\n  hunter22
+            rf"(?:[|>][-+]?[ \t]*+\r?\n[ \t]++)?{_VALUE}"
             # or an XML element: <password>hunter2</password> (Maven settings.xml and the like)
-            rf"|(?P<xml>>){_NOT_MARK}(?P<x>[^\s<>\"']{{4,}}+)</)"
+            rf"|(?P<xml>>)[ \t\r\n]*+{_NOT_MARK}(?P<x>[^\s<>\"']{{4,}}+)[ \t\r\n]*+</)"
         ),
         group=("qv", "v", "x"),
         check=_assignment,
@@ -641,11 +701,47 @@ def _span(match: re.Match[str], group: int | str | tuple[str, ...]) -> tuple[int
     return match.span(group)
 
 
+def _candidates(text: str) -> list[tuple[int, int, int, str]]:
+    """(start, -end, order, kind) of every shape found in text, overlaps included: the core
+    table's (order: its place in _SHAPES) and cybmem.shapes' (after them)."""
+    out: list[tuple[int, int, int, str]] = []
+    for order, shape in enumerate(_SHAPES):
+        if shape.needles and not any(n in text for n in shape.needles):
+            continue
+        for match in shape.regex.finditer(text):
+            start, end = _span(match, shape.group)
+            secret = text[start:end]
+            if not secret or (shape.check and not shape.check(secret, match)):
+                continue
+            out.append((start, -end, order, shape.kind))
+    out.extend((start, -end, len(_SHAPES), kind) for start, end, kind in _more.find(text))
+    out.extend((start, -end, len(_SHAPES) + 1, kind) for start, end, kind in _more.scanner_candidates(text))
+    return out
+
+
+# A PEM body spans lines by itself; a random run is not joined to the next line's.
+_NOT_JOINED = frozenset({"private_key", "high_entropy_string"})
+_WINDOW = 320  # characters of a decoded copy scanned either side of what was decoded
+
+
+def _window_candidates(decoded: _more.Decoded) -> Iterator[tuple[int, int, int, str]]:
+    """(start, end, order, kind) in a decoded copy, searched only near what was decoded
+    (elsewhere it is the original); a finding cut by a window's edge is left to the next."""
+    size = len(decoded.text)
+    for lo, hi in decoded.windows(_WINDOW):
+        for start, neg_end, order, kind in _candidates(decoded.text[lo:hi]):
+            if (start == 0 and lo > 0) or (-neg_end == hi - lo and hi < size):
+                continue
+            yield lo + start, lo - neg_end, order, kind
+
+
 def scan(text: str) -> list[Finding]:
     """Find the secrets in text, one finding per secret, without overlaps.
 
-    When spans overlap, the one that starts first wins, then the longer, then the more
-    specific shape (the order of _SHAPES).
+    The text is searched as written and as decoded (cybmem.shapes.decoded_variants: JSON
+    escapes and percent-encoding undone, wrapped tokens joined); a finding in a decoded copy
+    is mapped back to the characters that hold it. When spans overlap, the one that starts
+    first wins, then the longer, then the more specific shape (the order of _SHAPES).
 
     Args:
         text: any text.
@@ -655,16 +751,18 @@ def scan(text: str) -> list[Finding]:
     """
     if not text:
         return []
-    candidates: list[tuple[int, int, int, str]] = []
-    for order, shape in enumerate(_SHAPES):
-        if shape.needles and not any(n in text for n in shape.needles):
-            continue
-        for match in shape.regex.finditer(text):
-            start, end = _span(match, shape.group)
-            secret = text[start:end]
-            if not secret or (shape.check and not shape.check(secret, match)):
+    candidates = _candidates(text)
+    seen = [(start, -neg_end) for start, neg_end, _, _ in candidates]
+    for decoded in _more.decoded_variants(text):
+        for start, end, order, kind in _window_candidates(decoded):
+            if decoded.crossing_only and (kind in _NOT_JOINED or not decoded.crosses_edit(start, end)):
+                continue  # a joined line is for a token cut in two, not for new random runs
+            o_start, o_end = decoded.original_span(start, end)
+            if o_end <= o_start or _MARK in text[o_start:o_end]:
                 continue
-            candidates.append((start, -end, order, shape.kind))
+            if decoded.crossing_only and any(s < o_end and o_start < e and e >= o_end for s, e in seen):
+                continue  # the text as written already shows all of this secret
+            candidates.append((o_start, -o_end, order, kind))
     findings: list[Finding] = []
     last_end = 0
     for start, neg_end, _, kind in sorted(candidates):

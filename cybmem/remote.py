@@ -783,11 +783,16 @@ def distill(
         RemoteError: the call failed after its retries or the reply is malformed; the caller
             keeps the extractive outcome.
     """
-    prompt = _prompt(run, extractive)
     if config.redact:
-        from .redact import redact  # only the distillation path pays for the patterns
+        from .redact import redact, redact_value  # only the distillation path pays for the patterns
 
-        prompt, _kinds = redact(prompt)
+        # The write path's one pass over every text whole, before _prompt clips and collapses it
+        # (a clip can part a key from its value: "DB_PASSWORD=" cut away, the password kept),
+        # then over the prompt as sent.
+        run, extractive = redact_value(dict(run))[0], redact_value(dict(extractive))[0]
+        prompt, _kinds = redact(_prompt(run, extractive))
+    else:
+        prompt = _prompt(run, extractive)
     messages = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": prompt}]
     if config.kind == "ollama":
         payload: dict = {

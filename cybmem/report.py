@@ -7,7 +7,14 @@ and exports HTML whose figures are inline ``data:image/png;base64`` images, with
 or stylesheet fetched from the network. An ``index.html`` links the pages.
 
 Where the notebooks come from (:func:`notebooks_dir`): ``<repo>/notebooks/`` when running from
-a checkout, else ``cybmem/notebooks/`` shipped as package data.
+a checkout, else ``cybmem/notebooks/`` shipped as package data (in a checkout that folder is a
+link to ``notebooks/``, so there is one copy; a wheel carries the files).
+
+Which store a notebook reads (:func:`open_notebook_store`) is decided here too, the same way
+under ``cybmem report``, papermill, ``jupyter nbconvert --execute`` and an open Jupyter: its
+``MEMORY_DIR`` / ``PROJECT`` parameters when set, else ``CYBERINE_MEMORY_DIR`` (or
+``CYBERINE_HOME``) and ``CYBERINE_MEMORY_PROJECT``, else the checkout's fixtures; the
+notebook's first output says which.
 """
 
 from __future__ import annotations
@@ -24,16 +31,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Sequence
 
+from collections.abc import Mapping
+
 from .errors import CybmemError, NotFoundError, ValidationError
+from .projects import project_dirs
+from .settings import Settings
 from .snapshot import load_snapshot
 from .store import MemoryStore
 from .progress import Progress
 
-__all__ = ["NOTEBOOKS", "ReportResult", "notebooks_dir", "notebook_parameters", "parse_parameters", "inject_parameters",
-           "execute_notebook", "notebook_html", "build_report"]
+__all__ = ["NOTEBOOKS", "PROJECT_ENV", "FIXTURES", "NotebookStore", "NotebookFleet", "ReportResult", "notebooks_dir",
+           "notebook_memory_dir", "open_notebook_store", "open_notebook_fleet", "notebook_parameters", "parse_parameters",
+           "inject_parameters", "execute_notebook", "notebook_html", "build_report"]
 
-#: the notebooks a report runs, in order
-NOTEBOOKS = ("01-history.ipynb", "02-lineage.ipynb", "03-issue-ages.ipynb", "04-weight-tuning.ipynb")
+#: the notebooks a report runs, in order (the fleet's only when it is given a dataset: see _NEEDS)
+NOTEBOOKS = ("01-history.ipynb", "02-lineage.ipynb", "03-issue-ages.ipynb", "04-weight-tuning.ipynb",
+             "05-fleet.ipynb")
+#: a report page that needs a parameter the store cannot give, and why
+_NEEDS = {"05-fleet.ipynb": ("DATASET", "it reads the Parquet dataset every machine exports (`cybmem export "
+                                        "parquet --out DIR --machine NAME`), not one store; pass -P dataset=DIR")}
+#: the project a notebook reads when its PROJECT parameter is not set
+PROJECT_ENV = "CYBERINE_MEMORY_PROJECT"
+#: a checkout's fixture store, what the notebooks read when nothing names a store (absent from a wheel)
+FIXTURES = Path(__file__).resolve().parent.parent / "data-fixtures" / "memory"
+_FIXTURES_PROJECT = "web"
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -67,6 +88,140 @@ def notebooks_dir() -> Path:
 
 
 _SET_BY_REPORT = ("MEMORY_DIR", "PROJECT")  # the store's; --memory-dir and --project choose them
+
+
+def notebook_memory_dir(memory_dir: str | os.PathLike | None = None, *,
+                        env: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """The memory root a notebook reads, and why that one.
+
+    ``memory_dir`` (the MEMORY_DIR parameter) when given; else ``CYBERINE_MEMORY_DIR`` or
+    ``CYBERINE_HOME`` as :class:`~cybmem.settings.Settings` reads them; else the checkout's
+    :data:`FIXTURES`; else (an installed package, no fixtures) the default ``~/.cyberine/memory``.
+    A relative MEMORY_DIR is relative to the current directory (the notebook's own, in Jupyter
+    and nbconvert); a relative variable to the directory Jupyter was started from (``$PWD``,
+    which the kernel inherits from that shell), where the person who typed it stood.
+    """
+    env = os.environ if env is None else env
+    if memory_dir is not None and str(memory_dir).strip():
+        return Path(memory_dir).expanduser().absolute(), "from the MEMORY_DIR parameter"
+    for name in ("CYBERINE_MEMORY_DIR", "CYBERINE_HOME"):
+        value = env.get(name, "").strip()
+        if value:
+            raw, started = Path(value).expanduser(), env.get("PWD", "")
+            if not raw.is_absolute() and os.path.isabs(started) and os.path.isdir(started):
+                env = {**env, name: str(Path(started) / raw)}
+            return Settings.from_env(env).memory_dir, f"from {name}"
+    if FIXTURES.is_dir():
+        return FIXTURES, "the checkout's fixtures, as neither MEMORY_DIR nor CYBERINE_MEMORY_DIR is set"
+    return Settings.from_env(env).memory_dir, "the default, as neither MEMORY_DIR nor CYBERINE_MEMORY_DIR is set"
+
+
+@dataclass(frozen=True)
+class NotebookStore:
+    """What a notebook reads: the project's store, the settings it was opened with, and why these.
+
+    ``str()`` is the line a notebook prints first.
+    """
+
+    store: MemoryStore
+    settings: Settings
+    memory_from: str
+    project_from: str
+
+    def __str__(self) -> str:
+        return (f"Reading project {self.store.slug} in {self.store.root}\n"
+                f"  memory dir: {self.memory_from}\n  project: {self.project_from}")
+
+
+def open_notebook_store(memory_dir: str | os.PathLike | None = None, project: str | None = None, *,
+                        env: Mapping[str, str] | None = None) -> NotebookStore:
+    """The store a notebook reads, from its MEMORY_DIR and PROJECT parameters or the environment.
+
+    The memory root is :func:`notebook_memory_dir`'s. The project: ``project`` (the PROJECT
+    parameter) when given, else :data:`PROJECT_ENV`, else ``web`` in the fixtures, else the
+    root's only project. ``cybmem report`` and papermill set both parameters in a cell after the
+    notebook's parameter cell; ``jupyter nbconvert --execute`` and Jupyter leave them None, so
+    the environment decides.
+
+    Raises:
+        NotFoundError: no such project, or several and none chosen (the message names them and
+            the variable that chose, or would choose, one).
+    """
+    env = os.environ if env is None else env
+    root, memory_from = notebook_memory_dir(memory_dir, env=env)
+    settings = Settings.from_env(env, memory_dir=root)
+    if project is not None and str(project).strip():
+        slug, project_from = str(project).strip(), "from the PROJECT parameter"
+    elif env.get(PROJECT_ENV, "").strip():
+        slug, project_from = env[PROJECT_ENV].strip(), f"from {PROJECT_ENV}"
+    elif root.resolve() == FIXTURES.resolve():
+        slug, project_from = _FIXTURES_PROJECT, f"the fixtures' main project, as neither PROJECT nor {PROJECT_ENV} is set"
+    else:
+        slugs = project_dirs(root)
+        if len(slugs) != 1:
+            raise NotFoundError(f"{root} (memory dir {memory_from}) holds "
+                                + (f"projects {', '.join(slugs)}" if slugs else "no project")
+                                + f"; name one in the PROJECT parameter or {PROJECT_ENV}")
+        slug, project_from = slugs[0], f"the only project there, as neither PROJECT nor {PROJECT_ENV} is set"
+    try:
+        store = MemoryStore.open(settings, project=slug)
+    except CybmemError as exc:
+        raise type(exc)(f"{exc} (project {project_from}; memory dir {memory_from})") from None
+    return NotebookStore(store, settings, memory_from, project_from)
+
+
+#: the machines the fleet notebook exports the fixtures as (the example of USAGE.md, "The fleet")
+_FIXTURE_FLEET = {"laptop": ("web", "web-7663e1"), "ci-1": ("api",)}
+
+
+@dataclass(frozen=True)
+class NotebookFleet:
+    """The fleet dataset a notebook reads, and where it comes from; ``str()`` says both."""
+
+    dataset: Path
+    described: str
+    built: bool  # True: a temporary dataset (in a directory of its own) the notebook removes when done
+
+    def __str__(self) -> str:
+        return f"Reading the fleet dataset {self.dataset}\n  {self.described}"
+
+
+def open_notebook_fleet(dataset: str | os.PathLike | None = None, memory_dir: str | os.PathLike | None = None,
+                        project: str | None = None, *, env: Mapping[str, str] | None = None) -> NotebookFleet:
+    """The fleet notebook's dataset: ``dataset`` when given, else one exported from a store.
+
+    The store is :func:`notebook_memory_dir`'s. The checkout's fixtures are exported as the two
+    machines of USAGE.md (a laptop with web and web-7663e1, ci-1 with api); any other store as
+    one machine (:func:`cybmem.export.default_machine`) holding the project ``project`` or
+    :data:`PROJECT_ENV` names, else every project. The export goes to a new temporary directory.
+
+    Raises:
+        NotFoundError: a named project does not exist; the store holds no project.
+    """
+    import tempfile
+
+    from .export import default_machine, export_parquet
+
+    env = os.environ if env is None else env
+    if dataset is not None and str(dataset).strip():
+        return NotebookFleet(Path(dataset).expanduser().absolute(), "from the DATASET parameter", False)
+    root, memory_from = notebook_memory_dir(memory_dir, env=env)
+    if project is not None and str(project).strip() or env.get(PROJECT_ENV, "").strip():
+        chosen = open_notebook_store(memory_dir, project, env=env).store.slug
+        machines = {default_machine(): (chosen,)}
+    elif root.resolve() == FIXTURES.resolve():
+        machines = _FIXTURE_FLEET
+    else:
+        slugs = project_dirs(root)
+        if not slugs:
+            raise NotFoundError(f"{root} (memory dir {memory_from}) holds no project to build a fleet dataset from; "
+                                "pass DATASET (a `cybmem export parquet` directory) or another memory dir")
+        machines = {default_machine(): tuple(slugs)}
+    out = Path(tempfile.mkdtemp(prefix="cybmem-fleet-")) / "fleet"
+    for machine, slugs in machines.items():
+        export_parquet([MemoryStore(root, slug) for slug in slugs], out, machine=machine)
+    built = "; ".join(f"{machine}: {', '.join(slugs)}" for machine, slugs in machines.items())
+    return NotebookFleet(out, f"exported from {root} as {built}\n  memory dir: {memory_from}", True)
 
 
 def notebook_parameters(path: str | Path) -> dict[str, Any]:
@@ -235,15 +390,19 @@ class ReportResult:
     index: Path
     pages: list[Path] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # notebook -> execution seconds
+    left_out: dict[str, str] = field(default_factory=dict)  # notebook -> why it did not run
 
     def to_dict(self) -> dict[str, Any]:
         return {"outDir": str(self.out_dir), "index": str(self.index), "pages": [str(p) for p in self.pages],
-                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "leftOut": dict(self.left_out)}
 
 
-def _index_html(store: MemoryStore, pages: list[tuple[str, Path, float]], generated: str) -> str:
+def _index_html(store: MemoryStore, pages: list[tuple[str, Path, float]], generated: str,
+                left_out: dict[str, str]) -> str:
     items = "".join(f'<li><a href="{html.escape(p.name)}">{html.escape(title)}</a> <small>({secs:.1f}s)</small></li>'
                     for title, p, secs in pages)
+    items += "".join(f"<li>{html.escape(_title(Path(name)))}: left out, {html.escape(why)}</li>"
+                     for name, why in left_out.items())
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>cybmem report: {html.escape(store.slug)}</title>"
             "<style>body{font-family:system-ui,sans-serif;max-width:50em;margin:2em auto}</style></head><body>"
             f"<h1>cybmem report: project {html.escape(store.slug)}</h1>"
@@ -277,7 +436,9 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
     Args:
         store: the project to report on (its memory dir and slug become the notebooks' parameters).
         out_dir: where to write (created).
-        notebooks: notebook paths or names (default: :data:`NOTEBOOKS` from :func:`notebooks_dir`).
+        notebooks: notebook paths or names (default: :data:`NOTEBOOKS` from :func:`notebooks_dir`;
+            the fleet's runs when ``parameters`` give it a DATASET, else it is listed as left out
+            with the reason, in the index and on ``stream``).
         parameters: more parameters (name -> value, e.g. from :func:`parse_parameters`); each
             notebook gets those its parameter cell declares.
         with_code: keep the code cells in the pages.
@@ -313,6 +474,12 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
             raise ValidationError(f"no notebook of this report has a parameter {', '.join(unknown)}; "
                                   f"they take: {', '.join(sorted(declared - set(_SET_BY_REPORT)))}")
     result = ReportResult(out_dir=out, index=out / "index.html")
+    if notebooks is None:
+        for name, (needed, why) in _NEEDS.items():
+            if extra.get(needed) is None:
+                result.left_out[name] = why
+                stream.write(f"{name}: left out: {why}\n")
+        paths = [p for p in paths if p.name not in result.left_out]
     pages: list[tuple[str, Path, float]] = []
     for i, path in enumerate(paths, 1):
         title = _title(path)
@@ -337,5 +504,5 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
         stream.write(f"[{i}/{len(paths)}] {path.name}: done in {secs:.1f}s -> {page}\n")
         stream.flush()
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
-    result.index.write_text(_index_html(store, pages, generated), encoding="utf-8")
+    result.index.write_text(_index_html(store, pages, generated, result.left_out), encoding="utf-8")
     return result

@@ -15,14 +15,19 @@ record files that are new since the last refresh are parsed (one new segment eac
 replaced by rename (another writer added ``supersededBy``) is parsed again and its row patched
 in place when its keyword text did not change; a record that vanished, or whose text changed,
 makes the cache start over. The ledger is re-read from the byte offset it had reached.
+
+A long-lived reader (``cybmem mcp``) loads inside :func:`holding_snapshots`: a project's snapshot
+is then kept between loads, with its warm state, for as long as :meth:`Snapshot.current` holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +43,7 @@ from .errors import StoreError
 from .store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
 from .text import tokenize_many
 
-__all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "issue_texts"]
+__all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "holding_snapshots", "issue_texts"]
 
 _PROGRESS_AFTER_S = 1.0
 
@@ -218,6 +223,33 @@ class Snapshot:
             )
             self._cache["lookup"] = RunLookup.build(self.records.column("runId"))
         return self
+
+    def current(self) -> bool:
+        """True while the files this snapshot was read from are unchanged: the cache's freshness
+        rule (:func:`cybmem.cache.is_fresh`: records/' mtime, the ledger's size, mtime and inode;
+        a records/ mtime too close to the scan is never trusted) and, when it was loaded under
+        :func:`holding_snapshots`, embeddings.jsonl's stat. Always False for a snapshot read
+        without the cache (nothing records what it was read from)."""
+        manifest = self._cache.get("manifest")
+        if manifest is None or self.store is None:
+            return False
+        if "embeddings" in self._cache and self._cache["embeddings"] != _cache.ledger_stat(self.store.embeddings_path):
+            return False
+        return _cache.is_fresh(self.store.records_dir, self.store.issues_path, manifest)
+
+    def resolve_run_id(self, prefix: str) -> str:
+        """The run id ``prefix`` names (exact, or a unique prefix), found among this snapshot's
+        records without listing records/ (tens of ms for thousands of files); when the snapshot
+        has no single match, :meth:`MemoryStore.resolve_run_id` decides, with its messages."""
+        text = (prefix or "").strip()
+        if text and self.n:
+            ids = self.records.column("runId")
+            if pc.any(pc.equal(ids, text)).as_py():
+                return text
+            hits = ids.filter(pc.starts_with(ids, text))
+            if len(hits) == 1:
+                return hits[0].as_py()
+        return self.store.resolve_run_id(prefix)
 
     def lineage_columns(self) -> tuple:
         """runId, parentRunId, previousRunId, rootRunId, chatSessionId (encoded after :meth:`prepare`)."""
@@ -428,6 +460,8 @@ def _problems_of(manifest: _cache.Manifest) -> list[ReadProblem]:
 def _snapshot(store, records, events, index, problems, cache, *, from_cache: bool, parsed: int,
               manifest: _cache.Manifest | None = None, read_at: int | None = None) -> Snapshot:
     snap = Snapshot(store, records, events, index, problems, from_cache=from_cache, parsed=parsed)
+    if manifest is not None:
+        snap._cache["manifest"] = manifest  # what it was read from (Snapshot.current)
     if cache is not None and from_cache:
         snap._cache["fold_file"] = cache / "fold.arrow"
         snap._cache["issue_index_file"] = cache / "kwi.arrow"
@@ -506,6 +540,7 @@ def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
                      read_at=scanned_at)
     snap._cache["act_file"] = cache / manifest.act
     snap._cache["carry_file"] = cache / manifest.carry
+    snap._cache["manifest"] = manifest
     return snap
 
 
@@ -650,6 +685,33 @@ def _refresh(store: MemoryStore, cache, recheck: Sequence[str] = ()) -> Snapshot
                          manifest=manifest)
 
 
+#: Snapshots kept by :func:`holding_snapshots`: cache dir -> the snapshot last loaded from it.
+_HELD: dict = {}
+_HOLDERS = 0
+_HELD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def holding_snapshots() -> Iterator[None]:
+    """Within it, :func:`load_snapshot` gives back the snapshot it last loaded for a project for as
+    long as it is :meth:`~Snapshot.current`, with its warm state (the lookups of
+    :meth:`Snapshot.prepare`, the issue fold and index, the vectors): what a long-lived reader
+    (``cybmem mcp``) keeps between calls, so that a call costs milliseconds. A write by any
+    process makes the next load refresh the cache as usual. May be nested and entered from
+    several threads; the snapshots are let go when the last one leaves.
+    """
+    global _HOLDERS
+    with _HELD_LOCK:
+        _HOLDERS += 1
+    try:
+        yield
+    finally:
+        with _HELD_LOCK:
+            _HOLDERS -= 1
+            if not _HOLDERS:
+                _HELD.clear()
+
+
 def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterable[str] = ()) -> Snapshot:
     """Load a project's memory, refreshing its Arrow cache incrementally.
 
@@ -667,9 +729,28 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterab
     Raises:
         StoreError: records/ or the ledger cannot be read at all.
     """
+    recheck = sorted(set(recheck))
+    if not (_HOLDERS and use_cache):
+        return _load(store, use_cache, recheck)
+    key = _cache.cache_dir(store.dir)
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+    if held is not None and not recheck and held.current():
+        return held
+    embeddings = _cache.ledger_stat(store.embeddings_path)  # before the load: a later change is seen
+    snap = _load(store, use_cache, recheck)
+    if "manifest" in snap._cache:  # read through the cache: it can tell when it goes stale
+        snap._cache["embeddings"] = embeddings
+        snap.prepare()
+        with _HELD_LOCK:
+            if _HOLDERS:
+                _HELD[key] = snap
+    return snap
+
+
+def _load(store: MemoryStore, use_cache: bool, recheck: list[str]) -> Snapshot:
     cache = _cache.cache_dir(store.dir)
     linked = store.symlinked_dirs()
-    recheck = sorted(set(recheck))
     if not use_cache or _cache.disabled(store.root) or linked:
         read_at = time.time_ns()
         table, events, index, _bad, problems, _, _ = _build_full(store)
@@ -698,7 +779,7 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterab
         except OSError:
             # The cache cannot be written (a read-only store, a full disk, .cache not a dir):
             # memory still works, parsed in memory.
-            return load_snapshot(store, use_cache=False)
+            return _load(store, False, [])
     raise AssertionError("unreachable")
 
 

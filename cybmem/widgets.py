@@ -24,7 +24,7 @@ from .schema import ms_to_utc
 from .retrieval import SearchResult, search
 from .settings import Settings
 from .store import MemoryStore
-from .judgments import METRICS, Judgment, judgments_from_store
+from .judgments import METRICS, Judgment, store_judgments
 from .tuning import AxisMatrices, axis_matrices, evaluate, save_project_weights, time_folds
 from .weights import Weights, weights_for
 
@@ -43,7 +43,8 @@ class TuningView:
         table, score, status: HTML outputs (top-k table, metric line, save/load messages).
         save_button, reload_button: the buttons.
         result: the last :class:`~cybmem.retrieval.SearchResult`.
-        matrices: the judgments' :class:`~cybmem.tuning.AxisMatrices` (None without judgments).
+        matrices: the judgments' :class:`~cybmem.tuning.AxisMatrices` (None without judgments;
+            ``judgments=None`` means the store's own, :func:`cybmem.judgments.store_judgments`).
         widget: the whole view (a VBox); displaying the TuningView displays it.
     """
 
@@ -54,7 +55,7 @@ class TuningView:
         self.store = self.snapshot.store
         self.settings = settings or Settings.from_env()
         self.now_ms = now_ms
-        js = judgments_from_store(self.snapshot) if judgments is None else list(judgments)
+        js = store_judgments(self.snapshot)[0] if judgments is None else list(judgments)
         self.matrices: AxisMatrices | None = axis_matrices(self.snapshot, js, k=metric_k, progress=False) if js else None
         # The judgments split in time, so the view shows whether weights that win on the earlier
         # ones also hold on the later ones (what `cybmem tune --save` checks before saving).

@@ -143,13 +143,14 @@ def synthetic_history(n: int = 100_000, *, seed: int = 7):
     now = int(ended.max())
     resolved_at = np.where(closed, np.minimum(opened_at + to_close, now), -1)
     reopens = np.where(issue_state == "reopened", rng.integers(1, 4, m), (rng.random(m) < 0.002).astype(np.int64))
-    age_ms = np.where(closed, resolved_at - opened_at, now - opened_at)
     fold = pd.DataFrame({
         "issueId": strings(np.array([f"issue-{i}" for i in range(m)], dtype=object)),
         "title": strings(np.array([f"Issue {i}" for i in range(m)], dtype=object)),
         "state": strings(issue_state), "openedAt": ts(opened_at),
         "resolvedAt": ts(np.where(closed, resolved_at, np.iinfo(np.int64).min)),
-        "lastAt": ts(np.where(closed, resolved_at, opened_at)), "age": pd.to_timedelta(age_ms, unit="ms"),
+        "lastAt": ts(np.where(closed, resolved_at, opened_at)),
+        "openAge": pd.to_timedelta(np.where(closed, np.iinfo(np.int64).min, now - opened_at), unit="ms"),
+        "timeToResolve": pd.to_timedelta(np.where(closed, resolved_at - opened_at, np.iinfo(np.int64).min), unit="ms"),
         "reopenCount": reopens, "events": 1 + closed.astype(np.int64) + reopens,
     })
     return records, fold

@@ -17,7 +17,7 @@ PUBLIC = {
     # writing
     "write_run",
     # reading and lineage
-    "chain", "load_snapshot", "Snapshot", "records_frame", "issue_events_frame", "issue_fold", "lineage_edges",
+    "chain", "show_record", "load_snapshot", "Snapshot", "records_frame", "issue_events_frame", "issue_fold", "lineage_edges",
     # retrieval and dispatch
     "Weights", "weights_for", "search", "inject_task", "memory_block", "strip",
     # tuning and checks

@@ -193,8 +193,62 @@ def test_issue_fold_matches_the_store_fold(fixture_copy):
         assert (row.state, row.title, row.reopenCount, row.openedBy) == (st.state, st.title, st.reopenCount, st.openedBy)
         assert int(row.openedAt.timestamp() * 1000) == st.openedAt
     resolved = fold[fold["state"] == "resolved"]
-    assert (resolved["age"] == resolved["resolvedAt"] - resolved["openedAt"]).all()
+    assert (resolved["timeToResolve"] == resolved["resolvedAt"] - resolved["openedAt"]).all()
+    assert resolved["openAge"].isna().all()
+    later = issue_fold(snap, now=pd.Timestamp("2027-01-01", tz="UTC"))
+    open_ = later[later["state"].isin(["opened", "reopened"])]
+    assert len(open_) and (open_["openAge"] == pd.Timestamp("2027-01-01", tz="UTC") - open_["openedAt"]).all()
+    assert open_["timeToResolve"].isna().all()
+    assert (fold.loc[open_.index, "openAge"] == pd.Timedelta(0)).all(), "measured before they opened: 0, not negative"
     assert [s.issueId for s in open_states(snap)] == [s.issueId for s in store.open_issues()]
+
+
+def test_issue_fold_never_gives_a_negative_duration(tmp_path):
+    """Events out of time order (a resolution stamped before the opening, an opening after now) give 0."""
+    from cybmem.schema import IssueEvent
+
+    store = MemoryStore(tmp_path, "web")
+    store.dir.mkdir(parents=True)
+    hour = 3_600_000
+    t = 1_790_000_000_000
+    store.append_issue_events([
+        IssueEvent("early-fix", t, "opened", "r1", "Fixed before it was opened"),
+        IssueEvent("early-fix", t - 5 * hour, "resolved", "r2"),
+        IssueEvent("from-the-future", t + 3 * hour, "opened", "r3", "Opened after now"),
+        IssueEvent("plain", t - 2 * hour, "opened", "r4", "Opened two hours before now"),
+    ])
+    fold = issue_fold(store, now=pd.Timestamp(t, unit="ms", tz="UTC")).set_index("issueId")
+    assert fold.loc["early-fix", "timeToResolve"] == pd.Timedelta(0)
+    assert fold.loc["from-the-future", "openAge"] == pd.Timedelta(0)
+    assert fold.loc["plain", "openAge"] == pd.Timedelta(hours=2)
+    assert list(fold.columns[5:7]) == ["openAge", "timeToResolve"], "two durations, each with one meaning"
+
+
+def test_records_state_is_a_categorical_of_every_state(fixture_copy):
+    df = records_frame(MemoryStore(fixture_copy, "api"))
+    assert isinstance(df["state"].dtype, pd.CategoricalDtype)
+    assert list(df["state"].cat.categories) == ["done", "error", "cancelled"]
+    assert set(df["state"].value_counts().index) == {"done", "error", "cancelled"}
+    assert (df["state"] == "error").sum() == 2, "compares with plain strings"
+
+
+def test_natural_key_orders_numbers_by_value():
+    from cybmem.frames import natural_key
+
+    ids = pd.Series(["ticket-998", "ticket-10001", None, "ticket-10", "Ticket-9", "ticket-10b2", "ticket-10b10"],
+                    dtype="string")
+    assert ids.sort_values(key=natural_key).tolist()[:-1] == [
+        "Ticket-9", "ticket-10", "ticket-10b2", "ticket-10b10", "ticket-998", "ticket-10001"]
+    assert ids.sort_values(key=natural_key).isna().tolist()[-1], "missing last"
+
+
+def test_lineage_edges_takes_the_store_like_its_siblings(fixture_copy):
+    store = MemoryStore(fixture_copy, "web")
+    from_store = lineage_edges(store)
+    assert from_store.equals(lineage_edges(load_snapshot(store)))
+    assert from_store.equals(lineage_edges(records_frame(store))), "a records frame still works (e.g. a subset)"
+    part = records_frame(store).tail(10)
+    assert set(lineage_edges(part)["dst"]) <= set(part["runId"])
 
 
 def test_lineage_edges(fixture_copy):

@@ -56,7 +56,7 @@ def _arrow_rows(table: pa.Table) -> list[dict]:
 
 def _pandas_rows(df: pd.DataFrame) -> list[dict]:
     out = []
-    for row in df.drop(columns=["age"]).to_dict("records"):
+    for row in df.drop(columns=["openAge", "timeToResolve"]).to_dict("records"):
         row = {k: (None if v is None or v is pd.NA or (isinstance(v, float) and v != v) or v is pd.NaT else v) for k, v in row.items()}
         for key in ("openedAt", "lastAt", "resolvedAt"):
             if row[key] is not None:

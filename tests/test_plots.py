@@ -155,14 +155,18 @@ def _save(fig: Figure, figures_dir, name: str) -> None:
     fig.savefig(figures_dir / name, dpi=90)
 
 
+def _tree_labels(ax) -> list[str]:
+    """The root run ids of the trees drawn, in the order they are numbered."""
+    return [t.get_gid()[5:] for t in ax.texts if (t.get_gid() or "").startswith("tree-")]
+
+
 def test_lineage_at_100k_draws_the_largest_dispatch_trees_with_run_ids(history_100k, figures_dir):
     df, _ = history_100k
     fig = plots.lineage_graph(df)
-    ax = fig.axes[0]
+    timeline, ax = fig.axes
     trees = plots.dispatch_trees(df)
-    assert ax.get_title() == f"The 12 largest of {len(trees)} dispatch trees (100,000 runs; {int(trees['runs'].sum()):,} in a tree)"
-    names = [t.get_text() for t in ax.get_yticklabels()]
-    assert [n[:8] for n in names] == [r[:8] for r in trees["root"].head(12)], "one row per tree, largest first"
+    assert fig.get_suptitle() == f"The 12 largest of {len(trees)} dispatch trees (100,000 runs; {int(trees['runs'].sum()):,} in a tree)"
+    assert _tree_labels(ax) == trees["root"].head(12).tolist(), "one tree each, largest first"
     assert trees["runs"].head(12).min() >= trees["runs"].iloc[12:].max()
     drawn = sum(_nodes(ax).values())
     assert drawn == int(trees["runs"].head(12).clip(upper=16).sum()), "a tree shows at most 16 runs"
@@ -171,12 +175,40 @@ def test_lineage_at_100k_draws_the_largest_dispatch_trees_with_run_ids(history_1
     assert [c.get_gid() for c in ax.collections if isinstance(c, LineCollection)] == ["edges-parent"], \
         "parent links only: no curtain of previous-run links"
     assert any("more" in t.get_text() for t in ax.texts), "a tree larger than 16 runs says how many it left out"
+    assert len({round(t.get_position()[1], 3) for t in ax.texts if (t.get_gid() or "").startswith("tree-")}) == 12, \
+        "trees 16 runs wide take a row each"
     _save(fig, figures_dir, "lineage-100k-largest.png")
     recent = plots.lineage_graph(df, trees="recent", max_trees=8)
-    names = [t.get_text()[:8] for t in recent.axes[0].get_yticklabels()]
     latest = plots.dispatch_trees(df, by="recent")
-    assert names == [r[:8] for r in latest["root"].head(8)] and recent.axes[0].get_title().startswith("The 8 most recent of")
+    assert _tree_labels(recent.axes[1]) == latest["root"].head(8).tolist()
+    assert recent.get_suptitle().startswith("The 8 most recent of")
     _save(recent, figures_dir, "lineage-100k-recent.png")
+
+
+def test_lineage_of_thousands_of_runs_is_not_mostly_white_space(history_100k, figures_dir):
+    """6,000 runs whose recent trees hold two or three runs each (as the pytest corpus has them): the
+    trees sit side by side, and a history panel counts every run, so the figure shows the project."""
+    import matplotlib.image as mpimg
+
+    df = history_100k[0].iloc[-6000:]
+    fig = plots.lineage_graph(df, trees="recent")
+    timeline, ax = fig.axes
+    trees = plots.dispatch_trees(df, by="recent")
+    assert trees["runs"].head(12).max() <= 5
+    assert _tree_labels(ax) == trees["root"].head(12).tolist()
+    rows = {round(t.get_position()[1], 3) for t in ax.texts if (t.get_gid() or "").startswith("tree-")}
+    assert len(rows) == 3, "12 small trees, four to a row"
+    bars = {c.get_label(): np.nansum([p.get_height() for p in c.patches]) for c in timeline.containers}
+    assert bars["all runs: 6,000"] == 6000, "the history counts every run"
+    in_trees = int(plots.dispatch_trees(df)["runs"].sum())
+    assert [v for k, v in bars.items() if k.startswith("in a dispatch tree")] == [in_trees]
+    numbers = [t.get_text() for t in timeline.texts]
+    assert sorted(numbers, key=int) == [str(i) for i in range(1, 13)], "each drawn tree numbered on the time line"
+    path = figures_dir / "lineage-6k-recent.png"
+    fig.savefig(path, dpi=90)
+    pixels = mpimg.imread(path)[..., :3]
+    ink = float((pixels.min(axis=2) < 0.9).mean())
+    assert ink > 0.10, f"only {ink:.0%} of the figure is drawn on (the one tree a row layout drew on 4%)"
 
 
 def test_lineage_graph_hides_previous_links_past_a_size(history_100k, figures_dir):
@@ -200,7 +232,7 @@ def test_issue_ages_at_100k_use_log_axes(history_100k, figures_dir):
     labels = [t.get_text() for t in resolve.get_xticklabels()]
     assert labels[0] == "1 min" and "1 day" in labels and len(labels) <= 6, "about six labels, none running into another"
     legend = [t.get_text() for t in resolve.get_legend().get_texts()]
-    zero = int(((fold["state"] == "resolved") & (fold["age"].dt.total_seconds() < 60)).sum())
+    zero = int(((fold["state"] == "resolved") & (fold["timeToResolve"].dt.total_seconds() < 60)).sum())
     assert legend[0] == "median under a minute" and f"{zero} under a minute, counted at 1 min" in legend
     heights = [p.get_height() for p in resolve.patches]
     assert sum(heights) == int((fold["state"] == "resolved").sum()), "every resolved issue is counted"

@@ -13,7 +13,9 @@ import nbformat
 import pytest
 
 from cybmem.errors import CybmemError, NotFoundError
-from cybmem.report import NOTEBOOKS, build_report, inject_parameters, notebook_parameters, notebooks_dir, parse_parameters
+from cybmem.report import (FIXTURES, NOTEBOOKS, PROJECT_ENV, build_report, inject_parameters, notebook_parameters,
+                           notebooks_dir, open_notebook_fleet, open_notebook_store, parse_parameters)
+from cybmem.schema import IssueEvent
 from cybmem.store import MemoryStore
 
 IMG = re.compile(r'<img[^>]+src="data:image/png;base64,[A-Za-z0-9+/=]{200,}')
@@ -68,8 +70,11 @@ def test_report_page_is_self_contained(fixture_copy, tmp_path):
     assert len(IMG.findall(text)) == 2, "the two heatmaps, embedded"
     assert 'alt="&lt;Figure: MRR@10 over w_kw x w_rec' in text, "figures carry their title as alt text"
     assert not re.search(r'<script[^>]+src="https?://', text), "no script is fetched from the network"
-    assert str(fixture_copy) not in text, "code cells (with the injected path) are left out by default"
+    assert "parameters injected by" not in text and "open_notebook_store" not in text, "code cells are left out by default"
     assert "Tuning view" in text and "<table" in text, "the widget's static rendering replaces the live view"
+    assert f"Reading project api in {fixture_copy}" in text and "memory dir: from the MEMORY_DIR parameter" in text, \
+        "the first output says which store the page reads"
+    assert "judgments derived from project api (" in text, "the page says which judgments it used"
     assert "application/vnd.jupyter.widget-view+json" not in text
     index = res.index.read_text()
     assert 'href="04-weight-tuning.html"' in index and "project api" in index
@@ -94,17 +99,31 @@ def test_cybmem_report_cli_writes_every_page(fixture_copy, tmp_path):
     cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli import main; main()"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     out = tmp_path / "site"
+    shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "qrels.jsonl")
+    t = 1_793_000_000_000  # ids whose numbers sort differently as text, opened in neither order
+    MemoryStore(fixture_copy, "web").append_issue_events([IssueEvent(i, t + k * 60_000, "opened", None, f"Ticket {i}")
+                                                         for k, i in enumerate(["ticket-10001", "ticket-998", "ticket-10"])])
     p = subprocess.run(cmd + ["report", "--out", str(out), "--memory-dir", str(fixture_copy), "--project", "web",
                               "--json", "--with-code"], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
-    assert [os.path.basename(x) for x in data["pages"]] == [n.replace(".ipynb", ".html") for n in NOTEBOOKS]
-    assert p.stderr.count(": done in ") == len(NOTEBOOKS)
+    ran = [n for n in NOTEBOOKS if n != "05-fleet.ipynb"]
+    assert [os.path.basename(x) for x in data["pages"]] == [n.replace(".ipynb", ".html") for n in ran]
+    assert p.stderr.count(": done in ") == len(ran)
+    assert "05-fleet.ipynb: left out: it reads the Parquet dataset every machine exports" in p.stderr
+    assert "pass -P dataset=DIR" in data["leftOut"]["05-fleet.ipynb"]
+    assert "Fleet: left out, it reads the Parquet dataset" in (out / "index.html").read_text(), "the index says why"
     for page in data["pages"]:
         text = Path(page).read_text(encoding="utf-8")
         assert len(IMG.findall(text)) >= 1, page
         assert "# parameters injected by `cybmem report`" in text and "'web'" in text, "--with-code keeps the cells"
     assert "47 records" in (out / "01-history.html").read_text(), "ran against the chosen store"
+    issues = (out / "03-issue-ages.html").read_text()
+    assert issues.index("ticket-10<") < issues.index("ticket-998<") < issues.index("ticket-10001<"), \
+        "the issue table sorts ticket-10, ticket-998, ticket-10001; not as text (ticket-10, ticket-10001, ticket-998)"
+    tuning = (out / "04-weight-tuning.html").read_text()
+    assert re.search(rf"\d+ judgments from {re.escape(str(fixture_copy / 'qrels.jsonl'))}: \d+ evaluable", tuning), \
+        "the tuning page uses the store's qrels.jsonl and names it"
     p = subprocess.run(cmd + ["report", "--out", str(out), "--memory-dir", str(fixture_copy), "--project", "nope"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and p.stderr.startswith("Error: no project 'nope'")
@@ -112,7 +131,7 @@ def test_cybmem_report_cli_writes_every_page(fixture_copy, tmp_path):
 
 def test_notebook_parameters_are_read_from_the_tagged_cell():
     params = notebook_parameters(notebooks_dir() / "04-weight-tuning.ipynb")
-    assert params == {"MEMORY_DIR": "../data-fixtures/memory", "PROJECT": "web", "JUDGMENTS": None, "METRIC": "mrr",
+    assert params == {"MEMORY_DIR": None, "PROJECT": None, "JUDGMENTS": None, "METRIC": "mrr",
                       "K": 10, "QUERY": "fix a flaky end-to-end test"}
     assert set(notebook_parameters(notebooks_dir() / "01-history.ipynb")) == {"MEMORY_DIR", "PROJECT"}
 
@@ -126,7 +145,8 @@ def test_parse_parameters_checks_names_and_types(tmp_path, monkeypatch):
         "any case; literals; a file that exists is made absolute (the notebooks run elsewhere)"
     assert parse_parameters(["k=5.0", "judgments=None"], nbs) == {"K": 5, "JUDGMENTS": None}
     for bad, message in [
-        ("metrics=ndcg", "'metrics': no notebook of this report has a parameter of that name; they take: JUDGMENTS, METRIC, K, QUERY"),
+        ("metrics=ndcg", "'metrics': no notebook of this report has a parameter of that name; they take: JUDGMENTS, "
+                         "METRIC, K, QUERY, DATASET, SCHEDULER, WORKERS, PROCESSES, NOW"),
         ("k=five", "'k=five': K is a number (default 10)"),
         ("k=2.5", "'k=2.5': K is a whole number"),
         ("k", "'k': write NAME=VALUE"),
@@ -169,6 +189,125 @@ def test_report_tables_keep_long_titles(tmp_path):
 
 
 def test_the_packaged_notebooks_are_the_checkouts():
+    """One copy: cybmem/notebooks (package data, which a wheel carries as files) links to notebooks/."""
     here = Path(__file__).resolve().parent.parent
+    assert (here / "cybmem" / "notebooks").is_symlink() and os.readlink(here / "cybmem" / "notebooks") == "../notebooks"
     for name in NOTEBOOKS:
         assert (here / "cybmem" / "notebooks" / name).read_bytes() == (here / "notebooks" / name).read_bytes(), name
+
+
+# --- which store a notebook reads -------------------------------------------------------------------
+
+
+def test_a_notebook_reads_its_parameters_else_the_environment_else_the_fixtures(fixture_copy, tmp_path):
+    src = open_notebook_store(env={})
+    assert (src.store.root, src.store.slug) == (FIXTURES, "web")
+    assert str(src).splitlines() == [
+        f"Reading project web in {FIXTURES}",
+        "  memory dir: the checkout's fixtures, as neither MEMORY_DIR nor CYBERINE_MEMORY_DIR is set",
+        f"  project: the fixtures' main project, as neither PROJECT nor {PROJECT_ENV} is set"]
+    env = {"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "api"}
+    src = open_notebook_store(env=env)
+    assert (src.store.root, src.store.slug, src.memory_from, src.project_from) == (
+        fixture_copy, "api", "from CYBERINE_MEMORY_DIR", f"from {PROJECT_ENV}")
+    assert src.settings.memory_dir == fixture_copy
+    relative = {"CYBERINE_MEMORY_DIR": fixture_copy.name, PROJECT_ENV: "api", "PWD": str(fixture_copy.parent)}
+    assert open_notebook_store(env=relative).store.root == fixture_copy, \
+        "a relative variable is relative to where Jupyter started ($PWD), not to the notebook's directory"
+    src = open_notebook_store(str(fixture_copy), "web-7663e1", env=env)
+    assert (src.store.slug, src.memory_from, src.project_from) == (
+        "web-7663e1", "from the MEMORY_DIR parameter", "from the PROJECT parameter"), "parameters win"
+    home = tmp_path / "cyberine"
+    shutil.copytree(fixture_copy, home / "memory")
+    src = open_notebook_store(env={"CYBERINE_HOME": str(home), PROJECT_ENV: "api"})
+    assert (src.store.root, src.memory_from) == (home / "memory", "from CYBERINE_HOME")
+    with pytest.raises(NotFoundError, match=r"holds projects api, web, web-7663e1; name one in the PROJECT parameter "
+                                            rf"or {PROJECT_ENV}"):
+        open_notebook_store(env={"CYBERINE_MEMORY_DIR": str(fixture_copy)})
+    with pytest.raises(NotFoundError, match=rf"no project 'nope' .*known projects: api, web, web-7663e1 \(project from "
+                                            rf"{PROJECT_ENV}; memory dir from CYBERINE_MEMORY_DIR\)"):
+        open_notebook_store(env={"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "nope"})
+    one = tmp_path / "one"
+    shutil.copytree(fixture_copy / "api", one / "api")
+    src = open_notebook_store(one, env={})
+    assert src.store.slug == "api" and src.project_from.startswith("the only project there")
+
+
+def _jupyter(*args: str, env: dict, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    exe = shutil.which("jupyter")
+    cmd = [exe] if exe else [sys.executable, "-m", "jupyter"]
+    return subprocess.run(cmd + list(args), env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def _outputs(path: Path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return ["".join(o.get("text", "")) or o.get("data", {}).get("text/plain", "")
+            for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
+def test_nbconvert_reads_the_store_the_variables_name(fixture_copy, tmp_path):
+    """`CYBERINE_MEMORY_DIR=... jupyter nbconvert --execute` reads that store, and says so first."""
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "api"}
+    p = _jupyter("nbconvert", "--to", "notebook", "--execute", str(notebooks_dir() / "01-history.ipynb"),
+                 "--output-dir", str(tmp_path), env=env)
+    assert p.returncode == 0, p.stderr
+    outputs = _outputs(tmp_path / "01-history.ipynb")
+    assert outputs[0].splitlines() == [f"Reading project api in {fixture_copy}", "  memory dir: from CYBERINE_MEMORY_DIR",
+                                       f"  project: from {PROJECT_ENV}"]
+    assert outputs[1].startswith("15 records"), "the api project's records, not the fixtures' web"
+
+
+def test_every_notebook_says_first_which_store_it_reads(tmp_path):
+    """The fleet's too; run as a user of the checkout would, with nothing set: the fixtures."""
+    for name in NOTEBOOKS:
+        nb = nbformat.read(notebooks_dir() / name, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert "open_notebook_" in code[1].source and "print(source)" in code[1].source, name
+        first = [o for c in code for o in c.get("outputs", [])][0]
+        assert first["text"].startswith("Reading "), f"{name}: the committed outputs start with the store read"
+
+
+def test_the_fleet_notebook_builds_its_dataset_from_the_store_the_variables_name(fixture_copy):
+    from cybmem.export import default_machine
+
+    src = open_notebook_fleet(env={"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "api"})
+    try:
+        assert src.built and str(src).splitlines()[1:] == [f"  exported from {fixture_copy} as {default_machine()}: api",
+                                                           "  memory dir: from CYBERINE_MEMORY_DIR"]
+        assert [p.name for p in (src.dataset / "records").iterdir()] == [f"machine={default_machine()}"]
+    finally:
+        shutil.rmtree(src.dataset.parent)
+    fixtures = open_notebook_fleet(env={})
+    try:
+        assert "as laptop: web, web-7663e1; ci-1: api" in str(fixtures), "the fixtures as the two machines of USAGE"
+    finally:
+        shutil.rmtree(fixtures.dataset.parent)
+    given = open_notebook_fleet(fixture_copy, env={})
+    assert (given.dataset, given.built, given.described) == (fixture_copy, False, "from the DATASET parameter")
+
+
+def test_the_report_runs_the_fleet_page_on_a_dataset(fixture_copy, tmp_path):
+    from cybmem.export import export_parquet
+
+    dataset = tmp_path / "fleet"
+    export_parquet(MemoryStore(fixture_copy, "api"), dataset, machine="ci-1")
+    res = build_report(MemoryStore(fixture_copy, "web"), tmp_path / "r", parameters={"DATASET": str(dataset),
+                       "SCHEDULER": "inline"}, notebooks=["05-fleet.ipynb"], stream=io.StringIO(), progress=False)
+    text = res.pages[0].read_text()
+    assert f"Reading the fleet dataset {dataset}" in text and "1 machines, 1 projects" in text
+    assert not res.left_out
+
+
+def test_store_judgments_prefer_the_stores_qrels(fixture_copy):
+    """What the tuning page and the widget use without JUDGMENTS (the CLI report test checks the page)."""
+    from cybmem.judgments import store_judgments
+    from cybmem.snapshot import load_snapshot
+
+    js, source = store_judgments(load_snapshot(MemoryStore(fixture_copy, "api")))
+    assert source.startswith("derived from project api (") and js
+    shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "qrels.jsonl")
+    js, source = store_judgments(load_snapshot(MemoryStore(fixture_copy, "api")))
+    assert source == f"from {fixture_copy / 'qrels.jsonl'}" and [j.kind for j in js] == [None] * len(js)
+    shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "web" / "qrels.jsonl")
+    js, source = store_judgments(load_snapshot(MemoryStore(fixture_copy, "web")))
+    assert source == f"from {fixture_copy / 'web' / 'qrels.jsonl'}", "a project's own file wins over the root's"

@@ -1,0 +1,529 @@
+"""``cybmem mcp``: one memory root served to agents over the Model Context Protocol.
+
+The MEMORY block reaches an agent once, at dispatch; through MCP an agent can look memory up
+when it needs to, mid-run. Built on the official MCP Python SDK (``mcp`` 2.x, its
+:class:`~mcp.server.mcpserver.MCPServer`), over stdio, or streamable HTTP on 127.0.0.1.
+
+Each tool is a thin call of the library with typed arguments, and answers with what the library
+gives (the ``to_dict`` the CLI prints under ``--json``, so fields the library gains pass through)
+as structured content, and the same as JSON text (:func:`cybmem.outcome.printable_json`, as
+``--json`` prints it): ``search``, ``show``, ``chain``, ``issues`` and ``memory_block`` (the
+block ``cybmem inject --system`` prints, as its text). Only with ``--allow-writes`` are the write
+tools offered, through the functions the CLI's ``mark`` and ``supersede`` call (redaction
+included). Resources: a project's open issues and a run's record, as the CLI's ``--json``.
+
+The server reads under :func:`cybmem.snapshot.holding_snapshots`: a project's snapshot and its
+warm state stay in memory between calls while the cache's freshness check (a few stats a call)
+holds, so a call costs milliseconds and a record another process wrote since is seen on the next
+call. Every tool and resource goes through :meth:`Memory.call`: calls are served one at a time,
+a library error becomes an MCP error carrying the message the CLI prints, and ``observers`` see
+each answer (the one place to log what an agent fetched). Calls are answered on the event loop,
+not in a worker thread: they take milliseconds, and the two thread switches a call would cost
+took longer than the call itself on a busy machine (benchmarks/bench_mcp.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import os
+import socket
+import sys
+import threading
+import time
+import typing
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from . import __version__
+from .errors import CybmemError, NotFoundError
+from .issues import IssueState
+from .outcome import printable, printable_json
+from .schema import parse_time
+from .settings import Settings
+from .snapshot import Snapshot, holding_snapshots, load_snapshot
+from .store import MemoryStore
+
+try:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import BaseModel, ConfigDict, Field, create_model
+except ImportError as exc:  # an install without the dependency, or mcp 1.x
+    raise CybmemError("cybmem mcp needs the MCP Python SDK 2.x: pip install 'mcp>=2.3,<3' "
+                      f"(importing it failed: {exc})") from None
+
+__all__ = ["Memory", "build_server", "serve"]
+
+#: A tool's answer as the library gives it, before it becomes an MCP result.
+Answer = dict[str, Any]
+
+
+# --- arguments ------------------------------------------------------------------------
+
+Project = Annotated[str | None, Field(description="Project slug; default: the server's project (its --project, "
+                                                  "else the project of its --cwd or working directory).")]
+RunId = Annotated[str, Field(description="Run id or a unique prefix of it.")]
+AsOf = Annotated[str | int | None, Field(description="Replay memory as of a moment: epoch milliseconds or an ISO "
+                                                     "date or time (UTC unless it says otherwise); later records are "
+                                                     "ignored and recency is measured from then.")]
+
+
+# --- answers (the library's dicts; fields it adds later pass through) -----------------
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class SearchHit(_Answer):
+    rank: int
+    runId: str
+    score: float
+    endedAt: int = Field(description="Epoch milliseconds.")
+    state: str
+    task: str
+    summary: str
+    issues: list[str] = Field(description="Issue ids the run raised.")
+    next: list[str]
+    pinned: str | None = Field(None, description="'parent': shown first as the parent of the run dispatched.")
+    contributions: dict[str, float] | None = Field(None, description="With explain: each axis' weighted share of the score.")
+    values: dict[str, float] | None = Field(None, description="With explain: each axis' raw value.")
+
+
+class SearchAnswer(_Answer):
+    project: str
+    query: str
+    asOf: int | None
+    now: int = Field(description="The moment recency was measured from (epoch ms).")
+    candidates: int = Field(description="Records that could be returned.")
+    weights: dict[str, float]
+    hits: list[SearchHit]
+    warnings: list[str] = Field(description="What could not be read, or an axis that was left out.")
+
+
+class ShowAnswer(_Answer):
+    project: str
+    record: dict[str, Any] = Field(description="The record (as `cybmem show --json` prints it): runId, cwd, "
+                                               "workflowName, task, state, startedAt, endedAt, lineage, outcome "
+                                               "(summary, accomplished, issues, next), workers, verdictSummary, ...")
+    supersededChain: list[str] = Field(description="The runs the record shown supersedes, from the one asked for on; "
+                                                   "[] when it was not corrected.")
+    warnings: list[str]
+
+
+class ChainAnswer(_Answer):
+    project: str
+    runId: str
+    chainLength: int
+    omitted: dict[str, int] = Field(description="Runs of the chain not shown: before, after; unmatched.")
+    previous: list[str]
+    next: list[str]
+    parentRunId: str | None
+    rootRunId: str | None
+    children: list[str] = Field(description="Runs this run dispatched.")
+    chatSessionId: str | None
+    chatRuns: list[str]
+    openIssues: list[str] = Field(description="Issues the run raised that are still open.")
+    runs: list[dict[str, Any]] = Field(description="The runs shown, oldest first (index entries).")
+    warnings: list[str]
+
+
+def _fields_of(cls, *, leave_out: tuple[str, ...] = ()) -> dict:
+    """The fields of a library dataclass as pydantic field definitions: an answer that carries its
+    ``to_dict`` gets its schema from the one place the fields are declared."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: (hints[f.name], ... if f.default is dataclasses.MISSING else f.default)
+            for f in dataclasses.fields(cls) if f.name not in leave_out}
+
+
+Issue = create_model(
+    "Issue", __base__=_Answer, **_fields_of(IssueState, leave_out=("titled",)),
+    score=(float | None, Field(None, description="With a query: the open issue's score against it.")),
+    contributions=(dict[str, float] | None, Field(None, description="With a query: keyword, lineage, recency.")),
+    via=(str | None, Field(None, description="With a query: the run that carries the issue and matched best.")),
+)
+
+
+class IssuesAnswer(_Answer):
+    project: str
+    status: str
+    query: str | None
+    total: int = Field(description="Issues that match, before the limit.")
+    issues: list[Issue]
+    warnings: list[str]
+
+
+class BlockAnswer(_Answer):
+    project: str | None
+    block: str = Field(description="The MEMORY block, exactly as `cybmem inject --system` prints it ('' when none).")
+    warnings: list[str]
+    runs: list[dict[str, Any]] = Field(description="The prior runs the block shows, with their scores.")
+    issues: list[dict[str, Any]] = Field(description="The open issues considered, with where each was listed.")
+    openIssues: int
+
+
+class MarkAnswer(_Answer):
+    project: str
+    issueId: str
+    before: str
+    after: str
+    written: list[dict[str, Any]] = Field(description="The ledger events appended ([] when it was already so).")
+
+
+class SupersedeAnswer(_Answer):
+    runId: str
+    project: str
+    supersedes: str
+    path: str
+    events: list[dict[str, Any]]
+    redacted: list[str] = Field(description="Kinds of secret redacted before writing.")
+    warnings: list[str]
+
+
+def _warnings(*sources) -> list[str]:
+    """Messages of read problems and warning strings, each once, in order."""
+    out: dict[str, None] = {}
+    for source in sources:
+        for item in source:
+            out[getattr(item, "message", item)] = None
+    return list(out)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Memory:
+    """What the server serves: one memory root, its default project, whether writes are on.
+
+    The tool methods return the library's answers as dicts, so they are the same call in-process.
+    """
+
+    def __init__(self, settings: Settings, *, cwd: str | os.PathLike | None = None, project: str | None = None,
+                 allow_writes: bool = False):
+        self.settings = settings
+        self.cwd = cwd
+        self.project = project
+        self.allow_writes = allow_writes
+        #: Called as ``observer(name, arguments, answer)`` after every call that answered (a tool
+        #: or a resource): the place to keep what an agent fetched. An observer that raises is
+        #: reported on stderr; the call still answers.
+        self.observers: list[Callable[[str, dict, Answer], None]] = []
+        self._lock = threading.Lock()
+        self._issue_lists: dict[Path, tuple[Snapshot, dict]] = {}
+
+    def store(self, project: str | None) -> MemoryStore:
+        """The store of ``project``, else of the server's project (NotFoundError names the known ones)."""
+        return MemoryStore.open(self.settings, cwd=self.cwd, project=project or self.project)
+
+    def call(self, name: str, arguments: dict, fn: Callable[[], Answer], *, resource: bool = False) -> Answer:
+        """Answer one call: one at a time; a library error becomes the MCP error that carries its
+        message (ToolError: an ``isError`` result; for a resource, a protocol error)."""
+        with self._lock:
+            try:
+                answer = fn()
+            except CybmemError as exc:
+                kind = (ResourceNotFoundError if isinstance(exc, NotFoundError) else ResourceError) if resource else ToolError
+                raise kind(str(exc)) from None
+            except OSError as exc:  # a store broken in a way the library did not name (as the CLI says it)
+                where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+                raise (ResourceError if resource else ToolError)(f"{where}{exc.strerror or exc}") from None
+            for observe in self.observers:
+                try:
+                    observe(name, arguments, answer)
+                except Exception as exc:  # noqa: BLE001 - keeping a log never fails the answer
+                    print(f"cybmem mcp: warning: observer {observe!r} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return answer
+
+    # --- tools ------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: Annotated[str, Field(description="What to look for: free text, e.g. the task at hand.")],
+        k: Annotated[int, Field(ge=1, description="How many results.")] = 10,
+        project: Project = None,
+        as_of: AsOf = None,
+        explain: Annotated[bool, Field(description="Add each hit's per-axis contributions and values.")] = False,
+    ) -> SearchAnswer:
+        """Search a project's past runs: multi-axis scoring (keywords, recency, lineage) as `cybmem search`.
+
+        Returns the top k runs, best first, with their task, summary, issues raised and next steps.
+        """
+        from .retrieval import search
+
+        store = self.store(project)
+        result = search(store, query, k=k, settings=self.settings, as_of=parse_time(as_of, "as_of"))
+        return {"project": store.slug, **result.to_dict(explain=explain),
+                "warnings": _warnings(result.snapshot.problems, result.warnings)}
+
+    def show(
+        self,
+        run_id: RunId,
+        project: Project = None,
+        original: Annotated[bool, Field(description="The asked record itself even when a later one corrects it.")] = False,
+    ) -> ShowAnswer:
+        """One run's record in full, following corrections to the newest truth, as `cybmem show`."""
+        from .lineage import show_record
+
+        store = self.store(project)
+        shown = show_record(store, run_id, original=original)
+        return {"project": store.slug, "record": shown.record.to_dict(), "supersededChain": shown.superseded,
+                "warnings": _warnings(store.problems)}
+
+    def chain(
+        self,
+        run_id: RunId,
+        context: Annotated[int, Field(ge=0, description="Runs shown each side of the run; 0: the whole chain.")] = 5,
+        project: Project = None,
+    ) -> ChainAnswer:
+        """A run's place in history, as `cybmem chain`: the runs before and after it (previousRunId),
+        its parent, the runs it dispatched, its chat session and the open issues it raised."""
+        from .lineage import chain
+
+        store = self.store(project)
+        snap = load_snapshot(store)
+        run = snap.resolve_run_id(run_id)
+        result = chain(store, run, snap).window(context=context or None).verified(store)
+        return {"project": store.slug, **result.to_dict(), "warnings": _warnings(store.problems)}
+
+    def issues(
+        self,
+        status: Annotated[Literal["open", "all"], Field(description="open, or all (closed ones too).")] = "open",
+        query: Annotated[str | None, Field(description="Rank the open issues against this text, with the scorer the "
+                                                       "MEMORY block uses (best first, each with its score).")] = None,
+        limit: Annotated[int, Field(ge=0, description="At most this many (0: all).")] = 50,
+        project: Project = None,
+    ) -> IssuesAnswer:
+        """A project's issues from the issue ledger, as `cybmem issues`: open ones oldest first, then
+        closed ones most recently closed first; with a query, the open ones ranked against it."""
+        store = self.store(project)
+        snap = load_snapshot(store)
+        listed = self._issue_list(snap, status)
+        warnings = [snap.problems]
+        if not query:
+            items = [s.to_dict() for s in (listed[:limit] if limit else listed)]
+        else:
+            from .dispatch import rank_issues
+            from .retrieval import search
+
+            result = search(snap, query, k=1, settings=self.settings)
+            warnings.append(result.warnings)
+            by_id = self._issue_list(snap, "by id")
+            items = []
+            for issue in rank_issues(result, result.weights, limit=limit or None):
+                if issue.ids[0] in by_id:
+                    scored = issue.to_dict()
+                    items.append({**by_id[issue.ids[0]].to_dict(), "score": scored["score"],
+                                  "contributions": scored["contributions"], "via": scored["via"]})
+            if status == "all":  # the closed ones after them, in the order listed
+                items += [s.to_dict() for s in listed if not s.is_open][:max(limit - len(items), 0) if limit else None]
+        return {"project": store.slug, "status": status, "query": query, "total": len(listed), "issues": items,
+                "warnings": _warnings(*warnings)}
+
+    def _issue_list(self, snap: Snapshot, status: str):
+        """The issues of ``status`` in the order `cybmem issues` lists them ("by id": all, by id), kept
+        with the snapshot they came from: a held snapshot answers many calls, and a ledger can hold
+        tens of thousands of issues."""
+        from .filters import IssueFilter, select_issues
+        from .issues import states_from_table
+
+        held, lists = self._issue_lists.get(snap.store.dir, (None, {}))
+        if held is not snap:
+            lists = {}
+            self._issue_lists[snap.store.dir] = (snap, lists)
+        if status not in lists:
+            if status == "by id":
+                lists[status] = {s.issueId: s for s in self._issue_list(snap, "all")}
+            else:
+                wanted = IssueFilter.make(state="open" if status == "open" else None)
+                lists[status] = select_issues(states_from_table(snap.fold()), wanted, now_ms=_now_ms())[0].items
+        return lists[status]
+
+    def memory_block(
+        self,
+        task: Annotated[str, Field(description="The task the block is for.")],
+        project: Project = None,
+        as_of: AsOf = None,
+        parent_run_id: Annotated[str | None, Field(description="Parent run of the run the block is for: it comes first "
+                                                               "(inject --parent; default: the server's "
+                                                               "$CYBERINE_PARENT_RUN_ID).")] = None,
+        chat_session_id: Annotated[str | None, Field(description="Chat session of that run (inject --chat; default: "
+                                                                 "$CYBERINE_CHAT_SESSION_ID).")] = None,
+    ) -> BlockAnswer:
+        """The MEMORY block for a task: the most relevant prior runs and open issues, within the token
+        budget, exactly as `cybmem inject --system` prints it."""
+        from .dispatch import inject_task
+
+        store = self.store(project)  # an unknown project is an error here; inject would go on without a block
+        injection = inject_task(task, self.settings, project=store.slug, as_of=parse_time(as_of, "as_of"),
+                                parent_run_id=parent_run_id, chat_session_id=chat_session_id)
+        answer = {k: v for k, v in injection.to_dict().items() if k not in ("task", "prompt")}
+        return {**answer, "block": printable(injection.block)}
+
+    def mark_issue(
+        self,
+        issue_id: Annotated[str, Field(description="Issue id (see the issues tool).")],
+        event: Annotated[Literal["resolved", "wontfix", "reopened"], Field(description="The new state.")],
+        by: Annotated[str | None, Field(description="Run id that caused the change (default: the server's "
+                                                    "$CYBERINE_RUN_ID).")] = None,
+        detail: Annotated[str | None, Field(description="Why, in a sentence (secrets in it are redacted).")] = None,
+        project: Project = None,
+    ) -> MarkAnswer:
+        """Append a state change for an issue to the ledger, as `cybmem mark` (the ledger is never rewritten)."""
+        store = self.store(project)
+        before = store.issue_states_for([issue_id]).get(issue_id)
+        written = store.mark_issue(issue_id, event, by=by or self.settings.run_id, detail=detail,
+                                   redact_secrets=self.settings.redact_secrets)
+        return {"project": store.slug, "issueId": issue_id, "before": before.state,
+                "after": event if written else before.state, "written": [e.to_dict() for e in written]}
+
+    def supersede(
+        self,
+        old_run_id: Annotated[str, Field(description="Run id (or unique prefix) of the record to correct.")],
+        run: Annotated[dict[str, Any], Field(description="The corrected run in the run.json form `cybmem write` "
+                                                         "reads (cwd, workflowName, task, status, startedAt, endedAt, "
+                                                         "workers with their output...), with its own new id.")],
+        run_id: Annotated[str | None, Field(description="Run id of the correcting record (default: the run's own).")] = None,
+        project: Project = None,
+    ) -> SupersedeAnswer:
+        """Correct a record, as `cybmem supersede`: write a new record that supersedes it (the old one
+        gains supersededBy; show and search give the correction from then on)."""
+        from .runs import write_run
+
+        store = self.store(project)
+        old = store.resolve_run_id(old_run_id)
+        result = write_run(run, self.settings, cwd=str(self.cwd) if self.cwd else None, project=store.slug,
+                           run_id=run_id, supersedes=old)
+        return {**result.to_dict(), "supersedes": old}
+
+    # --- resources --------------------------------------------------------------------
+
+    def open_issues(self, project: str) -> list[dict]:
+        """The project's open issues, as `cybmem issues --state open --all --json` prints them."""
+        return self.issues(status="open", limit=0, project=project)["issues"]
+
+    def record(self, project: str, run_id: str) -> dict:
+        """A run's record, as `cybmem show RUN --json` prints it (its newest truth)."""
+        from .lineage import show_record
+
+        return show_record(self.store(project), run_id).to_dict()
+
+
+_READS = ("search", "show", "chain", "issues", "memory_block")
+_WRITES = ("mark_issue", "supersede")
+_TITLES = {"search": "Search past runs", "show": "Show a run's record", "chain": "A run's chain",
+           "issues": "Issues", "memory_block": "MEMORY block for a task", "mark_issue": "Mark an issue",
+           "supersede": "Correct a record"}
+
+
+def _text(name: str, answer: Answer) -> str:
+    """The text of an answer: the block itself for memory_block, else the JSON that --json prints."""
+    if name != "memory_block":
+        return printable_json(answer)
+    if answer["block"]:
+        return answer["block"]
+    return "\n".join([f"No MEMORY block for this task in project {answer['project']}."] + answer["warnings"])
+
+
+def _add_tool(server: MCPServer, memory: Memory, name: str) -> None:
+    method = getattr(memory, name)
+    sig = inspect.signature(method, eval_str=True)
+
+    @functools.wraps(method)
+    async def tool(**arguments) -> CallToolResult:  # async: answered on the event loop (module docstring)
+        answer = memory.call(name, arguments, lambda: method(**arguments))
+        return CallToolResult(content=[TextContent(type="text", text=_text(name, answer))], structured_content=answer)
+
+    del tool.__wrapped__  # the SDK reads the signature below: the method's, answering CallToolResult checked
+    tool.__signature__ = sig.replace(return_annotation=Annotated[CallToolResult, sig.return_annotation])
+    write = name in _WRITES
+    server.add_tool(tool, name=name, title=_TITLES[name], description=inspect.getdoc(method),
+                    annotations=ToolAnnotations(title=_TITLES[name], read_only_hint=not write, destructive_hint=False,
+                                                idempotent_hint=name != "supersede", open_world_hint=False))
+
+
+def build_server(memory: Memory) -> MCPServer:
+    """The MCP server of ``memory``: its tools (the write tools only when ``memory.allow_writes``)
+    and resources; while it runs, snapshots are held (module docstring)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_server: MCPServer) -> AsyncIterator[dict]:
+        with holding_snapshots():
+            yield {}
+
+    writes = ("on: mark_issue and supersede append to the store" if memory.allow_writes
+              else "off (the server was started without --allow-writes)")
+    server = MCPServer(
+        "cybmem", version=__version__, lifespan=lifespan, log_level="WARNING",
+        instructions=(f"Long-term memory of past coding-agent runs under {memory.settings.memory_dir}: what each run "
+                      "was asked, what it did, the issues it left open, and how runs follow one another. Search it "
+                      "before starting work and whenever a past run may have met the same problem; show or chain a "
+                      f"run for details; memory_block gives the preamble dispatch would give a task. Writes are {writes}."),
+    )
+    for name in _READS + (_WRITES if memory.allow_writes else ()):
+        _add_tool(server, memory, name)
+
+    @server.resource("cybmem://projects/{project}/issues", name="open-issues", title="A project's open issues",
+                     mime_type="application/json")
+    async def open_issues(project: str) -> str:
+        """The project's open issues, oldest first (as `cybmem issues --state open --json`)."""
+        arguments = {"project": project}
+        return printable_json(memory.call("open-issues", arguments, lambda: memory.open_issues(project), resource=True))
+
+    @server.resource("cybmem://projects/{project}/runs/{run_id}", name="run-record", title="A run's record",
+                     mime_type="application/json")
+    async def run_record(project: str, run_id: str) -> str:
+        """A run's record, its newest truth (as `cybmem show RUN --json`); the run id may be a unique prefix."""
+        arguments = {"project": project, "run_id": run_id}
+        return printable_json(memory.call("run-record", arguments, lambda: memory.record(project, run_id), resource=True))
+
+    return server
+
+
+def _listen(port: int) -> socket.socket:
+    """A socket bound to 127.0.0.1:port (0: a free one); only this machine can connect."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        raise CybmemError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (choose another --http PORT, "
+                          "or 0 for a free one)") from None
+    return sock
+
+
+async def _serve_http(server: MCPServer, sock: socket.socket) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"), log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def serve(settings: Settings, *, cwd: str | os.PathLike | None = None, project: str | None = None,
+          http: int | None = None, allow_writes: bool = False) -> None:
+    """Run ``cybmem mcp``: over stdio, or streamable HTTP at http://127.0.0.1:PORT/mcp (``http``;
+    0 takes a free port). One line on stderr says what is served and where; returns when the
+    client closes stdin, or on Ctrl-C / SIGTERM."""
+    import anyio
+
+    memory = Memory(settings, cwd=cwd, project=project, allow_writes=allow_writes)
+    server = build_server(memory)
+    default = f"project {project}" if project else f"the project of {Path(cwd or os.getcwd()).resolve()}"
+    what = (f"cybmem mcp: memory root {settings.memory_dir}, default {default}, "
+            f"writes {'on' if allow_writes else 'off'}")
+    try:
+        if http is None:
+            print(f"{what}; serving over stdio", file=sys.stderr, flush=True)
+            server.run()
+        else:
+            sock = _listen(http)
+            print(f"{what}; serving streamable HTTP at http://127.0.0.1:{sock.getsockname()[1]}/mcp",
+                  file=sys.stderr, flush=True)
+            anyio.run(_serve_http, server, sock)
+    except KeyboardInterrupt:
+        pass
