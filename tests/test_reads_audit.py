@@ -92,6 +92,10 @@ def test_d_inside_but_not_in_a_clone():
         pass  # the attempt is what counts: a clone has no such file
 
 
+def test_f_the_corpora_through_their_fixture(corpora):
+    os.listdir(corpora.dir)
+
+
 def test_e_in_tmp_and_the_interpreter(tmp_path):
     (tmp_path / "x").write_text("x")
     assert (tmp_path / "x").read_text() == "x"
@@ -107,6 +111,7 @@ def test_every_test_that_opens_outside_the_repository_fails_at_teardown(tmp_path
     probe.write_text(PROBE.format(outside=outside, denied=denied))
     # The inner session installs its own check; it must not report into this session's log.
     env = {k: v for k, v in os.environ.items() if not k.startswith(audit.ENV)}
+    env["CYBMEM_CORPORA"] = outside  # the optional corpora: readable only through their fixture
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "session"), str(REPO),
                                          *[p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                            if p and Path(p) != REPO / "tests" / "audit"]])
@@ -114,13 +119,14 @@ def test_every_test_that_opens_outside_the_repository_fails_at_teardown(tmp_path
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = p.stdout
     assert p.returncode == 1, out + p.stderr
-    assert re.search(r"\b5 passed, 4 errors\b", out), out
+    assert re.search(r"\b6 passed, 4 errors\b", out), out
     errors = dict(re.findall(r"_+ ERROR at teardown of (test_\w+) _+\n(.*?)(?=\n_{3,}|\n=+ )", out, re.S))
     assert sorted(errors) == ["test_a_first", "test_b_in_this_process", "test_c_in_a_child_process",
                               "test_d_inside_but_not_in_a_clone"], out
     assert "while collecting" in errors["test_a_first"] and f"{outside}  (os.listdir, this process)" in errors["test_a_first"]
     assert f"{outside}  (open, this process)" in errors["test_b_in_this_process"]
+    assert "takes the `corpora` fixture" in errors["test_b_in_this_process"]  # the corpora, without their fixture
     child = errors["test_c_in_a_child_process"]
     assert f"{outside}  (os.scandir, pid " in child and "-c import os; os.scandir" in child, child
     assert f"{denied}  (open, this process)" in errors["test_d_inside_but_not_in_a_clone"]
-    assert "test_e_in_tmp_and_the_interpreter" not in errors
+    assert "test_e_in_tmp_and_the_interpreter" not in errors and "test_f_the_corpora_through_their_fixture" not in errors

@@ -2,9 +2,10 @@
 clone has. pyproject.toml loads it for every run (``pythonpath`` and ``-p cybmem_test_session``),
 so it covers tests/ and the notebooks alike, in each xdist worker.
 
-The real-history corpora are not in the repository. ``corpus_1k`` unpacks one when it is there
-(``../shared/corpora`` beside the checkout, as on CI, or ``CYBMEM_CORPORA``; the benchmarks'
-rule, benchmarks/_corpus.py) and skips the tests that use it, with one line, when it is not.
+The real-history corpora are not in the repository. The ``corpora`` fixture finds them where they
+are (``../shared/corpora`` beside the checkout, as on CI, or ``CYBMEM_CORPORA``; the benchmarks'
+rule, benchmarks/_corpus.py) and skips a test, with one line, when the archive it needs is not
+there; ``corpus_1k`` unpacks one of them.
 
 An audit hook (tests/audit/sitecustomize.py, which says what it sees and what it cannot) records
 each file opened and each directory listed outside the allowed places, in this process and in
@@ -15,8 +16,8 @@ Allowed: the repository, the temporary directory (tmp_path, the HOME each test g
 session's HOME, the notebook copies), the Python installation and its site-packages, and the
 operating system's own directories (/proc, /sys, /dev, /etc, /usr, ...). Not allowed even inside
 the repository: benchmarks/.data (corpora the benchmarks unpack; a clone has none). The optional
-corpora (CORPORA below) may be read only by tests that use a corpus fixture, which skip when the
-corpora are absent. tests/test_reads_audit.py tests the check itself.
+corpora (CORPORA below) may be read only by tests that take the ``corpora`` fixture, which skip
+when the corpora are absent. tests/test_reads_audit.py tests the check itself.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ AUDIT_DIR = REPO / "tests" / "audit"
 NOT_IN_A_CLONE = ("benchmarks/.data",)
 #: the operating system's directories: devices, process info, configuration, shared libraries, fonts
 SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/etc", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/run", "/var/tmp")
-#: fixtures that read the optional corpora (and skip without them)
-CORPUS_FIXTURES = frozenset({"corpus_1k"})
+#: the fixture a test takes to read the optional corpora (corpus_1k takes it too)
+CORPUS_FIXTURE = "corpora"
 
 
 def _load(name: str, path: Path):
@@ -57,15 +58,34 @@ def _load(name: str, path: Path):
 CORPORA = _load("cybmem_bench_corpus", REPO / "benchmarks" / "_corpus.py").corpora_dir()
 
 
+class Corpora:
+    """The directory of the optional corpus archives, for the tests that read them."""
+
+    def __init__(self, where: Path):
+        self.dir = where
+
+    def archive(self, name: str) -> Path:
+        """``<name>.tar.gz``; skips the test, with one line, when it is not there."""
+        path = self.dir / f"{name}.tar.gz"
+        if not path.is_file():
+            pytest.skip(f"needs the optional corpus {path.name} (not in the repository; CI has ../shared/corpora, "
+                        "CYBMEM_CORPORA names another directory)")
+        return path
+
+
 @pytest.fixture(scope="session")
-def corpus_1k(tmp_path_factory) -> Path:
+def corpora() -> Corpora:
+    """The optional real-history corpora. A test that reads them takes this fixture: the read
+    audit lets it read there, and it skips where the corpora are absent (a clone alone)."""
+    return Corpora(CORPORA)
+
+
+@pytest.fixture(scope="session")
+def corpus_1k(tmp_path_factory, corpora) -> Path:
     """The 1,000-run pytest corpus, unpacked once per session: a memory root (skips without it)."""
     import tarfile
 
-    archive = CORPORA / "pytest-memory-1k.tar.gz"
-    if not archive.is_file():
-        pytest.skip(f"needs the optional corpus {archive.name} (not in the repository; CI has ../shared/corpora, "
-                    "CYBMEM_CORPORA names another directory)")
+    archive = corpora.archive("pytest-memory-1k")
     dest = tmp_path_factory.mktemp("corpus")
     with tarfile.open(archive, "r:gz") as tf:
         tf.extractall(dest, filter="data")
@@ -131,8 +151,9 @@ class ReadsAudit:
     def check(self, item: pytest.Item) -> str | None:
         """What ``item`` (and, for the first test, collection) opened outside, as one message; None if nothing."""
         found = self._drain()
-        if CORPUS_FIXTURES & set(getattr(item, "fixturenames", ())):
-            found = [f for f in found if not (f[1] == self.corpora or f[1].startswith(self.corpora + os.sep))]
+        in_corpora = [f for f in found if f[1] == self.corpora or f[1].startswith(self.corpora + os.sep)]
+        if CORPUS_FIXTURE in getattr(item, "fixturenames", ()):
+            found = [f for f in found if f not in in_corpora]
         if not found:
             self.first = False
             return None
@@ -143,8 +164,11 @@ class ReadsAudit:
             if (path, who) not in seen:
                 seen.add((path, who))
                 lines.append(f"  {path}  ({event}, {who})")
+        hint = (f"; a test that reads the optional corpora takes the `{CORPUS_FIXTURE}` fixture, which skips "
+                "without them" if set(found) & set(in_corpora) else "")
         return (f"{len(lines)} path(s) outside the repository were opened {when}; a clone has no such "
-                f"files (tests read data-fixtures/ or tmp_path; see tests/session/cybmem_test_session.py):\n" + "\n".join(lines[:40]))
+                f"files (tests read data-fixtures/ or tmp_path; see tests/session/cybmem_test_session.py){hint}:\n"
+                + "\n".join(lines[:40]))
 
 
 _AUDIT: ReadsAudit | None = None
