@@ -239,25 +239,34 @@ def _default_mode() -> int:
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path, *, private: bool = True, overwrite: bool = True) -> Iterator[BinaryIO]:
-    """Stream a file into place all at once: yields a binary handle on a temp file next to ``path``
-    (``.tmp-`` named, which every reader skips); on a clean exit it is fsynced and published
-    (:func:`publish`), on an error removed. ``private=False`` gives the file the mode a plain
-    open() would (exports outside the memory root); else 0600.
+def atomic_path(path: Path, *, private: bool = True, overwrite: bool = True) -> Iterator[Path]:
+    """Build a file into place all at once by path: yields the path of an empty temp file next to
+    ``path`` (``.tmp-`` named, which every reader skips) for a writer that needs a name (SQLite);
+    on a clean exit it is fsynced and published (:func:`publish`), on an error removed. A process
+    killed in between leaves only the temp file, never a partial or empty file at ``path``.
+    ``private=False`` gives the file the mode a plain open() would (exports outside the memory
+    root); else 0600. With ``overwrite=False`` nothing that exists at ``path`` is ever replaced
+    (FileExistsError), also when it appeared while the file was written.
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield Path(tmp)
+        sync_path(Path(tmp))
         os.chmod(tmp, FILE_MODE if private else _default_mode())
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     publish(Path(tmp), path, overwrite=overwrite)
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, *, private: bool = True, overwrite: bool = True) -> Iterator[BinaryIO]:
+    """Stream a file into place all at once: :func:`atomic_path` with a binary handle on the temp file."""
+    with atomic_path(path, private=private, overwrite=overwrite) as tmp, open(tmp, "wb") as fh:
+        yield fh
 
 
 def atomic_write(path: Path, data: bytes, *, overwrite: bool = True, durable: bool = True) -> None:
@@ -308,4 +317,23 @@ def locked(lock_path: Path, *, shared: bool = False) -> Iterator[None]:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def is_locked(lock_path: Path) -> bool:
+    """Whether another process holds the lock :func:`locked` takes on ``lock_path`` now."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | _NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
         os.close(fd)

@@ -448,6 +448,17 @@ class KeywordIndex:
                 df += int(s.indptr[t + 1] - s.indptr[t])
         return df
 
+    def idf_mass(self, query_tokens: Sequence[str]) -> tuple[float, float]:
+        """The sum of the idf of a query's distinct terms, terms no document holds included (at
+        the idf of df 0), and that largest idf: what :func:`cybmem.retrieval.keyword_match`
+        divides a score by (the square root of their product)."""
+        terms = list(dict.fromkeys(query_tokens))
+        top = float(_bm25_idf(self.n_docs, np.zeros(1, dtype=np.int64))[0])
+        if not terms:
+            return 0.0, top
+        df = np.array([self.document_frequency(t) for t in terms], dtype=np.int64)
+        return float(_bm25_idf(self.n_docs, df).sum()), top
+
     # -- query ----------------------------------------------------------------------------
     def _segment_impacts(self, i: int, seg: _Segment) -> np.ndarray | None:
         if seg.impact is not None and seg.impact_key == self._key:

@@ -179,10 +179,22 @@ def listing_changes(records: pa.Table, listing: dict[str, int]) -> ListingChange
     return ListingChanges(vanished, replaced, added)
 
 
-def discard(cache: Path) -> None:
-    """Forget the cache (under its lock): the next load rebuilds it from the store."""
+def discard(cache: Path, *, files: bool = False) -> None:
+    """Forget the cache (under its lock): the next load rebuilds it from the store.
+
+    ``files``: also delete the records cache's files, so that no copy of what the store held is
+    left in them (`cybmem redact`); the vector cache (``vec-*``: numbers, under its own manifest)
+    stays.
+    """
     with contextlib.suppress(OSError), locked(cache / ".lock"):
-        (cache / "manifest.json").unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (cache / "manifest.json").unlink()
+        if files:
+            with os.scandir(cache) as it:
+                for entry in it:
+                    if entry.name.endswith(".arrow") and not entry.name.startswith("vec-"):
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
 
 
 def remove_unlisted(cache: Path, manifest: Manifest) -> None:

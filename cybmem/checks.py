@@ -4,11 +4,14 @@ Over 600 lines because it holds one check per kind of file (records, ledger, emb
 index, cache, paths, weights, secrets) and the repair; each check is one function.
 
 What is checked, per project: every record file parses, validates and is named after its
-runId; every ledger line and every embeddings.jsonl line is whole and valid (and each model's
-vectors have one dimension); index.json equals a rebuild from records/; the Arrow cache
-(``.cache/``) matches records/ and the ledger; no symbolic link leads writes out of the
-memory root; temp files (``.tmp-*``) left by a killed writer. Per memory root: projects.json
-parses, every slug dir is registered or can be backfilled, no cwd has two slugs.
+runId, and carries a cwd in the project's directory; every ledger line and every
+embeddings.jsonl line is whole and valid (and each model's vectors have one dimension), and
+each issue's events are stamped in file order; index.json equals a rebuild from records/; the
+Arrow cache (``.cache/``) matches records/ and the ledger; no symbolic link leads writes out of
+the memory root; temp files (``.tmp-*``) left by a killed writer; a ``cybmem redact`` killed
+halfway (its journal). Per memory root: projects.json
+parses, every slug dir is registered or can be backfilled, no cwd has two slugs, no two slugs
+look alike (:func:`cybmem.projects.slug_key`).
 
 Findings have a severity:
 
@@ -25,7 +28,9 @@ Findings have a severity:
 ``--repair`` always rebuilds index.json and the cache of every checked project from records/
 and the ledger (whatever the checks found: a hand edit then reaches every derived copy) and
 removes temp files older than ``temp_age`` seconds; it never touches records/, issues.jsonl or
-embeddings.jsonl. ``--secrets`` scans the derived files too.
+embeddings.jsonl, except to finish a ``cybmem redact`` that was killed (its journal,
+``redact-pending.json``, says what is left to do: cybmem.scrub). ``--secrets`` scans the derived
+files too.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ from ._io import TMP_PREFIX
 from .embeddings import read_rows
 from .errors import NotFoundError, StoreError, ValidationError
 from .issues import event_from_dict
-from .projects import MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, project_dirs, select_project
+from .projects import (MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, owning_dir, project_cwd,
+                       project_dirs, select_project, slug_key)
+from .schema import ms_to_utc
 from .settings import Settings
 from .store import MAX_LEDGER_BYTES, MemoryStore
 
@@ -214,6 +221,7 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
         return [Finding("ledger", "error", str(store.issues_path), str(exc), store.slug)], events
     name = store.issues_path.name
     states: dict[str, str] = {}
+    last: dict[str, tuple[int, int, str]] = {}  # issue -> (line, at, event) of its latest event in file order
     for lineno, line, torn in _jsonl_lines(raw):
         where = f"{store.issues_path}:{lineno}"
         try:
@@ -238,6 +246,15 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
             findings.append(Finding("ledger", "warning", where,
                                     f"issue {ev.issueId} opened again while open (a writer that ignored the lock?); "
                                     "the fold is unaffected", store.slug))
+        latest = last.get(ev.issueId)
+        if latest is not None and ev.at < latest[1]:
+            findings.append(Finding("ledger", "warning", where,
+                                    f"issue {ev.issueId}: line {lineno} ({ev.event} at {ms_to_utc(ev.at)} UTC) is stamped "
+                                    f"before line {latest[0]} ({latest[2]} at {ms_to_utc(latest[1])} UTC), which comes first "
+                                    "(two writers' clocks apart?); the fold follows file order, and issue ages count the "
+                                    "gap as no time", store.slug))
+        else:
+            last[ev.issueId] = (lineno, ev.at, ev.event)
         states[ev.issueId] = ev.event
         events.append((lineno, d))
     stats.events = len(events)
@@ -274,10 +291,12 @@ def _check_embeddings(store: MemoryStore, stats: ProjectStats) -> list[Finding]:
     return findings
 
 
-def _check_records(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding], set[str]]:
-    """Every record file parses, validates and is named after its runId. Returns findings and bad file names."""
+def _check_records(store: MemoryStore, stats: ProjectStats, home: str | None = None) -> tuple[list[Finding], set[str]]:
+    """Every record file parses, validates and is named after its runId, and (when the project's
+    directory ``home`` is known) carries a cwd in that project. Returns findings and bad file names."""
     findings: list[Finding] = []
     bad: set[str] = set()
+    foreign: dict[str, list[str]] = {}  # a cwd outside the project -> the runs that carry it
     try:
         names = sorted(os.listdir(store.records_dir))
     except FileNotFoundError:
@@ -299,8 +318,10 @@ def _check_records(store: MemoryStore, stats: ProjectStats) -> tuple[list[Findin
                                     store.slug))
             continue
         try:
-            store.read_record(name[:-5])
+            rec = store.read_record(name[:-5])
             stats.records += 1
+            if home is not None and owning_dir({store.slug: {"cwd": home}}, rec.cwd) is None:
+                foreign.setdefault(rec.cwd, []).append(rec.runId)
         except NotFoundError:
             continue
         except (ValidationError, StoreError) as exc:
@@ -310,7 +331,18 @@ def _check_records(store: MemoryStore, stats: ProjectStats) -> tuple[list[Findin
             if name in msg:
                 msg = msg.split(": ", 1)[-1] if msg.startswith(name) else msg
             findings.append(Finding("records", "error", str(path), f"{msg}; readers skip it", store.slug))
+    for cwd, runs in sorted(foreign.items()):
+        findings.append(Finding(
+            "records", "warning", str(store.record_path(runs[0])),
+            f"{_count(len(runs), 'record')} ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}) carry the cwd {cwd}, "
+            f"outside the project's directory {home} (filed with --project from elsewhere by an older cybmem); readers "
+            f"are unaffected, but should projects.json lose its entry the backfill could register {store.slug} there",
+            store.slug))
     return findings, bad
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what if n == 1 else what + 's'}"
 
 
 def _check_index(store: MemoryStore) -> list[Finding]:
@@ -504,10 +536,29 @@ def _check_secrets(store: MemoryStore, bad: set[str], events: list[tuple[int, di
     return out
 
 
-def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, temp_age: float, now: float) -> tuple[ProjectStats, list[Finding]]:
+def _check_redaction(store: MemoryStore) -> list[Finding]:
+    """A `cybmem redact` that was killed: its journal is still there (the repair finishes it)."""
+    from .scrub import pending
+
+    try:
+        plan = pending(store)
+    except StoreError as exc:
+        return [Finding("redact", "error", str(store.dir / "redact-pending.json"), str(exc), store.slug)]
+    if plan is None:
+        return []
+    if plan["running"]:
+        return [Finding("redact", "warning", plan["path"], f"a redaction of {plan['runs']} run(s) is at work "
+                        f"(begun {ms_to_utc(plan['startedAt'])})", store.slug)]
+    return [Finding("redact", "repairable", plan["path"], f"a redaction of {plan['runs']} run(s) begun "
+                    f"{ms_to_utc(plan['startedAt'])} was interrupted (done: {', '.join(plan['done']) or 'nothing'}); "
+                    "`cybmem doctor --repair` or the next `cybmem redact` finishes it", store.slug)]
+
+
+def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, temp_age: float, now: float,
+                   home: str | None = None) -> tuple[ProjectStats, list[Finding]]:
     stats = ProjectStats(store.slug)
     findings = _check_dirs(store)
-    rec_findings, bad = _check_records(store, stats)
+    rec_findings, bad = _check_records(store, stats, home)
     led_findings, events = _check_ledger(store, stats)
     findings += rec_findings + led_findings
     findings += _check_embeddings(store, stats)
@@ -521,6 +572,7 @@ def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, tem
     findings += _check_supersession(store)
     findings += _check_weights(settings, store)
     findings += _check_temp([store.dir, store.records_dir, store.dir / ".cache"], store.slug, temp_age, now)
+    findings += _check_redaction(store)
     if secrets:
         findings += _check_secrets(store, bad, events)
     return stats, findings
@@ -569,6 +621,16 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
                                     "move the other's records into it"))
     registered = dict(projects)
     backfilled = known_projects(root, projects)
+    names = set(raw_keys) | set(project_dirs(root))
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(slug_key(name), []).append(name)
+    for group in sorted(sorted(g) for g in groups.values() if len(g) > 1):
+        shown = ", ".join(repr(n) + ("" if n.isascii() else f" ({ascii(n)[1:-1]})") for n in group)
+        findings.append(Finding("projects", "error", str(path),
+                                f"projects {shown} look alike (the same after Unicode NFKC, case folding and look-alike "
+                                "letters) and `cybmem projects` shows them the same; keep one: move the others' records "
+                                "into it and remove their entries and directories"))
     for slug in project_dirs(root):
         if slug in registered:
             continue
@@ -617,6 +679,14 @@ def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore])
     for slug, store in sorted(stores.items()):
         if store.symlinked_dirs():
             continue  # nothing is written through a link (an error finding says so)
+        if any(f.check == "redact" and f.severity == "repairable" and f.project == slug for f in findings):
+            from .scrub import complete_pending
+
+            finished = complete_pending(store)  # its own rebuild of the derived files included
+            if finished is not None:
+                left = finished.remaining + finished.unreachable
+                done.append(f"finished the interrupted redaction of {len(finished.targets)} run(s) in {slug} "
+                            f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
         count = store.rebuild_index()
         done.append(f"rebuilt {store.index_path} from {count} records")
         if not _cache.disabled(store.root):
@@ -674,7 +744,8 @@ def doctor(
         stats, stores = [], {}
         for slug in slugs:
             store = stores[slug] = MemoryStore(root, slug, index_cap=settings.index_cap)
-            st, found = _check_project(store, settings, secrets=secrets, temp_age=temp_age, now=now)
+            st, found = _check_project(store, settings, secrets=secrets, temp_age=temp_age, now=now,
+                                       home=project_cwd(root, slug, backfilled))
             stats.append(st)
             findings += found
         return stats, findings, stores

@@ -19,7 +19,9 @@ import inspect
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import sys
 import types
 from dataclasses import dataclass
@@ -101,6 +103,8 @@ class Ctx:
 
 
 def _error(message: str, code: int, as_json: bool) -> None:
+    if _INTERRUPTED:
+        return  # what failed because of Ctrl-C: main says "interrupted" instead
     if as_json:
         _echo(json.dumps({"error": message, "exitCode": code}, ensure_ascii=False), err=True)
     else:
@@ -127,14 +131,79 @@ def _run(fn: Callable, ctx: Ctx, kwargs: dict) -> Any:
         raise typer.Exit(1) from None
 
 
+def _option_form(arg: str, takes_value: dict[str, bool]) -> bool:
+    """Whether Click would read ``arg`` as one of the command's own options (``takes_value``:
+    name -> whether it takes a value): a name (``--json``, ``-p``), ``--name=value``, or a
+    cluster of short options (``-pweb``). Text with whitespace is never a short cluster."""
+    name = arg.split("=", 1)[0]
+    if name in takes_value:
+        return name == arg or takes_value[name]  # a flag takes no "=value"
+    if arg.startswith("--") or any(c.isspace() for c in arg):
+        return False
+    for i, ch in enumerate(arg[1:], 1):
+        if f"-{ch}" not in takes_value:
+            return False
+        if takes_value[f"-{ch}"]:
+            return True  # the rest of the cluster is its value
+    return True
+
+
+def free_text_args(command_, ctx, args: list[str]) -> tuple[list[str], Optional[str]]:
+    """``args`` with a free-text argument that starts with a dash moved behind ``--``, and the
+    text when it was a single word (a mistyped option, maybe: worth a warning).
+
+    The command's last positional argument is free text (a task, a query): the dispatcher passes
+    the human's text as it is, and "--no-build-isolation is ignored" or "- fix A" is text, not an
+    option. Walking the arguments as Click does, the first one that starts with a dash, sits in
+    that argument's place and is not one of the command's options (:func:`_option_form`) is
+    taken as the text. ``--`` keeps working and is the way to pass a text that is exactly an
+    option (``cybmem inject -- --help``).
+    """
+    params = command_.get_params(ctx)
+    takes_value = {name: not (p.is_flag or p.count) for p in params if p.param_type_name == "option"
+                   for name in (*p.opts, *p.secondary_opts)}
+    slot = sum(p.param_type_name == "argument" for p in params) - 1  # positionals before the free text
+    seen, i = 0, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            if _option_form(arg, takes_value):
+                i += 2 if takes_value.get(arg) else 1  # a value of its own follows: skip it
+                continue
+            if seen == slot:
+                rest = args[:i] + args[i + 1:]
+                end = rest.index("--") + 1 if "--" in rest else len(rest)
+                lone = None if any(c.isspace() for c in arg) else arg
+                return rest[:end] + ([] if "--" in rest else ["--"]) + [arg] + rest[end:], lone
+            break  # an unknown option elsewhere: Click says so
+        seen += 1
+        i += 1
+    return args, None
+
+
+class _FreeTextCommand(typer.core.TyperCommand):
+    """A command whose last positional argument is free text (:func:`free_text_args`)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        args, lone = free_text_args(self, ctx, list(args))
+        if lone is not None:
+            _warn([f"took {lone!r} as the text: {self.name} has no such option "
+                   "(put -- before a text that starts with a dash)"])
+        return super().parse_args(ctx, args)
+
+
 def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, lean: bool = True,
-            filters: bool = False):
+            filters: bool = False, free_text: bool = False):
     """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
 
     ``lean``: the command never needs pandas, so pyarrow's probe for it is refused (see
     :func:`_lean_imports`); commands that build DataFrames pass False. ``filters``: the record
     filter options (--state, --since, --until, --grep, --agent, --issue) are added, and the
-    body gets them as one :class:`cybmem.filters.RecordFilter` argument ``f``.
+    body gets them as one :class:`cybmem.filters.RecordFilter` argument ``f``. ``free_text``:
+    the last positional argument is free text, taken as it is even when it starts with a dash
+    (:func:`free_text_args`).
     """
 
     def deco(fn: Callable) -> Callable:
@@ -160,7 +229,7 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
         del wrapper.__wrapped__
         wrapper.__signature__ = sig.replace(parameters=params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        app.command(name)(wrapper)
+        app.command(name, cls=_FreeTextCommand if free_text else None)(wrapper)
         return fn
 
     return deco
@@ -609,7 +678,9 @@ def rebuild_cmd(
     """Regenerate index.json from records/ alone (deleting index.json loses nothing).
 
     Entries past CYBERINE_MEMORY_INDEX_CAP (default 500) are archived: listed compactly in
-    index.json and one line each in archive-summary.md; --full keeps every entry.
+    index.json and one line each in archive-summary.md; --full keeps every entry. With
+    CYBERINE_MEMORY_RETUNE=N and a history grown N% since its last tuning, the weights are
+    re-tuned too (`cybmem tune --auto`).
 
     Example: cybmem rebuild --project web
     """
@@ -617,14 +688,23 @@ def rebuild_cmd(
     count = store.rebuild_index(full=full)
     _warn(p.message for p in store.problems)
     archived = len(store.archived_ids())
+    retuned = None
+    if ctx.settings.retune > 0:
+        from .tuning import auto_tune, retune_due
+
+        if retune_due(store, ctx.settings, count):
+            retuned = auto_tune(store, ctx.settings)
     if ctx.json:
         _print_json({"project": store.slug, "records": count, "entries": count - archived, "archived": archived,
-                     "index": str(store.index_path)})
-    elif archived:
+                     "index": str(store.index_path), **({"retuned": retuned} if retuned else {})})
+        return
+    if archived:
         typer.echo(f"Rebuilt {store.index_path} from {count} records: {count - archived} entries, {archived} archived "
                    f"(older than the newest {store.index_cap}; listed in {store.archive_path.name}).")
     else:
         _echo(f"Rebuilt {store.index_path} from {count} records.")
+    if retuned:
+        _echo(retuned[0].upper() + retuned[1:] + ".")
 
 
 def _read_input(source: str, hint: str = "RUN_JSON") -> bytes:
@@ -731,7 +811,7 @@ def mark_cmd(
         _echo(f"{issue_id} is already {before.state}; nothing appended.")
 
 
-@command("redact")
+@command("redact", lean=False)
 def redact_cmd(
     ctx: Ctx,
     run_id: Annotated[Optional[str], typer.Argument(help="Run id or a unique prefix of it (or --everywhere).", show_default=False)] = None,
@@ -744,9 +824,11 @@ def redact_cmd(
 
     Rewrites the run's record and its ledger lines with every known secret shape and each given
     text replaced, atomically and under the project lock; renames an issue id spelled from such a
-    text; drops the run's vectors; rebuilds index.json and the cache; then names any file of the
-    project that still holds a given text (exit 1). --everywhere does it for every run that
-    holds a given text.
+    text; drops the run's vectors; rebuilds index.json and empties the cache; rewrites the rows of
+    the Parquet and SQLite exports the project knows of; then names any file of the project, and
+    any file export, that still holds a given text (exit 1). --everywhere does it for every run
+    that holds a given text. A redaction killed halfway is finished first by the next one (or by
+    `cybmem doctor --repair`).
 
     Example: printf '%s\\n' 'purple-otter-42' | cybmem redact 3f2a --secrets-from -
     """
@@ -769,8 +851,14 @@ def redact_cmd(
                         patterns=not no_patterns)
     if ctx.json:
         _print_json(result.to_dict())
-    elif not result.changed:
-        _echo(f"Nothing to redact in {'run ' + result.run_id if result.run_id else 'project'} {result.project}.")
+        _redact_exit(result)
+        return
+    if result.completed is not None:
+        done = result.completed
+        _echo(f"Finished an interrupted redaction of {_count(len(done.targets), 'run')} in project {done.project} "
+              f"(begun {_when(done.started_at)}).")
+    if not result.changed:
+        _echo(f"Nothing to redact in {'run ' + result.run_id + ' of ' if result.run_id else ''}project {result.project}.")
     else:
         what = []
         if result.run_id and result.fields:
@@ -787,13 +875,18 @@ def redact_cmd(
             what.append(f"{_count(result.archive_lines, 'archive-summary.md line')}")
         found = ([f"{_count(result.replaced, 'occurrence')} of the given text"
                   + ("s" if len(texts) > 1 else "")] if result.replaced else []) + result.kinds
-        who = f"run {result.run_id}" if result.run_id else f"{len(result.runs)} runs"
-        _echo(f"Redacted {who} in project {result.project}: {'; '.join(what)}" + (f" ({', '.join(found)})" if found else "") + ".")
+        who = (f"run {result.run_id} in project " if result.run_id else f"{len(result.runs)} runs in project "
+               if result.runs else "project ")
+        _echo(f"Redacted {who}{result.project}: {'; '.join(what)}" + (f" ({', '.join(found)})" if found else "") + ".")
         if result.embeddings_dropped:
             _echo(f"Dropped {_count(result.embeddings_dropped, 'vector')} made from the "
                   "old text (`cybmem embed` makes new ones).")
-        for path in result.rebuilt:
-            _echo(f"Rebuilt {path}.")
+    for path in result.rebuilt:
+        _echo(f"Rebuilt {path}.")
+    for path in result.emptied:
+        _echo(f"Emptied {path} (the next read rebuilds it).")
+    for line in result.exports:
+        _echo(f"Export: {line}.")
     if result.remaining:
         shown = result.remaining[:8]
         for path in shown:
@@ -801,9 +894,17 @@ def redact_cmd(
         if len(result.remaining) > len(shown):
             _echo(f"warning: ... and in {len(result.remaining) - len(shown)} more files (--json lists them all; "
                   "--everywhere redacts every run that holds it)", err=True)
-        raise typer.Exit(1)
-    if texts and not ctx.json:
+    for line in result.unreachable:
+        _echo(f"warning: {line}", err=True)
+    _redact_exit(result)
+    if texts:
         _echo(f"No file of project {result.project} holds a given text any more.")
+
+
+def _redact_exit(result) -> None:
+    """Exit 1 while a copy is left: a file that still holds a given text, an export cybmem cannot edit."""
+    if result.remaining or result.unreachable:
+        raise typer.Exit(1)
 
 
 # --- retrieval ----------------------------------------------------------------------
@@ -812,7 +913,7 @@ AsOfOpt = Annotated[
     Optional[str],
     typer.Option("--as-of", help="Replay memory as of a moment: epoch milliseconds or an ISO date; later records are ignored and recency is measured from then.", show_default=False),
 ]
-ParentOpt = Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched (default: $CYBERINE_PARENT_RUN_ID).")]
+ParentOpt = Annotated[Optional[str], typer.Option("--parent", help="Parent run id of the run being dispatched, or a unique prefix of it (default: $CYBERINE_PARENT_RUN_ID).")]
 ChatOpt = Annotated[Optional[str], typer.Option("--chat", help="Chat session id (default: $CYBERINE_CHAT_SESSION_ID).")]
 
 
@@ -831,12 +932,24 @@ def _task_text(task: Optional[str], file: Optional[Path]) -> str:
     return task
 
 
+def _stdin_holds_input() -> bool:
+    """Whether stdin holds text for an optional input (``inject --system``): a file, or a pipe
+    with data or its end already there. A terminal does not, nor a pipe nobody has written to
+    (a dispatcher that leaves its child's stdin open): reading it would wait for ever."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return False
+    try:
+        return bool(select.select([sys.stdin], [], [], 0)[0])
+    except (OSError, ValueError):  # no file descriptor (a test runner's stdin): it was given
+        return True
+
+
 def _fmt_axes(contrib: dict) -> str:
     short = {"keyword": "kw", "recency": "rec", "lineage": "lin", "vector": "vec"}
     return " ".join(f"{short.get(k, k)}={v:.3f}" for k, v in contrib.items() if v or k != "vector")
 
 
-@command("search", filters=True)
+@command("search", filters=True, free_text=True)
 def search_cmd(
     ctx: Ctx,
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
@@ -857,8 +970,17 @@ def search_cmd(
     """
     from .retrieval import search
 
+    from .errors import NotFoundError
+    from .snapshot import load_snapshot
+
     store = ctx.store()
-    result = search(store, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
+    snap = load_snapshot(store)
+    try:  # a prefix as the MEMORY block prints it, as inject takes it
+        parent = snap.resolve_link(parent or ctx.settings.parent_run_id)
+    except NotFoundError as exc:
+        _warn([f"no parent run for the lineage axis (--parent / CYBERINE_PARENT_RUN_ID): {exc}"])
+        parent = None
+    result = search(snap, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
                     parent_run_id=parent, chat_session_id=chat, filter=f)
     result.hits = result.hits[offset:]
     _warn(p.message for p in result.snapshot.problems)
@@ -949,6 +1071,19 @@ def _explain_lines(result) -> list[str]:
              f"issue cap {d['settings']['issues']}"]
     if "weights" in d:
         lines.append("weights: " + ", ".join(f"{k}={v:g} ({d['weightSources'].get(k, 'argument')})" for k, v in d["weights"].items()))
+        if d.get("tuned"):
+            lines.append(f"weights source: {d['tuned']}")
+    fl = d.get("floor")
+    if fl:
+        if fl.get("reason"):
+            lines.append(f"floor: {fl['reason']}; no run may enter")
+        else:
+            lines.append(f"floor: the task's best keyword match {fl['best']:.2f} >= {fl['floor']:.2f}, so runs matching "
+                         f">= {fl['cut']:.2f} may enter ({fl['qualifying']} of {fl['candidates']} runs)"
+                         + (f"; or a cosine >= {fl['floorVec']:.2f}" if "floorVec" in fl else ""))
+        for h in fl.get("below", []):
+            lines.append(f"below  {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
+                         f"{subject_line(h['task'], 50)}")
     for h in d["runs"]:
         pin = "  (parent of this run: shown first)" if h.get("pinned") == "parent" else ""
         lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
@@ -965,12 +1100,12 @@ def _explain_lines(result) -> list[str]:
     return lines
 
 
-@command("inject")
+@command("inject", free_text=True)
 def inject_cmd(
     ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="The task prompt (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the task from this file.")] = None,
-    system: Annotated[bool, typer.Option("--system", help="Print only the MEMORY block (for a chat session's system message).")] = False,
+    system: Annotated[bool, typer.Option("--system", help="Print only the MEMORY block (for a chat session's system message), ranked for the task when one is given (argument, --file or stdin).")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when memory is broken or the project unknown (default: print the task anyway and warn).")] = False,
     explain_: Annotated[bool, typer.Option("--explain", help="Also say on stderr what was retrieved and why: per-axis scores, weights and where each came from, issues, tokens, what the budget cut.")] = False,
     as_of: AsOfOpt = None,
@@ -988,7 +1123,10 @@ def inject_cmd(
     """
     from .dispatch import Injection, inject_task
 
-    text = "" if system and task is None and file is None else _task_text(task, file)
+    # --system ranks for the task too when one is given (an argument, --file or stdin); without
+    # one it builds the block for no task in particular.
+    bare = task is None and file is None and not _stdin_holds_input()
+    text = "" if system and bare else _task_text(task, file)
     if not system and not text.strip():
         raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
     try:
@@ -1015,7 +1153,7 @@ def inject_cmd(
     _write_exact(result.prompt)
 
 
-@command("strip", project=False, memory=False)
+@command("strip", project=False, memory=False, free_text=True)
 def strip_cmd(
     ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="Text to clean (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
@@ -1087,9 +1225,9 @@ def _weights_row(name: str, w, *values: str) -> list[str]:
     return [name] + [f"{getattr(w, a):g}" for a in _W_FIELDS] + list(values)
 
 
-JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (issue resolutions, parent runs).", show_default=False)]
+JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (runs that raised, resolved or reopened an issue earlier runs carried; parent runs).", show_default=False)]
 MetricOpt = Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")]
-DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: issue (a resolving run should see the runs that carried the issue), parent (a dispatched run should see its parent).")]
+DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: raised, resolved, reopened (a run that raised, resolved or reopened an issue should see the earlier runs that carried it; issue = all three), parent (a dispatched run should see its parent).")]
 
 
 def _metric_and_kinds(metric: str, derive: str) -> list[str]:
@@ -1098,8 +1236,8 @@ def _metric_and_kinds(metric: str, derive: str) -> list[str]:
     if metric not in METRICS:
         raise typer.BadParameter(f"{metric!r} is not one of {', '.join(METRICS)}", param_hint="--metric")
     kinds = [x for x in derive.replace(" ", "").split(",") if x]
-    if not kinds or set(kinds) - set(JUDGMENT_KINDS):
-        raise typer.BadParameter(f"{derive!r}: choose from {', '.join(JUDGMENT_KINDS)}", param_hint="--derive")
+    if not kinds or set(kinds) - set(JUDGMENT_KINDS) - {"issue"}:
+        raise typer.BadParameter(f"{derive!r}: choose from issue, {', '.join(JUDGMENT_KINDS)}", param_hint="--derive")
     return kinds
 
 
@@ -1112,45 +1250,59 @@ def tune_cmd(
     steps: Annotated[int, typer.Option("--steps", help="Values per weight: STEPS points from 0 to 1.", min=2)] = 11,
     half_lives: Annotated[Optional[str], typer.Option("--half-lives", help="Comma-separated half-lives in days (default: 1,3,7,14,30,60,120,365 and the current one).", show_default=False)] = None,
     derive: DeriveOpt = "issue,parent",
-    save: Annotated[bool, typer.Option("--save", help="Write the best weights to the project's weights.json, which search and inject read (refused when they would not hold up: see --force).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that lose on the later judgments, switch the keyword axis off, or come from judgments that cannot test keywords.")] = False,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", help="Tune as of this moment (ISO date/time or epoch ms): only the runs, ledger events and judgments that existed then, so the result can be checked on what came after.", show_default=False)] = None,
+    save: Annotated[bool, typer.Option("--save", help="Write the weights tuned on the earlier half of the judgments, and checked on the later half, to the project's weights.json with the evidence (refused when they do not beat the current ones there: see --force).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that do not beat the current ones on the later judgments, switch the keyword axis off, or come from too few judgments.")] = False,
     all_weights: Annotated[bool, typer.Option("--all-weights", help="Search w_kw, w_rec and the half-life even when fewer than 10 judgments test keywords (by default only w_lin is searched then).")] = False,
+    auto: Annotated[bool, typer.Option("--auto", help="Tune on the store's own judgments, save only what passes every check, print one line, exit 0 (what CYBERINE_MEMORY_RETUNE runs as the history grows).")] = False,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
-    """Grid-search the retrieval weights against relevance judgments; print the best against the current ones.
+    """Grid-search the retrieval weights against relevance judgments; check them on later judgments; save them.
 
-    Every query is replayed as dispatch would have answered it at its moment (only runs that had
-    ended count). The search is also run on the earlier half of the judgments and scored on the
-    later half; --save refuses weights that would not hold up (they lose there, switch keywords
-    off, or come only from judgments that lineage decides) unless --force. With --save the best
-    weights go to <memory dir>/<project>/weights.json.
+    Without --judgments the judgments come from the project's own history: a run that raised,
+    resolved or reopened an issue should have been shown the earlier runs that carried it (asked
+    with its task, the issue's references taken out, as text alone), and a dispatched run its
+    parent. Every query is replayed as dispatch would have answered it at its moment (only runs
+    that had ended count). The weights are searched on the earlier half of the judgments and
+    scored on the later half; --save writes those checked weights (never ones fitted to the
+    judgments they are checked on), with the evidence, and only when they beat the current weights
+    there (90% bootstrap interval above 0) and hold up asked as text alone; with fewer than 30
+    judgments that test the weights it keeps the current ones. --force saves anyway.
 
-    Example: cybmem tune --project web -j qrels.jsonl --metric ndcg -k 3 --save
+    Example: cybmem tune --project web --as-of 2026-06-01 --save
     """
-    from .tuning import save_project_weights, tune
+    from .tuning import auto_tune, evidence_of, save_project_weights, tune
 
+    if auto:
+        line = auto_tune(ctx.store(), ctx.settings, progress=progress)
+        _print_json({"result": line}) if ctx.json else _echo(line[0].upper() + line[1:] + ".")
+        return
     kinds = _metric_and_kinds(metric, derive)
     hl = _floats(half_lives, "--half-lives")
+    moment = parse_time(as_of, "--as-of") if as_of is not None else None
     store = ctx.store()
-    result = tune(store, judgments=judgments, metric=metric, k=k, steps=steps, half_lives=hl, settings=ctx.settings,
-                  kinds=kinds, hold_few=not all_weights, progress=progress)
+    result = tune(store, judgments=judgments, as_of=moment, metric=metric, k=k, steps=steps, half_lives=hl,
+                  settings=ctx.settings, kinds=kinds, hold_few=not all_weights, progress=progress)
     saved, overridden = None, []
     refused = result.refusal if save else None
-    if save and result.best_in_grid and (refused is None or force):
-        saved, overridden = save_project_weights(store, result.best, ctx.settings)
+    to_save = result.saves if result.saves is not None else (result.best if force else None)
+    if save and to_save is not None and to_save != result.current and (refused is None or force):
+        saved, overridden = save_project_weights(store, to_save, ctx.settings, evidence=evidence_of(result),
+                                                 expect=result.state)
         refused = None
     if ctx.json:
         _print_json({**result.to_dict(), "saved": str(saved) if saved else None, "overriddenBy": overridden,
                      "notSaved": refused})
-        if refused and result.best_in_grid:
+        if refused:
             raise typer.Exit(1)
         return
     shape = " x ".join(str(len(result.axes[a])) for a in ("w_kw", "w_rec", "w_lin"))
     if len(result.axes["w_vec"]) > 1:
         shape += f" x {len(result.axes['w_vec'])}"
     kinds_text = ", ".join(f"{n} {kind}" for kind, n in sorted(result.kinds.items()))
-    _echo(f"Judgments: {result.judgments} {result.source.split(' (')[0]} ({kinds_text})"
-               + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
+    when = f" as of {_when(result.as_of)}" if result.as_of is not None else ""
+    _echo(f"Judgments: {result.judgments} {result.source.split(' (')[0]}{when} ({kinds_text})"
+          + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
     if result.keyword_held:
         _echo(f"Note: {result.keyword_held}.")
     if result.vector_note:
@@ -1158,33 +1310,43 @@ def tune_cmd(
     if result.met_note:
         _echo(f"Note: {result.met_note}.")
     _echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
-               f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
+          f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
     _echo("")
     v = result.validation
     heads = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", result.label.upper()]
     rows = [_weights_row("current", result.current, f"{result.current_metric:.4f}"),
-            _weights_row("best", result.best, f"{result.best_metric:.4f}  ({result.improvement:+.4f})")]
+            _weights_row("best on all", result.best, f"{result.best_metric:.4f}  ({result.improvement:+.4f})")]
     _table(heads, rows, fit=_whole)
     if v is not None:
         _echo("")
-        _echo(f"Checked on time: searched on the earlier {v.earlier} judgments, scored on the later {v.later}:")
-        _table(["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "EARLIER", "LATER"], [
-            _weights_row("current", result.current, f"{v.current_earlier:.4f}", f"{v.current_later:.4f}"),
-            _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", f"{v.tuned_later:.4f}"),
+        _echo(f"Checked on time: searched on the earlier {v.earlier} judgments, scored on the later {v.later} "
+              f"(90% interval of the gain {v.interval[0]:+.4f} to {v.interval[1]:+.4f}):")
+        later = [f"{v.current_later:.4f}", f"{v.tuned_later:.4f}"]
+        heads2 = ["", "W_KW", "W_REC", "W_LIN", "W_VEC", "HALF_LIFE_DAYS", "EARLIER", "LATER"]
+        text = v.text_tuned_later is not None
+        if text:
+            heads2.append("LATER AS TEXT")
+        _table(heads2, [
+            _weights_row("current", result.current, f"{v.current_earlier:.4f}", later[0], *([f"{v.text_current_later:.4f}"] if text else [])),
+            _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", later[1], *([f"{v.text_tuned_later:.4f}"] if text else [])),
         ], fit=_whole)
+    if result.floor_note:
+        _echo(f"Floor: {result.floor_note}.")
     _echo("")
     target = store.dir / "weights.json"
-    if not result.best_in_grid:
-        _echo("No grid point beats the current weights" + ("; weights.json left as it is." if save else "."))
-    elif saved:
-        _echo(f"Saved to {saved}; `cybmem search` and `cybmem inject` use these weights from now on.")
+    if saved:
+        what = ("the weights tuned on the earlier judgments and checked on the later ones" if result.saves is not None
+                else "the best weights on all judgments (not checked on later ones)")
+        _echo(f"Saved {what} to {saved}, with the evidence; `cybmem search` and `cybmem inject` use them from now on.")
         if overridden:
             _echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
-    elif refused:
+    elif refused and not force:
         _echo(f"Not saved: {refused}. Add --force to save them anyway.", err=True)
         raise typer.Exit(1)
+    elif save:
+        _echo("Nothing to save: no weights beat the current ones; weights.json left as it is.")
     else:
-        advice = f"add --save to write {target}" if result.refusal is None else f"--save would refuse: {result.refusal}"
+        advice = f"add --save to write the checked weights to {target}" if result.refusal is None else f"--save would keep the current weights: {result.refusal}"
         _echo(f"Not saved; {advice}.")
 
 
@@ -1269,10 +1431,10 @@ def report_cmd(
     _echo(f"Wrote {len(result.pages)} pages to {result.out_dir}; open {result.index}")
 
 
-@command("doctor")
+@command("doctor", lean=False)
 def doctor_cmd(
     ctx: Ctx,
-    repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/) and remove old temp files; records and the ledger are never touched.")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/), remove old temp files and finish a killed `cybmem redact`; records and the ledger are otherwise never touched.")] = False,
     secrets: Annotated[bool, typer.Option("--secrets", help="Also scan records and issue titles/details for secrets (reports file, field and kind, never the secret; rewrites nothing).")] = False,
     all_projects: Annotated[bool, typer.Option("--all", help="Check every project of the memory root.")] = False,
     temp_age: Annotated[float, typer.Option("--temp-age", help="Temp files younger than this many seconds may belong to a running writer and are left alone.", min=0)] = 60,
@@ -1311,6 +1473,7 @@ def export_cmd(
     chain: Annotated[Optional[str], typer.Option("--chain", help="prov: only the previousRunId chain of this run (id or unique prefix), walked both ways.", show_default=False)] = None,
     provn: Annotated[bool, typer.Option("--provn", help="prov: also write PROV-N next to the PROV-JSON file (same name, .provn).")] = False,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing regular file at --out (never a link, a device or a FIFO, never inside a memory root).")] = False,
 ):
     """Export a project's memory (or, with --all, every project's) for other tools.
 
@@ -1326,6 +1489,8 @@ def export_cmd(
 
     if format not in _EXPORT_FORMATS:
         raise typer.BadParameter(f"{format!r} is not one of {', '.join(_EXPORT_FORMATS)}", param_hint="FORMAT")
+    if out is not None and str(out) == "-" and format in ("ndjson", "csv"):
+        out = None  # stdout
     if table is not None and table not in TABLES:
         raise typer.BadParameter(f"{table!r} is not one of {', '.join(TABLES)}", param_hint="--table")
     if format in ("parquet", "sqlite", "prov") and out is None:
@@ -1361,7 +1526,7 @@ def export_cmd(
     if format == "prov":
         from .prov import export_prov
 
-        result = export_prov(stores, out, chain=chain, provn=provn)
+        result = export_prov(stores, out, chain=chain, provn=provn, force=force)
         _warn(result.warnings)
         if ctx.json:
             _print_json(result.to_dict())
@@ -1374,11 +1539,11 @@ def export_cmd(
 
     if format in ("ndjson", "csv"):
         fn = export_ndjson if format == "ndjson" else export_csv
-        result = fn(stores, out, table=table or "records", progress=progress)
+        result = fn(stores, out, table=table or "records", progress=progress, force=force)
     elif format == "parquet":
         result = export_parquet(stores, out, machine=machine, tables=[table] if table else TABLES, progress=progress)
     else:
-        result = export_sqlite(stores, out, tables=[table] if table else TABLES, progress=progress)
+        result = export_sqlite(stores, out, tables=[table] if table else TABLES, progress=progress, force=force)
     _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
@@ -1430,7 +1595,7 @@ def mcp_cmd(
 _FLEET_ACTIONS = ("search", "issues", "report")
 
 
-@command("fleet", project=False, memory=False, lean=False)
+@command("fleet", project=False, memory=False, lean=False, free_text=True)
 def fleet_cmd(
     ctx: Ctx,
     action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],
@@ -1629,11 +1794,51 @@ def _app_for(args: list[str]) -> typer.Typer:
     return one
 
 
+#: Set by :func:`_on_sigint`: the person pressed Ctrl-C (see :func:`main`).
+_INTERRUPTED = False
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C ended
+
+
+def _on_sigint(signum, frame) -> None:
+    """SIGINT: remember it, then raise KeyboardInterrupt as Python's own handler does (a library
+    may turn it into another exception, e.g. asyncio's CancelledError: the flag still says why)."""
+    global _INTERRUPTED
+    _INTERRUPTED = True
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json)."""
+    """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json).
+
+    Ctrl-C, wherever it lands (a command's body, a notebook kernel's event loop, a Dask client), ends
+    the command with exit code 130 and one line on stderr, ``cybmem: interrupted``, with no
+    traceback: every file cybmem writes goes to a temp file that is renamed into place only when
+    whole, and the unwinding removes the temp file. A second Ctrl-C cuts that unwinding short; one
+    more after the line ends the process at once.
+    """
     global _ONE_COMMAND_PROCESS
     _ONE_COMMAND_PROCESS = True
-    args = sys.argv[1:]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
+        signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        code = _main(sys.argv[1:])
+    except KeyboardInterrupt:
+        code = INTERRUPTED_EXIT
+    except BaseException:  # noqa: BLE001 - re-raised unless Ctrl-C caused it
+        if not _INTERRUPTED:
+            raise
+    # typer turns a KeyboardInterrupt into exit code 130 (no command exits so otherwise); pyarrow's
+    # readers take SIGINT for themselves while they run and raise it, past _on_sigint.
+    if _INTERRUPTED or code == INTERRUPTED_EXIT:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        _echo("cybmem: interrupted", err=True)
+        sys.exit(INTERRUPTED_EXIT)
+    sys.exit(code)
+
+
+def _main(args: list[str]) -> int:
     as_json = "--json" in args
     _plain_coercion()
     command_ = typer.main.get_command(_app_for(args))
@@ -1644,14 +1849,14 @@ def main() -> None:
             _error(exc.format_message(), exc.exit_code, True)
         else:
             exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except typer.Abort:
         _echo("Aborted!", err=True)
-        sys.exit(1)
+        return 1
     except ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+        return exc.exit_code
+    return code if isinstance(code, int) else 0
 
 
 def console() -> None:

@@ -9,18 +9,24 @@ none) and each problem is one line in ``warnings``. ``strict=True`` raises inste
 The block (:func:`cybmem.preamble.layout`) holds the most relevant prior runs and the open
 issues that matter for this task:
 
-- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search`. When the
-  dispatcher names the run this one follows up (``CYBERINE_PARENT_RUN_ID``) and that run has a
-  record, it comes first whatever its score (``pinned: parent`` in ``--json``), and the top k - 1
-  others follow: lineage is first-class, the scorer is layered on top.
+- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search` among the runs
+  that pass the floor (:mod:`cybmem.retrieval`, "The floor"): a run enters only on evidence about
+  the task, and a task that relates to nothing in the project gets one line saying so
+  (``"runs": []`` and ``floor.reason`` in ``--json``). When the dispatcher names the run this
+  one follows up (``CYBERINE_PARENT_RUN_ID``) and that run has a record, it comes first whatever
+  its score or match (``pinned: parent`` in ``--json``), and the top k - 1 others follow: lineage
+  is first-class, the scorer is layered on top.
 - **Issues**: every open issue is scored by the same scorer as the runs: its keyword part is the
   better of its own title and detail (BM25 over the issues) and the runs that raised or carry it
   (whose keyword text holds the title and detail too); lineage comes from that best run; recency
   from its last activity (its last event, or the newest run that carries it):
-  ``w_kw * keyword + w_lin * lineage + w_rec * recency``.
-  At most ``CYBERINE_MEMORY_ISSUES`` (default 5; 0 turns the section off) are shown, one title
-  under several ids once, in at most a third of the token budget (:data:`ISSUE_SHARE`), with a
-  line saying how many more are open. What the issues do not use goes to the runs.
+  ``w_kw * keyword + w_lin * lineage + w_rec * recency``. When the task relates to no run (it is
+  below the floor), only open issues whose own title and detail match it as well as the floor asks
+  are listed. A shown run's still-open issues are on its ``raised:`` line, marked ``(open)``, and
+  not listed again. At most ``CYBERINE_MEMORY_ISSUES`` (default 5; 0 turns the section off) are
+  shown, one title under several ids once, in at most a third of the token budget
+  (:data:`ISSUE_SHARE`), with a line saying how many more are open. What the issues do not use
+  goes to the runs.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import pyarrow.compute as pc
 from .errors import CybmemError, NotFoundError
 from .preamble import Layout, OpenIssue, PreambleEntry, estimate_tokens, inject, layout
 from .projects import known_projects
-from .retrieval import Hit, SearchResult, search
+from .retrieval import Floor, Hit, SearchResult, match_scale, search
 from .scoring import MS_PER_DAY, normalize_keyword
 from .settings import Settings
 from .snapshot import load_snapshot, opened_in
@@ -90,11 +96,24 @@ class Injection:
     topk: int = 0
     max_tokens: int = 0
     issue_cap: int = 0
+    floor: Floor | None = None  # what the floor let into the block (None: no candidate at all)
 
     @property
     def prompt(self) -> str:
         """The task with the block and one blank line ahead of it (the task alone when there is no block)."""
         return inject(self.task, self.block)
+
+    def below_floor(self, k: int | None = None) -> list[Hit]:
+        """The runs the scorer would have shown (its top k without the floor) that the floor kept
+        out, best first (what ``--explain`` lists; ranked again on demand, never on the dispatch path)."""
+        fl, res = self.floor, self.result
+        if fl is None or res is None or fl.below is None or not fl.below.any():
+            return []
+        found = search(res.snapshot, res.query, k=k or self.topk, weights=res.weights, as_of=res.as_of,
+                       now_ms=res.now_ms, parent_run_id=res.context.parent_run_id,
+                       chat_session_id=res.context.chat_session_id, query_vector=None, pin_parent=True)
+        shown = {h.run_id for h in res.hits}
+        return [h for h in found.hits if h.run_id not in shown and h.pinned is None]
 
     @property
     def runs(self) -> list[Hit]:
@@ -112,6 +131,9 @@ class Injection:
             "runs": math.ceil(lay.run_chars / 4) if lay else 0, "issues": math.ceil(lay.issue_chars / 4) if lay else 0,
         }
         out["runs"] = [h.to_dict(explain=True) for h in self.runs]
+        if self.floor is not None:
+            out["floor"] = self.floor.to_dict()
+            out["floor"]["below"] = [h.to_dict(explain=True) for h in self.below_floor()]
         out["issues"] = [i.to_dict() for i in self.issues]
         out["openIssues"] = self.open_issues
         out["cut"] = {
@@ -124,6 +146,8 @@ class Injection:
         if self.weights is not None:
             out["weights"] = self.weights.weights.to_dict()
             out["weightSources"] = dict(self.weights.sources)
+            if self.weights.tuned:
+                out["tuned"] = self.weights.tuned_note()
         return out
 
 
@@ -134,8 +158,10 @@ class IssueRanking:
 
     def __init__(self, folded: pa.Table, rows: np.ndarray, total: np.ndarray,
                  keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
-                 best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray):
+                 best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray, related: np.ndarray | None = None):
         self.folded, self.rows, self.total = folded, rows, total
+        # Which open issues relate to the task under the floor (all of them without a floor).
+        self.related = np.ones(len(rows), dtype=bool) if related is None else related
         self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
         self._run_ids = run_ids
         self._keys = title_codes
@@ -212,15 +238,20 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
     # The issue's own title and detail against the task (the issue index is row-aligned with the
     # current fold; a past fold maps into it by id), normalised like the runs' keyword axis.
     own = np.zeros(m, dtype=np.float32)
-    if weights.w_kw > 0 and m:
-        raw = snap.issue_index().scores(tokenize(result.query))
+    floor = ranked.floor if ranked is not None else None
+    own_match = None
+    if (weights.w_kw > 0 or floor is not None) and m:
+        tokens = tokenize(result.query)
+        raw = snap.issue_index().scores(tokens)
         if as_of is None:
             own = raw[rows].astype(np.float32)
         else:
             ids = folded.column("issueId").take(pa.array(rows))
             at = pc.fill_null(pc.index_in(ids, value_set=snap.fold().column("issueId")), -1).to_numpy().astype(np.int64)
             own = np.where(at >= 0, raw[np.maximum(at, 0)], 0).astype(np.float32)
-        own = normalize_keyword(own, scale=weights.w_kw)
+        if floor is not None:
+            own_match = own * np.float32(match_scale(snap.issue_index(), tokens))
+        own = normalize_keyword(own, scale=weights.w_kw) if weights.w_kw > 0 else np.zeros(m, np.float32)
     best = np.zeros(m, dtype=np.float32)
     best_row = np.full(m, -1, dtype=np.int64)
     last_at = activity.column("lastActivity").to_numpy()[rows] if m else np.zeros(0, np.int64)
@@ -254,8 +285,12 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
     total = best + rec
     keyword = np.maximum(carrier_kw, own)
     lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
+    related = None
+    if floor is not None and not floor.passed:
+        # The task relates to no run: only an open issue whose own text matches as the floor asks.
+        related = own_match >= np.float32(floor.floor) if own_match is not None else np.zeros(m, dtype=bool)
     return IssueRanking(folded, rows, total, keyword, lineage, rec, last_at, best_row,
-                        snap.records.column("runId"), codes)
+                        snap.records.column("runId"), codes, related)
 
 
 def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None,
@@ -267,18 +302,20 @@ def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = N
 
 
 def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:
-    """The first ``cap`` distinct titles among the ranked rows not in ``skip`` (ids of a repeated
-    title join the first), and how many of those open issues are left beyond them."""
+    """The first ``cap`` distinct titles among the related ranked rows not in ``skip`` (ids of a
+    repeated title join the first), and how many open issues not in ``skip`` are left beyond them."""
     left = int((~skip).sum())
-    if not left or cap <= 0:
+    out = skip | ~ranking.related  # what may not be chosen
+    available = int((~out).sum())
+    if not left or cap <= 0 or not available:
         return [], left
     all_keys = ranking.title_keys()
     size = 4 * cap
     while True:  # a prefix of the order long enough to hold `cap` distinct titles
-        order = ranking.top(size, skip)
+        order = ranking.top(size, out)
         keys = all_keys[order]
         _, first = np.unique(keys, return_index=True)
-        if len(first) >= cap or len(order) >= left:
+        if len(first) >= cap or len(order) >= available:
             break
         size *= 4
     leaders = np.sort(first)[:cap]  # positions in `order` of each chosen title's best row
@@ -301,13 +338,20 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         return inj
     snap = load_snapshot(store)
     store.note_problems(snap.problems)  # reported by the caller
+    try:  # the id form the block prints (8 characters) names the parent too
+        parent_run_id = snap.resolve_link(parent_run_id or settings.parent_run_id)
+    except NotFoundError as exc:
+        inj.warnings.append(f"no parent run shown first (--parent / CYBERINE_PARENT_RUN_ID): {exc}")
+        parent_run_id = None
     weights = loaded.weights
     result = search(snap, task, k=settings.topk, weights=loaded, settings=settings, as_of=as_of, now_ms=now_ms,
-                    parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude, pin_parent=True)
+                    parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude, pin_parent=True,
+                    floor=True)
     if result.weights != weights:  # the vector axis' default weight joined (embeddings configured and stored)
         weights = result.weights
         inj.weights = LoadedWeights(weights, {**loaded.sources, "w_vec": "default (embeddings)"}, loaded.problems)
     snap = result.snapshot  # a hit edited in place since it was cached makes search read the store again
+    inj.floor = result.ranked.floor if result.ranked is not None else None
     ranking = _rank(result, weights, as_of=as_of) if settings.issues else None
     inj.open_issues = len(ranking) if ranking is not None else len(snap.open_rows(as_of))
     open_ids: set[str] = set()  # of the issues the hits raised, those still open
@@ -332,7 +376,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         shown_issues = [OpenIssue(issue_id=c.ids[0], title=c.title, opened_at_ms=c.opened_at_ms,
                                   by_run_id=c.by_run_id or "", also=tuple(c.ids[1:])) for c in chosen]
         lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, top_k=settings.topk,
-                     issue_share=ISSUE_SHARE, more_issues=beyond)
+                     issue_share=ISSUE_SHARE, more_issues=beyond, nothing=inj.floor.reason if inj.floor else None)
         if lay.runs >= shown_runs:
             break
         shown_runs = lay.runs
@@ -342,7 +386,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     rest: list[ChosenIssue] = []
     if ranking is not None:
         leaders = {c.ids[0] for c in chosen}
-        for i in ranking.top(max(settings.issues, 5) + len(leaders)).tolist():
+        for i in ranking.top(max(settings.issues, 5) + len(leaders), ~ranking.related).tolist():
             if len(rest) >= max(settings.issues, 5):
                 break
             if ranking.issue_id(i) in leaders:
@@ -439,7 +483,7 @@ def inject_task(
         warnings += loaded.problems
         inj = _build(store, task, settings, loaded, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
                      chat_session_id=chat_session_id)
-        inj.warnings = warnings + [p.message for p in store.problems]
+        inj.warnings = warnings + [p.message for p in store.problems] + inj.warnings  # then the parent's
         inj.warnings += inj.result.warnings if inj.result is not None else []  # e.g. the vector axis fell back
         if strict and inj.warnings:
             from .errors import StoreError

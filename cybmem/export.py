@@ -1,7 +1,8 @@
 """Exports: a project's memory (or a whole root's) as NDJSON, CSV, a Parquet dataset or SQLite.
 
 Over 600 lines because it holds four writers that share the same reading, schema and atomic
-output; each format is one section.
+output, and the one rule of where they may write; each format is one section, and so are the
+destination rule and the list of exports a redaction reaches.
 
 Every format reads the store through its public views: the records as stored
 (:meth:`MemoryStore.records`, for NDJSON), and the pandas frames
@@ -10,7 +11,8 @@ Every format reads the store through its public views: the records as stored
 project slug. Who reads what:
 
 - ``ndjson``: the records as stored, one JSON object a line (jq, pandas ``read_json(lines=True)``, any tool).
-- ``csv``: lineage and outcome flattened into columns, lists as JSON text (spreadsheets, pandas).
+- ``csv``: lineage and outcome flattened into columns, lists as JSON text, formula-like cells
+  defused (spreadsheets, pandas).
 - ``parquet``: a Hive-partitioned dataset that many machines append to side by side
   (pyarrow.dataset, DuckDB, Dask, Spark, polars).
 - ``sqlite``: ``records`` (with full-text search), ``issue_events`` and ``issues``, as Datasette and
@@ -30,13 +32,23 @@ partition columns live only in the path; the files hold :data:`RECORDS_SCHEMA` /
 :data:`PARTITION_SCHEMA` types the path columns as strings (so a project named
 ``2024`` stays a string). :func:`read_dataset` opens it that way.
 
-Exports are incremental and never rewrite a file: a record is written once per
-machine and project (its ``runId`` is looked up in the files already there), a ledger
-event once (events past the highest ``line`` already exported). Each new file is written
-under a dot-name that readers skip, fsynced, and renamed into place, so a reader never
-sees half a file; exporters of the same machine take a lock on ``DIR/.lock-<machine>``.
-Machines never write each other's partitions, so their exports land side by side in one
-DIR (a shared disk, or copied together) and read as one table.
+Exports are incremental and never rewrite a file (but :func:`refresh_dataset`, after ``cybmem
+redact``): a record is written once per machine and project (its ``runId`` is looked up in the
+files already there), a ledger event once (events past the highest ``line`` already exported).
+Each new file is written under a dot-name that readers skip, fsynced, and renamed into place,
+so a reader never sees half a file; exporters of the same machine take a lock on
+``DIR/.lock-<machine>``. Machines never write each other's partitions, so their exports land
+side by side in one DIR (a shared disk, or copied together) and read as one table.
+
+Where an export may write, and what it leaves
+---------------------------------------------
+
+:func:`check_out` is the one rule for a destination: never a symbolic link, a device, a FIFO or
+a path inside a memory root; an existing file only with ``force`` (a SQLite database is updated
+without it). Every export written to a path is noted in the project's ``exports.json``
+(:func:`note_export`, :func:`known_exports`), so that ``cybmem redact`` reaches it
+(:func:`refresh_dataset`, :func:`refresh_sqlite`, or :func:`redo_command` for a file it cannot
+edit). CSV cells a spreadsheet would run get a leading ``'`` (:func:`_csv_cell`).
 
 What the dataset leaves out, and why: ``superseded`` and ``durationS`` of the frame are
 derived. ``superseded`` changes when a correction arrives later, which an append-only
@@ -53,11 +65,13 @@ import io
 import json
 import os
 import re
+import shlex
 import socket
+import stat
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -93,6 +107,13 @@ __all__ = [
     "export_parquet",
     "export_sqlite",
     "read_dataset",
+    "check_out",
+    "EXPORTS_FILE",
+    "known_exports",
+    "note_export",
+    "redo_command",
+    "refresh_dataset",
+    "refresh_sqlite",
 ]
 
 SCHEMA_VERSION = 1
@@ -302,11 +323,96 @@ def _fold_rows(events: "pd.DataFrame", project: str) -> list[dict]:
     return rows
 
 
-class _Sink:
-    """Where a stream export goes: stdout, a caller's stream, or a file written atomically."""
+# --- where an export may write --------------------------------------------------------------
 
-    def __init__(self, out: str | os.PathLike | IO | None):
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _stdout_hint(path: Path) -> str:
+    return "; to write to stdout, leave --out off (or give -)" if str(path).startswith(("/dev/", "/proc/")) else ""
+
+
+def _memory_root_of(real: Path, roots: Iterable[str | os.PathLike]) -> Path | None:
+    """The memory root (or project directory) ``real`` lies in, if any: one of ``roots``, or a
+    directory above it that holds a store's files (a project's records/ with its ledger or
+    cybmem's lock beside it, or a root's projects.json with cybmem's lock or .nocache)."""
+    for root in roots:
+        r = Path(os.path.realpath(root))
+        if real == r or r in real.parents:
+            return Path(root)
+    for d in real.parents:
+        if (d / "records").is_dir() and any((d / n).exists() for n in ("issues.jsonl", ".lock", ".index.lock")):
+            return d
+        if (d / "projects.json").is_file() and ((d / ".projects.lock").exists() or (d / ".nocache").exists()):
+            return d
+    return None
+
+
+def check_out(out: str | os.PathLike, *, force: bool = False, roots: Iterable[str | os.PathLike] = (),
+              directory: bool = False, update: bool = False) -> Path:
+    """Refuse an export destination that the export would destroy; return it as a Path.
+
+    Refused, whatever ``force`` says: a symbolic link (never followed, never replaced: give the
+    path it points to), anything that is not a regular file (a device such as /dev/null, a FIFO,
+    a socket; a directory where a file goes, a file where a dataset directory goes), and a path
+    inside a memory root (one of ``roots``, or any directory holding a store's files), where an
+    export could replace a record or the ledger. An existing regular file is refused unless
+    ``force`` (it is then replaced all at once) or ``update`` (a SQLite database an export updates).
+
+    Args:
+        out: the destination.
+        force: an existing regular file may be replaced.
+        roots: the memory roots being exported.
+        directory: the export writes a directory (a Parquet dataset), which may exist.
+        update: an existing file is updated in place, not replaced (SQLite).
+
+    Raises:
+        ValidationError: what is wrong with the path, and what to give instead.
+        StoreError: its directory does not exist.
+    """
+    path = Path(out)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise ValidationError(f"{path} is a symbolic link (to {os.readlink(path)}); an export never writes through a "
+                              f"link nor replaces it: give the path it points to{_stdout_hint(path)}")
+    for test, kind in _KINDS:
+        if st is not None and test(st.st_mode):
+            raise ValidationError(f"{path} is {kind}, not a regular file; an export writes only regular files"
+                                  f"{_stdout_hint(path)}")
+    if directory:
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise ValidationError(f"{path} is a file; a Parquet export writes a dataset directory")
+    elif st is not None and stat.S_ISDIR(st.st_mode):
+        raise ValidationError(f"{path} is a directory; give a file path to write to")
+    parent = path.parent
+    if not directory and not parent.is_dir():  # a dataset directory is made with its parents
+        raise StoreError(f"cannot write {path}: directory {parent} does not exist")
+    real = Path(os.path.realpath(parent)) / path.name
+    root = _memory_root_of(real, roots)
+    if root is not None:
+        raise ValidationError(f"{path} is inside the memory root {root}; an export there could replace a record or "
+                              "the ledger: write it outside the memory root")
+    if st is not None and not directory and not (force or update):
+        raise ValidationError(f"{path} exists; add --force to replace it (only a regular file is ever replaced, "
+                              "all at once)")
+    return path
+
+
+class _Sink:
+    """Where a stream export goes: stdout, a caller's stream, or a file written atomically
+    (after :func:`check_out`: a temp file beside it, renamed into place once whole)."""
+
+    def __init__(self, out: str | os.PathLike | IO | None, *, force: bool = False,
+                 roots: Iterable[str | os.PathLike] = ()):
         self.out = out
+        self.force = force
+        self.roots = list(roots)
         self._file: contextlib.AbstractContextManager | None = None
 
     def __enter__(self) -> IO[bytes]:
@@ -316,19 +422,89 @@ class _Sink:
             return _binary(sys.stdout)
         if not isinstance(out, (str, os.PathLike)):
             return _binary(out)
-        path = Path(out)
-        if path.is_dir():
-            raise ValidationError(f"{path} is a directory; give a file path to write to")
-        if not path.parent.is_dir():
-            raise StoreError(f"cannot write {path}: directory {path.parent} does not exist")
-        self._file = _io.atomic_file(path, private=False)
-        return self._file.__enter__()
+        path = check_out(out, force=self.force, roots=self.roots)
+        # Without force, a file that appears meanwhile is not replaced either (a link, not a rename).
+        self._file = _io.atomic_file(path, private=False, overwrite=self.force)
+        try:
+            return self._file.__enter__()
+        except FileExistsError:
+            raise ValidationError(f"{path} appeared while the export was written; add --force to replace it") from None
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._file is not None:
-            self._file.__exit__(exc_type, exc, tb)
+            try:
+                self._file.__exit__(exc_type, exc, tb)
+            except FileExistsError:
+                raise ValidationError(f"{self.out} appeared while the export was written; add --force to replace it") from None
         elif exc_type is None:
             (sys.stdout.buffer if self.out in (None, "-") else _binary(self.out)).flush()
+
+
+# --- the exports a project knows of ----------------------------------------------------------
+
+#: In each project directory: the exports written from it, for `cybmem redact` to reach.
+EXPORTS_FILE = "exports.json"
+_MAX_EXPORTS_BYTES = 16 * 1024 * 1024
+_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
+
+
+def known_exports(store: MemoryStore) -> list[dict]:
+    """The exports written from a project to a path (its ``exports.json``), oldest first.
+
+    Each is ``{"format", "out" (absolute), "at" (epoch ms of the latest)}`` with ``machine`` and
+    ``tables`` (parquet, sqlite), ``table`` (ndjson, csv), ``all`` (written with ``--all``),
+    ``chain`` and ``provn`` (prov). Exports to stdout or a stream are not noted.
+
+    Raises:
+        StoreError: the file is damaged (fix or delete it; exports it named are then out of reach).
+    """
+    path = store.dir / EXPORTS_FILE
+    try:
+        doc = _io.loads(_io.read_file(path, limit=_MAX_EXPORTS_BYTES))
+    except FileNotFoundError:
+        return []
+    except ValueError:
+        doc = None
+    entries = doc.get("exports") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise StoreError(f"{path} is damaged (not the list of exports cybmem writes); fix or delete it: "
+                         "`cybmem redact` cannot reach the exports it named")
+    return [e for e in entries if isinstance(e, dict) and e.get("format") in _FORMATS and isinstance(e.get("out"), str)]
+
+
+def note_export(stores: Iterable[MemoryStore], entry: dict, warnings: list[str]) -> None:
+    """Note an export in each project's ``exports.json`` (one entry per format, path and machine,
+    its time the latest), before it is written: an export killed halfway is known too. Entries
+    whose path is gone are dropped. A project that cannot be written (a read-only root) gets a
+    warning instead; the export goes on."""
+    entry = {**entry, "out": os.path.abspath(entry["out"]), "at": int(time.time() * 1000)}
+    key = (entry["format"], entry["out"], entry.get("machine"))
+    for store in stores:
+        path = store.dir / EXPORTS_FILE
+        try:
+            store._check_not_symlinked()
+            with store.lock():
+                kept = [e for e in known_exports(store)
+                        if (e["format"], e["out"], e.get("machine")) != key and os.path.lexists(e["out"])]
+                _io.atomic_write(path, orjson.dumps({"version": 1, "exports": kept + [entry]},
+                                                    option=orjson.OPT_INDENT_2) + b"\n")
+        except OSError as exc:
+            warnings.append(f"{store.slug}: could not note this export in {path} ({exc.strerror or exc}); "
+                            "`cybmem redact` will not reach it")
+
+
+def redo_command(store: MemoryStore, entry: dict) -> str:
+    """The command that writes a noted export again (replacing the file)."""
+    args = ["cybmem", "export", entry["format"], "--memory-dir", os.path.abspath(store.root)]
+    args += ["--all"] if entry.get("all") else ["--project", store.slug]
+    if entry.get("table"):
+        args += ["--table", str(entry["table"])]
+    if entry.get("chain"):
+        args += ["--chain", str(entry["chain"])]
+    if entry.get("provn"):
+        args.append("--provn")
+    args += ["--out", entry["out"], "--force"]
+    return " ".join(shlex.quote(a) for a in args)
 
 
 class _TextToBytes(io.RawIOBase):
@@ -363,6 +539,15 @@ def _out_name(out) -> str | None:
     return str(out) if isinstance(out, (str, os.PathLike)) else getattr(out, "name", None)
 
 
+def _stream_sink(stores: list[MemoryStore], out, force: bool, entry: dict, summary: ExportSummary) -> _Sink:
+    """The sink of a file export, noted in each project's exports.json once the path passed the checks."""
+    sink = _Sink(out, force=force, roots=[s.root for s in stores])
+    if isinstance(out, (str, os.PathLike)) and out != "-":
+        check_out(out, force=force, roots=sink.roots)
+        note_export(stores, {**entry, "out": str(out), "all": len(stores) > 1}, summary.warnings)
+    return sink
+
+
 # --- NDJSON ------------------------------------------------------------------------------
 
 
@@ -372,15 +557,18 @@ def export_ndjson(
     *,
     table: str = "records",
     progress: bool | None = None,
+    force: bool = False,
 ) -> ExportSummary:
     """Write records (as stored) or ledger events as newline-delimited JSON, with a ``project`` key first.
 
     Args:
         stores: one project's store, or several (``--all``).
-        out: a file path (written atomically), a stream, or None / ``"-"`` for stdout.
+        out: a file path (written atomically; see :func:`check_out` for what is refused), a
+            stream, or None / ``"-"`` for stdout.
         table: ``records`` (each record as written on disk, unknown fields kept; oldest first)
             or ``issues`` (each ledger event as written, in file order).
         progress: draw a progress bar on stderr (default: when stderr is a terminal).
+        force: replace an existing regular file at ``out``.
 
     Returns:
         An :class:`ExportSummary`; unreadable files are skipped and listed in ``warnings``.
@@ -390,7 +578,7 @@ def export_ndjson(
     _check_table(table)
     summary = ExportSummary("ndjson", _out_name(out), [s.slug for s in stores])
     ts = summary.table(table)
-    with _Sink(out) as fh:
+    with _stream_sink(stores, out, force, {"format": "ndjson", "table": table}, summary) as fh:
         for store in stores:
             items = store.records() if table == "records" else store.issue_events()
             with _progress(len(items), f"ndjson {store.slug}", progress) as bar:
@@ -420,19 +608,23 @@ def export_csv(
     *,
     table: str = "records",
     progress: bool | None = None,
+    force: bool = False,
 ) -> ExportSummary:
     """Write records or ledger events as CSV (RFC 4180, UTF-8, a header row).
 
     Records: :data:`RECORD_COLUMNS` (the frame with lineage and outcome flattened, plus
     ``project``); events: :data:`EVENT_COLUMNS`. Times are ISO 8601 UTC
     (``2026-10-01T00:18:00.000Z``), lists JSON text (``["a", "b"]``), booleans
-    ``true``/``false``; a missing value is an empty cell (CSV has no null).
+    ``true``/``false``; a missing value is an empty cell (CSV has no null). A text a
+    spreadsheet would run as a formula gets a leading ``'`` (:func:`_csv_cell`).
 
     Args:
         stores: one project's store, or several (``--all``).
-        out: a file path (written atomically), a stream, or None / ``"-"`` for stdout.
+        out: a file path (written atomically; see :func:`check_out` for what is refused), a
+            stream, or None / ``"-"`` for stdout.
         table: ``records`` or ``issues``.
         progress: draw a progress bar on stderr (default: when stderr is a terminal).
+        force: replace an existing regular file at ``out``.
     """
     started = time.perf_counter()
     stores = _as_stores(stores)
@@ -440,7 +632,7 @@ def export_csv(
     columns = RECORD_COLUMNS if table == "records" else EVENT_COLUMNS
     summary = ExportSummary("csv", _out_name(out), [s.slug for s in stores])
     ts = summary.table(table)
-    with _Sink(out) as fh:
+    with _stream_sink(stores, out, force, {"format": "csv", "table": table}, summary) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8", newline="", write_through=True)
         try:
             writer = csv.writer(text, lineterminator="\r\n")
@@ -450,8 +642,7 @@ def export_csv(
                 rows = _flat_rows(records if table == "records" else events, store.slug, columns)
                 with _progress(len(rows), f"csv {store.slug}", progress) as bar:
                     for i, row in enumerate(rows, 1):
-                        writer.writerow(["true" if v is True else "false" if v is False else "" if v is None else v
-                                         for v in row.values()])
+                        writer.writerow([_csv_cell(v) for v in row.values()])
                         if i % 256 == 0:
                             bar.update(256)
                     bar.update(len(rows) % 256)
@@ -464,6 +655,30 @@ def export_csv(
         ts.files.append(summary.out)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+# Cells a spreadsheet reads as a formula (OWASP, "CSV Injection"): = + - @, a tab or a carriage
+# return first, or = + - @ after blanks the spreadsheet trims on import.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _csv_cell(value) -> object:
+    """One CSV cell: booleans as ``true``/``false``, None as empty, and a text that a spreadsheet
+    would run (``=HYPERLINK(...)``, ``@SUM(...)``, ``\\t=1+1``, `` -2+3``) with a ``'`` put
+    first, so the spreadsheet shows it as text; a plain number (``-5``, ``+1.5e3``) is left as it
+    is. The NDJSON, Parquet and SQLite exports hold the raw values."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return ""
+    if isinstance(value, str) and value and (
+        value.startswith(_FORMULA_START) or value.lstrip().startswith(_FORMULA_START[:4])
+    ) and not _PLAIN_NUMBER.fullmatch(value.strip()):
+        return "'" + value
+    return value
 
 
 # --- Parquet dataset -----------------------------------------------------------------------
@@ -577,13 +792,15 @@ def export_parquet(
     machine: str | None = None,
     tables: Iterable[str] = TABLES,
     progress: bool | None = None,
+    note: bool = True,
 ) -> ExportSummary:
     """Append a project's records and ledger events to a Hive-partitioned Parquet dataset.
 
     Only what the dataset does not hold yet for this machine and project is written
     (records by ``runId``, events past the last exported ledger ``line``), as new part
     files under ``DIR/<table>/machine=<m>/project=<slug>/month=<YYYY-MM>/``; existing
-    files are never touched. See the module docstring for the layout and schemas.
+    files are never touched (but by :func:`refresh_dataset`). See the module docstring for the
+    layout and schemas; each export is noted in the projects' ``exports.json`` (:func:`note_export`).
 
     Args:
         stores: one project's store, or several (``--all``).
@@ -591,6 +808,8 @@ def export_parquet(
         machine: the ``machine`` partition (default: :func:`default_machine`).
         tables: which of ``records`` and ``issues`` to export.
         progress: draw a progress bar on stderr (default: when stderr is a terminal).
+        note: note the dataset in the projects' ``exports.json`` (:func:`note_export`); False for
+            a temporary dataset its maker removes (a report's), which no redaction need reach.
 
     Returns:
         An :class:`ExportSummary`: per table, the source rows, the rows newly written and the files.
@@ -606,12 +825,13 @@ def export_parquet(
     stores = _as_stores(stores)
     tables = [_check_table(t) for t in tables]
     machine = validate_machine(machine if machine is not None else default_machine())
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValidationError(f"{out_dir} is a file; a Parquet export writes a dataset directory")
+    out_dir = check_out(out_dir, roots=[s.root for s in stores], directory=True)
     summary = ExportSummary("parquet", str(out_dir), [s.slug for s in stores], machine=machine)
     for t in tables:
         summary.table(t)
+    if note:  # before the dataset lock is taken, which a redaction takes after its own
+        note_export(stores, {"format": "parquet", "out": str(out_dir), "machine": machine, "tables": tables,
+                             "all": len(stores) > 1}, summary.warnings)
     with _dataset_lock(out_dir, machine):
         for store in stores:
             records, events = _frames(store, summary.warnings)
@@ -664,6 +884,89 @@ def read_dataset(out_dir: str | os.PathLike, table: str = "records") -> "pads.Da
         str(Path(out_dir) / table), format="parquet", schema=full,
         partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
     )
+
+
+def refresh_dataset(
+    store: MemoryStore,
+    out_dir: str | os.PathLike,
+    machine: str,
+    *,
+    run_ids: Iterable[str] = (),
+    issue_ids: Iterable[str] = (),
+    holds: Callable[[str], bool] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Bring one machine's rows of a project in an exported dataset in line with the store, after
+    ``cybmem redact`` rewrote records and ledger lines (the one time a part file is rewritten).
+
+    Records: each row of a run in ``run_ids``, or whose ``issues`` names one of ``issue_ids``
+    (ids the redaction renamed), becomes the store's row of that run now. Events: each row that
+    differs from the ledger's event at its ``line`` becomes that event. A file with a changed row
+    is replaced whole under its own name (a temp file, fsync, rename: a reader sees the old file
+    or the new one), under the machine's dataset lock; the others are not touched. Temp files a
+    killed writer of this machine left in the partition are removed.
+
+    Returns:
+        The files rewritten, and each file with a text for which ``holds`` says yes (with its
+        runs or ledger lines).
+    """
+    import pyarrow.parquet as pq
+
+    from .snapshot import load_snapshot
+
+    out_dir = Path(out_dir)
+    machine = validate_machine(machine)
+    snap = load_snapshot(store)  # Arrow, no pandas: `cybmem redact` and `doctor --repair` stay lean
+    runs, olds = set(run_ids), set(issue_ids)
+    rewritten: list[str] = []
+    holding: list[str] = []
+    # The lock file only: a dataset that is gone is not made again.
+    with _io.locked(out_dir / f".lock-{machine}"):
+        for table in TABLES:
+            pdir = _partition_dir(out_dir, table, machine, store.slug)
+            _remove_debris(pdir)
+            files = _existing_files(pdir)
+            if not files:
+                continue
+            if table == "records":
+                schema, key, source = RECORDS_SCHEMA, "runId", snap.records
+                wanted = (lambda row: row["runId"] in runs or bool(olds.intersection(row.get("issues") or ())))
+            else:
+                schema, key, source = ISSUES_SCHEMA, "line", snap.events
+                wanted = (lambda row: True)
+            current = pa.Table.from_pylist(source.select(schema.names).to_pylist(), schema=schema)
+            now = {r[key]: r for r in current.to_pylist()}
+            for f in files:
+                try:
+                    rows = pq.ParquetFile(f).read().to_pylist()
+                except (pa.ArrowException, OSError) as exc:
+                    raise StoreError(f"cannot read {f} ({exc}); the dataset holds a file cybmem did not write or a "
+                                     "damaged one: move it aside and export again") from None
+                new = [now.get(row[key], row) if wanted(row) else row for row in rows]
+                if new != rows:
+                    with _io.atomic_file(f, private=False) as fh:
+                        pq.write_table(pa.Table.from_pylist(new, schema=schema), fh, compression="zstd")
+                    rewritten.append(str(f))
+                held = [str(row[key]) for row in new if holds is not None and _row_holds(row, holds)]
+                if held:
+                    what = "runs" if table == "records" else "ledger lines"
+                    holding.append(f"{f} ({what} {', '.join(held[:5])}{', ...' if len(held) > 5 else ''}: "
+                                   "`cybmem redact --everywhere` with the same text)")
+    return rewritten, holding
+
+
+def _row_holds(row: dict, holds: Callable[[str], bool]) -> bool:
+    return any(isinstance(item, str) and holds(item)
+               for v in row.values() for item in (v if isinstance(v, list) else [v]))
+
+
+def _remove_debris(pdir: Path) -> None:
+    """Remove the temp files of killed writers from a partition (its machine's lock held)."""
+    if not pdir.is_dir():
+        return
+    for tmp in pdir.glob(f"month=*/{_io.TMP_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if tmp.is_file() and not tmp.is_symlink():
+                tmp.unlink()
 
 
 # --- SQLite --------------------------------------------------------------------------------
@@ -764,6 +1067,7 @@ def export_sqlite(
     *,
     tables: Iterable[str] = TABLES,
     progress: bool | None = None,
+    force: bool = False,
 ) -> ExportSummary:
     """Write (or update) a SQLite database that Datasette and sqlite-utils open as it is.
 
@@ -775,29 +1079,77 @@ def export_sqlite(
     updates what changed (e.g. ``superseded`` after a correction) and never duplicates;
     everything is written in one transaction, so a reader sees the old or the new state.
 
+    A new database is built in a temp file beside ``path`` and renamed into place, so an
+    interrupted export leaves no partial file; an existing one is updated in one transaction,
+    with deleted and overwritten content zeroed (``secure_delete``) and the full-text index merged
+    after an update, so a value `cybmem redact` removed leaves no copy in the file.
+
     Args:
         stores: one project's store, or several (``--all``).
-        path: the database file (created when missing).
+        path: the database file (created when missing; see :func:`check_out` for what is refused:
+            an existing file that is not a SQLite database is replaced only with ``force``).
         tables: ``records`` and/or ``issues`` (the latter writes ``issue_events`` and ``issues``).
         progress: draw a progress bar on stderr (default: when stderr is a terminal).
+        force: replace an existing file that is not a SQLite database.
     """
-    import sqlite3
-
     started = time.perf_counter()
     stores = _as_stores(stores)
     tables = [_check_table(t) for t in tables]
     path = Path(path)
-    if path.is_dir():
-        raise ValidationError(f"{path} is a directory; give the database file to write")
-    if not path.parent.is_dir():
-        raise StoreError(f"cannot write {path}: directory {path.parent} does not exist")
+    update = _is_sqlite(path)
+    check_out(path, roots=[s.root for s in stores], update=True)  # all but the rule for an existing file:
+    if not (update or force) and os.path.lexists(path):
+        raise ValidationError(f"{path} exists and is not a SQLite database; add --force to replace it")
     summary = ExportSummary("sqlite", str(path), [s.slug for s in stores])
+    note_export(stores, {"format": "sqlite", "out": str(path), "tables": tables, "all": len(stores) > 1},
+                summary.warnings)
+    if update:
+        _sqlite_write(stores, path, path, tables, summary, progress)
+    else:
+        try:
+            with _io.atomic_path(path, private=False, overwrite=force) as tmp:
+                _sqlite_write(stores, tmp, path, tables, summary, progress)
+        except FileExistsError:
+            raise ValidationError(f"{path} appeared while the export was written; add --force to replace it") from None
+    for t in summary.tables:
+        t.files.append(str(path))
+    summary.extra["fts"] = {"table": "records_fts", "columns": list(_FTS_COLUMNS)}
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def refresh_sqlite(store: MemoryStore, path: str | os.PathLike, tables: Iterable[str] = TABLES) -> int:
+    """Update a project's rows in a SQLite export after a redaction (as a re-export does, without
+    noting it again); returns the rows updated."""
+    summary = ExportSummary("sqlite", str(path), [store.slug])
+    _sqlite_write([store], Path(path), Path(path), [t for t in tables if t in TABLES], summary, False)
+    return sum(t.updated for t in summary.tables)
+
+
+def _is_sqlite(path: Path) -> bool:
+    """A regular file (not a link) that starts as every SQLite database does."""
     try:
-        conn = sqlite3.connect(path, isolation_level=None)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 16) == b"SQLite format 3\x00"
+    finally:
+        os.close(fd)
+
+
+def _sqlite_write(stores: list[MemoryStore], db: Path, path: Path, tables: list[str], summary: ExportSummary,
+                  progress: bool | None) -> None:
+    """Insert and update the stores' rows in the database file ``db`` (named ``path`` in messages)."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(db, isolation_level=None)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {path} as a SQLite database: {exc}") from None
     try:
         conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("PRAGMA secure_delete = ON")  # an updated (redacted) value leaves no copy in free pages
         conn.execute("BEGIN IMMEDIATE")
         tables_sql, rest_sql = _create_sql()
         for stmt in _split_sql(tables_sql):
@@ -842,6 +1194,9 @@ def export_sqlite(
                     ts.rows += len(fold)
                     ts.new += max(len(fold) - before, 0)
                     bar.update()
+        if any(t.updated for t in summary.tables):
+            # The full-text index keeps a changed row's old terms in older segments until they merge.
+            conn.execute("INSERT INTO [records_fts] ([records_fts]) VALUES ('optimize')")
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         with contextlib.suppress(sqlite3.Error):
@@ -853,11 +1208,6 @@ def export_sqlite(
         raise
     finally:
         conn.close()
-    for t in summary.tables:
-        t.files.append(str(path))
-    summary.extra["fts"] = {"table": "records_fts", "columns": list(_FTS_COLUMNS)}
-    summary.seconds = time.perf_counter() - started
-    return summary
 
 
 def _split_sql(script: str) -> list[str]:

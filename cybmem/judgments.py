@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +31,14 @@ import pyarrow as pa
 from .errors import ValidationError
 from .snapshot import Snapshot
 
-__all__ = ["METRICS", "JUDGMENT_KINDS", "Judgment", "merge_judgments", "load_judgments", "save_judgments",
-           "judgments_from_store", "store_judgments", "QRELS_FILE", "check_metric", "metric_at_k"]
+__all__ = ["METRICS", "JUDGMENT_KINDS", "ISSUE_KINDS", "Judgment", "kinds_of", "strip_references", "merge_judgments",
+           "load_judgments", "save_judgments", "judgments_from_store", "store_judgments", "derived_source", "QRELS_FILE", "check_metric",
+           "metric_at_k"]
 
 #: metric name -> label; every metric is cut at k.
 METRICS = {"mrr": "MRR", "ndcg": "nDCG", "recall": "recall"}
 #: what :func:`judgments_from_store` can derive.
-JUDGMENT_KINDS = ("issue", "parent")
+JUDGMENT_KINDS = ("raised", "resolved", "reopened", "parent")
 #: a store's own judgments file, in its project's folder or at the memory root (as the corpora carry it)
 QRELS_FILE = "qrels.jsonl"
 
@@ -88,24 +90,33 @@ class Judgment:
         return out
 
 
-def merge_judgments(judgments: Iterable[Judgment]) -> list[Judgment]:
-    """One judgment per ``query_run_id`` (relevant lists united in first-seen order).
+def _kind_order(kind: str) -> tuple[int, str]:
+    return (JUDGMENT_KINDS.index(kind), "") if kind in JUDGMENT_KINDS else (len(JUDGMENT_KINDS), kind)
 
-    Judgments without a query run id are kept as they are. Order: first occurrence.
+
+def merge_judgments(judgments: Iterable[Judgment]) -> list[Judgment]:
+    """One judgment per query run and replay (relevant lists united in first-seen order).
+
+    Lines with the same ``query_run_id``, query text and parent are one question asked once (the
+    corpora's qrels repeat a query per issue it references); the same run asked another way (its
+    task with the issue references taken out, and without its parent, beside its task with the
+    parent pinned) stays a judgment of its own. Judgments without a query run id are kept as they
+    are. Order: first occurrence.
     """
     out: list[Judgment] = []
-    pos: dict[str, int] = {}
+    pos: dict[tuple, int] = {}
     for j in judgments:
         if j.query_run_id is None:
             out.append(j)
             continue
-        i = pos.get(j.query_run_id)
+        key = (j.query_run_id, j.query, j.parent_run_id)
+        i = pos.get(key)
         if i is None:
-            pos[j.query_run_id] = len(out)
+            pos[key] = len(out)
             out.append(j)
             continue
         m = out[i]
-        kinds = [k for k in dict.fromkeys((m.kind or "").split("+") + (j.kind or "").split("+")) if k]
+        kinds = sorted({k for k in (m.kind or "").split("+") + (j.kind or "").split("+") if k}, key=_kind_order)
         out[i] = Judgment(query=m.query, as_of=m.as_of, relevant=tuple(dict.fromkeys(m.relevant + j.relevant)),
                           query_run_id=m.query_run_id, parent_run_id=m.parent_run_id or j.parent_run_id,
                           chat_session_id=m.chat_session_id or j.chat_session_id, kind="+".join(kinds) or None)
@@ -152,35 +163,110 @@ def save_judgments(judgments: Iterable[Judgment], path: str | Path) -> Path:
     return p
 
 
-def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS) -> list[Judgment]:
+#: The issue events a run can make, by the kind of judgment it gives (a run that merely lists an
+#: issue in its outcome "raises" it, as does the run that opens it).
+ISSUE_KINDS = ("raised", "resolved", "reopened")
+_EVENT_KIND = {"opened": "raised", "resolved": "resolved", "wontfix": "resolved", "reopened": "reopened"}
+# A ticket-style issue id, a word and a number (ticket-5207, GH-12, PROJ-123, issue_42): the number
+# alone names it too. A slug that merely ends in a number (upgrade-to-react-19) is not one.
+_NUMBERED_ID = re.compile(r"^([A-Za-z]+)[-_#]?(\d+)$")
+
+
+def kinds_of(names: Iterable[str]) -> tuple[str, ...]:
+    """The judgment kinds named by ``names`` (``issue`` stands for :data:`ISSUE_KINDS`).
+
+    Raises:
+        ValidationError: an unknown kind, naming the known ones.
+    """
+    out: list[str] = []
+    for name in names:
+        if name == "issue":
+            out += ISSUE_KINDS
+        elif name in JUDGMENT_KINDS:
+            out.append(name)
+        else:
+            raise ValidationError(f"unknown judgment kind {name!r}; choose from {', '.join(('issue',) + JUDGMENT_KINDS)}")
+    return tuple(dict.fromkeys(out))
+
+
+_NUMBER_REF = re.compile(r"(?<![\w])(?:[A-Za-z]+(?:[-#]| (?=\d))?|#)?(\d+)(?![\w])")
+_SPACES = re.compile(r"[ \t]{2,}")
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def strip_references(text: str, issue_ids: Iterable[str]) -> str:
+    """``text`` without the references to ``issue_ids``: each id itself (any case) and, for an id
+    that ends in a number (``ticket-5207``), that number standing alone (``#5207``, ``GH-5207``,
+    ``fix-5207-crash``).
+
+    A derived judgment links runs by the issue they share; a query that still names the issue
+    would let the keyword axis find the link itself, so tuning would measure the id, not the task
+    (the corpora's qrels strip references the same way).
+    """
+    ids = [i for i in dict.fromkeys(issue_ids) if i]
+    if not ids:
+        return text
+    cut: list[tuple[int, int]] = []
+    low = text.lower()
+    for iid in ids:
+        needle, at = iid.lower(), 0
+        while (at := low.find(needle, at)) >= 0:
+            end = at + len(needle)
+            if (at == 0 or not _is_word(low[at - 1])) and (end == len(low) or not _is_word(low[end])):
+                cut.append((at, end))
+            at = end
+    numbers = {m.group(2) for m in map(_NUMBERED_ID.match, ids) if m}
+    if numbers:
+        cut += [m.span() for m in _NUMBER_REF.finditer(text) if m.group(1) in numbers]
+    if not cut:
+        return text
+    out, pos = [], 0
+    for a, b in sorted(cut):
+        if a >= pos:
+            out.append(text[pos:a])
+            out.append(" ")
+            pos = b
+        elif b > pos:
+            pos = b
+    out.append(text[pos:])
+    return _SPACES.sub(" ", "".join(out)).strip()
+
+
+def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS,
+                         as_of: int | None = None) -> list[Judgment]:
     """Judgments a store implies about itself, merged per query run.
 
-    Kinds:
+    Kinds (:data:`JUDGMENT_KINDS`; ``issue`` in ``kinds`` stands for the first three):
 
-    - ``"issue"``: a run R that resolved an issue, asked with R's task at R's start (with R's
-      parent and chat session), should retrieve the runs that already carried that issue: the
-      run that opened it, runs that reopened it and runs whose outcome lists it, when they ended
-      before R started. (The reverse, the opener's task retrieving its resolver, would need
-      the resolver before it exists.)
+    - ``"raised"``, ``"resolved"``, ``"reopened"``: a run R that raises an issue (opens it or
+      lists it in its outcome), resolves it (or marks it wontfix) or reopens it should have been
+      shown the runs that already carried that issue when R started: the runs that opened or
+      reopened it and the runs whose outcome lists it, when they ended before R started. The query
+      is R's task with the references to R's issues taken out (:func:`strip_references`), asked at
+      R's start, with R's chat session but not its parent (see below).
     - ``"parent"``: a run C dispatched by parent P (P ended before C started), asked with C's
       task and ``parentRunId=P``, should retrieve P: the plan it executes. Dispatch shows the
       parent first (:func:`cybmem.retrieval.rank_query`'s ``pin_parent``), and tuning replays
       that, so these judgments are always met: they check the pin and move no weight.
 
-    previousRunId links are not used: "the latest run of the project" says nothing about
-    relevance, and scoring it would only reward recency. Corrections (records that supersede
-    another) are not used as queries.
+    The issue kinds leave the parent out: where a parent is the run that carried the same issue
+    (a follow-up), the link and the lineage are one signal, and lineage would decide the weights
+    (dispatch shows that parent first anyway). previousRunId links are not used: "the latest run of
+    the project" says nothing about relevance. Corrections (records that supersede another) are
+    not used as queries.
 
     Args:
         snapshot: the project's snapshot.
-        kinds: a subset of :data:`JUDGMENT_KINDS`.
+        kinds: a subset of :data:`JUDGMENT_KINDS` (or ``issue``).
+        as_of: only what was known then: query runs that had ended, ledger events up to then.
 
     Returns:
         Merged judgments, in the order their query runs started.
     """
-    bad = sorted(set(kinds) - set(JUDGMENT_KINDS))
-    if bad:
-        raise ValidationError(f"unknown judgment kind(s) {', '.join(bad)}; choose from {', '.join(JUDGMENT_KINDS)}")
+    kinds = kinds_of(kinds)
     r = snapshot.records
     if r.num_rows == 0:
         return []
@@ -192,32 +278,50 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
     chats = r.column("chatSessionId").to_pylist()
     corrections = r.column("supersedes").to_pylist()
     issue_lists = r.column("issues").to_pylist()
-    row = {rid: i for i, rid in enumerate(ids)}
+    known = [as_of is None or e <= as_of for e in ended]
+    row = {rid: i for i, rid in enumerate(ids) if known[i]}
     out: list[tuple[int, Judgment]] = []
 
-    def add(i: int, relevant: list[str], kind: str) -> None:
+    def add(i: int, relevant: list[str], kind: str, query: str, parent: str | None) -> None:
         rel = [x for x in dict.fromkeys(relevant) if x != ids[i] and x in row and ended[row[x]] <= started[i]]
         if rel and not corrections[i]:
-            out.append((started[i], Judgment(query=tasks[i], as_of=started[i], relevant=tuple(rel), query_run_id=ids[i],
-                                             parent_run_id=parents[i], chat_session_id=chats[i], kind=kind)))
+            out.append((started[i], Judgment(query=query, as_of=started[i], relevant=tuple(rel), query_run_id=ids[i],
+                                             parent_run_id=parent, chat_session_id=chats[i], kind=kind)))
 
-    if "issue" in kinds and snapshot.events.num_rows:
+    wanted = [k for k in ISSUE_KINDS if k in kinds]
+    if wanted:
+        # Who carried each issue (opened / reopened it, or lists it), and what each run did to which issue.
         carriers: dict[str, list[str]] = {}
+        did: dict[int, dict[str, str]] = {}  # row -> issue -> kind (resolved and reopened win over raised)
         for i, issues in enumerate(issue_lists):
-            for iss in issues or ():
-                carriers.setdefault(iss, []).append(ids[i])
-        touched: dict[str, list[str]] = {}
+            if known[i]:
+                for iss in issues or ():
+                    carriers.setdefault(iss, []).append(ids[i])
+                    did.setdefault(i, {}).setdefault(iss, "raised")
         ev = snapshot.events
-        for issue, event, by in zip(ev.column("issueId").to_pylist(), ev.column("event").to_pylist(),
-                                    ev.column("byRunId").to_pylist()):
-            if event in ("opened", "reopened") and by:
-                touched.setdefault(issue, []).append(by)
-            elif event == "resolved" and by in row:
-                add(row[by], touched.get(issue, []) + carriers.get(issue, []), "issue")
+        if ev.num_rows:
+            ats = ev.column("at").cast(pa.int64()).to_pylist()
+            for issue, event, by, at in zip(ev.column("issueId").to_pylist(), ev.column("event").to_pylist(),
+                                            ev.column("byRunId").to_pylist(), ats):
+                if (as_of is not None and at > as_of) or by not in row:
+                    continue
+                kind = _EVENT_KIND.get(event)
+                if kind is None:
+                    continue
+                if event in ("opened", "reopened"):
+                    carriers.setdefault(issue, []).append(by)
+                mine = did.setdefault(row[by], {})
+                if mine.get(issue, "raised") == "raised":
+                    mine[issue] = kind
+        for i in sorted(did):
+            query = strip_references(tasks[i], did[i])
+            for issue, kind in did[i].items():
+                if kind in wanted:
+                    add(i, carriers.get(issue, []), kind, query, None)
     if "parent" in kinds:
         for i, p in enumerate(parents):
-            if p:
-                add(i, [p], "parent")
+            if p and known[i]:
+                add(i, [p], "parent", tasks[i], p)
     out.sort(key=lambda t: t[0])
     return merge_judgments(j for _, j in out)
 
@@ -226,9 +330,9 @@ def store_judgments(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS
     """The judgments a project is tuned on when none are named, and where they come from.
 
     The store's own :data:`QRELS_FILE` (in the project's folder, else at the memory root) when
-    there is one: judgments someone made, which can move every weight. Else those the store
-    implies (:func:`judgments_from_store` with ``kinds``), mostly a follow-up asking for the
-    parent that dispatch shows first whatever the weights.
+    there is one: judgments someone made. Else those the store implies
+    (:func:`judgments_from_store` with ``kinds``). ``cybmem tune`` itself always tunes on the
+    derived ones unless given a file: self-tuning needs nothing but the store.
 
     Returns:
         The judgments, and their source for people: ``from <path>`` or ``derived from project
@@ -242,10 +346,15 @@ def store_judgments(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS
         if path.is_file():
             return load_judgments(path), f"from {path}"
     js = judgments_from_store(snapshot, kinds=kinds)
+    return js, derived_source(store.slug, js)
+
+
+def derived_source(slug: str, judgments: Iterable[Judgment]) -> str:
+    """``derived from project web (14 parent, 9 resolved)``: where derived judgments come from, for people."""
     counts: dict[str, int] = {}
-    for j in js:
+    for j in judgments:
         counts[j.kind or "?"] = counts.get(j.kind or "?", 0) + 1
-    return js, f"derived from project {store.slug} (" + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none") + ")"
+    return f"derived from project {slug} (" + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none") + ")"
 
 
 def check_metric(metric: str, k: int) -> None:

@@ -5,7 +5,7 @@ The block (store-format.md, "The MEMORY block") looks like this::
     MEMORY (prior runs in this project, most relevant first):
     - run 3f2a9c1e (2026-11-29 14:02 UTC, done): <task, collapsed, <= 160 chars>
       summary: <<= 300 chars>
-      raised: <issue ids the run opened, ", "-joined, <= 200 chars>
+      raised: <the issues the run raised that are still open, "<id> (open)", ", "-joined, <= 200 chars>
       next: <NEXT items, "; "-joined, <= 200 chars>
     Open issues in this project:
     - flaky-login-test: Flaky login test (opened 2026-11-20, run 3f2a9c1e)
@@ -341,7 +341,7 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
     if summary:
         lines.append(f"  summary: {summary}")
     raised = [_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()]
-    raised_text = shorten(", ".join(r for r in raised if r), _LIST_MAX)
+    raised_text = shorten(", ".join(f"{r} (open)" for r in raised if r), _LIST_MAX)
     if raised_text:
         lines.append(f"  raised: {raised_text}")
     steps = [_field(s, _LIST_MAX) for s in entry.next or ()]
@@ -369,10 +369,11 @@ def render_block(
     top_k: int | None = None,
     issue_share: float | None = None,
     more_issues: int = 0,
+    nothing: str | None = None,
 ) -> str:
     """Render the MEMORY block for the given prior runs and open issues (see :func:`layout`)."""
     return layout(entries, open_issues, max_tokens=max_tokens, top_k=top_k, issue_share=issue_share,
-                  more_issues=more_issues).text
+                  more_issues=more_issues, nothing=nothing).text
 
 
 def layout(
@@ -383,6 +384,7 @@ def layout(
     top_k: int | None = None,
     issue_share: float | None = None,
     more_issues: int = 0,
+    nothing: str | None = None,
 ) -> Layout:
     """Lay out the MEMORY block (format: module doc) within a token budget.
 
@@ -400,6 +402,8 @@ def layout(
         top_k: show at most this many entries (None: no limit).
         issue_share: the largest fraction of the budget the issue section may take.
         more_issues: open issues that were not offered at all (over the cap), for the last line.
+        nothing: when no run is given, the one line that says why (e.g. no earlier run relates to
+            the task), so that the block says so instead of staying away.
 
     Returns:
         A :class:`Layout`; its text is "" when nothing but HEADER and FOOTER would fit.
@@ -430,8 +434,8 @@ def layout(
     else:
         section_size = size(section)
 
-    body: list[str] = []
-    used = frame + section_size
+    body: list[str] = [_drop_inline_blocks(f"- ({_field(nothing, _SUMMARY_MAX)})")] if nothing and not entries else []
+    used = frame + section_size + size(body)
     runs_shown = 0
     for entry in entries:
         block = _entry_lines(entry)

@@ -1,10 +1,24 @@
-"""Project slugs and projects.json.
+"""Project slugs and projects.json: which project a directory or a name belongs to.
 
 A project's slug is the lowercased basename of its cwd. The first cwd to claim
-a slug keeps it; a later, different cwd with the same basename gets
+a slug keeps it; a later, different cwd with the same basename (or a basename
+that looks like a slug already taken, :func:`slug_key`) gets
 ``<base>-<hash6(cwd)>``. Slug dirs that predate projects.json are backfilled
 lazily from the cwd carried in their records, so an existing owner is never
 re-slugged.
+
+A directory belongs to the nearest registered project at or above it, as git
+finds its repository: ``/home/dev/pip/src/pip`` reads and writes the memory of
+the project registered at ``/home/dev/pip``. Only a directory under no
+registered project becomes a project of its own. The filesystem root and the
+home directory hold only runs made exactly there: a project registered at
+either would otherwise swallow every project beneath it.
+
+A name given with ``--project`` is taken as it is when such a project exists;
+otherwise a name that looks like an existing one (the same after Unicode NFKC,
+case folding, dropped accents and invisible characters, and a small table of
+Cyrillic and Greek letters that look Latin) is refused with the name it
+resembles, and a new project's name must be one the slug rule could make.
 """
 
 from __future__ import annotations
@@ -22,6 +36,7 @@ from .errors import NotFoundError, StoreError, ValidationError
 __all__ = [
     "slug_base", "hash6", "abs_cwd", "resolve_slug", "peek_slug", "list_projects", "load_projects", "project_dirs",
     "validate_slug", "is_safe_slug", "known_projects", "lookup_slug", "select_project", "check_root", "PROJECTS_FILE", "MAX_PROJECTS_BYTES",
+    "slug_key", "look_alikes", "project_cwd", "owning_dir",
 ]
 
 PROJECTS_FILE = "projects.json"
@@ -78,6 +93,13 @@ def abs_cwd(cwd: str | os.PathLike) -> str:
     return os.path.abspath(text)
 
 
+def _fold_name(name: str) -> str:
+    """``name`` as the slug rule folds a basename ("" when nothing usable is left)."""
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii").lower()
+    slug = _UNSAFE.sub("-", folded).strip("-")[:_MAX_SLUG].strip("-")
+    return "" if not slug or set(slug) <= {"."} or slug.startswith(".") else slug
+
+
 def slug_base(cwd: str | os.PathLike) -> str:
     """The lowercased basename of ``cwd``, made safe to use as one directory name.
 
@@ -86,12 +108,37 @@ def slug_base(cwd: str | os.PathLike) -> str:
     back to ``project-<hash6>``; long names are cut to 64 characters.
     """
     path = abs_cwd(cwd)
-    name = os.path.basename(path.rstrip("/")) or ""
-    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii").lower()
-    slug = _UNSAFE.sub("-", folded).strip("-")[:_MAX_SLUG].strip("-")
-    if not slug or set(slug) <= {"."} or slug.startswith("."):
-        slug = f"project-{hash6(path)}"
-    return slug
+    return _fold_name(os.path.basename(path.rstrip("/")) or "") or f"project-{hash6(path)}"
+
+
+# Letters of other scripts that look like Latin ones (after case folding), from Unicode's
+# confusables (UTS #39) for the letters a slug is made of: a small table covers the usual
+# look-alikes (Cyrillic and Greek) without a dependency on the write path.
+_LOOKS_LATIN = str.maketrans({
+    "а": "a", "в": "b", "с": "c", "ԁ": "d", "е": "e", "һ": "h", "н": "h", "і": "i", "ј": "j", "к": "k", "ӏ": "l",
+    "м": "m", "о": "o", "р": "p", "ԛ": "q", "ѕ": "s", "т": "t", "ս": "u", "ѵ": "v", "ԝ": "w", "х": "x", "у": "y",
+    "ү": "y", "α": "a", "β": "b", "ε": "e", "η": "h", "ι": "i", "ı": "i", "κ": "k", "μ": "m", "ν": "v", "ο": "o",
+    "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "γ": "y", "ζ": "z", "ɑ": "a", "ɡ": "g", "ԍ": "g",
+})
+
+
+def slug_key(slug: str) -> str:
+    """What a slug looks like: Unicode NFKC (full-width and compatibility forms), case folded,
+    accents and invisible format characters dropped, and Cyrillic or Greek letters that look
+    Latin replaced by those. Two names with the same key look alike (``wеb`` with a Cyrillic
+    ``е``, ``ｗｅｂ``, ``WEB`` and ``Web`` all look like ``web``)."""
+    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", slug).casefold())
+    return "".join(c for c in text if not unicodedata.combining(c) and unicodedata.category(c) != "Cf").translate(_LOOKS_LATIN)
+
+
+def look_alikes(slug: str, names) -> list[str]:
+    """The names (other than ``slug`` itself) that look like ``slug`` (:func:`slug_key`), sorted."""
+    key = slug_key(slug)
+    return sorted(n for n in set(names) if n != slug and slug_key(n) == key)
+
+
+# What the slug rule can make (slug_base, plus "-<hash6>"): a name a new project may take.
+_RULE_SLUG = re.compile(r"[a-z0-9_](?:[a-z0-9._-]{0,69}[a-z0-9._])?")
 
 
 def load_projects(root: Path) -> dict[str, dict]:
@@ -188,8 +235,8 @@ def resolve_slug(root: Path, cwd: str | os.PathLike, *, create: bool = True) -> 
     if root.exists():
         projects = load_projects(root)
         slug = _lookup(projects, path, base)
-        if create and projects.get(slug, {}).get("cwd") == path:
-            return slug  # registered already: entries are never changed, so no lock is needed
+        if create and slug in projects:
+            return slug  # registered already (this directory or one above it): entries never change, no lock needed
         if not create and slug in projects and not any(s not in projects for s in project_dirs(root)):
             return slug  # read path: nothing to register or backfill, take no lock
     try:
@@ -218,17 +265,50 @@ def resolve_slug(root: Path, cwd: str | os.PathLike, *, create: bool = True) -> 
     return slug
 
 
+def _norm(cwd) -> str | None:
+    return os.path.normpath(cwd) if isinstance(cwd, str) and cwd.startswith("/") else None
+
+
+def owning_dir(projects: dict[str, dict], path: str) -> str | None:
+    """The registered project directory that ``path`` (absolute) belongs to: ``path`` itself, else
+    its nearest registered ancestor, as git finds its repository; None when there is none. The
+    walk stops below the home directory (for a path under it) and below ``/``: a project there
+    holds only runs made exactly there."""
+    dirs = {d for d in (_norm(v.get("cwd")) for v in projects.values()) if d}
+    path = os.path.normpath(path)
+    if path in dirs:
+        return path
+    home = os.path.normpath(os.path.expanduser("~"))
+    ceilings = {"/", home} if path.startswith(home.rstrip("/") + "/") else {"/"}
+    cur = os.path.dirname(path)
+    while cur not in ceilings and cur != os.path.dirname(cur):
+        if cur in dirs:
+            return cur
+        cur = os.path.dirname(cur)
+    return None
+
+
 def _lookup(projects: dict[str, dict], path: str, base: str) -> str:
-    owners = sorted(s for s, v in projects.items() if v.get("cwd") == path)
-    if owners:
+    home = owning_dir(projects, path)
+    if home is not None:
+        owners = sorted(s for s, v in projects.items() if _norm(v.get("cwd")) == home)
         # Runs filed elsewhere with --project carry this cwd, and the backfill registers their slug
         # with it: the slug the rule gives this cwd stays its project whatever sorts first.
-        for canonical in (base, f"{base}-{hash6(path)}"):
+        own = slug_base(home) if home != path else base
+        for canonical in (own, f"{own}-{hash6(home)}"):
             if canonical in owners:
                 return canonical
         return owners[0]
     owner = projects.get(base, {}).get("cwd")
-    return base if owner is None else f"{base}-{hash6(path)}"
+    # A basename that only looks like a slug already taken (``Web`` beside ``web``) collides too.
+    return base if owner is None and not look_alikes(base, projects) else f"{base}-{hash6(path)}"
+
+
+def project_cwd(root: Path, slug: str, projects: dict[str, dict] | None = None) -> str | None:
+    """The directory project ``slug`` is registered (or would be backfilled) with; None when unknown."""
+    projects = known_projects(root) if projects is None else projects
+    cwd = projects.get(slug, {}).get("cwd")
+    return cwd if isinstance(cwd, str) and cwd else None
 
 
 def lookup_slug(projects: dict[str, dict], cwd: str | os.PathLike) -> str:
@@ -262,26 +342,23 @@ def select_project(root: Path, *, cwd: str | os.PathLike | None = None, project:
 
     Args:
         root: the memory root.
-        cwd: the project's directory (default: the current directory).
-        project: a slug, which wins over ``cwd``.
+        cwd: a directory of the project (default: the current directory); it belongs to the
+            nearest registered project at or above it (:func:`owning_dir`).
+        project: a slug, which wins over ``cwd``: an existing project's exact name; a name that
+            only looks like one is refused (:func:`slug_key`), and a new one (``create``) must
+            be one the slug rule makes.
         create: register the project of ``cwd`` when it has none (the write path).
         peek: write nothing at all, not even the lazy projects.json backfill (doctor).
         known: with ``peek``, the projects map to look ``cwd`` up in (default: :func:`known_projects`).
 
     Raises:
         NotFoundError: no such project (the message names the known ones).
-        ValidationError: an unsafe slug or an unusable cwd.
+        ValidationError: an unsafe slug, a look-alike of an existing project, a new name outside
+            the slug rule, or an unusable cwd.
     """
     root = check_root(root)
     if project:
-        validate_slug(project)
-        if not create and not (root / project).is_dir():
-            try:
-                names = sorted(set(project_dirs(root)) | set(known if known is not None else known_projects(root)))
-            except StoreError:  # a broken projects.json: name the directories at least
-                names = project_dirs(root)
-            raise NotFoundError(f"no project {project!r} under {root}; known projects: {', '.join(names) or 'none'}")
-        return project
+        return _named_project(root, project, create=create, known=known)
     cwd = cwd if cwd is not None else os.getcwd()
     if peek:
         path = abs_cwd(cwd)
@@ -294,13 +371,47 @@ def select_project(root: Path, *, cwd: str | os.PathLike | None = None, project:
     return resolve_slug(root, cwd, create=create)
 
 
+def _dir_names(root: Path) -> set[str]:
+    """The exact names of the directories in ``root`` (a case-insensitive filesystem would say
+    ``WEB`` is a directory when ``web`` is)."""
+    try:
+        with os.scandir(root) as it:
+            return {e.name for e in it if e.is_dir() and is_safe_slug(e.name)}
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+
+
+def _named_project(root: Path, project: str, *, create: bool, known: dict[str, dict] | None) -> str:
+    """The project a ``--project`` name gives (see :func:`select_project`)."""
+    validate_slug(project)
+    on_disk = _dir_names(root)
+    if project in on_disk:
+        return project
+    try:
+        known = known if known is not None else known_projects(root)
+    except StoreError:  # a broken projects.json: the directories at least
+        known = {}
+    names = set(project_dirs(root)) | set(known)
+    similar = look_alikes(project, names)
+    if similar:
+        shown = f"{project!r}" + (f" ({ascii(project)[1:-1]})" if not project.isascii() else "")
+        raise ValidationError(
+            f"project {shown} looks like existing project {similar[0]!r} (the same after Unicode NFKC, case folding "
+            f"and look-alike letters); use --project {similar[0]}, or a name that does not look like it")
+    if not create:
+        raise NotFoundError(f"no project {project!r} under {root}; known projects: {', '.join(sorted(names)) or 'none'}")
+    if project not in known and not (_RULE_SLUG.fullmatch(project) and not project.endswith("-")):
+        hint = _fold_name(project)
+        raise ValidationError(
+            f"{project!r} is not a name the slug rule makes for a new project: lowercase ASCII letters, digits, '.', "
+            "'_' and '-', not starting with '.' or '-' nor ending with '-', at most 71 characters"
+            + (f"; e.g. --project {hint}" if hint else ""))
+    return project
+
+
 def peek_slug(root: Path, cwd: str | os.PathLike) -> str:
     """The slug ``resolve_slug(create=True)`` would give ``cwd``, without writing anything."""
-    root = Path(root)
-    path = abs_cwd(cwd)
-    projects = load_projects(root) if root.exists() else {}
-    _backfill(root, projects)
-    return _lookup(projects, path, slug_base(path))
+    return lookup_slug(known_projects(root), cwd)
 
 
 def list_projects(root: Path) -> list[dict]:

@@ -321,29 +321,37 @@ def export_prov(
     *,
     chain: str | None = None,
     provn: bool = False,
+    force: bool = False,
 ) -> ProvSummary:
     """Write :func:`provenance` as PROV-JSON to ``out`` (and PROV-N to :func:`provn_path` with ``provn``).
 
-    Files are written to a temp file and renamed into place.
+    Files are written to a temp file and renamed into place; what ``out`` may not be (a link, a
+    device, a path inside the memory root, an existing file without ``force``) is
+    :func:`cybmem.export.check_out`'s rule, checked for both files before either is written.
     """
-    from .export import _Sink  # one atomic-file writer for every export
+    from .export import _Sink, check_out, note_export  # one atomic-file writer for every export
 
     started = time.perf_counter()
     stores = [stores] if isinstance(stores, MemoryStore) else list(stores)
     if not stores:
         raise ValidationError("nothing to export: no project given (see `cybmem projects`)")
     path = Path(out)
+    roots = [s.root for s in stores]
+    for p in [path] + ([provn_path(path)] if provn else []):
+        check_out(p, force=force, roots=roots)
     doc = provenance(stores, chain=chain)
     summary = ProvSummary([s.slug for s in stores], chain)
-    with _Sink(path) as fh:
+    note_export(stores, {"format": "prov", "out": str(path), "all": len(stores) > 1, "chain": chain, "provn": provn},
+                summary.warnings)
+    with _Sink(path, force=force, roots=roots) as fh:
         fh.write(doc.serialize(format="json").encode("utf-8"))
     summary.files["json"] = str(path)
     if provn:
         npath = provn_path(path)
-        with _Sink(npath) as fh:
+        with _Sink(npath, force=force, roots=roots) as fh:
             fh.write(doc.get_provn().encode("utf-8") + b"\n")
         summary.files["provn"] = str(npath)
     summary.counts = prov_counts(doc)
-    summary.warnings = [f"{s.slug}: {p.message}" for s in stores for p in s.problems]
+    summary.warnings += [f"{s.slug}: {p.message}" for s in stores for p in s.problems]
     summary.seconds = time.perf_counter() - started
     return summary

@@ -20,11 +20,14 @@ notebook's first output says which.
 from __future__ import annotations
 
 import ast
+import contextlib
 import html
+import inspect
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -33,6 +36,7 @@ from typing import IO, Any, Sequence
 
 from collections.abc import Mapping
 
+from ._io import atomic_file
 from .errors import CybmemError, NotFoundError, ValidationError
 from .projects import project_dirs
 from .settings import Settings
@@ -219,7 +223,7 @@ def open_notebook_fleet(dataset: str | os.PathLike | None = None, memory_dir: st
         machines = {default_machine(): tuple(slugs)}
     out = Path(tempfile.mkdtemp(prefix="cybmem-fleet-")) / "fleet"
     for machine, slugs in machines.items():
-        export_parquet([MemoryStore(root, slug) for slug in slugs], out, machine=machine)
+        export_parquet([MemoryStore(root, slug) for slug in slugs], out, machine=machine, note=False)  # temporary
     built = "; ".join(f"{machine}: {', '.join(slugs)}" for machine, slugs in machines.items())
     return NotebookFleet(out, f"exported from {root} as {built}\n  memory dir: {memory_from}", True)
 
@@ -344,17 +348,96 @@ def execute_notebook(path: Path, params: dict[str, Any], *, timeout: int = 600,
 
     nb = nbformat.read(path, as_version=4)
     inject_parameters(nb, params)
+    run = _Run()
+
+    def executed(**kw: Any) -> None:
+        run.busy = False
+        if on_cell is not None:
+            on_cell(**kw)
+        run.check()
+
     client = NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": str(path.parent)}},
-                            on_cell_executed=on_cell)
+                            on_cell_start=run.start_cell, on_cell_executed=executed)
     try:
         # The kernel's own stderr is only start-up chatter (e.g. ipykernel's TCP notice); errors in
         # cells come back through the protocol and are raised below.
-        client.execute(stderr=subprocess.DEVNULL)
+        _execute(client, run, stderr=subprocess.DEVNULL)
     except CellExecutionError as exc:
         lines = [_ANSI.sub("", line) for line in str(exc).splitlines() if line.strip()]
         raise CybmemError(f"notebook {path.name} failed: {lines[-1] if lines else exc}; open it in Jupyter with "
                           + ", ".join(f"{k}={v!r}" for k, v in params.items()) + " to see the whole traceback") from None
     return nb
+
+
+class _Stopped(Exception):
+    """Raised by a cell hook once Ctrl-C asked the notebook run to stop (see :func:`_execute`)."""
+
+
+class _Run:
+    """What the main thread and the notebook's event loop share about one run (:func:`_execute`)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()  # Ctrl-C: stop before the next cell
+        self.busy = False  # a cell is executing (read and written on the loop's thread only)
+
+    def check(self) -> None:
+        if self.stop.is_set():
+            raise _Stopped()
+
+    def start_cell(self, **_: Any) -> None:
+        self.check()
+        self.busy = True
+
+
+def _execute(client: Any, run: _Run, **kwargs: Any) -> Any:
+    """``client.async_execute(**kwargs)`` on an event loop in a thread of its own, so that Ctrl-C
+    reaches this process as a KeyboardInterrupt (on a main-thread loop nbclient takes SIGINT for
+    itself and ends in a traceback, or leaves its exit handler to hang on the kernel's sockets).
+
+    The main thread waits. On Ctrl-C it sets ``run.stop`` (the cell hooks then raise
+    :class:`_Stopped` before the next cell) and interrupts the kernel when a cell is executing
+    (that cell fails): either way the run ends through nbclient's own error path, which shuts the
+    kernel down. A kernel still starting is left to start: its first cell stops it. Then
+    KeyboardInterrupt is raised on; a second Ctrl-C stops the waiting.
+    """
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(client.async_execute(**kwargs))
+    outcome: dict[str, Any] = {}
+    done = threading.Event()  # not Thread.join: a join that Ctrl-C interrupts can leave the thread marked stopped
+
+    def work() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            outcome["nb"] = loop.run_until_complete(task)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            outcome["error"] = exc
+        finally:
+            loop.close()
+            done.set()
+
+    async def interrupt() -> None:
+        km = client.km
+        with contextlib.suppress(Exception):  # the kernel just finished or died: the cell hooks stop the run
+            if run.busy and km is not None:
+                result = km.interrupt_kernel()
+                if inspect.isawaitable(result):
+                    await result
+
+    threading.Thread(target=work, name="cybmem-notebook", daemon=True).start()
+    try:
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        run.stop.set()
+        with contextlib.suppress(RuntimeError):  # the loop already closed: nothing left to stop
+            asyncio.run_coroutine_threadsafe(interrupt(), loop)
+        done.wait(60)
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["nb"]
 
 
 def _strip_widget_views(nb: Any) -> Any:
@@ -423,6 +506,12 @@ def _add_footer(nb: Any, path: Path, store: MemoryStore, secs: float, extra: dic
         nb.cells[-1].pop("id", None)
 
 
+def _write_page(path: Path, text: str) -> None:
+    """A page whole or not at all (Ctrl-C, a full disk): a temp file renamed into place."""
+    with atomic_file(path, private=False) as fh:
+        fh.write(text.encode("utf-8"))
+
+
 def _title(path: Path) -> str:
     stem = path.stem.split("-", 1)[-1] if path.stem[:2].isdigit() else path.stem
     return stem.replace("-", " ").capitalize()
@@ -478,7 +567,7 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
         for name, (needed, why) in _NEEDS.items():
             if extra.get(needed) is None:
                 result.left_out[name] = why
-                stream.write(f"{name}: left out: {why}\n")
+                stream.write(f"[left out] {name}: {why}\n")
         paths = [p for p in paths if p.name not in result.left_out]
     pages: list[tuple[str, Path, float]] = []
     for i, path in enumerate(paths, 1):
@@ -497,12 +586,12 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
         secs = time.perf_counter() - t0
         _add_footer(nb, path, store, secs, {k: v for k, v in extra.items() if k in own})
         page = out / f"{path.stem}.html"
-        page.write_text(notebook_html(nb, title=f"{title}: {store.slug}", with_code=with_code), encoding="utf-8")
+        _write_page(page, notebook_html(nb, title=f"{title}: {store.slug}", with_code=with_code))
         result.pages.append(page)
         result.seconds[path.name] = secs
         pages.append((title, page, secs))
         stream.write(f"[{i}/{len(paths)}] {path.name}: done in {secs:.1f}s -> {page}\n")
         stream.flush()
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
-    result.index.write_text(_index_html(store, pages, generated, result.left_out), encoding="utf-8")
+    _write_page(result.index, _index_html(store, pages, generated, result.left_out))
     return result

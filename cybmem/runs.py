@@ -29,7 +29,7 @@ from .embeddings import embedding_text, issue_text, record_text
 from .errors import CybmemError, NotFoundError, StoreError, ValidationError
 from .outcome import extractive_summary, issue_slug, parse_trailer, split_issue
 from .preamble import strip, strip_memory
-from .projects import peek_slug, select_project
+from .projects import abs_cwd, known_projects, lookup_slug, owning_dir, project_cwd, select_project
 from .redact import redact_value
 from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_chat_id, validate_run_id
 from .settings import Settings
@@ -387,13 +387,20 @@ def write_run(
     (:func:`_embed_written`). Neither can fail the write: a fallback is one line in ``warnings``.
     """
     run = parse_run(run_obj)
-    project_cwd = cwd or run.cwd or os.getcwd()
-    if project:
-        store = MemoryStore(settings.memory_dir, select_project(settings.memory_dir, project=project, create=True),
-                            index_cap=settings.index_cap)
-    else:
-        # Work out the slug without registering it: bad input must leave nothing behind.
-        store = MemoryStore(settings.memory_dir, peek_slug(settings.memory_dir, project_cwd), index_cap=settings.index_cap)
+    root = settings.memory_dir
+    given = cwd or run.cwd or os.getcwd()
+    # Work out the project without registering it: bad input must leave nothing behind.
+    known = known_projects(root)
+    slug = select_project(root, project=project, create=True, known=known) if project else lookup_slug(known, given)
+    store = MemoryStore(root, slug, index_cap=settings.index_cap)
+    # A record's cwd names its project (`show` prints it as such, a lost projects.json is backfilled
+    # from it): the directory the project is registered with, whichever directory the run was in.
+    home = project_cwd(root, slug, known)
+    record_cwd = home or abs_cwd(given)
+    notes: list[str] = []
+    if project and home and (cwd or run.cwd) and owning_dir({slug: {"cwd": home}}, abs_cwd(cwd or run.cwd)) is None:
+        notes.append(f"the run's cwd {abs_cwd(cwd or run.cwd)} is not in project {slug}; filed there as --project "
+                     f"asks, with the project's cwd {home}")
     old_id = None
     if supersedes:
         # A correction takes the place of the run it corrects: same lineage unless it says otherwise.
@@ -402,18 +409,33 @@ def write_run(
         run.lineage = {**{k: v for k, v in old.lineage.to_dict().items() if isinstance(v, str) and v}, **run.lineage}
     rec, events, redacted = build_record(
         run, store, settings, run_id=run_id, parent_run_id=parent_run_id,
-        chat_session_id=chat_session_id, cwd=project_cwd,
+        chat_session_id=chat_session_id, cwd=record_cwd,
     )
-    warnings: list[str] = []
+    warnings: list[str] = notes
     distilled = _distill_into(rec, events, run, settings, redacted, warnings)
     MemoryStore.validate_write(rec, events)  # before anything is registered: bad input leaves nothing behind
     if not project:
-        store = MemoryStore.open(settings, cwd=project_cwd, create=True)
+        store = MemoryStore.open(settings, cwd=given, create=True)
     since = _size(store.embeddings_path)  # no line for this new record can predate it
     path, written = store.commit(rec, events, corrects=old_id)
     embedded = _embed_written(store, rec, settings, since, warnings)
+    _retune_if_grown(store, settings)
     return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store, notes=warnings,
                        distilled=distilled, embedded=embedded)
+
+
+def _retune_if_grown(store: MemoryStore, settings: Settings) -> None:
+    """CYBERINE_MEMORY_RETUNE: when the history has grown enough since the last tuning, tune it in
+    a detached process (cybmem.tuning.spawn_auto_tune); the write never waits for it or fails by it."""
+    if settings.retune <= 0:
+        return
+    try:
+        from .tuning import retune_due, spawn_auto_tune
+
+        if retune_due(store, settings):
+            spawn_auto_tune(store, settings)
+    except Exception:  # noqa: BLE001 - an optional layer never fails the write
+        pass
 
 
 def _size(path: Path) -> int:

@@ -1,5 +1,8 @@
 """Remove a secret from one run's memory, everywhere it was copied: ``cybmem redact RUN``.
 
+Over 600 lines because the procedure has seven steps, each safe to do twice, and the journal
+that lets a killed redaction be finished by the next command.
+
 The write path redacts the secret shapes it knows before anything is stored. A secret it does
 not know (a passphrase, an internal hostname) is found later by a person; this is the procedure
 for it, done safely in one step instead of by hand:
@@ -11,12 +14,25 @@ for it, done safely in one step instead of by hand:
    text, and the run's lines of archive-summary.md;
 3. the run's vectors are dropped from embeddings.jsonl (they were made from the old text;
    ``cybmem embed`` makes new ones);
-4. the derived files (index.json, the Arrow cache) are rebuilt from the files;
+4. the derived files are rebuilt from the files (index.json) or emptied (the Arrow cache, which
+   the next reader rebuilds);
 5. an issue id spelled from a title that held a given text (``vault-phrase-purple-otter-42``)
    is renamed (the text becomes ``redacted``) in every ledger line and in every record that
    names it, so the link between them holds;
-6. every file of the project is searched for each given text, and what still holds one is
+6. the exports the project knows of (``exports.json``, cybmem.export) are brought in line: the
+   rows of a Parquet dataset rewritten, a SQLite database updated; a file export that may still
+   hold the secret is named with the command that writes it again;
+7. every file of the project is searched for each given text, and what still holds one is
    named.
+
+It is a journalled operation: before anything is rewritten, the plan (the runs, the given texts
+and the issue ids to rename, those two base64-encoded) goes to ``redact-pending.json`` in the project
+directory (0600), and each step is marked there once done. Every step is idempotent, so a
+redaction killed at any point is finished (rolled forward) by the next ``cybmem redact`` of the
+project or by ``cybmem doctor --repair``; the journal is removed when the last step is done. The
+steps that rewrite the records, the ledger and the other source files hold the project lock;
+the rebuild of the derived files and the exports do not (writers go on meanwhile), and one
+redaction of a project runs at a time (``.redact.lock``).
 
 This is the second of the two rewrites cybmem ever makes of a record or the ledger (the first
 is ``supersededBy``); USAGE.md, "Guarantees", says so.
@@ -24,23 +40,44 @@ is ``supersededBy``); USAGE.md, "Guarantees", says so.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import _io
 from . import cache as _cache
-from .errors import ValidationError
+from .errors import StoreError, ValidationError
 from .outcome import issue_slug
 from .redact import redact_value
+from .schema import validate_run_id
 from .store import MAX_LEDGER_BYTES, MAX_RECORD_BYTES, MemoryStore, _dumps, parse_record
 
-__all__ = ["MANUAL", "ScrubResult", "scrub_run", "scrub_runs"]
+__all__ = ["JOURNAL", "MANUAL", "REDACT_LOCK", "ScrubResult", "complete_pending", "pending", "scrub_run", "scrub_runs"]
 
 #: What a given text is replaced with.
 MANUAL = "[REDACTED:manual]"
+#: The journal of a redaction under way, in the project directory.
+JOURNAL = "redact-pending.json"
 #: Ledger keys that are identities, never rewritten (a secret in them is reported instead).
 _LEDGER_KEYS = ("issueId", "at", "event", "byRunId")
+#: The steps of a redaction, in order; the journal lists those done. The first ones rewrite the
+#: store's own files (under the project lock); the last ones only what is derived from them, and
+#: the exports (writers go on meanwhile). One redaction at a time: REDACT_LOCK.
+_SOURCE_STEPS = ("records", "ledger", "relink", "archive", "vectors")
+_STEPS = _SOURCE_STEPS + ("derived", "exports")
+REDACT_LOCK = ".redact.lock"
+#: Test hook: a process whose environment names a step here kills itself (SIGKILL, as a crash
+#: would) right after that step ("record": after the first record; "journal": after the plan).
+_KILL_ENV = "CYBMEM_TEST_KILL_REDACT"
+_MARKER = r"\[REDACTED:[A-Za-z0-9_]+\]"
 
 
 @dataclass
@@ -59,7 +96,13 @@ class ScrubResult:
     archive_lines: int = 0
     embeddings_dropped: int = 0
     rebuilt: list[str] = field(default_factory=list)
+    emptied: list[str] = field(default_factory=list)  # caches emptied (the next read rebuilds them)
+    exports: list[str] = field(default_factory=list)  # exports brought in line (what was done to each)
+    unreachable: list[str] = field(default_factory=list)  # exports it cannot rewrite, and how to redo them
     remaining: list[str] = field(default_factory=list)  # files (and why) still holding a given text
+    completed: "ScrubResult | None" = None  # an interrupted redaction this one finished first
+    started_at: int = 0  # epoch ms: when the redaction was planned
+    targets: list[str] = field(default_factory=list)  # the runs it was asked to redact
 
     @property
     def changed(self) -> bool:
@@ -67,29 +110,42 @@ class ScrubResult:
                      or self.records_relinked)
 
     def to_dict(self) -> dict:
-        return {"runId": self.run_id or None, "runs": self.runs, "project": self.project, "kinds": self.kinds, "replaced": self.replaced,
-                "fields": self.fields, "renamedIssues": self.renamed, "recordsRelinked": self.records_relinked,
-                "ledgerLines": self.ledger_lines, "archiveLines": self.archive_lines,
-                "embeddingsDropped": self.embeddings_dropped, "rebuilt": self.rebuilt, "remaining": self.remaining}
+        out = {"runId": self.run_id or None, "runs": self.runs, "project": self.project, "kinds": self.kinds,
+               "replaced": self.replaced, "fields": self.fields, "renamedIssues": self.renamed,
+               "recordsRelinked": self.records_relinked, "ledgerLines": self.ledger_lines,
+               "archiveLines": self.archive_lines, "embeddingsDropped": self.embeddings_dropped,
+               "rebuilt": self.rebuilt, "emptied": self.emptied, "exports": self.exports, "unreachable": self.unreachable,
+               "remaining": self.remaining}
+        out["startedAt"] = self.started_at
+        out["completed"] = self.completed.to_dict() if self.completed is not None else None
+        return out
 
 
 class _Cleaner:
-    """Strings in, strings out: the pattern pass, then the given texts; counts what it did."""
+    """Strings in, strings out: the pattern pass, then the given texts; counts what it did.
+
+    A given text inside a marker already written (``manual`` in ``[REDACTED:manual]``) is left
+    alone, so cleaning twice changes nothing (a redaction finished after a crash redoes steps).
+    """
 
     def __init__(self, secrets: list[str], patterns: bool):
         self.secrets = sorted(secrets, key=len, reverse=True)  # a longer text before a text inside it
         self.patterns = patterns
         self.kinds: set[str] = set()
         self.replaced = 0
+        self._given = _finder(self.secrets) if self.secrets else None
+
+    def _sub(self, m: re.Match[str]) -> str:
+        if m.group(1) is None:
+            return m.group(0)  # a marker: kept
+        self.replaced += 1
+        return MANUAL
 
     def text(self, value: str) -> str:
         if self.patterns:
             value, _ = redact_value(value, self.kinds)
-        for secret in self.secrets:
-            n = value.count(secret)
-            if n:
-                self.replaced += n
-                value = value.replace(secret, MANUAL)
+        if self._given is not None and any(s in value for s in self.secrets):
+            value = self._given.sub(self._sub, value)
         return value
 
     def value(self, value: Any, where: str, changed: list[str], keep: tuple[str, ...] = ()) -> Any:
@@ -106,6 +162,12 @@ class _Cleaner:
         return value
 
 
+def _finder(texts: list[str]) -> re.Pattern[str]:
+    """A marker, or (group 1) one of ``texts``, longest first."""
+    alts = "|".join(re.escape(t) for t in sorted(set(texts), key=len, reverse=True))
+    return re.compile(f"{_MARKER}|({alts})")
+
+
 def _secrets(secrets: list[str]) -> list[str]:
     out = [s for s in (s.strip("\r\n") for s in secrets) if s]
     short = [s for s in out if len(s) < 4]
@@ -115,9 +177,128 @@ def _secrets(secrets: list[str]) -> list[str]:
     return out
 
 
+# --- the journal ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    """A redaction as the journal holds it: enough to finish it without the person who began it."""
+
+    runs: list[str]  # the records to clean
+    texts: list[str]  # the given texts
+    patterns: bool
+    renamed: dict[str, str]  # issue ids to rename: old -> new
+    changed: list[str]  # runs whose record the redaction rewrites (their vectors are dropped)
+    started_at: int
+    done: list[str] = field(default_factory=list)
+
+    def to_bytes(self) -> bytes:
+        return _dumps({
+            "version": 1, "startedAt": self.started_at, "runs": self.runs,
+            # base64: the journal is not itself a file that a search for the text finds
+            "texts": [_b64(t) for t in self.texts],
+            "patterns": self.patterns, "changed": self.changed, "done": self.done,
+            "renamed": [[_b64(old), new] for old, new in self.renamed.items()],  # an old id spells a text
+        }, JOURNAL, indent=True) + b"\n"
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "_Plan":
+        d = _io.loads(raw)
+        plan = cls([str(r) for r in d["runs"]], [_unb64(t) for t in d["texts"]], bool(d["patterns"]),
+                   {_unb64(old): str(new) for old, new in d["renamed"]}, [str(r) for r in d["changed"]],
+                   int(d["startedAt"]), [str(s) for s in d["done"]])
+        for rid in plan.runs + plan.changed:
+            validate_run_id(rid)
+        return plan
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8", "surrogatepass")).decode()
+
+
+def _unb64(text: str) -> str:
+    return base64.b64decode(text, validate=True).decode("utf-8", "surrogatepass")
+
+
+def _journal_path(store: MemoryStore) -> Path:
+    return store.dir / JOURNAL
+
+
+def _read_plan(store: MemoryStore) -> _Plan | None:
+    path = _journal_path(store)
+    try:
+        raw = _io.read_file(path, limit=MAX_RECORD_BYTES)
+    except FileNotFoundError:
+        return None
+    try:
+        return _Plan.from_bytes(raw)
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, ValidationError):
+        raise StoreError(f"{path}, the journal of an interrupted `cybmem redact`, is damaged; move it aside and run "
+                         "that redaction again (with the same texts)") from None
+
+
+def _save(store: MemoryStore, plan: _Plan) -> None:
+    _io.atomic_write(_journal_path(store), plan.to_bytes())
+
+
+def _test_kill(step: str) -> None:
+    if os.environ.get(_KILL_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pending(store: MemoryStore) -> dict | None:
+    """The unfinished redaction of a project (when, how many runs, the steps done, whether a
+    process is at it now), or None.
+
+    Raises:
+        StoreError: the journal is damaged.
+    """
+    plan = _read_plan(store)
+    if plan is None:
+        return None
+    return {"path": str(_journal_path(store)), "startedAt": plan.started_at, "runs": len(plan.runs),
+            "done": list(plan.done), "running": _io.is_locked(store.dir / REDACT_LOCK)}
+
+
+def complete_pending(store: MemoryStore) -> ScrubResult | None:
+    """Finish the project's interrupted redaction, if there is one (what ``doctor --repair`` calls).
+
+    Returns:
+        What finishing it did, or None when no redaction was interrupted.
+    """
+    store._check_not_symlinked()
+    with _redaction(store):
+        return _complete(store)
+
+
+@contextlib.contextmanager
+def _redaction(store: MemoryStore) -> Iterator[None]:
+    """One redaction of a project at a time, from its plan to the removal of its journal."""
+    with _io.locked(store.dir / REDACT_LOCK):
+        yield
+
+
+def _complete(store: MemoryStore) -> ScrubResult | None:
+    """Finish the journal's redaction, if any (:func:`_redaction` held)."""
+    with store.lock():
+        plan = _read_plan(store)
+        if plan is None:
+            return None
+        result = ScrubResult(plan.runs[0] if len(plan.runs) == 1 else "", store.slug, renamed=dict(plan.renamed),
+                             started_at=plan.started_at, targets=list(plan.runs))
+        clean = _Cleaner(plan.texts, plan.patterns)
+        _execute(store, plan, clean, result, _SOURCE_STEPS)
+    _execute(store, plan, clean, result, _STEPS)
+    return result
+
+
+# --- the redaction -------------------------------------------------------------------------
+
+
 def scrub_run(store: MemoryStore, run_id: str, *, secrets: list[str] = (), patterns: bool = True) -> ScrubResult:
     """Redact one run's record, its ledger lines and archive line, drop its vectors, rebuild the
-    derived files, and check that no file of the project still holds a given text.
+    derived files, bring the known exports in line, and check that no file of the project still
+    holds a given text. An interrupted redaction of the project is finished first.
 
     Args:
         store: the project.
@@ -135,68 +316,182 @@ def scrub_run(store: MemoryStore, run_id: str, *, secrets: list[str] = (), patte
 def scrub_runs(store: MemoryStore, run_ids: list[str] | None, *, secrets: list[str] = (),
                patterns: bool = True) -> ScrubResult:
     """:func:`scrub_run` for several runs at once (one lock, one rebuild); ``run_ids=None``: every
-    run whose record holds a given text (a leaked password quoted by many runs)."""
+    run whose record holds a given text (a leaked password quoted by many runs), and with no such
+    record, every other file of the project and its exports that still holds one."""
     given = _secrets(list(secrets))
-    if run_ids is None:
-        if not given:
-            raise ValidationError("to redact every run that holds a text, give the text (--secret or --secrets-from)")
-        run_ids = _runs_holding(store, given)
-    clean = _Cleaner(given, patterns)
-    result = ScrubResult(run_ids[0] if len(run_ids) == 1 else "", store.slug)
+    if run_ids is None and not given:
+        raise ValidationError("to redact every run that holds a text, give the text (--secret or --secrets-from)")
     store._check_not_symlinked()
-    wanted_runs = set(run_ids)
-    with store.lock():
-        renamed = result.renamed = _renamed_ids(store, given)
-        # 1. the records (an issue list keeps its ids, renamed where they spell a given text)
-        for rid in run_ids:
-            fields: list[str] = []
-            path = store.record_path(rid)
-            raw = _io.read_file(path, limit=MAX_RECORD_BYTES)
-            parse_record(path.name, raw)  # a record that does not read is not rewritten blind
-            data = _io.loads(raw)
-            new = clean.value({k: v for k, v in data.items() if k != "outcome"}, "", fields, keep=("runId",))
-            outcome = data.get("outcome")
-            if isinstance(outcome, dict):
-                ids = outcome.get("issues")
-                new["outcome"] = {**clean.value({k: v for k, v in outcome.items() if k != "issues"}, "outcome", fields),
-                                  **({"issues": _relinked(ids, renamed, fields)} if "issues" in outcome else {})}
-                new = {k: new[k] for k in data}  # the record's own key order
-            if fields:
-                out = _dumps(new, f"record {rid}", indent=True) + b"\n"
-                parse_record(path.name, out)
-                _io.atomic_write(path, out)
-                result.runs[rid] = fields
-        result.fields = result.runs.get(result.run_id, []) if result.run_id else sorted({f for fs in result.runs.values() for f in fs})
+    with _redaction(store):
+        completed = _complete(store)
+        with store.lock():
+            held_elsewhere = True
+            if run_ids is None:
+                run_ids = _runs_holding(store, given)
+                held_elsewhere = bool(run_ids) or bool(_still_holding(store.dir, given))
+            clean = _Cleaner(given, patterns)
+            plan = _plan(store, run_ids, given, patterns)
+            result = ScrubResult(run_ids[0] if len(run_ids) == 1 else "", store.slug, renamed=dict(plan.renamed),
+                                 started_at=plan.started_at, targets=list(run_ids))
+            _save(store, plan)
+            _test_kill("journal")
+            _execute(store, plan, clean, result, _SOURCE_STEPS)
+        _execute(store, plan, clean, result, _STEPS)
+    result.completed = completed
+    result.fields = (result.runs.get(result.run_id, []) if result.run_id
+                     else sorted({f for fs in result.runs.values() for f in fs}))
+    result.remaining = _still_holding(store.dir, given) + result.remaining
+    if not (held_elsewhere or result.changed or result.exports or result.remaining or result.unreachable):
+        raise ValidationError(f"no file of project {store.slug} (nor an export of it) holds a given text; "
+                              "nothing to redact")
+    return result
 
-        # 2. the ledger: the runs' lines, any line holding a given text, the renamed issues' lines
-        def change(d: dict) -> dict:
-            d = clean.value(d, "", [], keep=_LEDGER_KEYS)
-            return {**d, "issueId": renamed[d["issueId"]]} if d.get("issueId") in renamed else d
 
-        result.ledger_lines = _rewrite_lines(store.issues_path, lambda d, line: isinstance(d, dict) and (
-            d.get("byRunId") in wanted_runs or d.get("issueId") in renamed or any(s.encode() in line for s in given)),
-            change)
-        # 2b. other runs' records that name a renamed issue: only that list changes
-        if renamed:
+def _plan(store: MemoryStore, run_ids: list[str], given: list[str], patterns: bool) -> _Plan:
+    """What the redaction will do, worked out before anything is rewritten (project lock held)."""
+    renamed = _renamed_ids(store, given)
+    dry = _Cleaner(given, patterns)
+    changed = [rid for rid in run_ids if _cleaned_record(store, rid, dry, renamed)[1]]
+    return _Plan(list(run_ids), list(given), patterns, renamed, changed, int(time.time() * 1000))
+
+
+def _cleaned_record(store: MemoryStore, rid: str, clean: _Cleaner, renamed: dict[str, str]) -> tuple[bytes, list[str]]:
+    """A record's bytes with every string cleaned and its issue list renamed, and the fields changed."""
+    fields: list[str] = []
+    path = store.record_path(rid)
+    raw = _io.read_file(path, limit=MAX_RECORD_BYTES)
+    parse_record(path.name, raw)  # a record that does not read is not rewritten blind
+    data = _io.loads(raw)
+    new = clean.value({k: v for k, v in data.items() if k != "outcome"}, "", fields, keep=("runId",))
+    outcome = data.get("outcome")
+    if isinstance(outcome, dict):
+        ids = outcome.get("issues")
+        new["outcome"] = {**clean.value({k: v for k, v in outcome.items() if k != "issues"}, "outcome", fields),
+                          **({"issues": _relinked(ids, renamed, fields)} if "issues" in outcome else {})}
+        new = {k: new[k] for k in data}  # the record's own key order
+    if not fields:
+        return raw, fields
+    out = _dumps(new, f"record {rid}", indent=True) + b"\n"
+    parse_record(path.name, out)
+    return out, fields
+
+
+def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResult, steps: tuple[str, ...]) -> None:
+    """Do ``steps`` of ``plan`` not done yet, marking each in the journal; when the last one is
+    done, remove the journal. The source steps want the project lock held."""
+    given, renamed, wanted_runs = plan.texts, plan.renamed, set(plan.runs)
+    for step in steps:
+        if step in plan.done:
+            continue
+        if step == "records":
+            # 1. the records (an issue list keeps its ids, renamed where they spell a given text)
+            for rid in plan.runs:
+                try:
+                    out, fields = _cleaned_record(store, rid, clean, renamed)
+                except FileNotFoundError:
+                    continue  # removed since the plan was made: nothing of it is left to clean
+                if fields:
+                    _io.atomic_write(store.record_path(rid), out)
+                    result.runs[rid] = fields
+                    _test_kill("record")
+        elif step == "ledger":
+            # 2. the ledger: the runs' lines, any line holding a given text, the renamed issues' lines
+            def change(d: dict) -> dict:
+                d = clean.value(d, "", [], keep=_LEDGER_KEYS)
+                return {**d, "issueId": renamed[d["issueId"]]} if d.get("issueId") in renamed else d
+
+            result.ledger_lines = _rewrite_lines(store.issues_path, lambda d, line: isinstance(d, dict) and (
+                d.get("byRunId") in wanted_runs or d.get("issueId") in renamed or any(s.encode() in line for s in given)),
+                change)
+        elif step == "relink" and renamed:
+            # 2b. other runs' records that name a renamed issue: only that list changes
             result.records_relinked = _relink_records(store, wanted_runs, renamed)
-        # 3. archive-summary.md (compaction's one-liners)
-        result.archive_lines = _rewrite_text_lines(store.archive_path, wanted_runs, given, clean)
-        # 4. the runs' vectors (made from the old text)
-        result.embeddings_dropped = _drop_vectors(store.embeddings_path, set(result.runs))
+        elif step == "archive":
+            # 3. archive-summary.md (compaction's one-liners; writers append there under the index lock)
+            with store.index_lock():
+                result.archive_lines = _rewrite_text_lines(store.archive_path, wanted_runs, given, clean)
+        elif step == "vectors":
+            # 4. the vectors of the runs whose record changed (made from the old text)
+            result.embeddings_dropped = _drop_vectors(store.embeddings_path, set(plan.changed))
+        elif step == "derived":
+            # 5. the derived files, from the files: always, as a killed redaction (or a hand edit)
+            # may have left them behind the records
+            count = store.rebuild_index()
+            result.rebuilt.append(f"{store.index_path} ({count} record{'s' if count != 1 else ''})")
+            cache = _cache.cache_dir(store.dir)
+            if cache.is_dir() and not store.symlinked_dirs():
+                # Emptied, not rebuilt: the next reader rebuilds it from the redacted files.
+                _cache.discard(cache, files=True)
+                result.emptied.append(str(cache))
+        elif step == "exports":
+            # 6. the exports the project knows of
+            _reach_exports(store, plan, result)
+        plan.done.append(step)
+        _save(store, plan)
+        _test_kill(step)
     result.kinds = sorted(clean.kinds)
     result.replaced = clean.replaced
-    # 5. the derived files, from the files
-    if result.changed:
-        count = store.rebuild_index()
-        result.rebuilt.append(f"{store.index_path} ({count} record{'s' if count != 1 else ''})")
-        if not _cache.disabled(store.root) and not store.symlinked_dirs():
-            from .snapshot import load_snapshot
+    if not set(_STEPS) <= set(plan.done):
+        return
+    try:
+        os.unlink(_journal_path(store))
+    except FileNotFoundError:
+        pass
+    _io.sync_path(store.dir)
+    _test_kill("end")
 
-            _cache.discard(_cache.cache_dir(store.dir))
-            load_snapshot(store)
-            result.rebuilt.append(str(_cache.cache_dir(store.dir)))
-    result.remaining = _still_holding(store.dir, given)
-    return result
+
+def _reach_exports(store: MemoryStore, plan: _Plan, result: ScrubResult) -> None:
+    """Bring the project's known exports in line with the redacted store (after its own files).
+
+    A Parquet dataset: this machine's rows of the redacted runs (and of runs naming a renamed
+    issue) and every ledger event that differs from the ledger now are rewritten in place (one
+    atomic replace per file). A SQLite database: updated as a re-export does (an UPSERT; deleted
+    content zeroed, the full-text index merged). A file export (NDJSON, CSV, PROV) cannot be
+    edited: one that holds a given text, a redacted run's id or a renamed issue id is named,
+    with the command that writes it again.
+    """
+    from .export import known_exports, redo_command, refresh_dataset, refresh_sqlite
+
+    exports = known_exports(store)
+    if not exports:
+        return
+    needles = _needles(plan.texts)
+    ids = [r.encode() for r in plan.changed] + [f'"{old}"'.encode() for old in plan.renamed]
+    for entry in exports:
+        fmt, out = entry["format"], Path(entry["out"])
+        if fmt == "parquet":
+            if not out.is_dir():
+                continue  # gone (or moved: then it is out of reach, and nothing here can find it)
+            files, holding = refresh_dataset(store, out, entry.get("machine") or "", run_ids=plan.runs,
+                                             issue_ids=list(plan.renamed),
+                                             holds=_holder(plan.texts) if plan.texts else None)
+            if files:
+                result.exports.append(f"rewrote {len(files)} file{'s' if len(files) != 1 else ''} of the Parquet "
+                                      f"dataset {out} (machine {entry.get('machine')})")
+            result.remaining += holding
+            continue
+        try:
+            data = _io.read_file(out)
+        except (FileNotFoundError, StoreError):
+            continue  # gone, or no longer a regular file: nothing of ours to reach
+        if fmt == "sqlite" and data.startswith(b"SQLite format 3\x00"):
+            updated = refresh_sqlite(store, out, entry.get("tables") or ["records", "issues"])
+            if updated:
+                result.exports.append(f"updated {updated} row{'s' if updated != 1 else ''} of the SQLite database {out}")
+            data = _io.read_file(out)
+            if any(n in data for n in needles) and _holds(data, plan.texts):
+                result.remaining.append(f"{out} (a row of another run: `cybmem redact --everywhere`)")
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(int(entry.get("at") or 0) / 1000))
+        if any(n in data for n in needles) and _holds(data, plan.texts):
+            why = "still holds a given text"
+        elif any(i in data for i in ids):
+            why = "was written before this redaction and holds what it changed: it may still hold the secret"
+        else:
+            continue
+        result.unreachable.append(f"the {fmt} export {out} (written {when}) {why}; cybmem cannot edit it: "
+                                  f"write it again with `{redo_command(store, entry)}` (or delete it)")
 
 
 def _runs_holding(store: MemoryStore, given: list[str]) -> list[str]:
@@ -208,15 +503,33 @@ def _runs_holding(store: MemoryStore, given: list[str]) -> list[str]:
             raw = _io.read_file(store.record_path(rid), limit=MAX_RECORD_BYTES)
         except OSError:
             continue
-        if any(n in raw for n in needles):
+        if any(n in raw for n in needles) and _holds(raw, given):
             out.append(rid)
-    if not out:
-        raise ValidationError(f"no record of project {store.slug} holds a given text")
     return out
 
 
 def _needles(given: list[str]) -> set[bytes]:
     return {s.encode() for s in given} | {_dumps(s, "text")[1:-1] for s in given}
+
+
+def _holder(given: list[str]):
+    """A test of whether some bytes or text hold a given text (as written, or as JSON escapes it)
+    outside a marker: a text such as ``manual`` is part of every ``[REDACTED:manual]``, and is not
+    left over there."""
+    forms = sorted({f for s in given for f in (s, _dumps(s, "text")[1:-1].decode("utf-8", "surrogateescape"))})
+    finder = _finder(forms) if forms else None
+
+    def holds(data: bytes | str) -> bool:
+        if finder is None:
+            return False
+        text = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
+        return any(f in text for f in forms) and any(m.group(1) is not None for m in finder.finditer(text))
+
+    return holds
+
+
+def _holds(data: bytes | str, given: list[str]) -> bool:
+    return _holder(given)(data)
 
 
 def _renamed_ids(store: MemoryStore, given: list[str]) -> dict[str, str]:
@@ -365,11 +678,13 @@ def _still_holding(directory: Path, given: list[str]) -> list[str]:
     needles = _needles(given)
     out = []
     for f in sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()):
+        if f.name == JOURNAL:
+            continue  # the plan of a redaction under way (its texts base64-encoded)
         try:
-            data = f.read_bytes()
-        except OSError:
+            data = _io.read_file(f)
+        except (OSError, StoreError):
             continue
-        if any(n in data for n in needles):
+        if any(n in data for n in needles) and _holds(data, given):
             if f.parent.name == "records" and f.suffix == ".json":
                 why = f" (another run's record: `cybmem redact {f.stem}`, or --everywhere)"
             else:

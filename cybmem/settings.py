@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import ValidationError
 
-__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS", "DEFAULT_INDEX_CAP"]
+__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS", "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE"]
 
 #: Prior runs in the MEMORY block. The store format's suggested 3 was measured against more on the
 #: pytest corpus qrels replayed through dispatch (benchmarks/bench_dispatch.py): the block names a
@@ -27,6 +27,9 @@ DEFAULT_ISSUES = 5
 DEFAULT_ISSUE_WINDOW_DAYS = 90
 # index.json keeps this many entries; older ones collapse into archive-summary.md (seeds 3.5).
 DEFAULT_INDEX_CAP = 500
+#: Re-tune a project's weights when its history has grown by this many percent since the last
+#: tuning (CYBERINE_MEMORY_RETUNE; 0: never on its own).
+DEFAULT_RETUNE = 0
 
 _FALSE = {"0", "false", "no", "off"}
 
@@ -81,6 +84,7 @@ class Settings:
     redact_secrets: bool = True
     issue_window_days: int = DEFAULT_ISSUE_WINDOW_DAYS
     index_cap: int = DEFAULT_INDEX_CAP
+    retune: int = DEFAULT_RETUNE
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     problems: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
@@ -114,6 +118,7 @@ class Settings:
             redact_secrets=_flag(env, "CYBERINE_MEMORY_REDACT", True),
             issue_window_days=_int_env(env, "CYBERINE_MEMORY_ISSUE_WINDOW_DAYS", DEFAULT_ISSUE_WINDOW_DAYS, 0),
             index_cap=_int_env(env, "CYBERINE_MEMORY_INDEX_CAP", DEFAULT_INDEX_CAP, 0),
+            retune=_int_env(env, "CYBERINE_MEMORY_RETUNE", DEFAULT_RETUNE, 0, problems),
             env=env,
             problems=tuple(problems or ()),
         )

@@ -251,6 +251,26 @@ class Snapshot:
                 return hits[0].as_py()
         return self.store.resolve_run_id(prefix)
 
+    def resolve_link(self, run_id: str | None) -> str | None:
+        """The run a lineage id given to dispatch names (``--parent``, CYBERINE_PARENT_RUN_ID).
+
+        An id shorter than every run id of the project can only be an abbreviation, such as the
+        8 characters the MEMORY block prints: it is resolved as ``cybmem show`` resolves one
+        (:meth:`resolve_run_id`). Any other id is a whole id, taken as given: a run with a
+        record, or one not recorded yet (a parent still running) or of another project.
+
+        Raises:
+            NotFoundError: an abbreviation that starts no run id of the project.
+            AmbiguousError: an abbreviation that starts several.
+        """
+        text = (run_id or "").strip()
+        if not text:
+            return None
+        ids = self.records.column("runId")
+        if not self.n or len(text) >= pc.min(pc.utf8_length(ids)).as_py():
+            return text
+        return self.resolve_run_id(text)
+
     def lineage_columns(self) -> tuple:
         """runId, parentRunId, previousRunId, rootRunId, chatSessionId (encoded after :meth:`prepare`)."""
         if "lineage" in self._cache:

@@ -38,7 +38,10 @@ no re-scoring of the store (benchmarks/bench_tune.py has the figures).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +53,8 @@ import numpy as np
 from .bm25 import RunLookup
 from .embeddings import read_rows
 from .errors import CybmemError, ValidationError
-from .judgments import JUDGMENT_KINDS, METRICS, Judgment, check_metric, judgments_from_store, load_judgments, merge_judgments
+from .judgments import (JUDGMENT_KINDS, METRICS, Judgment, check_metric, derived_source, judgments_from_store,
+                        load_judgments, merge_judgments)
 from .progress import Progress
 from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
 from .retrieval import parent_row, dispatch_context
@@ -58,7 +62,7 @@ from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
 from .store import MemoryStore
 from .text import tokenize
-from .weights import WEIGHTS_FILE, Weights, save_weights, weight_files, weights_for
+from .weights import WEIGHTS_FILE, Weights, read_evidence, save_weights, tuned_note, weight_files, weights_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -78,8 +82,17 @@ __all__ = [
     "Evaluation",
     "evaluate_weights",
     "save_project_weights",
+    "evidence_of",
+    "auto_tune",
+    "retune_due",
+    "spawn_auto_tune",
+    "RETUNE_MIN_RECORDS",
     "MIN_KEYWORD_JUDGMENTS",
     "MIN_FOLD",
+    "MIN_JUDGMENTS",
+    "bootstrap_interval",
+    "learn_floor",
+    "weights_state",
 ]
 
 DEFAULT_HALF_LIVES = (1.0, 3.0, 7.0, 14.0, 30.0, 60.0, 120.0, 365.0)
@@ -668,14 +681,27 @@ class GridResult:
     vector_note: str = ""  # why w_vec was not searched although the store has vectors (empty: it was, or none)
     met_note: str = ""  # every judgment is met whatever the weights (empty: not so)
     validation: "Validation | None" = None  # the same search on the earlier judgments, scored on the later
+    derived: bool = False  # the judgments were derived from the store
+    as_of: int | None = None  # tuned as of this moment (None: everything)
+    tests: int = 0  # judgments whose answer depends on the weights (not the pinned parent's)
+    state: tuple[int, int, int] | None = None  # weights.json when tuning began (weights_state)
+    records: int = 0  # runs the tuning saw
+    floor_note: str = ""  # how the floor saved with the weights was found
+
+    @property
+    def saves(self) -> Weights | None:
+        """What ``--save`` writes: the weights tuned on the earlier judgments and checked on the
+        later ones (None: too few judgments to check any)."""
+        return self.validation.tuned if self.validation is not None else None
 
     @property
     def refusal(self) -> str | None:
-        """Why ``cybmem tune --save`` will not save :attr:`best` without --force (None: it will)."""
-        if not self.best_in_grid:
-            return "no grid point beats the current weights"
-        if self.best.w_kw == 0:
-            return "the best weights switch the keyword axis off (w_kw=0): the block would ignore what the task says"
+        """Why ``cybmem tune --save`` will not save :attr:`saves` without --force (None: it will)."""
+        if self.tests < MIN_JUDGMENTS:
+            lineage = f" (the other {self.judgments - self.tests} are answered by the parent dispatch shows first)" \
+                if self.tests < self.judgments else ""
+            return (f"only {self.tests} judgment(s) test the weights{lineage}; at least {MIN_JUDGMENTS} are needed to "
+                    "tell tuned weights from noise, so the current weights stay")
         if self.keyword_held:
             return ("too few of these judgments test keywords, and a larger w_lin also lowers what the words count "
                     f"for, which they cannot measure; give at least {MIN_KEYWORD_JUDGMENTS} judgments that test "
@@ -684,9 +710,18 @@ class GridResult:
         if v is None:
             return (f"too few judgments ({self.judgments}) to check the weights on later ones; "
                     f"at least {2 * MIN_FOLD} are needed")
-        if v.tuned_later < v.current_later:
-            return (f"weights tuned on the earlier {v.earlier} judgments lose to the current ones on the later {v.later} "
-                    f"({v.tuned_later:.4f} vs {v.current_later:.4f}): the grid is fitting these judgments, not learning")
+        if v.tuned == self.current:
+            return f"no grid point beats the current weights on the earlier {v.earlier} judgments"
+        if v.tuned.w_kw == 0:
+            return "the tuned weights switch the keyword axis off (w_kw=0): the block would ignore what the task says"
+        lo, hi = v.interval
+        if not lo > 0:
+            return (f"the weights tuned on the earlier {v.earlier} judgments do not beat the current ones on the later "
+                    f"{v.later} ({v.tuned_later:.4f} vs {v.current_later:.4f}; 90% interval of the difference "
+                    f"{lo:+.4f} to {hi:+.4f}): the grid would be fitting these judgments, not learning")
+        if v.text_tuned_later is not None and v.text_tuned_later < (v.text_current_later or 0.0):
+            return (f"asked as text alone (no parent, no chat), the later {v.later} judgments score lower with the tuned "
+                    f"weights ({v.text_tuned_later:.4f} vs {v.text_current_later:.4f}): lineage would be deciding them")
         return None
 
     @property
@@ -747,6 +782,8 @@ class GridResult:
             "kinds": dict(self.kinds), "keywordHeld": self.keyword_held or None,
             "vectorNote": self.vector_note or None, "metNote": self.met_note or None, "refusal": self.refusal,
             "validation": self.validation.to_dict() if self.validation is not None else None,
+            "saves": self.saves.to_dict() if self.saves is not None else None, "asOf": self.as_of,
+            "testsWeights": self.tests, "floorNote": self.floor_note or None,
             "metric": self.metric, "k": self.k, "label": self.label,
             "current": {**self.current.to_dict(), "value": round(self.current_metric, 6)},
             "best": {**self.best.to_dict(), "value": round(self.best_metric, 6)},
@@ -859,7 +896,7 @@ def grid_search(m: AxisMatrices, *, metric: str = "mrr", k: int | None = None, s
                 return (float(np.abs(d - cur_dir).sum()), abs(math.log(p[4] / current.half_life_days)))
 
             bi = min(cand, key=dist)
-            best_w = Weights(**{a: float(axes[a][i]) for a, i in zip(names, bi)})
+            best_w = dataclasses.replace(current, **{a: float(axes[a][i]) for a, i in zip(names, bi)})
             # Its exact value (the grid evaluated a representative of its direction).
             exact = _metric_values(m, pairs, [(best_w.half_life_days, np.asarray(_weight_vector(best_w, m.has_vectors),
                                                                                dtype=np.float32)[:, None])], metric, k)
@@ -881,13 +918,22 @@ def grid_search(m: AxisMatrices, *, metric: str = "mrr", k: int | None = None, s
 
 #: Fewer judgments that test keywords than this, and the keyword weight is not searched.
 MIN_KEYWORD_JUDGMENTS = 10
+#: Fewer judgments that test the weights than this (those lineage decides do not count), and
+#: ``tune --save`` keeps the weights there are: below it the later half is too small to tell.
+MIN_JUDGMENTS = 30
+#: The floor learned from judgments keeps at least this share of the judged runs the block shows without a floor.
+FLOOR_KEEP = 0.9
 #: Each time-ordered fold needs at least this many judgments for the check to mean anything.
 MIN_FOLD = 5
 
 
 @dataclass
 class Validation:
-    """The tuning checked on time: searched on the earlier judgments, scored on the later ones."""
+    """The tuning checked on time: searched on the earlier judgments, scored on the later ones.
+
+    ``tuned`` is what ``cybmem tune --save`` saves: the weights checked here, never ones fitted to
+    the judgments they are checked on.
+    """
 
     earlier: int  # judgments tuned on
     later: int  # judgments scored on
@@ -896,11 +942,38 @@ class Validation:
     current_earlier: float
     tuned_later: float
     current_later: float
+    interval: tuple[float, float] = (0.0, 0.0)  # 90% bootstrap interval of tuned - current on the later judgments
+    # The same check with every judgment asked as text alone (no parent, no chat): None when no
+    # judgment names a parent or chat, so the check above already is one.
+    text_tuned_later: float | None = None
+    text_current_later: float | None = None
+
+    @property
+    def gain(self) -> float:
+        return self.tuned_later - self.current_later
 
     def to_dict(self) -> dict[str, Any]:
-        return {"earlier": self.earlier, "later": self.later, "tuned": self.tuned.to_dict(),
-                "tunedEarlier": round(self.tuned_earlier, 6), "currentEarlier": round(self.current_earlier, 6),
-                "tunedLater": round(self.tuned_later, 6), "currentLater": round(self.current_later, 6)}
+        out = {"earlier": self.earlier, "later": self.later, "tuned": self.tuned.to_dict(),
+               "tunedEarlier": round(self.tuned_earlier, 6), "currentEarlier": round(self.current_earlier, 6),
+               "tunedLater": round(self.tuned_later, 6), "currentLater": round(self.current_later, 6),
+               "interval": [round(self.interval[0], 6), round(self.interval[1], 6)]}
+        if self.text_tuned_later is not None:
+            out["textOnly"] = {"tunedLater": round(self.text_tuned_later, 6),
+                               "currentLater": round(self.text_current_later or 0.0, 6)}
+        return out
+
+
+def bootstrap_interval(diff: np.ndarray, *, weights: np.ndarray | None = None, resamples: int = 2000,
+                       level: float = 0.9, seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of the (weighted) mean of paired per-judgment differences."""
+    n = len(diff)
+    if n == 0:
+        return (0.0, 0.0)
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    means = (diff[idx] * w[idx]).sum(axis=1) / np.maximum(w[idx].sum(axis=1), 1e-12)
+    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi)
 
 
 def time_folds(m: AxisMatrices) -> tuple[AxisMatrices, AxisMatrices] | None:
@@ -930,47 +1003,84 @@ def kind_weights(judgments: Sequence[Judgment]) -> tuple[np.ndarray | None, int]
     return w.astype(np.float64), others
 
 
+def _without_lineage(js: Sequence[Judgment]) -> list[Judgment]:
+    """The judgments asked as text alone: no parent, no chat session (what a task dispatched on its own gets)."""
+    return [dataclasses.replace(j, parent_run_id=None, chat_session_id=None) for j in js]
+
+
+def _validate(m: AxisMatrices, axes: dict[str, Any], metric: str, k: int, current: Weights,
+              text: AxisMatrices | None, progress: bool | None = False) -> Validation | None:
+    """Search on the earlier half of ``m`` (by asOf), score tuned and current weights on the later half."""
+    folds = time_folds(m)
+    if folds is None:
+        return None
+    early, late = folds
+    g = grid_search(early, metric=metric, k=k, progress=progress, **axes)
+    tuned = g.best
+    cur_ok = any(_weight_vector(current, True))
+    per_t = evaluate(late, tuned, metric=metric, k=k, per_query=True)
+    per_c = evaluate(late, current, metric=metric, k=k, per_query=True) if cur_ok else np.zeros(late.n)
+    mean = lambda v: float((v * late.weights).sum() / late.weights.sum()) if late.weights is not None else float(v.mean())  # noqa: E731
+    v = Validation(earlier=early.n, later=late.n, tuned=tuned, tuned_earlier=g.best_metric,
+                   current_earlier=g.current_metric, tuned_later=mean(per_t), current_later=mean(per_c),
+                   interval=bootstrap_interval(per_t - per_c, weights=late.weights))
+    if text is not None:
+        t_late = time_folds(text)[1]
+        v.text_tuned_later = float(evaluate(t_late, tuned, metric=metric, k=k))
+        v.text_current_later = float(evaluate(t_late, current, metric=metric, k=k)) if cur_ok else 0.0
+    return v
+
+
 def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str | Path | None = None,
-         metric: str = "mrr", k: int = 10, steps: int = 11, half_lives: Iterable[float] | None = None,
-         w_kw: Iterable[float] | None = None, w_rec: Iterable[float] | None = None,
-         w_lin: Iterable[float] | None = None, w_vec: Iterable[float] | None = None,
-         current: Weights | None = None, settings: Settings | None = None, kinds: Sequence[str] = JUDGMENT_KINDS,
-         hold_few: bool = True, progress: bool | None = None) -> GridResult:
-    """Search the weights for a project: judgments -> axis values -> grid.
+         as_of: int | None = None, metric: str = "mrr", k: int = 10, steps: int = 11,
+         half_lives: Iterable[float] | None = None, w_kw: Iterable[float] | None = None,
+         w_rec: Iterable[float] | None = None, w_lin: Iterable[float] | None = None,
+         w_vec: Iterable[float] | None = None, current: Weights | None = None, settings: Settings | None = None,
+         kinds: Sequence[str] = JUDGMENT_KINDS, hold_few: bool = True, topk: int | None = None,
+         progress: bool | None = None) -> GridResult:
+    """Search the weights for a project: judgments -> axis values -> grid, checked on time.
 
     Args:
         store: the project (or its snapshot).
         judgments: a list, a judgments JSONL path, or None to derive them from the store
             (:func:`judgments_from_store` with ``kinds``).
+        as_of: tune as of this moment (epoch ms): only the runs, ledger events and judgments that
+            existed then, so that the result can be checked on what came after.
         metric, k, steps, half_lives, w_kw, w_rec, w_lin, w_vec: see :func:`grid_search`.
         current: the weights to compare with (default: what production reads for the project).
         hold_few: with fewer than MIN_KEYWORD_JUDGMENTS judgments that test keywords, search w_lin only
             (False: search every axis anyway).
+        topk: the block's size, for the floor learned from the judgments (default: the settings').
         settings: for the production weights (default: from the environment).
         progress: progress bars on stderr (None: when stderr is a TTY).
 
     Returns:
-        :class:`GridResult`.
+        :class:`GridResult`: the best weights on all judgments (:attr:`~GridResult.best`), the
+        weights tuned on the earlier half and scored on the later half (:attr:`~GridResult.validation`,
+        what ``--save`` saves) and why they would not be saved (:attr:`~GridResult.refusal`).
     """
     check_metric(metric, k)
     snap = store if isinstance(store, Snapshot) else load_snapshot(store)
-    if judgments is None:
-        js = judgments_from_store(snap, kinds=kinds)
+    settings = settings or Settings.from_env()
+    state = weights_state(snap.store) if snap.store is not None else None
+    derived = judgments is None
+    if derived:
+        js = judgments_from_store(snap, kinds=kinds, as_of=as_of)
         if not js:
-            raise ValidationError(f"project {snap.store.slug} implies no judgments yet (no run resolved an issue "
-                                  "or was dispatched by a finished parent); pass a judgments file with --judgments")
-        kinds: dict[str, int] = {}
-        for j in js:
-            kinds[j.kind or "?"] = kinds.get(j.kind or "?", 0) + 1
-        source = f"derived from project {snap.store.slug} (" + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")"
-    elif isinstance(judgments, (str, Path)):
-        js = load_judgments(judgments)
-        source = f"from {judgments}"
+            when = f" as of {as_of}" if as_of is not None else ""
+            raise ValidationError(f"project {snap.store.slug} implies no judgments yet{when} (no run raised, resolved "
+                                  "or reopened an issue that earlier runs carried, or was dispatched by a finished "
+                                  "parent); pass a judgments file with --judgments")
+        source = derived_source(snap.store.slug, js)
     else:
-        js = merge_judgments(judgments)
-        source = "given"
+        js = load_judgments(judgments) if isinstance(judgments, (str, Path)) else merge_judgments(judgments)
+        source = f"from {judgments}" if isinstance(judgments, (str, Path)) else "given"
+        if as_of is not None:
+            js = [j for j in js if j.as_of <= as_of]
+            if not js:
+                raise ValidationError(f"no judgment was asked by {as_of} (--as-of); give a later moment")
     if current is None:
-        current = weights_for(settings or Settings.from_env(), snap.store).weights
+        current = weights_for(settings, snap.store).weights
     qv, vector_note = _query_vectors(snap, js, settings, progress)
     m = axis_matrices(snap, js, k=k, query_vectors=qv, progress=progress)
     if not m.n:
@@ -990,8 +1100,13 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     axes = dict(steps=steps, w_kw=w_kw, w_rec=w_rec, w_lin=w_lin, w_vec=w_vec, half_lives=half_lives, current=current)
     result = grid_search(m, metric=metric, k=k, progress=progress, **axes)
     result.source = source
+    result.derived = derived
+    result.as_of = as_of
     result.keyword_held = held
     result.vector_note = vector_note
+    result.tests = keyword_tests
+    result.state = state
+    result.records = int(snap.candidates(as_of).sum()) if snap.n else 0
     met = m.pinned_relevant & ((m.n_relevant == 1) | (metric == "mrr"))  # the parent shown first is all they ask
     if m.n and met.all():
         result.met_note = ("every judgment is met whatever the weights (each asks for the run's parent, which dispatch "
@@ -1000,16 +1115,67 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     result.kinds = {}
     for j in m.judgments:
         result.kinds[j.kind or "given"] = result.kinds.get(j.kind or "given", 0) + 1
-    folds = time_folds(m)
-    if folds is not None:
-        early, late = folds
-        g = grid_search(early, metric=metric, k=k, progress=False, **axes)
-        result.validation = Validation(
-            earlier=early.n, later=late.n, tuned=g.best, tuned_earlier=g.best_metric, current_earlier=g.current_metric,
-            tuned_later=float(evaluate(late, g.best, metric=metric, k=k)),
-            current_later=float(evaluate(late, current, metric=metric, k=k)) if any(_weight_vector(current, True)) else 0.0,
-        )
+    # Tune for the dispatch runs will get: judgments that name a parent or chat are also checked as text alone.
+    text = None
+    if any(j.parent_run_id or j.chat_session_id for j in m.judgments):
+        text = axis_matrices(snap, _without_lineage(m.judgments), k=k, query_vectors=qv, progress=progress)
+        text.weights = m.weights
+        if text.n != m.n:  # a judgment answerable only through its parent: compare like with like
+            text = None
+    result.validation = _validate(m, axes, metric, k, current, text, progress)
+    v = result.validation
+    if v is not None and result.refusal is None:
+        floor, note = learn_floor(snap, m.judgments, v.tuned, topk=topk or settings.topk, progress=progress)
+        v.tuned = dataclasses.replace(v.tuned, floor=floor) if floor is not None else v.tuned
+        result.floor_note = note
     return result
+
+
+def learn_floor(snap: Snapshot, judgments: Sequence[Judgment], weights: Weights, *, topk: int,
+                keep: float = FLOOR_KEEP, progress: bool | None = False) -> tuple[float | None, str]:
+    """The highest floor that keeps at least ``keep`` of the judgments whose relevant run the block
+    (its top ``topk``, dispatch's rule) shows: learned from the project's own judgments.
+
+    Returns:
+        (the floor, or None when too few judgments show a relevant run; a line saying how it was found).
+    """
+    from .retrieval import rank_query
+
+    probe = dataclasses.replace(weights, floor=1e-9)  # the share rule on, the task floor off: see every best match
+    best: list[float] = []
+    hits = 0
+    row_of: dict[str, int] | None = None
+    bar = _progress(len(judgments), "floor", progress)
+    for j in judgments:
+        bar.update()
+        ranked = rank_query(snap, j.query, k=topk, weights=probe, as_of=j.as_of, parent_run_id=None,
+                            chat_session_id=j.chat_session_id, exclude=j.query_run_id, floor=True)
+        if ranked.floor is None or not ranked.top:
+            continue
+        if row_of is None:
+            row_of = {rid: i for i, rid in enumerate(snap.records.column("runId").to_pylist())}
+        rel = {row_of[r] for r in j.relevant if r in row_of}
+        if rel & set(ranked.top):
+            best.append(ranked.floor.best)
+        hits += 1
+    bar.close()
+    if len(best) < MIN_JUDGMENTS // 2:
+        return None, (f"the floor stays at {weights.floor:g}: only {len(best)} judgment(s) show a relevant run "
+                      f"without one (at least {MIN_JUDGMENTS // 2} are needed to learn it)")
+    floor = float(np.quantile(np.asarray(best), 1.0 - keep))
+    floor = round(max(floor, 0.0), 2)
+    return floor, (f"floor {floor:g}: the highest that keeps {keep:.0%} of the {len(best)} judgments whose relevant "
+                   f"run the block shows (of {hits}), learned from them")
+
+
+def weights_state(store: MemoryStore) -> tuple[int, int, int] | None:
+    """What ``<project>/weights.json`` is now (inode, size, mtime ns; None: no file), to tell
+    whether another tuning saved it since (:func:`save_project_weights`)."""
+    try:
+        st = (store.dir / WEIGHTS_FILE).stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass
@@ -1077,17 +1243,155 @@ def evaluate_weights(store: MemoryStore | Snapshot, weights: Mapping[str, Weight
     return Evaluation(metric=metric, k=k, judgments=m.n, skipped=len(m.skipped), source=source, rows=rows)
 
 
-def save_project_weights(store: MemoryStore, weights: Weights, settings: Settings | None = None) -> tuple[Path, list[str]]:
+def evidence_of(result: GridResult) -> dict[str, Any]:
+    """What weights.json keeps of the tuning that wrote it (under "tuned"): the judgments used, the
+    metric before and after on the later half, its bootstrap interval, when, and what was saved."""
+    v = result.validation
+    out: dict[str, Any] = {
+        "at": int(time.time() * 1000), "asOf": result.as_of, "records": result.records,
+        "source": "derived" if result.derived else result.source.removeprefix("from "),
+        "kinds": dict(result.kinds), "judgments": result.judgments, "testsWeights": result.tests,
+        "metric": result.metric, "k": result.k, "label": result.label,
+    }
+    if v is not None:
+        out["saved"] = f"tuned on the earlier {v.earlier} judgments, checked on the later {v.later}"
+        out["earlier"] = {"judgments": v.earlier, "before": round(v.current_earlier, 6), "after": round(v.tuned_earlier, 6)}
+        out["later"] = {"judgments": v.later, "before": round(v.current_later, 6), "after": round(v.tuned_later, 6),
+                        "interval90": [round(v.interval[0], 6), round(v.interval[1], 6)]}
+        if v.text_tuned_later is not None:
+            out["later"]["textOnly"] = {"before": round(v.text_current_later or 0.0, 6), "after": round(v.text_tuned_later, 6)}
+    else:
+        out["saved"] = "the best on all judgments (too few to check on later ones; saved with --force)"
+    if result.floor_note:
+        out["floor"] = result.floor_note
+    return out
+
+
+def save_project_weights(store: MemoryStore, weights: Weights, settings: Settings | None = None, *,
+                         evidence: Mapping[str, Any] | None = None,
+                         expect: tuple[int, int, int] | None | bool = False) -> tuple[Path, list[str]]:
     """Write ``<project dir>/weights.json`` (what ``cybmem search`` / ``inject`` read for the project).
+
+    Args:
+        evidence: the tuning's evidence (:func:`evidence_of`), kept under "tuned".
+        expect: what weights.json was when the tuning began (:func:`weights_state`; None: no file);
+            when it changed since (another ``tune --save`` finished meanwhile) nothing is written
+            and :class:`~cybmem.errors.ConflictError` says so. False: write whatever is there.
 
     Returns:
         The path written, and what still overrides it for production (a
         CYBERINE_MEMORY_WEIGHTS file, CYBERINE_MEMORY_W_* variables), empty when nothing does.
     """
+    from . import _io
+    from .errors import ConflictError
+
     settings = settings or Settings.from_env()
     path = store.dir / WEIGHTS_FILE
-    save_weights(weights, path)
+    with _io.locked(store.dir / ".weights.lock"):
+        if expect is not False and weights_state(store) != expect:
+            ev = read_evidence(path)
+            when = f" (saved {tuned_note(ev)})" if ev else ""
+            raise ConflictError(f"{path} changed while this tuning ran{when}, so these weights were not saved; "
+                                "run `cybmem tune --save` again to tune on top of them")
+        save_weights(weights, path, evidence=evidence)
     over = [str(p) for p in weight_files(settings, store)[2:] if p.is_file()]
-    over += sorted(v for v in settings.env if v.startswith("CYBERINE_MEMORY_W_") or v == "CYBERINE_MEMORY_HALF_LIFE_DAYS"
+    over += sorted(v for v in settings.env if (v.startswith("CYBERINE_MEMORY_W_") or v in (
+        "CYBERINE_MEMORY_HALF_LIFE_DAYS", "CYBERINE_MEMORY_FLOOR", "CYBERINE_MEMORY_FLOOR_VEC"))
                    if str(settings.env[v]).strip())
     return path, over
+
+
+#: Fewer runs than this and a store is not re-tuned on its own (CYBERINE_MEMORY_RETUNE).
+RETUNE_MIN_RECORDS = 50
+_RETUNE_LOCK = ".retune.lock"
+_RETUNE_STATE = ".retune.json"
+
+
+def retune_due(store: MemoryStore, settings: Settings, records: int | None = None) -> bool:
+    """Has the history grown by CYBERINE_MEMORY_RETUNE percent since the last tuning (or never been
+    tuned and reached :data:`RETUNE_MIN_RECORDS` runs)? False when the setting is 0."""
+    if settings.retune <= 0:
+        return False
+    n = len(store.listing()) if records is None else records
+    last = _last_tuned_at(store)
+    if last <= 0:
+        return n >= RETUNE_MIN_RECORDS
+    return n >= max(RETUNE_MIN_RECORDS, last * (100 + settings.retune) / 100)
+
+
+def _last_tuned_at(store: MemoryStore) -> int:
+    """Runs the history had at the last tuning, saved or not (weights.json's evidence, .retune.json)."""
+    ev = read_evidence(store.dir / WEIGHTS_FILE) or {}
+    seen = [ev.get("records")]
+    try:
+        seen.append(json.loads((store.dir / _RETUNE_STATE).read_text()).get("records"))
+    except (OSError, ValueError, AttributeError):
+        pass
+    return max([x for x in seen if isinstance(x, int)], default=0)
+
+
+def auto_tune(store: MemoryStore, settings: Settings | None = None, *, progress: bool | None = False) -> str:
+    """Tune on the store's own judgments and save only what passes every check (what
+    CYBERINE_MEMORY_RETUNE runs): one line saying what happened. Never raises for a tuning that
+    cannot be done; a second auto-tuning of the same store while one runs returns at once."""
+    import fcntl
+
+    settings = settings or Settings.from_env()
+    lock = store.dir / _RETUNE_LOCK
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        return f"not re-tuned: {lock} cannot be opened ({exc.strerror})"
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f"not re-tuned: another tuning of project {store.slug} is running"
+        try:
+            result = tune(store, settings=settings, progress=progress)
+        except CybmemError as exc:
+            return f"not re-tuned: {' '.join(str(exc).split())}"
+        from . import _io
+
+        # The next check waits for the history to grow again, whatever this one decides.
+        _io.atomic_write(store.dir / _RETUNE_STATE, json.dumps({"records": result.records, "at": int(time.time() * 1000)}).encode())
+        if result.refusal is not None or result.saves is None or result.saves == result.current:
+            why = result.refusal or "the checked weights are the current ones"
+            return f"kept the weights of project {store.slug}: {why}"
+        try:
+            path, _ = save_project_weights(store, result.saves, settings, evidence=evidence_of(result), expect=result.state)
+        except CybmemError as exc:
+            return f"not re-tuned: {' '.join(str(exc).split())}"
+        v = result.validation
+        return (f"re-tuned project {store.slug} on {result.judgments} judgments ({result.records} runs): "
+                f"{result.label} on the later {v.later} {v.current_later:.4f} -> {v.tuned_later:.4f}; saved to {path}")
+    finally:
+        os.close(fd)
+
+
+def spawn_auto_tune(store: MemoryStore, settings: Settings) -> bool:
+    """Start ``cybmem tune --auto`` for the store in a detached process (the write path's hook for
+    CYBERINE_MEMORY_RETUNE: the write returns at once, dispatch only reads what it saves). True
+    when one was started; False when one is already running or it could not start."""
+    import fcntl
+    import subprocess
+    import sys
+
+    try:
+        fd = os.open(store.dir / _RETUNE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: nobody is tuning; let go for the child
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+        # sh starts the tuning in the background and ends at once: the tuning is nobody's child to
+        # wait for (no zombie in a long-lived caller), in a session of its own.
+        subprocess.run(["sh", "-c", 'exec "$@" </dev/null >/dev/null 2>&1 &', "sh", sys.executable, "-m", "cybmem.cli",
+                        "tune", "--auto", "--memory-dir", str(settings.memory_dir), "--project", store.slug],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True, timeout=10, check=False)
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False

@@ -10,6 +10,8 @@ is a plain method, so tests drive the view without a browser: set ``view.sliders
 
 from __future__ import annotations
 
+import dataclasses
+
 import html
 import math
 from pathlib import Path
@@ -107,9 +109,13 @@ class TuningView:
         """The project's weights.json (what Save writes)."""
         return self.store.dir / "weights.json"
 
-    def weights(self) -> Weights:
-        """The weights the sliders show."""
-        return Weights(**{name: float(s.value) for name, s in self.sliders.items()})
+    def weights(self) -> Weights | None:
+        """The weights the sliders show, with the project's floors; None while every weight is 0
+        (nothing would score)."""
+        values = {name: float(s.value) for name, s in self.sliders.items()}
+        if not any(values[a] > 0 for a in _WEIGHTS):
+            return None
+        return dataclasses.replace(weights_for(self.settings, self.store).weights, **values)
 
     def set_weights(self, weights: Weights) -> None:
         """Move the sliders to ``weights`` (one refresh, not one per slider)."""
@@ -135,6 +141,11 @@ class TuningView:
     def refresh(self) -> None:
         """Re-run the search and the metric for the current slider values."""
         w = self.weights()
+        if w is None:
+            self.result = None
+            self.table.value = "<i>All weights are 0: nothing would score; move a slider up.</i>"
+            self.score.value = self.score_html()
+            return
         try:
             self.result = search(self.snapshot, self.query.value, k=int(self.k.value), weights=w,
                                  settings=self.settings, now_ms=self.now_ms)
@@ -145,9 +156,13 @@ class TuningView:
             self.table.value = self.table_html()
         self.score.value = self.score_html()
 
-    def save(self) -> Path:
-        """Write the slider weights to the project's weights.json (production reads it)."""
+    def save(self) -> Path | None:
+        """Write the slider weights to the project's weights.json (production reads it); None (and
+        why, in the status line) when they are all 0."""
         w = self.weights()
+        if w is None:
+            self.status.value = "<span style='color:#b00'>Not saved: the weights are all 0; give one of them a positive value.</span>"
+            return None
         path, overridden = save_project_weights(self.store, w, self.settings)
         self._saved_metric = self._metric_of(w)
         msg = f"Saved to <code>{html.escape(str(path))}</code>; <code>cybmem search</code> / <code>inject</code> use it now."
@@ -168,9 +183,9 @@ class TuningView:
         return w
 
     # -- rendering -------------------------------------------------------------------
-    def _metric_of(self, w: Weights, matrices: AxisMatrices | None = None) -> float | None:
+    def _metric_of(self, w: Weights | None, matrices: AxisMatrices | None = None) -> float | None:
         m = self.matrices if matrices is None else matrices
-        if m is None or not m.n or not any(getattr(w, a) for a in _WEIGHTS):
+        if m is None or not m.n or w is None:
             return None
         return float(evaluate(m, w, metric=self.metric.value if hasattr(self, "metric") else "mrr"))
 
@@ -227,7 +242,7 @@ class TuningView:
     def snapshot_html(self) -> str:
         """A static rendering (weights, metric, table) for exports where widgets do not run."""
         w = self.weights()
-        ws = ", ".join(f"{k}={v:g}" for k, v in w.to_dict().items())
+        ws = ", ".join(f"{k}={v:g}" for k, v in w.to_dict().items()) if w is not None else "all 0"
         q = html.escape(self.query.value) or "<i>(empty query: recency and lineage only)</i>"
         return (f"<div><b>Tuning view</b> (static snapshot) &middot; weights: {ws}<br>query: {q}<br>"
                 f"{self.score_html()}<br>{self.table_html()}</div>")
@@ -238,7 +253,8 @@ class TuningView:
             bundle = bundle[0]
         bundle = dict(bundle)
         bundle["text/html"] = self.snapshot_html()
-        bundle["text/plain"] = f"TuningView(project={self.store.slug!r}, weights={self.weights().to_dict()})"
+        w = self.weights()
+        bundle["text/plain"] = f"TuningView(project={self.store.slug!r}, weights={w.to_dict() if w else 'all 0'})"
         return bundle
 
 

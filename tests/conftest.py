@@ -175,8 +175,10 @@ def figures_dir() -> Path:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the run when data-fixtures/ holds a .cache/ afterwards: tests and notebooks read copies."""
-    left = sorted(str(p.relative_to(REPO)) for p in (REPO / "data-fixtures").rglob(".cache"))
+    """Fail the run when data-fixtures/ holds a .cache/ (or an exports.json: an export noted in the
+    store it read) afterwards: tests and notebooks read copies."""
+    left = sorted(str(p.relative_to(REPO)) for name in (".cache", "exports.json")
+                  for p in (REPO / "data-fixtures").rglob(name))
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         message = (f"data-fixtures holds {', '.join(left)} after the tests: a test or notebook read the fixtures "

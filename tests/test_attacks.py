@@ -509,5 +509,5 @@ def test_cybmem_redact_refuses_bad_input_and_loses_nothing(memory_root, tmp_path
     res = cli("redact", "r-base-1", "--everywhere", "--secret", "abcd", "--cwd", "/home/dev/web")
     assert res.exit_code == 2
     res = cli("redact", "--everywhere", "--secret", "nowhere-to-be-found", "--cwd", "/home/dev/web")
-    assert res.exit_code == 1 and "no record of project web holds a given text" in res.stderr
+    assert res.exit_code == 1 and "no file of project web (nor an export of it) holds a given text" in res.stderr
     assert path.read_bytes() == before

@@ -108,7 +108,8 @@ def test_inject_json_says_how_the_block_was_made(root):
     p = _cybmem("inject", TASK, "--project", "web", "--as-of", NOW, "--json", env={"CYBERINE_MEMORY_DIR": str(root)})
     d = json.loads(p.stdout)
     assert d["prompt"].endswith(TASK) and d["block"] in d["prompt"]
-    assert d["weights"]["w_kw"] == 0.45 and d["weightSources"]["w_kw"] == "default"
+    assert d["weights"]["w_kw"] == 0.5 and d["weightSources"]["w_kw"] == "default"
+    assert d["floor"]["best"] >= d["floor"]["floor"] == 0.4 and "reason" not in d["floor"]
     assert d["runs"][0]["runId"].startswith("9b6b1e00") and set(d["runs"][0]["contributions"]) == {"keyword", "recency", "lineage", "vector"}
     assert d["tokens"]["block"] <= d["tokens"]["budget"] == 1500 and d["tokens"]["runs"] > 0
     assert d["settings"] == {"topk": 8, "maxTokens": 1500, "issues": 5, "issueShare": 0.3333}
@@ -127,8 +128,11 @@ def test_inject_explain_goes_to_stderr_and_keeps_stdout_the_prompt(root):
     assert p.stdout == plain.stdout
     lines = p.stderr.splitlines()
     assert lines[0].startswith("project: web; block ") and "top-k 8, issue cap 5" in lines[0]
-    assert lines[1].startswith("weights: w_kw=0.45 (default)")
-    assert lines[2].startswith("run  1. 9b6b1e00  kw=") and lines[-1].startswith("cut for the budget:")
+    assert lines[1].startswith("weights: w_kw=0.5 (default)")
+    assert lines[2].startswith("floor: the task's best keyword match ") and " >= 0.40, so runs matching >= " in lines[2]
+    first = next(i for i, line in enumerate(lines) if line.startswith("run "))
+    assert all(line.startswith("below  ") for line in lines[3:first]), "what the floor kept out, between the floor and the runs"
+    assert lines[first].startswith("run  1. 9b6b1e00  kw=") and lines[-1].startswith("cut for the budget:")
 
 
 def test_the_parent_named_by_the_dispatcher_comes_first(root):

@@ -536,7 +536,7 @@ def test_cli_errors_exit_1(fixture_copy, tmp_path):
 def test_cli_progress_bar_on_request(fixture_copy, tmp_path):
     res = cli("export", "csv", "--memory-dir", fixture_copy, "-p", "web", "--out", tmp_path / "w.csv", "--progress")
     assert res.exit_code == 0 and "csv web [" in res.stderr and "47/47" in res.stderr
-    res = cli("export", "csv", "--memory-dir", fixture_copy, "-p", "web", "--out", tmp_path / "w.csv")
+    res = cli("export", "csv", "--memory-dir", fixture_copy, "-p", "web", "--out", tmp_path / "w.csv", "--force")
     assert res.stderr == ""
 
 

@@ -257,7 +257,7 @@ def test_cli_prov(fixture_copy, tmp_path):
     res = cli("export", "prov", "--memory-dir", fixture_copy, "-p", "web", "--out", tmp_path / "c.json", "--chain", "4e96", "--json")
     data = json.loads(res.stdout)
     assert data["chain"] == "4e96" and data["counts"]["activities"] == 48 and data["files"] == {"json": str(tmp_path / "c.json")}
-    res = cli("export", "prov", "--memory-dir", fixture_copy, "-p", "web", "--out", tmp_path / "c.json", "--chain", "zzzz")
+    res = cli("export", "prov", "--memory-dir", fixture_copy, "-p", "web", "--out", tmp_path / "c2.json", "--chain", "zzzz")
     assert res.exit_code == 1 and res.stderr.startswith("Error: no record matches 'zzzz'")
 
 

@@ -110,7 +110,7 @@ def test_cybmem_report_cli_writes_every_page(fixture_copy, tmp_path):
     ran = [n for n in NOTEBOOKS if n != "05-fleet.ipynb"]
     assert [os.path.basename(x) for x in data["pages"]] == [n.replace(".ipynb", ".html") for n in ran]
     assert p.stderr.count(": done in ") == len(ran)
-    assert "05-fleet.ipynb: left out: it reads the Parquet dataset every machine exports" in p.stderr
+    assert "[left out] 05-fleet.ipynb: it reads the Parquet dataset every machine exports" in p.stderr
     assert "pass -P dataset=DIR" in data["leftOut"]["05-fleet.ipynb"]
     assert "Fleet: left out, it reads the Parquet dataset" in (out / "index.html").read_text(), "the index says why"
     for page in data["pages"]:

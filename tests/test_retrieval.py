@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cybmem.preamble import FOOTER, HEADER, estimate_tokens, inject, strip
@@ -144,12 +145,21 @@ def test_preamble_golden(fixture_copy, name, project, task, env):
 def test_token_cap_never_cuts_a_line(fixture_copy):
     store = MemoryStore(fixture_copy, "web")
     full = memory_block(store, "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "10"}, memory_dir=fixture_copy), now_ms=NOW)
+    full_runs = [line for line in full.splitlines() if line.startswith("- run ")]
     for cap in (60, 120, 250, 400, 800):
         block = memory_block(store, "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "10", "CYBERINE_MEMORY_MAX_TOKENS": str(cap)}, memory_dir=fixture_copy), now_ms=NOW)
         assert estimate_tokens(block) <= cap
         if block:
             assert block.startswith(HEADER) and block.endswith(FOOTER)
-            assert set(block.splitlines()) <= set(full.splitlines()), "every line is a whole line of the uncapped block"
+            lines = block.splitlines()
+            runs = [line for line in lines if line.startswith("- run ")]
+            assert runs == full_runs[: len(runs)], "the runs that fit are the first of the uncapped block, whole"
+            section = block.split("Open issues in this project:\n")[1].splitlines()[:-1] if "Open issues" in block else []
+            for line in section:  # an issue listed here is one the uncapped block names (on a raised: line or listed)
+                if not line.startswith("- ... and"):
+                    assert line.split(":")[0][2:].split(", ")[0] in full, line
+            rest = set(lines) - set(section) - {"Open issues in this project:"}
+            assert rest <= set(full.splitlines()), "every other line is a whole line of the uncapped block"
 
 
 def test_empty_store_has_no_block(settings):
@@ -211,11 +221,30 @@ def test_open_issues_are_ranked_by_relevance_to_the_task(settings):
         write_run(make_run(f"o{i}", f"Unrelated chore {name}", start=T0 + (i + 1) * DAY, output=out.format(t=f"Chore problem {name}")), settings)
     one = Settings.from_env({"CYBERINE_MEMORY_TOPK": "1"}, memory_dir=settings.memory_dir)
     block = memory_block(MemoryStore(settings.memory_dir, "web"), "drawer flickering", one, now_ms=NOW)
-    # The one run shown names its issue on its raised line; the section then brings the others,
-    # most recent first (none of them matches the task).
-    assert "  raised: cart-drawer-flickers-on-open" in block
+    # The one run shown names its issue on its raised line, marked open; the section then brings the
+    # others, most recent first (none of them matches the task, which relates to the project).
+    assert "  raised: cart-drawer-flickers-on-open (open)" in block
     lines = _issue_lines(block)
     assert [line.split(":")[0] for line in lines] == [f"- chore-problem-{n}" for n in reversed(names)]
+    # A task that relates to nothing here: no run, one line saying so, and only an issue whose own
+    # text matches it.
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "quantum entanglement routing", one, now_ms=NOW)
+    assert block.splitlines()[1].startswith("- (no earlier run relates to this task: its best keyword match is 0.00")
+    assert "Open issues in this project:" not in block and "- run " not in block
+    write_run(make_run("q", "Unrelated chore", start=T0 + 9 * DAY, output=out.format(t="Quantum entanglement routing drops packets")),
+              settings)
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "quantum entanglement routing", one, now_ms=NOW)
+    assert "- run " in block  # the run that raised it now relates to the task
+    assert "quantum-entanglement-routing-drops-packets (open)" in block
+    # An issue another tool opened (no run carries it): listed on its own text, under the one line.
+    from cybmem.schema import IssueEvent
+
+    MemoryStore(settings.memory_dir, "web").append_issue_events(
+        [IssueEvent("lidar-calibration-drift", T0 + 10 * DAY, "opened", "tracker", "Lidar calibration drift")])
+    block = memory_block(MemoryStore(settings.memory_dir, "web"), "lidar calibration drift", one, now_ms=NOW)
+    assert block.splitlines()[1].startswith("- (no earlier run relates to this task")
+    assert _issue_lines(block) == ["- lidar-calibration-drift: Lidar calibration drift (opened 2025-11-11, run tracker)",
+                                   "- ... and 7 more open issues (`cybmem issues` lists them)"]
     # Asked about one chore, its issue leads the section.
     block = memory_block(MemoryStore(settings.memory_dir, "web"), "the charlie chore", Settings.from_env(
         {"CYBERINE_MEMORY_TOPK": "0"}, memory_dir=settings.memory_dir), now_ms=NOW)
@@ -421,3 +450,68 @@ def test_a_corrected_parent_is_shown_by_its_correction(settings):
     assert before.runs[0].run_id == "r0" and before.runs[0].pinned == "parent"
     gone = inject_task(task, settings, project="web", parent_run_id="r9", now_ms=T0 + 12 * DAY)
     assert not any(h.pinned for h in gone.runs) and gone.warnings == []
+
+
+# --- the floor: a run enters the block only on evidence about the task ---------------------------------
+
+
+def _tiny_snapshot(texts: list[str]):
+    import pyarrow as pa
+
+    from cybmem.bm25 import KeywordIndex
+    from cybmem.snapshot import Snapshot
+    from cybmem.text import tokenize
+
+    n = len(texts)
+    ids = [f"r{i}" for i in range(n)]
+    nulls = pa.nulls(n, pa.string())
+    table = pa.table({
+        "runId": ids, "parentRunId": nulls, "previousRunId": pa.array([None] + ids[:-1], pa.string()), "rootRunId": nulls,
+        "chatSessionId": nulls, "endedAt": pa.array([T0 + i * 3_600_000 for i in range(n)], pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+        "supersedes": nulls, "supersededBy": nulls,
+    })
+    return Snapshot(None, table, None, KeywordIndex.build([tokenize(t) for t in texts]))
+
+
+def test_keyword_match_is_bm25_over_the_square_root_of_idf_mass_times_the_largest_idf():
+    import math
+
+    from cybmem.retrieval import keyword_match
+    from cybmem.text import tokenize
+
+    texts = ["cart drawer flaky", "login form", "search box", "cart total"] * 5
+    snap = _tiny_snapshot(texts)
+    tokens = tokenize("cart drawer zeppelin")
+    raw = snap.index.scores(tokens)
+    idf = lambda df: math.log1p((20 - df + 0.5) / (df + 0.5))  # noqa: E731  Lucene's, N = 20
+    mass, top = idf(10) + idf(5) + idf(0), idf(0)  # cart, drawer, and a word no run holds
+    assert snap.index.idf_mass(tokens) == pytest.approx((mass, top))
+    assert keyword_match(snap.index, tokens, raw) == pytest.approx(raw / math.sqrt(mass * top))
+    assert not keyword_match(snap.index, [], raw).any()
+
+
+def test_the_floor_keeps_out_runs_without_evidence_and_lets_the_parent_and_close_vectors_in():
+    from cybmem.retrieval import rank_query
+
+    texts = ["rework the tokenizer for unicode identifiers", "tokenizer splits unicode identifiers wrongly",
+             "bump the ci image", "release notes for 2.1", "bump the ci image again", "update the changelog"]
+    snap = _tiny_snapshot(texts)
+    w = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05, floor=0.3)
+    now = T0 + 10 * 3_600_000
+    related = rank_query(snap, "tokenizer breaks on unicode identifiers", k=5, weights=w, now_ms=now, floor=True)
+    assert sorted(related.top) == [0, 1] and related.floor.passed and related.floor.qualifying == 2
+    assert related.floor.below.tolist() == [False, False, True, True, True, True], "recency alone lets nothing in"
+    unfloored = rank_query(snap, "tokenizer breaks on unicode identifiers", k=5, weights=w, now_ms=now)
+    assert len(unfloored.top) == 5 and unfloored.floor is None
+    foreign = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=w, now_ms=now, floor=True)
+    assert foreign.top == [] and not foreign.floor.passed
+    assert foreign.floor.reason == "no earlier run relates to this task: its best keyword match is 0.00, below the floor 0.30"
+    pinned = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=w, now_ms=now, floor=True,
+                        parent_run_id="r3", pin_parent=True)
+    assert pinned.top == [3], "the parent a dispatcher names is shown whatever its match"
+    cos = np.array([0.1, 0.2, 0.1, 0.7, 0.3, 0.59], dtype=np.float32)
+    vw = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05, w_vec=0.2, floor=0.3, floor_vec=0.6)
+    by_vector = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=vw, now_ms=now, floor=True, vector=cos)
+    assert by_vector.top == [3] and by_vector.floor.best_vec == pytest.approx(0.7), "a close vector lets a run in"
+    off = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=Weights(floor=0.0), now_ms=now, floor=True)
+    assert len(off.top) == 5 and off.floor is None, "floor 0 turns it off"

@@ -10,7 +10,7 @@ normalised on both sides before comparing.
 
 A block right after ``<!-- not run: why -->`` is skipped (installers, the 15-minute benchmarks,
 the real corpus, a browser). Run with CYBMEM_UPDATE_USAGE=1 to write the real outputs back into
-USAGE.md after an intended change, then read the diff.
+USAGE.md after an intended change (console blocks whole, doctest examples that fail), then read the diff.
 """
 
 from __future__ import annotations
@@ -32,6 +32,28 @@ USAGE = REPO / "USAGE.md"
 BLOCK = re.compile(r"(<!-- not run: [^>]*-->\n)?```(console|python)\n(.*?)```\n", re.S)
 HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 UPDATE = os.environ.get("CYBMEM_UPDATE_USAGE") == "1"
+
+
+class _Recorder(doctest.DocTestRunner):
+    """A doctest runner that keeps what each failing example printed, so that CYBMEM_UPDATE_USAGE=1
+    can write it into the block as it does for console blocks."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.got: list[tuple[doctest.Example, str]] = []
+
+    def report_failure(self, out, test, example, got):
+        self.got.append((example, got))
+        super().report_failure(out, test, example, got)
+
+    def rewrite(self, body: str, back) -> str:
+        """``body`` with each failing example's expected output replaced by what it printed."""
+        lines = body.split("\n")
+        for ex, got in sorted(self.got, key=lambda t: -t[0].lineno):
+            start = ex.lineno + ex.source.count("\n")
+            new = [" " * ex.indent + line if line else "<BLANKLINE>" for line in back(got).rstrip("\n").split("\n")]
+            lines[start:start + ex.want.count("\n")] = new if got else []
+        return "\n".join(lines)
 
 
 def _sections(text: str) -> list[tuple[str, int, int]]:
@@ -152,9 +174,11 @@ def test_usage_examples_are_real(title, blocks, tmp_path, monkeypatch):
             cwd = Path((root / ".usage-cwd").read_text().strip())
             monkeypatch.chdir(cwd)
             test = doctest.DocTestParser().get_doctest(body.replace("/tmp/", moved), globs, f"USAGE.md, {title}", str(USAGE), 0)
-            runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+            runner = _Recorder(optionflags=doctest.NORMALIZE_WHITESPACE)
             runner.run(test, out=lambda s: failures.append(back(s)), clear_globs=False)
             globs.update(test.globs)  # a DocTest works on a copy of the globals it was given
+            if UPDATE and runner.got:
+                new_text = new_text.replace(m.group(0), m.group(0).replace(body, runner.rewrite(body, back)), 1)
             continue
         rebuilt = []
         for cmd, expected in _steps(body):

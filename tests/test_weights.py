@@ -15,7 +15,8 @@ from cybmem.weights import Weights, load_weights, save_weights
 
 def test_weights_defaults_and_dict_round_trip():
     w = Weights()
-    assert w.to_dict() == {"w_kw": 0.45, "w_rec": 0.4, "w_lin": 0.15, "w_vec": 0.0, "half_life_days": 60.0}
+    assert w.to_dict() == {"w_kw": 0.5, "w_rec": 0.35, "w_lin": 0.05, "w_vec": 0.0, "half_life_days": 30.0,
+                           "floor": 0.4, "floor_vec": 0.6}
     assert Weights.from_dict(w.to_dict()) == w
     assert Weights.from_dict({"w_vec": 0.2}).w_vec == 0.2
 
@@ -30,6 +31,9 @@ def test_weights_defaults_and_dict_round_trip():
         ({"half_life_days": 0}, "half_life_days"),
         ({"w_vec": "0.3"}, "w_vec"),
         ({"w_vec": True}, "w_vec"),
+        ({"w_kw": 0, "w_rec": 0, "w_lin": 0, "w_vec": 0}, "all 0"),
+        ({"floor_vec": 1.5}, "floor_vec"),
+        ({"floor": -1}, "floor"),
     ],
 )
 def test_weights_validation(d, match):
@@ -45,9 +49,9 @@ def test_load_weights_precedence(tmp_path):
     w = load_weights([f1, tmp_path / "missing.json", f2], env={"CYBERINE_MEMORY_HALF_LIFE_DAYS": "7",
                                                                "CYBERINE_MEMORY_W_VEC": " 0.5 ",
                                                                "CYBERINE_MEMORY_W_LIN": ""})
-    assert w.weights == Weights(w_kw=0.1, w_rec=0.3, w_lin=0.15, w_vec=0.5, half_life_days=7)
+    assert w.weights == Weights(w_kw=0.1, w_rec=0.3, w_lin=0.05, w_vec=0.5, half_life_days=7)
     assert w.sources == {"w_kw": str(f1), "w_rec": str(f2), "w_lin": "default", "w_vec": "CYBERINE_MEMORY_W_VEC",
-                         "half_life_days": "CYBERINE_MEMORY_HALF_LIFE_DAYS"}
+                         "half_life_days": "CYBERINE_MEMORY_HALF_LIFE_DAYS", "floor": "default", "floor_vec": "default"}
     assert load_weights([], env={}).weights == Weights()
 
 
@@ -105,3 +109,32 @@ def test_weights_file_that_is_a_directory(tmp_path):
         load_weights([d], env={})
     with pytest.raises(StoreError, match="is a directory"):
         save_weights(Weights(), d)
+
+
+def test_an_all_zero_weights_file_is_refused_and_skipped_on_the_dispatch_path(tmp_path):
+    f = tmp_path / "weights.json"
+    f.write_text(json.dumps({"w_kw": 0, "w_rec": 0, "w_lin": 0, "w_vec": 0}))
+    with pytest.raises(ValidationError, match=r"weights.json.*all 0.*give at least one of them a positive value"):
+        load_weights([f], env={})
+    lenient = load_weights([f], env={}, lenient=True)
+    assert lenient.weights == Weights() and len(lenient.problems) == 1 and "all 0" in lenient.problems[0]
+    with pytest.raises(ValidationError, match="all 0"):  # variables that zero the last positive weight, too
+        load_weights([], env={"CYBERINE_MEMORY_W_KW": "0", "CYBERINE_MEMORY_W_REC": "0", "CYBERINE_MEMORY_W_LIN": "0"})
+
+
+def test_tuning_evidence_is_kept_and_named_as_the_source(tmp_path):
+    from cybmem.weights import tuned_note
+
+    p = tmp_path / "weights.json"
+    evidence = {"at": 1796083200000, "judgments": 412, "source": "derived", "kinds": {"raised": 380, "resolved": 32},
+                "label": "MRR@10", "later": {"judgments": 206, "before": 0.312, "after": 0.341}}
+    save_weights(Weights(w_kw=0.7), p, evidence=evidence)
+    assert json.loads(p.read_text())["tuned"] == evidence
+    loaded = load_weights([p], env={})
+    assert loaded.weights.w_kw == 0.7 and loaded.tuned == evidence
+    assert loaded.tuned_note() == ("tuned 2026-12-01 on 412 derived judgments (raised 380, resolved 32): "
+                                   "MRR@10 0.3120 -> 0.3410 on the later 206")
+    # Variables that override every weight the tuned file set: the evidence no longer describes them.
+    env = {f"CYBERINE_MEMORY_W_{a}": "0.2" for a in ("KW", "REC", "LIN", "VEC")}
+    assert load_weights([p], env=env).tuned is None
+    assert tuned_note({"at": "soon"}) == "tuned (evidence unreadable)"

@@ -71,7 +71,13 @@ def test_metric_line_tracks_the_sliders(view):
     assert "recall@10 = " in view.score.value
     view.sliders["w_rec"].value = 0.0
     view.sliders["w_vec"].value = 0.0
-    assert "n/a (all weights 0)" in view.score.value
+    assert "n/a (all weights 0)" in view.score.value and view.weights() is None
+    assert "All weights are 0" in view.table.value
+    view.save_button.click()
+    assert view.save() is None and "Not saved: the weights are all 0" in view.status.value
+    assert not (view.store.dir / "weights.json").exists()
+    view.sliders["w_kw"].value = 0.6
+    assert view.weights().floor == Weights().floor, "the sliders keep the project's floors"
 
 
 def test_save_writes_the_file_that_cybmem_search_then_uses(view, fixture_copy):
