@@ -494,7 +494,8 @@ def test_the_console_script_ends_lean_commands_without_teardown_and_loses_nothin
     assert p.returncode == 1 and p.stderr.startswith("Error: no record matches 'nope'")
     p = subprocess.run([exe, "inject", "", "--cwd", "/home/dev/web"], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "the task is empty" in p.stderr
-    assert run("doctor", "--cwd", "/home/dev/web").exit_code == 0
+    res = run("doctor", "--cwd", "/home/dev/web")
+    assert res.exit_code == 0, res.output
 
 
 @pytest.mark.parametrize("parser", ["stand-in", "refused"])
