@@ -105,18 +105,25 @@ def test_e_in_tmp_and_the_interpreter(tmp_path):
 
 
 def test_every_test_that_opens_outside_the_repository_fails_at_teardown(tmp_path):
-    outside = str(REPO.parent)  # next to the checkout: where ../shared would be
+    # The inner session gets its own temporary directory, so a directory beside it is outside
+    # for it wherever this checkout lives (a clone under /tmp included).
+    inner_tmp = tmp_path / "inner-tmp"
+    (inner_tmp / "probe").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    outside = str(tmp_path / "outside")  # where ../shared would be
     denied = str(REPO / "benchmarks" / ".data" / "pytest-memory-1k.tar.gz")
-    probe = tmp_path / "test_probe.py"
+    probe = inner_tmp / "probe" / "test_probe.py"
     probe.write_text(PROBE.format(outside=outside, denied=denied))
-    # The inner session installs its own check; it must not report into this session's log.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(audit.ENV)}
+    # The inner session installs its own check and makes its own HOME; it must not report into
+    # this session's log.
+    env = {k: v for k, v in os.environ.items() if not k.startswith((audit.ENV, "CYBMEM_TEST_SESSION_HOME"))}
+    env["TMPDIR"] = str(inner_tmp)
     env["CYBMEM_CORPORA"] = outside  # the optional corpora: readable only through their fixture
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "session"), str(REPO),
                                          *[p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                            if p and Path(p) != REPO / "tests" / "audit"]])
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "cybmem_test_session", "-p", "no:cacheprovider", str(probe)],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                       cwd=probe.parent, env=env, capture_output=True, text=True, timeout=300)
     out = p.stdout
     assert p.returncode == 1, out + p.stderr
     assert re.search(r"\b6 passed, 4 errors\b", out), out
