@@ -188,19 +188,3 @@ def pytest_sessionfinish(session, exitstatus):
             reporter.write_line(f"ERROR: {message}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-
-CORPORA = Path(os.environ.get("CYBMEM_CORPORA") or REPO.parent / "shared" / "corpora")
-
-
-@pytest.fixture(scope="session")
-def corpus_1k(tmp_path_factory) -> Path:
-    """The 1,000-run pytest corpus (../shared/corpora), unpacked once per session: a memory root."""
-    import tarfile
-
-    archive = CORPORA / "pytest-memory-1k.tar.gz"
-    if not archive.is_file():
-        raise FileNotFoundError(f"{archive} is missing; set CYBMEM_CORPORA to the directory holding the corpora")
-    dest = tmp_path_factory.mktemp("corpus")
-    with tarfile.open(archive, "r:gz") as tf:
-        tf.extractall(dest, filter="data")
-    return dest / "pytest-memory-1k"

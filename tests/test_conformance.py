@@ -11,7 +11,9 @@ rule. Three stores, each read by both sides through their command lines:
   run the TS way, both read.
 
 On each, list, show, the open-issue fold, the chain of every run and the set of search
-candidates must agree. Text is compared after mapping lone UTF-16 surrogates to U+FFFD on both
+candidates must agree. Every verb goes through the console script in a subprocess at least once
+per store; the per-record loops of show and chain run the rest of their records in this process
+(the same parser, command and reader, without an interpreter start for each). Text is compared after mapping lone UTF-16 surrogates to U+FFFD on both
 sides (the contract: a record with a lone surrogate escape is read, never dropped, and where it
 is displayed the surrogate may become U+FFFD).
 """
@@ -110,6 +112,18 @@ def cybmem(*args) -> Cli:
     return Cli(args, p.returncode, out, p.stderr.decode("utf-8", "replace"))
 
 
+def cybmem_here(*args) -> Cli:
+    """``cybmem`` run in this process (Typer's CliRunner): the same parser, command and reader as
+    the console script, without starting an interpreter."""
+    from typer.testing import CliRunner
+
+    from cybmem.cli import app
+
+    args = tuple(map(str, args))
+    res = CliRunner().invoke(app, list(args), env={k: None for k in os.environ if k.startswith("CYBERINE_")})
+    return Cli(args, res.exit_code, res.stdout, res.stderr)
+
+
 def cybmem_ok(*args) -> Cli:
     res = cybmem(*args)
     assert res.returncode == 0, res.why()
@@ -125,8 +139,9 @@ class Store:
     node: dict
     extra: dict = field(default_factory=dict)
 
-    def cli(self, *args) -> Cli:
-        return cybmem(*args, "--memory-dir", self.root, "--project", self.project)
+    def cli(self, *args, here: bool = False) -> Cli:
+        """``cybmem`` on this store: a subprocess of the console script, or with ``here`` in this process."""
+        return (cybmem_here if here else cybmem)(*args, "--memory-dir", self.root, "--project", self.project)
 
 
 # --- the three stores -------------------------------------------------------------------------
@@ -277,8 +292,9 @@ def test_show_agrees(stores, name):
     st = stores(name)
     records, show = st.node["records"], st.node["show"]
     mismatches = []
-    for run_id in sorted(records):
-        res = st.cli("show", run_id, "--json")
+    for i, run_id in enumerate(sorted(records)):
+        here = i > 0  # the first record through the console script, the others in this process
+        res = st.cli("show", run_id, "--json", here=here)
         if res.returncode != 0:
             mismatches.append(f"show {run_id}: {res.why()}")
         else:
@@ -288,7 +304,7 @@ def test_show_agrees(stores, name):
                 mismatches.append(f"show {run_id}: cybmem renders {data.get('runId')!r}, node follows supersededBy to {show[run_id]!r}")
             else:
                 mismatches += _diff(f"show {run_id} -> {show[run_id]}", data, records[show[run_id]])
-        res = st.cli("show", run_id, "--original", "--json")
+        res = st.cli("show", run_id, "--original", "--json", here=here)
         if res.returncode != 0:
             mismatches.append(f"show --original {run_id}: {res.why()}")
         else:
@@ -320,8 +336,9 @@ def test_chains_agree(stores, name):
     st = stores(name)
     keys = ("previous", "next", "parentRunId", "rootRunId", "chatSessionId", "children", "chatRuns")
     mismatches = []
-    for run_id, want in sorted(st.node["chains"].items()):
-        res = st.cli("chain", run_id, "--context", "all", "--json")
+    for i, (run_id, want) in enumerate(sorted(st.node["chains"].items())):
+        # the first run through the console script, the others in this process
+        res = st.cli("chain", run_id, "--context", "all", "--json", here=i > 0)
         if res.returncode != 0:
             mismatches.append(f"chain {run_id}: {res.why()}")
             continue

@@ -1,16 +1,18 @@
 """Many real processes writing at once, and writers killed with SIGKILL in the middle of writes.
 
-Two tests, each bounded in time (about 20-30 s on two cores):
+Two tests:
 
 * the stress test: 8 writer processes (6 `multiprocessing` workers calling the library and 2
   loops of the real `cybmem write` console script) plus 1 reader process running search and
   inject (which refresh the Arrow cache concurrently), writing records and issue events to
-  shared projects and registering new projects, including same-basename collisions;
+  shared projects and registering new projects, including same-basename collisions, until
+  they have written STRESS_ENTRIES records and events together (about 10 s on two idle cores;
+  a busy machine takes longer, up to STRESS_SECONDS);
 * the kill test: writer processes (library loops and `cybmem write`) killed with SIGKILL at
   random moments, at least 50 times; then `cybmem doctor` finds only crash debris, `--repair`
   rebuilds the derived files and a second `doctor` reports clean.
 
-Set CYBMEM_STRESS_SECONDS to run the stress test longer.
+Set CYBMEM_STRESS_ENTRIES (and CYBMEM_STRESS_SECONDS) to run the stress test longer.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import orjson
 
 from conftest import MIN, T0
 
-STRESS_SECONDS = float(os.environ.get("CYBMEM_STRESS_SECONDS", "14"))
+STRESS_ENTRIES = int(os.environ.get("CYBMEM_STRESS_ENTRIES", "1000"))
+STRESS_SECONDS = float(os.environ.get("CYBMEM_STRESS_SECONDS", "90"))  # a guard: the work ends it
 LIB_WRITERS = 6
 CLI_WRITERS = 2
 KILLS = 50
@@ -74,7 +77,7 @@ def _run_obj(rid: str, n: int, cwd: str, rng: random.Random) -> dict:
 # --- processes of the stress test (module level: spawned children import them) -----------------
 
 
-def _lib_writer(root: str, wid: int, deadline: float, out: str) -> None:
+def _lib_writer(root: str, wid: int, deadline: float, out: str, written) -> None:
     os.environ["CYBERINE_MEMORY_DIR"] = root
     from cybmem.runs import write_run
     from cybmem.settings import Settings
@@ -83,7 +86,7 @@ def _lib_writer(root: str, wid: int, deadline: float, out: str) -> None:
     rng = random.Random(wid)
     results = []
     n = 0
-    while time.time() < deadline:
+    while time.time() < deadline and written.value < STRESS_ENTRIES:
         rid = f"w{wid}-{n:05d}"
         if n % 25 == 7:
             # A new project: some with a basename every writer uses (slug collisions), some unique.
@@ -93,11 +96,13 @@ def _lib_writer(root: str, wid: int, deadline: float, out: str) -> None:
         res = write_run(_run_obj(rid, n, cwd, rng), settings)
         results.append({"runId": rid, "cwd": cwd, "project": res.store.slug,
                         "events": [e.to_dict() for e in res.events]})
+        with written.get_lock():
+            written.value += 1 + len(res.events)
         n += 1
     Path(out).write_bytes(orjson.dumps(results))
 
 
-def _reader(root: str, deadline: float, out: str) -> None:
+def _reader(root: str, deadline: float, out: str, written) -> None:
     os.environ["CYBERINE_MEMORY_DIR"] = root
     from cybmem.preamble import inject, strip
     from cybmem.projects import resolve_slug
@@ -108,7 +113,8 @@ def _reader(root: str, deadline: float, out: str) -> None:
 
     settings = Settings.from_env()
     stats = {"searches": 0, "blocks": 0, "nonEmptyBlocks": 0, "indexReads": 0, "errors": []}
-    while time.time() < deadline:
+    # Reads while the writers write, and once more after, so that it has read a full store.
+    while time.time() < deadline and (written.value < STRESS_ENTRIES or not stats["nonEmptyBlocks"]):
         for cwd in (MAIN_CWD, "/stress/home/api"):
             try:
                 slug = resolve_slug(Path(root), cwd, create=False)
@@ -131,10 +137,10 @@ def _reader(root: str, deadline: float, out: str) -> None:
     Path(out).write_bytes(orjson.dumps(stats))
 
 
-def _cli_writer(root: Path, wid: int, deadline: float, results: list, errors: list) -> None:
+def _cli_writer(root: Path, wid: int, deadline: float, results: list, errors: list, written) -> None:
     rng = random.Random(1000 + wid)
     n = 0
-    while time.time() < deadline:
+    while time.time() < deadline and written.value < STRESS_ENTRIES:
         rid = f"c{wid}-{n:05d}"
         cwd = rng.choice(SHARED_CWDS)
         path = root.parent / f"run-{rid}.json"
@@ -145,6 +151,8 @@ def _cli_writer(root: Path, wid: int, deadline: float, results: list, errors: li
         else:
             data = json.loads(proc.stdout)
             results.append({"runId": rid, "cwd": cwd, "project": data["project"], "events": data["events"]})
+            with written.get_lock():
+                written.value += 1 + len(data["events"])
         n += 1
 
 
@@ -232,15 +240,19 @@ def test_many_writers_and_a_reader_lose_nothing(tmp_path, capsys):
     outs.mkdir()
     ctx = mp.get_context("spawn")
     started = time.time()
-    # The children need a moment to start; everybody stops at the same deadline.
-    deadline = started + 3 + STRESS_SECONDS
-    procs = [ctx.Process(target=_lib_writer, args=(str(root), w, deadline, str(outs / f"w{w}.json"))) for w in range(LIB_WRITERS)]
-    procs.append(ctx.Process(target=_reader, args=(str(root), deadline + 1, str(outs / "reader.json"))))
+    # Everybody stops once STRESS_ENTRIES are written (the reader after one more read), or at the
+    # deadline, a guard that only a stuck writer meets (then the count below fails).
+    deadline = started + STRESS_SECONDS
+    written = ctx.Value("q", 0)  # records and ledger events written so far, by every writer
+    procs = [ctx.Process(target=_lib_writer, args=(str(root), w, deadline, str(outs / f"w{w}.json"), written))
+             for w in range(LIB_WRITERS)]
+    procs.append(ctx.Process(target=_reader, args=(str(root), deadline + 1, str(outs / "reader.json"), written)))
     for p in procs:
         p.start()
     cli_results: list = []
     cli_errors: list = []
-    threads = [threading.Thread(target=_cli_writer, args=(root, w, deadline, cli_results, cli_errors)) for w in range(CLI_WRITERS)]
+    threads = [threading.Thread(target=_cli_writer, args=(root, w, deadline, cli_results, cli_errors, written))
+               for w in range(CLI_WRITERS)]
     for t in threads:
         t.start()
     for t in threads:
@@ -307,29 +319,43 @@ def test_many_writers_and_a_reader_lose_nothing(tmp_path, capsys):
 
 # --- the kill test -----------------------------------------------------------------------------
 
-_KILL_WRITER = r"""
-import os, random, sys
+_KILL_WRITERS = r"""
+import os, random, signal, sys
 from cybmem.runs import write_run
 from cybmem.settings import Settings
 from cybmem.store import MemoryStore
 from cybmem.schema import IssueEvent
-settings = Settings.from_env()
-tag = sys.argv[1]
-rng = random.Random(tag)
-print("ready", flush=True)
-n = 0
-while True:
-    rid = f"{tag}-{n:05d}"
-    big = "x" * rng.choice([0, 0, 100_000])  # some records span many pages
-    out = ("ok\nACCOMPLISHED:\n- resolved kill-flaky-%d\nISSUES:\n- Kill flaky %d: %s\n- Unique %s: d\nNEXT:\n- none"
-           % (rng.randrange(5), rng.randrange(5), big[:5000], rid))
-    run = {"id": rid, "cwd": rng.choice(["/kill/web", "/kill/web", "/kill/api"]), "task": "Fix it " + big,
-           "status": "done", "startedAt": 1761955200000 + n, "endedAt": 1761955200000 + n + 10,
-           "workers": [{"agentId": "a", "state": "done", "output": out}]}
-    res = write_run(run, settings)
-    res.store.append_issue_events([IssueEvent(issueId="kill-flaky-%d" % rng.randrange(5), at=1761955200000 + n,
-                                              event=rng.choice(["resolved", "reopened", "wontfix"]), byRunId=rid)])
-    n += 1
+
+
+def writer(tag):
+    settings = Settings.from_env()
+    rng = random.Random(tag)
+    n = 0
+    while True:
+        rid = f"{tag}-{n:05d}"
+        big = "x" * rng.choice([0, 0, 100_000])  # some records span many pages
+        out = ("ok\nACCOMPLISHED:\n- resolved kill-flaky-%d\nISSUES:\n- Kill flaky %d: %s\n- Unique %s: d\nNEXT:\n- none"
+               % (rng.randrange(5), rng.randrange(5), big[:5000], rid))
+        run = {"id": rid, "cwd": rng.choice(["/kill/web", "/kill/web", "/kill/api"]), "task": "Fix it " + big,
+               "status": "done", "startedAt": 1761955200000 + n, "endedAt": 1761955200000 + n + 10,
+               "workers": [{"agentId": "a", "state": "done", "output": out}]}
+        res = write_run(run, settings)
+        res.store.append_issue_events([IssueEvent(issueId="kill-flaky-%d" % rng.randrange(5), at=1761955200000 + n,
+                                                  event=rng.choice(["resolved", "reopened", "wontfix"]), byRunId=rid)])
+        n += 1
+
+
+# A fork server: each line on stdin names a new writer; it is forked (cybmem already imported, so it
+# starts writing at once) and its pid printed. Children are reaped by the kernel (SIGCHLD ignored).
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+for line in sys.stdin:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            writer(line.strip())
+        finally:
+            os._exit(1)
+    print(pid, flush=True)
 """
 
 
@@ -342,8 +368,13 @@ def test_sigkill_mid_write_leaves_nothing_doctor_cannot_clean(tmp_path, capsys):
     started = time.time()
     kills = {"library": 0, "cli": 0}
     cli_runs: list[Path] = []
-    live: list[tuple[subprocess.Popen, str]] = []
+    live: list[tuple[float, subprocess.Popen | int, str]] = []
     tag = 0
+
+    # Library writers are forked by one server process that imported cybmem once (a fresh
+    # interpreter each would spend most of the test importing).
+    server = subprocess.Popen([sys.executable, "-c", _KILL_WRITERS], env={**env, "OPENBLAS_NUM_THREADS": "1"},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
     def spawn() -> None:
         # Each process gets its own random moment to die: library writers somewhere in their
@@ -351,10 +382,10 @@ def test_sigkill_mid_write_leaves_nothing_doctor_cannot_clean(tmp_path, capsys):
         nonlocal tag
         tag += 1
         if tag % 2:
-            proc = subprocess.Popen([sys.executable, "-c", _KILL_WRITER, f"k{tag}"], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            assert proc.stdout.readline().strip() == b"ready"
-            live.append((time.time() + rng.uniform(0.02, 0.5), proc, "library"))
+            server.stdin.write(f"k{tag}\n")
+            server.stdin.flush()
+            pid = int(server.stdout.readline())
+            live.append((time.time() + rng.uniform(0.02, 0.5), pid, "library"))
         else:
             path = tmp_path / f"cli-{tag}.json"
             path.write_bytes(orjson.dumps(_run_obj(f"cli{tag}", tag, "/kill/web", rng)))
@@ -363,10 +394,16 @@ def test_sigkill_mid_write_leaves_nothing_doctor_cannot_clean(tmp_path, capsys):
                                     stderr=subprocess.DEVNULL)
             live.append((time.time() + rng.uniform(0.2, 1.2), proc, "cli"))
 
-    def reap(proc: subprocess.Popen) -> None:
+    def kill(proc: subprocess.Popen | int) -> bool:
+        """SIGKILL a writer; False when it had already ended (a `cybmem write` that completed)."""
+        if isinstance(proc, int):  # a forked library writer: it writes until it is killed
+            os.kill(proc, signal.SIGKILL)
+            return True
+        alive = proc.poll() is None
+        if alive:
+            proc.send_signal(signal.SIGKILL)
         proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        return alive
 
     for _ in range(3):
         spawn()
@@ -375,16 +412,16 @@ def test_sigkill_mid_write_leaves_nothing_doctor_cannot_clean(tmp_path, capsys):
         live.sort(key=lambda item: item[0])
         when, proc, kind = live.pop(0)
         time.sleep(max(0.0, when - time.time()))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
+        if kill(proc):
             kills[kind] += 1
         else:
-            completed += 1  # finished before its moment came (a `cybmem write` that completed)
-        reap(proc)
+            completed += 1  # finished before its moment came
         spawn()
     for _, proc, _ in live:
-        proc.send_signal(signal.SIGKILL)
-        reap(proc)
+        kill(proc)
+    server.stdin.close()
+    server.wait()
+    server.stdout.close()
     kill_seconds = time.time() - started
 
     # No partial record, no torn JSON that breaks a reader: every record file parses and validates.

@@ -22,7 +22,7 @@ import pytest
 from cybmem import shapes
 from cybmem.redact import redact, scan
 
-from conftest import CORPORA, REPO, T0, make_run
+from conftest import REPO, T0, make_run
 from servers import chat_server  # noqa: F401
 
 EXAMPLES = REPO / "data-fixtures" / "secret-examples.jsonl"
@@ -71,19 +71,15 @@ def test_redacting_twice_changes_nothing():
 
 # -- false alarms on real commit messages ------------------------------------------------------------
 
-def _messages(name: str) -> list[str]:
-    archive = CORPORA / f"{name}.tar.gz"
-    if not archive.is_file():
-        pytest.skip(f"{archive} is missing: a clone of the repository alone has no ../shared/corpora "
-                    "(set CYBMEM_CORPORA to the directory holding the corpus archives)")
-    with tarfile.open(archive) as tar:
+def _messages(corpora, name: str) -> list[str]:
+    with tarfile.open(corpora.archive(name)) as tar:  # skips without the optional corpora
         return [json.load(tar.extractfile(m))["task"] for m in tar
                 if m.isfile() and "/records/" in m.name and m.name.endswith(".json")]
 
 
 @pytest.mark.parametrize("name", ["pytest-memory", "mypy-memory", "sphinx-memory", "pytest-memory-1k"])
-def test_at_most_one_false_alarm_per_10000_real_commit_messages(name):
-    texts = _messages(name)
+def test_at_most_one_false_alarm_per_10000_real_commit_messages(name, corpora):
+    texts = _messages(corpora, name)
     alarms = [(f.kind, t[max(0, f.start - 30):f.end + 10]) for t in texts for f in scan(t)[:1]]
     assert len(alarms) <= len(texts) / 10_000, alarms[:5]
 

@@ -9,6 +9,9 @@
 //   node conformance.mjs read DIR [--project SLUG]         print the TS reader's views as JSON
 //   node conformance.mjs correct DIR OLD NEW [--project SLUG]
 //                                                          a TS correction of OLD by NEW
+//   node conformance.mjs slugs JSON                        the slug rules of docs/store-format.md:
+//                                                          {"issues": [item], "cwds": [cwd]} ->
+//                                                          {"issues": [[title, detail, id]], "projects": [slug]}
 //
 // How the TS writer writes (seeds 000/001): projects.json and every record with
 // JSON.stringify(obj, null, 2) to a temp file, then renameSync; ledger events appended with
@@ -36,6 +39,7 @@
 //               this run) and chatRuns (records of the same chat session), oldest first
 //   candidates  runIds of records that are not superseded (what search may rank)
 
+import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 
@@ -361,6 +365,66 @@ function readStore(dir, slug) {
   };
 }
 
+// --- the slug rules, as docs/store-format.md states them ----------------------------------------
+
+const sha256hex = (text) => crypto.createHash("sha256").update(text, "utf8").digest("hex");
+const asciiFold = (text) => text.normalize("NFKD").replace(/[^\x00-\x7f]/g, "");
+const trimDashes = (text) => text.replace(/^-+|-+$/g, "");
+
+// "The issue id, exactly", step 1: the title and the detail of an ISSUES item.
+function splitIssue(item) {
+  item = item.trim();
+  const sep = /(?:\*\*)?:(?:\*\*)?\s|\s[\u2014\u2013-]\s/u.exec(item);
+  if (!sep) return [item, ""];
+  let title = item.slice(0, sep.index).trim();
+  const detail = item.slice(sep.index + sep[0].length).trim();
+  if (title.startsWith("**")) {
+    title = title.slice(2);
+    if (title.endsWith("**")) title = title.slice(0, -2);
+    title = title.trim();
+  }
+  return title ? [title, detail] : [item, ""];
+}
+
+// Steps 2-4: the issue id of a title.
+function issueSlug(title) {
+  let slug = trimDashes(asciiFold(title).toLowerCase().replace(/[^a-z0-9]+/g, "-"));
+  if (slug.length > 64) {
+    let cut = slug.slice(0, 64);
+    if (slug[64] !== "-" && cut.includes("-")) cut = cut.slice(0, cut.lastIndexOf("-"));
+    slug = trimDashes(cut);
+  }
+  return slug || "issue-" + sha256hex(title).slice(0, 10);
+}
+
+// "Project folders: the slug rule": the slug of a cwd, registered into `projects` (slug -> {cwd}).
+function projectSlug(cwd, projects) {
+  const abs = path.resolve(cwd);
+  const hash6 = sha256hex(abs).slice(0, 6);
+  let base = trimDashes(trimDashes(asciiFold(path.basename(abs)).toLowerCase().replace(/[^a-z0-9._-]+/g, "-")).slice(0, 64));
+  if (!base || /^\.+$/.test(base) || base.startsWith(".")) base = `project-${hash6}`;
+  const owners = Object.keys(projects).filter((s) => projects[s].cwd === abs).sort();
+  let slug;
+  if (owners.length) {
+    slug = [base, `${base}-${hash6}`].find((s) => owners.includes(s)) || owners[0];
+  } else {
+    slug = projects[base] ? `${base}-${hash6}` : base;
+  }
+  if (!projects[slug]) projects[slug] = { cwd: abs };
+  return slug;
+}
+
+function slugs(input) {
+  const projects = {};
+  return {
+    issues: (input.issues || []).map((item) => {
+      const [title, detail] = splitIssue(item);
+      return [title, detail, issueSlug(title)];
+    }),
+    projects: (input.cwds || []).map((cwd) => projectSlug(cwd, projects)),
+  };
+}
+
 // --- command line -----------------------------------------------------------------------------
 
 function main(argv) {
@@ -378,8 +442,10 @@ function main(argv) {
     process.stdout.write(JSON.stringify(readStore(dir, slug || "web")) + "\n");
   } else if (mode === "correct" && dir && rest.length === 2) {
     correct(dir, slug || "web", rest[0], rest[1]);
+  } else if (mode === "slugs" && dir) {
+    process.stdout.write(JSON.stringify(slugs(JSON.parse(dir))) + "\n");
   } else {
-    process.stderr.write("usage: conformance.mjs write DIR | read DIR [--project SLUG] | correct DIR OLD NEW [--project SLUG]\n");
+    process.stderr.write("usage: conformance.mjs write DIR | read DIR [--project SLUG] | correct DIR OLD NEW [--project SLUG] | slugs JSON\n");
     process.exit(2);
   }
 }
