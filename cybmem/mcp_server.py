@@ -360,7 +360,8 @@ class Memory:
 
         store = self.store(project)  # an unknown project is an error here; inject would go on without a block
         injection = inject_task(task, self.settings, project=store.slug, as_of=parse_time(as_of, "as_of"),
-                                parent_run_id=parent_run_id, chat_session_id=chat_session_id)
+                                parent_run_id=parent_run_id, chat_session_id=chat_session_id,
+                                keep=False)  # kept as mcp:memory_block by serve's observer
         answer = {k: v for k, v in injection.to_dict().items() if k not in ("task", "prompt")}
         return {**answer, "block": printable(injection.block)}
 
@@ -511,7 +512,10 @@ def serve(settings: Settings, *, cwd: str | os.PathLike | None = None, project: 
     client closes stdin, or on Ctrl-C / SIGTERM."""
     import anyio
 
+    from .feedback import mcp_observer
+
     memory = Memory(settings, cwd=cwd, project=project, allow_writes=allow_writes)
+    memory.observers.append(mcp_observer(settings, memory.store))  # what agents fetch, kept (cybmem.feedback)
     server = build_server(memory)
     default = f"project {project}" if project else f"the project of {Path(cwd or os.getcwd()).resolve()}"
     what = (f"cybmem mcp: memory root {settings.memory_dir}, default {default}, "
