@@ -1408,7 +1408,7 @@ def report_cmd(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds allowed per notebook cell.", min=1)] = 600,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Cell progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
-    """Execute the notebooks (history, lineage, issue ages, weight tuning; the fleet with -P dataset=DIR) headless and write self-contained HTML.
+    """Execute the notebooks (history, lineage, issue ages, weight tuning, feedback; the fleet with -P dataset=DIR) headless and write self-contained HTML.
 
     One page per notebook plus index.html; figures are embedded images, nothing is fetched
     from the network. Progress goes to stderr, a line per notebook with how long it took.

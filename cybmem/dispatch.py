@@ -497,7 +497,7 @@ def inject_task(
             from .errors import StoreError
 
             raise StoreError(inj.warnings[0] + (f" (and {len(inj.warnings) - 1} more)" if len(inj.warnings) > 1 else ""))
-        if keep and as_of is None:
+        if keep and as_of is None and inj.result is not None:  # a block was built (the project has memory)
             from .feedback import keep_block  # what was shown, kept; never raises
 
             inj.feedback_warning = keep_block(store, inj, settings, now_ms=now_ms)

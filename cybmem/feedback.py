@@ -51,8 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .store import MemoryStore
 
 __all__ = ["SHOWN_FILE", "USED_FILE", "DEFAULT_SHOWN_CAP", "enabled", "shown_cap", "task_hash", "block_entry",
-           "mcp_entry", "keep_shown", "keep_block", "keep_used", "mcp_observer", "read_lines", "shown_for", "match_used",
-           "note_used", "read_used", "used_judgments", "names_run", "rename_issues"]
+           "mcp_entry", "keep_shown", "keep_block", "keep_used", "mcp_observer", "read_lines", "parse_lines",
+           "shown_for", "match_used", "note_used", "read_used", "used_judgments", "names_run", "rename_issues"]
 
 SHOWN_FILE = "shown.jsonl"
 USED_FILE = "used.jsonl"
@@ -236,13 +236,15 @@ def keep_block(store: "MemoryStore", inj: "Injection", settings: "Settings", *, 
         keep_shown(store.dir, [block_entry(inj, settings, at=now_ms)], cap)
         return problem
     except Exception as exc:  # noqa: BLE001 - keeping the log never fails the dispatcher
-        return f"what was shown was not kept in {store.dir / SHOWN_FILE}: {_why(exc)}"
+        return f"what was shown was not kept in {store.dir / SHOWN_FILE}: {_why(exc, store.dir / SHOWN_FILE)}"
 
 
-def _why(exc: BaseException) -> str:
+def _why(exc: BaseException, path: Path) -> str:
+    """One line: what went wrong, naming the file when it is not ``path`` (e.g. the lock)."""
     if isinstance(exc, OSError):
-        return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
-    return " ".join(f"{type(exc).__name__}: {exc}".split()) if not isinstance(exc, StoreError) else str(exc)
+        other = exc.filename and str(exc.filename) != str(path)
+        return f"{exc.strerror or exc}" + (f" ({exc.filename})" if other else "")
+    return str(exc) if isinstance(exc, StoreError) else " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def mcp_observer(settings: "Settings", store_of: Callable[[str | None], "MemoryStore"]) -> Callable[[str, dict, Any], None]:
@@ -257,18 +259,19 @@ def mcp_observer(settings: "Settings", store_of: Callable[[str | None], "MemoryS
     def observe(name: str, arguments: dict, answer: Any) -> None:
         if not enabled(settings):
             return
-        entry = mcp_entry(name, arguments, answer, settings)
-        if entry is None:
-            return
-        project = answer.get("project") if isinstance(answer, Mapping) else None
-        where = store_of(project or arguments.get("project")).dir
+        where = Path(".")
         try:
+            entry = mcp_entry(name, arguments, answer, settings)
+            if entry is None:
+                return
+            project = answer.get("project") if isinstance(answer, Mapping) else None
+            where = store_of(project or arguments.get("project")).dir
             keep_shown(where, [entry], cap)
         except Exception as exc:  # noqa: BLE001 - keeping the log never fails the answer
             if str(where) not in warned:
                 warned.add(str(where))
-                print(f"cybmem mcp: warning: what agents fetch is not kept in {where / SHOWN_FILE}: {_why(exc)}",
-                      file=sys.stderr)
+                path = where / SHOWN_FILE
+                print(f"cybmem mcp: warning: what agents fetch is not kept in {path}: {_why(exc, path)}", file=sys.stderr)
 
     return observe
 
@@ -276,14 +279,17 @@ def mcp_observer(settings: "Settings", store_of: Callable[[str | None], "MemoryS
 # --- reading -----------------------------------------------------------------------------
 
 
-def read_lines(path: Path, raw: bytes | None = None, *, needle: bytes | None = None) -> list[dict]:
-    """The JSON objects of a log, in file order (a line that is not one is skipped); with
-    ``needle``, only the lines that hold it (found before anything is parsed)."""
-    if raw is None:
-        try:
-            raw = _io.read_file(path)
-        except FileNotFoundError:
-            return []
+def read_lines(path: Path) -> list[dict]:
+    """The JSON objects of a log file, in file order (a line that is not one is skipped; no file: [])."""
+    try:
+        return parse_lines(_io.read_file(path))
+    except FileNotFoundError:
+        return []
+
+
+def parse_lines(raw: bytes, *, needle: bytes | None = None) -> list[dict]:
+    """The JSON objects (with an integer ``at``) of a log's bytes, in order; a line that is not
+    one is skipped. With ``needle``, only the lines that hold it (found before anything is parsed)."""
     out = []
     if needle is None:
         chunks: Iterable[bytes] = raw.split(b"\n")
@@ -314,12 +320,12 @@ def shown_for(raw: bytes, run_id: str, hashed: str | None, *, started_at: int, e
     run: the newest inject line with that hash up to the run's end, and the MCP lines with it from
     then (or from the run's start, when no inject line has it) to the run's end.
     """
-    mine = [d for d in read_lines(Path(), raw, needle=f'"{run_id}"'.encode()) if d.get("runId") == run_id]
+    mine = [d for d in parse_lines(raw, needle=f'"{run_id}"'.encode()) if d.get("runId") == run_id]
     if mine:
         return mine, "runId"
     if not hashed:
         return [], None
-    same = [d for d in read_lines(Path(), raw, needle=hashed.encode())
+    same = [d for d in parse_lines(raw, needle=hashed.encode())
             if d.get("runId") is None and d.get("taskHash") == hashed and d["at"] <= ended_at]
     injects = [d for d in same if d.get("source") == "inject"]
     since = injects[-1]["at"] if injects else started_at
@@ -360,8 +366,9 @@ def match_used(lines: list[dict], *, run_id: str, text: str, issue_events: Itera
     Args:
         lines: the shown.jsonl lines that were for the run.
         run_id: the run (never counted as using itself).
-        text: what the run's output says (the worker's final answer, the verdict, the outcome),
-            searched for the shown runs' ids and prefixes (:func:`names_run`) and issue ids.
+        text: what the run's output says (the worker's final answer less any MEMORY block, the
+            verdict, the outcome's lists; not the task nor the summary made from it), searched for
+            the shown runs' ids and prefixes (:func:`names_run`) and issue ids.
         issue_events: (issue id, event) the run wrote: resolved, wontfix or reopened count.
 
     Returns:
@@ -372,7 +379,7 @@ def match_used(lines: list[dict], *, run_id: str, text: str, issue_events: Itera
     """
     injects = [d for d in lines if d.get("source") == "inject"]
     block = injects[-1] if injects else None
-    rank = {r["runId"]: r.get("rank") for r in (block or {}).get("runs", []) if isinstance(r, Mapping)}
+    rank = {r.get("runId"): r.get("rank") for r in (block.get("runs") or [] if block else []) if isinstance(r, Mapping)}
     shown_by: dict[str, list[str]] = {}
     fetched: set[str] = set()
     issues_by: dict[str, list[str]] = {}
@@ -406,9 +413,8 @@ def match_used(lines: list[dict], *, run_id: str, text: str, issue_events: Itera
         if _names_issue(text, iid):
             did.setdefault(iid, []).append("named")
     used_issues = [{"issueId": i, "how": how, "shownBy": issues_by[i]} for i, how in did.items() if how]
-    return {"block": (block or {}).get("runs") if block else None,
-            "blockIssues": (block or {}).get("issues") if block else None,
-            "weights": (block or {}).get("weights"), "used": used, "usedIssues": used_issues}
+    return {"block": block.get("runs") if block else None, "blockIssues": block.get("issues") if block else None,
+            "weights": block.get("weights") if block else None, "used": used, "usedIssues": used_issues}
 
 
 def note_used(store: "MemoryStore", settings: "Settings", *, run_id: str, task_hashed: str | None,
@@ -439,7 +445,7 @@ def note_used(store: "MemoryStore", settings: "Settings", *, run_id: str, task_h
         ledger = store.ledger_bytes()
     except StoreError:
         ledger = b""
-    for d in read_lines(Path(), ledger, needle=f'"{run_id}"'.encode()) if ledger else []:
+    for d in parse_lines(ledger, needle=f'"{run_id}"'.encode()) if ledger else []:
         if d.get("byRunId") == run_id and isinstance(d.get("issueId"), str):
             events.append((d["issueId"], str(d.get("event"))))
     found = match_used(lines, run_id=run_id, text=text, issue_events=events)

@@ -436,7 +436,8 @@ def _note_used(store: MemoryStore, rec: MemoryRecord, written: list[IssueEvent],
         return
     try:
         o = rec.outcome
-        text = "\n".join([strip_memory(run.winner_output or ""), run.verdict or "", o.summary, *o.accomplished, *o.next])
+        # What the run said, not what it was asked: the task (and the summary made from it) may name runs too.
+        text = "\n".join([strip_memory(run.winner_output or ""), run.verdict or "", *o.accomplished, *o.next])
         feedback.note_used(store, settings, run_id=rec.runId, task_hashed=feedback.task_hash(run.task),
                            started_at=rec.startedAt, ended_at=rec.endedAt, text=text,
                            issue_events=[(e.issueId, e.event) for e in written])

@@ -149,6 +149,16 @@ def test_a_prefix_in_the_output_is_used_and_the_echoed_block_is_not(tmp_path):
     assert [(u["runId"], u["rank"], u["how"]) for u in used["used"]] == [(inj.runs[2].run_id, 3, ["named"])]
 
 
+def test_a_run_the_task_names_is_not_used_for_being_named(tmp_path):
+    root = _root(tmp_path)
+    task = f"Follow up {CART[:8]}: the cart drawer test is flaky again"
+    inj = inject_task(task, _settings(root, RUN_ID="r-asked"), project="web")
+    assert CART in [h.run_id for h in inj.runs]
+    _write(root, "r-asked", "Fixed the wait.", task=task)
+    [used] = _used(root)
+    assert used["used"] == [], "what it was asked is not what it said"
+
+
 def test_an_issue_it_resolved_is_used(tmp_path):
     root = _root(tmp_path)
     inj = inject_task("Fix analytics firing before the consent banner is answered", _settings(root, RUN_ID="r-fix"),
