@@ -17,7 +17,8 @@ warm state stay in memory between calls while the cache's freshness check (a few
 holds, so a call costs milliseconds and a record another process wrote since is seen on the next
 call. Every tool and resource goes through :meth:`Memory.call`: calls are served one at a time,
 a library error becomes an MCP error carrying the message the CLI prints, and ``observers`` see
-each answer (the one place to log what an agent fetched). Calls are answered on the event loop,
+each answer: :func:`serve` keeps what each one returned in the project's shown.jsonl
+(:func:`cybmem.feedback.mcp_observer`), so that the run's record can say what it used. Calls are answered on the event loop,
 not in a worker thread: they take milliseconds, and the two thread switches a call would cost
 took longer than the call itself on a busy machine (benchmarks/bench_mcp.py).
 """
