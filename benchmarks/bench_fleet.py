@@ -3,6 +3,13 @@
 Usage:
     python benchmarks/bench_fleet.py                       # 8 machines x 33 corpus copies = 2,048,904 runs
     python benchmarks/bench_fleet.py --machines 8 --copies 33 --inline-sizes 1,2,4,8 --json out.json
+    python benchmarks/bench_fleet.py --crossover 1k,1x1,4x1,8x1,8x2,8x4   # where a LocalCluster starts to pay off
+
+``--crossover`` times what a user runs, ``cybmem fleet search`` in a fresh process, with
+``--scheduler inline`` and ``--scheduler local`` on datasets of growing size (``1k``: the 1,011-run
+pytest history exported once; ``MxC``: M machines of C corpus copies, generated as below), and
+prints the Parquet size where the LocalCluster starts to win: ``scheduler="auto"``'s threshold
+(cybmem.fleet.INLINE_MAX_BYTES).
 
 The dataset is generated once under ``benchmarks/.data/fleet-<machines>x<copies>/``, directly as
 Parquet in the export's schema (never as JSON files): the 7,761-run pytest corpus is exported once
@@ -184,7 +191,8 @@ def measure(dataset: Path, mode: str, what: str, n_machines: int, workers: int) 
     from cybmem.fleet import Fleet, scan_dataset
 
     machines = sorted({g.machine for g in scan_dataset(dataset)})[:n_machines]
-    kw = {"scheduler": "inline"} if mode == "inline" else {"workers": workers, "threads_per_worker": 1, "processes": True}
+    kw = {"scheduler": "inline"} if mode == "inline" else {"scheduler": "local", "workers": workers, "threads_per_worker": 1,
+                                                           "processes": True}
     out: dict = {"mode": mode, "what": what, "machines": len(machines)}
     t = time.perf_counter()
     with Fleet(dataset, machines=machines, progress=False, **kw) as fleet:
@@ -230,6 +238,57 @@ def _run(dataset: Path, mode: str, what: str, n: int, workers: int) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _crossover_dataset(size: str) -> Path:
+    """``1k``: the 1k-run pytest history exported as one machine; ``MxC``: :func:`generate`'s dataset."""
+    if size == "1k":
+        out = C.DATA_DIR / "fleet-1k"
+        if not (out / ".complete").exists():
+            from cybmem.export import all_stores, export_parquet
+
+            src = C.DATA_DIR / "fleet-1k-memory"  # a private copy: loading writes the Arrow cache next to the store
+            if not src.exists():
+                import shutil
+
+                shutil.copytree(C.ensure_corpus("pytest-memory-1k"), src)
+            export_parquet(all_stores(src), out, machine="m00", progress=False)
+            (out / ".complete").write_text("{}")
+        return out
+    m, c = (int(x) for x in size.split("x"))
+    return generate(C.DATA_DIR / f"fleet-{m}x{c}", m, c)
+
+
+def crossover(sizes: list[str], workers: int, repeat: int) -> list[dict]:
+    """`cybmem fleet search` in a fresh process, inline and on a LocalCluster, at each size (best of ``repeat``)."""
+    query = _queries(1)[0]
+    rows = []
+    print(f"== `cybmem fleet search {query!r} -k 10 --json` in a fresh process, best of {repeat}; LocalCluster of {workers} "
+          "worker processes", flush=True)
+    print(f"   {'dataset':>8} {'runs':>9} {'Parquet':>9} {'inline':>8} {'local':>8}", flush=True)
+    for size in sizes:
+        dataset = _crossover_dataset(size)
+        mb = sum(p.stat().st_size for p in dataset.rglob("*.parquet")) / 1e6
+        row = {"dataset": size, "parquet_mb": round(mb, 1)}
+        for mode in ("inline", "local"):
+            best = None
+            for _ in range(repeat):
+                t = time.perf_counter()
+                p = subprocess.run([sys.executable, "-m", "cybmem.cli", "fleet", "search", query, "--dataset", str(dataset),
+                                    "-k", "10", "--json", "--scheduler", mode, "--workers", str(workers), "--no-progress"],
+                                   capture_output=True, text=True)
+                took = time.perf_counter() - t
+                if p.returncode != 0:
+                    raise SystemExit(f"{mode} at {size}: {p.stderr.strip()}")
+                best = took if best is None else min(best, took)
+                row["runs"] = json.loads(p.stdout)["records"]
+            row[f"{mode}_s"] = round(best, 2)
+        rows.append(row)
+        print(f"   {size:>8} {row['runs']:>9,} {mb:>6.1f} MB {row['inline_s']:>6.1f} s {row['local_s']:>6.1f} s", flush=True)
+    wins = [r for r in rows if r["local_s"] < r["inline_s"]]
+    print("== the LocalCluster first wins at " + (f"{wins[0]['parquet_mb']} MB ({wins[0]['runs']:,} runs)" if wins
+                                                   else "none of these sizes"), flush=True)
+    return rows
+
+
 def _mem_total_mb() -> float:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal"):
@@ -248,7 +307,14 @@ def main() -> None:
     ap.add_argument("--dataset", type=Path, default=None)
     ap.add_argument("--measure", nargs=3, metavar=("MODE", "WHAT", "MACHINES"), help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--crossover", default=None, help="sizes (1k, MxC) at which to time `cybmem fleet search` inline and local")
+    ap.add_argument("--repeat", type=int, default=2, help="--crossover: runs per size and scheduler (the best is kept)")
     a = ap.parse_args()
+    if a.crossover:
+        rows = crossover(a.crossover.split(","), a.workers, a.repeat)
+        if a.json:
+            a.json.write_text(json.dumps({"crossover": rows}, indent=2))
+        return
     if a.measure:
         mode, what, n = a.measure
         print(json.dumps(measure(a.dataset, mode, what, int(n), a.workers)))

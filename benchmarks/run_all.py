@@ -73,6 +73,16 @@ def main() -> None:
         run("Retrieval quality", ["benchmarks/bench_quality.py"],
             "MRR@10, recall@10 and nDCG@10 on the corpus qrels, replayed as of each query's moment through "
             "the production search path, default weights against single axes."),
+        run("Defaults that hold on every history, and self-tuning", ["benchmarks/bench_fit.py"],
+            "MRR@10 on the judged queries of pytest, mypy, sphinx and the newest 1k of pytest, side by side: "
+            "the corpora's BM25 + recency baseline, the old and new defaults, recency measured in runs or in "
+            "the project's typical gap, leave-one-history-out, and `cybmem tune --save` as of the median query "
+            "moment scored on the queries after it."),
+        run("A block that can say nothing: the floor", ["benchmarks/bench_floor.py", "--sample", "150",
+                                                         "--floors", "0.3,0.35,0.45,0.5"],
+            "Tasks of the other histories dispatched into each store, beside the store's own judged tasks "
+            "(text alone and as follow-ups): how often a foreign task gets any run, a real task a judged-relevant "
+            "run, and the judged open issue is named; today (old defaults, no floor) against the floor."),
         run("What the dispatch block holds", ["benchmarks/bench_dispatch.py"],
             "The MEMORY block on the corpus qrels, before (top 3, newest issues first) and after (ranked "
             "issues, top k): the share of runs and issues in the block, tokens, how often a judged relevant "

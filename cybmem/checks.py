@@ -5,13 +5,12 @@ index, cache, paths, weights, secrets) and the repair; each check is one functio
 
 What is checked, per project: every record file parses, validates and is named after its
 runId, and carries a cwd in the project's directory; every ledger line and every
-embeddings.jsonl line is whole and valid (and each model's vectors have one dimension), and
-each issue's events are stamped in file order; index.json equals a rebuild from records/; the
-Arrow cache (``.cache/``) matches records/ and the ledger; no symbolic link leads writes out of
-the memory root; temp files (``.tmp-*``) left by a killed writer; a ``cybmem redact`` killed
-halfway (its journal). Per memory root: projects.json
-parses, every slug dir is registered or can be backfilled, no cwd has two slugs, no two slugs
-look alike (:func:`cybmem.projects.slug_key`).
+embeddings.jsonl line is whole and valid, each run has one vector per model, and each issue's
+events are stamped in file order; index.json equals a rebuild from records/; the Arrow cache
+(``.cache/``) matches records/ and the ledger; no symbolic link leads writes out of the memory
+root; temp files (``.tmp-*``) left by a killed writer; a ``cybmem redact`` killed halfway (its
+journal). Per memory root: projects.json parses, every slug dir is registered or can be
+backfilled, no cwd has two slugs, no two slugs look alike (:func:`cybmem.projects.slug_key`).
 
 Findings have a severity:
 
@@ -19,18 +18,22 @@ Findings have a severity:
     needs a person: a record or ledger line that cannot be read, a broken projects.json, a
     symbolic link, a secret on disk (``--secrets``). Never changed by ``--repair``.
 ``repairable``
-    derived state that ``--repair`` rebuilds: index.json, the Arrow cache, old temp files.
+    derived state that ``--repair`` rebuilds: index.json, the Arrow cache, old temp files,
+    vectors in embeddings.jsonl that a later one of the same run and model replaced.
 ``warning``
     reported, harmless, not counted: a torn last ledger line (every reader skips it; the
     ledger is never rewritten), a temp file young enough to belong to a running writer, a
-    cache that the next read refreshes anyway.
+    cache that the next read refreshes anyway, a model whose runs have vectors of several
+    dimensions (only its newest is compared with a query; ``cybmem embed`` fills it in).
 
 ``--repair`` always rebuilds index.json and the cache of every checked project from records/
 and the ledger (whatever the checks found: a hand edit then reaches every derived copy) and
-removes temp files older than ``temp_age`` seconds; it never touches records/, issues.jsonl or
-embeddings.jsonl, except to finish a ``cybmem redact`` that was killed (its journal,
-``redact-pending.json``, says what is left to do: cybmem.scrub). ``--secrets`` scans the derived
-files too.
+removes temp files older than ``temp_age`` seconds; it never touches records/ or issues.jsonl,
+except to finish a ``cybmem redact`` that was killed (its journal, ``redact-pending.json``, says
+what is left to do: cybmem.scrub). embeddings.jsonl is derived and optional (``cybmem embed``
+makes every vector again), so the repair may rewrite it, atomically and under the project lock,
+to keep one vector per run and model (:func:`cybmem.embeddings.superseded`); nothing else in it
+changes. ``--secrets`` scans the derived files too.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pathlib import Path
 
 from . import _io, cache as _cache, supersession
 from ._io import TMP_PREFIX
-from .embeddings import read_rows
+from .embeddings import drop_lines, newest_dims, read_rows, superseded
 from .errors import NotFoundError, StoreError, ValidationError
 from .issues import event_from_dict
 from .projects import (MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, owning_dir, project_cwd,
@@ -273,22 +276,38 @@ def _check_embeddings(store: MemoryStore, stats: ProjectStats) -> list[Finding]:
             findings.append(Finding("embeddings", "warning", where, f"{reason}; readers skip it", store.slug))
         else:
             findings.append(Finding("embeddings", "error", where, f"{reason}; readers skip it", store.slug))
-    dims: dict[str, dict[int, int]] = {}
-    first_line: dict[tuple[str, int], int] = {}
+    stats.embeddings = len(rows)
+    path = str(store.embeddings_path)
+    extra = superseded(rows)
+    gone = set(extra)
+    if extra:
+        runs = len({(row["runId"], row["model"]) for lineno, row in rows if lineno in gone})
+        findings.append(Finding("embeddings", "repairable", path,
+                                f"{runs} run(s) have more than one vector of a model ({len(extra)} line(s) replaced by a later one, "
+                                f"first at line {extra[0]}); search uses the last; `cybmem doctor --repair` keeps only it",
+                                store.slug))
+    newest = newest_dims(rows)
+    counts: dict[str, dict[int, int]] = {}
     for lineno, row in rows:
-        stats.embeddings += 1
-        n = len(row["vector"])
-        dims.setdefault(row["model"], {}).setdefault(n, 0)
-        dims[row["model"]][n] += 1
-        first_line.setdefault((row["model"], n), lineno)
-    for model, counts in sorted(dims.items()):
-        if len(counts) > 1:
-            usual = max(counts, key=lambda k: counts[k])
-            odd = ", ".join(f"{n} (x{c}, first at line {first_line[(model, n)]})" for n, c in sorted(counts.items()) if n != usual)
-            findings.append(Finding("embeddings", "error", str(store.embeddings_path),
-                                    f"model {model!r} has vectors of more than one dimension: {usual} (x{counts[usual]}) and {odd}",
-                                    store.slug))
+        if lineno not in gone:
+            by_dims = counts.setdefault(row["model"], {})
+            by_dims[len(row["vector"])] = by_dims.get(len(row["vector"]), 0) + 1
+    for model, by_dims in sorted(counts.items()):
+        if len(by_dims) > 1:
+            now = newest[model]
+            older = ", ".join(f"{d} ({c} run{'s' * (c != 1)})" for d, c in sorted(by_dims.items()) if d != now)
+            findings.append(Finding("embeddings", "warning", path,
+                                    f"model {model!r} has vectors of {now} dimensions ({by_dims[now]} runs, its newest) and of "
+                                    f"{older}; search compares only the newest with a query: `cybmem embed` gives the other "
+                                    "runs one", store.slug))
     return findings
+
+
+def _drop_superseded_vectors(store: MemoryStore) -> int:
+    """Under the project lock: embeddings.jsonl without the vectors a later one replaced (their count)."""
+    with store.lock():
+        rows, _problems = read_rows(store.embeddings_path)
+        return drop_lines(store.embeddings_path, superseded(rows))
 
 
 def _check_records(store: MemoryStore, stats: ProjectStats, home: str | None = None) -> tuple[list[Finding], set[str]]:
@@ -687,6 +706,9 @@ def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore])
                 left = finished.remaining + finished.unreachable
                 done.append(f"finished the interrupted redaction of {len(finished.targets)} run(s) in {slug} "
                             f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
+        if any(f.check == "embeddings" and f.severity == "repairable" and f.project == slug for f in findings):
+            dropped = _drop_superseded_vectors(store)
+            done.append(f"dropped {dropped} replaced vector(s) from {store.embeddings_path}")
         count = store.rebuild_index()
         done.append(f"rebuilt {store.index_path} from {count} records")
         if not _cache.disabled(store.root):
@@ -723,8 +745,9 @@ def doctor(
         settings: where the memory root is.
         project / cwd: the project to check (default: the one of the current directory).
         all_projects: check every project of the root.
-        repair: rebuild index.json and the Arrow cache and remove temp files older than
-            ``temp_age`` seconds; records, issues.jsonl and embeddings.jsonl are never touched.
+        repair: rebuild index.json and the Arrow cache, remove temp files older than
+            ``temp_age`` seconds and drop replaced vectors from embeddings.jsonl; records and
+            issues.jsonl are touched only to finish a killed ``cybmem redact``.
         secrets: also scan records and issue titles / details for secret shapes (reported by
             file, field and kind; the secret itself is never printed, nothing is rewritten).
         temp_age: temp files younger than this may belong to a running writer and are left alone.

@@ -1195,7 +1195,8 @@ def embed_cmd(
         _print_json(result.to_dict())
         return
     if not result.embedded:
-        typer.echo(f"Nothing to embed: all {result.had} records of project {result.project} already have a vector (model {result.model})"
+        typer.echo(f"Nothing to embed: all {result.had} records of project {result.project} already have a vector "
+                   f"(model {result.model}" + (f", {result.dims} dimensions)" if result.dims else ")")
                    + (f" ({result.empty} have no text)." if result.empty else "."))
         return
     typer.echo(f"Embedded {result.embedded} records of project {result.project} with {result.model} ({result.dims} dimensions) "
@@ -1601,7 +1602,7 @@ def fleet_cmd(
     action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],
     query: Annotated[Optional[str], typer.Argument(help="search: what to look for (free text).", show_default=False)] = None,
     dataset: Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)] = None,
-    scheduler: Annotated[Optional[str], typer.Option("--scheduler", help="A Dask scheduler's address (tcp://host:8786); default: a LocalCluster on this machine.", show_default=False)] = None,
+    scheduler: Annotated[str, typer.Option("--scheduler", help="auto: in this process for a small dataset, else a LocalCluster; inline; local (a LocalCluster); or a Dask scheduler's address (tcp://host:8786).")] = "auto",
     workers: Annotated[int, typer.Option("--workers", help="LocalCluster worker processes.", min=1)] = 2,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for --scheduler to answer.", min=0.1)] = 10.0,
     machine: Annotated[Optional[list[str]], typer.Option("--machine", "-m", help="Only this machine (repeat for more).", show_default=False)] = None,
@@ -1620,7 +1621,10 @@ def fleet_cmd(
     search QUERY: the top k records of the whole fleet, ranked as `cybmem search` ranks one store
     holding them all. issues: the issue fold of every machine and project (counts, or --open).
     report: issue-age histograms and the lineage summary per machine and project (PNG, CSV and
-    HTML) in --out. A LocalCluster runs by default; --scheduler uses a running cluster.
+    HTML) in --out. A small dataset runs in this process, a larger one on a LocalCluster (the last
+    line says which); --scheduler chooses, or names a running cluster. A part file that cannot be
+    read is skipped with one line naming it; a run id that several machines exported counts once,
+    for the first that exported it, and its hit names them all.
 
     Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
     """
@@ -1647,6 +1651,8 @@ def fleet_cmd(
     now_ms = parse_time(now, "--now")
     with Fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress,
                timeout=timeout) as fleet:
+        _warn(fleet.skipped)
+        ran = f"Ran {fleet.ran_on}."
         if action == "search":
             result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
             if ctx.json:
@@ -1654,9 +1660,10 @@ def fleet_cmd(
                 return
             if not result.hits:
                 _echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
+                _echo(ran)
                 return
-            rows = [[str(h.rank), f"{h.score:.3f}", h.machine, h.project, h.run_id[:8], _when(h.ended_at_ms), h.state,
-                     h.task] for h in result.hits]
+            rows = [[str(h.rank), f"{h.score:.3f}", h.machine + ("*" if h.claimed_by else ""), h.project, h.run_id[:8],
+                     _when(h.ended_at_ms), h.state, h.task] for h in result.hits]
             _table(["#", "SCORE", "MACHINE", "PROJECT", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
             if explain_:
                 w = result.weights
@@ -1665,6 +1672,11 @@ def fleet_cmd(
                            + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
                 for h in result.hits:
                     _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
+            for h in (h for h in result.hits if h.claimed_by):
+                _echo(f"* run {h.run_id[:8]} was exported by {', '.join(h.claimed_by)}"
+                      + (" with different records" if h.conflict else ", the same record")
+                      + f"; shown as {h.claimed_by[0]}, the first to export it.")
+            _echo(ran)
             return
         if action == "issues":
             if open_:
@@ -1678,6 +1690,7 @@ def fleet_cmd(
                     return
                 if not len(opened):
                     _echo(f"No open issues in {len(fleet.groups)} projects.")
+                    _echo(ran)
                     return
                 shown = opened if not limit else opened.head(limit)
                 rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
@@ -1686,6 +1699,7 @@ def fleet_cmd(
                 _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
                 if len(shown) < len(opened):
                     _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
+                _echo(ran)
                 return
             summary = fleet.issue_summary(now=now_ms)
             if ctx.json:
@@ -1696,14 +1710,19 @@ def fleet_cmd(
                     for r in summary.itertuples()]
             _table(["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN OPEN AGE (D)"], rows,
                    fit=_whole)
+            _echo(ran)
             return
         result = fleet.report(out, now=now_ms)
         if ctx.json:
             _print_json(result.to_dict())
             return
         names = ", ".join(Path(f).name for f in result.files)
-        _echo(f"Wrote {names} to {out}: {result.runs} runs and {result.issues} issues of {result.projects} projects "
-                   f"on {result.machines} machines.")
+        n = _count
+        _echo(f"Wrote {names} to {out}: {n(result.runs, 'run')} and {n(result.issues, 'issue')} of "
+              f"{n(result.projects, 'project')} on {n(result.machines, 'machine')}."
+              + (f" {n(result.claimed, 'run id')} exported by more than one machine or project count once."
+                 if result.claimed else ""))
+        _echo(ran)
 
 
 # What pydantic's lax int accepts from a string (tested against it): ASCII digits, underscores

@@ -2,9 +2,16 @@
 
 Each line is ``{"runId", "model", "vector": [floats]}``, exactly as store-format.md has it (a
 ``dims`` field another tool adds is checked against the vector's length). :func:`read_rows` reads the file with the one reader and reports each
-unusable line once; :func:`row_problem` is the rule for a usable row. cybmem writes at most one
-line per (runId, model) (:meth:`cybmem.store.MemoryStore.append_embeddings` checks under the
-project lock); should another tool write a second one, readers keep the first.
+unusable line once; :func:`row_problem` is the rule for a usable row. Vectors are keyed by model
+and dimension (cybmem.vectors): a model that changes its dimension under the same name starts a
+new key, and ``cybmem embed`` then gives every record a vector of it. cybmem writes at most one
+line per (runId, model) and key (:meth:`cybmem.store.MemoryStore.append_embeddings` checks under
+the project lock); should a run still have several, readers take the last of a key, and
+:func:`superseded` is the rule by which ``cybmem doctor --repair`` keeps one per run and model.
+
+The file is derived and optional (every vector can be made again by ``cybmem embed``), so unlike
+records and the ledger it may be rewritten: :func:`drop_lines` does it atomically, under the
+project lock, for the repair only.
 
 What is embedded is what the keyword index sees (:func:`record_text`: task, summary, title and
 detail of the issues the run raised), cut to :data:`EMBED_TEXT_CHARS` (:func:`embedding_text`).
@@ -23,7 +30,7 @@ import orjson
 from . import _io
 
 __all__ = ["MAX_EMBEDDINGS_BYTES", "EMBED_TEXT_CHARS", "row_problem", "read_rows", "record_text", "issue_text", "embedding_text",
-           "row_bytes", "keys_in"]
+           "row_bytes", "keys_in", "newest_dims", "superseded", "drop_lines"]
 
 MAX_EMBEDDINGS_BYTES = 8 * 1024 * 1024 * 1024
 # Embedding models read a few hundred tokens at most (all-MiniLM-L6-v2: 256 word pieces, about
@@ -139,3 +146,40 @@ def keys_in(path: Path, wanted: Iterable[tuple[str, str]], *, offset: int = 0) -
             if row_problem(row) is None and (row["runId"], row["model"]) in wanted:
                 found.add((row["runId"], row["model"]))
     return found
+
+
+def newest_dims(rows: Sequence[tuple[int, dict]]) -> dict[str, int]:
+    """Each model's newest dimension: the length of its last usable vector (the key readers use)."""
+    return {row["model"]: len(row["vector"]) for _, row in rows}
+
+
+def superseded(rows: Sequence[tuple[int, dict]]) -> list[int]:
+    """Line numbers of the usable rows that another row of the same run and model replaces.
+
+    One row per (runId, model) is kept: its last of the model's newest dimension (what search
+    compares with a query now), or, when the run has none of that dimension, its last one.
+    ``rows`` are :func:`read_rows`' (line, row) pairs in file order.
+    """
+    newest = newest_dims(rows)
+    keep: dict[tuple[str, str], tuple[bool, int]] = {}
+    for lineno, row in rows:
+        key = (row["runId"], row["model"])
+        current = len(row["vector"]) == newest[row["model"]]
+        best = keep.get(key)
+        if best is None or current or not best[0]:
+            keep[key] = (current, lineno)
+    kept = {lineno for _, lineno in keep.values()}
+    return [lineno for lineno, _ in rows if lineno not in kept]
+
+
+def drop_lines(path: Path, lines: Iterable[int]) -> int:
+    """Rewrite an embeddings file without the given line numbers (1-based), atomically; every other
+    byte stays as it was (a torn last line too). The caller holds the project lock. Returns how
+    many lines went."""
+    drop = set(lines)
+    if not drop:
+        return 0
+    parts = _io.read_file(path, limit=MAX_EMBEDDINGS_BYTES).split(b"\n")
+    kept = [part for lineno, part in enumerate(parts, 1) if lineno not in drop]
+    _io.atomic_write(path, b"\n".join(kept))
+    return len(parts) - len(kept)

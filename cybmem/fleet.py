@@ -49,22 +49,43 @@ store holding all of them (tested equal on a LocalCluster, scores to the float32
 4. each partition returns its top k, and the merge breaks ties as :func:`cybmem.scoring.top_k`
    does in a store ordered oldest first: the newer record (``endedAt``, then ``runId``) first.
 
-Run ids are unique across a fleet whose machines keep their own memory; the same memory
-exported by two machines (a shared disk) is in the dataset twice and shows up twice.
+A dataset that is not what an export writes
+--------------------------------------------
 
-``scheduler="inline"`` runs the same partition functions in this process without Dask (the
-single-process pandas run the benchmark compares with). Nothing in the write or inject path
-imports this module; Dask is imported when a fleet is opened.
+Every part file's footer is read when a fleet opens: a file that is not Parquet, has no
+``runId`` (or ``issueId``) column or holds a column of another kind than the export's (an int
+``runId``) is skipped, and :attr:`Fleet.skipped` names it in one line; the rest of the fleet is
+read. Within one (machine, project) a run id (a ledger line) exported twice is one row, the last
+exported (files in path order: month, then the export time in the file name).
+
+Who speaks for a run id: run ids are unique across machines that keep their own memory, so a
+run id in the exports of two (machine, project)s is a claim to check, not a second run. The
+(machine, project) that exported it first owns it (the export time in its part file's name, else
+the file's mtime; then machine and project by name); the others' copies are left out of search
+and of the counts, and the run's hit names every claimant and says whether their records differ
+(:attr:`FleetHit.claimed_by`, :attr:`FleetHit.conflict`). So another machine can add runs of its
+own but can neither outrank nor rewrite the ones it copied or forged. The same memory exported
+by two machines (a shared disk) is one run each, claimed by both.
+
+Scheduler: ``"auto"`` (the default) runs the partition functions in this process when the
+dataset is small (:data:`INLINE_MAX_BYTES` of Parquet: a LocalCluster's start and the shipping of
+partitions to its workers cost more than they save below it, measured by
+``benchmarks/bench_fleet.py --crossover``), else on a LocalCluster; ``"inline"`` always in this
+process (the single-process pandas run the benchmark compares with), ``"local"`` (or None)
+always on a LocalCluster, an address on a running cluster; :attr:`Fleet.ran_on` says which ran.
+Nothing in the write or inject path imports this module; Dask is imported when a cluster is used.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import logging
 import math
 import os
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from urllib.parse import unquote
@@ -92,10 +113,18 @@ __all__ = [
     "FleetHit",
     "FleetSearchResult",
     "FleetReport",
+    "Claim",
+    "INLINE_MAX_BYTES",
 ]
 
 #: Default Parquet bytes per partition when packing small (machine, project)s together.
 PARTITION_BYTES = 64 << 20
+#: ``scheduler="auto"`` runs in this process up to this much Parquet (about 240k runs): where a
+#: LocalCluster of 2 workers starts to win a one-shot ``cybmem fleet search`` on a quiet 2-core
+#: machine. Below it the cluster lost every measured run (8.0 s against 2.5 s at 1k runs, 47
+#: against 26 s at 62k); on a busy machine it lost up to 106 MB too (85 against 55 s) and won at
+#: 205 MB (108 against 116 s). ``benchmarks/bench_fleet.py --crossover``; benchmarks/RESULTS.md.
+INLINE_MAX_BYTES = 100_000_000
 _SEARCH_COLUMNS = ("runId", "task", "state", "endedAt", "parentRunId", "chatSessionId", "previousRunId", "rootRunId",
                    "summary", "issues", "next", "supersededBy", "supersedes")
 _LINEAGE_COLUMNS = ("runId", "state", "endedAt", "parentRunId", "chatSessionId", "previousRunId", "supersededBy",
@@ -114,13 +143,18 @@ class FleetError(CybmemError):
 
 @dataclass(frozen=True)
 class Group:
-    """One machine's export of one project: its record and ledger-event Parquet files."""
+    """One machine's export of one project: its record and ledger-event Parquet files.
+
+    ``hidden``: run ids this (machine, project) exported that another one owns (it exported them
+    first); readers leave them out (module docstring: who speaks for a run id).
+    """
 
     machine: str
     project: str
     records: tuple[str, ...] = ()
     issues: tuple[str, ...] = ()
     size: int = 0  # bytes of Parquet
+    hidden: frozenset[str] = field(default=frozenset(), repr=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -133,8 +167,56 @@ def _parts(pdir: Path) -> list[Path]:
                   and not p.parent.name.startswith((".", "_")))
 
 
-def scan_dataset(dataset: str | os.PathLike) -> list[Group]:
+# What every file must hold, and of which kind, for its rows to mean anything.
+_REQUIRED = {"records": ("runId", "endedAt"), "issues": ("issueId", "at", "event", "line")}
+_SCHEMAS = {"records": RECORDS_SCHEMA, "issues": ISSUES_SCHEMA}
+
+
+def _kind(t: pa.DataType) -> str:
+    """The kind of a column type, as far as reading it into the export's schema goes."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "text"
+    if pa.types.is_dictionary(t):
+        return _kind(t.value_type)
+    if pa.types.is_timestamp(t):
+        return "time"
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_floating(t):
+        return "number"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list of {_kind(t.value_type)}"
+    if pa.types.is_null(t):
+        return "null"  # a column that is all nulls: read as nulls of any kind
+    return str(t)
+
+
+def _part_problem(path: Path, table: str) -> str | None:
+    """Why a part file cannot be read as the export's ``table`` (its footer only), or None."""
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        why = re.sub(r"^Could not open Parquet input source '[^']*': ", "", " ".join(str(exc).split()))
+        return f"not a readable Parquet file ({why[:160]})"
+    want = _SCHEMAS[table]
+    missing = [c for c in _REQUIRED[table] if c not in schema.names]
+    if missing:
+        return f"no {missing[0]} column"
+    for name in schema.names:
+        if name in want.names:
+            have, need = _kind(schema.field(name).type), _kind(want.field(name).type)
+            if have not in (need, "null"):
+                return f"its {name} column holds {have}, not {need}"
+    return None
+
+
+def scan_dataset(dataset: str | os.PathLike, *, skipped: list[str] | None = None) -> list[Group]:
     """The (machine, project)s of an exported Parquet dataset, sorted, with their files.
+
+    A part file that cannot be read as an export's (not Parquet, no runId / issueId column, a
+    column of another kind) is left out; ``skipped`` (when given) gets one line naming it.
 
     Raises:
         NotFoundError: there is no such directory.
@@ -156,6 +238,14 @@ def scan_dataset(dataset: str | os.PathLike) -> list[Group]:
                 continue
             for pdir in sorted(mdir.glob("project=*")):
                 files = _parts(pdir) if pdir.is_dir() else []
+                good = []
+                for f in files:
+                    why = _part_problem(f, table)
+                    if why is None:
+                        good.append(f)
+                    elif skipped is not None:
+                        skipped.append(f"skipped {f}: {why}")
+                files = good
                 if files:
                     key = (unquote(mdir.name[len("machine="):]), unquote(pdir.name[len("project="):]))
                     found.setdefault(key, {"records": [], "issues": []})[table] = files
@@ -165,7 +255,7 @@ def scan_dataset(dataset: str | os.PathLike) -> list[Group]:
         groups.append(Group(machine, project, tuple(map(str, files["records"])), tuple(map(str, files["issues"])), size))
     if not groups:
         raise ValidationError(f"the dataset {root} holds no Parquet files yet; export to it with "
-                              f"`cybmem export parquet --out {root}`")
+                              f"`cybmem export parquet --out {root}`" + (" (every file in it was skipped)" if skipped else ""))
     return groups
 
 
@@ -200,33 +290,60 @@ def _pack(groups: list[Group], limit: int) -> list[tuple[Group, ...]]:
 # --- reading partitions -------------------------------------------------------------------
 
 
-def _read(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None) -> pa.Table:
+def _read(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None, *, with_file: bool = False) -> pa.Table:
+    """The rows of ``files`` in file order (``with_file``: plus ``__file``, the index of each row's file)."""
     import pyarrow.dataset as ds
 
     cols = list(columns) if columns is not None else schema.names
-    if not files:
-        return pa.schema([schema.field(c) for c in cols]).empty_table()
-    try:
-        return ds.dataset(list(files), schema=schema, format="parquet").to_table(columns=cols)
-    except (pa.ArrowException, OSError) as exc:
-        raise StoreError(f"cannot read the dataset's files ({exc}); a file cybmem did not write, or a damaged one: "
-                         "move it aside") from None
+    out = pa.schema([schema.field(c) for c in cols] + ([pa.field("__file", pa.int32())] if with_file else []))
+    tables = []
+    for i, f in enumerate(files):
+        try:
+            t = ds.dataset(f, schema=schema, format="parquet").to_table(columns=cols)
+        except (pa.ArrowException, OSError) as exc:
+            raise StoreError(f"cannot read {f} ({' '.join(str(exc).split())[:160]}); a damaged file: move it aside") from None
+        if with_file:
+            t = t.append_column("__file", pa.array(np.full(t.num_rows, i, np.int32)))
+        tables.append(t)
+    return pa.concat_tables(tables).replace_schema_metadata(None) if tables else out.empty_table()
 
 
-def _group_records(g: Group, columns: Sequence[str] | None = None) -> pa.Table:
-    """A (machine, project)'s records in snapshot order: oldest first by endedAt, then runId."""
+def _last_per(t: pa.Table, key: str, *, keep_null: bool = False) -> pa.Table:
+    """One row per value of ``key``, the last in the table (the last exported), order kept; rows
+    without a key are dropped (a run without its id is no run), or kept as they are with ``keep_null``."""
+    valid = pc.is_valid(t.column(key)).to_numpy(zero_copy_only=False)
+    if not keep_null and not valid.all():
+        t, valid = t.filter(pa.array(valid)), np.ones(int(valid.sum()), bool)
+    if t.num_rows < 2:
+        return t
+    rows = np.arange(t.num_rows)
+    keyed = pa.table({key: t.column(key).filter(pa.array(valid)), "__i": rows[valid]})
+    last = keyed.group_by(key, use_threads=False).aggregate([("__i", "max")]).column("__i_max").to_numpy()
+    keep = np.sort(np.concatenate([last, rows[~valid]]))
+    return t if len(keep) == t.num_rows else t.take(pa.array(keep))
+
+
+def _group_records(g: Group, columns: Sequence[str] | None = None, *, with_file: bool = False) -> pa.Table:
+    """A (machine, project)'s records in snapshot order (oldest first by endedAt, then runId): one
+    row per run id (its last export), none of the ids it does not own (``g.hidden``)."""
     keys = ("endedAt", "runId")
     cols = None if columns is None else list(columns) + [c for c in keys if c not in columns]
-    t = _read(g.records, RECORDS_SCHEMA, cols)
+    t = _last_per(_read(g.records, RECORDS_SCHEMA, cols, with_file=with_file), "runId")
+    if g.hidden and t.num_rows:
+        t = t.filter(pc.invert(pc.is_in(t.column("runId"), value_set=pa.array(sorted(g.hidden), pa.string()))))
     if t.num_rows > 1:
         t = t.take(pc.sort_indices(t, sort_keys=[(c, "ascending") for c in keys]))
-    return t if columns is None else t.select(list(columns))
+    return t if columns is None else t.select(list(columns) + (["__file"] if with_file else []))
 
 
 def _group_events(g: Group, columns: Sequence[str] | None = None) -> pa.Table:
-    """A (machine, project)'s ledger events in ledger order (``line``)."""
-    cols = None if columns is None else list(columns) + ([] if "line" in columns else ["line"])
-    t = _read(g.issues, ISSUES_SCHEMA, cols)
+    """A (machine, project)'s ledger events in ledger order (``line``), a line exported twice once,
+    none by a run it does not own (``g.hidden``: those are the owner's to tell)."""
+    cols = None if columns is None else list(columns) + [c for c in ("line", "byRunId") if c not in columns]
+    t = _last_per(_read(g.issues, ISSUES_SCHEMA, cols), "line", keep_null=True)
+    if g.hidden and t.num_rows:
+        by = t.column("byRunId")
+        t = t.filter(pc.or_kleene(pc.is_null(by), pc.invert(pc.is_in(by, value_set=pa.array(sorted(g.hidden), pa.string())))))
     if t.num_rows > 1:
         t = t.take(pc.sort_indices(t, sort_keys=[("line", "ascending")]))
     return t if columns is None else t.select(list(columns))
@@ -274,6 +391,86 @@ def _by_group(df: "pd.DataFrame"):
     ends = np.r_[starts[1:], len(df)]
     for s, e in zip(starts.tolist(), ends.tolist()):
         yield str(m[s]), str(p[s]), df.iloc[s:e]
+
+
+# --- who speaks for a run id, per partition ------------------------------------------------------
+
+_CLAIM_COLUMNS = ("runId", "cwd", "workflowName", "task", "state", "startedAt", "endedAt", "summary", "verdictSummary")
+_EXPORTED = re.compile(r"part-(\d{8}T\d{6,12}Z)")
+
+
+def _exported_at(path: str) -> str:
+    """When a part file was exported, sortable: the time in its name (``part-<UTC time>-...``), else its mtime."""
+    m = _EXPORTED.search(Path(path).name)
+    if m:
+        return m.group(1)
+    try:
+        ns = os.stat(path).st_mtime_ns
+    except OSError:
+        return "~"  # unknown: after every known time
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns // 10**9)) + f"{ns % 10**9 // 1000:06d}Z"
+
+
+def _hash_ids(ids) -> np.ndarray:
+    """uint64 hashes of run ids, the same in every process (pandas' keyed hash, not Python's salted one)."""
+    import pandas as pd
+
+    ids = np.asarray(ids, dtype=object)
+    return pd.util.hash_array(ids) if len(ids) else np.zeros(0, np.uint64)
+
+
+def _id_hashes_part(groups: tuple[Group, ...]) -> list[np.ndarray]:
+    """Ownership, pass 1: the hashes of each group's run ids (every id it exported, owned or not)."""
+    return [_hash_ids(_group_records(dataclasses.replace(g, hidden=frozenset()), ["runId"]).column("runId").to_pylist())
+            for g in groups]
+
+
+def _claims_part(groups: tuple[Group, ...], wanted: np.ndarray) -> list[tuple[str, str, str, str, str]]:
+    """Ownership, pass 2: (runId, machine, project, exported, digest of the record) of the groups'
+    run ids whose hash is in ``wanted`` (ids some other group exported too)."""
+    import hashlib
+
+    out = []
+    for g in groups:
+        t = _group_records(dataclasses.replace(g, hidden=frozenset()), _CLAIM_COLUMNS, with_file=True)
+        hit = np.isin(_hash_ids(t.column("runId").to_pylist()), wanted)
+        if not hit.any():
+            continue
+        for row in t.filter(pa.array(hit)).to_pylist():
+            digest = hashlib.sha256(repr([row[c] for c in _CLAIM_COLUMNS]).encode()).hexdigest()[:16]
+            out.append((row["runId"], g.machine, g.project, _exported_at(g.records[row["__file"]]), digest))
+    return out
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run id that more than one (machine, project) exported: ``owner`` exported it first and
+    speaks for it; ``differ``: the claimants' records of it are not the same."""
+
+    run_id: str
+    owner: tuple[str, str]
+    others: tuple[tuple[str, str], ...]
+    differ: bool
+
+    @property
+    def claimants(self) -> list[str]:
+        """Every claimant as ``machine/project``, the owner first."""
+        return [f"{m}/{p}" for m, p in (self.owner, *self.others)]
+
+
+def _resolve_claims(rows: list[tuple[str, str, str, str, str]]) -> dict[str, Claim]:
+    """Each run id claimed by more than one (machine, project): its owner is the first to export it
+    (then machine and project by name)."""
+    by: dict[str, list[tuple[str, str, str, str]]] = {}
+    for rid, machine, project, exported, digest in rows:
+        by.setdefault(rid, []).append((exported, machine, project, digest))
+    out = {}
+    for rid, found in sorted(by.items()):
+        if len(found) < 2:
+            continue  # two ids that share a hash: each has one claimant
+        found.sort()
+        out[rid] = Claim(rid, found[0][1:3], tuple(f[1:3] for f in found[1:]), len({f[3] for f in found}) > 1)
+    return out
 
 
 # --- the fold, per partition ------------------------------------------------------------------
@@ -501,14 +698,21 @@ def _shard_top(shard: _Shard, tokens: list[str], stats, kw_max: float, context, 
 
 @dataclass
 class FleetHit(Hit):
-    """A search hit with the machine and project its record came from."""
+    """A search hit with the machine and project its record came from.
+
+    ``claimed_by``: when more than one (machine, project) exported this run id, all of them as
+    ``machine/project``, the owner (shown) first; ``conflict``: their records of it differ.
+    """
 
     machine: str = ""
     project: str = ""
+    claimed_by: list[str] = field(default_factory=list)
+    conflict: bool = False
 
     def to_dict(self, *, explain: bool = False) -> dict:
         out = {"rank": self.rank, "machine": self.machine, "project": self.project}
         out.update((k, v) for k, v in super().to_dict(explain=explain).items() if k != "rank")
+        out.update(claimedBy=list(self.claimed_by), conflict=self.conflict)
         return out
 
 
@@ -525,11 +729,13 @@ class FleetSearchResult:
     candidates: int  # of those, records a search may return (not superseded, ended by as_of)
     partitions: int
     seconds: float = 0.0
+    scheduler: str = ""  # where it ran: "inline", "local" (a LocalCluster) or a scheduler's address
 
     def to_dict(self, *, explain: bool = False) -> dict:
         return {"query": self.query, "asOf": self.as_of, "now": self.now_ms, "records": self.records,
                 "candidates": self.candidates, "partitions": self.partitions, "weights": self.weights.to_dict(),
-                "hits": [h.to_dict(explain=explain) for h in self.hits], "seconds": round(self.seconds, 3)}
+                "hits": [h.to_dict(explain=explain) for h in self.hits], "seconds": round(self.seconds, 3),
+                "scheduler": self.scheduler}
 
 
 @dataclass
@@ -539,14 +745,17 @@ class FleetReport:
     out: str
     files: list[str]
     machines: int
-    projects: int
-    runs: int
+    projects: int  # distinct project names (one project exported by two machines is one)
+    runs: int  # distinct run ids (a run id claimed by two machines counts once)
     issues: int
     seconds: float = 0.0
+    claimed: int = 0  # run ids exported by more than one (machine, project)
+    scheduler: str = ""
 
     def to_dict(self) -> dict:
         return {"out": self.out, "files": self.files, "machines": self.machines, "projects": self.projects,
-                "runs": self.runs, "issues": self.issues, "seconds": round(self.seconds, 3)}
+                "runs": self.runs, "issues": self.issues, "claimed": self.claimed, "seconds": round(self.seconds, 3),
+                "scheduler": self.scheduler}
 
 
 # --- the fleet ------------------------------------------------------------------------------
@@ -571,9 +780,11 @@ class Fleet:
 
     Args:
         dataset: the directory ``cybmem export parquet --out`` writes.
-        scheduler: a Dask scheduler's address (``tcp://host:8786``); None starts a
-            ``LocalCluster`` of ``workers`` processes; ``"inline"`` uses no Dask at all (every
-            partition function runs here, one after another).
+        scheduler: ``"auto"``: in this process up to :data:`INLINE_MAX_BYTES` of Parquet, else
+            a LocalCluster; ``"inline"`` uses no Dask at all (every partition function runs here,
+            one after another); ``"local"`` or None starts a ``LocalCluster`` of ``workers``
+            processes; else a Dask scheduler's address (``tcp://host:8786``). :attr:`ran_on`
+            says which one runs.
         machines, projects: only these (default: all).
         workers, threads_per_worker, processes: the LocalCluster's shape (processes=False:
             threads in this process, quick to start, for small data and tests).
@@ -581,18 +792,37 @@ class Fleet:
         progress: draw a progress bar on stderr (default: when stderr is a terminal).
         timeout: seconds to wait for a scheduler's answer.
 
+    Attributes:
+        skipped: one line per part file left out (not Parquet, no runId / issueId, a column of
+            another kind).
+        ran_on: where the partition functions run, in words (``where``: as a value).
+        claims: the run ids more than one (machine, project) exported, with their owners.
+
     Example:
         >>> with Fleet("fleet") as fleet:  # doctest: +SKIP
         ...     fleet.search("flaky login test", k=5).hits
     """
 
-    def __init__(self, dataset: str | os.PathLike, *, scheduler: str | None = None,
+    def __init__(self, dataset: str | os.PathLike, *, scheduler: str | None = "auto",
                  machines: Sequence[str] | None = None, projects: Sequence[str] | None = None,
                  workers: int = 2, threads_per_worker: int = 1, processes: bool = True,
                  partition_bytes: int = PARTITION_BYTES, progress: bool | None = None, timeout: float = 10.0):
         self.dataset = Path(dataset)
-        self.groups = _select(scan_dataset(self.dataset), machines, projects, self.dataset)
-        self.partitions = _pack(self.groups, partition_bytes)
+        self.skipped: list[str] = []
+        self.groups = _select(scan_dataset(self.dataset, skipped=self.skipped), machines, projects, self.dataset)
+        self._partitions = _pack(self.groups, partition_bytes)
+        self._claims: dict[str, Claim] | None = None
+        size = sum(g.size for g in self.groups)
+        if scheduler == "auto":
+            small = size <= INLINE_MAX_BYTES
+            scheduler = "inline" if small else None
+            self.ran_on = (f"in this process (under {_mb(INLINE_MAX_BYTES)} of Parquet, a LocalCluster costs more than it saves)"
+                           if small else f"on a LocalCluster of {workers} workers (over {_mb(INLINE_MAX_BYTES)} of Parquet)")
+        elif scheduler in ("inline", "local", None):
+            scheduler = None if scheduler == "local" else scheduler
+            self.ran_on = "in this process" if scheduler == "inline" else f"on a LocalCluster of {workers} workers"
+        else:
+            self.ran_on = f"on the Dask scheduler at {scheduler}"
         self.scheduler = scheduler
         if progress is None:
             import sys
@@ -646,10 +876,20 @@ class Fleet:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def partitions(self) -> list[tuple[Group, ...]]:
+        """The packed (machine, project)s, each knowing the run ids it does not own (:attr:`claims`)."""
+        self.claims  # noqa: B018 - resolved once, before any reader sees a partition
+        return self._partitions
+
+    @property
+    def where(self) -> str:
+        """Where the partition functions run: ``"inline"``, ``"local"`` (a LocalCluster) or the scheduler's address."""
+        return "inline" if self.client is None else (self.scheduler or "local")
+
     def __repr__(self) -> str:
-        where = "inline" if self.client is None else (self.scheduler or "LocalCluster")
         return (f"Fleet({str(self.dataset)!r}, {len(self.machines)} machines, {len(self.groups)} projects, "
-                f"{len(self.partitions)} partitions, {where})")
+                f"{len(self._partitions)} partitions, {self.where})")
 
     @property
     def machines(self) -> list[str]:
@@ -708,6 +948,44 @@ class Fleet:
         return dd.from_map(reader, self.partitions, meta=reader(()), enforce_metadata=False,
                            label=getattr(reader, "__name__", "cybmem").strip("_"))
 
+    def _each(self, fn: Callable, parts: list, *args: Any) -> list:
+        """``fn(partition, *args)`` over some partitions, here or on the cluster."""
+        if self.inline:
+            return [fn(p, *args) for p in parts]
+        return self.client.gather([self.client.submit(fn, p, *args, pure=False) for p in parts])
+
+    # -- who speaks for a run id -------------------------------------------------------------
+    @property
+    def claims(self) -> dict[str, Claim]:
+        """The run ids more than one (machine, project) exported, each with its owner (module docstring).
+
+        Found once, in two passes: the hashes of every group's run ids, then the records of the
+        few ids whose hash is in more than one group. Afterwards each group's ``hidden`` holds the
+        ids it does not own, which every reader of records leaves out.
+        """
+        if self._claims is None:
+            hashes = self._each(_id_hashes_part, self._partitions)
+            flat = [h for part in hashes for h in part]
+            every = np.concatenate(flat) if flat else np.zeros(0, np.uint64)
+            uniq, counts = np.unique(every, return_counts=True)
+            wanted = uniq[counts > 1]
+            claims: dict[str, Claim] = {}
+            if len(wanted):
+                parts = [p for p, hs in zip(self._partitions, hashes) if any(np.isin(h, wanted).any() for h in hs)]
+                claims = _resolve_claims([r for rows in self._each(_claims_part, parts, wanted) for r in rows])
+            hidden: dict[tuple[str, str], set[str]] = {}
+            for c in claims.values():
+                for key in c.others:
+                    hidden.setdefault(key, set()).add(c.run_id)
+            if hidden:
+                def own(g: Group) -> Group:
+                    return dataclasses.replace(g, hidden=frozenset(hidden.get(g.key, ())))
+
+                self.groups = [own(g) for g in self.groups]
+                self._partitions = [tuple(own(g) for g in part) for part in self._partitions]
+            self._claims = claims
+        return self._claims
+
     def _map(self, fn: Callable, label: str | None, *args: Any) -> list:
         """``fn(shard, *args)`` over every shard (built and kept on the cluster on first use)."""
         shards = self._shard_handles()
@@ -734,7 +1012,7 @@ class Fleet:
 
         Columns: the dataset's (:data:`cybmem.export.RECORDS_SCHEMA`, or ``columns``) plus
         ``machine``, ``project`` and ``month``; one partition per packed set of (machine, project)s,
-        rows oldest first within each.
+        rows oldest first within each; each run id once, in the (machine, project) that owns it.
         """
         reader = _Reader(_records_part, tuple(columns) if columns else None)
         if self.inline:
@@ -831,7 +1109,7 @@ class Fleet:
         """Per machine and project: runs by state, lineage links by kind, chat sessions, first and last run.
 
         Links are :func:`cybmem.frames.lineage_edges` (previous, parent, chat, superseded) within
-        each (machine, project).
+        each (machine, project); runs are those it owns (a run id claimed by two counts once).
         """
         return self._frame(_Reader(_records_part, _LINEAGE_COLUMNS), _lineage_part, "fleet lineage")
 
@@ -878,13 +1156,16 @@ class Fleet:
             found.sort(key=lambda h: (np.float32(h["total"]), h["ended"], h["runId"], h["machine"], h["project"]),
                        reverse=True)
             for rank, h in enumerate(found[:k], 1):
+                claim = self.claims.get(h["runId"])
                 hits.append(FleetHit(rank=rank, run_id=h["runId"], score=float(h["total"]),
                                      contributions=h["contributions"], values=h["values"], ended_at_ms=h["ended"],
                                      state=h["state"], task=h["task"], summary=h["summary"], issues=h["issues"],
-                                     next=h["next"], machine=h["machine"], project=h["project"]))
+                                     next=h["next"], machine=h["machine"], project=h["project"],
+                                     claimed_by=claim.claimants if claim else [], conflict=bool(claim and claim.differ)))
         return FleetSearchResult(query=query, hits=hits, weights=weights, now_ms=now, as_of=as_of,
                                  records=stats.n_docs if stats else 0, candidates=candidates,
-                                 partitions=len(self.partitions), seconds=time.perf_counter() - started)
+                                 partitions=len(self.partitions), seconds=time.perf_counter() - started,
+                                 scheduler=self.where)
 
     # -- report ------------------------------------------------------------------------------
     def report(self, out: str | os.PathLike, *, now: "pd.Timestamp | int | None" = None) -> FleetReport:
@@ -919,17 +1200,18 @@ class Fleet:
             fig.savefig(buf, format="png", dpi=110)
             return buf.getvalue()
 
-        machines = lineage["machine"].nunique()
+        machines, projects = len(self.machines), len({g.project for g in self.groups})  # a project on two machines is one
         save("issue-ages.png", png(plots.issue_age_histograms(
             ages, title=f"Issue ages across {machines} machine{'s' if machines != 1 else ''} "
                         f"({ages.issues:,} issues, measured at {now:%Y-%m-%d %H:%M} UTC)")))
         save("lineage-summary.png", png(plots.lineage_summary(lineage)))
         save("lineage-summary.csv", lineage.to_csv(index=False).encode())
         save("issue-summary.csv", summary.to_csv(index=False).encode())
-        page = _report_html(self, lineage, summary, ages, now)
+        page = _report_html(self, lineage, summary, ages, now, machines, projects)
         save("index.html", page.encode())
-        return FleetReport(out=str(out), files=files, machines=int(machines), projects=len(lineage), runs=runs,
-                           issues=int(ages.issues), seconds=time.perf_counter() - started)
+        return FleetReport(out=str(out), files=files, machines=machines, projects=projects, runs=runs,
+                           issues=int(ages.issues), seconds=time.perf_counter() - started, claimed=len(self.claims),
+                           scheduler=self.where)
 
 
 def _collect_quietly() -> None:
@@ -983,8 +1265,16 @@ class _FoldThen:
         return self.fn(_fold_part(events, now))
 
 
+def _mb(size: int) -> str:
+    return f"{size / 1e6:,.0f} MB"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' * (n != 1)}"
+
+
 def _report_html(fleet: Fleet, lineage: "pd.DataFrame", summary: "pd.DataFrame", ages: "IssueAgeData",
-                 now: "pd.Timestamp") -> str:
+                 now: "pd.Timestamp", machines: int, projects: int) -> str:
     def table(df: "pd.DataFrame") -> str:
         return df.to_html(index=False, border=0, na_rep="-", float_format=lambda v: f"{v:.1f}")
 
@@ -996,8 +1286,9 @@ def _report_html(fleet: Fleet, lineage: "pd.DataFrame", summary: "pd.DataFrame",
 td,th{{padding:2px 8px;text-align:right}} td:first-child,td:nth-child(2){{text-align:left}} img{{max-width:100%}}</style>
 </head><body>
 <h1>Fleet report</h1>
-<p>Dataset <code>{html.escape(str(fleet.dataset))}</code>: {int(lineage['runs'].sum()):,} runs and {ages.issues:,} issues
-of {len(lineage)} projects on {lineage['machine'].nunique()} machines; issue ages measured at {now:%Y-%m-%d %H:%M} UTC.</p>
+<p>Dataset <code>{html.escape(str(fleet.dataset))}</code>: {_plural(int(lineage['runs'].sum()), 'run')} and
+{_plural(ages.issues, 'issue')} of {_plural(projects, 'project')} on {_plural(machines, 'machine')}; issue ages measured at
+{now:%Y-%m-%d %H:%M} UTC.{_claims_html(fleet)}{_skipped_html(fleet)}</p>
 <h2>Issue ages</h2>
 <img src="issue-ages.png" alt="Issue-age histograms">
 {table(summary)}
@@ -1006,3 +1297,18 @@ of {len(lineage)} projects on {lineage['machine'].nunique()} machines; issue age
 {table(shown)}
 </body></html>
 """
+
+
+def _claims_html(fleet: Fleet) -> str:
+    claims = fleet.claims
+    if not claims:
+        return ""
+    differ = sum(c.differ for c in claims.values())
+    return (f" {_plural(len(claims), 'run id')} exported by more than one machine or project count once, for the "
+            f"first that exported them ({differ} of them with other records elsewhere).")
+
+
+def _skipped_html(fleet: Fleet) -> str:
+    if not fleet.skipped:
+        return ""
+    return " Left out: " + "; ".join(html.escape(line) for line in fleet.skipped) + "."

@@ -1,6 +1,6 @@
 """httpx clients for the optional layers: embeddings and ADD-only LLM distillation.
 
-Over 600 lines because both clients share one transport (hosts, timeouts, bounded retries,
+Over 600 lines because both clients share one transport (hosts, deadlines, bounded retries,
 reply checks) and most of the length is the strict validation of what a server sends back.
 
 Both are off unless configured. Configuration is read from a ``Mapping[str, str]`` (pass
@@ -16,6 +16,8 @@ Both are off unless configured. Configuration is read from a ``Mapping[str, str]
                                    OpenAI key is not sent to whatever embeddings URL is set)
     CYBERINE_MEMORY_EMBED_TIMEOUT  seconds, default 2: the whole budget of one dispatch-time
                                    query (`Embedder.embed_query`), retries included
+    CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT  seconds, default 30: the whole budget of embedding a
+                                   written record, and of each attempt of a backfill batch
 
     CYBERINE_MEMORY_MODEL          unset -> no distillation (there is no default model)
                                    "ollama:<model>" -> POST {OLLAMA_HOST}/api/chat
@@ -23,12 +25,20 @@ Both are off unless configured. Configuration is read from a ``Mapping[str, str]
                                    POST {base}/chat/completions
     CYBERINE_MEMORY_MODEL_URL      base URL; else OPENAI_BASE_URL; else https://api.openai.com/v1
     CYBERINE_MEMORY_MODEL_KEY      else OPENAI_API_KEY
-    CYBERINE_MEMORY_MODEL_TIMEOUT  seconds per attempt, default 30
+    CYBERINE_MEMORY_MODEL_TIMEOUT  seconds, default 30: the whole distillation call, retries
+                                   included (the write then goes on without it)
+
+Deadlines, not timeouts: every budget above is wall-clock time for the whole exchange
+(connect, request, status line, headers, every byte of the body), kept whatever the server does
+(a server that drips one byte a second is cut off when the time is up: :mod:`cybmem.transport`),
+and a reply is read up to a size cap (:func:`embed_reply_limit`, :data:`MAX_CHAT_REPLY_BYTES`),
+never buffered whole past it.
 
 Retries: connection errors, timeouts, HTTP 5xx and 429 are retried with exponential backoff
-(embeddings: 3 attempts, distillation: 2); any other 4xx fails at once, since asking again
-cannot help. Every failure is a :class:`RemoteError` with a one-line message that says what
-failed and what to do; replies are validated before anything is returned.
+(embeddings: 3 attempts, distillation: 2) while the budget lasts; any other 4xx and a reply
+over the cap fail at once, since asking again cannot help. Every failure is a
+:class:`RemoteError` with a one-line message that says what failed and what to do; replies are
+validated before anything is returned.
 
 The model only ever refines the outcome of the NEW record (Mem0's lesson: LLM consolidation
 of existing memories degrades with conflicts); nothing here reads or changes stored records.
@@ -64,6 +74,7 @@ __all__ = [
     "distill",
     "distill_config",
     "embed_config",
+    "embed_reply_limit",
     "ollama_base_url",
     "parse_outcome",
 ]
@@ -80,8 +91,23 @@ EMBED_QUERY_TIMEOUT = 2.0
 # Writes and backfills run off the dispatch path and may hit a cold model: 30 s per attempt.
 EMBED_WRITE_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 5.0
+# A chat model on a busy machine writes a few hundred tokens in seconds; a run's hook waits.
 MODEL_TIMEOUT = 30.0
 RETRY_AFTER_MAX = 5.0  # never sleep longer than this on a server's Retry-After
+
+# Reply caps. A vector in JSON takes at most ~25 bytes a dimension: 256 KiB holds ~10k
+# dimensions (the largest common models have 3-4k); the envelope of a reply is small.
+_EMBED_REPLY_BASE = 64 * 1024
+_EMBED_REPLY_PER_TEXT = 256 * 1024
+# A chat reply is one message of at most ~1k tokens (num_predict) plus its envelope; servers
+# that add reasoning text stay far below this.
+MAX_CHAT_REPLY_BYTES = 4 * 1024 * 1024
+_ERROR_BODY_BYTES = 64 * 1024  # of an error reply, only this much is read (for its message)
+
+
+def embed_reply_limit(texts: int) -> int:
+    """The most bytes an embeddings reply for ``texts`` texts may have; a longer one is refused unread."""
+    return _EMBED_REPLY_BASE + _EMBED_REPLY_PER_TEXT * max(texts, 1)
 
 # Distilled outcome limits: one-line items, short lists, a summary of a few sentences.
 MAX_ITEMS = 8
@@ -96,12 +122,17 @@ _USER_AGENT = "cybmem/0.1 (+remote.py)"
 
 
 def _client(base_url: str, transport: httpx.BaseTransport | None) -> httpx.Client:
-    """An httpx client for one base URL. A plain-http URL (a local Ollama) uses no TLS, so the
-    client skips loading the CA bundle, which costs ~0.3 s per process: a dispatch pays it."""
+    """An httpx client for one base URL whose exchanges keep their deadline (:mod:`cybmem.transport`)."""
     import httpx  # here, not at the top: reading the configuration (a dispatch's first step) stays cheap
 
-    plain = base_url.lower().startswith("http://")
-    return httpx.Client(transport=transport, headers={"User-Agent": _USER_AGENT}, **({"verify": False} if plain else {}))
+    if transport is None:
+        from .transport import DeadlineTransport
+
+        try:
+            transport = DeadlineTransport(base_url)
+        except ValueError as exc:
+            raise RemoteError(str(exc)) from None
+    return httpx.Client(transport=transport, headers={"User-Agent": _USER_AGENT})
 
 
 class RemoteError(CybmemError):
@@ -182,8 +213,9 @@ def ollama_base_url(env: Mapping[str, str]) -> str:
 class EmbedConfig:
     """Where and how to embed; ``embed_config(env)`` builds one, ``dataclasses.replace`` tunes it.
 
-    ``query_timeout`` is the whole budget of a dispatch-time query; ``write_timeout`` is the
-    read timeout of one attempt on the write / backfill path.
+    ``query_timeout`` is the whole budget of a dispatch-time query; ``write_timeout`` the whole
+    budget of embedding a written record and of each attempt of a backfill batch (wall-clock:
+    connect, request and the whole reply).
     """
 
     kind: str  # "ollama" | "openai"
@@ -216,6 +248,7 @@ def embed_config(env: Mapping[str, str]) -> EmbedConfig | None:
     common = dict(
         model=_env(env, "CYBERINE_MEMORY_EMBED_MODEL") or DEFAULT_EMBED_MODEL,
         query_timeout=_seconds(env, "CYBERINE_MEMORY_EMBED_TIMEOUT", EMBED_QUERY_TIMEOUT),
+        write_timeout=_seconds(env, "CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT", EMBED_WRITE_TIMEOUT),
     )
     if value.lower() == "ollama":
         return EmbedConfig(kind="ollama", base_url=ollama_base_url(env), **common)
@@ -230,7 +263,10 @@ def embed_config(env: Mapping[str, str]) -> EmbedConfig | None:
 
 @dataclass(frozen=True)
 class DistillConfig:
-    """Which chat model refines a new record's outcome; ``distill_config(env)`` builds one."""
+    """Which chat model refines a new record's outcome; ``distill_config(env)`` builds one.
+
+    ``timeout`` is the whole budget of the call (both attempts, wall-clock).
+    """
 
     kind: str  # "ollama" | "openai"
     base_url: str
@@ -295,19 +331,20 @@ def _one_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _error_detail(resp: httpx.Response) -> str:
+def _error_detail(content: bytes) -> str:
     """The server's own error message if the body carries one (Ollama/OpenAI style), else its head."""
+    text = content.decode("utf-8", "replace")
     try:
-        body = orjson.loads(resp.content)
+        body = orjson.loads(content)
     except orjson.JSONDecodeError:
-        return _one_line(resp.text)
+        return _one_line(text)
     if isinstance(body, Mapping):
         err = body.get("error")
         if isinstance(err, Mapping):
             err = err.get("message")
         if isinstance(err, str):
             return _one_line(err)
-    return _one_line(resp.text)
+    return _one_line(text)
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -325,10 +362,34 @@ def _transport_reason(exc: httpx.TransportError, timeout: float) -> str:
     if isinstance(exc, httpx.ConnectTimeout):
         return f"connecting timed out after {timeout:.3g} s"
     if isinstance(exc, httpx.TimeoutException):
-        return f"no reply within {timeout:.3g} s"
+        return f"no complete reply within {timeout:.3g} s"
     if isinstance(exc, httpx.ConnectError):
         return "connection refused or host unreachable"
     return _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+class _TooLarge(Exception):
+    """A reply body over its cap."""
+
+
+def _body(resp: httpx.Response, limit: int, end: float, *, cut: bool = False) -> bytes:
+    """The reply body, read as it streams in, at most ``limit`` bytes (``cut``: the head of a longer
+    one; else a longer one raises _TooLarge, declared or not), and by ``end`` (time.monotonic())."""
+    import httpx
+
+    declared = resp.headers.get("content-length", "")
+    if not cut and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge(int(declared))
+    buf = bytearray()
+    for chunk in resp.iter_bytes():
+        buf += chunk
+        if len(buf) > limit:
+            if cut:
+                return bytes(buf[:limit])
+            raise _TooLarge(None)
+        if time.monotonic() > end:  # the transport keeps the deadline; this covers any other transport
+            raise httpx.ReadTimeout("the deadline of the exchange passed")
+    return bytes(buf)
 
 
 def _post_json(
@@ -337,55 +398,72 @@ def _post_json(
     payload: dict,
     *,
     headers: Mapping[str, str],
-    read_timeout: float,
+    attempt_timeout: float,
     connect_timeout: float,
     attempts: int,
     backoff: float,
     deadline: float | None,
     budget: float | None = None,
+    max_bytes: int,
     what: str,
     hint: str,
     reject_hint: str,
 ) -> Any:
     """POST ``payload`` and return the decoded JSON body; RemoteError when that cannot be had.
 
-    Retries transport errors, timeouts, 5xx and 429 up to ``attempts`` in all, sleeping
+    Each attempt is one exchange (connect, request, status line, headers and the whole body)
+    that ends within ``attempt_timeout`` seconds of wall-clock time, whatever the server does:
+    the deadline is kept at every socket wait (:mod:`cybmem.transport`). A reply body over
+    ``max_bytes`` fails at once, unread (a declared length) or cut off as it streams. Retries
+    transport errors, timeouts, 5xx and 429 up to ``attempts`` in all, sleeping
     ``backoff * 2**n`` (or a short Retry-After) between them. With a ``deadline``
-    (time.monotonic()), every attempt's timeouts are clipped to the time left and no attempt
-    starts that could not finish in it, so the call returns or raises by then; ``budget`` (the
-    seconds that deadline stood for) is what a message then names.
+    (time.monotonic()) every attempt also ends by then and none starts after it, so the call
+    returns or raises by then; ``budget`` (the seconds that deadline stood for) is what a
+    message then names.
     """
     import httpx
+
+    from .transport import deadline as keep_deadline
 
     attempts = max(1, attempts)
     reason = ""
     tried = 0
     while tried < attempts:
-        per_try, shown = read_timeout, read_timeout
+        now = time.monotonic()
+        end, shown = now + attempt_timeout, attempt_timeout
         if deadline is not None:
-            left = deadline - time.monotonic()
+            left = deadline - now
             if left <= 0.01:
                 break
-            if left < per_try:
-                per_try, shown = left, budget if budget is not None else left
+            if deadline < end:
+                end, shown = deadline, budget if budget is not None else left
         tried += 1
-        timeout = httpx.Timeout(per_try, connect=min(per_try, connect_timeout))
+        per_op = end - now
+        timeout = httpx.Timeout(per_op, connect=min(per_op, connect_timeout))
         wait = backoff * 2 ** (tried - 1)
         try:
-            resp = client.post(url, json=payload, headers=dict(headers), timeout=timeout)
+            with keep_deadline(end), client.stream("POST", url, json=payload, headers=dict(headers), timeout=timeout) as resp:
+                status = resp.status_code
+                ok = 200 <= status < 300
+                content = _body(resp, max_bytes if ok else _ERROR_BODY_BYTES, end, cut=not ok)
         except httpx.TransportError as exc:
             reason = _transport_reason(exc, shown)
+        except _TooLarge as exc:
+            size = f"{exc.args[0]:,} bytes, " if exc.args[0] else ""
+            raise RemoteError(
+                f"{what} to {url} answered with a reply over {max_bytes:,} bytes ({size}nothing kept); "
+                "is that URL the API itself and not a proxy or a file server?"
+            ) from None
         else:
-            status = resp.status_code
-            if 200 <= status < 300:
+            if ok:
                 try:
-                    return orjson.loads(resp.content)
+                    return orjson.loads(content)
                 except orjson.JSONDecodeError:
                     raise RemoteError(
                         f"{what} to {url} answered HTTP {status} with a body that is not JSON "
-                        f"({_one_line(resp.text, 80)!r}); is that URL the API itself and not a proxy or web page?"
+                        f"({_one_line(content.decode('utf-8', 'replace'), 80)!r}); is that URL the API itself and not a proxy or web page?"
                     ) from None
-            detail = _error_detail(resp)
+            detail = _error_detail(content)
             if status != 429 and status < 500:
                 raise RemoteError(f"{what} to {url} was rejected with HTTP {status}: {detail}; {reject_hint}")
             reason = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
@@ -508,14 +586,17 @@ class Embedder:
     def __repr__(self) -> str:
         return f"Embedder({self.config.kind} {self.config.url} model={self.model!r} dims={self.dims})"
 
-    def embed(self, texts: Sequence[str], *, timeout: float | None = None) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, timeout: float | None = None, budget: float | None = None) -> np.ndarray:
         """Embed texts in batches of ``config.batch_size``.
 
         Args:
             texts: non-empty strings; each is cut to ``config.max_chars``.
-            timeout: None (write / backfill path): each attempt may take up to
-                ``config.write_timeout`` seconds. A number: the whole call, all batches and
-                retries included, returns or raises within about that many seconds.
+            timeout: None (backfill path): each attempt takes at most ``config.write_timeout``
+                seconds. A number: the whole call, all batches and retries included, returns
+                or raises within that many seconds. Both are wall-clock time for the whole
+                exchange, kept whatever the server does.
+            budget: the budget a message names when the call runs out of time (default
+                ``timeout``; the caller's whole budget when ``timeout`` is what was left of it).
 
         Returns:
             float32 array of shape (len(texts), dims), rows in input order.
@@ -535,14 +616,14 @@ class Embedder:
         deadline = None if timeout is None else time.monotonic() + timeout
         size = self.config.batch_size
         parts = [
-            self._batch([t[: self.config.max_chars] for t in texts[i : i + size]], deadline, timeout)
+            self._batch([t[: self.config.max_chars] for t in texts[i : i + size]], deadline, budget or timeout)
             for i in range(0, len(texts), size)
         ]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def embed_query(self, text: str, *, timeout: float | None = None) -> np.ndarray:
+    def embed_query(self, text: str, *, timeout: float | None = None, budget: float | None = None) -> np.ndarray:
         """One vector for a dispatch-time query, within ``config.query_timeout`` (or ``timeout``)."""
-        return self.embed([text], timeout=self.config.query_timeout if timeout is None else timeout)[0]
+        return self.embed([text], timeout=self.config.query_timeout if timeout is None else timeout, budget=budget)[0]
 
     def _batch(self, texts: list[str], deadline: float | None, budget: float | None) -> np.ndarray:
         config = self.config
@@ -560,12 +641,13 @@ class Embedder:
             config.url,
             {"model": config.model, "input": texts},
             headers=self._headers,
-            read_timeout=config.write_timeout,
+            attempt_timeout=config.write_timeout,
             connect_timeout=config.connect_timeout,
             attempts=config.attempts,
             backoff=config.backoff,
             deadline=deadline,
             budget=budget,
+            max_bytes=embed_reply_limit(len(texts)),
             what=f"embeddings request ({len(texts)} text{'s' * (len(texts) != 1)})",
             hint=hint,
             reject_hint=reject,
@@ -780,8 +862,8 @@ def distill(
         "title: detail" lines like the outcome trailer's, for the caller to slug.
 
     Raises:
-        RemoteError: the call failed after its retries or the reply is malformed; the caller
-            keeps the extractive outcome.
+        RemoteError: the call failed after its retries, its ``config.timeout`` ran out, or
+            the reply is malformed; the caller keeps the extractive outcome.
     """
     if config.redact:
         from .redact import redact, redact_value  # only the distillation path pays for the patterns
@@ -812,17 +894,20 @@ def distill(
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     own = client is None
     http = client or _client(config.base_url, transport)
+    deadline = time.monotonic() + config.timeout  # the whole call: a run's hook waits for it
     try:
         data = _post_json(
             http,
             config.url,
             payload,
             headers=headers,
-            read_timeout=config.timeout,
+            attempt_timeout=config.timeout,
             connect_timeout=config.connect_timeout,
             attempts=config.attempts,
             backoff=config.backoff,
-            deadline=None,
+            deadline=deadline,
+            budget=config.timeout,
+            max_bytes=MAX_CHAT_REPLY_BYTES,
             what=f"distillation request (model {config.model})",
             hint=hint,
             reject_hint=reject,

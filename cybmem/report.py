@@ -254,7 +254,7 @@ def _value(text: str) -> Any:
     """A -P value: a Python literal (5, 0.5, None, True, "x", [..]) or else the text itself."""
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # TypeError: {[]: 1}, an unhashable key
         return text
 
 

@@ -11,13 +11,23 @@ distillation (``CYBERINE_MEMORY_MODEL``: one chat call refines the NEW record's 
 before it is written, ADD-only) and embeddings (``CYBERINE_MEMORY_EMBEDDINGS``: the written
 record's text is embedded and appended to embeddings.jsonl). A failure of either keeps the
 record as the extractive path makes it and adds one line to ``WriteResult.warnings``.
+
+Distillation never holds the record. The outcome lives in the record and a record is never
+rewritten (store-format.md), so the distilled part cannot be added after the record is
+written; instead the write goes on without it: the call has a wall-clock deadline
+(``CYBERINE_MEMORY_MODEL_TIMEOUT``, the whole exchange, kept whatever the server sends), and a
+SIGTERM while it runs (a hook's timeout: Node's child_process sends SIGTERM) abandons it, so
+the record is written with its extractive outcome a moment later instead of being lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -471,6 +481,29 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+class _Stopped(CybmemError):
+    """SIGTERM arrived while the model was being asked."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Stopped("stopped by SIGTERM before the model answered (a hook's timeout?)")
+
+
+@contextlib.contextmanager
+def _sigterm_abandons():
+    """Inside the block a SIGTERM raises _Stopped instead of ending the process (main thread only:
+    a handler can only be set there); the previous handler is back afterwards."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError, OSError):
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, settings: Settings,
                   redacted: list[str], warnings: list[str]) -> bool:
     """Refine the new record's outcome with one CYBERINE_MEMORY_MODEL call (ADD-only); True when it did.
@@ -480,7 +513,8 @@ def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, se
     issues open ledger events through the trailer's path (split_issue, issue_slug), after the
     extractive ones, and never resolve anything. Existing records and ledger lines are never
     touched. Everything it returns is redacted like the rest of the record. Unset: skipped; a
-    malformed reply, a timeout or an error keeps the extractive outcome and adds one warning.
+    malformed reply, a timeout, an error or a SIGTERM while waiting keeps the extractive outcome
+    and adds one warning (module docstring: distillation never holds the record).
     """
     if not settings.env.get("CYBERINE_MEMORY_MODEL", "").strip():
         return False
@@ -492,7 +526,8 @@ def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, se
             return False
         run_view = {"task": rec.task, "workflowName": run.workflow_name, "state": run.state,
                     "verdictSummary": rec.verdictSummary, "winnerOutput": run.winner_output, "workers": run.workers}
-        out = remote.distill(config, run_view, rec.outcome.to_dict())
+        with _sigterm_abandons():
+            out = remote.distill(config, run_view, rec.outcome.to_dict())
     except CybmemError as exc:
         message = _one_line(exc).removeprefix("distilled outcome: ")
         if "extractive outcome is kept" not in message:
@@ -543,10 +578,10 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
         text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts))
         if text is None:
             return False
-        # Off the dispatch path, but the run is over and its caller waits: two attempts of up to
-        # write_timeout each (a cold Ollama loads the model within the first).
+        # Off the dispatch path, but the run is over and its caller (a hook) waits: the whole call,
+        # a retry included, ends within write_timeout (a cold Ollama loads the model in the first).
         with remote.Embedder(dataclasses.replace(config, attempts=min(config.attempts, 2))) as embedder:
-            vector = embedder.embed([text])[0]
+            vector = embedder.embed([text], timeout=config.write_timeout)[0]
         return store.append_embeddings([(rec.runId, config.model, vector)], since=since)[0] > 0
     except Exception as exc:  # noqa: BLE001 - the record is written; an optional layer never fails the write
         message = _one_line(exc) if isinstance(exc, (CybmemError, OSError)) else f"unexpected {type(exc).__name__}: {_one_line(exc)}"

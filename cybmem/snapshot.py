@@ -373,7 +373,14 @@ class Snapshot:
         """The rows whose record file changed after this snapshot read it: the file is gone, has
         another inode, or was modified since (an in-place edit, e.g. a hand edit that removes a
         secret; append-only writers never do it). Costs one lstat per row: meant for the rows a
-        verb shows, which :func:`load_snapshot` then re-reads with ``recheck``."""
+        verb shows, which :func:`load_snapshot` then re-reads with ``recheck``.
+
+        A file whose mtime is at or after the moment its row was read, less :data:`cybmem.cache.RACY_NS`
+        (a coarse clock can stamp an edit made just after the read with a time just before it),
+        may have changed or not: it is read again and is stale only when its row now differs. A
+        record written a moment before a cache refresh (an inject right after a write) is such a
+        file for as long as its segment stays; it is not an edit, and reporting it as one was
+        doctor's false "edited in place"."""
         starts, built = self._cache.get("built", (np.zeros(1, np.int64), np.array([time.time_ns()], np.int64)))
         rows = np.asarray(list(rows), dtype=np.int64)
         if not len(rows):
@@ -383,6 +390,7 @@ class Snapshot:
         inodes = picked.column("inode").to_pylist() if "inode" in picked.column_names else [None] * len(rows)
         since = built[np.searchsorted(starts, rows, side="right") - 1] - _cache.RACY_NS  # when each row was read
         out = []
+        maybe: list[tuple[int, str, int]] = []  # (row, file name, inode): touched around or after the read
         records_dir = str(self.store.records_dir)
         for r, rid, ino, t in zip(rows.tolist(), ids, inodes, since.tolist()):
             try:
@@ -390,9 +398,16 @@ class Snapshot:
             except OSError:
                 out.append(r)
                 continue
-            if (ino and st.st_ino != ino) or st.st_mtime_ns >= t:
+            if ino and st.st_ino != ino:
                 out.append(r)
-        return out
+            elif st.st_mtime_ns >= t:
+                maybe.append((r, f"{rid}.json", st.st_ino))
+        if maybe:
+            fresh, _texts, _bad, _problems = parse_files(self.store, [(name, ino) for _, name, ino in maybe], {})
+            now = {row["runId"]: row for row in fresh.to_pylist()}
+            then = take_rows(self.records, [r for r, _, _ in maybe]).to_pylist()
+            out += [r for (r, name, _), row in zip(maybe, then) if now.get(name[:-5]) != row]
+        return sorted(out)
 
     def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
         """Some rows as dicts, only the given columns (cheap for a top-k)."""

@@ -246,25 +246,25 @@ class AxisMatrices:
                 "seconds": round(self.seconds, 4)}
 
 
-def _embeddings_matrix(snapshot: Snapshot) -> np.ndarray | None:
-    """Row-aligned float32 vectors from the store's embeddings.jsonl (most common model), or None."""
-    rows = [row for _, row in read_rows(snapshot.store.embeddings_path)[0]]
-    if not rows:
+def _embeddings_matrix(snapshot: Snapshot, model: str | None = None) -> np.ndarray | None:
+    """Row-aligned float32 vectors of ``model`` (default: the model most lines of embeddings.jsonl
+    name), as search reads them (:func:`cybmem.vectors.load_index`: the model's newest dimension,
+    the last vector of each run), or None when there are none."""
+    from .vectors import load_index
+
+    if model is None:
+        counts: dict[str, int] = {}
+        for _, row in read_rows(snapshot.store.embeddings_path)[0]:
+            counts[row["model"]] = counts.get(row["model"], 0) + 1
+        if not counts:
+            return None
+        model = max(counts, key=lambda name: (counts[name], name))
+    index = load_index(snapshot, model)
+    if index is None:
         return None
-    models: dict[str, int] = {}
-    for row in rows:
-        models[row["model"]] = models.get(row["model"], 0) + 1
-    model = max(models, key=lambda m: (models[m], m))
-    latest = {row["runId"]: row["vector"] for row in rows if row["model"] == model}
-    dims = {len(v) for v in latest.values()}
-    if len(dims) != 1:
-        raise ValidationError(f"embeddings.jsonl mixes vector sizes {sorted(dims)} for model {model}; re-embed the store")
-    ids = snapshot.records.column("runId").to_pylist()
-    mat = np.zeros((len(ids), dims.pop()), dtype=np.float32)
-    for i, rid in enumerate(ids):
-        v = latest.get(rid)
-        if v is not None:
-            mat[i] = v
+    mat = np.zeros((index.n, index.dims), dtype=np.float32)
+    for b in index.blocks:
+        mat[b.start:b.stop] = b.matrix
     return mat
 
 
@@ -302,17 +302,22 @@ def embed_queries(judgments: Sequence[Judgment], settings: Settings,
 
 
 def _query_vectors(snap: Snapshot, judgments: Sequence[Judgment], settings: Settings | None,
-                   progress: bool | None) -> tuple[dict[str, np.ndarray] | None, str]:
-    """The queries' embeddings when the store has vectors (else None), and why there are none."""
+                   progress: bool | None) -> tuple[dict[str, np.ndarray] | None, str, str | None]:
+    """The queries' embeddings when the store has vectors (else None), why there are none, and the
+    model they were made with (the stored vectors of that model are the ones to compare them with)."""
     if not snap.store.embeddings_path.exists():
-        return None, ""
-    vecs, why = embed_queries(judgments, settings or Settings.from_env(), progress)
-    return (vecs or None), ("" if vecs else f"w_vec is not searched: {why}")
+        return None, "", None
+    from .vectors import embed_config_of
+
+    settings = settings or Settings.from_env()
+    vecs, why = embed_queries(judgments, settings, progress)
+    config, _ = embed_config_of(settings)
+    return (vecs or None), ("" if vecs else f"w_vec is not searched: {why}"), (config.model if config else None)
 
 
 def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int = 10,
                   vectors: bool | None = None, query_vectors: dict[str, np.ndarray] | None = None,
-                  progress: bool | None = None) -> AxisMatrices:
+                  model: str | None = None, progress: bool | None = None) -> AxisMatrices:
     """Compute, once per judgment, the axis values of the candidates that can matter at cut-off ``k``.
 
     Args:
@@ -339,7 +344,7 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
     ended = snapshot.ended_ms() if n else np.zeros(0, np.int64)
     emb = None
     if vectors is not False and n and (query_vectors or vectors):
-        emb = _embeddings_matrix(snapshot)
+        emb = _embeddings_matrix(snapshot, model)
         if vectors and emb is None:
             raise ValidationError(f"project {snapshot.store.slug} has no usable embeddings.jsonl; tune without vectors")
         if vectors and not query_vectors:
@@ -1087,8 +1092,8 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
                 raise ValidationError(f"no judgment was asked by {as_of} (--as-of); give a later moment")
     if current is None:
         current = weights_for(settings, snap.store).weights
-    qv, vector_note = _query_vectors(snap, js, settings, progress)
-    m = axis_matrices(snap, js, k=k, query_vectors=qv, progress=progress)
+    qv, vector_note, model = _query_vectors(snap, js, settings, progress)
+    m = axis_matrices(snap, js, k=k, query_vectors=qv, model=model, progress=progress)
     if not m.n:
         reasons = sorted({why for _, why in m.skipped})
         raise ValidationError(f"none of the {len(js)} judgments can be evaluated ({'; '.join(reasons)}); "
@@ -1124,7 +1129,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     # Tune for the dispatch runs will get: judgments that name a parent or chat are also checked as text alone.
     text = None
     if any(j.parent_run_id or j.chat_session_id for j in m.judgments):
-        text = axis_matrices(snap, _without_lineage(m.judgments), k=k, query_vectors=qv, progress=progress)
+        text = axis_matrices(snap, _without_lineage(m.judgments), k=k, query_vectors=qv, model=model, progress=progress)
         text.weights = m.weights
         if text.n != m.n:  # a judgment answerable only through its parent: compare like with like
             text = None
@@ -1228,8 +1233,8 @@ def evaluate_weights(store: MemoryStore | Snapshot, weights: Mapping[str, Weight
         js, source = load_judgments(judgments), f"from {judgments}"
     else:
         js, source = merge_judgments(judgments), "given"
-    qv, _ = _query_vectors(snap, js, None, progress) if any(w.w_vec > 0 for w in weights.values()) else (None, "")
-    m = axis_matrices(snap, js, k=k, query_vectors=qv, progress=progress)
+    qv, _, model = _query_vectors(snap, js, None, progress) if any(w.w_vec > 0 for w in weights.values()) else (None, "", None)
+    m = axis_matrices(snap, js, k=k, query_vectors=qv, model=model, progress=progress)
     if not m.n:
         raise ValidationError(f"none of the {len(js)} judgments can be evaluated against project {snap.store.slug}")
     folds = time_folds(m)

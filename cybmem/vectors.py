@@ -7,18 +7,23 @@ backfill share the same row alignment.
 
 Off unless ``CYBERINE_MEMORY_EMBEDDINGS`` is set (cybmem.remote reads the configuration); then:
 
-* :func:`load_index` gives the vectors of one model aligned with a snapshot's rows (a record
-  without a vector is a zero row and scores 0). It is cached in ``<project>/.cache/`` as
-  ``vec-<model key>.json`` plus Arrow IPC blocks (contiguous row ranges: runId, the float32
-  vector, its norm and its sign bits), and refreshed incrementally like the records cache
-  refreshes from the ledger: embeddings.jsonl's inode and the bytes consumed are kept, only
-  the lines appended since are parsed, new rows become a new block, a vector for an older row
-  rewrites the block that holds it, and more than :data:`MAX_BLOCKS` blocks are merged into one.
-  A line for a run with no record yet waits (``pending``) until the record shows up; a second
-  line for the same run is ignored (the first wins); lines of another model are never read into
-  this model's rows, and a line whose length differs from the model's first vector is skipped
-  and reported once. If the snapshot's rows no longer match (its cache was rebuilt), or
-  embeddings.jsonl was replaced, the index starts over.
+* :func:`load_index` gives the vectors of one (model, dimensions) aligned with a snapshot's rows
+  (a record without such a vector is a zero row and scores 0). Vectors are keyed by model and
+  dimension: a model that changes its dimension under the same name (an upgrade, another
+  quantisation) makes a new key, and only vectors of one key are ever compared. By default the
+  key is the model's newest: the dimension of its last line in embeddings.jsonl (what the server
+  answers now); lines of its other dimensions are another key, left out without a warning
+  (``cybmem doctor`` counts them; ``cybmem embed`` fills in the newest key). Within a key the
+  last line of a run wins, the rule by which ``doctor --repair`` drops the vectors a later one
+  replaced. The index is cached in ``<project>/.cache/`` as ``vec-<model key>.json`` plus Arrow
+  IPC blocks (contiguous row ranges: runId, the float32 vector, its norm and its sign bits), and
+  refreshed incrementally like the records cache refreshes from the ledger: embeddings.jsonl's
+  inode and the bytes consumed are kept, only the lines appended since are parsed, new rows
+  become a new block, a vector for an older row rewrites the block that holds it, and more than
+  :data:`MAX_BLOCKS` blocks are merged into one. A line for a run with no record yet waits
+  (``pending``) until the record shows up; lines of another model are never read into this
+  model's rows. If the snapshot's rows no longer match (its cache was rebuilt), embeddings.jsonl
+  was replaced, or the model's newest dimension changed, the index starts over.
 * :meth:`VectorQuery.axis` is the vector axis of a top-k ranking, exact whatever the size: one
   float32 mat-vec when the index holds at most :data:`EXACT_MAX_FLOATS` numbers; above that,
   only the rows that can still reach the top k are scored exactly. The rows best on the other
@@ -79,7 +84,7 @@ __all__ = [
 # up to this many numbers (16 MB; 10k records of 384 dims) the exact scan stays near 1 ms.
 EXACT_MAX_FLOATS = 4_000_000
 MAX_BLOCKS = 8
-_VERSION = 1
+_VERSION = 2  # 2: keyed by (model, newest dimension), the last line of a run wins
 _WORD = 64  # sign bits are packed in uint64 words
 
 
@@ -393,12 +398,17 @@ class _Parsed:
     vectors: list[list[float]]
     consumed: int  # bytes of whole lines read
     lines: int
-    dims: int | None
+    newest: int | None  # the dimension of the model's last usable line (None: no line of it)
     problems: list[str]
 
+    def of(self, dims: int) -> tuple[list[str], list[list[float]]]:
+        """The (runId, vector) lines of one dimension, in file order."""
+        keep = [i for i, v in enumerate(self.vectors) if len(v) == dims]
+        return [self.ids[i] for i in keep], [self.vectors[i] for i in keep]
 
-def _parse(raw: bytes, model: str, dims: int | None, first_line: int, name: str) -> _Parsed:
-    """Whole lines of ``raw`` -> this model's (runId, vector) in file order; the torn tail is left."""
+
+def _parse(raw: bytes, model: str, first_line: int, name: str) -> _Parsed:
+    """Whole lines of ``raw`` -> this model's (runId, vector) in file order, every dimension; the torn tail is left."""
     end = raw.rfind(b"\n") + 1
     ids: list[str] = []
     vectors: list[list[float]] = []
@@ -419,22 +429,16 @@ def _parse(raw: bytes, model: str, dims: int | None, first_line: int, name: str)
             continue
         if row["model"] != model:
             continue
-        vec = row["vector"]
-        if dims is None:
-            dims = len(vec)
-        elif len(vec) != dims:
-            problems.append(f"{name}:{first_line + i}: a {model} vector of {len(vec)} dimensions where the others have "
-                            f"{dims}; skipped (re-embed with `cybmem embed` after changing the model)")
-            continue
         ids.append(row["runId"])
-        vectors.append(vec)
-    return _Parsed(ids, vectors, end, len(lines), dims, problems)
+        vectors.append(row["vector"])
+    return _Parsed(ids, vectors, end, len(lines), len(vectors[-1]) if vectors else None, problems)
 
 
 # --- the cache ---------------------------------------------------------------------------------
 
 
 def _key(model: str) -> str:
+    """The cache's file prefix for a model (its manifest holds the model's newest dimension)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:40]
     return f"{safe}-{hashlib.sha256(model.encode()).hexdigest()[:8]}"
 
@@ -580,10 +584,11 @@ def _place(records: pa.Table, updates: dict[str, np.ndarray]) -> tuple[np.ndarra
 
 
 class _Builder:
-    """Refreshes one model's vector cache under the cache lock."""
+    """Refreshes one model's vector cache under the cache lock (the key: the model's newest
+    dimension), or builds the index of one given dimension in memory (``dims``; no cache)."""
 
-    def __init__(self, snap: Snapshot, model: str, cache: Path | None):
-        self.snap, self.model, self.cache = snap, model, cache
+    def __init__(self, snap: Snapshot, model: str, cache: Path | None, dims: int | None = None):
+        self.snap, self.model, self.cache, self.dims = snap, model, cache, dims
         self.key = _key(model)
         self.path = snap.store.embeddings_path
         self.problems: list[str] = []
@@ -599,17 +604,17 @@ class _Builder:
         man = _Manifest(self.model)
         state = _file_state(self.path)
         raw = self._read(0)
-        parsed = _parse(raw, self.model, None, 1, self.path.name)
+        parsed = _parse(raw, self.model, 1, self.path.name)
         man.ino = state[0] if state else 0
-        man.consumed, man.lines, man.dims, man.problems = parsed.consumed, parsed.lines, parsed.dims, parsed.problems
+        man.consumed, man.lines, man.problems = parsed.consumed, parsed.lines, parsed.problems
+        man.dims = self.dims or parsed.newest
         _consumed(man, state, raw[:parsed.consumed])
         n = self.snap.n
-        if man.dims is None:
+        ids, vectors = parsed.of(man.dims) if man.dims else ([], [])
+        if not ids:
             man.rows = n
             return man, [], {}
-        updates: dict[str, np.ndarray] = {}
-        for rid, vec in zip(parsed.ids, parsed.vectors):
-            updates.setdefault(rid, vec)  # the first line wins
+        updates = dict(zip(ids, vectors))  # the last line of a run wins
         matrix = np.zeros((n, man.dims), dtype=np.float32)
         rows, vecs, pending = _place(self.snap.records, updates)
         if len(rows):
@@ -659,13 +664,12 @@ class _Builder:
         if raw[: man.consumed - start].hex() != man.tail:
             return None  # replaced by another file (an inode can be reused)
         raw = raw[man.consumed - start:]
-        parsed = _parse(raw, self.model, man.dims, man.lines + 1, self.path.name)
+        parsed = _parse(raw, self.model, man.lines + 1, self.path.name)
         updates = _pending(self.cache, man) if self.cache is not None else {}
-        if parsed.dims is not None and man.dims is None:
-            man.dims = parsed.dims
-            return None  # the first vectors of this model: build the blocks at once
-        for rid, vec in zip(parsed.ids, parsed.vectors):
-            updates.setdefault(rid, np.asarray(vec, dtype=np.float32))
+        if parsed.newest is not None and parsed.newest != man.dims:
+            return None  # the first vectors of this model, or its newest dimension changed: a new key
+        for rid, vec in zip(*parsed.of(man.dims)) if man.dims else ():
+            updates[rid] = np.asarray(vec, dtype=np.float32)  # the last line of a run wins
         man.consumed += parsed.consumed
         man.lines += parsed.lines
         if parsed.consumed:
@@ -678,20 +682,13 @@ class _Builder:
 
     def _extend(self, man: _Manifest, blocks: list[_Block], updates: dict[str, np.ndarray]) -> tuple[_Manifest, list[_Block]]:
         n = self.snap.n
-        has = np.concatenate([b.norms > 0 for b in blocks]) if blocks else np.zeros(0, bool)
         rows, vecs, pending = _place(self.snap.records, updates) if updates else (np.zeros(0, np.int64), [], {})
         d = man.dims
         if d is None:
             man.rows = n
             self._write_pending(man, pending)
             return man, blocks
-        already = np.zeros(len(rows), dtype=bool)
-        covered = rows < man.rows
-        already[covered] = has[rows[covered]]  # the first vector of a run wins
-        keep = ~already
-        rows = rows[keep]
-        vecs = [v for v, k in zip(vecs, keep) if k]
-        # A vector for a row already covered: rewrite the block that holds it.
+        # A vector for a row already covered (its first, or a later line of its run): rewrite the block that holds it.
         by_block: dict[int, list[int]] = {}
         for j, r in enumerate(rows):
             if r < man.rows:
@@ -727,26 +724,39 @@ def _index(man: _Manifest, blocks: list[_Block], n: int) -> VectorIndex | None:
     return index if index.count else None
 
 
-def load_index(snap: Snapshot, model: str, *, use_cache: bool = True) -> VectorIndex | None:
-    """The vectors of ``model`` aligned with the snapshot's rows, or None when it has none.
+def load_index(snap: Snapshot, model: str, *, dims: int | None = None, use_cache: bool = True) -> VectorIndex | None:
+    """The vectors of ``model`` (and ``dims``) aligned with the snapshot's rows, or None when it has none.
 
-    Loaded once per snapshot; the Arrow cache is refreshed incrementally (module docstring).
-    Unusable lines are reported once each in ``snap.problems``.
+    Args:
+        snap: the snapshot whose rows the vectors align with.
+        model: the embedding model.
+        dims: the dimension (the key is (model, dims)); None: the model's newest, the dimension
+            of its last line in embeddings.jsonl. Only the newest is cached; another dimension
+            is read in memory (``cybmem embed`` asks for it when the server's answer changed).
+        use_cache: False reads embeddings.jsonl without the Arrow cache.
+
+    Loaded once per snapshot and key; the Arrow cache is refreshed incrementally (module
+    docstring). Unusable lines are reported once each in ``snap.problems``.
 
     Raises:
         StoreError: embeddings.jsonl cannot be read at all (a symlink, not a regular file).
     """
-    key = ("vectors", model)
+    key = ("vectors", model, dims)
     if key in snap._cache:
         return snap._cache[key]
     store = snap.store
     if store is None or not (store.embeddings_path.exists() or store.embeddings_path.is_symlink()):
         snap._cache[key] = None
         return None
+    if dims is not None:
+        newest = load_index(snap, model, use_cache=use_cache)
+        if newest is not None and newest.dims == dims:
+            snap._cache[key] = newest
+            return newest
     cache = _cache.cache_dir(store.dir)
-    if not (use_cache and cache.is_dir()) or snap._cache.get("uncached") or store.symlinked_dirs():
-        cache = None  # a snapshot loaded without the cache: vectors in memory too
-    index = _load(snap, model, cache)
+    if dims is not None or not (use_cache and cache.is_dir()) or snap._cache.get("uncached") or store.symlinked_dirs():
+        cache = None  # another dimension, or a snapshot loaded without the cache: vectors in memory too
+    index = _load(snap, model, cache, dims)
     if index is not None:
         from .store import ReadProblem
 
@@ -758,8 +768,8 @@ def load_index(snap: Snapshot, model: str, *, use_cache: bool = True) -> VectorI
     return index
 
 
-def _load(snap: Snapshot, model: str, cache: Path | None) -> VectorIndex | None:
-    builder = _Builder(snap, model, cache)
+def _load(snap: Snapshot, model: str, cache: Path | None, dims: int | None = None) -> VectorIndex | None:
+    builder = _Builder(snap, model, cache, dims)
     if cache is None:
         man, blocks, _ = builder.full()
         return _index(man, blocks, snap.n)
@@ -825,9 +835,13 @@ def embed_config_of(settings: Settings):
 def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
     """Embed a dispatch-time query within the short query timeout; (vector, None) or (None, warning).
 
+    The budget counts from here: the reachability probe and the HTTP client's import and setup
+    are spent from it (an import cannot be cut short, the exchange can: it ends by the deadline
+    whatever the server sends).
     Retries inside that budget back off briefly (20 ms, then 40): a dispatch waits for this
     call, and a stopped server refuses at once.
     """
+    started = time.monotonic()
     clipped = embedding_text(text)
     if clipped is None:
         return None, None
@@ -839,7 +853,8 @@ def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
     quick = dataclasses.replace(config, backoff=min(config.backoff, 0.02))
     try:
         with Embedder(quick) as embedder:
-            return embedder.embed_query(clipped), None
+            left = config.query_timeout - (time.monotonic() - started)
+            return embedder.embed_query(clipped, timeout=left, budget=config.query_timeout), None
     except CybmemError as exc:
         return None, f"vector axis skipped, ranked by the other axes: {' '.join(str(exc).split())}"
 
@@ -893,6 +908,28 @@ class EmbedResult:
                 "recordsPerSecond": round(self.rate, 1), "warnings": list(self.warnings)}
 
 
+def _work(snap: Snapshot, index: VectorIndex | None) -> tuple[list[tuple[str, str]], int, int]:
+    """(runId, text) of the records without a vector in ``index``, how many of those have no text, how many have one."""
+    has = index.has if index is not None else np.zeros(snap.n, bool)
+    missing = np.flatnonzero(~has)
+    sub = snap.records.take(pa.array(missing, pa.int64())) if len(missing) else snap.records.slice(0, 0)
+    ids = sub.column("runId").to_pylist()
+    titles = issue_texts(snap.events, sorted({i for lst in sub.column("issues").to_pylist() for i in lst or ()})) if sub.num_rows else {}
+    texts = [embedding_text(t) for t in keyword_texts(sub, titles)] if sub.num_rows else []
+    work = [(rid, t) for rid, t in zip(ids, texts) if t is not None]
+    return work, len(ids) - len(work), int(has.sum())
+
+
+def _probe_text(snap: Snapshot) -> str | None:
+    """The newest record's embedding text (what a probe of the server's current dimension embeds)."""
+    for row in range(snap.n - 1, -1, -1):
+        one = snap.records.slice(row, 1)
+        text = embedding_text(keyword_texts(one, issue_texts(snap.events, list(one.column("issues")[0].as_py() or ())))[0])
+        if text is not None:
+            return text
+    return None
+
+
 def embed_missing(store: MemoryStore, settings: Settings, *, progress: bool | None = None, batch_size: int | None = None,
                   embedder=None) -> EmbedResult:
     """Embed every record of a project that has no vector for the configured model (``cybmem embed``).
@@ -901,6 +938,10 @@ def embed_missing(store: MemoryStore, settings: Settings, *, progress: bool | No
     EMBED_TEXT_CHARS; batches go to the server in one request each and are appended to
     embeddings.jsonl as they come back (at most one line per record and model, checked under the
     project lock against other writers), so an interrupted backfill keeps what it did.
+
+    Vectors are keyed by model and dimension: when the project has vectors of the model, one
+    text goes to the server first, and if its answer has another dimension than the stored ones
+    (the model changed under the same name) every record is embedded again for the new key.
 
     Raises:
         ValidationError: embeddings are not configured.
@@ -914,38 +955,54 @@ def embed_missing(store: MemoryStore, settings: Settings, *, progress: bool | No
 
     t0 = time.perf_counter()
     snap = load_snapshot(store)
-    index = load_index(snap, config.model)
-    has = index.has if index is not None else np.zeros(snap.n, bool)
-    since = int(index._cache.get("consumed", 0)) if index is not None else 0
-    missing = np.flatnonzero(~has)
     warnings = [p.message for p in snap.problems]
-    sub = snap.records.take(pa.array(missing, pa.int64())) if len(missing) else snap.records.slice(0, 0)
-    ids = sub.column("runId").to_pylist()
-    titles = issue_texts(snap.events, sorted({i for lst in sub.column("issues").to_pylist() for i in lst or ()})) if sub.num_rows else {}
-    texts = [embedding_text(t) for t in keyword_texts(sub, titles)] if sub.num_rows else []
-    work = [(rid, t) for rid, t in zip(ids, texts) if t is not None]
-    empty = len(ids) - len(work)
+    index = load_index(snap, config.model)
+    work, empty, had = _work(snap, index)
     own = embedder is None
     embedder = embedder or Embedder(config)
     size = batch_size or config.batch_size
     done = 0
     dims = index.dims if index is not None else None
-    bar = Progress(len(work), f"embedding {store.slug}", enabled=progress)
+    ready: dict[str, np.ndarray] = {}  # texts already embedded (the first batch, or the probe)
+    since: int | None = None  # the offset up to which no line of the key is unknown (append_embeddings)
+    bar = None
     try:
+        # The first batch goes out first (when every record has a vector of the stored key, the
+        # newest record's text does): its answer says which key is current.
+        first = [t for _, t in work[:size]] or ([text] if index is not None and (text := _probe_text(snap)) else [])
+        if first:
+            try:
+                ready = dict(zip(first, embedder.embed(first)))
+            except RemoteError as exc:
+                raise RemoteError(f"embedded 0 of {len(work)} records, then: {exc}; run `cybmem embed` again") from None
+            got = len(next(iter(ready.values())))
+            if index is not None and got != index.dims:
+                warnings.append(f"{config.model} now answers with {got} dimensions, the stored vectors have {index.dims}: "
+                                "every record is embedded again (`cybmem doctor --repair` then drops the old ones)")
+                index = load_index(snap, config.model, dims=got)
+                work, empty, had = _work(snap, index)
+                dims = got
+                if index is None:  # no line of the new key anywhere: none can predate the file's end
+                    since = store.embeddings_path.stat().st_size
+        if since is None:
+            since = int(index._cache.get("consumed", 0)) if index is not None else 0
+        bar = Progress(len(work), f"embedding {store.slug}", enabled=progress)
         for i in range(0, len(work), size):
             chunk = work[i:i + size]
             try:
-                vecs = embedder.embed([t for _, t in chunk])
+                asked = [t for _, t in chunk if t not in ready]
+                fresh = dict(zip(asked, embedder.embed(asked))) if asked else {}
             except RemoteError as exc:
                 raise RemoteError(f"embedded {done} of {len(work)} records, then: {exc}; run `cybmem embed` again to "
                                   "continue (what was embedded is kept)") from None
-            dims = vecs.shape[1]
+            vecs = [ready[t] if t in ready else fresh[t] for _, t in chunk]
+            dims = len(vecs[0])
             wrote, since = store.append_embeddings([(rid, config.model, v) for (rid, _), v in zip(chunk, vecs)], since=since)
             done += wrote
             bar.update(len(chunk))
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         if own:
             embedder.close()
-    return EmbedResult(store.slug, config.model, snap.n, int(has.sum()), done, empty, time.perf_counter() - t0, dims,
-                       warnings)
+    return EmbedResult(store.slug, config.model, snap.n, had, done, empty, time.perf_counter() - t0, dims, warnings)

@@ -7,6 +7,10 @@ hash embedding. ChatServer speaks Ollama's ``POST /api/chat`` and OpenAI's
 ``POST /v1/chat/completions`` and answers from a script (no language model is available
 offline). Both count and record requests and can fail on purpose: an HTTP status (500, 429),
 a hang past the client's timeout, or ``stop()`` (the port is closed, live connections cut).
+Both can also deliver their replies badly (``delivery``): :class:`Drip` sends the reply a few
+bytes at a time (the body only, or the status line and headers too), :class:`Huge` answers with
+a body of any size (streamed from a small buffer, never held in memory); ``sent`` counts the
+bytes of reply bodies that went out.
 
 Why a thread in the test process and not a subprocess: the model is loaded once per session
 (~5 s) and shared by per-test servers, so every test gets a fresh server with clean counters
@@ -33,7 +37,26 @@ import numpy as np
 import pytest
 
 HANG = "hang"  # a ChatServer script item / EmbedServer fault: wait past the client's timeout
-HANG_MAX = 30.0  # a hung handler gives up after this long even if nobody releases it
+HANG_MAX = 30.0  # a hung handler gives up after this long even if nobody releases it (a drip too)
+
+
+@dataclass(frozen=True)
+class Drip:
+    """Deliver each reply ``chunk`` bytes every ``interval`` seconds: the body, or with ``headers`` the
+    status line and headers too (a server that drips its headers)."""
+
+    interval: float = 0.2
+    chunk: int = 1
+    headers: bool = False
+
+
+@dataclass(frozen=True)
+class Huge:
+    """Answer HTTP 200 with a body of ``size`` bytes: the start of a JSON reply that never closes.
+    ``declared``: with a Content-Length header (else chunked, the size unknown until the end)."""
+
+    size: int
+    declared: bool = True
 
 Encoder = Callable[[list[str]], np.ndarray]
 
@@ -94,16 +117,67 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw
         request = Request(method, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-        status, payload = self.server.owner._respond(request)
+        owner = self.server.owner
+        status, payload = owner._respond(request)
         if status == HANG:
-            self.server.owner._hang()
+            owner._hang()
             status, payload = 500, {"error": "hung request released"}
+        delivery = owner.delivery
+        if isinstance(delivery, Huge):
+            self._huge(delivery)
+            return
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        if isinstance(delivery, Drip):
+            self._drip(delivery, status, data)
+            return
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        owner._sent(len(data))
+
+    def _drip(self, drip: Drip, status: int, data: bytes) -> None:
+        """The reply ``drip.chunk`` bytes at a time (the headers too with ``drip.headers``), until the server stops."""
+        owner = self.server.owner
+        head = (f"HTTP/1.1 {status} {self.responses[status][0]}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n").encode()
+        if not drip.headers:
+            self.wfile.write(head)
+        out = head + data if drip.headers else data
+        body_at = len(head) if drip.headers else 0  # where the body starts in ``out``
+        until = time.monotonic() + HANG_MAX
+        for i in range(0, len(out), drip.chunk):
+            if owner._release.wait(drip.interval) or time.monotonic() > until:
+                self.close_connection = True
+                return  # the server was stopped
+            piece = out[i:i + drip.chunk]
+            self.wfile.write(piece)
+            owner._sent(max(0, i + len(piece) - body_at) - max(0, i - body_at))
+
+    def _huge(self, huge: Huge) -> None:
+        """A 200 whose body is ``huge.size`` bytes of an unfinished JSON reply, written 64 KiB at a time."""
+        owner = self.server.owner
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if huge.declared:
+            self.send_header("Content-Length", str(huge.size))
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        start = b'{"embeddings": [[' + b'0.5, ' * 20
+        block = b'0.5, ' * (65536 // 5)
+        left = huge.size
+        first = True
+        self.close_connection = True
+        while left > 0 and owner.running:
+            piece = (start if first else block)[:left]
+            first = False
+            self.wfile.write(piece if huge.declared else b"%x\r\n%s\r\n" % (len(piece), piece))
+            owner._sent(len(piece))
+            left -= len(piece)
+        if not huge.declared and left <= 0:
+            self.wfile.write(b"0\r\n\r\n")
 
 
 class _Server:
@@ -112,6 +186,8 @@ class _Server:
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.errors: list[BaseException] = []
+        self.delivery: Drip | Huge | None = None  # how replies go out (None: at once)
+        self.sent = 0  # bytes of reply bodies sent
         self._lock = threading.Lock()
         self._release = threading.Event()
         self._conns: set[socket.socket] = set()
@@ -138,6 +214,10 @@ class _Server:
 
     def _hang(self) -> None:
         self._release.wait(HANG_MAX)
+
+    def _sent(self, n: int) -> None:
+        with self._lock:
+            self.sent += n
 
     def _respond(self, request: Request) -> tuple[int | str, object]:
         with self._lock:

@@ -197,24 +197,64 @@ def test_projects_json_checks(store, memory_root):
 
 
 def test_embeddings_checks(store):
-    store.embeddings_path.write_text(
-        '{"runId": "r1", "model": "m", "vector": [0.1, 0.2, 0.3]}\n'
-        '{"runId": "r2", "model": "m", "vector": [0.1, 0.2, 0.3]}\n'
-        '{"runId": "r3", "model": "other", "vector": [1.0]}\n'
-        '{"runId": "r1", "model": "m", "vector": "nope"}\n'
-        '{"runId": "r2", "model": "m", "vector": [0.5, 0.5]}\n'
-        '{"runId": "r3", "model": "m", "vec'
-    )
+    lines = [
+        '{"runId": "r1", "model": "m", "vector": [0.1, 0.2, 0.3]}',
+        '{"runId": "r2", "model": "m", "vector": [0.1, 0.2, 0.3]}',  # replaced by line 5, of m's newest dimension
+        '{"runId": "r3", "model": "other", "vector": [1.0]}',
+        '{"runId": "r1", "model": "m", "vector": "nope"}',
+        '{"runId": "r2", "model": "m", "vector": [0.5, 0.5]}',
+        '{"runId": "r3", "model": "m", "vec',
+    ]
+    store.embeddings_path.write_text("\n".join(lines))
+    res = doc("--all", "--json")
+    assert res.exit_code == 1
+    findings = [f for f in json.loads(res.stdout)["findings"] if f["check"] == "embeddings"]
+    assert [(f["severity"], Path(f["path"]).name) for f in findings] == [
+        ("error", "embeddings.jsonl:4"), ("warning", "embeddings.jsonl:6"), ("repairable", "embeddings.jsonl"),
+        ("warning", "embeddings.jsonl")]
+    assert findings[2]["message"] == ("1 run(s) have more than one vector of a model (1 line(s) replaced by a later one, "
+                                      "first at line 2); search uses the last; `cybmem doctor --repair` keeps only it")
+    assert findings[3]["message"] == ("model 'm' has vectors of 2 dimensions (1 runs, its newest) and of 3 (1 run); search "
+                                      "compares only the newest with a query: `cybmem embed` gives the other runs one")
+    assert json.loads(res.stdout)["projects"][0]["embeddings"] == 4
     before = _content(store.root)
     res = doc("--all", "--json", "--repair")
-    assert res.exit_code == 1
-    findings = json.loads(res.stdout)["findings"]
-    emb = [(f["severity"], Path(f["path"]).name) for f in findings if f["check"] == "embeddings"]
-    assert ("error", "embeddings.jsonl:4") in emb and ("warning", "embeddings.jsonl:6") in emb
-    (dims,) = [f["message"] for f in findings if f["check"] == "embeddings" and f["path"].endswith("embeddings.jsonl")]
-    assert dims == "model 'm' has vectors of more than one dimension: 3 (x2) and 2 (x1, first at line 5)"
-    assert json.loads(res.stdout)["projects"][0]["embeddings"] == 4
-    assert _content(store.root) == before
+    assert res.exit_code == 1, "the unreadable line still needs a person"
+    out = json.loads(res.stdout)
+    assert f"dropped 1 replaced vector(s) from {store.embeddings_path}" in out["repaired"]
+    assert [(f["severity"], Path(f["path"]).name) for f in out["findings"] if f["check"] == "embeddings"] == [
+        ("error", "embeddings.jsonl:3"), ("warning", "embeddings.jsonl:5"), ("warning", "embeddings.jsonl")]
+    assert store.embeddings_path.read_text() == "\n".join(lines[:1] + lines[2:]), "only the replaced line went, bytes kept"
+    after = _content(store.root)
+    assert {k: v for k, v in after.items() if not k.endswith("embeddings.jsonl")} == \
+        {k: v for k, v in before.items() if not k.endswith("embeddings.jsonl")}, "records and ledgers never change"
+
+
+def test_a_record_cached_just_after_it_was_written_is_not_called_edited(store, settings):
+    """An inject within 2 s of a write caches the new record inside the cache's racy window (its
+    mtime is within RACY_NS of its segment's); once a later read trusts the listing, doctor
+    called it "edited in place" (exit 1) for as long as that segment stayed. Now such a row is
+    read again and compared: only a real change is reported."""
+    from cybmem.runs import write_run
+    from cybmem.snapshot import load_snapshot
+
+    load_snapshot(store)
+    write_run(make_run("r4", "Fix the login form, part 4", start=T0 + 4 * 60 * MIN), settings)
+    old = time.time_ns() - 10_000_000_000
+    os.utime(store.records_dir, ns=(old, old))  # as after the 2 s a later read waits: the listing is trusted
+    assert load_snapshot(store).n == 4  # the inject: r4 joins the cache a moment after it was written
+    res = doc("--project", "web")
+    assert res.exit_code == 0 and res.stdout.endswith("clean: 1 project(s), 4 records checked.\n"), res.output
+    path = store.record_path("r4")  # a real edit in place, inside the same window: still found
+    ino = path.stat().st_ino
+    with open(path, "r+") as fh:
+        text = fh.read()
+        fh.seek(0)
+        fh.write(text.replace("part 4", "part 5"))
+    assert path.stat().st_ino == ino
+    res = doc("--project", "web", "--json")
+    assert res.exit_code == 1 and ("cache", "1 cached record(s) edited in place since they were cached (the cache "
+                                   "still holds their old text)") in [(f["check"], f["message"]) for f in json.loads(res.stdout)["findings"]]
 
 
 def test_selection(store, memory_root):

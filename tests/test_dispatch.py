@@ -269,7 +269,11 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
         write_run(make_run(f"later-{i}", f"Later login work {i}", start=1_900_000_000_000 + i * 3_600_000,
                            cwd="/home/dev/web", output=f"Did it.\n\nISSUES:\n- {open_id}\nNEXT:\n- none"), settings)
     hit = store.records_dir / f"{first.hits[0].run_id}.json"
-    os.utime(hit)  # changed after the old snapshot read it
+    data = json.loads(hit.read_text())
+    data["outcome"]["summary"] += " Edited by hand."
+    with open(hit, "r+") as fh:  # changed in place (same inode) after the old snapshot read it
+        fh.write(json.dumps(data))
+        fh.truncate()
     result = search(old, "login", k=3, settings=settings)
     assert result.snapshot is not old and result.snapshot.n > old.n
     issues = rank_issues(result, result.weights)

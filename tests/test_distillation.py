@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -21,7 +22,7 @@ from cybmem.settings import Settings
 from cybmem.store import MemoryStore
 
 from conftest import T0, make_run
-from servers import HANG, chat_server  # noqa: F401
+from servers import HANG, Drip, chat_server  # noqa: F401
 
 OUTPUT = ("Waited for the form to settle before asserting.\n\nACCOMPLISHED:\n- fixed the login test wait\n"
           "ISSUES:\n- Flaky login test: fails one run in ten\nNEXT:\n- none\n")
@@ -83,7 +84,7 @@ def test_a_well_formed_reply_refines_the_new_record(memory_root, tmp_path, chat_
     ("Sure! The run fixed the login test.", "not JSON"),
     (json.dumps({"summary": "only a summary"}), "lacks accomplished, issues, next"),
     (500, "HTTP 500"),
-    (HANG, "no reply within 0.5 s"),
+    (HANG, "no complete reply within 0.5 s"),
 ], ids=["malformed", "missing-keys", "http-500", "hang"])
 def test_a_bad_reply_keeps_the_extractive_outcome_and_says_so_once(memory_root, tmp_path, chat_server, reply, needle):
     chat_server.script = [reply, reply]  # the 500 and the hang are retried once
@@ -130,3 +131,64 @@ def test_a_bad_model_setting_is_a_warning_not_a_failure(memory_root):
     res = write_run(make_run("r1"), settings)
     assert not res.distilled and res.store.record_path("r1").exists()
     assert len(res.warnings) == 1 and res.warnings[0].startswith("outcome not distilled: CYBERINE_MEMORY_MODEL=gpt-4o-mini")
+
+
+# --- distillation never holds the record ------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [False, True], ids=["drip-body", "drip-headers"])
+def test_a_dripping_model_server_cannot_hold_the_write(memory_root, tmp_path, chat_server, headers):
+    """A chat server that sends a byte every 0.1 s held `write` before its record was written
+    (httpx's timeout is per read): the write goes on without the model once its budget is used."""
+    chat_server.script = [json.dumps(DISTILLED)] * 2  # ~300 bytes: 30 s and more at that pace
+    chat_server.delivery = Drip(interval=0.1, headers=headers)
+    t = time.monotonic()
+    p = cli_write(memory_root, tmp_path, make_run("r1", "Fix the flaky login e2e test", output=OUTPUT),
+                  model_env(chat_server, CYBERINE_MEMORY_MODEL_TIMEOUT="1"))
+    took = time.monotonic() - t
+    assert p.returncode == 0 and p.stdout == "Wrote r1 (done) to project web; opened flaky-login-test.\n"
+    assert p.stderr.startswith("warning: outcome not distilled: ") and "no complete reply within 1 s" in p.stderr
+    assert record(memory_root, "r1")["outcome"]["summary"].startswith("Fix the flaky login e2e test. Ended done.")
+    assert took < 10, f"write took {took:.1f}s against a 1 s distillation budget"
+
+
+def test_sigterm_while_the_model_thinks_writes_the_record_without_it(memory_root, tmp_path, chat_server):
+    """A hook that times out sends SIGTERM (Node's child_process does): the run must not be lost."""
+    chat_server.script = [HANG]
+    run = make_run("r1", "Fix the flaky login e2e test", output=OUTPUT)
+    path = tmp_path / "r1.json"
+    path.write_text(json.dumps(run))
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root), **model_env(chat_server, CYBERINE_MEMORY_MODEL_TIMEOUT="60")}
+    proc = subprocess.Popen([shutil.which("cybmem"), "write", str(path)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while chat_server.count == 0 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert chat_server.count == 1, "the write asked the model"
+        proc.send_signal(signal.SIGTERM)
+        t = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert out == "Wrote r1 (done) to project web; opened flaky-login-test.\n"
+    assert err.startswith("warning: outcome not distilled: stopped by SIGTERM") and err.count("\n") == 1
+    assert record(memory_root, "r1")["outcome"]["issues"] == ["flaky-login-test"]
+    assert took < 5, f"the write took {took:.1f}s after SIGTERM"
+
+
+def test_the_sigterm_handler_is_put_back_after_distilling(memory_root, chat_server):
+    def mine(signum, frame):  # pragma: no cover - never called
+        pass
+
+    chat_server.script = [json.dumps(DISTILLED)]
+    settings = Settings.from_env(model_env(chat_server), memory_dir=memory_root)
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        res = write_run(make_run("r1", "Fix the flaky login e2e test", output=OUTPUT), settings)
+        assert res.distilled and signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)

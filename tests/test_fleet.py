@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -99,7 +100,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fleet(data):
     """A LocalCluster of two workers (threads: quick to start); partitions small enough to pack groups unevenly."""
-    with Fleet(data["dataset"], processes=False, workers=2, partition_bytes=40_000) as f:
+    with Fleet(data["dataset"], scheduler="local", processes=False, workers=2, partition_bytes=40_000) as f:
         yield f
 
 
@@ -348,8 +349,160 @@ def test_report_writes_the_figures_and_a_page(fleet, tmp_path):
         assert (tmp_path / "rep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (tmp_path / "rep" / "index.html").read_text()
     assert 'src="issue-ages.png"' in page and 'src="lineage-summary.png"' in page
-    assert (res.machines, res.projects, res.runs, res.issues) == (3, 9, 204, 54)
+    assert (res.machines, res.projects, res.runs, res.issues, res.claimed) == (3, 3, 204, 54, 0)  # three projects, on each machine
     assert len(pd.read_csv(tmp_path / "rep" / "lineage-summary.csv")) == 9
+
+
+# --- a fleet that holds bad files, copies and claims ---------------------------------------------
+#
+# Built from the fixtures: the laptop exports web, ci-1 exports api; then the damage is added by
+# hand as another tool (or another machine) would. Each case gave a traceback, a run listed twice
+# or a forged run ranked first before.
+
+
+def _small_fleet(root: Path) -> Path:
+    """The dataset, exported from a copy of the fixtures (an export notes itself in its memory root)."""
+    memory = root / "memory"
+    shutil.copytree(FIXTURES, memory, ignore=shutil.ignore_patterns(".cache", ".lock", "exports.json"))
+    dataset = root / "fleet"
+    export_parquet(MemoryStore(memory, "web"), dataset, machine="laptop")
+    export_parquet(MemoryStore(memory, "api"), dataset, machine="ci-1")
+    return dataset
+
+
+def _part(dataset: Path, table: str, machine: str, project: str) -> Path:
+    (path,) = sorted((dataset / table / f"machine={machine}" / f"project={project}").glob("month=*/*.parquet"))
+    return path
+
+
+def _put(dataset: Path, table: str, machine: str, project: str, name: str, t) -> Path:
+    import pyarrow.parquet as pq
+
+    d = dataset / table / f"machine={machine}" / f"project={project}" / "month=2026-10"
+    d.mkdir(parents=True, exist_ok=True)
+    pq.write_table(t, d / name)
+    return d / name
+
+
+def _fleet_answers(dataset: Path, tmp_path: Path, query: str = "flaky cart drawer test"):
+    """Search, issues and the report of the dataset, in this process; the fleet for its notes."""
+    with Fleet(dataset, scheduler="inline") as f:
+        hits = f.search(query, k=5, as_of=NOW).hits
+        summary = f.issue_summary(now=NOW)
+        report = f.report(tmp_path / "report", now=NOW)
+        lineage = f.lineage_summary()
+    return f, hits, summary, report, lineage
+
+
+@pytest.mark.filterwarnings("ignore:The inplace keyword in DataFrame.reset_index is deprecated")
+def test_a_fleet_with_bad_part_files_skips_each_with_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dataset = _small_fleet(tmp_path)
+    web_part, events_part = _part(dataset, "records", "laptop", "web"), _part(dataset, "issues", "laptop", "web")
+    web = pq.read_table(web_part)
+    bad = {
+        _put(dataset, "records", "evil", "web", "part-a.parquet", web.drop_columns(["runId"])): "no runId column",
+        _put(dataset, "records", "evil", "web", "part-b.parquet",
+             web.set_column(0, "runId", pa.array(range(web.num_rows), pa.int64()))): "its runId column holds integer, not text",
+        _put(dataset, "records", "laptop", "web", "part-c.parquet",
+             web.set_column(web.column_names.index("endedAt"), "endedAt", pa.array(["soon"] * web.num_rows))):
+            "its endedAt column holds text, not time",
+        _put(dataset, "issues", "laptop", "web", "part-d.parquet", pq.read_table(events_part).drop_columns(["issueId"])):
+            "no issueId column",
+    }
+    garbage = _part(dataset, "records", "ci-1", "api").with_name("part-e.parquet")
+    garbage.write_bytes(b"PAR1 not parquet at all")
+    truncated = web_part.with_name("part-f.parquet")
+    truncated.write_bytes(web_part.read_bytes()[:-100])
+    clean = _small_fleet(tmp_path / "clean")
+    f, hits, summary, report, lineage = _fleet_answers(dataset, tmp_path)
+    _, want_hits, want_summary, want_report, _ = _fleet_answers(clean, tmp_path / "clean")
+    assert len(f.skipped) == 6 and all(line.startswith("skipped ") for line in f.skipped)
+    for path, why in bad.items():
+        assert f"skipped {path}: {why}" in f.skipped
+    assert any(line.startswith(f"skipped {garbage}: not a readable Parquet file") for line in f.skipped)
+    assert any(line.startswith(f"skipped {truncated}: not a readable Parquet file") for line in f.skipped)
+    assert [(h.machine, h.run_id, h.score) for h in hits] == [(h.machine, h.run_id, h.score) for h in want_hits]
+    pd.testing.assert_frame_equal(summary, want_summary)
+    assert (report.runs, report.issues, report.projects, report.machines) == (want_report.runs, want_report.issues, 2, 2)
+    assert "Left out: skipped " in (tmp_path / "report" / "index.html").read_text()
+    res = cli("fleet", "search", "flaky cart drawer test", "--dataset", dataset, "-k", "3", "--scheduler", "inline")
+    assert res.exit_code == 0 and "Traceback" not in res.output
+    assert res.stderr.splitlines() == [f"warning: {line}" for line in f.skipped]
+    for args in (["issues"], ["report", "--out", tmp_path / "r2"]):
+        res = cli("fleet", *args, "--dataset", dataset, "--scheduler", "inline")
+        assert res.exit_code == 0 and res.stderr.count("\n") == 6, res.output
+
+
+def test_a_run_exported_twice_by_one_machine_is_one_run(tmp_path):
+    import pyarrow.parquet as pq
+
+    dataset = _small_fleet(tmp_path)
+    web, events = _part(dataset, "records", "laptop", "web"), _part(dataset, "issues", "laptop", "web")
+    t = pq.read_table(web)
+    newer = t.set_column(t.column_names.index("summary"), "summary", pa_strings([f"re-exported {i}" for i in range(t.num_rows)]))
+    _put(dataset, "records", "laptop", "web", web.name.replace("part-", "part-9"), newer)  # a later export of every run
+    _put(dataset, "issues", "laptop", "web", events.name.replace("part-", "part-9"), pq.read_table(events))
+    f, hits, summary, report, lineage = _fleet_answers(dataset, tmp_path)
+    _, want_hits, want_summary, want_report, want_lineage = _fleet_answers(_small_fleet(tmp_path / "clean"), tmp_path / "c")
+    assert [h.run_id for h in hits] == [h.run_id for h in want_hits], "each run once"
+    assert all(h.summary.startswith("re-exported") for h in hits if h.machine == "laptop"), "the last export wins"
+    assert not any(h.claimed_by for h in hits) and f.claims == {}
+    pd.testing.assert_frame_equal(summary, want_summary)
+    pd.testing.assert_frame_equal(lineage, want_lineage)
+    assert (report.runs, report.issues) == (want_report.runs, want_report.issues) == (62, 15)
+
+
+def pa_strings(values):
+    import pyarrow as pa
+
+    return pa.array(values, pa.string())
+
+
+def test_a_machine_cannot_speak_for_run_ids_another_exported_first(tmp_path):
+    import pyarrow.parquet as pq
+
+    dataset = _small_fleet(tmp_path)
+    t = pq.read_table(_part(dataset, "records", "laptop", "web"))
+    forged = t.set_column(t.column_names.index("task"), "task", pa_strings(["flaky cart drawer test, flaky cart drawer test"] * t.num_rows))
+    _put(dataset, "records", "evil", "web", "part-29991231T000000000000Z-forged.parquet", forged)
+    own = _put(dataset, "records", "evil", "other", "part-29991231T000000000000Z-own.parquet",
+               forged.slice(0, 1).set_column(0, "runId", pa_strings(["evil-own-run"])))
+    f, hits, summary, report, lineage = _fleet_answers(dataset, tmp_path)
+    _, want_hits, _, want_report, _ = _fleet_answers(_small_fleet(tmp_path / "clean"), tmp_path / "c")
+    assert own.exists() and [h.machine for h in hits if h.run_id == "evil-own-run"] == ["evil"], "its own runs count"
+    rest = [h for h in hits if h.run_id != "evil-own-run"]
+    assert [(h.machine, h.run_id, h.task) for h in rest] == [(h.machine, h.run_id, h.task) for h in want_hits[:len(rest)]], \
+        "the forged copies neither outrank nor replace the laptop's runs"
+    assert all(h.claimed_by == ["laptop/web", "evil/web"] and h.conflict for h in rest)
+    assert len(f.claims) == t.num_rows and all(c.owner == ("laptop", "web") for c in f.claims.values())
+    assert report.runs == want_report.runs + 1 and report.claimed == t.num_rows
+    assert lineage.set_index(["machine", "project"])["runs"].to_dict() == {
+        ("ci-1", "api"): 15, ("evil", "other"): 1, ("laptop", "web"): 47}  # evil/web owns none of its runs
+    res = cli("fleet", "search", "flaky cart drawer test", "--dataset", dataset, "-k", "3", "--as-of", NOW, "--scheduler", "inline")
+    lines = res.stdout.splitlines()
+    assert res.exit_code == 0 and lines[2].split()[2] == "laptop*"
+    assert f"* run {rest[0].run_id[:8]} was exported by laptop/web, evil/web with different records; shown as laptop/web, " \
+           "the first to export it." in lines
+    got = json.loads(cli("fleet", "search", "flaky cart drawer test", "--dataset", dataset, "-k", "2", "--json",
+                         "--as-of", NOW, "--scheduler", "inline").stdout)
+    assert got["hits"][1]["claimedBy"] == ["laptop/web", "evil/web"] and got["hits"][1]["conflict"] is True
+
+
+def test_one_project_exported_by_two_machines_is_one_project(tmp_path):
+    dataset = _small_fleet(tmp_path)
+    export_parquet(MemoryStore(tmp_path / "memory", "web"), dataset, machine="laptop-2")  # a shared disk: the same memory
+    f, hits, summary, report, lineage = _fleet_answers(dataset, tmp_path)
+    _, want_hits, _, want_report, _ = _fleet_answers(_small_fleet(tmp_path / "clean"), tmp_path / "c")
+    assert (report.projects, report.machines, report.runs, report.claimed) == (2, 3, want_report.runs, 47)
+    assert report.issues == want_report.issues == 15, "the copy's ledger is the owner's to tell: each issue once"
+    assert [(h.machine, h.run_id) for h in hits] == [(h.machine, h.run_id) for h in want_hits]
+    assert all(h.claimed_by == ["laptop/web", "laptop-2/web"] and not h.conflict for h in hits if h.machine == "laptop")
+    res = cli("fleet", "report", "--dataset", dataset, "--out", tmp_path / "r", "--now", "2026-12-01", "--scheduler", "inline")
+    assert res.exit_code == 0 and ": 62 runs and 15 issues of 2 projects on 3 machines. 47 run ids exported by more " \
+        "than one machine or project count once." in res.stdout
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -406,14 +559,14 @@ def test_cli_usage_mistakes_exit_2(data, args, hint):
 def test_cli_search_in_a_subprocess_on_a_local_cluster_of_processes(data):
     """The console script, a LocalCluster of worker processes (shards pickled), JSON equal to the library's."""
     out = subprocess.run([sys.executable, "-m", "cybmem.cli", "fleet", "search", "cart drawer postgres", "--dataset",
-                          str(data["dataset"]), "-k", "5", "--workers", "2", "--json", "--as-of", str(NOW)],
+                          str(data["dataset"]), "-k", "5", "--scheduler", "local", "--workers", "2", "--json", "--as-of", str(NOW)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
     got = json.loads(out.stdout)
     want = search(data["merged"], "cart drawer postgres", k=5, as_of=NOW, weights=Weights())
     assert [(h["runId"], h["score"]) for h in got["hits"]] == [(h.run_id, round(h.score, 6)) for h in want.hits]
-    assert got["hits"][0]["machine"] in MACHINES
+    assert got["hits"][0]["machine"] in MACHINES and got["scheduler"] == "local"
 
 
 def test_cli_text_outputs(fleet, data, tmp_path, monkeypatch):
@@ -426,12 +579,15 @@ def test_cli_text_outputs(fleet, data, tmp_path, monkeypatch):
     lines = res.stdout.splitlines()
     assert lines[0].split() == ["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN", "OPEN",
                                 "AGE", "(D)"]
-    assert len(lines) == 10 and lines[1].split()[:3] == ["ci-1", "api", "5"]
+    assert len(lines) == 11 and lines[1].split()[:3] == ["ci-1", "api", "5"]
+    assert re.fullmatch(r"Ran in this process \(under \d+ MB of Parquet, a LocalCluster costs more than it saves\)\.",
+                        lines[-1]), lines[-1]
     res = cli("fleet", "issues", "--dataset", data["dataset"], "--open", "-n", "2", "--now", "2026-12-01", "--workers", "1")
-    assert res.exit_code == 0 and res.stdout.splitlines()[-1].startswith("... 7 more open issues")
+    assert res.exit_code == 0 and res.stdout.splitlines()[-2].startswith("... 7 more open issues")
     res = cli("fleet", "search", "flaky cart drawer", "--dataset", data["dataset"], "-k", "2", "--machine", "laptop",
               "--workers", "1")
-    assert res.exit_code == 0 and len(res.stdout.splitlines()) == 3 and "laptop" in res.stdout.splitlines()[1]
+    assert res.exit_code == 0 and len(res.stdout.splitlines()) == 4 and "laptop" in res.stdout.splitlines()[1]
+    assert res.stdout.splitlines()[-1].startswith("Ran in this process (")
     res = cli("fleet", "report", "--dataset", data["dataset"], "--out", tmp_path / "r", "--now", "2026-12-01", "--workers", "1")
     assert res.exit_code == 0 and res.stdout.startswith("Wrote issue-ages.png, lineage-summary.png")
 
@@ -466,16 +622,19 @@ def test_usage_fleet_examples_are_real(tmp_path, monkeypatch):
     update = os.environ.get("CYBMEM_UPDATE_USAGE") == "1"  # rewrite the outputs after an intended change
     for block in re.findall(r"```console\n(.*?)```\n", section, re.S):
         for cmd, expected in re.findall(r"^\$ (.*)\n((?:(?!\$ ).*\n)*)", block, re.M):
-            if "--scheduler" in cmd:  # needs a scheduler that is not there: tested above with a closed port
+            if "--scheduler tcp:" in cmd:  # needs a scheduler that is not there: tested above with a closed port
                 continue
             args = shlex.split(cmd)
-            assert args[0] == "cybmem"
-            res = runner.invoke(app, args[1:])
-            if update and res.stdout + res.stderr != expected:
-                usage = usage.replace(f"$ {cmd}\n{expected}", f"$ {cmd}\n{res.stdout + res.stderr}", 1)
+            if args[0] == "cybmem":
+                res = runner.invoke(app, args[1:])
+                got = res.stderr + res.stdout  # warnings come first, as on a terminal
+            else:  # a shell step of the example (damaging a file)
+                got = subprocess.run(["/bin/bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True).stdout
+            if update and got != expected:
+                usage = usage.replace(f"$ {cmd}\n{expected}", f"$ {cmd}\n{got}", 1)
                 USAGE.write_text(usage)
                 continue
-            assert res.stdout + res.stderr == expected, cmd
+            assert got == expected, cmd
             checked += 1
     assert checked >= 10 or update
     # the Python examples, on the dataset the commands built

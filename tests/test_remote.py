@@ -30,7 +30,7 @@ from cybmem.remote import (
     ollama_base_url,
     parse_outcome,
 )
-from servers import HANG, HASH_DIMS, MINILM_DIMS, MINILM_NAME, chat_server, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
+from servers import HANG, HASH_DIMS, Drip, Huge, MINILM_DIMS, MINILM_NAME, chat_server, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
 
 GOOD = {
     "summary": "Fixed the flaky login test by waiting for the form. The suite passes.",
@@ -599,7 +599,7 @@ def test_a_hang_on_the_query_path_ends_within_the_query_timeout(request, server_
             embedder.embed_query("login bug")
         elapsed = time.monotonic() - start
     assert 0.45 <= elapsed < 0.5 + 1.0
-    assert "no reply within 0.5 s" in str(err.value) and "CYBERINE_MEMORY_EMBED_TIMEOUT" in str(err.value)
+    assert "no complete reply within 0.5 s" in str(err.value) and "CYBERINE_MEMORY_EMBED_TIMEOUT" in str(err.value)
     assert server.count == 1  # no time was left for a second attempt
 
 
@@ -614,16 +614,85 @@ def test_a_query_deadline_covers_retries(embed_server):
     assert 0.4 <= elapsed < 1.5
 
 
-def test_a_hang_on_the_write_path_is_retried_per_attempt(embed_server):
-    embed_server.fault = HANG
+@pytest.mark.parametrize("fault", ["hang", "drip-body", "drip-headers"])
+def test_a_hang_on_the_write_path_is_retried_per_attempt(embed_server, fault):
+    """Each attempt ends within write_timeout whether the server says nothing or drips its reply (a
+    byte every 0.1 s never trips httpx's per-read timeout: without the deadline, 20 s an attempt)."""
+    if fault == "hang":
+        embed_server.fault = HANG
+    else:
+        embed_server.delivery = Drip(interval=0.1, headers=fault == "drip-headers")
     config = dataclasses.replace(embed_config(_openai_env(embed_server)), write_timeout=0.3, backoff=0.05)
     with Embedder(config) as embedder:
         start = time.monotonic()
-        with pytest.raises(RemoteError, match="failed after 3 attempts: no reply within 0.3 s"):
+        with pytest.raises(RemoteError, match="failed after 3 attempts: no complete reply within 0.3 s"):
             embedder.embed(["a", "b"])
         elapsed = time.monotonic() - start
     assert embed_server.count == 3
     assert 0.9 <= elapsed < 0.9 + 0.15 + 1.5
+
+
+# --------------------------------------------------------------------------------------------
+# Deadlines, not timeouts: a server that drips or floods cannot hold a caller past its budget.
+# httpx's own timeouts are per socket read, so each case below waited minutes before (a read
+# that returns one byte every 0.1 s never times out) or buffered the whole flood.
+
+DRIPS = [pytest.param(False, id="drip-body"), pytest.param(True, id="drip-headers")]
+
+
+@pytest.mark.parametrize("headers", DRIPS)
+@pytest.mark.parametrize("form", [_ollama_env, _openai_env])
+def test_a_dripping_reply_ends_within_the_query_budget(embed_server, form, headers):
+    embed_server.delivery = Drip(interval=0.1, headers=headers)  # a ~200-byte reply: 20 s and more
+    config = embed_config(form(embed_server, CYBERINE_MEMORY_EMBED_TIMEOUT="0.6"))
+    with Embedder(config) as embedder:
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match="no complete reply within 0.6 s") as err:
+            embedder.embed_query("login bug")
+        elapsed = time.monotonic() - start
+    assert 0.55 <= elapsed < 0.6 + 0.4, elapsed
+    assert embed_server.count == 1 and "CYBERINE_MEMORY_EMBED_TIMEOUT" in str(err.value)
+
+
+def test_a_whole_call_budget_covers_every_attempt_of_a_dripping_server(embed_server):
+    embed_server.delivery = Drip(interval=0.1)
+    with Embedder(embed_config(_ollama_env(embed_server))) as embedder:  # write_timeout 30 s per attempt
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match=r"\(time budget used up\): no complete reply within 0.8 s"):
+            embedder.embed(["a"], timeout=0.8)
+        assert time.monotonic() - start < 0.8 + 0.4
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_huge_embeddings_reply_is_cut_off_at_its_cap(embed_server, declared):
+    embed_server.delivery = Huge(2 << 30, declared=declared)  # 2 GiB
+    config = dataclasses.replace(embed_config(_ollama_env(embed_server)), backoff=0.05)
+    with Embedder(config) as embedder:
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match=r"answered with a reply over 327,680 bytes .*nothing kept") as err:
+            embedder.embed(["one text"])
+        elapsed = time.monotonic() - start
+    assert embed_server.count == 1, "a reply too large is not asked for again"
+    assert elapsed < 3.0, elapsed
+    assert ("2,147,483,648 bytes" in str(err.value)) is declared
+    assert embed_server.sent < 64 << 20, f"{embed_server.sent:,} bytes went out before the client hung up"
+
+
+def test_the_reply_cap_grows_with_the_batch():
+    from cybmem.remote import embed_reply_limit
+
+    assert embed_reply_limit(1) == 64 * 1024 + 256 * 1024
+    assert embed_reply_limit(32) == 64 * 1024 + 32 * 256 * 1024
+    # 32 vectors of 4096 dimensions, each number as JSON, fit
+    reply = json.dumps({"embeddings": [[-0.012345678901234567] * 4096] * 32}).encode()
+    assert len(reply) < embed_reply_limit(32)
+
+
+def test_a_reply_over_the_cap_from_any_transport_is_refused():
+    big = json.dumps(ollama_reply(1, dims=100_000)).encode()
+    embedder = mock_embedder(lambda request: httpx.Response(200, content=big))
+    with pytest.raises(RemoteError, match="reply over 327,680 bytes"):
+        embedder.embed(["x"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -714,14 +783,15 @@ def test_a_500_is_retried_once(chat_server, form):
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_hang_is_a_remote_error_within_the_timeout(chat_server, form):
+    # The timeout is the whole call's (a run's hook waits for it): a hung first attempt uses it up.
     chat_server.script = [HANG, HANG]
     config = _chat_config(chat_server, form, timeout=0.4, backoff=0.05)
     start = time.monotonic()
-    with pytest.raises(RemoteError, match="no reply within 0.4 s.*CYBERINE_MEMORY_MODEL_TIMEOUT"):
+    with pytest.raises(RemoteError, match=r"after 1 attempt \(time budget used up\): no complete reply within 0.4 s.*CYBERINE_MEMORY_MODEL_TIMEOUT"):
         distill(config, RUN, EXTRACTIVE)
     elapsed = time.monotonic() - start
-    assert chat_server.count == 2
-    assert 0.8 <= elapsed < 0.8 + 0.05 + 1.5
+    assert chat_server.count == 1
+    assert 0.35 <= elapsed < 0.4 + 1.0
 
 
 def test_model_timeout_comes_from_the_environment(chat_server):
@@ -731,3 +801,24 @@ def test_model_timeout_comes_from_the_environment(chat_server):
     with pytest.raises(RemoteError):
         distill(dataclasses.replace(distill_config(env), backoff=0.0), RUN, EXTRACTIVE)
     assert time.monotonic() - start < 0.6 + 1.5
+
+
+@pytest.mark.parametrize("headers", DRIPS)
+@pytest.mark.parametrize("form", FORMS)
+def test_a_dripping_chat_server_ends_within_the_distillation_budget(chat_server, form, headers):
+    chat_server.script = [json.dumps(GOOD), json.dumps(GOOD)]
+    chat_server.delivery = Drip(interval=0.1, headers=headers)
+    config = _chat_config(chat_server, form, timeout=0.8, backoff=0.05)
+    start = time.monotonic()
+    with pytest.raises(RemoteError, match=r"\(time budget used up\): no complete reply within 0.8 s.*CYBERINE_MEMORY_MODEL_TIMEOUT"):
+        distill(config, RUN, EXTRACTIVE)
+    assert time.monotonic() - start < 0.8 + 0.4
+
+
+def test_a_huge_chat_reply_is_refused(chat_server):
+    chat_server.script = ["x"]
+    chat_server.delivery = Huge(1 << 30, declared=False)
+    start = time.monotonic()
+    with pytest.raises(RemoteError, match="reply over 4,194,304 bytes"):
+        distill(_chat_config(chat_server, "openai"), RUN, EXTRACTIVE)
+    assert time.monotonic() - start < 3.0 and chat_server.sent < 64 << 20

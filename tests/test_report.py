@@ -144,6 +144,8 @@ def test_parse_parameters_checks_names_and_types(tmp_path, monkeypatch):
     assert got == {"METRIC": "ndcg", "K": 5, "JUDGMENTS": str(tmp_path / "judgments.jsonl"), "QUERY": "cart drawer"}, \
         "any case; literals; a file that exists is made absolute (the notebooks run elsewhere)"
     assert parse_parameters(["k=5.0", "judgments=None"], nbs) == {"K": 5, "JUDGMENTS": None}
+    assert parse_parameters(["query={[]: 1}", "metric=" + "[" * 200], nbs) == {"QUERY": "{[]: 1}", "METRIC": "[" * 200}, \
+        "what looks like a literal but is none is text (a list key was a TypeError traceback)"
     for bad, message in [
         ("metrics=ndcg", "'metrics': no notebook of this report has a parameter of that name; they take: JUDGMENTS, "
                          "METRIC, K, QUERY, DATASET, SCHEDULER, WORKERS, PROCESSES, NOW"),

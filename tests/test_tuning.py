@@ -656,3 +656,21 @@ def test_a_store_re_tunes_itself_as_it_grows(tide, monkeypatch):
     # A check that keeps the weights waits for the history to grow again too.
     assert T.auto_tune(store, settings).startswith("kept the weights of project tide: no grid point beats the current")
     assert json.loads((tide / "tide" / ".retune.json").read_text())["records"] == 211 and not T.retune_due(store, settings)
+
+
+def test_tuning_reads_the_vectors_search_reads_when_a_model_changed_dimension(web):
+    """A model that changed its dimension under the same name: tuning takes its newest vectors (the
+    key search uses, cybmem.vectors.load_index), where it used to refuse the store as mixed."""
+    from cybmem.embeddings import embedding_text
+
+    store, snap = web
+    ids = snap.records.column("runId").to_pylist()
+    rng = np.random.default_rng(0)
+    lines = [{"runId": rid, "model": "m", "vector": rng.random(3).tolist()} for rid in ids]
+    lines += [{"runId": rid, "model": "m", "vector": rng.random(4).tolist()} for rid in ids]
+    store.embeddings_path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    snap = load_snapshot(store)
+    js = [j for j in J.judgments_from_store(snap) if j.kind == "resolved"]
+    qv = {embedding_text(j.query): rng.random(4).astype(np.float32) for j in js}
+    m = T.axis_matrices(snap, js, k=10, query_vectors=qv, model="m", vectors=True)
+    assert m.has_vectors and m.n == len(js) and (m.vector > 0).any()

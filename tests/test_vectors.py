@@ -26,7 +26,7 @@ from cybmem.vectors import EXACT_MAX_FLOATS, VectorIndex, embed_missing, load_in
 from cybmem.weights import DEFAULT_W_VEC, Weights, weights_for
 
 from conftest import T0, make_run
-from servers import HASH_DIMS, MINILM_NAME, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
+from servers import HASH_DIMS, MINILM_NAME, Drip, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
 
 DAY = 86_400_000
 
@@ -153,18 +153,36 @@ def test_the_cache_refreshes_incrementally_and_equals_a_full_build(settings):
     assert load_index(load_snapshot(store), "other").count == 1 and load_index(load_snapshot(store), "nope") is None
 
 
-def test_the_first_line_of_a_run_wins_and_a_wrong_length_is_skipped_once(settings):
+def test_vectors_are_keyed_by_model_and_dimension_and_the_last_line_of_a_run_wins(settings):
     store = _store_with_runs(settings, 2)
-    first, second = _vec("first"), _vec("second")
+    first, second, small = _vec("first"), _vec("second"), np.ones(3)
     with open(store.embeddings_path, "ab") as fh:  # another tool, writing what cybmem never would
-        for rid, vec in (("r0", first), ("r0", second), ("r1", np.ones(3))):
+        for rid, vec in (("r0", first), ("r0", second), ("r1", small)):
             fh.write(orjson.dumps({"runId": rid, "model": "m", "vector": vec.tolist()}) + b"\n")
     snap = load_snapshot(store)
-    idx = load_index(snap, "m")
-    np.testing.assert_allclose(idx.exact(first)[0], 1.0, rtol=1e-5)
-    assert not idx.has[1]
-    assert [p.message for p in snap.problems if "dimensions" in p.message] == [
-        "embeddings.jsonl:3: a m vector of 3 dimensions where the others have 8; skipped (re-embed with `cybmem embed` after changing the model)"]
+    newest = load_index(snap, "m")  # the key of the model's last line: (m, 3)
+    assert (newest.dims, list(newest.has)) == (3, [False, True])
+    eight = load_index(snap, "m", dims=8)
+    assert (eight.dims, list(eight.has)) == (8, [True, False])
+    np.testing.assert_allclose(eight.exact(second)[0], 1.0, rtol=1e-5)  # r0's last 8-dimension line
+    assert load_index(snap, "m", dims=5) is None
+    assert not [p for p in snap.problems if "embeddings" in p.path], "another dimension is another key, not a fault"
+
+
+def test_a_model_that_changes_its_dimension_starts_a_new_key_in_the_cache(settings):
+    """The warm index follows the model's newest dimension as lines come in, as a full build does."""
+    store = _store_with_runs(settings, 3)
+    store.append_embeddings([(f"r{i}", "m", _vec(f"t{i}")) for i in range(3)])
+    assert _assert_same_as_a_full_build(store).dims == 8
+    store.append_embeddings([("r1", "m", np.arange(1, 5, dtype=np.float32))], since=store.embeddings_path.stat().st_size)
+    snap = load_snapshot(store)
+    warm, cold = load_index(snap, "m"), load_index(load_snapshot(store, use_cache=False), "m")
+    assert (warm.dims, list(warm.has)) == (cold.dims, list(cold.has)) == (4, [False, True, False])
+    assert not snap.problems
+    store.append_embeddings([("r2", "m", _vec("again"))], since=store.embeddings_path.stat().st_size)  # back to 8
+    idx = _assert_same_as_a_full_build(store)
+    assert (idx.dims, list(idx.has)) == (8, [True, True, True])
+    np.testing.assert_allclose(idx.exact(_vec("again"))[2], 1.0, rtol=1e-5)  # r2's last line
 
 
 def test_a_replaced_embeddings_file_or_a_rebuilt_records_cache_starts_over(settings):
@@ -359,6 +377,91 @@ def test_inject_with_the_embeddings_server_stopped_is_as_quick_and_warns_once(me
     assert on.stderr.startswith("warning: vector axis skipped, ranked by the other axes: ")
     # Generous (a shared machine's load varies), but far below the 2 s query budget being waited for.
     assert on_s < 1.5 * off_s + 0.75, f"inject took {on_s:.2f}s with the server down vs {off_s:.2f}s with embeddings off"
+
+
+def test_a_model_that_changes_its_dimension_under_the_same_name_is_embedded_again(memory_root, embed_server):
+    """The server's model changes its dimension (8 -> 16) under the same name. Before, every new
+    vector was skipped with a warning, `cybmem embed` kept adding lines that were skipped too, and
+    doctor called it "to fix by hand"; now the new dimension is a new key that search uses at once,
+    `cybmem embed` fills it in, and `doctor --repair` keeps one vector per run."""
+    from cybmem.checks import doctor
+
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(4):
+        write_run(make_run(f"r{i}", f"Fix the login form, part {i}", start=T0 + i * DAY), settings)
+    embed_server.encode = lambda texts: np.repeat(hash_encode(texts), 2, axis=1)  # 16 dimensions now
+    res = write_run(make_run("r4", "Fix the login form, part 4", start=T0 + 4 * DAY), settings)
+    assert res.embedded and res.warnings == []
+    store = MemoryStore(memory_root, "web")
+
+    def text_of(part: int) -> str:  # what a run was embedded with (its task, summary...): a query its vector equals
+        return next(t for r in reversed(embed_server.requests) for t in r.body["input"] if t.startswith(f"Fix the login form, part {part}"))
+
+    found = search(store, text_of(4), settings=settings, now_ms=T0 + 5 * DAY)
+    assert found.vector and found.warnings == [], "the newest key (16 dimensions) is searched, without a warning"
+    assert found.hits[0].run_id == "r4" and found.hits[0].values["vector"] == pytest.approx(1.0, abs=1e-5)
+    result = embed_missing(store, settings)
+    assert (result.had, result.embedded, result.dims) == (1, 4, 16)
+    assert result.warnings == [], "r4's vector already made 16 the newest key: nothing to warn about"
+    assert embed_missing(store, settings).embedded == 0
+    report = doctor(settings, project="web")
+    assert [(f.severity, f.message.split(" (")[0]) for f in report.findings if f.check == "embeddings"] == [
+        ("repairable", "4 run(s) have more than one vector of a model")]
+    report = doctor(settings, project="web", repair=True)
+    assert report.clean, report.lines()
+    rows = lines_of(store.embeddings_path)
+    assert sorted(r["runId"] for r in rows) == [f"r{i}" for i in range(5)] and {len(r["vector"]) for r in rows} == {16}
+    found = search(store, text_of(1), settings=settings, now_ms=T0 + 5 * DAY)
+    assert found.vector and found.warnings == []
+    assert {h.run_id: h for h in found.hits}["r1"].values["vector"] == pytest.approx(1.0, abs=1e-5), "r1's new vector"
+
+
+def test_embed_sees_a_changed_dimension_before_any_new_record_has_one(memory_root, embed_server):
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(3):
+        write_run(make_run(f"r{i}", f"Task {i}", start=T0 + i * DAY), settings)
+    store = MemoryStore(memory_root, "web")
+    assert embed_missing(store, settings).embedded == 0
+    embed_server.encode = lambda texts: np.repeat(hash_encode(texts), 2, axis=1)
+    result = embed_missing(store, settings)
+    assert (result.had, result.embedded, result.dims) == (0, 3, 16)
+    assert result.warnings == ["hash-embed now answers with 16 dimensions, the stored vectors have 8: every record is "
+                               "embedded again (`cybmem doctor --repair` then drops the old ones)"]
+    assert load_index(load_snapshot(store), "hash-embed").dims == 16
+
+
+@pytest.mark.parametrize("headers", [False, True], ids=["drip-body", "drip-headers"])
+def test_inject_and_write_keep_their_budget_against_a_dripping_server(memory_root, embed_server, tmp_path, headers):
+    """A server that sends a byte every 0.2 s held inject for minutes against its 2 s budget
+    (httpx's timeout is per read) and write past 60 s; both now end on time, the record written."""
+    settings = settings_with(memory_root, embed_env(embed_server))
+    for i in range(5):
+        write_run(make_run(f"r{i}", f"Fix the login form, part {i}", start=T0 + i * DAY), settings)
+    embed_server.delivery = Drip(interval=0.2, headers=headers)  # a ~200-byte reply: 40 s and more
+    exe = shutil.which("cybmem")
+    base = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root)}
+    env = {**base, **embed_env(embed_server, CYBERINE_MEMORY_EMBED_TIMEOUT="1", CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT="1.5")}
+    args = [exe, "inject", "The login form rejects valid emails", "--cwd", "/home/dev/web"]
+    t = time.monotonic()
+    off = subprocess.run(args, env=base, capture_output=True, text=True, timeout=120)
+    off_s = time.monotonic() - t
+    t = time.monotonic()
+    on = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    on_s = time.monotonic() - t
+    assert on.returncode == 0 and on.stdout == off.stdout, "the task and its block, ranked by the other axes"
+    assert on.stderr.count("\n") == 1 and on.stderr.startswith("warning: vector axis skipped, ranked by the other axes: ")
+    assert "(time budget used up)" in on.stderr and "CYBERINE_MEMORY_EMBED_TIMEOUT" in on.stderr
+    # Generous for a loaded machine (the vectors' first load, the HTTP client's import), far below the 40 s drip.
+    assert on_s < off_s + 1.0 + 3.0, f"inject took {on_s:.2f}s (without embeddings {off_s:.2f}s; budget 1 s)"
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(make_run("r9", "Fix the login form, part 9", start=T0 + 9 * DAY)))
+    t = time.monotonic()
+    w = subprocess.run([exe, "write", str(run)], env=env, capture_output=True, text=True, timeout=120)
+    w_s = time.monotonic() - t
+    assert w.returncode == 0 and w.stdout.startswith("Wrote r9 (done)")
+    assert w.stderr.startswith("warning: embedding not written: ") and "no complete reply within 1.5 s" in w.stderr
+    assert w_s < off_s + 1.5 + 4.0, f"write took {w_s:.2f}s against a 1.5 s embedding budget"
+    assert (memory_root / "web" / "records" / "r9.json").exists()
 
 
 @pytest.mark.model
