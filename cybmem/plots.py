@@ -1049,7 +1049,7 @@ def feedback_over_time(table: "pd.DataFrame", *, title: str | None = None) -> Fi
     share.set_ylabel("share that used one (%)", color="#d62728")
     _date_axis(ax)
     handles = ax.get_legend_handles_labels()[0] + share.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left")
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(0.0, -0.16), ncol=3)
     return fig
 
 

@@ -355,3 +355,62 @@ def test_redact_renames_an_issue_id_in_the_logs(tmp_path):
     assert secret not in (root / "web" / feedback.SHOWN_FILE).read_text()
     assert "the-redacted-phrase-leaks" in _shown(root)[0]["issues"]
     assert str(root / "web" / feedback.SHOWN_FILE) not in p.stdout, "not named as still holding it"
+
+
+# --- what the feedback says (cybmem.usage, the notebook's functions) -----------------------------
+
+
+def _line(run_id: str, started: int, block: int, used_ranks: list[int], fetched: int = 0) -> dict:
+    used = [{"runId": f"u{k}", "how": ["named"], "rank": k, "shownBy": ["inject"]} for k in used_ranks]
+    used += [{"runId": f"f{k}", "how": ["fetched"], "rank": None, "shownBy": ["mcp:show"]} for k in range(fetched)]
+    return {"at": started + 1, "runId": run_id, "startedAt": started, "matchedBy": "runId", "lines": 1,
+            "block": [{"runId": f"u{k}", "rank": k, "score": 1.0} for k in range(1, block + 1)], "blockIssues": [],
+            "weights": {"source": "default"}, "used": used, "usedIssues": []}
+
+
+def test_usage_by_rank_and_over_time():
+    from cybmem import usage
+
+    day = 86_400_000
+    frame = usage.used_frame([_line("a", T_2026, 3, [1]), _line("b", T_2026 + day, 2, [2], fetched=1),
+                              _line("c", T_2026 + 40 * day, 3, []), _line("d", T_2026 + 41 * day, 0, [])])
+    assert list(frame["runId"]) == ["a", "b", "c", "d"] and list(frame["usedRuns"]) == [1, 2, 0, 0]
+    assert list(frame["fetched"]) == [0, 1, 0, 0] and list(frame["usedFromBlock"]) == [1, 1, 0, 0]
+    by_rank = usage.usage_by_rank(frame)
+    assert by_rank[["rank", "shown", "used"]].values.tolist() == [[1, 3, 1], [2, 3, 1], [3, 2, 0]]
+    assert by_rank["rate"].round(3).tolist() == [0.333, 0.333, 0.0]
+    monthly = usage.usage_over_time(frame, freq="MS")
+    assert monthly.attrs["period"] == "month"
+    assert monthly[["blocks", "usedBlock", "usedRuns"]].values.tolist() == [[2, 2, 2], [1, 0, 0]], "d showed no run"
+    assert monthly["rate"].tolist() == [1.0, 0.0]
+    from cybmem import plots
+
+    assert repr(plots.feedback_by_rank(by_rank)) == "<Figure: Block runs used, by rank (2 used)>"
+    assert repr(plots.feedback_over_time(monthly)) == "<Figure: Runs that used the MEMORY block, per month (2 of 3 blocks)>"
+    empty = usage.used_frame([])
+    assert "no run was shown a block" in [t.get_text() for t in plots.feedback_by_rank(usage.usage_by_rank(empty)).axes[0].texts]
+    assert len(usage.usage_over_time(empty)) == 0
+
+
+T_2026 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def test_the_page_reads_the_stores_feedback_else_replays_it_and_says_so(tmp_path):
+    from cybmem import usage
+
+    root = _root(tmp_path)
+    store = MemoryStore(root, "web")
+    replayed = usage.load_feedback(store, _settings(root))
+    assert replayed.replayed and "a replay of its newest 46 runs (the project has no used.jsonl yet" in str(replayed)
+    assert len(replayed.used) == 22 and not (root / "web" / feedback.USED_FILE).exists(), "a replay writes nothing"
+    none = usage.load_feedback(store, _settings(root), replay_=False)
+    assert none.used == [] and "none yet" in str(none)
+    inject_task(TASK, _settings(root, RUN_ID="r-own"), project="web")
+    _write(root, "r-own", f"Used {CART[:8]}.")
+    own = usage.load_feedback(store, _settings(root))
+    assert not own.replayed and [d["runId"] for d in own.used] == ["r-own"] and "1 written runs matched" in str(own)
+    check = usage.check_weights(store, replayed.used, _settings(root))
+    assert check.result.judgments == len(check.ranks) == 16 and check.result.derived is False
+    assert sum(check.moves().values()) == 16 and check.moves()["higher"] >= 1
+    assert check.summary().startswith("16 used judgments: MRR@10 0.9500 with the current weights, 1.0000 with the best")
+    assert usage.check_weights(store, [], _settings(root)) is None
