@@ -200,6 +200,7 @@ def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
         out[f"cli_{name}_import_floor_s"] = imp
         out[f"cli_{name}_vs_imports"] = t / imp
         out[f"cli_{name}_vs_dispatch_floor"] = t / floor
+    out.update(bench_feedback(root, store, env, exe, repeat, cli_repeat))
     # The same inject through main() with the interpreter's ordinary exit (the console script
     # skips the teardown after a lean command): what that skip is worth.
     ordinary = [sys.executable, "-c", "import sys\nsys.argv = ['cybmem'] + sys.argv[1:]\nfrom cybmem.cli import main\nmain()",
@@ -216,10 +217,55 @@ def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
         print(f"  cybmem {name:<7} (warm)      {out[f'cli_{name}_s'] * 1e3:9.1f} ms   x{out[f'cli_{name}_vs_dispatch_floor']:.2f} of "
               f"the dispatch baseline; x{out[f'cli_{name}_vs_imports']:.2f} of its own imports "
               f"`import {', '.join(out[f'cli_{name}_imports'])}` ({out[f'cli_{name}_import_floor_s'] * 1e3:.1f} ms)")
+    print(f"  keeping what inject showed {out['keep_shown_s'] * 1e6:9.1f} us   (one locked append to shown.jsonl, in process; "
+          f"{out['keep_shown_lines']} lines there)")
+    print(f"  cybmem inject, log on / off {out['cli_inject_log_on_s'] * 1e3:.1f} / {out['cli_inject_log_off_s'] * 1e3:.1f} ms "
+          f"(interleaved medians: {(out['cli_inject_log_on_s'] - out['cli_inject_log_off_s']) * 1e3:+.1f} ms)")
+    print(f"  matching a written run     {out['note_used_s'] * 1e3:9.2f} ms   (the write path: shown.jsonl of "
+          f"{out['note_used_lines']} lines read, the run's lines parsed, used.jsonl appended)")
     o = out["cli_inject_ordinary_exit_s"]
     print(f"  the same inject, ordinary interpreter exit {o * 1e3:.1f} ms   x{o / floor:.2f} of the dispatch baseline "
           f"(the console script skips the teardown: {(o - out['cli_inject_s']) * 1e3:.0f} ms)")
     return out
+
+
+def bench_feedback(root: Path, store: MemoryStore, env: dict, exe: str, repeat: int, cli_repeat: int) -> dict:
+    """What keeping what was shown costs (cybmem.feedback): the append inject makes, in process; a
+    warm inject with the log on and off (interleaved, so drift hits both); the write path's
+    matching against a shown.jsonl at its cap."""
+    from cybmem import feedback
+    from cybmem.dispatch import inject_task
+    from cybmem.settings import Settings
+
+    settings = Settings.from_env({"CYBERINE_RUN_ID": "bench-feedback"}, memory_dir=root)
+    inj = inject_task(QUERY, settings, project=SLUG, keep=False)
+    shown = store.dir / feedback.SHOWN_FILE
+    keep_t = median_time(lambda: feedback.keep_block(store, inj, settings), max(repeat, 301))
+    lines = len(feedback.read_lines(shown))
+    on, off = [], []
+    off_env = {**env, "CYBERINE_MEMORY_FEEDBACK": "0"}
+    argv = [exe, "inject", QUERY, "--project", SLUG]
+    for _ in range(cli_repeat):
+        on.append(wall(argv, env, 1))
+        off.append(wall(argv, off_env, 1))
+    # The write path at the cap: a shown.jsonl of DEFAULT_SHOWN_CAP lines, the run's among them.
+    saved = shown.read_bytes()
+    entry = feedback.block_entry(inj, settings)
+    shown.write_bytes(b"")
+    feedback.keep_shown(store.dir, [dict(entry, runId=f"other-{i}") for i in range(feedback.DEFAULT_SHOWN_CAP - 1)]
+                        + [entry], cap=feedback.DEFAULT_SHOWN_CAP)
+    at_cap = len(feedback.read_lines(shown))
+    used = store.dir / feedback.USED_FILE
+
+    def note() -> None:
+        feedback.note_used(store, settings, run_id="bench-feedback", task_hashed=None, started_at=0,
+                           ended_at=2**62, text="as run 0000abcd did")
+
+    note_t = median_time(note, max(repeat, 21))
+    shown.write_bytes(saved)
+    used.unlink(missing_ok=True)
+    return {"keep_shown_s": keep_t, "keep_shown_lines": lines, "cli_inject_log_on_s": statistics.median(on),
+            "cli_inject_log_off_s": statistics.median(off), "note_used_s": note_t, "note_used_lines": at_cap}
 
 
 def main() -> None:

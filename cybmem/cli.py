@@ -1139,7 +1139,7 @@ def inject_cmd(
         if strict:
             raise
         result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
-    _warn(" ".join(message.split()) for message in result.warnings)
+    _warn(" ".join(message.split()) for message in result.warnings + [result.feedback_warning or ""] if message)
     if explain_:
         for line in _explain_lines(result):
             _echo(line, err=True)
@@ -1228,7 +1228,7 @@ def _weights_row(name: str, w, *values: str) -> list[str]:
 
 JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (runs that raised, resolved or reopened an issue earlier runs carried; parent runs).", show_default=False)]
 MetricOpt = Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")]
-DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: raised, resolved, reopened (a run that raised, resolved or reopened an issue should see the earlier runs that carried it; issue = all three), parent (a dispatched run should see its parent).")]
+DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: raised, resolved, reopened (a run that raised, resolved or reopened an issue should see the earlier runs that carried it; issue = all three), parent (a dispatched run should see its parent), used (a run should see first the runs it used of those memory showed it: used.jsonl).")]
 
 
 def _metric_and_kinds(metric: str, derive: str) -> list[str]:
@@ -1250,7 +1250,7 @@ def tune_cmd(
     k: Annotated[int, typer.Option("-k", help="Metric cut-off: MRR@k, nDCG@k, recall@k.", min=1)] = 10,
     steps: Annotated[int, typer.Option("--steps", help="Values per weight: STEPS points from 0 to 1.", min=2)] = 11,
     half_lives: Annotated[Optional[str], typer.Option("--half-lives", help="Comma-separated half-lives in days (default: 1,3,7,14,30,60,120,365 and the current one).", show_default=False)] = None,
-    derive: DeriveOpt = "issue,parent",
+    derive: DeriveOpt = "issue,parent,used",
     as_of: Annotated[Optional[str], typer.Option("--as-of", help="Tune as of this moment (ISO date/time or epoch ms): only the runs, ledger events and judgments that existed then, so the result can be checked on what came after.", show_default=False)] = None,
     save: Annotated[bool, typer.Option("--save", help="Write the weights tuned on the earlier half of the judgments, and checked on the later half, to the project's weights.json with the evidence (refused when they do not beat the current ones there: see --force).")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that do not beat the current ones on the later judgments, switch the keyword axis off, or come from too few judgments.")] = False,
@@ -1363,7 +1363,7 @@ def eval_cmd(
     half_life: Annotated[Optional[float], typer.Option("--half-life-days", help="Recency time constant in days.", show_default=False, min=0)] = None,
     metric: MetricOpt = "mrr",
     k: Annotated[int, typer.Option("-k", help="Metric cut-off.", min=1)] = 10,
-    derive: DeriveOpt = "issue,parent",
+    derive: DeriveOpt = "issue,parent,used",
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
     """Score fixed weights on relevance judgments, beside the weights production uses now.
@@ -1409,7 +1409,7 @@ def report_cmd(
     timeout: Annotated[int, typer.Option("--timeout", help="Seconds allowed per notebook cell.", min=1)] = 600,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Cell progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
 ):
-    """Execute the notebooks (history, lineage, issue ages, weight tuning; the fleet with -P dataset=DIR) headless and write self-contained HTML.
+    """Execute the notebooks (history, lineage, issue ages, weight tuning, feedback; the fleet with -P dataset=DIR) headless and write self-contained HTML.
 
     One page per notebook plus index.html; figures are embedded images, nothing is fetched
     from the network. Progress goes to stderr, a line per notebook with how long it took.

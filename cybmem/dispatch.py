@@ -97,6 +97,10 @@ class Injection:
     max_tokens: int = 0
     issue_cap: int = 0
     floor: Floor | None = None  # what the floor let into the block (None: no candidate at all)
+    raised: list[str] = field(default_factory=list)  # open issues on the shown runs' "raised:" lines
+    #: Why what the block showed could not be kept in shown.jsonl (cybmem.feedback), or None. Never
+    #: in ``warnings`` nor ``to_dict``: keeping the log changes nothing inject prints.
+    feedback_warning: str | None = None
 
     @property
     def prompt(self) -> str:
@@ -400,6 +404,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
                 issue.listed = "raised"
             rest.append(issue)
     inj.block, inj.result, inj.layout = lay.text, result, lay
+    inj.raised = list(dict.fromkeys(i for e in entries[: lay.runs] for i in e.open_issues))
     inj.issues = chosen + rest
     return inj
 
@@ -450,6 +455,7 @@ def inject_task(
     chat_session_id: str | None = None,
     weights: Weights | None = None,
     strict: bool = False,
+    keep: bool = True,
 ) -> Injection:
     """The prompt to dispatch for ``task``: the MEMORY block of its project ahead of it.
 
@@ -463,6 +469,8 @@ def inject_task(
             source is skipped with a warning unless ``strict``).
         strict: raise instead of warning when anything is wrong with memory (the project unknown, a
             file that cannot be read, a broken setting).
+        keep: append what the block shows to the project's shown.jsonl (cybmem.feedback; not for
+            a replay with ``as_of``); a failure to is ``feedback_warning``, never an error.
 
     Returns:
         An :class:`Injection`; ``prompt`` is what to dispatch. Without ``strict`` this never
@@ -493,6 +501,10 @@ def inject_task(
             from .errors import StoreError
 
             raise StoreError(inj.warnings[0] + (f" (and {len(inj.warnings) - 1} more)" if len(inj.warnings) > 1 else ""))
+        if keep and as_of is None and inj.result is not None:  # a block was built (the project has memory)
+            from .feedback import keep_block  # what was shown, kept; never raises
+
+            inj.feedback_warning = keep_block(store, inj, settings, now_ms=now_ms)
         return inj
     except (CybmemError, OSError) as exc:
         if strict:

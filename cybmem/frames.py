@@ -24,7 +24,7 @@ from .store import MemoryStore
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["records_frame", "issue_events_frame", "issue_fold", "lineage_edges", "natural_key"]
+__all__ = ["records_frame", "issue_events_frame", "issue_fold", "lineage_edges", "natural_key", "period_starts"]
 
 _FOLD_COLUMNS = ["issueId", "title", "state", "openedAt", "resolvedAt", "lastAt", "openAge", "timeToResolve",
                  "reopenCount", "events", "openedBy", "resolvedBy", "lastBy", "detail"]
@@ -183,3 +183,24 @@ def lineage_edges(source: "MemoryStore | Snapshot | pd.DataFrame") -> "pd.DataFr
     frames.append(pd.DataFrame({"src": list(mapping), "dst": list(mapping.values()), "kind": "superseded"}))
     out = pd.concat(frames, ignore_index=True).drop_duplicates().reset_index(drop=True)
     return out.astype({"src": "string", "dst": "string", "kind": "category"})
+
+
+def _auto_freq(span_days: float) -> tuple[str, str]:
+    if span_days <= 60:
+        return "D", "day"
+    if span_days <= 2 * 365:
+        return "W", "week"
+    if span_days <= 25 * 365:
+        return "MS", "month"
+    return "YS", "year"
+
+
+def period_starts(times: "pd.Series", freq: str | None = None) -> tuple["pd.Series", str]:
+    """Each tz-aware timestamp's period start (naive UTC) and the period's name (day, week, month,
+    year); ``freq`` a pandas frequency (``"D"``, ``"W"``, ``"MS"``, ``"YS"``), None: by the span
+    (days up to 60 days, weeks up to 2 years, months up to 25, else years)."""
+    naive = times.dt.tz_convert("UTC").dt.tz_localize(None)
+    name = {"D": "day", "W": "week", "MS": "month", "YS": "year"}.get(freq or "", freq)
+    if freq is None:
+        freq, name = _auto_freq((naive.max() - naive.min()).total_seconds() / 86400 if len(naive) else 0.0)
+    return naive.dt.to_period(freq[0] if freq in ("MS", "YS") else freq).dt.start_time, name

@@ -37,8 +37,8 @@ __all__ = ["METRICS", "JUDGMENT_KINDS", "ISSUE_KINDS", "Judgment", "kinds_of", "
 
 #: metric name -> label; every metric is cut at k.
 METRICS = {"mrr": "MRR", "ndcg": "nDCG", "recall": "recall"}
-#: what :func:`judgments_from_store` can derive.
-JUDGMENT_KINDS = ("raised", "resolved", "reopened", "parent")
+#: what :func:`judgments_from_store` can derive ("used": from the project's used.jsonl, cybmem.feedback).
+JUDGMENT_KINDS = ("raised", "resolved", "reopened", "parent", "used")
 #: a store's own judgments file, in its project's folder or at the memory root (as the corpora carry it)
 QRELS_FILE = "qrels.jsonl"
 
@@ -100,7 +100,8 @@ def merge_judgments(judgments: Iterable[Judgment]) -> list[Judgment]:
     Lines with the same ``query_run_id``, query text and parent are one question asked once (the
     corpora's qrels repeat a query per issue it references); the same run asked another way (its
     task with the issue references taken out, and without its parent, beside its task with the
-    parent pinned) stays a judgment of its own. Judgments without a query run id are kept as they
+    parent pinned) stays a judgment of its own, and so does a "used" judgment (what the run used:
+    evidence of another kind, scored apart). Judgments without a query run id are kept as they
     are. Order: first occurrence.
     """
     out: list[Judgment] = []
@@ -109,7 +110,7 @@ def merge_judgments(judgments: Iterable[Judgment]) -> list[Judgment]:
         if j.query_run_id is None:
             out.append(j)
             continue
-        key = (j.query_run_id, j.query, j.parent_run_id)
+        key = (j.query_run_id, j.query, j.parent_run_id, j.kind == "used")
         i = pos.get(key)
         if i is None:
             pos[key] = len(out)
@@ -251,6 +252,9 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
       task and ``parentRunId=P``, should retrieve P: the plan it executes. Dispatch shows the
       parent first (:func:`cybmem.retrieval.rank_query`'s ``pin_parent``), and tuning replays
       that, so these judgments are always met: they check the pin and move no weight.
+    - ``"used"``: a run that used runs memory showed it (its output names them, it fetched them
+      through ``cybmem mcp``: the project's used.jsonl, :func:`cybmem.feedback.used_judgments`)
+      should have been shown them first; asked with its task, as text alone.
 
     The issue kinds leave the parent out: where a parent is the run that carried the same issue
     (a follow-up), the link and the lineage are one signal, and lineage would decide the weights
@@ -322,6 +326,10 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
         for i, p in enumerate(parents):
             if p and known[i]:
                 add(i, [p], "parent", tasks[i], p)
+    if "used" in kinds:
+        from .feedback import used_judgments
+
+        out += [(t, j) for t, j in used_judgments(snapshot, as_of=as_of) if not corrections[row[j.query_run_id]]]
     out.sort(key=lambda t: t[0])
     return merge_judgments(j for _, j in out)
 

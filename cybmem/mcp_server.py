@@ -17,7 +17,8 @@ warm state stay in memory between calls while the cache's freshness check (a few
 holds, so a call costs milliseconds and a record another process wrote since is seen on the next
 call. Every tool and resource goes through :meth:`Memory.call`: calls are served one at a time,
 a library error becomes an MCP error carrying the message the CLI prints, and ``observers`` see
-each answer (the one place to log what an agent fetched). Calls are answered on the event loop,
+each answer: :func:`serve` keeps what each one returned in the project's shown.jsonl
+(:func:`cybmem.feedback.mcp_observer`), so that the run's record can say what it used. Calls are answered on the event loop,
 not in a worker thread: they take milliseconds, and the two thread switches a call would cost
 took longer than the call itself on a busy machine (benchmarks/bench_mcp.py).
 """
@@ -360,7 +361,8 @@ class Memory:
 
         store = self.store(project)  # an unknown project is an error here; inject would go on without a block
         injection = inject_task(task, self.settings, project=store.slug, as_of=parse_time(as_of, "as_of"),
-                                parent_run_id=parent_run_id, chat_session_id=chat_session_id)
+                                parent_run_id=parent_run_id, chat_session_id=chat_session_id,
+                                keep=False)  # kept as mcp:memory_block by serve's observer
         answer = {k: v for k, v in injection.to_dict().items() if k not in ("task", "prompt")}
         return {**answer, "block": printable(injection.block)}
 
@@ -511,7 +513,10 @@ def serve(settings: Settings, *, cwd: str | os.PathLike | None = None, project: 
     client closes stdin, or on Ctrl-C / SIGTERM."""
     import anyio
 
+    from .feedback import mcp_observer
+
     memory = Memory(settings, cwd=cwd, project=project, allow_writes=allow_writes)
+    memory.observers.append(mcp_observer(settings, memory.store))  # what agents fetch, kept (cybmem.feedback)
     server = build_server(memory)
     default = f"project {project}" if project else f"the project of {Path(cwd or os.getcwd()).resolve()}"
     what = (f"cybmem mcp: memory root {settings.memory_dir}, default {default}, "

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
+from .frames import period_starts
 from .outcome import head_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,6 +46,8 @@ __all__ = [
     "lineage_summary",
     "runs_over_time",
     "weight_heatmap",
+    "feedback_over_time",
+    "feedback_by_rank",
 ]
 
 #: node / bar colour per run state
@@ -542,7 +545,7 @@ def _lineage_timeline(ax, df: "pd.DataFrame", in_tree: np.ndarray, chosen: "pd.D
     if not n:
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
         return
-    periods, name = _periods(df["endedAt"])
+    periods, name = period_starts(df["endedAt"])
     linked = {"tree": in_tree, "chat": df["chatSessionId"].notna().to_numpy(),
               "correction": df["supersedes"].notna().to_numpy()}
     table = pd.DataFrame({"all": np.ones(n, dtype=np.int64), **{k: v.astype(np.int64) for k, v in linked.items()}})
@@ -842,25 +845,6 @@ def lineage_summary(summary: "pd.DataFrame", *, title: str | None = None) -> Fig
     return fig
 
 
-def _auto_freq(span_days: float) -> tuple[str, str]:
-    if span_days <= 60:
-        return "D", "day"
-    if span_days <= 2 * 365:
-        return "W", "week"
-    if span_days <= 25 * 365:
-        return "MS", "month"
-    return "YS", "year"
-
-
-def _periods(ended: "pd.Series", freq: str | None = None) -> tuple["pd.Series", str]:
-    """Each timestamp's period start (naive UTC) and the period's name; ``freq`` None: by the span (_auto_freq)."""
-    naive = ended.dt.tz_convert("UTC").dt.tz_localize(None)
-    name = {"D": "day", "W": "week", "MS": "month", "YS": "year"}.get(freq or "", freq)
-    if freq is None:
-        freq, name = _auto_freq((naive.max() - naive.min()).total_seconds() / 86400)
-    return naive.dt.to_period(freq[0] if freq in ("MS", "YS") else freq).dt.start_time, name
-
-
 def runs_over_time(records: "pd.DataFrame", *, freq: str | None = None, log: bool | None = None,
                    title: str | None = None) -> Figure:
     """Runs ended per period, by state: stacked bars, or on a log scale layered bars.
@@ -889,7 +873,7 @@ def runs_over_time(records: "pd.DataFrame", *, freq: str | None = None, log: boo
         ax.set_xlabel("period")
         ax.set_ylabel("runs")
         return fig
-    periods, name = _periods(records["endedAt"], freq)
+    periods, name = period_starts(records["endedAt"], freq)
     table = pd.crosstab(periods, records["state"]).sort_index()
     x = mdates.date2num(table.index.to_numpy())
     width = np.median(np.diff(x)) * 0.85 if len(x) > 1 else 0.8
@@ -1031,4 +1015,61 @@ def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", r
     ax.plot([at(xs, getattr(b, x))], [at(ys, getattr(b, y))], marker="*", markersize=15, color="#ff4040",
             markeredgecolor="white", linestyle="", label=f"best ({result.best_metric:.3f})")
     ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.13), ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# Feedback: what the MEMORY block showed, used (cybmem.usage)
+# --------------------------------------------------------------------------------------
+
+_USED_COLOR = "#1f77b4"
+
+
+def feedback_over_time(table: "pd.DataFrame", *, title: str | None = None) -> Figure:
+    """Runs dispatched with a block per period, those that used one of its runs in front, and the
+    share that did as a line on its own axis (:func:`cybmem.usage.usage_over_time`)."""
+    fig = _Figure(figsize=(11, 3.8), layout="constrained")
+    ax = fig.add_subplot()
+    name = table.attrs.get("period", "period")
+    n, used = int(table["blocks"].sum()) if len(table) else 0, int(table["usedBlock"].sum()) if len(table) else 0
+    ax.set_title(title or f"Runs that used the MEMORY block, per {name} ({used} of {n} blocks)")
+    ax.set_xlabel(f"{name} the run started (UTC)")
+    ax.set_ylabel("runs dispatched with a block")
+    if not n:
+        ax.text(0.5, 0.5, "no run was shown a block", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    x = mdates.date2num(table["period"].to_numpy())
+    width = np.median(np.diff(x)) * 0.85 if len(x) > 1 else 0.8
+    ax.bar(x, table["blocks"], width=width, align="edge", color="#d0d0d0", label="shown a block", zorder=2)
+    ax.bar(x, table["usedBlock"], width=width, align="edge", color=_USED_COLOR, label="used a run of it", zorder=3)
+    share = ax.twinx()
+    share.plot(x + width / 2, table["rate"] * 100, color="#d62728", marker="o", markersize=3, linewidth=1.2,
+               label="share that used one")
+    share.set_ylim(0, 105)
+    share.set_ylabel("share that used one (%)", color="#d62728")
+    _date_axis(ax)
+    handles = ax.get_legend_handles_labels()[0] + share.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(0.0, -0.16), ncol=3)
+    return fig
+
+
+def feedback_by_rank(table: "pd.DataFrame", *, title: str | None = None) -> Figure:
+    """The share of the block's runs that were used, at each rank, each bar labelled used / shown
+    (:func:`cybmem.usage.usage_by_rank`)."""
+    fig = _Figure(figsize=(7.5, 3.8), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title or f"Block runs used, by rank ({int(table['used'].sum()) if len(table) else 0} used)")
+    ax.set_xlabel("rank in the MEMORY block")
+    ax.set_ylabel("share used (%)")
+    if not len(table) or not int(table["shown"].sum()):
+        ax.text(0.5, 0.5, "no run was shown a block", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    rate = np.nan_to_num(table["rate"].to_numpy(dtype=float)) * 100
+    ax.bar(table["rank"], rate, color=_USED_COLOR, zorder=2)
+    top = max(float(rate.max()), 1.0)
+    for k, r, u, s in zip(table["rank"], rate, table["used"], table["shown"]):
+        ax.text(k, r + top * 0.02, f"{u}/{s}", ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0, top * 1.15)
+    ax.set_xticks(table["rank"])
+    ax.grid(axis="y", color="#eeeeee", zorder=0)
     return fig

@@ -50,7 +50,7 @@ __all__ = ["NOTEBOOKS", "PROJECT_ENV", "FIXTURES", "NotebookStore", "NotebookFle
 
 #: the notebooks a report runs, in order (the fleet's only when it is given a dataset: see _NEEDS)
 NOTEBOOKS = ("01-history.ipynb", "02-lineage.ipynb", "03-issue-ages.ipynb", "04-weight-tuning.ipynb",
-             "05-fleet.ipynb")
+             "05-fleet.ipynb", "06-feedback.ipynb")
 #: a report page that needs a parameter the store cannot give, and why
 _NEEDS = {"05-fleet.ipynb": ("DATASET", "it reads the Parquet dataset every machine exports (`cybmem export "
                                         "parquet --out DIR --machine NAME`), not one store; pass -P dataset=DIR")}

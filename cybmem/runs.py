@@ -428,10 +428,32 @@ def write_run(
         store = MemoryStore.open(settings, cwd=given, create=True)
     since = _size(store.embeddings_path)  # no line for this new record can predate it
     path, written = store.commit(rec, events, corrects=old_id)
+    if old_id is None:  # a correction is no new run: it was shown nothing
+        _note_used(store, rec, written, run, settings, warnings)
     embedded = _embed_written(store, rec, settings, since, warnings)
     _retune_if_grown(store, settings)
     return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store, notes=warnings,
                        distilled=distilled, embedded=embedded)
+
+
+def _note_used(store: MemoryStore, rec: MemoryRecord, written: list[IssueEvent], run: RunInput, settings: Settings,
+               warnings: list[str]) -> None:
+    """What the run used of what memory showed it (cybmem.feedback.note_used: the runs its output
+    names, those it fetched, the issues it resolved), noted in used.jsonl; the write never fails by it."""
+    from . import feedback
+
+    if not feedback.enabled(settings) or not (store.dir / feedback.SHOWN_FILE).exists():
+        return
+    try:
+        o = rec.outcome
+        # What the run said, not what it was asked: the task (and the summary made from it) may name runs too.
+        text = "\n".join([strip_memory(run.winner_output or ""), run.verdict or "", *o.accomplished, *o.next])
+        feedback.note_used(store, settings, run_id=rec.runId, task_hashed=feedback.task_hash(run.task),
+                           started_at=rec.startedAt, ended_at=rec.endedAt, text=text,
+                           issue_events=[(e.issueId, e.event) for e in written])
+    except Exception as exc:  # noqa: BLE001 - an optional layer never fails the write
+        message = _one_line(exc) if isinstance(exc, (CybmemError, OSError)) else f"unexpected {type(exc).__name__}: {_one_line(exc)}"
+        warnings.append(f"what the run used was not noted in {store.dir / feedback.USED_FILE}: {message}")
 
 
 def _retune_if_grown(store: MemoryStore, settings: Settings) -> None:

@@ -17,8 +17,8 @@ for it, done safely in one step instead of by hand:
 4. the derived files are rebuilt from the files (index.json) or emptied (the Arrow cache, which
    the next reader rebuilds);
 5. an issue id spelled from a title that held a given text (``vault-phrase-purple-otter-42``)
-   is renamed (the text becomes ``redacted``) in every ledger line and in every record that
-   names it, so the link between them holds;
+   is renamed (the text becomes ``redacted``) in every ledger line, in every record that
+   names it and in the shown / used logs (cybmem.feedback), so the link between them holds;
 6. the exports the project knows of (``exports.json``, cybmem.export) are brought in line: the
    rows of a Parquet dataset rewritten, a SQLite database updated; a file export that may still
    hold the secret is named with the command that writes it again;
@@ -404,8 +404,12 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
                 d.get("byRunId") in wanted_runs or d.get("issueId") in renamed or any(s.encode() in line for s in given)),
                 change)
         elif step == "relink" and renamed:
-            # 2b. other runs' records that name a renamed issue: only that list changes
+            # 2b. other runs' records that name a renamed issue: only that list changes; and the
+            # shown / used logs, which hold issue ids (cybmem.feedback)
             result.records_relinked = _relink_records(store, wanted_runs, renamed)
+            from .feedback import rename_issues
+
+            rename_issues(store.dir, renamed)
         elif step == "archive":
             # 3. archive-summary.md (compaction's one-liners; writers append there under the index lock)
             with store.index_lock():

@@ -54,7 +54,7 @@ from .bm25 import RunLookup
 from .embeddings import read_rows
 from .errors import CybmemError, ValidationError
 from .judgments import (JUDGMENT_KINDS, METRICS, Judgment, check_metric, derived_source, judgments_from_store,
-                        load_judgments, merge_judgments)
+                        kinds_of, load_judgments, merge_judgments)
 from .progress import Progress
 from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
 from .retrieval import parent_row, dispatch_context
@@ -1073,9 +1073,15 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
         js = judgments_from_store(snap, kinds=kinds, as_of=as_of)
         if not js:
             when = f" as of {as_of}" if as_of is not None else ""
-            raise ValidationError(f"project {snap.store.slug} implies no judgments yet{when} (no run raised, resolved "
-                                  "or reopened an issue that earlier runs carried, or was dispatched by a finished "
-                                  "parent); pass a judgments file with --judgments")
+            wanted, why = kinds_of(kinds), []
+            if set(wanted) - {"used"}:
+                why.append("no run raised, resolved or reopened an issue that earlier runs carried, or was dispatched "
+                           "by a finished parent")
+            if "used" in wanted:
+                why.append("no written run used an earlier run it was shown: used.jsonl notes that for runs "
+                           "dispatched through `cybmem inject` or served by `cybmem mcp`")
+            raise ValidationError(f"project {snap.store.slug} implies no judgments yet{when} ({'; '.join(why)}); pass a judgments "
+                                  "file with --judgments")
         source = derived_source(snap.store.slug, js)
     else:
         js = load_judgments(judgments) if isinstance(judgments, (str, Path)) else merge_judgments(judgments)

@@ -1,0 +1,416 @@
+"""What memory showed a run and what the run used (cybmem.feedback): shown.jsonl, used.jsonl and
+the "used" judgments of `cybmem tune`.
+
+The loop test is a scripted agent with real processes: `cybmem inject` with CYBERINE_RUN_ID, the
+MCP server started by the SDK's client (as tests/test_mcp.py does) fetching a shown run, `cybmem
+write` of the run's record naming another shown run, then `cybmem tune --derive used --json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from cybmem import feedback
+from cybmem.dispatch import inject_task
+from cybmem.judgments import judgments_from_store
+from cybmem.runs import write_run
+from cybmem.settings import Settings
+from cybmem.snapshot import load_snapshot
+from cybmem.store import MemoryStore
+
+from conftest import FIXTURES, make_run, write_json
+
+CYBMEM = shutil.which("cybmem")
+TASK = "Fix the flaky cart drawer test"
+CART = "9b6b1e00-90b4-579e-9d84-2170f292abf9"  # web: "Stabilise the flaky cart drawer e2e test", first for TASK
+CONSENT = "analytics-fires-before-the-consent-banner-is-answered-on-first"  # web's one open issue
+
+
+def _root(tmp_path: Path) -> Path:
+    root = tmp_path / "memory"
+    shutil.copytree(FIXTURES, root, ignore=shutil.ignore_patterns(".cache", ".lock", ".projects.lock"))
+    return root
+
+
+def _env(root: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
+    env.update(CYBERINE_MEMORY_DIR=str(root), **extra)
+    return env
+
+
+def _run(*args: str, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([CYBMEM, *args], env=env, capture_output=True, text=True, input=stdin, timeout=120)
+
+
+def _settings(root: Path, **env: str) -> Settings:
+    return Settings.from_env({f"CYBERINE_{k}": v for k, v in env.items()}, memory_dir=root)
+
+
+def _shown(root: Path, project: str = "web") -> list[dict]:
+    return feedback.read_lines(root / project / feedback.SHOWN_FILE)
+
+
+def _used(root: Path, project: str = "web") -> list[dict]:
+    return feedback.read_used(root / project)
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def _write(root: Path, run_id: str, output: str, *, task: str = TASK, **env: str):
+    """The record of a run that started a minute ago and ends in four (after what was shown to it)."""
+    run = make_run(run_id, task, start=_now() - 60_000, minutes=5, output=output)
+    return write_run(run, _settings(root, **env), project="web")
+
+
+# --- the loop, with real processes ------------------------------------------------------------
+
+
+def test_a_scripted_agent_is_shown_fetches_writes_and_tune_sees_one_used_judgment(tmp_path):
+    from anyio.from_thread import start_blocking_portal
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    root = _root(tmp_path)
+    env = _env(root, CYBERINE_RUN_ID="agent-run-1", CYBERINE_MEMORY_TOPK="3")
+    injected = _run("inject", TASK, "--project", "web", env=env)
+    assert injected.returncode == 0 and injected.stderr == ""
+    shown = re.findall(r"^- run ([0-9a-f]{8}) ", injected.stdout, re.M)
+    assert len(shown) == 3 and shown[0] == CART[:8]
+    [line] = _shown(root)
+    assert line["source"] == "inject" and line["runId"] == "agent-run-1" and line["taskHash"] is None
+    assert [r["runId"][:8] for r in line["runs"]] == shown and [r["rank"] for r in line["runs"]] == [1, 2, 3]
+    assert TASK not in (root / "web" / feedback.SHOWN_FILE).read_text(), "never the task itself"
+
+    # The agent fetches the second shown run through the MCP server (a subprocess of the SDK's client).
+    params = StdioServerParameters(command=CYBMEM, args=["mcp", "--memory-dir", str(root), "--project", "web"], env=env)
+    with ExitStack() as stack, (tmp_path / "server.log").open("w") as errlog:
+        portal = stack.enter_context(start_blocking_portal())
+        client = stack.enter_context(portal.wrap_async_context_manager(Client(stdio_client(params, errlog=errlog))))
+        fetched = portal.call(client.call_tool, "show", {"run_id": shown[1]})
+        assert not fetched.is_error, fetched.content[0].text
+        second = fetched.structured_content["record"]["runId"]
+    mcp_line = _shown(root)[-1]
+    assert mcp_line["source"] == "mcp:show" and mcp_line["runId"] == "agent-run-1" and mcp_line["fetched"] == [second]
+
+    # Its record: the worker's final answer names the first shown run by the 8 characters the block printed.
+    now = _now()
+    run = make_run("agent-run-1", f"{injected.stdout}", start=now - 600_000, minutes=5,
+                   output=f"Waited for transitionend as run {shown[0]} did.\n\nACCOMPLISHED:\n- stabilised it\n"
+                          "ISSUES:\n- none\nNEXT:\n- none")
+    written = _run("write", str(write_json(tmp_path / "run.json", run)), "--project", "web", env=env)
+    assert written.returncode == 0 and written.stderr == "", written.stderr
+    [used] = _used(root)
+    assert used["runId"] == "agent-run-1" and used["matchedBy"] == "runId" and used["lines"] == 2
+    assert [(u["runId"], u["how"], u["rank"]) for u in used["used"]] == [(CART, ["named"], 1), (second, ["fetched"], 2)]
+    assert [r["runId"][:8] for r in used["block"]] == shown
+
+    tuned = _run("tune", "--project", "web", "--derive", "used", "--json", env=env)
+    assert tuned.returncode == 0, tuned.stderr
+    answer = json.loads(tuned.stdout)
+    assert answer["kinds"] == {"used": 1} and answer["judgments"] == 1
+    assert answer["source"] == "derived from project web (1 used)"
+
+
+# --- matching ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, named", [
+    ("as run 9b6b1e00 did", True),
+    ("9b6b1e00", True),
+    ("see 9b6b1e00-90b4.", True),
+    (f"({CART})", True),
+    ("9b6b1e00ab", False),  # another hex string
+    ("x9b6b1e00", False),
+    ("9b6b1e00-fix", False),  # another run's id that starts the same
+    ("9b6b1e0", False),  # too short
+])
+def test_a_run_is_named_by_its_id_or_a_prefix_of_8_that_stands_alone(text, named):
+    assert feedback.names_run(text, CART) is named
+
+
+def test_a_prefix_in_the_output_is_used_and_the_echoed_block_is_not(tmp_path):
+    root = _root(tmp_path)
+    inj = inject_task(TASK, _settings(root, RUN_ID="r-prefix", MEMORY_TOPK="3"), project="web")
+    assert inj.feedback_warning is None and len(inj.runs) == 3
+    # A worker that echoes its prompt echoes the block, which names every shown run: that is no use.
+    _write(root, "r-prefix", f"{inj.prompt}\n\nDone, following {inj.runs[2].run_id[:8]}.")
+    [used] = _used(root)
+    assert [(u["runId"], u["rank"], u["how"]) for u in used["used"]] == [(inj.runs[2].run_id, 3, ["named"])]
+
+
+def test_a_run_the_task_names_is_not_used_for_being_named(tmp_path):
+    root = _root(tmp_path)
+    task = f"Follow up {CART[:8]}: the cart drawer test is flaky again"
+    inj = inject_task(task, _settings(root, RUN_ID="r-asked"), project="web")
+    assert CART in [h.run_id for h in inj.runs]
+    _write(root, "r-asked", "Fixed the wait.", task=task)
+    [used] = _used(root)
+    assert used["used"] == [], "what it was asked is not what it said"
+
+
+def test_an_issue_it_resolved_is_used(tmp_path):
+    root = _root(tmp_path)
+    inj = inject_task("Fix analytics firing before the consent banner is answered", _settings(root, RUN_ID="r-fix"),
+                      project="web")
+    assert CONSENT in feedback.read_lines(root / "web" / feedback.SHOWN_FILE)[0]["issues"]
+    _write(root, "r-fix", f"Gated the script.\n\nACCOMPLISHED:\n- resolved {CONSENT}\nISSUES:\n- none\nNEXT:\n- none",
+           task=inj.task)
+    [used] = _used(root)
+    assert used["usedIssues"] == [{"issueId": CONSENT, "how": ["resolved", "named"], "shownBy": ["inject"]}]
+
+
+def test_a_run_fetched_through_the_server_is_used(tmp_path):
+    from cybmem.mcp_server import Memory
+
+    root = _root(tmp_path)
+    settings = _settings(root, RUN_ID="r-fetch")
+    memory = Memory(settings, project="web")
+    memory.observers.append(feedback.mcp_observer(settings, memory.store))
+    memory.call("search", {"query": TASK}, lambda: memory.search(TASK, k=3))
+    memory.call("show", {"run_id": CART[:6]}, lambda: memory.show(CART[:6]))
+    assert [d["source"] for d in _shown(root)] == ["mcp:search", "mcp:show"]
+    _write(root, "r-fetch", "Did it without saying how.")
+    [used] = _used(root)
+    assert used["block"] is None, "no inject line: only what the agent fetched"
+    assert used["used"] == [{"runId": CART, "how": ["fetched"], "rank": None, "shownBy": ["mcp:search", "mcp:show"]}]
+
+
+def test_without_a_run_id_the_task_hash_matches(tmp_path):
+    root = _root(tmp_path)
+    late = _settings(root)
+    inj = inject_task(TASK, late, project="web")
+    [line] = _shown(root)
+    assert line["runId"] is None and line["taskHash"] == feedback.task_hash(TASK) != feedback.task_hash("other")
+    # The record's task is the dispatched prompt: its MEMORY block and TASK: wrapper come off before the hash.
+    wrapped = f"You are an implementer.\nTASK:\n{inj.prompt}\n\nINSTRUCTIONS:\n- be brief\n"
+    _write(root, "r-hash", f"Used {inj.runs[0].run_id[:8]}.", task=wrapped)
+    [used] = _used(root)
+    assert used["matchedBy"] == "taskHash" and used["used"][0]["runId"] == inj.runs[0].run_id
+    # The same task dispatched only after a run ended is not what that run was shown.
+    before = _now() - 3_600_000
+    shutil.copy(root / "web" / feedback.SHOWN_FILE, tmp_path / "kept")
+    (root / "web" / feedback.SHOWN_FILE).write_text("")
+    inject_task(TASK, late, project="web")
+    run = make_run("r-early", TASK, start=before - 600_000, minutes=5, output=f"Used {inj.runs[0].run_id[:8]}.")
+    write_run(run, late, project="web")
+    assert [d["runId"] for d in _used(root)] == ["r-hash"]
+
+
+def test_nothing_shown_notes_nothing(tmp_path):
+    root = _root(tmp_path)
+    _write(root, "r-alone", f"Used {CART[:8]}.")
+    assert not (root / "web" / feedback.USED_FILE).exists() and not (root / "web" / feedback.SHOWN_FILE).exists()
+    inject_task(TASK, _settings(root, RUN_ID="someone-else"), project="web")
+    _write(root, "r-alone-2", f"Used {CART[:8]}.")
+    assert not (root / "web" / feedback.USED_FILE).exists(), "shown to another run only"
+    inject_task(TASK, _settings(root, RUN_ID="r-nothing-used"), project="web")
+    _write(root, "r-nothing-used", "Done.")
+    [used] = _used(root)
+    assert used["used"] == [] and used["block"], "shown a block, used nothing: a line all the same (the denominator)"
+    assert judgments_from_store(load_snapshot(MemoryStore(root, "web")), kinds=["used"]) == []
+
+
+def test_a_replay_with_as_of_and_the_mcp_block_are_not_kept_as_inject(tmp_path):
+    root = _root(tmp_path)
+    inject_task(TASK, _settings(root, RUN_ID="r"), project="web", as_of=1_792_000_000_000)
+    assert not (root / "web" / feedback.SHOWN_FILE).exists()
+    from cybmem.mcp_server import Memory
+
+    settings = _settings(root, RUN_ID="r")
+    memory = Memory(settings, project="web")
+    memory.observers.append(feedback.mcp_observer(settings, memory.store))
+    memory.call("memory_block", {"task": TASK}, lambda: memory.memory_block(TASK))
+    [line] = _shown(root)
+    assert line["source"] == "mcp:memory_block" and line["runs"][0]["runId"] == CART and line["weights"]["source"] == "default"
+
+
+def test_used_judgments_ask_the_runs_task_as_of_its_start(tmp_path):
+    root = _root(tmp_path)
+    inject_task(TASK, _settings(root, RUN_ID="r-judged"), project="web")
+    result = _write(root, "r-judged", f"Used {CART[:8]}.")
+    snap = load_snapshot(MemoryStore(root, "web"))
+    [j] = judgments_from_store(snap, kinds=["used"])
+    assert (j.query, j.as_of, j.relevant, j.query_run_id, j.parent_run_id, j.kind) == \
+        (TASK, result.record.startedAt, (CART,), "r-judged", None, "used")
+    assert judgments_from_store(snap, kinds=["used"], as_of=result.record.startedAt) == [], "not ended yet then"
+    every = judgments_from_store(snap)
+    assert sum(x.kind == "used" for x in every) == 1, "kept apart from the kinds derived from the ledger"
+
+
+# --- the cap ------------------------------------------------------------------------------------
+
+
+def test_a_write_cuts_the_shown_log_back_to_its_cap(tmp_path):
+    root = _root(tmp_path)
+    for i in range(8):
+        inject_task(TASK, _settings(root, RUN_ID=f"r{i}", MEMORY_SHOWN_CAP="5"), project="web")
+    assert len(_shown(root)) == 8, "the appender trims only a log far over its cap"
+    _write(root, "r7", f"Used {CART[:8]}.", MEMORY_SHOWN_CAP="5")
+    assert [d["runId"] for d in _shown(root)] == ["r3", "r4", "r5", "r6", "r7"], "the newest 5 kept"
+    assert _used(root)[0]["runId"] == "r7"
+    inject_task(TASK, _settings(root, RUN_ID="s1", MEMORY_SHOWN_CAP="5"), project="web")
+    _write(root, "s1", "Done.", MEMORY_SHOWN_CAP="5")
+    assert len(_shown(root)) == 6, "a quarter over the cap at most: left alone"
+
+
+def test_an_appender_trims_a_log_that_no_write_trims(tmp_path):
+    root = _root(tmp_path)
+    settings = _settings(root, RUN_ID="r", MEMORY_SHOWN_CAP="2")
+    path = root / "web" / feedback.SHOWN_FILE
+    seen = []  # (lines, bytes) after each inject
+    for _ in range(30):
+        inject_task(TASK, settings, project="web")
+        seen.append((len(_shown(root)), path.stat().st_size))
+    cuts = [i for i in range(1, len(seen)) if seen[i][0] < seen[i - 1][0]]
+    assert len(cuts) >= 2, seen
+    for i in cuts:
+        assert seen[i][0] == 2, "cut back to the cap"
+        assert seen[i - 1][1] <= 2 * 4096 < seen[i - 1][1] + seen[i][1] / 2, "once it passed 4 kB a line of the cap"
+
+
+def test_a_bad_cap_is_one_warning_and_the_default():
+    assert feedback.shown_cap(Settings.from_env({"CYBERINE_MEMORY_SHOWN_CAP": "lots"}, memory_dir="/x")) == (
+        2000, "CYBERINE_MEMORY_SHOWN_CAP='lots' is not a whole number of at least 1; set it to e.g. 2000 or unset it "
+              "(using 2000)")
+
+
+# --- never on the failure path -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [[], ["--json"], ["--strict"], ["--system"]])
+def test_a_broken_log_never_changes_what_inject_prints(tmp_path, args):
+    """shown.jsonl is a directory: inject prints what it prints without the log, exit 0, one warning line."""
+    root = _root(tmp_path)
+    off = _run("inject", TASK, "--project", "web", *args, env=_env(root, CYBERINE_MEMORY_FEEDBACK="0"))
+    assert off.returncode == 0 and off.stderr == "" and "MEMORY" in off.stdout
+    (root / "web" / feedback.SHOWN_FILE).mkdir()
+    broken = _run("inject", TASK, "--project", "web", *args, env=_env(root))
+    assert broken.returncode == 0
+    if "--json" in args:  # recency moves with the clock between two processes: the scores may differ at 1e-6
+        drop = lambda d: {k: v for k, v in d.items() if k not in ("runs", "floor", "issues")}  # noqa: E731
+        a, b = json.loads(broken.stdout), json.loads(off.stdout)
+        assert drop(a) == drop(b) and [r["runId"] for r in a["runs"]] == [r["runId"] for r in b["runs"]]
+    else:
+        assert broken.stdout == off.stdout
+    assert broken.stderr.count("\n") == 1 and broken.stderr.startswith(
+        f"warning: what was shown was not kept in {root / 'web' / feedback.SHOWN_FILE}: Is a directory")
+
+
+def test_a_log_that_cannot_be_locked_never_changes_inject(tmp_path):
+    root = _root(tmp_path)
+    (root / "web" / ".feedback.lock").mkdir()
+    inj = inject_task(TASK, _settings(root), project="web", strict=True)
+    assert inj.block.startswith("MEMORY") and inj.warnings == [] and "not kept" in inj.feedback_warning
+
+
+def test_damaged_logs_never_fail_a_write(tmp_path):
+    root = _root(tmp_path)
+    inject_task(TASK, _settings(root, RUN_ID="r-damaged"), project="web")
+    with (root / "web" / feedback.SHOWN_FILE).open("ab") as fh:
+        fh.write(b'{"at": "torn\n\xff\xfe not json\n[1, 2]\n{"runId": "r-damaged"}\n')
+    _write(root, "r-damaged", f"Used {CART[:8]}.")
+    [used] = _used(root)
+    assert used["lines"] == 1 and used["used"][0]["runId"] == CART, "bad lines skipped"
+    inject_task(TASK, _settings(root, RUN_ID="r-unwritable"), project="web")
+    (root / "web" / feedback.USED_FILE).unlink()
+    (root / "web" / feedback.USED_FILE).mkdir()
+    result = _write(root, "r-unwritable", f"Used {CART[:8]}.")
+    assert result.path.exists() and result.warnings == [
+        f"what the run used was not noted in {root / 'web' / feedback.USED_FILE}: [Errno 21] Is a directory: "
+        f"'{root / 'web' / feedback.USED_FILE}'"]
+
+
+def test_off_keeps_nothing(tmp_path):
+    root = _root(tmp_path)
+    inject_task(TASK, _settings(root, RUN_ID="r", MEMORY_FEEDBACK="0"), project="web")
+    _write(root, "r", f"Used {CART[:8]}.", MEMORY_FEEDBACK="0")
+    assert not {feedback.SHOWN_FILE, feedback.USED_FILE, ".feedback.lock"} & {p.name for p in (root / "web").iterdir()}
+
+
+# --- redaction reaches the logs ------------------------------------------------------------------
+
+
+def test_redact_renames_an_issue_id_in_the_logs(tmp_path):
+    root = _root(tmp_path)
+    secret = "purple-otter-vault"
+    output = f"Done.\n\nACCOMPLISHED:\n- done\nISSUES:\n- The {secret} phrase leaks: in the logs\nNEXT:\n- none"
+    write_run(make_run("r-leak", "Rotate the keys", start=_now() - 7_200_000, output=output), _settings(root),
+              project="web")
+    inject_task("The purple otter vault phrase leaks in the logs", _settings(root, RUN_ID="r-next"), project="web")
+    leaked = f"the-{secret}-phrase-leaks"
+    assert leaked in _shown(root)[0]["issues"]
+    p = _run("redact", "r-leak", "--secret", secret, "--project", "web", env=_env(root))
+    assert p.returncode == 0, p.stderr
+    assert secret not in (root / "web" / feedback.SHOWN_FILE).read_text()
+    assert "the-redacted-phrase-leaks" in _shown(root)[0]["issues"]
+    assert str(root / "web" / feedback.SHOWN_FILE) not in p.stdout, "not named as still holding it"
+
+
+# --- what the feedback says (cybmem.usage, the notebook's functions) -----------------------------
+
+
+def _line(run_id: str, started: int, block: int, used_ranks: list[int], fetched: int = 0) -> dict:
+    used = [{"runId": f"u{k}", "how": ["named"], "rank": k, "shownBy": ["inject"]} for k in used_ranks]
+    used += [{"runId": f"f{k}", "how": ["fetched"], "rank": None, "shownBy": ["mcp:show"]} for k in range(fetched)]
+    return {"at": started + 1, "runId": run_id, "startedAt": started, "matchedBy": "runId", "lines": 1,
+            "block": [{"runId": f"u{k}", "rank": k, "score": 1.0} for k in range(1, block + 1)], "blockIssues": [],
+            "weights": {"source": "default"}, "used": used, "usedIssues": []}
+
+
+def test_usage_by_rank_and_over_time():
+    from cybmem import usage
+
+    day = 86_400_000
+    frame = usage.used_frame([_line("a", T_2026, 3, [1]), _line("b", T_2026 + day, 2, [2], fetched=1),
+                              _line("c", T_2026 + 40 * day, 3, []), _line("d", T_2026 + 41 * day, 0, [])])
+    assert list(frame["runId"]) == ["a", "b", "c", "d"] and list(frame["usedRuns"]) == [1, 2, 0, 0]
+    assert list(frame["fetched"]) == [0, 1, 0, 0] and list(frame["usedFromBlock"]) == [1, 1, 0, 0]
+    by_rank = usage.usage_by_rank(frame)
+    assert by_rank[["rank", "shown", "used"]].values.tolist() == [[1, 3, 1], [2, 3, 1], [3, 2, 0]]
+    assert by_rank["rate"].round(3).tolist() == [0.333, 0.333, 0.0]
+    monthly = usage.usage_over_time(frame, freq="MS")
+    assert monthly.attrs["period"] == "month"
+    assert monthly[["blocks", "usedBlock", "usedRuns"]].values.tolist() == [[2, 2, 2], [1, 0, 0]], "d showed no run"
+    assert monthly["rate"].tolist() == [1.0, 0.0]
+    from cybmem import plots
+
+    assert repr(plots.feedback_by_rank(by_rank)) == "<Figure: Block runs used, by rank (2 used)>"
+    assert repr(plots.feedback_over_time(monthly)) == "<Figure: Runs that used the MEMORY block, per month (2 of 3 blocks)>"
+    empty = usage.used_frame([])
+    assert "no run was shown a block" in [t.get_text() for t in plots.feedback_by_rank(usage.usage_by_rank(empty)).axes[0].texts]
+    assert len(usage.usage_over_time(empty)) == 0
+
+
+T_2026 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def test_the_page_reads_the_stores_feedback_else_replays_it_and_says_so(tmp_path):
+    from cybmem import usage
+
+    root = _root(tmp_path)
+    store = MemoryStore(root, "web")
+    replayed = usage.load_feedback(store, _settings(root))
+    assert replayed.replayed and "a replay of its newest 46 runs (the project has no used.jsonl yet" in str(replayed)
+    assert len(replayed.used) == 22 and not (root / "web" / feedback.USED_FILE).exists(), "a replay writes nothing"
+    none = usage.load_feedback(store, _settings(root), replay_=False)
+    assert none.used == [] and "none yet" in str(none)
+    inject_task(TASK, _settings(root, RUN_ID="r-own"), project="web")
+    _write(root, "r-own", f"Used {CART[:8]}.")
+    own = usage.load_feedback(store, _settings(root))
+    assert not own.replayed and [d["runId"] for d in own.used] == ["r-own"] and "1 written runs matched" in str(own)
+    check = usage.check_weights(store, replayed.used, _settings(root))
+    assert check.result.judgments == len(check.ranks) == 16 and check.result.derived is False
+    assert sum(check.moves().values()) == 16 and check.moves()["higher"] >= 1
+    assert check.summary().startswith("16 used judgments: MRR@10 0.9500 with the current weights, 1.0000 with the best")
+    assert usage.check_weights(store, [], _settings(root)) is None
