@@ -229,8 +229,8 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
                 and fold_row.tolist() == table.column("foldRow").to_pylist()
                 == [ids.index(i) if i in ids else -1 for _, i in carried])
 
-    assert "act_file" in snap._cache and snap.activity().equals(fresh(snap))
-    assert "carry_file" in snap._cache and carriers_ok(snap) and len(snap.carriers()[0])
+    assert snap.files.activity is not None and snap.activity().equals(fresh(snap))
+    assert snap.files.carriers is not None and carriers_ok(snap) and len(snap.carriers()[0])
     open_id = snap.open_issues().column("issueId")[0].as_py()
     from conftest import make_run
 
@@ -239,8 +239,8 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
     write_run(later, Settings.from_env(env={}, memory_dir=fixture_copy))
     again = load_snapshot(store)
     act = again.activity()
-    assert act.equals(fresh(again)) and again._cache["act_file"] != snap._cache["act_file"]
-    assert carriers_ok(again) and again._cache["carry_file"] != snap._cache["carry_file"]
+    assert act.equals(fresh(again)) and again.files.activity != snap.files.activity
+    assert carriers_ok(again) and again.files.carriers != snap.files.carriers
     row = again.fold().column("issueId").to_pylist().index(open_id)
     assert act.column("lastActivity")[row].as_py() == 1_900_000_000_000 + 10 * 60_000
 
