@@ -278,6 +278,14 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
     assert result.snapshot is not old and result.snapshot.n > old.n
     issues = rank_issues(result, result.weights)
     assert open_id in {i for c in issues for i in c.ids}
+    # An issue's recency is scoring's kernel over its last activity, as a run's is over its end.
+    import numpy as np
+
+    from cybmem.scoring import recency
+
+    w = result.weights
+    want = recency(np.array([c.last_at_ms for c in issues], np.int64), result.now_ms, w.half_life_days, weight=w.w_rec)
+    assert [c.recency for c in issues] == want.tolist()
 
 
 @pytest.mark.parametrize("seed", range(5))
