@@ -5,6 +5,8 @@
 computed over all records at once. The frame/cache layer pulls its columns once and calls
 :func:`score`, :func:`rank` and :func:`explain`; the kernels (:func:`normalize_keyword`,
 :func:`recency`, :func:`lineage_affinity`, :func:`cosine`, :func:`top_k`) are usable alone.
+Recency and the ranking order (:func:`ranking_order`) are defined here once: dispatch's issue
+ranking and tuning's grid call them too.
 
 The keyword axis comes from :class:`cybmem.bm25.KeywordIndex`, the weights from
 :mod:`cybmem.weights`.

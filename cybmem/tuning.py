@@ -168,7 +168,7 @@ class AxisMatrices:
     offsets: np.ndarray  # int64, len(judgments) + 1
     rows: np.ndarray  # int64 snapshot row of each pool entry
     keyword: np.ndarray  # float32 BM25 normalised over the query's candidates
-    age_ms: np.ndarray  # float32 asOf - endedAt (clipped at 0), as scoring.recency converts it
+    age_ms: np.ndarray  # float32 asOf - endedAt (clipped at 0): scoring.recency_of_age makes it recency
     lineage: np.ndarray  # float32 lineage affinity
     vector: np.ndarray | None  # float32 cosine, or None (no embeddings)
     relevant: np.ndarray  # bool: entry is a relevant run of its judgment
