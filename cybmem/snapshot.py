@@ -174,13 +174,13 @@ class Snapshot:
     #: read without the cache (use_cache=False, a .nocache root, a linked dir): layers derived
     #: from it (cybmem.vectors) stay in memory too
     uncached: bool = False
-    manifest: _cache.Manifest | None = None  # the cache manifest it was read from (:meth:`current`)
+    manifest: _cache.Manifest | None = field(default=None, repr=False)  # the cache manifest it was read from (:meth:`current`)
     files: CacheFiles = field(default_factory=CacheFiles)
     #: (first row of each segment, when that segment's files were read, epoch ns): :meth:`stale_rows`
-    read_times: tuple[np.ndarray, np.ndarray] | None = None
+    read_times: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     #: embeddings.jsonl's stat before the load, when :func:`holding_snapshots` watches it (:meth:`current`)
-    embeddings_stat: dict | None = None
-    watches_embeddings: bool = False
+    embeddings_stat: dict | None = field(default=None, repr=False)
+    watches_embeddings: bool = field(default=False, repr=False)
     # Memos of what depends on a moment (the last one asked for) or is built on request.
     _supersession: dict[int | None, dict[str, str]] = field(default_factory=dict, init=False, repr=False)
     _fold_past: tuple[int, pa.Table] | None = field(default=None, init=False, repr=False)
