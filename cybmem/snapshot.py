@@ -604,9 +604,7 @@ def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
     _write_events(cache, manifest, events)
     _write_activity(store, cache, manifest, table, events, index)
     manifest.problems = [[p.path, p.message] for p in problems]
-    manifest.dir_mtime_ns = _cache.dir_mtime_for_manifest(store.records_dir, scanned_at)
-    manifest.write(cache)
-    _cache.remove_unlisted(cache, manifest)
+    manifest.publish(cache, store.records_dir, scanned_at)
     snap = _snapshot(store, table, events, index, problems, cache, from_cache=False, parsed=table.num_rows,
                      read_at=scanned_at)
     snap.files = CacheFiles(activity=cache / manifest.act, carriers=cache / manifest.carry)
@@ -748,9 +746,7 @@ def _refresh(store: MemoryStore, cache, recheck: Sequence[str] = ()) -> Snapshot
                     manifest.segments.append(seg)
         _write_activity(store, cache, manifest, records, events, index)
         manifest.problems = [[p.path, p.message] for p in problems]
-        manifest.dir_mtime_ns = _cache.dir_mtime_for_manifest(store.records_dir, scanned_at)
-        manifest.write(cache)
-        _cache.remove_unlisted(cache, manifest)
+        manifest.publish(cache, store.records_dir, scanned_at)
         return _snapshot(store, records, events, index, problems, cache, from_cache=True, parsed=parsed,
                          manifest=manifest)
 
