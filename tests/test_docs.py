@@ -1,10 +1,15 @@
-"""docs/architecture.md names the package as it is: every module it lists exists, and every module
-of the package is listed exactly once (so the doc fails as soon as code moves without it)."""
+"""The docs beside USAGE.md stay true: docs/architecture.md names the package as it is (every module
+it lists exists, every module of the package is listed exactly once, so the doc fails as soon as
+code moves without it); docs/design.md, architecture.md and benchmarks/RESULTS.md link only to
+files a clone has; a benchmark run keeps the figures RESULTS.md holds by hand."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "cybmem"
@@ -38,3 +43,31 @@ def test_every_module_is_named_once():
     unnamed = sorted(_modules() - set(named))
     assert not twice, f"docs/architecture.md names these modules more than once: {twice}"
     assert not unnamed, f"docs/architecture.md does not name these modules of cybmem/ (add a line each): {unnamed}"
+
+
+def test_a_benchmark_run_keeps_the_figures_kept_by_hand(tmp_path):
+    """benchmarks/run_all.py rewrites RESULTS.md from what the benchmarks print; the figures the docs
+    moved there (with their history) sit after a marker line, and a new run keeps them."""
+    spec = importlib.util.spec_from_file_location("run_all", REPO / "benchmarks" / "run_all.py")
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    assert run_all.KEPT in (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    out = tmp_path / "RESULTS.md"
+    assert run_all.kept_by_hand(out) == ""
+    out.write_text("# Benchmark results\n\n## Old run\n\nfigures\n")
+    assert run_all.kept_by_hand(out) == ""
+    out.write_text(f"# Benchmark results\n\n## Old run\n\nfigures\n{run_all.KEPT}\n## Kept\n\nhistory\n")
+    assert run_all.kept_by_hand(out) == f"\n{run_all.KEPT}\n## Kept\n\nhistory\n"
+
+
+def test_the_docs_link_only_to_files_of_the_repository():
+    """design.md, architecture.md and RESULTS.md point to each other and to USAGE.md: every relative
+    link leads to a file a clone has (relative to the linking file, as a browser reads it)."""
+    for doc in (REPO / "docs" / "design.md", DOC, REPO / "benchmarks" / "RESULTS.md"):
+        text = doc.read_text(encoding="utf-8")
+        local = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)
+                 if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+        for target in local:
+            path = (doc.parent / target).resolve()
+            if not (path.is_relative_to(REPO) and path.exists()):
+                pytest.fail(f"{doc.relative_to(REPO)} links to {target}, which a clone does not have")
