@@ -1,7 +1,8 @@
 """The docs beside USAGE.md stay true: docs/architecture.md names the package as it is (every module
 it lists exists, every module of the package is listed exactly once, so the doc fails as soon as
 code moves without it); docs/design.md, architecture.md and benchmarks/RESULTS.md link only to
-files a clone has; a benchmark run keeps the figures RESULTS.md holds by hand."""
+files a clone has, and USAGE.md's links to its own sections lead to headings; a benchmark run
+keeps the figures RESULTS.md holds by hand."""
 
 from __future__ import annotations
 
@@ -71,3 +72,18 @@ def test_the_docs_link_only_to_files_of_the_repository():
             path = (doc.parent / target).resolve()
             if not (path.is_relative_to(REPO) and path.exists()):
                 pytest.fail(f"{doc.relative_to(REPO)} links to {target}, which a clone does not have")
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lowercase, punctuation dropped, spaces made hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_usage_links_within_itself_lead_to_its_headings():
+    """USAGE.md's table of what to read for each task links to its sections by anchor."""
+    text = (REPO / "USAGE.md").read_text(encoding="utf-8")
+    anchors = {_anchor(h) for h in re.findall(r"^#{1,6} (.*)$", text, re.M)}
+    links = re.findall(r"\]\(#([^)\s]+)\)", text)
+    assert len(links) >= 10, "USAGE.md opens with links to its sections"
+    missing = sorted(set(links) - anchors)
+    assert not missing, f"USAGE.md links to sections it does not have: {missing}"
