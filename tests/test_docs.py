@@ -2,7 +2,7 @@
 it lists exists, every module of the package is listed exactly once, so the doc fails as soon as
 code moves without it); docs/design.md, architecture.md and benchmarks/RESULTS.md link only to
 files a clone has, and USAGE.md's links to its own sections lead to headings; a benchmark run
-keeps the figures RESULTS.md holds by hand."""
+keeps the figures RESULTS.md holds by hand; the defaults docs/design.md gives reasons for are cybmem's."""
 
 from __future__ import annotations
 
@@ -87,3 +87,21 @@ def test_usage_links_within_itself_lead_to_its_headings():
     assert len(links) >= 10, "USAGE.md opens with links to its sections"
     missing = sorted(set(links) - anchors)
     assert not missing, f"USAGE.md links to sections it does not have: {missing}"
+
+
+def test_the_defaults_design_md_explains_are_cybmems():
+    """docs/design.md gives the reasons for cybmem's defaults and names them: the numbers it names
+    are the ones cybmem uses (as store-format.md's defaults table is checked against them)."""
+    from cybmem import settings, weights
+
+    text = " ".join((REPO / "docs" / "design.md").read_text(encoding="utf-8").split())
+    s = settings.Settings.from_env({}, memory_dir="/nonexistent")
+    w = weights.Weights()
+    tenth = {0.1: "a tenth"}[weights.FLOOR_SHARE]
+    for phrase in (f"shows the {s.issues} that matter most", f"shows up to {s.topk} runs",
+                   f"the token budget ({s.max_tokens:,})",
+                   f"(`w_kw` {w.w_kw:g}, `w_rec` {w.w_rec:g}, `w_lin` {w.w_lin:g}, {w.half_life_days:g} days)",
+                   f"Below the floor ({w.floor:g})", f"a run needs {tenth} of the best match",
+                   f"a cosine of {w.floor_vec:g} lets a run in", f"fewer than {weights.FLOOR_MIN_RUNS} runs",
+                   f"`w_vec` is {weights.DEFAULT_W_VEC:g}"):
+        assert phrase in text, f"docs/design.md should say {phrase!r} (cybmem's default)"
