@@ -13,7 +13,6 @@ never pay for pandas or matplotlib.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import inspect
 import json
@@ -23,14 +22,13 @@ import select
 import shutil
 import signal
 import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from . import __version__
+from . import __version__, _startup
 from .errors import CybmemError
 from .outcome import printable, printable_json, shorten, subject_line
 from .schema import ms_to_utc, parse_time
@@ -49,6 +47,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
+    # the root's own flags (--version, --help) are parsed plainly: every command goes through them
+    cls=_startup.quick_class(typer.core.TyperGroup, {"version": _startup.plain_flag}),
 )
 
 
@@ -194,12 +194,13 @@ class _FreeTextCommand(typer.core.TyperCommand):
         return super().parse_args(ctx, args)
 
 
-def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, lean: bool = True,
-            filters: bool = False, free_text: bool = False):
+def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, filters: bool = False,
+            free_text: bool = False, quick: bool = False):
     """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
 
-    ``lean``: the command never needs pandas, so pyarrow's probe for it is refused (see
-    :func:`_lean_imports`); commands that build DataFrames pass False. ``filters``: the record
+    ``quick``: the command is on the dispatch path and never needs pandas; in the console script it
+    gets the start-up tricks of :mod:`cybmem._startup` (plain option parsing, no pandas, a quick
+    pyarrow.compute when it reads a store, no interpreter teardown). ``filters``: the record
     filter options (--state, --since, --until, --grep, --agent, --issue) are added, and the
     body gets them as one :class:`cybmem.filters.RecordFilter` argument ``f``. ``free_text``:
     the last positional argument is free text, taken as it is even when it starts with a dash
@@ -221,15 +222,17 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
         def wrapper(**kwargs):
             ctx = Ctx(memory_dir=kwargs.pop("memory_dir", None), cwd=kwargs.pop("cwd", None),
                       project=kwargs.pop("project", None), json=kwargs.pop("as_json", False))
-            global _LEAN_RAN
-            _LEAN_RAN = lean
-            with _lean_imports(compute=memory) if lean else contextlib.nullcontext():
+            _startup.quick_ran = quick
+            with _startup.quick_imports(compute=memory) if quick else contextlib.nullcontext():
                 return _run(body, ctx, kwargs)
 
         del wrapper.__wrapped__
         wrapper.__signature__ = sig.replace(parameters=params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        app.command(name, cls=_FreeTextCommand if free_text else None)(wrapper)
+        cls = _FreeTextCommand if free_text else typer.core.TyperCommand
+        if quick:
+            cls = _startup.quick_class(cls, {p.name: c for p in params if (c := _startup.plain_coercion(p.annotation))})
+        app.command(name, cls=cls)(wrapper)
         return fn
 
     return deco
@@ -353,7 +356,7 @@ def _no_match(what: str, slug: str, f) -> str:
     return f"No {what} in project {slug}" + (f" ({f.describe()})." if f is not None and f.active else ".")
 
 
-@command("list", filters=True)
+@command("list", filters=True, quick=True)
 def list_cmd(
     ctx: Ctx,
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N records (0: all).", min=0)] = 50,
@@ -419,7 +422,7 @@ def _render_record(rec, *, asked: str, chain: list[str]) -> None:
     _echo("\n".join(lines))
 
 
-@command("show")
+@command("show", quick=True)
 def show_cmd(
     ctx: Ctx,
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
@@ -453,7 +456,7 @@ def _title(issue_id: str, title: Optional[str]) -> str:
     return "" if not title or issue_slug(title) == issue_id else title
 
 
-@command("issues")
+@command("issues", quick=True)
 def issues_cmd(
     ctx: Ctx,
     all_issues: Annotated[bool, typer.Option("--all", help="Every issue, also those closed longer ago than the window.")] = False,
@@ -584,7 +587,7 @@ def _tasks(store, ids: list[str], snap=None) -> dict[str, str]:
     return dict(zip(rows.column("runId").to_pylist(), rows.column("task").to_pylist()))
 
 
-@command("chain", filters=True)
+@command("chain", filters=True, quick=True)
 def chain_cmd(
     ctx: Ctx,
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
@@ -649,7 +652,7 @@ def chain_cmd(
         _echo(line)
 
 
-@command("projects", project=False)
+@command("projects", project=False, quick=True)
 def projects_cmd(ctx: Ctx):
     """List the projects of a memory root with their slugs and record counts.
 
@@ -670,7 +673,7 @@ def projects_cmd(ctx: Ctx):
 # --- write verbs ------------------------------------------------------------------
 
 
-@command("rebuild")
+@command("rebuild", quick=True)
 def rebuild_cmd(
     ctx: Ctx,
     full: Annotated[bool, typer.Option("--full", help="Every record as an entry (no CYBERINE_MEMORY_INDEX_CAP compaction; the next write compacts again).")] = False,
@@ -725,7 +728,7 @@ def _write_run(ctx: Ctx, source: str, **kwargs):
     return write_run(payload, ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None, project=ctx.project, **kwargs)
 
 
-@command("write")
+@command("write", quick=True)
 def write_cmd(
     ctx: Ctx,
     run_json: Annotated[Optional[str], typer.Argument(help="Path to the run.json to record, or - for stdin.", show_default=False)] = None,
@@ -764,7 +767,7 @@ def write_cmd(
     _echo(msg + ".")
 
 
-@command("supersede")
+@command("supersede", quick=True)
 def supersede_cmd(
     ctx: Ctx,
     old_run_id: Annotated[str, typer.Argument(help="Run id (or unique prefix) of the record to correct.")],
@@ -785,7 +788,7 @@ def supersede_cmd(
         _echo(f"Wrote {result.record.runId}, superseding {old}; `cybmem show {old}` now renders the correction.")
 
 
-@command("mark")
+@command("mark", quick=True)
 def mark_cmd(
     ctx: Ctx,
     issue_id: Annotated[str, typer.Argument(help="Issue id (see `cybmem issues`).")],
@@ -811,7 +814,7 @@ def mark_cmd(
         _echo(f"{issue_id} is already {before.state}; nothing appended.")
 
 
-@command("redact", lean=False)
+@command("redact")
 def redact_cmd(
     ctx: Ctx,
     run_id: Annotated[Optional[str], typer.Argument(help="Run id or a unique prefix of it (or --everywhere).", show_default=False)] = None,
@@ -949,7 +952,7 @@ def _fmt_axes(contrib: dict) -> str:
     return " ".join(f"{short.get(k, k)}={v:.3f}" for k, v in contrib.items() if v or k != "vector")
 
 
-@command("search", filters=True, free_text=True)
+@command("search", filters=True, free_text=True, quick=True)
 def search_cmd(
     ctx: Ctx,
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
@@ -1003,66 +1006,6 @@ def search_cmd(
             _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
 
 
-class _RefusePandas:
-    """A meta-path entry that makes ``import pandas`` fail (see :func:`_lean_imports`)."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"No module named {name!r} (kept out of cybmem's dispatch path)", name=name)
-        return None
-
-
-def _docstring_stand_in(doc: str | None) -> dict:
-    """What pyarrow.compute asks its vendored numpydoc parser for (see :func:`_quick_compute_import`)."""
-    return {"Parameters": []}
-
-
-def _quick_compute_import() -> None:
-    """Import pyarrow.compute with a stand-in for the numpydoc parsing behind its docstrings (15
-    ms of the 30 its import takes): the ~280 generated functions lack their options' descriptions
-    in ``help()``; functions, options and results are unchanged. A pyarrow whose compute module
-    wants more of the parser than the stand-in has is imported the ordinary way."""
-    if "pyarrow.compute" in sys.modules or "pyarrow.vendored.docscrape" in sys.modules:
-        return
-    fake = types.ModuleType("pyarrow.vendored.docscrape")
-    fake.NumpyDocString = _docstring_stand_in
-    sys.modules[fake.__name__] = fake
-    try:
-        import pyarrow.compute  # noqa: F401
-    except Exception:  # noqa: BLE001 - another pyarrow: the ordinary import below says what is wrong, if anything
-        sys.modules.pop("pyarrow.compute", None)
-    finally:
-        sys.modules.pop(fake.__name__, None)
-    import pyarrow.compute  # noqa: F401,F811
-
-
-@contextlib.contextmanager
-def _lean_imports(compute: bool = True):
-    """Keep the commands that do not need them free of two import costs, in a process that runs
-    one command (:func:`main`, the console script) and only there:
-
-    - pandas (0.2-0.4 s on every dispatch): pyarrow imports it on its first numpy conversion only
-      to look for optional pandas types, and works without it. pyarrow remembers a refused import
-      for the life of the process, and a program that runs commands in-process (tests through
-      CliRunner) may build DataFrames later; a process that already has pandas keeps it.
-    - with ``compute`` (a command that reads a store), pyarrow.compute's docstring parsing
-      (:func:`_quick_compute_import`)."""
-    if not _ONE_COMMAND_PROCESS:
-        yield
-        return
-    refuse = "pandas" not in sys.modules
-    if refuse:
-        sys.meta_path.insert(0, _RefusePandas)
-    try:
-        if compute:
-            _quick_compute_import()
-        yield
-    finally:
-        if refuse:
-            sys.meta_path.remove(_RefusePandas)
-
-
 def _explain_lines(result) -> list[str]:
     """The human form of ``inject --explain``: what was retrieved, why, and what the budget cut."""
     d = result.to_dict()
@@ -1100,7 +1043,7 @@ def _explain_lines(result) -> list[str]:
     return lines
 
 
-@command("inject", free_text=True)
+@command("inject", free_text=True, quick=True)
 def inject_cmd(
     ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="The task prompt (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
@@ -1153,7 +1096,7 @@ def inject_cmd(
     _write_exact(result.prompt)
 
 
-@command("strip", project=False, memory=False, free_text=True)
+@command("strip", project=False, memory=False, free_text=True, quick=True)
 def strip_cmd(
     ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="Text to clean (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
@@ -1174,7 +1117,7 @@ def strip_cmd(
     _write_exact(out)
 
 
-@command("embed")
+@command("embed", quick=True)
 def embed_cmd(
     ctx: Ctx,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
@@ -1242,7 +1185,7 @@ def _metric_and_kinds(metric: str, derive: str) -> list[str]:
     return kinds
 
 
-@command("tune")
+@command("tune", quick=True)
 def tune_cmd(
     ctx: Ctx,
     judgments: JudgmentsOpt = None,
@@ -1351,7 +1294,7 @@ def tune_cmd(
         _echo(f"Not saved; {advice}.")
 
 
-@command("eval")
+@command("eval", quick=True)
 def eval_cmd(
     ctx: Ctx,
     judgments: JudgmentsOpt = None,
@@ -1400,7 +1343,7 @@ def eval_cmd(
                                 *[fmt(r["kinds"].get(x)) for x in kinds_seen]) for name, r in result.rows.items()], fit=_whole)
 
 
-@command("report", lean=False)
+@command("report")
 def report_cmd(
     ctx: Ctx,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the HTML pages (created).", show_default=False)],
@@ -1432,7 +1375,7 @@ def report_cmd(
     _echo(f"Wrote {len(result.pages)} pages to {result.out_dir}; open {result.index}")
 
 
-@command("doctor", lean=False)
+@command("doctor")
 def doctor_cmd(
     ctx: Ctx,
     repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/), remove old temp files and finish a killed `cybmem redact`; records and the ledger are otherwise never touched.")] = False,
@@ -1463,7 +1406,7 @@ def doctor_cmd(
 _EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
 
 
-@command("export", lean=False)
+@command("export")
 def export_cmd(
     ctx: Ctx,
     format: Annotated[str, typer.Argument(help="ndjson, csv, parquet, sqlite or prov.", show_default=False)],
@@ -1570,7 +1513,7 @@ def export_cmd(
 # --- the MCP server -------------------------------------------------------------------
 
 
-@command("mcp", as_json=False, lean=False)
+@command("mcp", as_json=False)
 def mcp_cmd(
     ctx: Ctx,
     http: Annotated[Optional[int], typer.Option("--http", metavar="PORT", help="Serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio (0: a free port, named on stderr).", min=0, max=65535, show_default=False)] = None,
@@ -1596,7 +1539,7 @@ def mcp_cmd(
 _FLEET_ACTIONS = ("search", "issues", "report")
 
 
-@command("fleet", project=False, memory=False, lean=False, free_text=True)
+@command("fleet", project=False, memory=False, free_text=True)
 def fleet_cmd(
     ctx: Ctx,
     action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],
@@ -1725,94 +1668,6 @@ def fleet_cmd(
         _echo(ran)
 
 
-# What pydantic's lax int accepts from a string (tested against it): ASCII digits, underscores
-# between them, a sign, surrounding whitespace and a zero fraction ("3.0").
-_INT_TEXT = re.compile(r"\s*([+-]?\d+(?:_\d+)*)(?:\.0+)?\s*", re.ASCII)
-
-
-def _plain_int(value, info, param, ctx) -> int:
-    """An int option's value as typer's pydantic coercion gives it, with its messages."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str) and (m := _INT_TEXT.fullmatch(value)):
-        number = int(m.group(1))
-    else:
-        raise typer.BadParameter("Input should be a valid integer, unable to parse string as an integer", ctx=ctx, param=param)
-    if info.min is not None and number < info.min:
-        raise typer.BadParameter(f"Input should be greater than or equal to {info.min}", ctx=ctx, param=param)
-    if info.max is not None and number > info.max:
-        raise typer.BadParameter(f"Input should be less than or equal to {info.max}", ctx=ctx, param=param)
-    return number
-
-
-def _plain_coercion() -> None:
-    """Give plain ``str``, ``Path``, ``int`` and flag options a coercion of their own (this process only).
-
-    typer (0.2x) coerces every option value through a pydantic TypeAdapter, and importing
-    pydantic costs 0.15-0.2 s, paid by every dispatch (write, inject) for values that need no
-    validation. An int gets pydantic's parsing and messages (:func:`_plain_int`, checked against
-    pydantic in the tests). Options with a float, a clamped range, a choice, path checks or a
-    custom parser keep typer's own coercion; a typer without these internals is left as it is.
-    """
-    try:
-        from typer import core as typer_core
-        from typer._coercion import RuntimeParam
-
-        build = typer_core._TyperParameter.get_runtime_param
-    except (ImportError, AttributeError):  # another typer: its own coercion
-        return
-
-    class _Plain(RuntimeParam):
-        def _coerce_value(self, value, param=None, ctx=None):
-            if self.annotation is bool:
-                return bool(value)
-            if self.annotation is int:
-                return _plain_int(value, self.parameter_info, param, ctx)
-            return Path(value) if self.annotation is Path else str(value)
-
-    def plain(param) -> bool:
-        desc = getattr(param, "type_descriptor", None)
-        if desc is None or param.nargs != 1 or param.multiple:
-            return False
-        info = desc.parameter_info
-        if info.parser is not None or getattr(info, "click_type", None) is not None:
-            return False
-        if desc.annotation is bool:
-            return bool(getattr(param, "is_flag", False))
-        if desc.annotation is Path:
-            return not (info.exists or info.resolve_path or info.allow_dash or info.path_type is not None
-                        or not info.file_okay or not info.dir_okay or info.writable or info.readable is False)
-        if desc.annotation is int:
-            return not getattr(info, "clamp", False)
-        return desc.annotation is str
-
-    def get_runtime_param(self):
-        if getattr(self, "_runtime_param", None) is None and plain(self):
-            self._runtime_param = _Plain(parameter_info=self.type_descriptor.parameter_info,
-                                         annotation=self.type_descriptor.annotation)
-        return build(self)
-
-    typer_core._TyperParameter.get_runtime_param = get_runtime_param
-
-
-#: Set by a command's wrapper: the command that ran is a lean one (see :func:`console`).
-_LEAN_RAN = False
-#: Set by :func:`main`: this process runs one command and exits (see :func:`_lean_imports`).
-_ONE_COMMAND_PROCESS = False
-
-
-def _app_for(args: list[str]) -> typer.Typer:
-    """The app, narrowed to the one command the arguments name when they start with one: Click
-    then builds that command only (about 10 ms less on every dispatch); help, usage and errors
-    read the same, since the command, its options and the root callback are the same objects."""
-    chosen = [c for c in app.registered_commands if args and c.name == args[0]]
-    if not chosen:
-        return app
-    one = copy.copy(app)
-    one.registered_commands = chosen
-    return one
-
-
 #: Set by :func:`_on_sigint`: the person pressed Ctrl-C (see :func:`main`).
 _INTERRUPTED = False
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C ended
@@ -1835,8 +1690,7 @@ def main() -> None:
     whole, and the unwinding removes the temp file. A second Ctrl-C cuts that unwinding short; one
     more after the line ends the process at once.
     """
-    global _ONE_COMMAND_PROCESS
-    _ONE_COMMAND_PROCESS = True
+    _startup.one_command_process = True
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
         signal.signal(signal.SIGINT, _on_sigint)
     try:
@@ -1859,8 +1713,7 @@ def main() -> None:
 
 def _main(args: list[str]) -> int:
     as_json = "--json" in args
-    _plain_coercion()
-    command_ = typer.main.get_command(_app_for(args))
+    command_ = typer.main.get_command(_startup.named_only(app, args))
     try:
         code = command_.main(args=args, prog_name="cybmem", standalone_mode=False)
     except UsageError as exc:
@@ -1879,29 +1732,9 @@ def _main(args: list[str]) -> int:
 
 
 def console() -> None:
-    """The ``cybmem`` console script: :func:`main`; then, after a command that imports neither
-    pandas nor anything heavy (write, inject, ...: see :func:`_lean_imports`), the process ends
-    as soon as stdout and stderr are flushed, without the interpreter's teardown (25-35 ms of
-    freeing numpy's and pyarrow's modules, which the dispatcher waits for on every run). What
-    such a command writes to files is closed or fsynced before it returns. Exit codes are the
-    usual ones; an unexpected exception, a broken pipe or any other command takes the ordinary
-    way out."""
-    global _LEAN_RAN
-    _LEAN_RAN = False
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-        if not _LEAN_RAN or not (code is None or isinstance(code, int)):
-            raise
-    else:
-        code = 0
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        sys.exit(code)
-    os._exit(code or 0)
+    """The ``cybmem`` console script: :func:`main`, ended without the interpreter's teardown after
+    a command that opted in (:func:`cybmem._startup.end`)."""
+    _startup.end(main)
 
 
 if __name__ == "__main__":
