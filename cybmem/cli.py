@@ -476,67 +476,36 @@ def issues_cmd(
 
     Example: cybmem issues --state open --grep flaky
     """
-    import time
-
-    from .filters import IssueFilter, select_events, select_issues
-    from .snapshot import load_snapshot
+    from .filters import IssueFilter, list_issue_events, list_issues
 
     if events and all_issues:
         raise typer.BadParameter("--events lists every ledger event already; --all is for the issue view", param_hint="--all")
     lo, hi = _moment(since, "--since"), _moment(until, "--until", end_of_day=True)
     at = _moment(as_of, "--as-of")
-    store = ctx.store()
-    if events:
-        named = ()
-        if state:
-            try:
-                named = IssueFilter.make(state=state).states
-            except CybmemError as exc:
-                raise typer.BadParameter(str(exc), param_hint="--state") from None
-        folded = load_snapshot(store).fold()
-        titles = dict(zip(folded.column("issueId").to_pylist(), folded.column("title").to_pylist()))
-        ledger = (ev for _, ev in store.iter_issue_events() if at is None or ev.at <= at)  # streamed
-        page = select_events(ledger, since=lo, until=hi, events_named=named, grep=grep, titles=titles,
-                             offset=offset, limit=limit)
-        _warn(p.message for p in store.problems)
-        if ctx.json:
-            _print_json([e.to_dict() for e in page.items])
-            return
-        if not page.items:
-            if page.total:
-                _echo(page.footer("events"))
-            elif lo is not None or hi is not None or named or grep:
-                _echo(f"No ledger events in project {store.slug} match.")
-            else:
-                _echo(f"The issue ledger of project {store.slug} is empty.")
-            return
-        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _title(e.issueId, e.title or titles.get(e.issueId))]
-                for e in page.items]
-        _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows, fit=shorten)
-        footer = page.footer("events")
-        if footer:
-            _echo(footer)
-        return
-    window = None if all_issues else ctx.settings.issue_window_days
+    window = None if all_issues or events else ctx.settings.issue_window_days
     try:
         f = IssueFilter.make(state=state, since=lo, until=hi, grep=grep, window_days=window)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint="--state") from None
-    from .issues import states_from_table
-
-    snap = load_snapshot(store)  # the fold is cached with the snapshot: a long ledger is not re-read
-    folded = states_from_table(snap.fold(at))
-    now = int(time.time() * 1000) if at is None else at
-    page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit)
-    ledger = str(store.issues_path)
-    _warn(dict.fromkeys(p.message for p in [*store.problems, *snap.problems] if p.path.startswith(ledger)))
+    store = ctx.store()
+    if events:
+        got = list_issue_events(store, since=lo, until=hi, events_named=f.states, grep=grep, as_of=at,
+                                offset=offset, limit=limit)
+    else:
+        got = list_issues(store, f, as_of=at, offset=offset, limit=limit)
+    _warn(got.warnings)
+    page = got.page
     if ctx.json:
-        _print_json([s.to_dict() for s in page.items])
+        _print_json([item.to_dict() for item in page.items])
         return
-    hint = (f"{hidden} closed more than {window} days ago not shown (--all shows them)." if hidden else None)
+    noun = "events" if events else "issues"
+    hint = f"{got.hidden} closed more than {window} days ago not shown (--all shows them)." if got.hidden else None
     if not page.items:
         if page.total:
-            _echo(page.footer("issues"))
+            _echo(page.footer(noun))
+        elif events:
+            _echo(f"No ledger events in project {store.slug} match." if lo is not None or hi is not None or f.states or grep
+                  else f"The issue ledger of project {store.slug} is empty.")
         elif not (state or lo or hi or grep):
             _echo(f"No open issues in project {store.slug}" + (f", none closed in the last {window} days." if window else "."))
         else:
@@ -544,10 +513,15 @@ def issues_cmd(
         if hint:
             _echo(hint)
         return
-    rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), _title(s.issueId, s.title)]
-            for s in page.items]
-    _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "CLOSED", "TITLE"], rows, fit=shorten)
-    for line in (page.footer("issues"), hint):
+    if events:
+        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _title(e.issueId, e.title or got.titles.get(e.issueId))]
+                for e in page.items]
+        _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows, fit=shorten)
+    else:
+        rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), _title(s.issueId, s.title)]
+                for s in page.items]
+        _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "CLOSED", "TITLE"], rows, fit=shorten)
+    for line in (page.footer(noun), hint):
         if line:
             _echo(line)
 
