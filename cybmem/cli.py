@@ -195,7 +195,7 @@ class _FreeTextCommand(typer.core.TyperCommand):
 
 
 def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, filters: bool = False,
-            free_text: bool = False, quick: bool = False):
+            free_text: bool = False, quick: bool = False, group: Optional[typer.Typer] = None):
     """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
 
     ``quick``: the command is on the dispatch path and never needs pandas; in the console script it
@@ -204,7 +204,7 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
     filter options (--state, --since, --until, --grep, --agent, --issue) are added, and the
     body gets them as one :class:`cybmem.filters.RecordFilter` argument ``f``. ``free_text``:
     the last positional argument is free text, taken as it is even when it starts with a dash
-    (:func:`free_text_args`).
+    (:func:`free_text_args`). ``group``: the sub-app it belongs to (``cybmem export csv``).
     """
 
     def deco(fn: Callable) -> Callable:
@@ -232,7 +232,7 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
         cls = _FreeTextCommand if free_text else typer.core.TyperCommand
         if quick:
             cls = _startup.quick_class(cls, {p.name: c for p in params if (c := _startup.plain_coercion(p.annotation))})
-        app.command(name, cls=cls)(wrapper)
+        (group or app).command(name, cls=cls)(wrapper)
         return fn
 
     return deco
@@ -1377,23 +1377,22 @@ def doctor_cmd(
 
 # --- export ----------------------------------------------------------------------------
 
-_EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
+EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
 
 
-@command("export")
-def export_cmd(
-    ctx: Ctx,
-    format: Annotated[str, typer.Argument(help="ndjson, csv, parquet, sqlite or prov.", show_default=False)],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write: a file (ndjson, csv, sqlite, prov) or the dataset directory (parquet). ndjson and csv go to stdout without it.", show_default=False)] = None,
-    table: Annotated[Optional[str], typer.Option("--table", help="records or issues (default: records for ndjson/csv, both for parquet/sqlite).", show_default=False)] = None,
-    all_projects: Annotated[bool, typer.Option("--all", help="Export every project of the memory root.")] = False,
-    machine: Annotated[Optional[str], typer.Option("--machine", help="parquet: the machine partition (default: this host's name).", show_default=False)] = None,
-    chain: Annotated[Optional[str], typer.Option("--chain", help="prov: only the previousRunId chain of this run (id or unique prefix), walked both ways.", show_default=False)] = None,
-    provn: Annotated[bool, typer.Option("--provn", help="prov: also write PROV-N next to the PROV-JSON file (same name, .provn).")] = False,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing regular file at --out (never a link, a device or a FIFO, never inside a memory root).")] = False,
-):
-    """Export a project's memory (or, with --all, every project's) for other tools.
+class _FormatGroup(typer.core.TyperGroup):
+    """``cybmem export FORMAT``: one sub-command per format, so each has only its own options; a
+    format it does not know is named as a bad FORMAT."""
+
+    def resolve_command(self, ctx, args):
+        if args and not args[0].startswith("-") and args[0] not in EXPORT_FORMATS:
+            raise typer.BadParameter(f"{args[0]!r} is not one of {', '.join(EXPORT_FORMATS)}", ctx=ctx, param_hint="FORMAT")
+        return super().resolve_command(ctx, args)
+
+
+export_app = typer.Typer(
+    cls=_FormatGroup, no_args_is_help=True, rich_markup_mode=None, add_completion=False,
+    help="""Export a project's memory (or, with --all, every project's) for other tools.
 
     ndjson: the records as stored, one a line; csv: flat columns, lists as JSON text; parquet: a
     Hive-partitioned dataset (DIR/records|issues/machine=/project=/month=/) that each export
@@ -1401,87 +1400,164 @@ def export_cmd(
     prov: W3C PROV-JSON (and PROV-N) of the history. Every row carries its project.
 
     Example: cybmem export parquet --out ~/fleet --all
-    """
-    from .export import TABLES, all_stores, export_csv, export_ndjson, export_parquet, export_sqlite, validate_machine
-    from .errors import ValidationError
+    """,
+)
+app.add_typer(export_app, name="export")
 
-    if format not in _EXPORT_FORMATS:
-        raise typer.BadParameter(f"{format!r} is not one of {', '.join(_EXPORT_FORMATS)}", param_hint="FORMAT")
-    if out is not None and str(out) == "-" and format in ("ndjson", "csv"):
-        out = None  # stdout
-    if table is not None and table not in TABLES:
-        raise typer.BadParameter(f"{table!r} is not one of {', '.join(TABLES)}", param_hint="--table")
-    if format in ("parquet", "sqlite", "prov") and out is None:
-        raise typer.BadParameter(f"{format} needs --out ({'a directory' if format == 'parquet' else 'a file'})", param_hint="--out")
-    if ctx.json and out is None:
-        raise typer.BadParameter(f"--json prints a summary, but without --out the {format} data goes to stdout; add --out FILE", param_hint="--json")
-    if machine is not None and format != "parquet":
-        raise typer.BadParameter("only parquet exports have a machine partition", param_hint="--machine")
-    if (chain is not None or provn) and format != "prov":
-        raise typer.BadParameter("--chain and --provn are for prov exports", param_hint="--chain" if chain is not None else "--provn")
-    if format == "prov" and table is not None:
-        raise typer.BadParameter("a prov export holds the whole history; --table does not apply", param_hint="--table")
-    if chain is not None and all_projects:
-        raise typer.BadParameter("a chain lies inside one project: drop --all", param_hint="--chain")
+AllOpt = Annotated[bool, typer.Option("--all", help="Export every project of the memory root.")]
+TableOpt = Annotated[Optional[str], typer.Option("--table", help="records or issues (default: records for ndjson/csv, both for parquet/sqlite).", show_default=False)]
+ProgressOpt = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing regular file at --out (never a link, a device or a FIFO, never inside a memory root).")]
+
+
+def _export_stores(ctx: Ctx, all_projects: bool) -> list:
+    """The stores an export reads: the project (--cwd / --project) or, with --all, every one."""
+    from .export import all_stores
+
     if all_projects and ctx.project is not None:
         raise typer.BadParameter("give --project or --all, not both", param_hint="--all")
+    return all_stores(ctx.settings.memory_dir, required=True) if all_projects else [ctx.store()]
+
+
+def _export_tables(table: Optional[str]) -> Optional[list[str]]:
+    """--table: one of the tables (None: the format's default)."""
+    from .export import TABLES
+
+    if table is not None and table not in TABLES:
+        raise typer.BadParameter(f"{table!r} is not one of {', '.join(TABLES)}", param_hint="--table")
+    return None if table is None else [table]
+
+
+def _export_text(fmt: str, ctx: Ctx, out: Optional[Path], table: Optional[str], all_projects: bool,
+                 progress: Optional[bool], force: bool) -> None:
+    """ndjson and csv: to --out, or to stdout without it (or with --out -)."""
+    from .export import export_csv, export_ndjson
+
+    if out is not None and str(out) == "-":
+        out = None  # stdout
+    tables = _export_tables(table)
+    if ctx.json and out is None:
+        raise typer.BadParameter(f"--json prints a summary, but without --out the {fmt} data goes to stdout; add --out FILE", param_hint="--json")
+    fn = export_ndjson if fmt == "ndjson" else export_csv
+    result = fn(_export_stores(ctx, all_projects), out, table=tables[0] if tables else "records", progress=progress, force=force)
+    _warn(result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
+    elif out is not None:  # else the data went to stdout
+        t = result.tables[0]
+        _echo(f"Wrote {_count(t.rows, 'record' if t.table == 'records' else 'issue event')} of "
+              f"{_count(len(result.projects), 'project')} to {out}.")
+
+
+TextOutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="The file to write (default, or -: stdout).", show_default=False)]
+
+
+@command("ndjson", group=export_app)
+def export_ndjson_cmd(ctx: Ctx, out: TextOutOpt = None, table: TableOpt = None, all_projects: AllOpt = False,
+                      progress: ProgressOpt = None, force: ForceOpt = False):
+    """The records as stored (unknown fields kept), or with --table issues the ledger events, one JSON object a line.
+
+    Example: cybmem export ndjson --project api | head -n 1
+    """
+    _export_text("ndjson", ctx, out, table, all_projects, progress, force)
+
+
+@command("csv", group=export_app)
+def export_csv_cmd(ctx: Ctx, out: TextOutOpt = None, table: TableOpt = None, all_projects: AllOpt = False,
+                   progress: ProgressOpt = None, force: ForceOpt = False):
+    """The records flattened (lineage and outcome as columns, lists as JSON text, times ISO 8601 UTC), or the events.
+
+    Example: cybmem export csv --project api --table issues --out issues.csv
+    """
+    _export_text("csv", ctx, out, table, all_projects, progress, force)
+
+
+@command("parquet", group=export_app)
+def export_parquet_cmd(
+    ctx: Ctx,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The dataset directory (created; each export appends to it).", show_default=False)],
+    machine: Annotated[Optional[str], typer.Option("--machine", help="The machine partition (default: this host's name).", show_default=False)] = None,
+    table: TableOpt = None,
+    all_projects: AllOpt = False,
+    progress: ProgressOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Accepted as by the other formats; a dataset is appended to, never replaced.")] = False,
+):
+    """Append to a Hive-partitioned Parquet dataset (DIR/records|issues/machine=/project=/month=/); many machines side by side.
+
+    Example: cybmem export parquet --out ~/fleet --all --machine laptop
+    """
+    from .errors import ValidationError
+    from .export import TABLES, export_parquet, validate_machine
+
+    tables = _export_tables(table)
     if machine is not None:
         try:
             validate_machine(machine)
         except ValidationError as exc:
             raise typer.BadParameter(str(exc), param_hint="--machine") from None
-
-    if all_projects:
-        root = ctx.settings.memory_dir
-        stores = all_stores(root)
-        if not stores:
-            from .errors import NotFoundError
-
-            raise NotFoundError(f"no projects under {root}; nothing to export")
-    else:
-        stores = [ctx.store()]
-
-    if format == "prov":
-        from .prov import export_prov
-
-        result = export_prov(stores, out, chain=chain, provn=provn, force=force)
-        _warn(result.warnings)
-        if ctx.json:
-            _print_json(result.to_dict())
-            return
-        c = result.counts
-        files = " and ".join(f"{p} ({'PROV-N' if k == 'provn' else 'PROV-JSON'})" for k, p in result.files.items())
-        _echo(f"Wrote {files}: {c['activities']} activities, {c['entities']} entities, {c['agents']} agents, "
-                   f"{c['relations']} relations ({', '.join(f'{k} {v}' for k, v in c.items() if k not in ('activities', 'entities', 'agents', 'relations'))}).")
-        return
-
-    if format in ("ndjson", "csv"):
-        fn = export_ndjson if format == "ndjson" else export_csv
-        result = fn(stores, out, table=table or "records", progress=progress, force=force)
-    elif format == "parquet":
-        result = export_parquet(stores, out, machine=machine, tables=[table] if table else TABLES, progress=progress)
-    else:
-        result = export_sqlite(stores, out, tables=[table] if table else TABLES, progress=progress, force=force)
+    result = export_parquet(_export_stores(ctx, all_projects), out, machine=machine, tables=tables or TABLES, progress=progress)
     _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
         return
-    if out is None:
-        return  # the data went to stdout
+    what = {"records": "record", "issues": "issue event"}
+    parts = [f"{_count(t.new, 'new ' + what[t.table])} ({_count(len(t.files), 'file')}; {t.rows - t.new} already there)"
+             for t in result.tables]
+    _echo(f"Wrote {' and '.join(parts)} to {out} as machine {result.machine}.")
 
-    n = _count
-    if format == "parquet":
-        what = {"records": "record", "issues": "issue event"}
-        parts = [f"{n(t.new, 'new ' + what[t.table])} ({n(len(t.files), 'file')}; {t.rows - t.new} already there)"
-                 for t in result.tables]
-        _echo(f"Wrote {' and '.join(parts)} to {out} as machine {result.machine}.")
-    elif format == "sqlite":
-        parts = [f"{t.table} {t.rows} ({t.new} new" + (f", {t.updated} updated)" if t.table != "issues" else ")") for t in result.tables]
-        _echo(f"Wrote {out}: {', '.join(parts)}"
-                   + ("; full-text search on task and summary (records_fts)." if any(t.table == "records" for t in result.tables) else "."))
-    else:
-        t = result.tables[0]
-        _echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
+
+@command("sqlite", group=export_app)
+def export_sqlite_cmd(
+    ctx: Ctx,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The database file (created, or updated in place).", show_default=False)],
+    table: TableOpt = None,
+    all_projects: AllOpt = False,
+    progress: ProgressOpt = None,
+    force: ForceOpt = False,
+):
+    """records (full-text search), issue_events and issues (the current fold), for Datasette and sqlite-utils.
+
+    Example: cybmem export sqlite --all --out memory.db
+    """
+    from .export import TABLES, export_sqlite
+
+    tables = _export_tables(table)
+    result = export_sqlite(_export_stores(ctx, all_projects), out, tables=tables or TABLES, progress=progress, force=force)
+    _warn(result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
+        return
+    parts = [f"{t.table} {t.rows} ({t.new} new" + (f", {t.updated} updated)" if t.table != "issues" else ")") for t in result.tables]
+    _echo(f"Wrote {out}: {', '.join(parts)}"
+          + ("; full-text search on task and summary (records_fts)." if any(t.table == "records" for t in result.tables) else "."))
+
+
+@command("prov", group=export_app)
+def export_prov_cmd(
+    ctx: Ctx,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The PROV-JSON file.", show_default=False)],
+    chain: Annotated[Optional[str], typer.Option("--chain", help="Only the previousRunId chain of this run (id or unique prefix), walked both ways.", show_default=False)] = None,
+    provn: Annotated[bool, typer.Option("--provn", help="Also write PROV-N next to the PROV-JSON file (same name, .provn).")] = False,
+    all_projects: AllOpt = False,
+    force: ForceOpt = False,
+):
+    """W3C PROV-JSON of the history (or of one --chain), plus PROV-N with --provn.
+
+    Example: cybmem export prov --project web --chain 9b6b1e00 --out chain.prov.json --provn
+    """
+    from .prov import export_prov
+
+    if chain is not None and all_projects:
+        raise typer.BadParameter("a chain lies inside one project: drop --all", param_hint="--chain")
+    result = export_prov(_export_stores(ctx, all_projects), out, chain=chain, provn=provn, force=force)
+    _warn(result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
+        return
+    c = result.counts
+    files = " and ".join(f"{p} ({'PROV-N' if k == 'provn' else 'PROV-JSON'})" for k, p in result.files.items())
+    _echo(f"Wrote {files}: {c['activities']} activities, {c['entities']} entities, {c['agents']} agents, "
+          f"{c['relations']} relations ({', '.join(f'{k} {v}' for k, v in c.items() if k not in ('activities', 'entities', 'agents', 'relations'))}).")
 
 
 # --- the MCP server -------------------------------------------------------------------

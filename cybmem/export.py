@@ -220,11 +220,20 @@ class ExportSummary:
 # --- shared helpers ----------------------------------------------------------------------
 
 
-def all_stores(root: str | os.PathLike) -> list[MemoryStore]:
-    """A store for every project directory of a memory root, by slug."""
+def all_stores(root: str | os.PathLike, *, required: bool = False) -> list[MemoryStore]:
+    """A store for every project directory of a memory root, by slug.
+
+    Raises:
+        NotFoundError: with ``required``, when the root holds no project (``export --all``).
+    """
     from .projects import project_dirs
 
-    return [MemoryStore(root, slug) for slug in project_dirs(Path(root))]
+    stores = [MemoryStore(root, slug) for slug in project_dirs(Path(root))]
+    if required and not stores:
+        from .errors import NotFoundError
+
+        raise NotFoundError(f"no projects under {root}; nothing to export")
+    return stores
 
 
 def _as_stores(stores: MemoryStore | Iterable[MemoryStore]) -> list[MemoryStore]:
