@@ -220,8 +220,9 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
 
         @functools.wraps(fn)
         def wrapper(**kwargs):
-            ctx = Ctx(memory_dir=kwargs.pop("memory_dir", None), cwd=kwargs.pop("cwd", None),
-                      project=kwargs.pop("project", None), json=kwargs.pop("as_json", False))
+            shared = {n: kwargs.pop(n) for n in names}  # a command's own --project (fleet's) stays its own
+            ctx = Ctx(memory_dir=shared.get("memory_dir"), cwd=shared.get("cwd"), project=shared.get("project"),
+                      json=shared.get("as_json", False))
             _startup.quick_ran = quick
             with _startup.quick_imports(compute=memory) if quick else contextlib.nullcontext():
                 return _run(body, ctx, kwargs)
@@ -1586,30 +1587,22 @@ def mcp_cmd(
 
 # --- fleet ----------------------------------------------------------------------------
 
-_FLEET_ACTIONS = ("search", "issues", "report")
+FLEET_JOBS = ("search", "issues", "report")
 
 
-@command("fleet", project=False, memory=False, free_text=True)
-def fleet_cmd(
-    ctx: Ctx,
-    action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],
-    query: Annotated[Optional[str], typer.Argument(help="search: what to look for (free text).", show_default=False)] = None,
-    dataset: Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)] = None,
-    scheduler: Annotated[str, typer.Option("--scheduler", help="auto: in this process for a small dataset, else a LocalCluster; inline; local (a LocalCluster); or a Dask scheduler's address (tcp://host:8786).")] = "auto",
-    workers: Annotated[int, typer.Option("--workers", help="LocalCluster worker processes.", min=1)] = 2,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for --scheduler to answer.", min=0.1)] = 10.0,
-    machine: Annotated[Optional[list[str]], typer.Option("--machine", "-m", help="Only this machine (repeat for more).", show_default=False)] = None,
-    project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="Only this project (repeat for more).", show_default=False)] = None,
-    k: Annotated[int, typer.Option("-k", "--top", help="search: how many results.", min=1)] = 10,
-    explain_: Annotated[bool, typer.Option("--explain", help="search: each result's per-axis contributions and the weights.")] = False,
-    as_of: AsOfOpt = None,
-    open_: Annotated[bool, typer.Option("--open", help="issues: list the open issues, oldest first, instead of counts per machine and project.")] = False,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="issues --open: show at most N (0: all).", min=0)] = 20,
-    now: Annotated[Optional[str], typer.Option("--now", help="issues, report: measure ages to this moment (epoch ms or ISO date; default: now).", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="report: the directory to write the figures and tables into.", show_default=False)] = None,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
-):
-    """Search, fold issues and report over every machine's exported memory, on Dask.
+class _JobGroup(typer.core.TyperGroup):
+    """``cybmem fleet JOB``: one sub-command per job, each with only its own options; a job it does
+    not know is named as a bad ACTION."""
+
+    def resolve_command(self, ctx, args):
+        if args and not args[0].startswith("-") and args[0] not in FLEET_JOBS:
+            raise typer.BadParameter(f"{args[0]!r} is not one of {', '.join(FLEET_JOBS)}", ctx=ctx, param_hint="ACTION")
+        return super().resolve_command(ctx, args)
+
+
+fleet_app = typer.Typer(
+    cls=_JobGroup, no_args_is_help=True, rich_markup_mode=None, add_completion=False,
+    help="""Search, fold issues and report over every machine's exported memory, on Dask.
 
     search QUERY: the top k records of the whole fleet, ranked as `cybmem search` ranks one store
     holding them all. issues: the issue fold of every machine and project (counts, or --open).
@@ -1620,91 +1613,138 @@ def fleet_cmd(
     for the first that exported it, and its hit names them all.
 
     Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
-    """
-    if action not in _FLEET_ACTIONS:
-        raise typer.BadParameter(f"{action!r} is not one of {', '.join(_FLEET_ACTIONS)}", param_hint="ACTION")
-    if dataset is None:
-        raise typer.BadParameter("give the dataset directory (`cybmem export parquet --out DIR` writes it)", param_hint="--dataset")
-    if action == "search" and not query:
-        raise typer.BadParameter("search needs a QUERY", param_hint="QUERY")
-    if action != "search" and query is not None:
-        raise typer.BadParameter(f"{action} takes no QUERY (got {query!r})", param_hint="QUERY")
-    if action == "report" and out is None:
-        raise typer.BadParameter("report needs --out DIR", param_hint="--out")
-    if action != "report" and out is not None:
-        raise typer.BadParameter("--out is for report", param_hint="--out")
-    if action != "issues" and open_:
-        raise typer.BadParameter("--open is for issues", param_hint="--open")
-    if action != "search" and (explain_ or as_of is not None):
-        raise typer.BadParameter("--explain and --as-of are for search", param_hint="--explain" if explain_ else "--as-of")
-    if action == "search" and now is not None:
-        raise typer.BadParameter("--now is for issues and report (search: --as-of)", param_hint="--now")
+    """,
+)
+app.add_typer(fleet_app, name="fleet")
+
+DatasetOpt = Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)]
+SchedulerOpt = Annotated[str, typer.Option("--scheduler", help="auto: in this process for a small dataset, else a LocalCluster; inline; local (a LocalCluster); or a Dask scheduler's address (tcp://host:8786).")]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="LocalCluster worker processes.", min=1)]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for --scheduler to answer.", min=0.1)]
+MachinesOpt = Annotated[Optional[list[str]], typer.Option("--machine", "-m", help="Only this machine (repeat for more).", show_default=False)]
+ProjectsOpt = Annotated[Optional[list[str]], typer.Option("--project", "-p", help="Only this project (repeat for more).", show_default=False)]
+NowOpt = Annotated[Optional[str], typer.Option("--now", help="Measure ages to this moment (epoch ms or ISO date; default: now).", show_default=False)]
+
+
+@contextlib.contextmanager
+def _fleet(dataset, scheduler, workers, timeout, machine, project, progress):
+    """The fleet the shared options describe; the part files it skipped are said once."""
     from .fleet import Fleet
 
-    now_ms = parse_time(now, "--now")
+    if dataset is None:
+        raise typer.BadParameter("give the dataset directory (`cybmem export parquet --out DIR` writes it)", param_hint="--dataset")
     with Fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress,
                timeout=timeout) as fleet:
         _warn(fleet.skipped)
+        yield fleet
+
+
+@command("search", group=fleet_app, project=False, memory=False, free_text=True)
+def fleet_search_cmd(
+    ctx: Ctx,
+    query: Annotated[Optional[str], typer.Argument(help="What to look for (free text).", show_default=False)] = None,
+    dataset: DatasetOpt = None, scheduler: SchedulerOpt = "auto", workers: WorkersOpt = 2, timeout: TimeoutOpt = 10.0,
+    machine: MachinesOpt = None, project: ProjectsOpt = None,
+    k: Annotated[int, typer.Option("-k", "--top", help="How many results.", min=1)] = 10,
+    explain_: Annotated[bool, typer.Option("--explain", help="Each result's per-axis contributions and the weights.")] = False,
+    as_of: AsOfOpt = None,
+    progress: ProgressOpt = None,
+):
+    """The top k records of the whole fleet, ranked as `cybmem search` ranks one store holding them all.
+
+    Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
+    """
+    if not query:
+        raise typer.BadParameter("search needs a QUERY", param_hint="QUERY")
+    with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
+        result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
+        if ctx.json:
+            _print_json(result.to_dict(explain=explain_))
+            return
+        if not result.hits:
+            _echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
+            _echo(f"Ran {fleet.ran_on}.")
+            return
+        rows = [[str(h.rank), f"{h.score:.3f}", h.machine + ("*" if h.claimed_by else ""), h.project, h.run_id[:8],
+                 _when(h.ended_at_ms), h.state, h.task] for h in result.hits]
+        _table(["#", "SCORE", "MACHINE", "PROJECT", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
+        if explain_:
+            w = result.weights
+            _echo("")
+            _echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
+                  + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
+            for h in result.hits:
+                _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
+        for h in (h for h in result.hits if h.claimed_by):
+            _echo(f"* run {h.run_id[:8]} was exported by {', '.join(h.claimed_by)}"
+                  + (" with different records" if h.conflict else ", the same record")
+                  + f"; shown as {h.claimed_by[0]}, the first to export it.")
+        _echo(f"Ran {fleet.ran_on}.")
+
+
+@command("issues", group=fleet_app, project=False, memory=False)
+def fleet_issues_cmd(
+    ctx: Ctx,
+    dataset: DatasetOpt = None, scheduler: SchedulerOpt = "auto", workers: WorkersOpt = 2, timeout: TimeoutOpt = 10.0,
+    machine: MachinesOpt = None, project: ProjectsOpt = None,
+    open_: Annotated[bool, typer.Option("--open", help="List the open issues, oldest first, instead of counts per machine and project.")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="--open: show at most N (0: all).", min=0)] = 20,
+    now: NowOpt = None,
+    progress: ProgressOpt = None,
+):
+    """The issue fold of every machine and project: counts per machine and project, or --open.
+
+    Example: cybmem fleet issues --dataset ~/fleet --open -n 10
+    """
+    now_ms = parse_time(now, "--now")
+    with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
         ran = f"Ran {fleet.ran_on}."
-        if action == "search":
-            result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
+        if open_:
+            opened = fleet.open_issues(now=now_ms)
+            shown = opened if not limit else opened.head(limit)
             if ctx.json:
-                _print_json(result.to_dict(explain=explain_))
+                _print_json(json.loads(shown.drop(columns=["openAge", "timeToResolve"])
+                                       .to_json(orient="records", date_format="epoch", date_unit="ms")))
                 return
-            if not result.hits:
-                _echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
+            if not len(opened):
+                _echo(f"No open issues in {len(fleet.groups)} projects.")
                 _echo(ran)
                 return
-            rows = [[str(h.rank), f"{h.score:.3f}", h.machine + ("*" if h.claimed_by else ""), h.project, h.run_id[:8],
-                     _when(h.ended_at_ms), h.state, h.task] for h in result.hits]
-            _table(["#", "SCORE", "MACHINE", "PROJECT", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
-            if explain_:
-                w = result.weights
-                _echo("")
-                _echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
-                           + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
-                for h in result.hits:
-                    _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
-            for h in (h for h in result.hits if h.claimed_by):
-                _echo(f"* run {h.run_id[:8]} was exported by {', '.join(h.claimed_by)}"
-                      + (" with different records" if h.conflict else ", the same record")
-                      + f"; shown as {h.claimed_by[0]}, the first to export it.")
+            rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a:.1f}", st, t]
+                    for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
+                                                     shown["openedAt"].dt.as_unit("ns"), shown["ageDays"], shown["state"], shown["title"])]
+            _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
+            if len(shown) < len(opened):
+                _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
             _echo(ran)
             return
-        if action == "issues":
-            if open_:
-                fold = fleet.issues(now=now_ms)
-                opened = fold[fold["state"].isin(["opened", "reopened"])].sort_values(
-                    ["openedAt", "machine", "project", "issueId"], kind="stable")
-                if ctx.json:
-                    shown = opened if not limit else opened.head(limit)
-                    _print_json(json.loads(shown.assign(ageDays=shown["openAge"].dt.total_seconds() / 86400)
-                                           .drop(columns=["openAge", "timeToResolve"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
-                    return
-                if not len(opened):
-                    _echo(f"No open issues in {len(fleet.groups)} projects.")
-                    _echo(ran)
-                    return
-                shown = opened if not limit else opened.head(limit)
-                rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
-                        for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
-                                                         shown["openedAt"].dt.as_unit("ns"), shown["openAge"], shown["state"], shown["title"])]
-                _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
-                if len(shown) < len(opened):
-                    _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
-                _echo(ran)
-                return
-            summary = fleet.issue_summary(now=now_ms)
-            if ctx.json:
-                _print_json(json.loads(summary.to_json(orient="records")))
-                return
-            rows = [[r.machine, r.project, str(r.issues), str(r.opened + r.reopened), str(r.resolved), str(r.wontfix),
-                     str(r.reopens), "-" if r.medianOpenDays != r.medianOpenDays else f"{r.medianOpenDays:.1f}"]
-                    for r in summary.itertuples()]
-            _table(["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN OPEN AGE (D)"], rows,
-                   fit=_whole)
-            _echo(ran)
+        summary = fleet.issue_summary(now=now_ms)
+        if ctx.json:
+            _print_json(json.loads(summary.to_json(orient="records")))
             return
+        rows = [[r.machine, r.project, str(r.issues), str(r.opened + r.reopened), str(r.resolved), str(r.wontfix),
+                 str(r.reopens), "-" if r.medianOpenDays != r.medianOpenDays else f"{r.medianOpenDays:.1f}"]
+                for r in summary.itertuples()]
+        _table(["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN OPEN AGE (D)"], rows,
+               fit=_whole)
+        _echo(ran)
+
+
+@command("report", group=fleet_app, project=False, memory=False)
+def fleet_report_cmd(
+    ctx: Ctx,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The directory to write the figures and tables into.", show_default=False)],
+    dataset: DatasetOpt = None, scheduler: SchedulerOpt = "auto", workers: WorkersOpt = 2, timeout: TimeoutOpt = 10.0,
+    machine: MachinesOpt = None, project: ProjectsOpt = None,
+    now: NowOpt = None,
+    progress: ProgressOpt = None,
+):
+    """Issue-age histograms and the lineage summary per machine and project (PNG, CSV and HTML) in --out.
+
+    Example: cybmem fleet report --dataset ~/fleet --out fleet-report
+    """
+    now_ms = parse_time(now, "--now")
+    with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
         result = fleet.report(out, now=now_ms)
         if ctx.json:
             _print_json(result.to_dict())
@@ -1715,7 +1755,7 @@ def fleet_cmd(
               f"{n(result.projects, 'project')} on {n(result.machines, 'machine')}."
               + (f" {n(result.claimed, 'run id')} exported by more than one machine or project count once."
                  if result.claimed else ""))
-        _echo(ran)
+        _echo(f"Ran {fleet.ran_on}.")
 
 
 #: Set by :func:`_on_sigint`: the person pressed Ctrl-C (see :func:`main`).

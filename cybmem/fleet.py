@@ -1041,6 +1041,14 @@ class Fleet:
         """
         return self._frame(_events_part, _fold_part, "fleet issues", _now_ts(now))
 
+    def open_issues(self, *, now: "pd.Timestamp | int | None" = None) -> "pd.DataFrame":
+        """The fleet's open (opened or reopened) issues, oldest opened first (then machine, project,
+        id), with ``ageDays``: their open age in days at ``now``."""
+        fold = self.issues(now=now)
+        opened = fold[fold["state"].isin(["opened", "reopened"])].sort_values(
+            ["openedAt", "machine", "project", "issueId"], kind="stable")
+        return opened.assign(ageDays=opened["openAge"].dt.total_seconds() / 86400)
+
     def issue_summary(self, *, now: "pd.Timestamp | int | None" = None) -> "pd.DataFrame":
         """Per machine and project: issues by state, reopens and the median age of the open ones (days)."""
         return self._frame(_events_part, _FoldThen(_issue_summary_part), "fleet issues", _now_ts(now))
