@@ -88,3 +88,15 @@ def test_usage_python_api_section_is_real(tmp_path, monkeypatch):
     runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
     runner.run(test)
     assert runner.summarize(verbose=False).failed == 0, "USAGE.md Python API examples"
+
+
+def test_the_type_checking_imports_name_the_lazy_ones():
+    """Editors see the public API through the TYPE_CHECKING imports of cybmem/__init__.py: the same
+    names from the same modules as the lazy table that serves them at run time."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(cybmem.__file__).read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {a.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert seen == cybmem._LAZY
