@@ -359,9 +359,9 @@ def _with_partition(t: pa.Table, g: Group, time_column: str) -> pa.Table:
 
 
 def _to_pandas(t: pa.Table) -> "pd.DataFrame":
-    from .frames import _types_mapper
+    from .frames import types_mapper
 
-    return t.to_pandas(types_mapper=_types_mapper)
+    return t.to_pandas(types_mapper=types_mapper)
 
 
 def _records_part(groups: tuple[Group, ...], columns: tuple[str, ...] | None = None) -> "pd.DataFrame":
