@@ -1381,14 +1381,23 @@ def doctor_cmd(
 EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
 
 
-class _FormatGroup(typer.core.TyperGroup):
-    """``cybmem export FORMAT``: one sub-command per format, so each has only its own options; a
-    format it does not know is named as a bad FORMAT."""
+class _WordGroup(typer.core.TyperGroup):
+    """A command whose first word names one of its sub-commands (``words``), each with only its own
+    options; another word is a bad ``hint`` (``cybmem export xml``)."""
+
+    words: tuple[str, ...] = ()
+    hint = ""
 
     def resolve_command(self, ctx, args):
-        if args and not args[0].startswith("-") and args[0] not in EXPORT_FORMATS:
-            raise typer.BadParameter(f"{args[0]!r} is not one of {', '.join(EXPORT_FORMATS)}", ctx=ctx, param_hint="FORMAT")
+        if args and not args[0].startswith("-") and args[0] not in self.words:
+            raise typer.BadParameter(f"{args[0]!r} is not one of {', '.join(self.words)}", ctx=ctx, param_hint=self.hint)
         return super().resolve_command(ctx, args)
+
+
+class _FormatGroup(_WordGroup):
+    """``cybmem export FORMAT``: one sub-command per format."""
+
+    words, hint = EXPORT_FORMATS, "FORMAT"
 
 
 export_app = typer.Typer(
@@ -1590,14 +1599,10 @@ def mcp_cmd(
 FLEET_JOBS = ("search", "issues", "report")
 
 
-class _JobGroup(typer.core.TyperGroup):
-    """``cybmem fleet JOB``: one sub-command per job, each with only its own options; a job it does
-    not know is named as a bad ACTION."""
+class _JobGroup(_WordGroup):
+    """``cybmem fleet ACTION``: one sub-command per job."""
 
-    def resolve_command(self, ctx, args):
-        if args and not args[0].startswith("-") and args[0] not in FLEET_JOBS:
-            raise typer.BadParameter(f"{args[0]!r} is not one of {', '.join(FLEET_JOBS)}", ctx=ctx, param_hint="ACTION")
-        return super().resolve_command(ctx, args)
+    words, hint = FLEET_JOBS, "ACTION"
 
 
 fleet_app = typer.Typer(

@@ -58,8 +58,8 @@ def test_the_tricks_are_opt_in_per_command():
     """A new command gets none of them unless it says quick=True; the ones on the dispatch path do."""
     assert inspect.signature(cli.command).parameters["quick"].default is False
     assert {c.name for c in cli.app.registered_commands if _startup.is_quick(c)} == QUICK
-    assert {c.name for c in cli.app.registered_commands} - QUICK == {"redact", "report", "doctor", "mcp", "fleet"}
-    assert not any(_startup.is_quick(c) for c in cli.export_app.registered_commands)
+    assert {c.name for c in cli.app.registered_commands} - QUICK == {"redact", "report", "doctor", "mcp"}
+    assert not any(_startup.is_quick(c) for sub in (cli.export_app, cli.fleet_app) for c in sub.registered_commands)
 
 
 def test_plain_options_skip_pydantic_only_in_commands_that_opt_in(store, tmp_path):
