@@ -55,6 +55,20 @@ def run(title: str, argv: list[str], what: str) -> str:
     return (f"## {title}\n\n{what}\n\n`python {' '.join(argv)}` ({took:.0f} s){status}\n\n```\n{p.stdout.strip()}\n```\n")
 
 
+KEPT = "<!-- kept by hand: benchmarks/run_all.py rewrites the sections above and keeps this one -->"
+
+
+def kept_by_hand(out: Path) -> str:
+    """The part of ``out`` from the KEPT line on (figures the docs quoted, with their history), which
+    no benchmark prints and a new run must not lose; empty when there is none."""
+    try:
+        text = out.read_text()
+    except OSError:
+        return ""
+    at = text.find(KEPT)
+    return "\n" + text[at:] if at >= 0 else ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="skip the 1M-record sizes")
@@ -122,7 +136,7 @@ def main() -> None:
               f"`python benchmarks/run_all.py{' --quick' if args.quick else ''}`.\n\nMachine: {machine()}.\n\n"
               "The machines are shared and noisy: read the ratios (measured in the same run), not the absolute "
               "times.\n\n")
-    args.out.write_text(header + "\n".join(parts))
+    args.out.write_text(header + "\n".join(parts) + kept_by_hand(args.out))
     print(f"wrote {args.out}")
 
 

@@ -103,6 +103,14 @@ class Manifest:
     def write(self, cache: Path) -> None:
         atomic_write(cache / "manifest.json", self.to_bytes(), durable=False)
 
+    def publish(self, cache: Path, records_dir: Path, scanned_at_ns: int) -> None:
+        """Make this manifest the cache's state: records/' mtime as it may be trusted next time
+        (:func:`dir_mtime_for_manifest`), the manifest written, the segment files it no longer
+        names deleted (:func:`remove_unlisted`)."""
+        self.dir_mtime_ns = dir_mtime_for_manifest(records_dir, scanned_at_ns)
+        self.write(cache)
+        remove_unlisted(cache, self)
+
     def new_file(self, kind: str) -> str:
         name = f"{kind}-{self.next_id}.arrow"
         self.next_id += 1

@@ -2,8 +2,9 @@
 
 One row per record (lineage and outcome flattened, timestamps ``timestamp[ms, UTC]``, lists as
 Arrow lists, the file's inode) plus the keyword text of each row (task + summary + the titles and details of
-the issues it raised). Large batches are parsed at once by Arrow's multi-threaded JSON reader
-and checked vectorised; a file those checks do not pass goes through the one record parser
+the issues it raised). The columns and the checks come from the record's field table
+(:data:`cybmem.schema.RECORD_FIELDS`). Large batches are parsed at once by Arrow's multi-threaded
+JSON reader and checked vectorised; a file those checks do not pass goes through the one record parser
 (:func:`cybmem.store.parse_record`), which decides and says why. Both fast paths only ever
 accept a subset of what the parser accepts (tested), so every reader sees the same records.
 """
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 
 from . import _io
 from .embeddings import record_text
-from .schema import RUN_ID_RE, STATES
+from .schema import LINEAGE_FIELDS, MAX_MS, OUTCOME_FIELDS, RECORD_FIELDS, RUN_ID_PATTERN, RUN_ID_RE, STATES, WORKER_FIELDS
 from .store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
 
 __all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "with_ms_times", "load_records", "parse_files", "keyword_texts", "empty_table"]
@@ -57,37 +58,71 @@ def with_ms_times(table: pa.Table) -> pa.Table:
 
 _TS = pa.timestamp("ms", tz="UTC")
 _STR_LIST = pa.list_(pa.string())
-RECORD_SCHEMA = pa.schema(
-    [
-        ("runId", pa.string()),
-        ("cwd", pa.string()),
-        ("workflowName", pa.string()),
-        ("task", pa.string()),
-        ("state", pa.string()),
-        ("startedAt", _TS),
-        ("endedAt", _TS),
-        ("parentRunId", pa.string()),
-        ("chatSessionId", pa.string()),
-        ("previousRunId", pa.string()),
-        ("rootRunId", pa.string()),
-        ("summary", pa.string()),
-        ("accomplished", _STR_LIST),
-        ("issues", _STR_LIST),
-        ("next", _STR_LIST),
-        ("workerAgents", _STR_LIST),
-        ("workerStates", _STR_LIST),
-        ("verdictSummary", pa.string()),
-        ("supersededBy", pa.string()),
-        ("supersedes", pa.string()),
-        ("inode", pa.uint64()),
-    ]
-)
+#: Arrow type of each field kind of cybmem.schema's field table: in the table, and as JSON holds it.
+_ARROW = {"str": pa.string(), "ms": _TS, "str_list": _STR_LIST}
+_JSON_ARROW = {"str": pa.string(), "ms": pa.int64(), "str_list": _STR_LIST}
+#: workers[] become two list columns (the provider is not kept).
+_WORKER_COLUMNS = {"agentId": "workerAgents", "state": "workerStates"}
 
-_LIST_COLS = {"accomplished", "issues", "next", "workerAgents", "workerStates"}
+
+def _flat_fields() -> list[tuple[str, pa.DataType]]:
+    """The record's columns from the field table: nested objects flattened, workers as two lists."""
+    out = []
+    for f in RECORD_FIELDS:
+        if f.kind == "object":
+            out += [(n.name, _ARROW[n.kind]) for n in f.nested]
+        elif f.kind == "objects":
+            out += [(_WORKER_COLUMNS[n.name], _STR_LIST) for n in f.nested if n.name in _WORKER_COLUMNS]
+        else:
+            out.append((f.name, _ARROW[f.kind]))
+    return out
+
+
+def _json_type(f) -> pa.DataType:
+    """The type Arrow's JSON reader parses a field as (times as integers, nested objects as structs)."""
+    if f.kind == "object":
+        return pa.struct([(n.name, _json_type(n)) for n in f.nested])
+    if f.kind == "objects":
+        return pa.list_(pa.struct([(n.name, _json_type(n)) for n in f.nested]))
+    return _JSON_ARROW[f.kind]
+
+
+RECORD_SCHEMA = pa.schema(_flat_fields() + [("inode", pa.uint64())])
+
+# What the fast paths check, by the field table (cybmem.schema); the full parser checks the same rules.
+_REQUIRED = tuple(f.name for f in RECORD_FIELDS if f.required)
+_REQUIRED_STR = tuple(f.name for f in RECORD_FIELDS if f.kind == "str" and f.required and f.rule is None)
+_MS = tuple(f.name for f in RECORD_FIELDS if f.kind == "ms")
+_OPTIONAL_STR = tuple(f.name for f in RECORD_FIELDS if f.kind == "str" and not f.required and f.rule is None)
+_RUN_LINKS = tuple(f.name for f in RECORD_FIELDS if f.rule == "run_id" and not f.required)
+_LINEAGE_LINKS = tuple(f.name for f in LINEAGE_FIELDS if f.rule == "run_id")
+_LINEAGE_STR = tuple(f.name for f in LINEAGE_FIELDS if f.rule is None)
+_OUTCOME_STR = tuple(f.name for f in OUTCOME_FIELDS if f.kind == "str")
+_OUTCOME_LISTS = tuple(f.name for f in OUTCOME_FIELDS if f.kind == "str_list")
+_WORKER_REQUIRED = tuple(f.name for f in WORKER_FIELDS if f.required)
+_WORKER_OPTIONAL = tuple(f.name for f in WORKER_FIELDS if not f.required)
 
 
 def _is_str_list(v: Any) -> bool:
     return type(v) is list and all(type(x) is str for x in v)
+
+
+def _optional_str(obj: dict, keys: tuple[str, ...]) -> bool:
+    """Each of ``keys`` absent, null or a string (loops, not all(): this runs per file)."""
+    for k in keys:
+        v = obj.get(k)
+        if v is not None and type(v) is not str:
+            return False
+    return True
+
+
+def _optional_link(obj: dict, keys: tuple[str, ...]) -> bool:
+    """Each of ``keys`` absent, null, empty or a run id."""
+    for k in keys:
+        v = obj.get(k)
+        if v is not None and (type(v) is not str or (v and not RUN_ID_RE.fullmatch(v))):
+            return False
+    return True
 
 
 def _fast_row(d: Any, run_id: str) -> bool:
@@ -98,39 +133,32 @@ def _fast_row(d: Any, run_id: str) -> bool:
     """
     if type(d) is not dict or d.get("runId") != run_id or not RUN_ID_RE.fullmatch(run_id):
         return False
-    lin, out = d.get("lineage"), d.get("outcome")
-    st, en = d.get("startedAt"), d.get("endedAt")
-    if not (
-        type(d.get("cwd")) is str and d["cwd"][:1] == "/" and type(d.get("workflowName")) is str and type(d.get("task")) is str
-        and d.get("state") in STATES and type(st) is int and type(en) is int and 0 <= st < 10**14 and 0 <= en < 10**14
-        and type(lin) is dict and type(out) is dict
-    ):
+    lin, out, w = d.get("lineage"), d.get("outcome"), d.get("workers")
+    if not (type(d.get("cwd")) is str and d["cwd"][:1] == "/" and d.get("state") in STATES
+            and type(lin) is dict and type(out) is dict):
         return False
-    for key in ("parentRunId", "chatSessionId", "previousRunId", "rootRunId"):
-        v = lin.get(key)
-        if v is not None and (type(v) is not str or (v and key != "chatSessionId" and (not RUN_ID_RE.fullmatch(v) or v[0] == "."))):
+    for k in _REQUIRED_STR:
+        if type(d.get(k)) is not str:
             return False
-    s = out.get("summary")
-    if s is not None and type(s) is not str:
-        return False
-    for key in ("accomplished", "issues", "next"):
-        v = out.get(key)
+    for k in _MS:
+        v = d.get(k)
+        if type(v) is not int or not 0 <= v < MAX_MS:
+            return False
+    for k in _OUTCOME_LISTS:
+        v = out.get(k)
         if v is not None and not _is_str_list(v):
             return False
-    w = d.get("workers")
-    if w is not None and not (type(w) is list and all(
-        type(x) is dict and type(x.get("agentId")) is str and type(x.get("state")) is str
-        and (x.get("provider") is None or type(x["provider"]) is str) for x in w
-    )):
-        return False
-    v = d.get("verdictSummary")
-    if v is not None and type(v) is not str:
-        return False
-    for key in ("supersededBy", "supersedes"):
-        v = d.get(key)
-        if v is not None and (type(v) is not str or (v and (not RUN_ID_RE.fullmatch(v) or v[0] == "."))):
+    if w is not None:
+        if type(w) is not list:
             return False
-    return True
+        for x in w:
+            if type(x) is not dict or not _optional_str(x, _WORKER_OPTIONAL):
+                return False
+            for k in _WORKER_REQUIRED:
+                if type(x.get(k)) is not str:
+                    return False
+    return (_optional_str(lin, _LINEAGE_STR) and _optional_link(lin, _LINEAGE_LINKS) and _optional_str(out, _OUTCOME_STR)
+            and _optional_str(d, _OPTIONAL_STR) and _optional_link(d, _RUN_LINKS))
 
 
 class _Columns:
@@ -207,18 +235,9 @@ def _parse_records(store: MemoryStore, entries: list[tuple[str, int]], issue_tex
     return cols, bad, problems
 
 
-_JSON_SCHEMA = pa.schema(
-    [
-        ("runId", pa.string()), ("cwd", pa.string()), ("workflowName", pa.string()), ("task", pa.string()),
-        ("state", pa.string()), ("startedAt", pa.int64()), ("endedAt", pa.int64()),
-        ("lineage", pa.struct([(k, pa.string()) for k in ("parentRunId", "chatSessionId", "previousRunId", "rootRunId")])),
-        ("outcome", pa.struct([("summary", pa.string()), ("accomplished", _STR_LIST), ("issues", _STR_LIST), ("next", _STR_LIST)])),
-        ("workers", pa.list_(pa.struct([("agentId", pa.string()), ("state", pa.string()), ("provider", pa.string())]))),
-        ("verdictSummary", pa.string()), ("supersededBy", pa.string()), ("supersedes", pa.string()),
-    ]
-)
+_JSON_SCHEMA = pa.schema([(f.name, _json_type(f)) for f in RECORD_FIELDS])
 _BULK_MIN = 256  # below this many files the per-file path is cheaper than a bulk parse
-_ID_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"  # validate_run_id: no leading "."
+_ID_PATTERN = f"^{RUN_ID_PATTERN}$"  # validate_run_id's rule, for Arrow's RE2
 
 
 def _empty_to_null(arr: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -257,28 +276,26 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
         return pc.struct_field(struct, name)
 
     ok = pc.and_kleene(pc.equal(t.column("runId"), pa.array(names, pa.string())), pc.is_in(t.column("state"), value_set=pa.array(STATES)))
-    for name in ("cwd", "workflowName", "task", "startedAt", "endedAt", "lineage", "outcome"):
+    for name in _REQUIRED:
         ok = pc.and_kleene(ok, pc.is_valid(t.column(name)))
     ok = pc.and_kleene(ok, pc.starts_with(t.column("cwd"), "/"))  # absolute, so not blank (others: per file)
-    for name in ("startedAt", "endedAt"):
+    for name in _MS:
         col = t.column(name)
-        ok = pc.and_kleene(ok, pc.and_kleene(pc.greater_equal(col, 0), pc.less(col, 10**14)))
-    for name in ("parentRunId", "previousRunId", "rootRunId"):
-        col = field(lin, name)
-        ok = pc.and_kleene(ok, pc.or_kleene(pc.is_null(col), pc.or_kleene(pc.equal(col, ""), pc.match_substring_regex(col, _ID_PATTERN))))
-    for name in ("supersededBy", "supersedes"):
-        col = t.column(name)
+        ok = pc.and_kleene(ok, pc.and_kleene(pc.greater_equal(col, 0), pc.less(col, MAX_MS)))
+    for col in [field(lin, name) for name in _LINEAGE_LINKS] + [t.column(name) for name in _RUN_LINKS]:
         ok = pc.and_kleene(ok, pc.or_kleene(pc.is_null(col), pc.or_kleene(pc.equal(col, ""), pc.match_substring_regex(col, _ID_PATTERN))))
     flat = pc.list_flatten(workers)
     if len(flat):
-        bad_worker = pc.or_(pc.is_null(field(flat, "agentId")), pc.is_null(field(flat, "state")))
+        bad_worker = pc.is_null(field(flat, _WORKER_REQUIRED[0]))
+        for name in _WORKER_REQUIRED[1:]:
+            bad_worker = pc.or_(bad_worker, pc.is_null(field(flat, name)))
         parents = pc.list_parent_indices(workers).to_numpy()
         bad_rows = np.unique(parents[bad_worker.to_numpy(zero_copy_only=False)])
     else:
         bad_rows = np.zeros(0, dtype=np.int64)
     mask = pc.fill_null(ok, False).to_numpy(zero_copy_only=False).copy()
     mask[bad_rows] = False
-    for name in ("accomplished", "issues", "next"):
+    for name in _OUTCOME_LISTS:
         col = field(out, name)
         if pc.any(pc.is_null(pc.list_flatten(col))).as_py():  # a null inside a list of strings
             inner = pc.is_null(pc.list_flatten(col)).to_numpy(zero_copy_only=False)

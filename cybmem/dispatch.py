@@ -44,7 +44,7 @@ from .errors import CybmemError, NotFoundError
 from .preamble import Layout, OpenIssue, PreambleEntry, estimate_tokens, inject, layout
 from .projects import known_projects
 from .retrieval import Floor, Hit, SearchResult, keyword_match, search
-from .scoring import MS_PER_DAY, normalize_keyword
+from .scoring import normalize_keyword, ranking_order, recency
 from .settings import Settings
 from .snapshot import load_snapshot, opened_in
 from .store import MemoryStore
@@ -176,7 +176,7 @@ class IssueRanking:
 
     def _sorted(self, at: np.ndarray) -> np.ndarray:
         """``at`` (positions in :attr:`rows`, ascending) best first: score, then latest activity."""
-        return at[np.lexsort((-self._last_at[at], -self.total[at]))]
+        return at[ranking_order(self.total[at], self._last_at[at])]
 
     @property
     def order(self) -> np.ndarray:
@@ -287,8 +287,7 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
     carrier_kw = np.where(has, kw[at_row] if n else 0, 0).astype(np.float32)
     best = best + np.maximum(own - carrier_kw, 0)
     now = ranked.now_ms if ranked is not None else result.now_ms
-    age_days = np.maximum(now - last_at, 0) / MS_PER_DAY
-    rec = (np.exp(-age_days / weights.half_life_days) * weights.w_rec).astype(np.float32) if weights.w_rec > 0 \
+    rec = recency(last_at, now, weights.half_life_days, weight=weights.w_rec) if weights.w_rec > 0 \
         else np.zeros(m, dtype=np.float32)
     total = best + rec
     keyword = np.maximum(carrier_kw, own)

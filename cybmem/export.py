@@ -82,7 +82,6 @@ import orjson
 import pyarrow as pa
 
 from . import _io
-from .columns import RECORD_SCHEMA
 from .errors import StoreError, ValidationError
 from .store import MemoryStore
 
@@ -122,10 +121,32 @@ _TS = pa.timestamp("ms", tz="UTC")
 _STR_LIST = pa.list_(pa.string())
 
 #: Columns of ``DIR/records/**/*.parquet``, in file order (the partition columns are in the path):
-#: the snapshot's records table (cybmem.columns.RECORD_SCHEMA) without the file's inode.
+#: a record with lineage and outcome flattened. Written out here, not taken from the cache's
+#: schema (cybmem.columns.RECORD_SCHEMA), so that a change to the cache cannot change a user's
+#: files; a change here is a new SCHEMA_VERSION (tests/test_export.py pins it).
 RECORDS_SCHEMA = pa.schema(
-    [pa.field("runId", pa.string(), nullable=False)]
-    + [f for f in RECORD_SCHEMA if f.name not in ("runId", "inode")],
+    [
+        pa.field("runId", pa.string(), nullable=False),
+        ("cwd", pa.string()),
+        ("workflowName", pa.string()),
+        ("task", pa.string()),
+        ("state", pa.string()),  # done | error | cancelled
+        ("startedAt", _TS),
+        ("endedAt", _TS),
+        ("parentRunId", pa.string()),
+        ("chatSessionId", pa.string()),
+        ("previousRunId", pa.string()),
+        ("rootRunId", pa.string()),
+        ("summary", pa.string()),
+        ("accomplished", _STR_LIST),
+        ("issues", _STR_LIST),
+        ("next", _STR_LIST),
+        ("workerAgents", _STR_LIST),  # workers[].agentId
+        ("workerStates", _STR_LIST),  # workers[].state
+        ("verdictSummary", pa.string()),
+        ("supersededBy", pa.string()),
+        ("supersedes", pa.string()),
+    ],
     metadata={"cybmem.table": "records", "cybmem.schema_version": str(SCHEMA_VERSION)},
 )
 

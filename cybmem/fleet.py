@@ -102,7 +102,7 @@ from .weights import Weights
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from .plots import IssueAgeData
+    from .frames import IssueAgeData
     from .snapshot import Snapshot
 
 __all__ = [
@@ -500,7 +500,7 @@ def _issue_summary_part(fold: "pd.DataFrame") -> "pd.DataFrame":
     """Per (machine, project): issues by state, reopens, median age of the open ones (days)."""
     import pandas as pd
 
-    from .plots import issue_age_values
+    from .frames import issue_age_values
 
     rows = []
     for machine, project, f in _by_group(fold):
@@ -516,10 +516,10 @@ def _issue_summary_part(fold: "pd.DataFrame") -> "pd.DataFrame":
 
 def _age_range_part(fold: "pd.DataFrame") -> dict:
     """Pass 1 of the fleet's age histograms: per panel, how many durations, the longest, how many under a minute."""
-    from .plots import AGE_PANELS, issue_age_values
+    from .frames import AGE_PANELS, SHORTEST_AGE_S, issue_age_values
 
     v = issue_age_values(fold)
-    out: dict[str, Any] = {p: (len(v[p]), float(v[p].max()) if len(v[p]) else -math.inf, int((v[p] < 60).sum()))
+    out: dict[str, Any] = {p: (len(v[p]), float(v[p].max()) if len(v[p]) else -math.inf, int((v[p] < SHORTEST_AGE_S).sum()))
                            for p in AGE_PANELS}
     uniq, counts = np.unique(v["reopens"], return_counts=True)
     out["reopens"] = dict(zip(uniq.tolist(), counts.tolist()))
@@ -528,8 +528,8 @@ def _age_range_part(fold: "pd.DataFrame") -> dict:
 
 
 def _age_counts_part(fold: "pd.DataFrame", edges: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Pass 2: each panel's counts over the fleet-wide edges (:func:`cybmem.plots.age_counts`)."""
-    from .plots import age_counts, issue_age_values
+    """Pass 2: each panel's counts over the fleet-wide edges (:func:`cybmem.frames.age_counts`)."""
+    from .frames import age_counts, issue_age_values
 
     v = issue_age_values(fold)
     return {p: age_counts(v[p], e) for p, e in edges.items()}
@@ -541,13 +541,13 @@ def _age_middle_part(fold: "pd.DataFrame", bins: dict[str, tuple[float, float, b
     Bins count durations clipped at a minute; clipping keeps the order, so the values of the bins
     around the middle rank, sorted, hold the middle values themselves.
     """
-    from .plots import issue_age_values
+    from .frames import SHORTEST_AGE_S, issue_age_values
 
     v = issue_age_values(fold)
     out = {}
     for p, (lo, hi, last) in bins.items():
         x = v[p]
-        c = np.clip(x, 60.0, None)
+        c = np.clip(x, SHORTEST_AGE_S, None)
         out[p] = x[(c >= lo) & ((c <= hi) if last else (c < hi))]
     return out
 
@@ -1054,13 +1054,13 @@ class Fleet:
         return self._frame(_events_part, _FoldThen(_issue_summary_part), "fleet issues", _now_ts(now))
 
     def issue_age_data(self, *, now: "pd.Timestamp | int | None" = None) -> "IssueAgeData":
-        """The fleet's issue-age histograms (:class:`cybmem.plots.IssueAgeData`), counted per partition.
+        """The fleet's issue-age histograms (:class:`cybmem.frames.IssueAgeData`), counted per partition.
 
         Equal to ``IssueAgeData.of(fleet.issues(now=now))`` without gathering the fold: the
         ranges, then the counts over the fleet-wide bin edges, then the values of the bin that
         holds each median are summed over the partitions.
         """
-        from .plots import AGE_PANELS, Histogram, IssueAgeData, age_edges
+        from .frames import AGE_PANELS, Histogram, IssueAgeData, age_edges
 
         now = _now_ts(now)
         folds = self._fold_handles(now)

@@ -4,16 +4,19 @@ Every view comes from the Arrow snapshot (:func:`cybmem.snapshot.load_snapshot`)
 rules (the issue fold of :mod:`cybmem.issues`, supersession of :mod:`cybmem.supersession`); none
 computes a rule of its own. Each takes the project (a store or its snapshot) first. Timestamps
 are tz-aware UTC, lists are Arrow-backed, text columns are pandas strings and a run's ``state`` is
-a categorical of :data:`cybmem.schema.STATES`. Nothing in the write or inject path imports this
-module.
+a categorical of :data:`cybmem.schema.STATES`. Also the numbers of the issue-age histograms
+(:class:`IssueAgeData`), which :mod:`cybmem.plots` draws and the fleet's partitions count without
+importing matplotlib. Nothing in the write or inject path imports this module.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import re
-
+import numpy as np
 import pyarrow as pa
 
 from . import issues, supersession
@@ -24,7 +27,10 @@ from .store import MemoryStore
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["records_frame", "issue_events_frame", "issue_fold", "lineage_edges", "natural_key", "period_starts"]
+__all__ = [
+    "records_frame", "issue_events_frame", "issue_fold", "lineage_edges", "natural_key", "period_starts",
+    "SHORTEST_AGE_S", "AGE_PANELS", "age_edges", "age_counts", "Histogram", "issue_age_values", "IssueAgeData",
+]
 
 _FOLD_COLUMNS = ["issueId", "title", "state", "openedAt", "resolvedAt", "lastAt", "openAge", "timeToResolve",
                  "reopenCount", "events", "openedBy", "resolvedBy", "lastBy", "detail"]
@@ -204,3 +210,98 @@ def period_starts(times: "pd.Series", freq: str | None = None) -> tuple["pd.Seri
     if freq is None:
         freq, name = _auto_freq((naive.max() - naive.min()).total_seconds() / 86400 if len(naive) else 0.0)
     return naive.dt.to_period(freq[0] if freq in ("MS", "YS") else freq).dt.start_time, name
+
+
+# --- issue-age histograms: the numbers (cybmem.plots draws them; fleet partitions count them) ---
+
+
+#: Durations shorter than this (seconds) are counted at it: the figure's log axis has no zero.
+SHORTEST_AGE_S = 60.0
+
+
+def age_edges(n: int, longest: float) -> np.ndarray:
+    """Bin edges (seconds) of an age histogram of ``n`` durations, the longest ``longest`` seconds.
+
+    Log-spaced from one minute (shorter durations are counted at one minute) to a little past
+    the longest, ``sqrt(n) + 6`` edges within [8, 40].
+    """
+    lo, hi = SHORTEST_AGE_S, max(max(float(longest), SHORTEST_AGE_S) * 1.05, SHORTEST_AGE_S * 10)
+    return np.geomspace(lo, hi, min(40, max(8, int(math.sqrt(n)) + 6)))
+
+
+def age_counts(seconds: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """How many of ``seconds`` fall in each bin of ``edges`` (durations under a minute count at one)."""
+    return np.histogram(np.clip(np.asarray(seconds, dtype=float), SHORTEST_AGE_S, None), edges)[0].astype(np.int64)
+
+
+@dataclass
+class Histogram:
+    """An age histogram's numbers: the count, bin edges and counts, the median and how many are under a minute.
+
+    A collection counted in parts (the partitions of a fleet) sums its parts' :func:`age_counts`
+    over the :func:`age_edges` of the whole and gets the same numbers.
+    """
+
+    n: int
+    edges: np.ndarray
+    counts: np.ndarray
+    median: float | None
+    short: int = 0  # durations under a minute (counted at one minute)
+
+    @classmethod
+    def of(cls, seconds: np.ndarray) -> "Histogram":
+        seconds = np.asarray(seconds, dtype=float)
+        if not len(seconds):
+            return cls(0, np.zeros(0), np.zeros(0, dtype=np.int64), None, 0)
+        edges = age_edges(len(seconds), float(seconds.max()))
+        return cls(len(seconds), edges, age_counts(seconds, edges), float(np.median(seconds)),
+                   int((seconds < SHORTEST_AGE_S).sum()))
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "edges": self.edges.tolist(), "counts": self.counts.tolist(), "median": self.median,
+                "short": self.short}
+
+
+#: The panels of :func:`issue_age_histograms` that count durations.
+AGE_PANELS = ("open", "resolved")
+
+
+def issue_age_values(fold: "pd.DataFrame") -> dict[str, np.ndarray]:
+    """What the issue-age figure counts, from a fold (:func:`cybmem.frames.issue_fold`).
+
+    Returns:
+        ``open``: ``openAge`` in seconds of open (opened / reopened) issues; ``resolved``:
+        ``timeToResolve`` in seconds of resolved issues (wontfix left out); ``reopens``: each
+        issue's reopen count. Missing durations dropped.
+    """
+    if not len(fold):
+        return {"open": np.zeros(0), "resolved": np.zeros(0), "reopens": np.zeros(0, dtype=np.int64)}
+    open_ = fold["state"].isin(["opened", "reopened"])
+    resolved = fold["state"].eq("resolved")
+    return {
+        "open": fold.loc[open_, "openAge"].dt.total_seconds().dropna().to_numpy(dtype=float),
+        "resolved": fold.loc[resolved, "timeToResolve"].dt.total_seconds().dropna().to_numpy(dtype=float),
+        "reopens": fold["reopenCount"].to_numpy(dtype=np.int64),
+    }
+
+
+@dataclass
+class IssueAgeData:
+    """What :func:`issue_age_histograms` draws: ages of open issues, times to resolve, reopen counts."""
+
+    issues: int
+    open: Histogram
+    resolved: Histogram
+    reopens: dict[int, int]  # reopen count -> issues, ascending
+
+    @classmethod
+    def of(cls, fold: "pd.DataFrame") -> "IssueAgeData":
+        """From one fold (:func:`cybmem.frames.issue_fold`); ages as measured when it was folded."""
+        v = issue_age_values(fold)
+        counts = np.unique(v["reopens"], return_counts=True)
+        return cls(len(fold), Histogram.of(v["open"]), Histogram.of(v["resolved"]),
+                   {int(a): int(b) for a, b in zip(*counts)})
+
+    def to_dict(self) -> dict:
+        return {"issues": self.issues, "open": self.open.to_dict(), "resolved": self.resolved.to_dict(),
+                "reopens": {str(k): v for k, v in self.reopens.items()}}

@@ -13,7 +13,6 @@ this module.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
-from .frames import period_starts
+from .frames import SHORTEST_AGE_S, Histogram, IssueAgeData, period_starts
 from .outcome import head_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,11 +37,6 @@ __all__ = [
     "lineage_trees",
     "dispatch_trees",
     "issue_age_histograms",
-    "issue_age_values",
-    "age_edges",
-    "age_counts",
-    "Histogram",
-    "IssueAgeData",
     "lineage_summary",
     "runs_over_time",
     "weight_heatmap",
@@ -599,7 +593,6 @@ def _lineage_timeline(ax, df: "pd.DataFrame", in_tree: np.ndarray, chosen: "pd.D
 
 _TIME_TICKS = ((60, "1 min"), (3600, "1 h"), (86_400, "1 day"), (7 * 86_400, "1 week"), (30 * 86_400, "1 month"),
                (365 * 86_400, "1 year"), (3650 * 86_400, "10 years"), (36_500 * 86_400, "100 years"))
-_MIN_S = 60.0  # a log axis has no zero: shorter times are counted at one minute
 
 
 def _spans_orders(values: np.ndarray, ratio: float = 50.0) -> bool:
@@ -607,94 +600,6 @@ def _spans_orders(values: np.ndarray, ratio: float = 50.0) -> bool:
     v = np.asarray(values, dtype=float)
     v = v[v > 0]
     return len(v) > 1 and v.max() / v.min() >= ratio
-
-
-def age_edges(n: int, longest: float) -> np.ndarray:
-    """Bin edges (seconds) of an age histogram of ``n`` durations, the longest ``longest`` seconds.
-
-    Log-spaced from one minute (shorter durations are counted at one minute) to a little past
-    the longest, ``sqrt(n) + 6`` edges within [8, 40].
-    """
-    lo, hi = _MIN_S, max(max(float(longest), _MIN_S) * 1.05, _MIN_S * 10)
-    return np.geomspace(lo, hi, min(40, max(8, int(math.sqrt(n)) + 6)))
-
-
-def age_counts(seconds: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """How many of ``seconds`` fall in each bin of ``edges`` (durations under a minute count at one)."""
-    return np.histogram(np.clip(np.asarray(seconds, dtype=float), _MIN_S, None), edges)[0].astype(np.int64)
-
-
-@dataclass
-class Histogram:
-    """An age histogram's numbers: the count, bin edges and counts, the median and how many are under a minute.
-
-    A collection counted in parts (the partitions of a fleet) sums its parts' :func:`age_counts`
-    over the :func:`age_edges` of the whole and gets the same numbers.
-    """
-
-    n: int
-    edges: np.ndarray
-    counts: np.ndarray
-    median: float | None
-    short: int = 0  # durations under a minute (counted at one minute)
-
-    @classmethod
-    def of(cls, seconds: np.ndarray) -> "Histogram":
-        seconds = np.asarray(seconds, dtype=float)
-        if not len(seconds):
-            return cls(0, np.zeros(0), np.zeros(0, dtype=np.int64), None, 0)
-        edges = age_edges(len(seconds), float(seconds.max()))
-        return cls(len(seconds), edges, age_counts(seconds, edges), float(np.median(seconds)),
-                   int((seconds < _MIN_S).sum()))
-
-    def to_dict(self) -> dict:
-        return {"n": self.n, "edges": self.edges.tolist(), "counts": self.counts.tolist(), "median": self.median,
-                "short": self.short}
-
-
-#: The panels of :func:`issue_age_histograms` that count durations.
-AGE_PANELS = ("open", "resolved")
-
-
-def issue_age_values(fold: "pd.DataFrame") -> dict[str, np.ndarray]:
-    """What the issue-age figure counts, from a fold (:func:`cybmem.frames.issue_fold`).
-
-    Returns:
-        ``open``: ``openAge`` in seconds of open (opened / reopened) issues; ``resolved``:
-        ``timeToResolve`` in seconds of resolved issues (wontfix left out); ``reopens``: each
-        issue's reopen count. Missing durations dropped.
-    """
-    if not len(fold):
-        return {"open": np.zeros(0), "resolved": np.zeros(0), "reopens": np.zeros(0, dtype=np.int64)}
-    open_ = fold["state"].isin(["opened", "reopened"])
-    resolved = fold["state"].eq("resolved")
-    return {
-        "open": fold.loc[open_, "openAge"].dt.total_seconds().dropna().to_numpy(dtype=float),
-        "resolved": fold.loc[resolved, "timeToResolve"].dt.total_seconds().dropna().to_numpy(dtype=float),
-        "reopens": fold["reopenCount"].to_numpy(dtype=np.int64),
-    }
-
-
-@dataclass
-class IssueAgeData:
-    """What :func:`issue_age_histograms` draws: ages of open issues, times to resolve, reopen counts."""
-
-    issues: int
-    open: Histogram
-    resolved: Histogram
-    reopens: dict[int, int]  # reopen count -> issues, ascending
-
-    @classmethod
-    def of(cls, fold: "pd.DataFrame") -> "IssueAgeData":
-        """From one fold (:func:`cybmem.frames.issue_fold`); ages as measured when it was folded."""
-        v = issue_age_values(fold)
-        counts = np.unique(v["reopens"], return_counts=True)
-        return cls(len(fold), Histogram.of(v["open"]), Histogram.of(v["resolved"]),
-                   {int(a): int(b) for a, b in zip(*counts)})
-
-    def to_dict(self) -> dict:
-        return {"issues": self.issues, "open": self.open.to_dict(), "resolved": self.resolved.to_dict(),
-                "reopens": {str(k): v for k, v in self.reopens.items()}}
 
 
 def _log_time_hist(ax, hist: Histogram, color: str, what: str) -> None:
@@ -713,8 +618,8 @@ def _log_time_hist(ax, hist: Histogram, color: str, what: str) -> None:
     ax.minorticks_off()
     ax.set_xlim(lo * 0.8, hi)
     median = hist.median
-    ax.axvline(max(median, _MIN_S), color="black", linestyle="--", linewidth=1,
-               label=f"median {_duration(median) if median >= _MIN_S else 'under a minute'}")
+    ax.axvline(max(median, SHORTEST_AGE_S), color="black", linestyle="--", linewidth=1,
+               label=f"median {_duration(median) if median >= SHORTEST_AGE_S else 'under a minute'}")
     if hist.short:
         ax.plot([], [], " ", label=f"{hist.short} under a minute, counted at 1 min")
     if _spans_orders(counts):

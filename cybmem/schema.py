@@ -1,6 +1,9 @@
 """Typed records of the store format (../shared/spec/store-format.md) and their validation.
 
-Field names on disk are camelCase and timestamps epoch milliseconds. Every
+The record's fields and their rules are declared once, in :data:`RECORD_FIELDS` (with the
+nested :data:`LINEAGE_FIELDS`, :data:`OUTCOME_FIELDS`, :data:`WORKER_FIELDS`): the dataclasses
+here parse by it, and :mod:`cybmem.columns` derives the cache's Arrow schema and its bulk checks
+from it. Field names on disk are camelCase and timestamps epoch milliseconds. Every
 ``from_dict`` validates and names the field at fault; every type keeps the
 fields it does not know in ``extra`` so that a round trip through cybmem never
 drops what another program wrote.
@@ -17,6 +20,13 @@ from typing import Any
 from .errors import ValidationError
 
 __all__ = [
+    "Field",
+    "RECORD_FIELDS",
+    "LINEAGE_FIELDS",
+    "OUTCOME_FIELDS",
+    "WORKER_FIELDS",
+    "RUN_ID_PATTERN",
+    "MAX_MS",
     "STATES",
     "validate_chat_id",
     "ISSUE_EVENTS",
@@ -34,8 +44,79 @@ __all__ = [
 
 STATES = ("done", "error", "cancelled")
 ISSUE_EVENTS = ("opened", "resolved", "reopened", "wontfix")
-RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+#: A run id: 1-128 characters from A-Z a-z 0-9 . _ -, not starting with "." (it names a file under
+#: records/, where dot-files are temp files). The one rule: Python's re and Arrow's RE2 both take it.
+RUN_ID_PATTERN = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}"
+RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 ISSUE_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of the on-disk record: its name, its type, whether it is required, its rule.
+
+    ``kind``: ``str``, ``ms`` (epoch milliseconds, an integer in [0, 10**14)), ``str_list``
+    (a list of strings), ``object`` / ``objects`` (one nested object / a list of them, whose
+    fields are ``nested``). ``rule``: ``run_id`` (:data:`RUN_ID_PATTERN`; empty means none),
+    ``state`` (one of :data:`STATES`), ``nonblank``. The dataclasses below parse by these
+    tables, and :mod:`cybmem.columns` derives the Arrow schema and the bulk checks from them.
+    """
+
+    name: str
+    kind: str = "str"
+    required: bool = False
+    rule: str | None = None
+    nested: tuple["Field", ...] = ()
+
+
+#: ``lineage``: where a run sits (all optional; an empty string means none).
+LINEAGE_FIELDS = (
+    Field("parentRunId", rule="run_id"),
+    Field("chatSessionId"),
+    Field("previousRunId", rule="run_id"),
+    Field("rootRunId", rule="run_id"),
+)
+#: ``outcome``: what the run did.
+OUTCOME_FIELDS = (
+    Field("summary"),
+    Field("accomplished", "str_list"),
+    Field("issues", "str_list"),
+    Field("next", "str_list"),
+)
+#: ``workers[]``: one worker of a run and the state it ended in.
+WORKER_FIELDS = (
+    Field("agentId", required=True),
+    Field("provider"),
+    Field("state", required=True),
+)
+#: A record, in the order written on disk (records/<runId>.json; ../shared/spec/store-format.md).
+RECORD_FIELDS = (
+    Field("runId", required=True, rule="run_id"),
+    Field("cwd", required=True, rule="nonblank"),
+    Field("workflowName", required=True),
+    Field("task", required=True),
+    Field("state", required=True, rule="state"),
+    Field("startedAt", "ms", required=True),
+    Field("endedAt", "ms", required=True),
+    Field("lineage", "object", required=True, nested=LINEAGE_FIELDS),
+    Field("outcome", "object", required=True, nested=OUTCOME_FIELDS),
+    Field("workers", "objects", nested=WORKER_FIELDS),
+    Field("verdictSummary"),
+    Field("supersededBy", rule="run_id"),
+    Field("supersedes", rule="run_id"),
+)
+#: The largest epoch-millisecond value a record may hold (exclusive).
+MAX_MS = 10**14
+
+
+def _names(fields: tuple[Field, ...], **match: Any) -> tuple[str, ...]:
+    """The names of the fields whose attributes equal ``match`` (all of them when none given)."""
+    return tuple(f.name for f in fields if all(getattr(f, k) == v for k, v in match.items()))
+
+
+#: The optional links to other runs, checked against :data:`RUN_ID_PATTERN` when set.
+_RECORD_LINKS = tuple(f.name for f in RECORD_FIELDS if f.rule == "run_id" and not f.required)
+_LINEAGE_LINKS = _names(LINEAGE_FIELDS, rule="run_id")
 
 
 def iso_to_ms(text: str) -> int:
@@ -76,7 +157,7 @@ def ms_to_utc(ms: int) -> str:
 
 def validate_run_id(value: Any, where: str = "runId") -> str:
     """Return ``value`` if it is a safe run id (``[A-Za-z0-9._-]{1,128}``, not starting with ``.``)."""
-    if not isinstance(value, str) or not RUN_ID_RE.fullmatch(value) or value.startswith("."):
+    if not isinstance(value, str) or not RUN_ID_RE.fullmatch(value):
         raise ValidationError(
             f"{where}: {value!r} is not a valid run id; use 1-128 characters from A-Z a-z 0-9 . _ -, "
             "not starting with '.' (it names a file under records/, where dot-files are temp files)"
@@ -135,7 +216,7 @@ def _ms(d: dict, key: str, where: str) -> int:
         if not math.isfinite(value) or value != int(value):
             raise ValidationError(f"{where}{key}: expected whole epoch milliseconds, got {value!r}")
         value = int(value)
-    if not 0 <= value < 10**14:
+    if not 0 <= value < MAX_MS:
         raise ValidationError(f"{where}{key}: {value} is not a plausible epoch-millisecond timestamp")
     return value
 
@@ -184,7 +265,7 @@ class Lineage:
     rootRunId: str | None = None
     extra: dict = field(default_factory=dict)
 
-    _KNOWN = ("parentRunId", "chatSessionId", "previousRunId", "rootRunId")
+    _KNOWN = _names(LINEAGE_FIELDS)
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "lineage") -> "Lineage":
@@ -214,19 +295,16 @@ class Outcome:
     next: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
-    _KNOWN = ("summary", "accomplished", "issues", "next")
+    _KNOWN = _names(OUTCOME_FIELDS)
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "outcome") -> "Outcome":
         d = _obj(d, where)
         w = where + "."
-        return cls(
-            summary=_str(d, "summary", w, required=False) or "",
-            accomplished=_str_list(d, "accomplished", w),
-            issues=_str_list(d, "issues", w),
-            next=_str_list(d, "next", w),
-            extra=_extra(d, cls._KNOWN),
-        )
+        values: dict[str, Any] = {}
+        for f in OUTCOME_FIELDS:
+            values[f.name] = _str_list(d, f.name, w) if f.kind == "str_list" else (_str(d, f.name, w, required=False) or "")
+        return cls(**values, extra=_extra(d, cls._KNOWN))
 
     def to_dict(self) -> dict:
         out = {"summary": self.summary, "accomplished": list(self.accomplished), "issues": list(self.issues), "next": list(self.next)}
@@ -243,18 +321,15 @@ class Worker:
     provider: str | None = None
     extra: dict = field(default_factory=dict)
 
-    _KNOWN = ("agentId", "provider", "state")
+    _KNOWN = _names(WORKER_FIELDS)
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "workers[]") -> "Worker":
         d = _obj(d, where)
         w = where + "."
-        return cls(
-            agentId=_str(d, "agentId", w),
-            state=_str(d, "state", w),
-            provider=_str(d, "provider", w, required=False),
-            extra=_extra(d, cls._KNOWN),
-        )
+        # required fields first (their message wins), then the optional ones
+        values = {f.name: _str(d, f.name, w, required=f.required) for f in sorted(WORKER_FIELDS, key=lambda f: not f.required)}
+        return cls(**values, extra=_extra(d, cls._KNOWN))
 
     def to_dict(self) -> dict:
         out: dict = {"agentId": self.agentId}
@@ -289,10 +364,7 @@ class MemoryRecord:
     supersedes: str | None = None
     extra: dict = field(default_factory=dict)
 
-    _KNOWN = (
-        "runId", "cwd", "workflowName", "task", "state", "startedAt", "endedAt",
-        "lineage", "outcome", "workers", "verdictSummary", "supersededBy", "supersedes",
-    )
+    _KNOWN = _names(RECORD_FIELDS)
 
     @classmethod
     def from_dict(cls, d: Any) -> "MemoryRecord":
@@ -314,29 +386,23 @@ class MemoryRecord:
         if not isinstance(workers_raw, list):
             raise ValidationError(f"workers: expected a list, got {_type_name(workers_raw)}")
         workers = [Worker.from_dict(w, f"workers[{i}]") for i, w in enumerate(workers_raw)]
-        superseded_by = _str(d, "supersededBy", "", required=False) or None
-        if superseded_by is not None:
-            validate_run_id(superseded_by, "supersededBy")
-        supersedes = _str(d, "supersedes", "", required=False) or None
-        if supersedes is not None:
-            validate_run_id(supersedes, "supersedes")
-        rec = cls(
-            runId=run_id,
-            cwd=_str(d, "cwd", "", empty_ok=False),
-            workflowName=_str(d, "workflowName", ""),
-            task=_str(d, "task", ""),
-            state=state,
-            startedAt=_ms(d, "startedAt", ""),
-            endedAt=_ms(d, "endedAt", ""),
-            lineage=Lineage.from_dict(d["lineage"]),
-            outcome=Outcome.from_dict(d["outcome"]),
-            workers=workers,
-            verdictSummary=_str(d, "verdictSummary", "", required=False),
-            supersededBy=superseded_by,
-            supersedes=supersedes,
-            extra=_extra(d, cls._KNOWN),
-        )
-        for name in ("parentRunId", "previousRunId", "rootRunId"):
+        links = {}
+        for name in _RECORD_LINKS:  # supersededBy, supersedes: a run id when set
+            links[name] = _str(d, name, "", required=False) or None
+            if links[name] is not None:
+                validate_run_id(links[name], name)
+        values: dict[str, Any] = {"runId": run_id, "state": state, "workers": workers, **links}
+        for f in RECORD_FIELDS:  # the rest, in the order of the table
+            if f.name in values:
+                continue
+            if f.kind == "ms":
+                values[f.name] = _ms(d, f.name, "")
+            elif f.kind == "object":
+                values[f.name] = _NESTED[f.name].from_dict(d[f.name])
+            else:
+                values[f.name] = _str(d, f.name, "", required=f.required, empty_ok=f.rule != "nonblank")
+        rec = cls(**values, extra=_extra(d, cls._KNOWN))
+        for name in _LINEAGE_LINKS:
             value = getattr(rec.lineage, name)
             if value is not None:
                 validate_run_id(value, f"lineage.{name}")
@@ -361,6 +427,10 @@ class MemoryRecord:
         _put(out, "supersedes", self.supersedes)
         _merge_extra(out, self.extra, self._KNOWN)
         return out
+
+
+#: The dataclass of each nested object of :data:`RECORD_FIELDS`.
+_NESTED: dict[str, Any] = {"lineage": Lineage, "outcome": Outcome, "workers": Worker}
 
 
 @dataclass

@@ -5,6 +5,8 @@
 computed over all records at once. The frame/cache layer pulls its columns once and calls
 :func:`score`, :func:`rank` and :func:`explain`; the kernels (:func:`normalize_keyword`,
 :func:`recency`, :func:`lineage_affinity`, :func:`cosine`, :func:`top_k`) are usable alone.
+Recency and the ranking order (:func:`ranking_order`) are defined here once: dispatch's issue
+ranking and tuning's grid call them too.
 
 The keyword axis comes from :class:`cybmem.bm25.KeywordIndex`, the weights from
 :mod:`cybmem.weights`.
@@ -32,10 +34,12 @@ __all__ = [
     "keyword_max",
     "normalize_keyword",
     "recency",
+    "recency_of_age",
     "LineageContext",
     "lineage_affinity",
     "cosine",
     "top_k",
+    "ranking_order",
     "Scored",
     "score",
     "rank",
@@ -83,19 +87,41 @@ def normalize_keyword(raw: np.ndarray, mask: np.ndarray | None = None, *, scale:
 _EXP_FLOOR = np.float32(-87.0)
 
 
-def _recency_into(ended_at_ms: np.ndarray, now_ms: int, half_life_days: float, weight: float) -> np.ndarray:
-    """weight * exp(-ageDays / half_life_days), float32, in four passes.
-
-    Computed as exp(clip((ended - now') * c, floor, ln w)) with c = 1 / (ms per day * h) and
-    now' = now - ln(w) / c, which folds the weight into the exponent (exp(y) * w =
-    exp(y + ln w)) and the future clip (age >= 0) into the clip's upper bound.
-    """
+def _per_ms(half_life_days: float) -> float:
+    """The decay rate c = 1 / (ms per day * half_life_days): recency = exp(-age_ms * c)."""
     if not half_life_days > 0 or not math.isfinite(half_life_days):
         raise ValueError(f"half_life_days must be a positive finite number, got {half_life_days!r}")
+    return 1.0 / (MS_PER_DAY * half_life_days)
+
+
+def _decay(x: np.ndarray, upper: float) -> np.ndarray:
+    """exp(x) in place for float32 exponents x = -age_ms * c (+ ln w), clipped first: below at
+    :data:`_EXP_FLOOR`, above at ``upper`` (ln w: an age below 0, a run ending after now, is 0)."""
+    np.clip(x, _EXP_FLOOR, np.float32(upper), out=x)
+    np.exp(x, out=x)
+    return x
+
+
+def recency(ended_at_ms: np.ndarray, now_ms: int, half_life_days: float, *, weight: float = 1.0) -> np.ndarray:
+    """weight * exp(-ageDays / half_life_days), float32 in (0, weight].
+
+    As written the formula makes ``half_life_days`` an e-folding time (a record that old
+    scores 1/e = 0.37, not 0.5); a true half-life h corresponds to h / ln 2 here. Ages of
+    records ending after ``now_ms`` are clipped to 0 (score ``weight``). The exponent is
+    floored at -87 (exp(-87) ~ 1.6e-38) to keep float32 exp out of slow subnormals.
+
+    ``ended_at_ms`` may be int64 or float64 epoch ms; float64 (exact for epoch ms) is
+    faster because numpy converts int64 to float without SIMD, so a caller scoring many
+    queries should convert once and keep it.
+
+    Computed in four passes as exp(clip((ended - now') * c, floor, ln w)) with c = 1 / (ms per
+    day * h) and now' = now - ln(w) / c, which folds the weight into the exponent (exp(y) * w =
+    exp(y + ln w)) and the future clip (age >= 0) into the clip's upper bound.
+    """
+    c = _per_ms(half_life_days)
     ended = np.asarray(ended_at_ms)
     if ended.dtype.kind not in "iuf":
         ended = ended.astype(np.int64)
-    c = 1.0 / (MS_PER_DAY * half_life_days)
     lnw = math.log(weight)
     shifted_now = now_ms - lnw / c
     if ended.dtype.kind == "f":
@@ -105,24 +131,15 @@ def _recency_into(ended_at_ms: np.ndarray, now_ms: int, half_life_days: float, w
         diff = np.subtract(ended, np.int64(round(shifted_now)), dtype=np.int64)
     x = np.empty(len(ended), dtype=np.float32)
     np.multiply(diff, np.float32(c), out=x, casting="unsafe")
-    np.clip(x, _EXP_FLOOR, np.float32(lnw), out=x)
-    np.exp(x, out=x)
-    return x
+    return _decay(x, lnw)
 
 
-def recency(ended_at_ms: np.ndarray, now_ms: int, half_life_days: float) -> np.ndarray:
-    """exp(-ageDays / half_life_days), float32 in (0, 1].
-
-    As written the formula makes ``half_life_days`` an e-folding time (a record that old
-    scores 1/e = 0.37, not 0.5); a true half-life h corresponds to h / ln 2 here. Ages of
-    records ending after ``now_ms`` are clipped to 0 (score 1). Values are floored at
-    exp(-87) ~ 1.6e-38 to keep float32 exp out of slow subnormals.
-
-    ``ended_at_ms`` may be int64 or float64 epoch ms; float64 (exact for epoch ms) is
-    faster because numpy converts int64 to float without SIMD, so a caller scoring many
-    queries should convert once and keep it.
-    """
-    return _recency_into(ended_at_ms, now_ms, half_life_days, 1.0)
+def recency_of_age(age_ms: np.ndarray, half_life_days: float) -> np.ndarray:
+    """:func:`recency` (weight 1) of ages already taken, float32 ms ``now - endedAt``: a new
+    float32 array. For a caller that scores one set of records at many half-lives
+    (cybmem.tuning keeps each query's ages once)."""
+    x = np.multiply(age_ms, np.float32(-_per_ms(half_life_days)), dtype=np.float32)
+    return _decay(x, 0.0)
 
 
 #: Lineage affinity table (max over the rules that apply; otherwise 0).
@@ -402,6 +419,13 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
     return _select_top(s, cand, min(k, len(cand)))
 
 
+def ranking_order(scores: np.ndarray, newer: np.ndarray) -> np.ndarray:
+    """Every position of ``scores``, best first: the higher score, then the higher ``newer`` (the
+    record's row, an issue's last activity). The tie rule of :func:`top_k` (which takes
+    ``newer`` = the position) for the whole order; equal pairs keep their given order."""
+    return np.lexsort((-np.asarray(newer), -np.asarray(scores)))
+
+
 _AXES = ("keyword", "recency", "lineage", "vector")
 
 
@@ -460,7 +484,7 @@ def score(*, keyword_raw: np.ndarray | None, ended_at_ms: np.ndarray, now_ms: in
     if raw is not None and weights.w_kw > 0:
         kw = normalize_keyword(raw, mask, scale=weights.w_kw, max_value=keyword_max)
     if weights.w_rec > 0:
-        rec = _recency_into(ended, now_ms, weights.half_life_days, weights.w_rec)
+        rec = recency(ended, now_ms, weights.half_life_days, weight=weights.w_rec)
     la = check("lineage", lineage)
     if la is not None and weights.w_lin > 0:
         lin = la * np.float32(weights.w_lin)

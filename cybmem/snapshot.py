@@ -23,12 +23,14 @@ is then kept between loads, with its warm state, for as long as :meth:`Snapshot.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -142,9 +144,25 @@ def _parse_ledger(raw: bytes, first_line: int, path) -> tuple[pa.Table, int, int
 # --- the snapshot ---------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
+class CacheFiles:
+    """The cache files (``.cache/``) a snapshot takes its derived tables from instead of computing
+    them; None: there is none, compute it. Each is checked against the snapshot when read."""
+
+    fold: Path | None = None  # fold.arrow: the issue fold
+    issue_index: Path | None = None  # kwi.arrow: the keyword index over the fold (written with it)
+    activity: Path | None = None  # act-N.arrow: the fold's issue activity
+    carriers: Path | None = None  # car-N.arrow: which record carries which fold row
+
+
+@dataclass(eq=False)
 class Snapshot:
-    """A project's records, issue events and keyword index, as loaded (and cached) at one moment."""
+    """A project's records, issue events and keyword index, as loaded (and cached) at one moment.
+
+    The derived state (the fold, the issue index and activity, the lookups) is computed on first
+    use and kept with the snapshot, or read from the cache files it was loaded with (``files``).
+    Compared and hashed by identity: a snapshot is one moment's state, not a value.
+    """
 
     store: MemoryStore
     records: pa.Table
@@ -153,7 +171,23 @@ class Snapshot:
     problems: list[ReadProblem] = field(default_factory=list)
     from_cache: bool = False
     parsed: int = 0  # record files parsed by this load (0 on a warm load)
-    _cache: dict = field(default_factory=dict, repr=False)
+    #: read without the cache (use_cache=False, a .nocache root, a linked dir): layers derived
+    #: from it (cybmem.vectors) stay in memory too
+    uncached: bool = False
+    manifest: _cache.Manifest | None = field(default=None, repr=False)  # the cache manifest it was read from (:meth:`current`)
+    files: CacheFiles = field(default_factory=CacheFiles)
+    #: (first row of each segment, when that segment's files were read, epoch ns): :meth:`stale_rows`
+    read_times: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    #: embeddings.jsonl's stat before the load, when :func:`holding_snapshots` watches it (:meth:`current`)
+    embeddings_stat: dict | None = field(default=None, repr=False)
+    watches_embeddings: bool = field(default=False, repr=False)
+    # Memos of what depends on a moment (the last one asked for) or is built on request.
+    _supersession: dict[int | None, dict[str, str]] = field(default_factory=dict, init=False, repr=False)
+    _fold_past: tuple[int, pa.Table] | None = field(default=None, init=False, repr=False)
+    _carriers_past: tuple[int, tuple[np.ndarray, np.ndarray]] | None = field(default=None, init=False, repr=False)
+    _activity: pa.Table | None = field(default=None, init=False, repr=False)
+    _lineage: tuple | None = field(default=None, init=False, repr=False)
+    _lookup: RunLookup | None = field(default=None, init=False, repr=False)
 
     @property
     def n(self) -> int:
@@ -175,11 +209,10 @@ class Snapshot:
 
     def supersession(self, as_of: int | None = None) -> dict[str, str]:
         """superseded runId -> direct correction, by cybmem.supersession's rule (as of a moment)."""
-        key = ("supersession", as_of)
-        if key not in self._cache:
+        if as_of not in self._supersession:
             links = self._links() if self.n else []
-            self._cache[key] = supersession.resolve(links, self._ended_of, as_of=as_of) if links else {}
-        return self._cache[key]
+            self._supersession[as_of] = supersession.resolve(links, self._ended_of, as_of=as_of) if links else {}
+        return self._supersession[as_of]
 
     def candidates(self, as_of: int | None = None) -> np.ndarray:
         """Records that retrieval may return: existing at ``as_of`` and not superseded as of then."""
@@ -194,19 +227,21 @@ class Snapshot:
         """True for records that a later record supersedes."""
         return ~self.candidates() if self.n else np.zeros(0, dtype=bool)
 
+    @functools.cached_property
+    def _ended(self) -> np.ndarray:
+        return self.records.column("endedAt").cast(pa.int64()).to_numpy() if self.n else np.zeros(0, np.int64)
+
     def ended_ms(self) -> np.ndarray:
         """endedAt as int64 epoch ms (computed once per snapshot)."""
-        if "ended" not in self._cache:
-            col = self.records.column("endedAt").cast(pa.int64())
-            self._cache["ended"] = col.to_numpy() if self.n else np.zeros(0, np.int64)
-        return self._cache["ended"]
+        return self._ended
+
+    @functools.cached_property
+    def _newest(self) -> np.ndarray:
+        return np.lexsort((-np.arange(self.n), -self.ended_ms())) if self.n else np.zeros(0, np.int64)
 
     def newest_first(self) -> np.ndarray:
         """Row indices by endedAt, newest first (ties: higher row first); computed once."""
-        if "newest" not in self._cache:
-            ended = self.ended_ms()
-            self._cache["newest"] = np.lexsort((-np.arange(self.n), -ended)) if self.n else np.zeros(0, np.int64)
-        return self._cache["newest"]
+        return self._newest
 
     def prepare(self) -> "Snapshot":
         """Build the per-snapshot lookups that pay off over many queries (returns self).
@@ -216,12 +251,12 @@ class Snapshot:
         both cost a few ms per 100k records once. A one-shot query (the CLI) is cheaper without
         them, so they are built only when a long-lived caller (widget, tuning, benchmark) asks.
         """
-        if "lineage" not in self._cache:
-            self._cache["lineage"] = tuple(
+        if self._lineage is None:
+            self._lookup = RunLookup.build(self.records.column("runId"))
+            self._lineage = tuple(
                 self.records.column(n) if n == "runId" else pc.dictionary_encode(self.records.column(n).combine_chunks())
                 for n in ("runId", "parentRunId", "previousRunId", "rootRunId", "chatSessionId")
             )
-            self._cache["lookup"] = RunLookup.build(self.records.column("runId"))
         return self
 
     def current(self) -> bool:
@@ -230,12 +265,11 @@ class Snapshot:
         a records/ mtime too close to the scan is never trusted) and, when it was loaded under
         :func:`holding_snapshots`, embeddings.jsonl's stat. Always False for a snapshot read
         without the cache (nothing records what it was read from)."""
-        manifest = self._cache.get("manifest")
-        if manifest is None or self.store is None:
+        if self.manifest is None or self.store is None:
             return False
-        if "embeddings" in self._cache and self._cache["embeddings"] != _cache.ledger_stat(self.store.embeddings_path):
+        if self.watches_embeddings and self.embeddings_stat != _cache.ledger_stat(self.store.embeddings_path):
             return False
-        return _cache.is_fresh(self.store.records_dir, self.store.issues_path, manifest)
+        return _cache.is_fresh(self.store.records_dir, self.store.issues_path, self.manifest)
 
     def resolve_run_id(self, prefix: str) -> str:
         """The run id ``prefix`` names (exact, or a unique prefix), found among this snapshot's
@@ -273,18 +307,18 @@ class Snapshot:
 
     def lineage_columns(self) -> tuple:
         """runId, parentRunId, previousRunId, rootRunId, chatSessionId (encoded after :meth:`prepare`)."""
-        if "lineage" in self._cache:
-            return self._cache["lineage"]
+        if self._lineage is not None:
+            return self._lineage
         return tuple(self.records.column(n) for n in ("runId", "parentRunId", "previousRunId", "rootRunId", "chatSessionId"))
 
     def run_lookup(self) -> RunLookup | None:
         """The sorted run-id lookup built by :meth:`prepare`, else None (the kernel scans)."""
-        return self._cache.get("lookup")
+        return self._lookup
 
-    def _cached_table(self, key: str) -> pa.Table | None:
-        """The cache file the manifest listed under ``key`` (e.g. "fold_file"), or None when there
-        is none or it cannot be read (the caller computes the table instead)."""
-        path = self._cache.get(key)
+    @staticmethod
+    def _read_file(path: Path | None) -> pa.Table | None:
+        """A cache file of :attr:`files`, or None when there is none or it cannot be read (the
+        caller computes the table instead)."""
         if path is None:
             return None
         try:
@@ -292,40 +326,47 @@ class Snapshot:
         except (OSError, pa.ArrowException):
             return None
 
+    @functools.cached_property
+    def _fold_file(self) -> pa.Table | None:
+        """The current fold as the cache holds it (fold.arrow), or None."""
+        return self._read_file(self.files.fold)
+
+    @functools.cached_property
+    def _fold(self) -> pa.Table:
+        return self._fold_file if self._fold_file is not None else issues.fold_table(self.events)
+
     def fold(self, as_of: int | None = None) -> pa.Table:
         """The issue fold (cybmem.issues.fold_table), as of a moment; the current one is cached."""
         if as_of is not None:  # the last past moment asked for is kept (a replay asks for it several times)
-            past = self._cache.get("fold_past")
-            if past is None or past[0] != as_of:
-                past = self._cache["fold_past"] = (as_of, issues.fold_table(self.events, as_of_ms=as_of))
-            return past[1]
-        if "fold" not in self._cache:
-            table = self._cached_table("fold_file")
-            self._cache["fold_from_file"] = table is not None
-            self._cache["fold"] = table if table is not None else issues.fold_table(self.events)
-        return self._cache["fold"]
+            if self._fold_past is None or self._fold_past[0] != as_of:
+                self._fold_past = (as_of, issues.fold_table(self.events, as_of_ms=as_of))
+            return self._fold_past[1]
+        return self._fold
+
+    @functools.cached_property
+    def _issue_index(self) -> KeywordIndex:
+        folded = self.fold()
+        index = None
+        # kwi.arrow is written with fold.arrow: it is row-aligned with the fold only when that was read too
+        table = self._read_file(self.files.issue_index) if self._fold_file is not None else None
+        if table is not None:
+            try:
+                index = KeywordIndex.from_arrow(table)
+            except (ValueError, pa.ArrowException):
+                index = None
+        if index is None or index.n_docs != folded.num_rows:
+            index = _issue_index(folded)
+        return index
 
     def issue_index(self) -> KeywordIndex:
         """A keyword index over every issue's title and detail, row-aligned with :meth:`fold`
         (cached with the snapshot; the open-issue ranking of cybmem.dispatch uses it)."""
-        if "issue_index" not in self._cache:
-            folded = self.fold()
-            index = None
-            table = self._cached_table("issue_index_file") if self._cache.get("fold_from_file") else None  # written with fold.arrow
-            if table is not None:
-                try:
-                    index = KeywordIndex.from_arrow(table)
-                except (ValueError, pa.ArrowException):
-                    index = None
-            if index is None or index.n_docs != folded.num_rows:
-                index = _issue_index(folded)
-            self._cache["issue_index"] = index
-        return self._cache["issue_index"]
+        return self._issue_index
 
     def open_rows(self, as_of: int | None = None) -> np.ndarray:
         """The rows of :meth:`fold` (``as_of``) whose issue is open, newest opened first (ties by
         id) (:func:`open_rows`). The current ones come with the cached activity when there is one."""
-        if as_of is None and ("activity" in self._cache or "act_file" in self._cache):
+        if as_of is None and (self._activity is not None or self.files.activity is not None):
             return opened_in(self.activity())
         return open_rows(self.fold(as_of))
 
@@ -341,33 +382,32 @@ class Snapshot:
         if default:
             carriers_ok = self.candidates(as_of)
         if as_of is None and (default or np.array_equal(carriers_ok, self.candidates(None))):
-            if "activity" not in self._cache:
-                table = self._cached_table("act_file")
+            if self._activity is None:
+                table = self._read_file(self.files.activity)
                 if table is None or table.num_rows != self.fold().num_rows:
                     table = issue_activity(self.records, self.fold(), carriers_ok, self.ended_ms(), self.carriers())
-                self._cache["activity"] = table
-            return self._cache["activity"]
+                self._activity = table
+            return self._activity
         return issue_activity(self.records, self.fold(as_of), carriers_ok, self.ended_ms(), self.carriers(as_of))
 
     def carriers(self, as_of: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """:func:`issue_carriers` of :meth:`fold` (``as_of``) as two int64 arrays (carrying
         record row, fold row or -1). The current one is cached with the snapshot (car-N.arrow):
         dispatch finds the open issues its best runs carry without matching ids on every call."""
-        slot = "carriers" if as_of is None else "carriers_past"  # the current one; the last past moment asked for
-        cached = self._cache.get(slot)
-        if cached is not None and cached[0] == as_of:
-            return cached[1]
-        if as_of is not None:
-            table = issue_carriers(self.records, self.fold(as_of))
-        else:
-            table = self._cached_table("carry_file")
-            col = self.records.column("issues")
-            flat = sum(c.offsets[-1].as_py() - c.offsets[0].as_py() for c in col.chunks if len(c))
-            if table is None or table.num_rows != flat:
-                table = issue_carriers(self.records, self.fold())
-        out = _arrays(table)
-        self._cache[slot] = (as_of, out)
-        return out
+        if as_of is None:
+            return self._carriers
+        if self._carriers_past is None or self._carriers_past[0] != as_of:  # the last past moment asked for
+            self._carriers_past = (as_of, _arrays(issue_carriers(self.records, self.fold(as_of))))
+        return self._carriers_past[1]
+
+    @functools.cached_property
+    def _carriers(self) -> tuple[np.ndarray, np.ndarray]:
+        table = self._read_file(self.files.carriers)
+        col = self.records.column("issues")
+        flat = sum(c.offsets[-1].as_py() - c.offsets[0].as_py() for c in col.chunks if len(c))
+        if table is None or table.num_rows != flat:
+            table = issue_carriers(self.records, self.fold())
+        return _arrays(table)
 
     def stale_rows(self, rows: Iterable[int]) -> list[int]:
         """The rows whose record file changed after this snapshot read it: the file is gone, has
@@ -381,7 +421,7 @@ class Snapshot:
         record written a moment before a cache refresh (an inject right after a write) is such a
         file for as long as its segment stays; it is not an edit, and reporting it as one was
         doctor's false "edited in place"."""
-        starts, built = self._cache.get("built", (np.zeros(1, np.int64), np.array([time.time_ns()], np.int64)))
+        starts, built = self.read_times or (np.zeros(1, np.int64), np.array([time.time_ns()], np.int64))
         rows = np.asarray(list(rows), dtype=np.int64)
         if not len(rows):
             return []
@@ -494,27 +534,24 @@ def _problems_of(manifest: _cache.Manifest) -> list[ReadProblem]:
 
 def _snapshot(store, records, events, index, problems, cache, *, from_cache: bool, parsed: int,
               manifest: _cache.Manifest | None = None, read_at: int | None = None) -> Snapshot:
-    snap = Snapshot(store, records, events, index, problems, from_cache=from_cache, parsed=parsed)
-    if manifest is not None:
-        snap._cache["manifest"] = manifest  # what it was read from (Snapshot.current)
+    files = CacheFiles()
     if cache is not None and from_cache:
-        snap._cache["fold_file"] = cache / "fold.arrow"
-        snap._cache["issue_index_file"] = cache / "kwi.arrow"
-        if manifest is not None and manifest.act:
-            snap._cache["act_file"] = cache / manifest.act
-        if manifest is not None and manifest.carry:
-            snap._cache["carry_file"] = cache / manifest.carry
+        files = CacheFiles(fold=cache / "fold.arrow", issue_index=cache / "kwi.arrow",
+                           activity=cache / manifest.act if manifest is not None and manifest.act else None,
+                           carriers=cache / manifest.carry if manifest is not None and manifest.carry else None)
     # When each row's record file was read: its segment's write time (for stale_rows).
+    read_times = None
     if manifest is not None and manifest.segments:
         try:
             times = [os.stat(cache / seg["rec"]).st_mtime_ns for seg in manifest.segments]
             starts = np.cumsum([0] + [seg["rows"] for seg in manifest.segments[:-1]])
-            snap._cache["built"] = (np.asarray(starts, np.int64), np.asarray(times, np.int64))
+            read_times = (np.asarray(starts, np.int64), np.asarray(times, np.int64))
         except OSError:
             pass
     elif read_at is not None:
-        snap._cache["built"] = (np.zeros(1, np.int64), np.array([read_at], np.int64))
-    return snap
+        read_times = (np.zeros(1, np.int64), np.array([read_at], np.int64))
+    return Snapshot(store, records, events, index, problems, from_cache=from_cache, parsed=parsed,
+                    manifest=manifest, files=files, read_times=read_times)
 
 
 def _load_warm(store: MemoryStore, cache) -> Snapshot | None:
@@ -544,9 +581,8 @@ def _write_activity(store: MemoryStore, cache, manifest: _cache.Manifest, record
                     index: KeywordIndex) -> None:
     """The current fold's issue activity and carriers (:func:`issue_activity`, :func:`issue_carriers`),
     written with the manifest."""
-    snap = Snapshot(store, records, events, index)
-    if (cache / "fold.arrow").exists():
-        snap._cache["fold_file"] = cache / "fold.arrow"
+    fold = cache / "fold.arrow"
+    snap = Snapshot(store, records, events, index, files=CacheFiles(fold=fold if fold.exists() else None))
     carried = issue_carriers(records, snap.fold())
     table = issue_activity(records, snap.fold(), snap.candidates(None), snap.ended_ms(), _arrays(carried))
     manifest.act, manifest.carry = manifest.new_file("act"), manifest.new_file("car")
@@ -568,14 +604,11 @@ def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
     _write_events(cache, manifest, events)
     _write_activity(store, cache, manifest, table, events, index)
     manifest.problems = [[p.path, p.message] for p in problems]
-    manifest.dir_mtime_ns = _cache.dir_mtime_for_manifest(store.records_dir, scanned_at)
-    manifest.write(cache)
-    _cache.remove_unlisted(cache, manifest)
+    manifest.publish(cache, store.records_dir, scanned_at)
     snap = _snapshot(store, table, events, index, problems, cache, from_cache=False, parsed=table.num_rows,
                      read_at=scanned_at)
-    snap._cache["act_file"] = cache / manifest.act
-    snap._cache["carry_file"] = cache / manifest.carry
-    snap._cache["manifest"] = manifest
+    snap.files = CacheFiles(activity=cache / manifest.act, carriers=cache / manifest.carry)
+    snap.manifest = manifest
     return snap
 
 
@@ -713,9 +746,7 @@ def _refresh(store: MemoryStore, cache, recheck: Sequence[str] = ()) -> Snapshot
                     manifest.segments.append(seg)
         _write_activity(store, cache, manifest, records, events, index)
         manifest.problems = [[p.path, p.message] for p in problems]
-        manifest.dir_mtime_ns = _cache.dir_mtime_for_manifest(store.records_dir, scanned_at)
-        manifest.write(cache)
-        _cache.remove_unlisted(cache, manifest)
+        manifest.publish(cache, store.records_dir, scanned_at)
         return _snapshot(store, records, events, index, problems, cache, from_cache=True, parsed=parsed,
                          manifest=manifest)
 
@@ -774,8 +805,8 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterab
         return held
     embeddings = _cache.ledger_stat(store.embeddings_path)  # before the load: a later change is seen
     snap = _load(store, use_cache, recheck)
-    if "manifest" in snap._cache:  # read through the cache: it can tell when it goes stale
-        snap._cache["embeddings"] = embeddings
+    if snap.manifest is not None:  # read through the cache: it can tell when it goes stale
+        snap.embeddings_stat, snap.watches_embeddings = embeddings, True
         snap.prepare()
         with _HELD_LOCK:
             if _HOLDERS:
@@ -793,7 +824,7 @@ def _load(store: MemoryStore, use_cache: bool, recheck: list[str]) -> Snapshot:
                                          "(remove the link, see `cybmem doctor`)") for d in linked if d == cache]
         snap = _snapshot(store, table, events, index, problems, None, from_cache=False, parsed=table.num_rows,
                          read_at=read_at)
-        snap._cache["uncached"] = True  # derived layers (cybmem.vectors) stay in memory too
+        snap.uncached = True  # derived layers (cybmem.vectors) stay in memory too
         return snap
     for attempt in range(3):
         try:
@@ -837,4 +868,4 @@ def verified(snap: Snapshot, rows: Iterable[int]) -> Snapshot:
     if not stale:
         return snap
     ids = snap.records.column("runId").take(pa.array(stale, pa.int64())).to_pylist()
-    return load_snapshot(snap.store, use_cache=not snap._cache.get("uncached"), recheck=ids)
+    return load_snapshot(snap.store, use_cache=not snap.uncached, recheck=ids)

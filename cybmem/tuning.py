@@ -56,7 +56,7 @@ from .errors import CybmemError, ValidationError
 from .judgments import (JUDGMENT_KINDS, METRICS, Judgment, check_metric, derived_source, judgments_from_store,
                         kinds_of, load_judgments, merge_judgments)
 from .progress import Progress
-from .scoring import MS_PER_DAY, lineage_affinity, normalize_keyword
+from .scoring import lineage_affinity, normalize_keyword, ranking_order, recency_of_age
 from .retrieval import parent_row, dispatch_context
 from .settings import Settings
 from .snapshot import Snapshot, load_snapshot
@@ -151,7 +151,7 @@ def _top(order: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
     v = values[order]
     t = np.partition(v, len(v) - k)[len(v) - k]
     cand = np.flatnonzero(v >= t)
-    pos = cand[np.lexsort((cand, -v[cand]))[:k]]
+    pos = cand[ranking_order(v[cand], -cand)[:k]]  # ties: the earlier entry ranks as the newer
     return order[pos]
 
 
@@ -168,7 +168,7 @@ class AxisMatrices:
     offsets: np.ndarray  # int64, len(judgments) + 1
     rows: np.ndarray  # int64 snapshot row of each pool entry
     keyword: np.ndarray  # float32 BM25 normalised over the query's candidates
-    age_ms: np.ndarray  # float32 asOf - endedAt (clipped at 0), as scoring.recency converts it
+    age_ms: np.ndarray  # float32 asOf - endedAt (clipped at 0): scoring.recency_of_age makes it recency
     lineage: np.ndarray  # float32 lineage affinity
     vector: np.ndarray | None  # float32 cosine, or None (no embeddings)
     relevant: np.ndarray  # bool: entry is a relevant run of its judgment
@@ -217,8 +217,7 @@ class AxisMatrices:
 
     def axes(self, half_life_days: float) -> np.ndarray:
         """Pool axis values for one half-life: float32 (entries x 3 or 4): kw, recency, lineage[, cosine]."""
-        rec = self.age_ms * np.float32(-1.0 / (MS_PER_DAY * half_life_days))
-        np.exp(rec, out=rec)
+        rec = recency_of_age(self.age_ms, half_life_days)
         cols = [self.keyword, rec, self.lineage] + ([self.vector] if self.vector is not None else [])
         return np.stack(cols, axis=1)
 
@@ -232,7 +231,7 @@ class AxisMatrices:
         for c in range(a.shape[1]):  # the order scoring.score adds the axes in
             if w[c] > 0:
                 total += a[:, c] * w[c]
-        order = np.lexsort((-self.rows[s:e], -total))
+        order = ranking_order(total, self.rows[s:e])
         pin = [self.run_ids[int(self.pinned[q])]] if self.pinned[q] >= 0 else []
         return (pin + [self.run_ids[int(self.rows[s + i])] for i in order])[: (k or self.k)]
 
@@ -360,7 +359,7 @@ def axis_matrices(snapshot: Snapshot, judgments: Sequence[Judgment], *, k: int =
     cols = {c: r.column(c).combine_chunks() for c in ("runId", "parentRunId", "previousRunId", "rootRunId", "chatSessionId")} if n else {}
     # Newest first (ties: higher row first, as top_k breaks them) and plain row order, once.
     rows_all = np.arange(n, dtype=np.int64)
-    by_new = np.lexsort((-rows_all, -ended)) if n else rows_all
+    by_new = snapshot.newest_first() if n else rows_all
     by_row = rows_all[::-1]
 
     kept: list[Judgment] = []

@@ -48,6 +48,9 @@ import re
 import socket
 import time
 import urllib.parse
+import functools
+import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,7 +129,8 @@ class VectorIndex:
     dims: int
     n: int
     blocks: list[_Block]
-    _cache: dict = field(default_factory=dict, repr=False)
+    consumed: int = 0  # bytes of embeddings.jsonl it was built from (embed_missing reads on from there)
+    problems: list[str] = field(default_factory=list)  # unusable lines, as the cache's manifest lists them
 
     @classmethod
     def from_matrix(cls, matrix: np.ndarray, model: str = "", *, block_rows: int | None = None) -> "VectorIndex":
@@ -139,25 +143,25 @@ class VectorIndex:
                          sign_codes(m[i:i + step])) for i in range(0, len(m), step)]
         return cls(model, m.shape[1], len(m), blocks)
 
-    @property
+    @functools.cached_property
     def has(self) -> np.ndarray:
         """True for rows with a vector."""
-        if "has" not in self._cache:
-            self._cache["has"] = np.concatenate([b.norms > 0 for b in self.blocks]) if self.blocks else np.zeros(0, bool)
-        return self._cache["has"]
+        return np.concatenate([b.norms > 0 for b in self.blocks]) if self.blocks else np.zeros(0, bool)
 
-    @property
+    @functools.cached_property
     def count(self) -> int:
         """Rows with a vector."""
-        if "count" not in self._cache:
-            self._cache["count"] = int(np.count_nonzero(self.has))
-        return self._cache["count"]
+        return int(np.count_nonzero(self.has))
 
+    @functools.cached_property
+    def _missing(self) -> np.ndarray:
+        """Rows without a vector."""
+        return np.flatnonzero(~self.has)
+
+    @functools.cached_property
     def _codes_t(self) -> list[np.ndarray]:
         """Per block, the sign words transposed (words, rows): each pass of the Hamming loop is contiguous."""
-        if "codes_t" not in self._cache:
-            self._cache["codes_t"] = [np.ascontiguousarray(b.codes.T) for b in self.blocks]
-        return self._cache["codes_t"]
+        return [np.ascontiguousarray(b.codes.T) for b in self.blocks]
 
     def _check(self, q: np.ndarray) -> np.ndarray:
         q = np.asarray(q, dtype=np.float32).ravel()
@@ -189,7 +193,7 @@ class VectorIndex:
         step = self._CHUNK
         tmp = np.empty(step, dtype=np.uint64)
         cnt = np.empty(step, dtype=np.uint8)
-        for b, ct in zip(self.blocks, self._codes_t()):
+        for b, ct in zip(self.blocks, self._codes_t):
             rows = b.stop - b.start
             for lo in range(0, rows, step):
                 hi = min(lo + step, rows)
@@ -199,9 +203,7 @@ class VectorIndex:
                     np.bitwise_xor(ct[w, lo:hi], qc[w], out=t)
                     np.bitwise_count(t, out=c)
                     np.add(acc, c, out=acc)
-        if "missing" not in self._cache:
-            self._cache["missing"] = np.flatnonzero(~self.has)
-        out[self._cache["missing"]] = self.dims + 1
+        out[self._missing] = self.dims + 1
         return out
 
     def nearest(self, q: np.ndarray, m: int) -> np.ndarray:
@@ -718,10 +720,20 @@ class _Builder:
 def _index(man: _Manifest, blocks: list[_Block], n: int) -> VectorIndex | None:
     if man.dims is None or not blocks:
         return None
-    index = VectorIndex(man.model, man.dims, n, blocks)
-    index._cache["consumed"] = man.consumed
-    index._cache["problems"] = list(man.problems)
+    index = VectorIndex(man.model, man.dims, n, blocks, consumed=man.consumed, problems=list(man.problems))
     return index if index.count else None
+
+
+#: The vector indexes loaded for each live snapshot: (model, dims) -> index or None (none stored).
+#: Kept as long as the snapshot is (a snapshot held by holding_snapshots keeps its vectors warm).
+_LOADED: "weakref.WeakKeyDictionary[Snapshot, dict[tuple[str, int | None], VectorIndex | None]]" = weakref.WeakKeyDictionary()
+_LOADED_LOCK = threading.Lock()
+
+
+def _loaded(snap: Snapshot) -> dict[tuple[str, int | None], VectorIndex | None]:
+    """The snapshot's loaded vector indexes (created empty on first use)."""
+    with _LOADED_LOCK:
+        return _LOADED.setdefault(snap, {})
 
 
 def load_index(snap: Snapshot, model: str, *, dims: int | None = None, use_cache: bool = True) -> VectorIndex | None:
@@ -741,30 +753,31 @@ def load_index(snap: Snapshot, model: str, *, dims: int | None = None, use_cache
     Raises:
         StoreError: embeddings.jsonl cannot be read at all (a symlink, not a regular file).
     """
-    key = ("vectors", model, dims)
-    if key in snap._cache:
-        return snap._cache[key]
+    key = (model, dims)
+    loaded = _loaded(snap)
+    if key in loaded:
+        return loaded[key]
     store = snap.store
     if store is None or not (store.embeddings_path.exists() or store.embeddings_path.is_symlink()):
-        snap._cache[key] = None
+        loaded[key] = None
         return None
     if dims is not None:
         newest = load_index(snap, model, use_cache=use_cache)
         if newest is not None and newest.dims == dims:
-            snap._cache[key] = newest
+            loaded[key] = newest
             return newest
     cache = _cache.cache_dir(store.dir)
-    if dims is not None or not (use_cache and cache.is_dir()) or snap._cache.get("uncached") or store.symlinked_dirs():
+    if dims is not None or not (use_cache and cache.is_dir()) or snap.uncached or store.symlinked_dirs():
         cache = None  # another dimension, or a snapshot loaded without the cache: vectors in memory too
     index = _load(snap, model, cache, dims)
     if index is not None:
         from .store import ReadProblem
 
-        for message in index._cache.get("problems", []):
+        for message in index.problems:
             problem = ReadProblem(str(store.embeddings_path), message)
             if problem not in snap.problems:
                 snap.problems.append(problem)
-    snap._cache[key] = index
+    loaded[key] = index
     return index
 
 
@@ -985,7 +998,7 @@ def embed_missing(store: MemoryStore, settings: Settings, *, progress: bool | No
                 if index is None:  # no line of the new key anywhere: none can predate the file's end
                     since = store.embeddings_path.stat().st_size
         if since is None:
-            since = int(index._cache.get("consumed", 0)) if index is not None else 0
+            since = index.consumed if index is not None else 0
         bar = Progress(len(work), f"embedding {store.slug}", enabled=progress)
         for i in range(0, len(work), size):
             chunk = work[i:i + size]

@@ -101,3 +101,77 @@ def test_bulk_checks_accept_only_what_the_parser_accepts(batch):
     for d, name, ok in zip(batch, names, mask):
         if ok:
             assert _valid(d, name + ".json"), d
+
+
+# --- one field table (cybmem.schema.RECORD_FIELDS) ------------------------------------------------
+
+_TS, _LS = "timestamp[ms, tz=UTC]", "list<item: string>"
+#: The cache's columns (.cache/ holds them); derived from the field table, pinned here.
+PINNED_RECORD_SCHEMA = [
+    ("runId", "string"), ("cwd", "string"), ("workflowName", "string"), ("task", "string"), ("state", "string"),
+    ("startedAt", _TS), ("endedAt", _TS), ("parentRunId", "string"), ("chatSessionId", "string"),
+    ("previousRunId", "string"), ("rootRunId", "string"), ("summary", "string"), ("accomplished", _LS),
+    ("issues", _LS), ("next", _LS), ("workerAgents", _LS), ("workerStates", _LS), ("verdictSummary", "string"),
+    ("supersededBy", "string"), ("supersedes", "string"), ("inode", "uint64"),
+]
+
+
+def test_the_arrow_schema_comes_from_the_field_table():
+    from cybmem.schema import Lineage, MemoryRecord, Outcome, Worker, RECORD_FIELDS
+
+    assert [(f.name, str(f.type)) for f in columns.RECORD_SCHEMA] == PINNED_RECORD_SCHEMA
+    assert MemoryRecord._KNOWN == tuple(f.name for f in RECORD_FIELDS) == tuple(columns._JSON_SCHEMA.names)
+    nested = {f.name: f.nested for f in RECORD_FIELDS if f.nested}
+    for cls, name in ((Lineage, "lineage"), (Outcome, "outcome"), (Worker, "workers")):
+        assert cls._KNOWN == tuple(f.name for f in nested[name])
+
+
+IDS = ["r0", "a.b", "-x", "_", "x" * 128, "x" * 129, ".hidden", "..", "a/b", "bad id", "é", "a\n"]
+
+
+def test_the_run_id_rule_is_one_rule_on_every_path():
+    """validate_run_id, the per-file fast path and Arrow's bulk check accept exactly the same links."""
+    from cybmem.schema import validate_run_id
+
+    def parser_ok(v):
+        try:
+            validate_run_id(v)
+            return True
+        except ValidationError:
+            return False
+
+    batch = [_mutate(GOOD, [(("supersedes",), v), (("lineage", "rootRunId"), v)]) for v in IDS]
+    names = [f"r{i}" for i in range(len(batch))]
+    for d, name in zip(batch, names):
+        d["runId"] = name
+    _table, mask = columns._bulk_table([json.dumps(d).encode() for d in batch] * 40, names * 40, list(range(40 * len(batch))))
+    want = [parser_ok(v) for v in IDS]
+    assert want == [True] * 5 + [False] * 7
+    assert [columns._fast_row(d, name) for d, name in zip(batch, names)] == want
+    assert mask[:len(IDS)].tolist() == want
+    assert [_valid(d, name + ".json") for d, name in zip(batch, names)] == want
+
+
+def test_a_rule_changed_in_the_table_changes_every_path():
+    """Make verdictSummary required in the table only: the parser, the fast path and the bulk check all follow."""
+    import subprocess
+    import sys
+
+    code = f"""
+import dataclasses, json
+import cybmem.schema as s
+s.RECORD_FIELDS = tuple(dataclasses.replace(f, required=True) if f.name == "verdictSummary" else f for f in s.RECORD_FIELDS)
+from cybmem import columns
+from cybmem.errors import ValidationError
+d = {GOOD!r}
+del d["verdictSummary"]
+try:
+    s.MemoryRecord.from_dict(d)
+    parser = "accepted"
+except ValidationError as exc:
+    parser = str(exc)
+_t, mask = columns._bulk_table([json.dumps(d).encode()], ["r1"], [1])
+print(parser, columns._fast_row(d, "r1"), mask.tolist())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "verdictSummary: required field is missing False [False]"

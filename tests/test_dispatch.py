@@ -229,8 +229,8 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
                 and fold_row.tolist() == table.column("foldRow").to_pylist()
                 == [ids.index(i) if i in ids else -1 for _, i in carried])
 
-    assert "act_file" in snap._cache and snap.activity().equals(fresh(snap))
-    assert "carry_file" in snap._cache and carriers_ok(snap) and len(snap.carriers()[0])
+    assert snap.files.activity is not None and snap.activity().equals(fresh(snap))
+    assert snap.files.carriers is not None and carriers_ok(snap) and len(snap.carriers()[0])
     open_id = snap.open_issues().column("issueId")[0].as_py()
     from conftest import make_run
 
@@ -239,8 +239,8 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
     write_run(later, Settings.from_env(env={}, memory_dir=fixture_copy))
     again = load_snapshot(store)
     act = again.activity()
-    assert act.equals(fresh(again)) and again._cache["act_file"] != snap._cache["act_file"]
-    assert carriers_ok(again) and again._cache["carry_file"] != snap._cache["carry_file"]
+    assert act.equals(fresh(again)) and again.files.activity != snap.files.activity
+    assert carriers_ok(again) and again.files.carriers != snap.files.carriers
     row = again.fold().column("issueId").to_pylist().index(open_id)
     assert act.column("lastActivity")[row].as_py() == 1_900_000_000_000 + 10 * 60_000
 
@@ -278,6 +278,14 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
     assert result.snapshot is not old and result.snapshot.n > old.n
     issues = rank_issues(result, result.weights)
     assert open_id in {i for c in issues for i in c.ids}
+    # An issue's recency is scoring's kernel over its last activity, as a run's is over its end.
+    import numpy as np
+
+    from cybmem.scoring import recency
+
+    w = result.weights
+    want = recency(np.array([c.last_at_ms for c in issues], np.int64), result.now_ms, w.half_life_days, weight=w.w_rec)
+    assert [c.recency for c in issues] == want.tolist()
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -21,6 +21,7 @@ from cybmem.errors import StoreError, ValidationError
 from cybmem.export import (
     EVENT_COLUMNS,
     ISSUES_SCHEMA,
+    PARTITION_SCHEMA,
     RECORD_COLUMNS,
     RECORDS_SCHEMA,
     all_stores,
@@ -82,6 +83,98 @@ def ms(ts) -> int:
 
 def iso_ms(text: str) -> int:
     return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+# --- the export schemas, pinned ----------------------------------------------------------
+
+_S, _TS_UTC, _LS = "string", "timestamp[ms, tz=UTC]", "list<string>"
+#: What a user's files hold; a change here is a change of SCHEMA_VERSION, never a side effect.
+PINNED_PARQUET_RECORDS = [
+    ("runId", _S, False), ("cwd", _S, True), ("workflowName", _S, True), ("task", _S, True), ("state", _S, True),
+    ("startedAt", _TS_UTC, True), ("endedAt", _TS_UTC, True), ("parentRunId", _S, True), ("chatSessionId", _S, True),
+    ("previousRunId", _S, True), ("rootRunId", _S, True), ("summary", _S, True), ("accomplished", _LS, True),
+    ("issues", _LS, True), ("next", _LS, True), ("workerAgents", _LS, True), ("workerStates", _LS, True),
+    ("verdictSummary", _S, True), ("supersededBy", _S, True), ("supersedes", _S, True),
+]
+PINNED_PARQUET_ISSUES = [("issueId", _S, False), ("at", _TS_UTC, True), ("event", _S, True), ("byRunId", _S, True),
+                         ("title", _S, True), ("detail", _S, True), ("line", "int64", True)]
+PINNED_CSV_RECORDS = (
+    "project", "runId", "cwd", "workflowName", "task", "state", "startedAt", "endedAt", "durationS",
+    "parentRunId", "chatSessionId", "previousRunId", "rootRunId", "summary", "accomplished", "issues", "next",
+    "workerAgents", "workerStates", "verdictSummary", "supersededBy", "supersedes", "superseded",
+)
+PINNED_CSV_EVENTS = ("project", "issueId", "at", "event", "byRunId", "title", "detail", "line")
+_T, _I, _R = "TEXT", "INTEGER", "REAL"
+PINNED_SQLITE = {
+    "records": [("runId", _T, 1), ("project", _T, 0), ("cwd", _T, 0), ("workflowName", _T, 0), ("task", _T, 0),
+                ("state", _T, 0), ("startedAt", _T, 0), ("endedAt", _T, 0), ("durationS", _R, 0), ("parentRunId", _T, 0),
+                ("chatSessionId", _T, 0), ("previousRunId", _T, 0), ("rootRunId", _T, 0), ("summary", _T, 0),
+                ("accomplished", _T, 0), ("issues", _T, 0), ("next", _T, 0), ("workerAgents", _T, 0),
+                ("workerStates", _T, 0), ("verdictSummary", _T, 0), ("supersededBy", _T, 0), ("supersedes", _T, 0),
+                ("superseded", _I, 0)],
+    "issue_events": [("project", _T, 1), ("issueId", _T, 0), ("at", _T, 0), ("event", _T, 0), ("byRunId", _T, 0),
+                     ("title", _T, 0), ("detail", _T, 0), ("line", _I, 2)],
+    "issues": [("project", _T, 1), ("issueId", _T, 2), ("title", _T, 0), ("state", _T, 0), ("openedAt", _T, 0),
+               ("resolvedAt", _T, 0), ("lastAt", _T, 0), ("ageS", _R, 0), ("reopenCount", _I, 0), ("events", _I, 0),
+               ("openedBy", _T, 0), ("resolvedBy", _T, 0)],
+}
+PINNED_NDJSON_RECORD_KEYS = ["project", "runId", "cwd", "workflowName", "task", "state", "startedAt", "endedAt",
+                             "lineage", "outcome", "workers"]  # then verdictSummary, supersededBy, supersedes when set
+
+
+def _type(t: pa.DataType) -> str:
+    """A type as text; a list by its values' type (Parquet names the item "element", Arrow "item")."""
+    return f"list<{t.value_type}>" if pa.types.is_list(t) else str(t)
+
+
+def _fields(schema):
+    return [(f.name, _type(f.type), f.nullable) for f in schema]
+
+
+def test_export_schemas_are_pinned(stores, tmp_path):
+    """Every format's columns and types, written out: what a user's files hold does not drift."""
+    assert _fields(RECORDS_SCHEMA) == PINNED_PARQUET_RECORDS
+    assert _fields(ISSUES_SCHEMA) == PINNED_PARQUET_ISSUES
+    assert _fields(PARTITION_SCHEMA) == [("machine", _S, True), ("project", _S, True), ("month", _S, True)]
+    assert RECORD_COLUMNS == PINNED_CSV_RECORDS and EVENT_COLUMNS == PINNED_CSV_EVENTS
+    out = tmp_path / "ds"
+    export_parquet(stores, out, machine="m")
+    files = sorted(out.rglob("*.parquet"))
+    assert _fields(pq.read_schema(next(f for f in files if "records" in f.parts))) == PINNED_PARQUET_RECORDS
+    assert _fields(pq.read_schema(next(f for f in files if "issues" in f.parts))) == PINNED_PARQUET_ISSUES
+    export_csv(stores, tmp_path / "r.csv")
+    assert tuple(next(csv.reader(io.StringIO((tmp_path / "r.csv").read_text())))) == PINNED_CSV_RECORDS
+    db = tmp_path / "m.db"
+    export_sqlite(stores, db)
+    con = sqlite3.connect(db)
+    try:
+        for table, want in PINNED_SQLITE.items():
+            assert [(r[1], r[2], r[5]) for r in con.execute(f"PRAGMA table_info([{table}])")] == want, table
+    finally:
+        con.close()
+    export_ndjson(stores, tmp_path / "r.ndjson")
+    first = json.loads((tmp_path / "r.ndjson").read_text().splitlines()[0])
+    assert list(first)[:len(PINNED_NDJSON_RECORD_KEYS)] == PINNED_NDJSON_RECORD_KEYS
+
+
+def test_export_schema_does_not_follow_the_caches_schema(tmp_path):
+    """The cache's Arrow schema (cybmem.columns.RECORD_SCHEMA) changes: the Parquet schema does not."""
+    code = (
+        "import pyarrow as pa, cybmem.columns as c\n"
+        "c.RECORD_SCHEMA = pa.schema([pa.field('runId', pa.large_string()), ('added', pa.int8())]"
+        " + [f for f in c.RECORD_SCHEMA if f.name not in ('runId', 'summary')])\n"
+        "from cybmem.export import RECORDS_SCHEMA\n"
+        "print([(f.name, f'list<{f.type.value_type}>' if pa.types.is_list(f.type) else str(f.type), f.nullable)"
+        " for f in RECORDS_SCHEMA])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str([tuple(f) for f in PINNED_PARQUET_RECORDS])
+    import ast
+    import cybmem.export
+    tree = ast.parse(Path(cybmem.export.__file__).read_text())
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert "RECORD_SCHEMA" not in used, "export.py declares its own schemas"
 
 
 # --- NDJSON --------------------------------------------------------------------------------

@@ -402,7 +402,7 @@ def test_the_page_reads_the_stores_feedback_else_replays_it_and_says_so(tmp_path
     store = MemoryStore(root, "web")
     replayed = usage.load_feedback(store, _settings(root))
     assert replayed.replayed and "a replay of its newest 46 runs (the project has no used.jsonl yet" in str(replayed)
-    assert len(replayed.used) == 22 and not (root / "web" / feedback.USED_FILE).exists(), "a replay writes nothing"
+    assert len(replayed.used) == 29 and not (root / "web" / feedback.USED_FILE).exists(), "a replay writes nothing"
     none = usage.load_feedback(store, _settings(root), replay_=False)
     assert none.used == [] and "none yet" in str(none)
     inject_task(TASK, _settings(root, RUN_ID="r-own"), project="web")

@@ -29,7 +29,7 @@ from cybmem.errors import NotFoundError, ValidationError
 from cybmem.export import PARTITION_SCHEMA, all_stores, export_parquet, read_dataset
 from cybmem.fleet import Fleet, FleetError, _Shard, scan_dataset
 from cybmem.frames import issue_fold, lineage_edges, records_frame
-from cybmem.plots import IssueAgeData
+from cybmem.frames import IssueAgeData
 from cybmem.scoring import keyword_max, normalize_keyword
 from cybmem.retrieval import search
 from cybmem.store import MemoryStore
@@ -305,6 +305,23 @@ def test_age_histograms_by_parts_equal_the_whole_for_any_count(tmp_path, n):
         a, b = getattr(got, panel), getattr(want, panel)
         assert (a.n, a.median, a.short, a.counts.tolist(), a.edges.tolist()) == \
             (b.n, b.median, b.short, b.counts.tolist(), b.edges.tolist())
+
+
+def test_fleet_partitions_never_import_matplotlib(data):
+    """What a worker runs (the folds, the three histogram passes, the summaries, a search) takes the
+    histogram math from cybmem.frames: a worker process does not load matplotlib."""
+    code = (
+        "import sys\n"
+        "from cybmem.fleet import Fleet\n"
+        f"with Fleet({str(data['dataset'])!r}, scheduler='inline', partition_bytes=40_000) as f:\n"
+        f"    ages = f.issue_age_data(now={NOW})\n"
+        f"    f.issue_summary(now={NOW}); f.lineage_summary(); f.search('cart drawer postgres')\n"
+        "assert ages.issues == 54 and ages.open.n > 0, ages\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_issue_summary_counts_each_projects_fold(data, fleet):

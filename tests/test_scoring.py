@@ -54,6 +54,55 @@ def test_recency_zero_one_halflife_and_future():
         recency(ended, now, 0.0)
 
 
+def test_recency_of_age_is_recency_with_its_clips():
+    """tuning scores its pools from ages taken once: the same kernel, the same floor (exp(-87),
+    out of float32 subnormals) and the same clip of ages below 0."""
+    now = 1_700_000_000_000
+    ended = np.array([now, now - DAY // 3, now - 30 * DAY, now - 900 * DAY, now - 40_000 * DAY], dtype=np.int64)
+    age = (now - ended).astype(np.float32)
+    got = S.recency_of_age(age, 30.0)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, recency(ended, now, 30.0), rtol=1e-5)  # float32 exponents of up to 87 e-folds
+    assert got[-1] == recency(ended[-1:], now, 30.0)[0] == np.float32(math.exp(-87.0))  # floored, not subnormal
+    assert S.recency_of_age(np.array([-5 * DAY], np.float32), 30.0).tolist() == [1.0]
+    with pytest.raises(ValueError, match="half_life_days"):
+        S.recency_of_age(age, -1.0)
+
+
+def test_recency_weight_is_folded_into_the_same_kernel():
+    now = 1_700_000_000_000
+    ended = np.array([now + DAY, now, now - 7 * DAY, now - 10_000 * DAY], dtype=np.int64)
+    got = recency(ended, now, 7.0, weight=0.35)
+    np.testing.assert_allclose(got[:3], [0.35, 0.35, 0.35 * math.exp(-1.0)], rtol=1e-6)
+    assert got[3] == np.float32(math.exp(-87.0))
+
+
+def test_ranking_order_is_the_tie_rule_of_top_k():
+    """One ranking order: score descending, then the newer (higher) key; top_k is its prefix."""
+    rng = np.random.default_rng(7)
+    s = np.round(rng.random(5000) * 4).astype(np.float32)  # heavy ties
+    order = S.ranking_order(s, np.arange(len(s)))
+    for k in (1, 10, 300):
+        assert top_k(s, k).tolist() == order[:k].tolist()
+    assert S.ranking_order(np.array([0.5, 0.5, 0.9]), np.array([3, 9, 0])).tolist() == [2, 1, 0]
+    assert S.ranking_order(np.array([0.5, 0.5]), np.array([4, 4])).tolist() == [0, 1]  # equal pairs keep their order
+
+
+def test_recency_and_the_ranking_order_are_written_once():
+    """dispatch's issue ranking and tuning's grid call scoring's kernel and order, they do not
+    write their own (issue 19: a copy kept equal only by equivalence tests)."""
+    import ast
+    from pathlib import Path
+
+    import cybmem
+
+    pkg = Path(cybmem.__file__).parent
+    for name in ("dispatch.py", "tuning.py", "retrieval.py"):
+        tree = ast.parse((pkg / name).read_text())
+        calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        assert not calls & {"exp", "lexsort"}, f"{name} computes recency or the ranking order itself"
+
+
 def _lineage_cols():
     #        r0 (root)  <- r1 <- r2 ;  r3 other chain, chat c1 ;  r4 unrelated
     run_ids = np.array(["r0", "r1", "r2", "r3", "r4"], dtype=object)

@@ -187,3 +187,28 @@ def test_invalid_record_is_rejected_before_writing(store):
     with pytest.raises(ValidationError, match="state"):
         store.write_record(bad)
     assert not store.records_dir.exists() or not os.listdir(store.records_dir)
+
+
+def test_no_module_reaches_into_a_snapshots_state():
+    """A project's read state is the Snapshot's typed fields and methods: no other module reads
+    or writes its private attributes (issue 19: vectors.py wrote its indexes into
+    ``snap._cache`` from outside)."""
+    import ast
+    import dataclasses
+    from pathlib import Path
+
+    import cybmem
+    from cybmem.snapshot import Snapshot
+
+    private = {n for n in vars(Snapshot) if n.startswith("_") and not n.startswith("__")}
+    private |= {f.name for f in dataclasses.fields(Snapshot) if f.name.startswith("_")} | {"_cache"}
+    pkg = Path(cybmem.__file__).parent
+    reached = []
+    for path in sorted(pkg.rglob("*.py")):
+        if path.name == "snapshot.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in private and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                reached.append(f"{path.relative_to(pkg)}:{node.lineno}: .{node.attr}")
+    assert not reached, reached

@@ -153,6 +153,27 @@ def test_the_cache_refreshes_incrementally_and_equals_a_full_build(settings):
     assert load_index(load_snapshot(store), "other").count == 1 and load_index(load_snapshot(store), "nope") is None
 
 
+def test_a_snapshot_keeps_its_vectors_and_lets_them_go_with_it(settings):
+    """vectors.py keeps the indexes it loaded for a snapshot itself (not in the snapshot's
+    state): loaded once per snapshot and model, another snapshot loads its own, and they are
+    let go with their snapshot."""
+    import gc
+    import weakref
+
+    store = _store_with_runs(settings, 3)
+    store.append_embeddings([(f"r{i}", "m", _vec(f"t{i}")) for i in range(3)])
+    snap = load_snapshot(store)
+    idx = load_index(snap, "m")
+    assert idx is not None and load_index(snap, "m") is idx and load_index(snap, "nope") is None
+    other = load_snapshot(store)
+    assert other is not snap and load_index(other, "m") is not idx
+    gone = weakref.ref(idx)
+    del snap, idx
+    gc.collect()
+    assert gone() is None, "a snapshot's vectors outlived it"
+    assert load_index(other, "m").count == 3
+
+
 def test_vectors_are_keyed_by_model_and_dimension_and_the_last_line_of_a_run_wins(settings):
     store = _store_with_runs(settings, 2)
     first, second, small = _vec("first"), _vec("second"), np.ones(3)
