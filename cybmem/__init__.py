@@ -11,7 +11,26 @@ the write path stay cheap; ``from cybmem import search`` works as usual.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what editors and type checkers see; at run time each name is imported on first use
+    from .checks import doctor
+    from .dispatch import inject_task, memory_block
+    from .errors import AmbiguousError, ConflictError, CybmemError, NotFoundError, StoreError, ValidationError
+    from .frames import issue_events_frame, issue_fold, lineage_edges, records_frame
+    from .issues import IssueState
+    from .judgments import Judgment, load_judgments
+    from .lineage import chain, show_record
+    from .preamble import strip
+    from .projects import list_projects
+    from .retrieval import search
+    from .runs import write_run
+    from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker
+    from .settings import Settings
+    from .snapshot import Snapshot, load_snapshot
+    from .store import MemoryStore
+    from .tuning import tune
+    from .weights import Weights, weights_for
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,6 @@ never pay for pandas or matplotlib.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import inspect
 import json
@@ -23,14 +22,13 @@ import select
 import shutil
 import signal
 import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from . import __version__
+from . import __version__, _startup
 from .errors import CybmemError
 from .outcome import printable, printable_json, shorten, subject_line
 from .schema import ms_to_utc, parse_time
@@ -49,6 +47,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
+    # the root's own flags (--version, --help) are parsed plainly: every command goes through them
+    cls=_startup.quick_class(typer.core.TyperGroup, {"version": _startup.plain_flag}),
 )
 
 
@@ -194,16 +194,17 @@ class _FreeTextCommand(typer.core.TyperCommand):
         return super().parse_args(ctx, args)
 
 
-def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, lean: bool = True,
-            filters: bool = False, free_text: bool = False):
+def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, filters: bool = False,
+            free_text: bool = False, quick: bool = False, group: Optional[typer.Typer] = None):
     """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
 
-    ``lean``: the command never needs pandas, so pyarrow's probe for it is refused (see
-    :func:`_lean_imports`); commands that build DataFrames pass False. ``filters``: the record
+    ``quick``: the command is on the dispatch path and never needs pandas; in the console script it
+    gets the start-up tricks of :mod:`cybmem._startup` (plain option parsing, no pandas, a quick
+    pyarrow.compute when it reads a store, no interpreter teardown). ``filters``: the record
     filter options (--state, --since, --until, --grep, --agent, --issue) are added, and the
     body gets them as one :class:`cybmem.filters.RecordFilter` argument ``f``. ``free_text``:
     the last positional argument is free text, taken as it is even when it starts with a dash
-    (:func:`free_text_args`).
+    (:func:`free_text_args`). ``group``: the sub-app it belongs to (``cybmem export csv``).
     """
 
     def deco(fn: Callable) -> Callable:
@@ -219,17 +220,20 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
 
         @functools.wraps(fn)
         def wrapper(**kwargs):
-            ctx = Ctx(memory_dir=kwargs.pop("memory_dir", None), cwd=kwargs.pop("cwd", None),
-                      project=kwargs.pop("project", None), json=kwargs.pop("as_json", False))
-            global _LEAN_RAN
-            _LEAN_RAN = lean
-            with _lean_imports(compute=memory) if lean else contextlib.nullcontext():
+            shared = {n: kwargs.pop(n) for n in names}  # a command's own --project (fleet's) stays its own
+            ctx = Ctx(memory_dir=shared.get("memory_dir"), cwd=shared.get("cwd"), project=shared.get("project"),
+                      json=shared.get("as_json", False))
+            _startup.quick_ran = quick
+            with _startup.quick_imports(compute=memory) if quick else contextlib.nullcontext():
                 return _run(body, ctx, kwargs)
 
         del wrapper.__wrapped__
         wrapper.__signature__ = sig.replace(parameters=params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        app.command(name, cls=_FreeTextCommand if free_text else None)(wrapper)
+        cls = _FreeTextCommand if free_text else typer.core.TyperCommand
+        if quick:
+            cls = _startup.quick_class(cls, {p.name: c for p in params if (c := _startup.plain_coercion(p.annotation))})
+        (group or app).command(name, cls=cls)(wrapper)
         return fn
 
     return deco
@@ -353,7 +357,7 @@ def _no_match(what: str, slug: str, f) -> str:
     return f"No {what} in project {slug}" + (f" ({f.describe()})." if f is not None and f.active else ".")
 
 
-@command("list", filters=True)
+@command("list", filters=True, quick=True)
 def list_cmd(
     ctx: Ctx,
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N records (0: all).", min=0)] = 50,
@@ -419,7 +423,7 @@ def _render_record(rec, *, asked: str, chain: list[str]) -> None:
     _echo("\n".join(lines))
 
 
-@command("show")
+@command("show", quick=True)
 def show_cmd(
     ctx: Ctx,
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
@@ -453,7 +457,7 @@ def _title(issue_id: str, title: Optional[str]) -> str:
     return "" if not title or issue_slug(title) == issue_id else title
 
 
-@command("issues")
+@command("issues", quick=True)
 def issues_cmd(
     ctx: Ctx,
     all_issues: Annotated[bool, typer.Option("--all", help="Every issue, also those closed longer ago than the window.")] = False,
@@ -473,67 +477,36 @@ def issues_cmd(
 
     Example: cybmem issues --state open --grep flaky
     """
-    import time
-
-    from .filters import IssueFilter, select_events, select_issues
-    from .snapshot import load_snapshot
+    from .filters import IssueFilter, list_issue_events, list_issues
 
     if events and all_issues:
         raise typer.BadParameter("--events lists every ledger event already; --all is for the issue view", param_hint="--all")
     lo, hi = _moment(since, "--since"), _moment(until, "--until", end_of_day=True)
     at = _moment(as_of, "--as-of")
-    store = ctx.store()
-    if events:
-        named = ()
-        if state:
-            try:
-                named = IssueFilter.make(state=state).states
-            except CybmemError as exc:
-                raise typer.BadParameter(str(exc), param_hint="--state") from None
-        folded = load_snapshot(store).fold()
-        titles = dict(zip(folded.column("issueId").to_pylist(), folded.column("title").to_pylist()))
-        ledger = (ev for _, ev in store.iter_issue_events() if at is None or ev.at <= at)  # streamed
-        page = select_events(ledger, since=lo, until=hi, events_named=named, grep=grep, titles=titles,
-                             offset=offset, limit=limit)
-        _warn(p.message for p in store.problems)
-        if ctx.json:
-            _print_json([e.to_dict() for e in page.items])
-            return
-        if not page.items:
-            if page.total:
-                _echo(page.footer("events"))
-            elif lo is not None or hi is not None or named or grep:
-                _echo(f"No ledger events in project {store.slug} match.")
-            else:
-                _echo(f"The issue ledger of project {store.slug} is empty.")
-            return
-        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _title(e.issueId, e.title or titles.get(e.issueId))]
-                for e in page.items]
-        _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows, fit=shorten)
-        footer = page.footer("events")
-        if footer:
-            _echo(footer)
-        return
-    window = None if all_issues else ctx.settings.issue_window_days
+    window = None if all_issues or events else ctx.settings.issue_window_days
     try:
         f = IssueFilter.make(state=state, since=lo, until=hi, grep=grep, window_days=window)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint="--state") from None
-    from .issues import states_from_table
-
-    snap = load_snapshot(store)  # the fold is cached with the snapshot: a long ledger is not re-read
-    folded = states_from_table(snap.fold(at))
-    now = int(time.time() * 1000) if at is None else at
-    page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit)
-    ledger = str(store.issues_path)
-    _warn(dict.fromkeys(p.message for p in [*store.problems, *snap.problems] if p.path.startswith(ledger)))
+    store = ctx.store()
+    if events:
+        got = list_issue_events(store, since=lo, until=hi, events_named=f.states, grep=grep, as_of=at,
+                                offset=offset, limit=limit)
+    else:
+        got = list_issues(store, f, as_of=at, offset=offset, limit=limit)
+    _warn(got.warnings)
+    page = got.page
     if ctx.json:
-        _print_json([s.to_dict() for s in page.items])
+        _print_json([item.to_dict() for item in page.items])
         return
-    hint = (f"{hidden} closed more than {window} days ago not shown (--all shows them)." if hidden else None)
+    noun = "events" if events else "issues"
+    hint = f"{got.hidden} closed more than {window} days ago not shown (--all shows them)." if got.hidden else None
     if not page.items:
         if page.total:
-            _echo(page.footer("issues"))
+            _echo(page.footer(noun))
+        elif events:
+            _echo(f"No ledger events in project {store.slug} match." if lo is not None or hi is not None or f.states or grep
+                  else f"The issue ledger of project {store.slug} is empty.")
         elif not (state or lo or hi or grep):
             _echo(f"No open issues in project {store.slug}" + (f", none closed in the last {window} days." if window else "."))
         else:
@@ -541,10 +514,15 @@ def issues_cmd(
         if hint:
             _echo(hint)
         return
-    rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), _title(s.issueId, s.title)]
-            for s in page.items]
-    _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "CLOSED", "TITLE"], rows, fit=shorten)
-    for line in (page.footer("issues"), hint):
+    if events:
+        rows = [[_when(e.at), e.event, e.issueId, (e.byRunId or "-")[:8], _title(e.issueId, e.title or got.titles.get(e.issueId))]
+                for e in page.items]
+        _table(["AT (UTC)", "EVENT", "ISSUE", "BY", "TITLE"], rows, fit=shorten)
+    else:
+        rows = [[s.issueId, _day(s.openedAt), (s.openedBy or "-")[:8], s.state, _day(s.resolvedAt), _title(s.issueId, s.title)]
+                for s in page.items]
+        _table(["ISSUE", "OPENED (UTC)", "BY", "STATE", "CLOSED", "TITLE"], rows, fit=shorten)
+    for line in (page.footer(noun), hint):
         if line:
             _echo(line)
 
@@ -584,7 +562,7 @@ def _tasks(store, ids: list[str], snap=None) -> dict[str, str]:
     return dict(zip(rows.column("runId").to_pylist(), rows.column("task").to_pylist()))
 
 
-@command("chain", filters=True)
+@command("chain", filters=True, quick=True)
 def chain_cmd(
     ctx: Ctx,
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
@@ -649,7 +627,7 @@ def chain_cmd(
         _echo(line)
 
 
-@command("projects", project=False)
+@command("projects", project=False, quick=True)
 def projects_cmd(ctx: Ctx):
     """List the projects of a memory root with their slugs and record counts.
 
@@ -670,7 +648,7 @@ def projects_cmd(ctx: Ctx):
 # --- write verbs ------------------------------------------------------------------
 
 
-@command("rebuild")
+@command("rebuild", quick=True)
 def rebuild_cmd(
     ctx: Ctx,
     full: Annotated[bool, typer.Option("--full", help="Every record as an entry (no CYBERINE_MEMORY_INDEX_CAP compaction; the next write compacts again).")] = False,
@@ -725,7 +703,7 @@ def _write_run(ctx: Ctx, source: str, **kwargs):
     return write_run(payload, ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None, project=ctx.project, **kwargs)
 
 
-@command("write")
+@command("write", quick=True)
 def write_cmd(
     ctx: Ctx,
     run_json: Annotated[Optional[str], typer.Argument(help="Path to the run.json to record, or - for stdin.", show_default=False)] = None,
@@ -764,7 +742,7 @@ def write_cmd(
     _echo(msg + ".")
 
 
-@command("supersede")
+@command("supersede", quick=True)
 def supersede_cmd(
     ctx: Ctx,
     old_run_id: Annotated[str, typer.Argument(help="Run id (or unique prefix) of the record to correct.")],
@@ -785,7 +763,7 @@ def supersede_cmd(
         _echo(f"Wrote {result.record.runId}, superseding {old}; `cybmem show {old}` now renders the correction.")
 
 
-@command("mark")
+@command("mark", quick=True)
 def mark_cmd(
     ctx: Ctx,
     issue_id: Annotated[str, typer.Argument(help="Issue id (see `cybmem issues`).")],
@@ -811,7 +789,7 @@ def mark_cmd(
         _echo(f"{issue_id} is already {before.state}; nothing appended.")
 
 
-@command("redact", lean=False)
+@command("redact")
 def redact_cmd(
     ctx: Ctx,
     run_id: Annotated[Optional[str], typer.Argument(help="Run id or a unique prefix of it (or --everywhere).", show_default=False)] = None,
@@ -949,7 +927,7 @@ def _fmt_axes(contrib: dict) -> str:
     return " ".join(f"{short.get(k, k)}={v:.3f}" for k, v in contrib.items() if v or k != "vector")
 
 
-@command("search", filters=True, free_text=True)
+@command("search", filters=True, free_text=True, quick=True)
 def search_cmd(
     ctx: Ctx,
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
@@ -1003,66 +981,6 @@ def search_cmd(
             _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
 
 
-class _RefusePandas:
-    """A meta-path entry that makes ``import pandas`` fail (see :func:`_lean_imports`)."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"No module named {name!r} (kept out of cybmem's dispatch path)", name=name)
-        return None
-
-
-def _docstring_stand_in(doc: str | None) -> dict:
-    """What pyarrow.compute asks its vendored numpydoc parser for (see :func:`_quick_compute_import`)."""
-    return {"Parameters": []}
-
-
-def _quick_compute_import() -> None:
-    """Import pyarrow.compute with a stand-in for the numpydoc parsing behind its docstrings (15
-    ms of the 30 its import takes): the ~280 generated functions lack their options' descriptions
-    in ``help()``; functions, options and results are unchanged. A pyarrow whose compute module
-    wants more of the parser than the stand-in has is imported the ordinary way."""
-    if "pyarrow.compute" in sys.modules or "pyarrow.vendored.docscrape" in sys.modules:
-        return
-    fake = types.ModuleType("pyarrow.vendored.docscrape")
-    fake.NumpyDocString = _docstring_stand_in
-    sys.modules[fake.__name__] = fake
-    try:
-        import pyarrow.compute  # noqa: F401
-    except Exception:  # noqa: BLE001 - another pyarrow: the ordinary import below says what is wrong, if anything
-        sys.modules.pop("pyarrow.compute", None)
-    finally:
-        sys.modules.pop(fake.__name__, None)
-    import pyarrow.compute  # noqa: F401,F811
-
-
-@contextlib.contextmanager
-def _lean_imports(compute: bool = True):
-    """Keep the commands that do not need them free of two import costs, in a process that runs
-    one command (:func:`main`, the console script) and only there:
-
-    - pandas (0.2-0.4 s on every dispatch): pyarrow imports it on its first numpy conversion only
-      to look for optional pandas types, and works without it. pyarrow remembers a refused import
-      for the life of the process, and a program that runs commands in-process (tests through
-      CliRunner) may build DataFrames later; a process that already has pandas keeps it.
-    - with ``compute`` (a command that reads a store), pyarrow.compute's docstring parsing
-      (:func:`_quick_compute_import`)."""
-    if not _ONE_COMMAND_PROCESS:
-        yield
-        return
-    refuse = "pandas" not in sys.modules
-    if refuse:
-        sys.meta_path.insert(0, _RefusePandas)
-    try:
-        if compute:
-            _quick_compute_import()
-        yield
-    finally:
-        if refuse:
-            sys.meta_path.remove(_RefusePandas)
-
-
 def _explain_lines(result) -> list[str]:
     """The human form of ``inject --explain``: what was retrieved, why, and what the budget cut."""
     d = result.to_dict()
@@ -1100,7 +1018,7 @@ def _explain_lines(result) -> list[str]:
     return lines
 
 
-@command("inject", free_text=True)
+@command("inject", free_text=True, quick=True)
 def inject_cmd(
     ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="The task prompt (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
@@ -1153,7 +1071,7 @@ def inject_cmd(
     _write_exact(result.prompt)
 
 
-@command("strip", project=False, memory=False, free_text=True)
+@command("strip", project=False, memory=False, free_text=True, quick=True)
 def strip_cmd(
     ctx: Ctx,
     task: Annotated[Optional[str], typer.Argument(help="Text to clean (or - for stdin; stdin is also read when omitted).", show_default=False)] = None,
@@ -1174,7 +1092,7 @@ def strip_cmd(
     _write_exact(out)
 
 
-@command("embed")
+@command("embed", quick=True)
 def embed_cmd(
     ctx: Ctx,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
@@ -1242,7 +1160,7 @@ def _metric_and_kinds(metric: str, derive: str) -> list[str]:
     return kinds
 
 
-@command("tune")
+@command("tune", quick=True)
 def tune_cmd(
     ctx: Ctx,
     judgments: JudgmentsOpt = None,
@@ -1351,7 +1269,7 @@ def tune_cmd(
         _echo(f"Not saved; {advice}.")
 
 
-@command("eval")
+@command("eval", quick=True)
 def eval_cmd(
     ctx: Ctx,
     judgments: JudgmentsOpt = None,
@@ -1400,7 +1318,7 @@ def eval_cmd(
                                 *[fmt(r["kinds"].get(x)) for x in kinds_seen]) for name, r in result.rows.items()], fit=_whole)
 
 
-@command("report", lean=False)
+@command("report")
 def report_cmd(
     ctx: Ctx,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the HTML pages (created).", show_default=False)],
@@ -1432,7 +1350,7 @@ def report_cmd(
     _echo(f"Wrote {len(result.pages)} pages to {result.out_dir}; open {result.index}")
 
 
-@command("doctor", lean=False)
+@command("doctor")
 def doctor_cmd(
     ctx: Ctx,
     repair: Annotated[bool, typer.Option("--repair", help="Rebuild derived files (index.json, .cache/), remove old temp files and finish a killed `cybmem redact`; records and the ledger are otherwise never touched.")] = False,
@@ -1460,23 +1378,31 @@ def doctor_cmd(
 
 # --- export ----------------------------------------------------------------------------
 
-_EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
+EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
 
 
-@command("export", lean=False)
-def export_cmd(
-    ctx: Ctx,
-    format: Annotated[str, typer.Argument(help="ndjson, csv, parquet, sqlite or prov.", show_default=False)],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write: a file (ndjson, csv, sqlite, prov) or the dataset directory (parquet). ndjson and csv go to stdout without it.", show_default=False)] = None,
-    table: Annotated[Optional[str], typer.Option("--table", help="records or issues (default: records for ndjson/csv, both for parquet/sqlite).", show_default=False)] = None,
-    all_projects: Annotated[bool, typer.Option("--all", help="Export every project of the memory root.")] = False,
-    machine: Annotated[Optional[str], typer.Option("--machine", help="parquet: the machine partition (default: this host's name).", show_default=False)] = None,
-    chain: Annotated[Optional[str], typer.Option("--chain", help="prov: only the previousRunId chain of this run (id or unique prefix), walked both ways.", show_default=False)] = None,
-    provn: Annotated[bool, typer.Option("--provn", help="prov: also write PROV-N next to the PROV-JSON file (same name, .provn).")] = False,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing regular file at --out (never a link, a device or a FIFO, never inside a memory root).")] = False,
-):
-    """Export a project's memory (or, with --all, every project's) for other tools.
+class _WordGroup(typer.core.TyperGroup):
+    """A command whose first word names one of its sub-commands (``words``), each with only its own
+    options; another word is a bad ``hint`` (``cybmem export xml``)."""
+
+    words: tuple[str, ...] = ()
+    hint = ""
+
+    def resolve_command(self, ctx, args):
+        if args and not args[0].startswith("-") and args[0] not in self.words:
+            raise typer.BadParameter(f"{args[0]!r} is not one of {', '.join(self.words)}", ctx=ctx, param_hint=self.hint)
+        return super().resolve_command(ctx, args)
+
+
+class _FormatGroup(_WordGroup):
+    """``cybmem export FORMAT``: one sub-command per format."""
+
+    words, hint = EXPORT_FORMATS, "FORMAT"
+
+
+export_app = typer.Typer(
+    cls=_FormatGroup, no_args_is_help=True, rich_markup_mode=None, add_completion=False,
+    help="""Export a project's memory (or, with --all, every project's) for other tools.
 
     ndjson: the records as stored, one a line; csv: flat columns, lists as JSON text; parquet: a
     Hive-partitioned dataset (DIR/records|issues/machine=/project=/month=/) that each export
@@ -1484,93 +1410,170 @@ def export_cmd(
     prov: W3C PROV-JSON (and PROV-N) of the history. Every row carries its project.
 
     Example: cybmem export parquet --out ~/fleet --all
-    """
-    from .export import TABLES, all_stores, export_csv, export_ndjson, export_parquet, export_sqlite, validate_machine
-    from .errors import ValidationError
+    """,
+)
+app.add_typer(export_app, name="export")
 
-    if format not in _EXPORT_FORMATS:
-        raise typer.BadParameter(f"{format!r} is not one of {', '.join(_EXPORT_FORMATS)}", param_hint="FORMAT")
-    if out is not None and str(out) == "-" and format in ("ndjson", "csv"):
-        out = None  # stdout
-    if table is not None and table not in TABLES:
-        raise typer.BadParameter(f"{table!r} is not one of {', '.join(TABLES)}", param_hint="--table")
-    if format in ("parquet", "sqlite", "prov") and out is None:
-        raise typer.BadParameter(f"{format} needs --out ({'a directory' if format == 'parquet' else 'a file'})", param_hint="--out")
-    if ctx.json and out is None:
-        raise typer.BadParameter(f"--json prints a summary, but without --out the {format} data goes to stdout; add --out FILE", param_hint="--json")
-    if machine is not None and format != "parquet":
-        raise typer.BadParameter("only parquet exports have a machine partition", param_hint="--machine")
-    if (chain is not None or provn) and format != "prov":
-        raise typer.BadParameter("--chain and --provn are for prov exports", param_hint="--chain" if chain is not None else "--provn")
-    if format == "prov" and table is not None:
-        raise typer.BadParameter("a prov export holds the whole history; --table does not apply", param_hint="--table")
-    if chain is not None and all_projects:
-        raise typer.BadParameter("a chain lies inside one project: drop --all", param_hint="--chain")
+AllOpt = Annotated[bool, typer.Option("--all", help="Export every project of the memory root.")]
+TableOpt = Annotated[Optional[str], typer.Option("--table", help="records or issues (default: records for ndjson/csv, both for parquet/sqlite).", show_default=False)]
+ProgressOpt = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing regular file at --out (never a link, a device or a FIFO, never inside a memory root).")]
+
+
+def _export_stores(ctx: Ctx, all_projects: bool) -> list:
+    """The stores an export reads: the project (--cwd / --project) or, with --all, every one."""
+    from .export import all_stores
+
     if all_projects and ctx.project is not None:
         raise typer.BadParameter("give --project or --all, not both", param_hint="--all")
+    return all_stores(ctx.settings.memory_dir, required=True) if all_projects else [ctx.store()]
+
+
+def _export_tables(table: Optional[str]) -> Optional[list[str]]:
+    """--table: one of the tables (None: the format's default)."""
+    from .export import TABLES
+
+    if table is not None and table not in TABLES:
+        raise typer.BadParameter(f"{table!r} is not one of {', '.join(TABLES)}", param_hint="--table")
+    return None if table is None else [table]
+
+
+def _export_text(fmt: str, ctx: Ctx, out: Optional[Path], table: Optional[str], all_projects: bool,
+                 progress: Optional[bool], force: bool) -> None:
+    """ndjson and csv: to --out, or to stdout without it (or with --out -)."""
+    from .export import export_csv, export_ndjson
+
+    if out is not None and str(out) == "-":
+        out = None  # stdout
+    tables = _export_tables(table)
+    if ctx.json and out is None:
+        raise typer.BadParameter(f"--json prints a summary, but without --out the {fmt} data goes to stdout; add --out FILE", param_hint="--json")
+    fn = export_ndjson if fmt == "ndjson" else export_csv
+    result = fn(_export_stores(ctx, all_projects), out, table=tables[0] if tables else "records", progress=progress, force=force)
+    _warn(result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
+    elif out is not None:  # else the data went to stdout
+        t = result.tables[0]
+        _echo(f"Wrote {_count(t.rows, 'record' if t.table == 'records' else 'issue event')} of "
+              f"{_count(len(result.projects), 'project')} to {out}.")
+
+
+TextOutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="The file to write (default, or -: stdout).", show_default=False)]
+
+
+@command("ndjson", group=export_app)
+def export_ndjson_cmd(ctx: Ctx, out: TextOutOpt = None, table: TableOpt = None, all_projects: AllOpt = False,
+                      progress: ProgressOpt = None, force: ForceOpt = False):
+    """The records as stored (unknown fields kept), or with --table issues the ledger events, one JSON object a line.
+
+    Example: cybmem export ndjson --project api | head -n 1
+    """
+    _export_text("ndjson", ctx, out, table, all_projects, progress, force)
+
+
+@command("csv", group=export_app)
+def export_csv_cmd(ctx: Ctx, out: TextOutOpt = None, table: TableOpt = None, all_projects: AllOpt = False,
+                   progress: ProgressOpt = None, force: ForceOpt = False):
+    """The records flattened (lineage and outcome as columns, lists as JSON text, times ISO 8601 UTC), or the events.
+
+    Example: cybmem export csv --project api --table issues --out issues.csv
+    """
+    _export_text("csv", ctx, out, table, all_projects, progress, force)
+
+
+@command("parquet", group=export_app)
+def export_parquet_cmd(
+    ctx: Ctx,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The dataset directory (created; each export appends to it).", show_default=False)],
+    machine: Annotated[Optional[str], typer.Option("--machine", help="The machine partition (default: this host's name).", show_default=False)] = None,
+    table: TableOpt = None,
+    all_projects: AllOpt = False,
+    progress: ProgressOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Accepted as by the other formats; a dataset is appended to, never replaced.")] = False,
+):
+    """Append to a Hive-partitioned Parquet dataset (DIR/records|issues/machine=/project=/month=/); many machines side by side.
+
+    Example: cybmem export parquet --out ~/fleet --all --machine laptop
+    """
+    from .errors import ValidationError
+    from .export import TABLES, export_parquet, validate_machine
+
+    tables = _export_tables(table)
     if machine is not None:
         try:
             validate_machine(machine)
         except ValidationError as exc:
             raise typer.BadParameter(str(exc), param_hint="--machine") from None
-
-    if all_projects:
-        root = ctx.settings.memory_dir
-        stores = all_stores(root)
-        if not stores:
-            from .errors import NotFoundError
-
-            raise NotFoundError(f"no projects under {root}; nothing to export")
-    else:
-        stores = [ctx.store()]
-
-    if format == "prov":
-        from .prov import export_prov
-
-        result = export_prov(stores, out, chain=chain, provn=provn, force=force)
-        _warn(result.warnings)
-        if ctx.json:
-            _print_json(result.to_dict())
-            return
-        c = result.counts
-        files = " and ".join(f"{p} ({'PROV-N' if k == 'provn' else 'PROV-JSON'})" for k, p in result.files.items())
-        _echo(f"Wrote {files}: {c['activities']} activities, {c['entities']} entities, {c['agents']} agents, "
-                   f"{c['relations']} relations ({', '.join(f'{k} {v}' for k, v in c.items() if k not in ('activities', 'entities', 'agents', 'relations'))}).")
-        return
-
-    if format in ("ndjson", "csv"):
-        fn = export_ndjson if format == "ndjson" else export_csv
-        result = fn(stores, out, table=table or "records", progress=progress, force=force)
-    elif format == "parquet":
-        result = export_parquet(stores, out, machine=machine, tables=[table] if table else TABLES, progress=progress)
-    else:
-        result = export_sqlite(stores, out, tables=[table] if table else TABLES, progress=progress, force=force)
+    result = export_parquet(_export_stores(ctx, all_projects), out, machine=machine, tables=tables or TABLES, progress=progress)
     _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
         return
-    if out is None:
-        return  # the data went to stdout
+    what = {"records": "record", "issues": "issue event"}
+    parts = [f"{_count(t.new, 'new ' + what[t.table])} ({_count(len(t.files), 'file')}; {t.rows - t.new} already there)"
+             for t in result.tables]
+    _echo(f"Wrote {' and '.join(parts)} to {out} as machine {result.machine}.")
 
-    n = _count
-    if format == "parquet":
-        what = {"records": "record", "issues": "issue event"}
-        parts = [f"{n(t.new, 'new ' + what[t.table])} ({n(len(t.files), 'file')}; {t.rows - t.new} already there)"
-                 for t in result.tables]
-        _echo(f"Wrote {' and '.join(parts)} to {out} as machine {result.machine}.")
-    elif format == "sqlite":
-        parts = [f"{t.table} {t.rows} ({t.new} new" + (f", {t.updated} updated)" if t.table != "issues" else ")") for t in result.tables]
-        _echo(f"Wrote {out}: {', '.join(parts)}"
-                   + ("; full-text search on task and summary (records_fts)." if any(t.table == "records" for t in result.tables) else "."))
-    else:
-        t = result.tables[0]
-        _echo(f"Wrote {n(t.rows, 'record' if t.table == 'records' else 'issue event')} of {n(len(result.projects), 'project')} to {out}.")
+
+@command("sqlite", group=export_app)
+def export_sqlite_cmd(
+    ctx: Ctx,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The database file (created, or updated in place).", show_default=False)],
+    table: TableOpt = None,
+    all_projects: AllOpt = False,
+    progress: ProgressOpt = None,
+    force: ForceOpt = False,
+):
+    """records (full-text search), issue_events and issues (the current fold), for Datasette and sqlite-utils.
+
+    Example: cybmem export sqlite --all --out memory.db
+    """
+    from .export import TABLES, export_sqlite
+
+    tables = _export_tables(table)
+    result = export_sqlite(_export_stores(ctx, all_projects), out, tables=tables or TABLES, progress=progress, force=force)
+    _warn(result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
+        return
+    parts = [f"{t.table} {t.rows} ({t.new} new" + (f", {t.updated} updated)" if t.table != "issues" else ")") for t in result.tables]
+    _echo(f"Wrote {out}: {', '.join(parts)}"
+          + ("; full-text search on task and summary (records_fts)." if any(t.table == "records" for t in result.tables) else "."))
+
+
+@command("prov", group=export_app)
+def export_prov_cmd(
+    ctx: Ctx,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The PROV-JSON file.", show_default=False)],
+    chain: Annotated[Optional[str], typer.Option("--chain", help="Only the previousRunId chain of this run (id or unique prefix), walked both ways.", show_default=False)] = None,
+    provn: Annotated[bool, typer.Option("--provn", help="Also write PROV-N next to the PROV-JSON file (same name, .provn).")] = False,
+    all_projects: AllOpt = False,
+    force: ForceOpt = False,
+):
+    """W3C PROV-JSON of the history (or of one --chain), plus PROV-N with --provn.
+
+    Example: cybmem export prov --project web --chain 9b6b1e00 --out chain.prov.json --provn
+    """
+    from .prov import export_prov
+
+    if chain is not None and all_projects:
+        raise typer.BadParameter("a chain lies inside one project: drop --all", param_hint="--chain")
+    result = export_prov(_export_stores(ctx, all_projects), out, chain=chain, provn=provn, force=force)
+    _warn(result.warnings)
+    if ctx.json:
+        _print_json(result.to_dict())
+        return
+    c = result.counts
+    files = " and ".join(f"{p} ({'PROV-N' if k == 'provn' else 'PROV-JSON'})" for k, p in result.files.items())
+    _echo(f"Wrote {files}: {c['activities']} activities, {c['entities']} entities, {c['agents']} agents, "
+          f"{c['relations']} relations ({', '.join(f'{k} {v}' for k, v in c.items() if k not in ('activities', 'entities', 'agents', 'relations'))}).")
 
 
 # --- the MCP server -------------------------------------------------------------------
 
 
-@command("mcp", as_json=False, lean=False)
+@command("mcp", as_json=False)
 def mcp_cmd(
     ctx: Ctx,
     http: Annotated[Optional[int], typer.Option("--http", metavar="PORT", help="Serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio (0: a free port, named on stderr).", min=0, max=65535, show_default=False)] = None,
@@ -1593,30 +1596,18 @@ def mcp_cmd(
 
 # --- fleet ----------------------------------------------------------------------------
 
-_FLEET_ACTIONS = ("search", "issues", "report")
+FLEET_JOBS = ("search", "issues", "report")
 
 
-@command("fleet", project=False, memory=False, lean=False, free_text=True)
-def fleet_cmd(
-    ctx: Ctx,
-    action: Annotated[str, typer.Argument(help="search QUERY, issues or report.", show_default=False)],
-    query: Annotated[Optional[str], typer.Argument(help="search: what to look for (free text).", show_default=False)] = None,
-    dataset: Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)] = None,
-    scheduler: Annotated[str, typer.Option("--scheduler", help="auto: in this process for a small dataset, else a LocalCluster; inline; local (a LocalCluster); or a Dask scheduler's address (tcp://host:8786).")] = "auto",
-    workers: Annotated[int, typer.Option("--workers", help="LocalCluster worker processes.", min=1)] = 2,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for --scheduler to answer.", min=0.1)] = 10.0,
-    machine: Annotated[Optional[list[str]], typer.Option("--machine", "-m", help="Only this machine (repeat for more).", show_default=False)] = None,
-    project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="Only this project (repeat for more).", show_default=False)] = None,
-    k: Annotated[int, typer.Option("-k", "--top", help="search: how many results.", min=1)] = 10,
-    explain_: Annotated[bool, typer.Option("--explain", help="search: each result's per-axis contributions and the weights.")] = False,
-    as_of: AsOfOpt = None,
-    open_: Annotated[bool, typer.Option("--open", help="issues: list the open issues, oldest first, instead of counts per machine and project.")] = False,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="issues --open: show at most N (0: all).", min=0)] = 20,
-    now: Annotated[Optional[str], typer.Option("--now", help="issues, report: measure ages to this moment (epoch ms or ISO date; default: now).", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="report: the directory to write the figures and tables into.", show_default=False)] = None,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).", show_default=False)] = None,
-):
-    """Search, fold issues and report over every machine's exported memory, on Dask.
+class _JobGroup(_WordGroup):
+    """``cybmem fleet ACTION``: one sub-command per job."""
+
+    words, hint = FLEET_JOBS, "ACTION"
+
+
+fleet_app = typer.Typer(
+    cls=_JobGroup, no_args_is_help=True, rich_markup_mode=None, add_completion=False,
+    help="""Search, fold issues and report over every machine's exported memory, on Dask.
 
     search QUERY: the top k records of the whole fleet, ranked as `cybmem search` ranks one store
     holding them all. issues: the issue fold of every machine and project (counts, or --open).
@@ -1627,91 +1618,138 @@ def fleet_cmd(
     for the first that exported it, and its hit names them all.
 
     Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
-    """
-    if action not in _FLEET_ACTIONS:
-        raise typer.BadParameter(f"{action!r} is not one of {', '.join(_FLEET_ACTIONS)}", param_hint="ACTION")
-    if dataset is None:
-        raise typer.BadParameter("give the dataset directory (`cybmem export parquet --out DIR` writes it)", param_hint="--dataset")
-    if action == "search" and not query:
-        raise typer.BadParameter("search needs a QUERY", param_hint="QUERY")
-    if action != "search" and query is not None:
-        raise typer.BadParameter(f"{action} takes no QUERY (got {query!r})", param_hint="QUERY")
-    if action == "report" and out is None:
-        raise typer.BadParameter("report needs --out DIR", param_hint="--out")
-    if action != "report" and out is not None:
-        raise typer.BadParameter("--out is for report", param_hint="--out")
-    if action != "issues" and open_:
-        raise typer.BadParameter("--open is for issues", param_hint="--open")
-    if action != "search" and (explain_ or as_of is not None):
-        raise typer.BadParameter("--explain and --as-of are for search", param_hint="--explain" if explain_ else "--as-of")
-    if action == "search" and now is not None:
-        raise typer.BadParameter("--now is for issues and report (search: --as-of)", param_hint="--now")
+    """,
+)
+app.add_typer(fleet_app, name="fleet")
+
+DatasetOpt = Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)]
+SchedulerOpt = Annotated[str, typer.Option("--scheduler", help="auto: in this process for a small dataset, else a LocalCluster; inline; local (a LocalCluster); or a Dask scheduler's address (tcp://host:8786).")]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="LocalCluster worker processes.", min=1)]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for --scheduler to answer.", min=0.1)]
+MachinesOpt = Annotated[Optional[list[str]], typer.Option("--machine", "-m", help="Only this machine (repeat for more).", show_default=False)]
+ProjectsOpt = Annotated[Optional[list[str]], typer.Option("--project", "-p", help="Only this project (repeat for more).", show_default=False)]
+NowOpt = Annotated[Optional[str], typer.Option("--now", help="Measure ages to this moment (epoch ms or ISO date; default: now).", show_default=False)]
+
+
+@contextlib.contextmanager
+def _fleet(dataset, scheduler, workers, timeout, machine, project, progress):
+    """The fleet the shared options describe; the part files it skipped are said once."""
     from .fleet import Fleet
 
-    now_ms = parse_time(now, "--now")
+    if dataset is None:
+        raise typer.BadParameter("give the dataset directory (`cybmem export parquet --out DIR` writes it)", param_hint="--dataset")
     with Fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress,
                timeout=timeout) as fleet:
         _warn(fleet.skipped)
+        yield fleet
+
+
+@command("search", group=fleet_app, project=False, memory=False, free_text=True)
+def fleet_search_cmd(
+    ctx: Ctx,
+    query: Annotated[Optional[str], typer.Argument(help="What to look for (free text).", show_default=False)] = None,
+    dataset: DatasetOpt = None, scheduler: SchedulerOpt = "auto", workers: WorkersOpt = 2, timeout: TimeoutOpt = 10.0,
+    machine: MachinesOpt = None, project: ProjectsOpt = None,
+    k: Annotated[int, typer.Option("-k", "--top", help="How many results.", min=1)] = 10,
+    explain_: Annotated[bool, typer.Option("--explain", help="Each result's per-axis contributions and the weights.")] = False,
+    as_of: AsOfOpt = None,
+    progress: ProgressOpt = None,
+):
+    """The top k records of the whole fleet, ranked as `cybmem search` ranks one store holding them all.
+
+    Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
+    """
+    if not query:
+        raise typer.BadParameter("search needs a QUERY", param_hint="QUERY")
+    with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
+        result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
+        if ctx.json:
+            _print_json(result.to_dict(explain=explain_))
+            return
+        if not result.hits:
+            _echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
+            _echo(f"Ran {fleet.ran_on}.")
+            return
+        rows = [[str(h.rank), f"{h.score:.3f}", h.machine + ("*" if h.claimed_by else ""), h.project, h.run_id[:8],
+                 _when(h.ended_at_ms), h.state, h.task] for h in result.hits]
+        _table(["#", "SCORE", "MACHINE", "PROJECT", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
+        if explain_:
+            w = result.weights
+            _echo("")
+            _echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
+                  + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
+            for h in result.hits:
+                _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
+        for h in (h for h in result.hits if h.claimed_by):
+            _echo(f"* run {h.run_id[:8]} was exported by {', '.join(h.claimed_by)}"
+                  + (" with different records" if h.conflict else ", the same record")
+                  + f"; shown as {h.claimed_by[0]}, the first to export it.")
+        _echo(f"Ran {fleet.ran_on}.")
+
+
+@command("issues", group=fleet_app, project=False, memory=False)
+def fleet_issues_cmd(
+    ctx: Ctx,
+    dataset: DatasetOpt = None, scheduler: SchedulerOpt = "auto", workers: WorkersOpt = 2, timeout: TimeoutOpt = 10.0,
+    machine: MachinesOpt = None, project: ProjectsOpt = None,
+    open_: Annotated[bool, typer.Option("--open", help="List the open issues, oldest first, instead of counts per machine and project.")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="--open: show at most N (0: all).", min=0)] = 20,
+    now: NowOpt = None,
+    progress: ProgressOpt = None,
+):
+    """The issue fold of every machine and project: counts per machine and project, or --open.
+
+    Example: cybmem fleet issues --dataset ~/fleet --open -n 10
+    """
+    now_ms = parse_time(now, "--now")
+    with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
         ran = f"Ran {fleet.ran_on}."
-        if action == "search":
-            result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
+        if open_:
+            opened = fleet.open_issues(now=now_ms)
+            shown = opened if not limit else opened.head(limit)
             if ctx.json:
-                _print_json(result.to_dict(explain=explain_))
+                _print_json(json.loads(shown.drop(columns=["openAge", "timeToResolve"])
+                                       .to_json(orient="records", date_format="epoch", date_unit="ms")))
                 return
-            if not result.hits:
-                _echo(f"No matching records in {result.records} records of {len(fleet.groups)} projects.")
+            if not len(opened):
+                _echo(f"No open issues in {len(fleet.groups)} projects.")
                 _echo(ran)
                 return
-            rows = [[str(h.rank), f"{h.score:.3f}", h.machine + ("*" if h.claimed_by else ""), h.project, h.run_id[:8],
-                     _when(h.ended_at_ms), h.state, h.task] for h in result.hits]
-            _table(["#", "SCORE", "MACHINE", "PROJECT", "RUN", "ENDED (UTC)", "STATE", "TASK"], rows)
-            if explain_:
-                w = result.weights
-                _echo("")
-                _echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
-                           + (f"  as of {_when(result.as_of)} UTC" if result.as_of is not None else ""))
-                for h in result.hits:
-                    _echo(f"{h.rank:>2}. {h.run_id[:8]}  {_fmt_axes(h.contributions)}  = {h.score:.3f}")
-            for h in (h for h in result.hits if h.claimed_by):
-                _echo(f"* run {h.run_id[:8]} was exported by {', '.join(h.claimed_by)}"
-                      + (" with different records" if h.conflict else ", the same record")
-                      + f"; shown as {h.claimed_by[0]}, the first to export it.")
+            rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a:.1f}", st, t]
+                    for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
+                                                     shown["openedAt"].dt.as_unit("ns"), shown["ageDays"], shown["state"], shown["title"])]
+            _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
+            if len(shown) < len(opened):
+                _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
             _echo(ran)
             return
-        if action == "issues":
-            if open_:
-                fold = fleet.issues(now=now_ms)
-                opened = fold[fold["state"].isin(["opened", "reopened"])].sort_values(
-                    ["openedAt", "machine", "project", "issueId"], kind="stable")
-                if ctx.json:
-                    shown = opened if not limit else opened.head(limit)
-                    _print_json(json.loads(shown.assign(ageDays=shown["openAge"].dt.total_seconds() / 86400)
-                                           .drop(columns=["openAge", "timeToResolve"]).to_json(orient="records", date_format="epoch", date_unit="ms")))
-                    return
-                if not len(opened):
-                    _echo(f"No open issues in {len(fleet.groups)} projects.")
-                    _echo(ran)
-                    return
-                shown = opened if not limit else opened.head(limit)
-                rows = [[m, p, i, _when(int(o.value // 1_000_000)), f"{a.total_seconds() / 86400:.1f}", st, t]
-                        for m, p, i, o, a, st, t in zip(shown["machine"], shown["project"], shown["issueId"],
-                                                         shown["openedAt"].dt.as_unit("ns"), shown["openAge"], shown["state"], shown["title"])]
-                _table(["MACHINE", "PROJECT", "ISSUE", "OPENED (UTC)", "AGE (D)", "STATE", "TITLE"], rows, fit=shorten)
-                if len(shown) < len(opened):
-                    _echo(f"... {len(opened) - len(shown)} more open issues (-n 0 shows all)")
-                _echo(ran)
-                return
-            summary = fleet.issue_summary(now=now_ms)
-            if ctx.json:
-                _print_json(json.loads(summary.to_json(orient="records")))
-                return
-            rows = [[r.machine, r.project, str(r.issues), str(r.opened + r.reopened), str(r.resolved), str(r.wontfix),
-                     str(r.reopens), "-" if r.medianOpenDays != r.medianOpenDays else f"{r.medianOpenDays:.1f}"]
-                    for r in summary.itertuples()]
-            _table(["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN OPEN AGE (D)"], rows,
-                   fit=_whole)
-            _echo(ran)
+        summary = fleet.issue_summary(now=now_ms)
+        if ctx.json:
+            _print_json(json.loads(summary.to_json(orient="records")))
             return
+        rows = [[r.machine, r.project, str(r.issues), str(r.opened + r.reopened), str(r.resolved), str(r.wontfix),
+                 str(r.reopens), "-" if r.medianOpenDays != r.medianOpenDays else f"{r.medianOpenDays:.1f}"]
+                for r in summary.itertuples()]
+        _table(["MACHINE", "PROJECT", "ISSUES", "OPEN", "RESOLVED", "WONTFIX", "REOPENS", "MEDIAN OPEN AGE (D)"], rows,
+               fit=_whole)
+        _echo(ran)
+
+
+@command("report", group=fleet_app, project=False, memory=False)
+def fleet_report_cmd(
+    ctx: Ctx,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The directory to write the figures and tables into.", show_default=False)],
+    dataset: DatasetOpt = None, scheduler: SchedulerOpt = "auto", workers: WorkersOpt = 2, timeout: TimeoutOpt = 10.0,
+    machine: MachinesOpt = None, project: ProjectsOpt = None,
+    now: NowOpt = None,
+    progress: ProgressOpt = None,
+):
+    """Issue-age histograms and the lineage summary per machine and project (PNG, CSV and HTML) in --out.
+
+    Example: cybmem fleet report --dataset ~/fleet --out fleet-report
+    """
+    now_ms = parse_time(now, "--now")
+    with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
         result = fleet.report(out, now=now_ms)
         if ctx.json:
             _print_json(result.to_dict())
@@ -1722,95 +1760,7 @@ def fleet_cmd(
               f"{n(result.projects, 'project')} on {n(result.machines, 'machine')}."
               + (f" {n(result.claimed, 'run id')} exported by more than one machine or project count once."
                  if result.claimed else ""))
-        _echo(ran)
-
-
-# What pydantic's lax int accepts from a string (tested against it): ASCII digits, underscores
-# between them, a sign, surrounding whitespace and a zero fraction ("3.0").
-_INT_TEXT = re.compile(r"\s*([+-]?\d+(?:_\d+)*)(?:\.0+)?\s*", re.ASCII)
-
-
-def _plain_int(value, info, param, ctx) -> int:
-    """An int option's value as typer's pydantic coercion gives it, with its messages."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str) and (m := _INT_TEXT.fullmatch(value)):
-        number = int(m.group(1))
-    else:
-        raise typer.BadParameter("Input should be a valid integer, unable to parse string as an integer", ctx=ctx, param=param)
-    if info.min is not None and number < info.min:
-        raise typer.BadParameter(f"Input should be greater than or equal to {info.min}", ctx=ctx, param=param)
-    if info.max is not None and number > info.max:
-        raise typer.BadParameter(f"Input should be less than or equal to {info.max}", ctx=ctx, param=param)
-    return number
-
-
-def _plain_coercion() -> None:
-    """Give plain ``str``, ``Path``, ``int`` and flag options a coercion of their own (this process only).
-
-    typer (0.2x) coerces every option value through a pydantic TypeAdapter, and importing
-    pydantic costs 0.15-0.2 s, paid by every dispatch (write, inject) for values that need no
-    validation. An int gets pydantic's parsing and messages (:func:`_plain_int`, checked against
-    pydantic in the tests). Options with a float, a clamped range, a choice, path checks or a
-    custom parser keep typer's own coercion; a typer without these internals is left as it is.
-    """
-    try:
-        from typer import core as typer_core
-        from typer._coercion import RuntimeParam
-
-        build = typer_core._TyperParameter.get_runtime_param
-    except (ImportError, AttributeError):  # another typer: its own coercion
-        return
-
-    class _Plain(RuntimeParam):
-        def _coerce_value(self, value, param=None, ctx=None):
-            if self.annotation is bool:
-                return bool(value)
-            if self.annotation is int:
-                return _plain_int(value, self.parameter_info, param, ctx)
-            return Path(value) if self.annotation is Path else str(value)
-
-    def plain(param) -> bool:
-        desc = getattr(param, "type_descriptor", None)
-        if desc is None or param.nargs != 1 or param.multiple:
-            return False
-        info = desc.parameter_info
-        if info.parser is not None or getattr(info, "click_type", None) is not None:
-            return False
-        if desc.annotation is bool:
-            return bool(getattr(param, "is_flag", False))
-        if desc.annotation is Path:
-            return not (info.exists or info.resolve_path or info.allow_dash or info.path_type is not None
-                        or not info.file_okay or not info.dir_okay or info.writable or info.readable is False)
-        if desc.annotation is int:
-            return not getattr(info, "clamp", False)
-        return desc.annotation is str
-
-    def get_runtime_param(self):
-        if getattr(self, "_runtime_param", None) is None and plain(self):
-            self._runtime_param = _Plain(parameter_info=self.type_descriptor.parameter_info,
-                                         annotation=self.type_descriptor.annotation)
-        return build(self)
-
-    typer_core._TyperParameter.get_runtime_param = get_runtime_param
-
-
-#: Set by a command's wrapper: the command that ran is a lean one (see :func:`console`).
-_LEAN_RAN = False
-#: Set by :func:`main`: this process runs one command and exits (see :func:`_lean_imports`).
-_ONE_COMMAND_PROCESS = False
-
-
-def _app_for(args: list[str]) -> typer.Typer:
-    """The app, narrowed to the one command the arguments name when they start with one: Click
-    then builds that command only (about 10 ms less on every dispatch); help, usage and errors
-    read the same, since the command, its options and the root callback are the same objects."""
-    chosen = [c for c in app.registered_commands if args and c.name == args[0]]
-    if not chosen:
-        return app
-    one = copy.copy(app)
-    one.registered_commands = chosen
-    return one
+        _echo(f"Ran {fleet.ran_on}.")
 
 
 #: Set by :func:`_on_sigint`: the person pressed Ctrl-C (see :func:`main`).
@@ -1835,8 +1785,7 @@ def main() -> None:
     whole, and the unwinding removes the temp file. A second Ctrl-C cuts that unwinding short; one
     more after the line ends the process at once.
     """
-    global _ONE_COMMAND_PROCESS
-    _ONE_COMMAND_PROCESS = True
+    _startup.one_command_process = True
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
         signal.signal(signal.SIGINT, _on_sigint)
     try:
@@ -1859,8 +1808,7 @@ def main() -> None:
 
 def _main(args: list[str]) -> int:
     as_json = "--json" in args
-    _plain_coercion()
-    command_ = typer.main.get_command(_app_for(args))
+    command_ = typer.main.get_command(_startup.named_only(app, args))
     try:
         code = command_.main(args=args, prog_name="cybmem", standalone_mode=False)
     except UsageError as exc:
@@ -1879,29 +1827,9 @@ def _main(args: list[str]) -> int:
 
 
 def console() -> None:
-    """The ``cybmem`` console script: :func:`main`; then, after a command that imports neither
-    pandas nor anything heavy (write, inject, ...: see :func:`_lean_imports`), the process ends
-    as soon as stdout and stderr are flushed, without the interpreter's teardown (25-35 ms of
-    freeing numpy's and pyarrow's modules, which the dispatcher waits for on every run). What
-    such a command writes to files is closed or fsynced before it returns. Exit codes are the
-    usual ones; an unexpected exception, a broken pipe or any other command takes the ordinary
-    way out."""
-    global _LEAN_RAN
-    _LEAN_RAN = False
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-        if not _LEAN_RAN or not (code is None or isinstance(code, int)):
-            raise
-    else:
-        code = 0
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        sys.exit(code)
-    os._exit(code or 0)
+    """The ``cybmem`` console script: :func:`main`, ended without the interpreter's teardown after
+    a command that opted in (:func:`cybmem._startup.end`)."""
+    _startup.end(main)
 
 
 if __name__ == "__main__":

@@ -241,11 +241,20 @@ class ExportSummary:
 # --- shared helpers ----------------------------------------------------------------------
 
 
-def all_stores(root: str | os.PathLike) -> list[MemoryStore]:
-    """A store for every project directory of a memory root, by slug."""
+def all_stores(root: str | os.PathLike, *, required: bool = False) -> list[MemoryStore]:
+    """A store for every project directory of a memory root, by slug.
+
+    Raises:
+        NotFoundError: with ``required``, when the root holds no project (``export --all``).
+    """
     from .projects import project_dirs
 
-    return [MemoryStore(root, slug) for slug in project_dirs(Path(root))]
+    stores = [MemoryStore(root, slug) for slug in project_dirs(Path(root))]
+    if required and not stores:
+        from .errors import NotFoundError
+
+        raise NotFoundError(f"no projects under {root}; nothing to export")
+    return stores
 
 
 def _as_stores(stores: MemoryStore | Iterable[MemoryStore]) -> list[MemoryStore]:
@@ -425,7 +434,7 @@ def check_out(out: str | os.PathLike, *, force: bool = False, roots: Iterable[st
     return path
 
 
-class _Sink:
+class Sink:
     """Where a stream export goes: stdout, a caller's stream, or a file written atomically
     (after :func:`check_out`: a temp file beside it, renamed into place once whole)."""
 
@@ -560,9 +569,9 @@ def _out_name(out) -> str | None:
     return str(out) if isinstance(out, (str, os.PathLike)) else getattr(out, "name", None)
 
 
-def _stream_sink(stores: list[MemoryStore], out, force: bool, entry: dict, summary: ExportSummary) -> _Sink:
+def _stream_sink(stores: list[MemoryStore], out, force: bool, entry: dict, summary: ExportSummary) -> Sink:
     """The sink of a file export, noted in each project's exports.json once the path passed the checks."""
-    sink = _Sink(out, force=force, roots=[s.root for s in stores])
+    sink = Sink(out, force=force, roots=[s.root for s in stores])
     if isinstance(out, (str, os.PathLike)) and out != "-":
         check_out(out, force=force, roots=sink.roots)
         note_export(stores, {**entry, "out": str(out), "all": len(stores) > 1}, summary.warnings)

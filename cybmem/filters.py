@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .snapshot import Snapshot
 
 __all__ = ["RecordFilter", "IssueFilter", "Page", "record_mask", "list_records", "select_issues", "select_events",
-           "ISSUE_STATE_GROUPS"]
+           "ISSUE_STATE_GROUPS", "IssueListing", "list_issues", "list_issue_events"]
 
 #: ``--state`` names for issues: the four ledger states and two groups of them
 ISSUE_STATE_GROUPS = {"open": _issues.OPEN, "closed": _issues.CLOSED,
@@ -357,3 +357,52 @@ def select_events(events: Iterable[tuple[int, "IssueEvent"]] | Iterable["IssueEv
             kept.append(ev)
         total += 1
     return Page(kept, total, offset, limit or None)
+
+
+@dataclass
+class IssueListing:
+    """What ``cybmem issues`` shows: one page of folded issues (or of ledger events), and what to say about it.
+
+    Attributes:
+        page: the issues (:class:`cybmem.issues.IssueState`) or events (:class:`cybmem.schema.IssueEvent`).
+        hidden: closed issues the window left out (issue view).
+        titles: issue id -> its folded title (event view: an event may carry none).
+        warnings: the ledger's read problems, each once.
+    """
+
+    page: Page
+    hidden: int = 0
+    titles: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def list_issues(store, f: IssueFilter, *, as_of: int | None = None, offset: int = 0, limit: int | None = 50,
+                now_ms: int | None = None) -> IssueListing:
+    """One page of a project's folded issues that pass ``f`` (:func:`select_issues`), the ledger
+    as it was at ``as_of`` (epoch ms; None: now), its window measured from then (or ``now_ms``)."""
+    import time
+
+    from .snapshot import load_snapshot
+
+    snap = load_snapshot(store)  # the fold is cached with the snapshot: a long ledger is not re-read
+    folded = _issues.states_from_table(snap.fold(as_of))
+    now = as_of if as_of is not None else int(time.time() * 1000) if now_ms is None else now_ms
+    page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit)
+    ledger = str(store.issues_path)
+    warnings = list(dict.fromkeys(p.message for p in [*store.problems, *snap.problems] if p.path.startswith(ledger)))
+    return IssueListing(page, hidden, warnings=warnings)
+
+
+def list_issue_events(store, *, since: int | None = None, until: int | None = None, events_named: Sequence[str] = (),
+                      grep: str | None = None, as_of: int | None = None, offset: int = 0,
+                      limit: int | None = 50) -> IssueListing:
+    """One page of a project's ledger events in file order (:func:`select_events`), streamed, as
+    the ledger was at ``as_of``; ``titles`` gives each issue's folded title for the events that carry none."""
+    from .snapshot import load_snapshot
+
+    folded = load_snapshot(store).fold()
+    titles = dict(zip(folded.column("issueId").to_pylist(), folded.column("title").to_pylist()))
+    ledger = (ev for _, ev in store.iter_issue_events() if as_of is None or ev.at <= as_of)  # streamed
+    page = select_events(ledger, since=since, until=until, events_named=events_named, grep=grep, titles=titles,
+                         offset=offset, limit=limit)
+    return IssueListing(page, titles=titles, warnings=[p.message for p in store.problems])

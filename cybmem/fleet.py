@@ -359,9 +359,9 @@ def _with_partition(t: pa.Table, g: Group, time_column: str) -> pa.Table:
 
 
 def _to_pandas(t: pa.Table) -> "pd.DataFrame":
-    from .frames import _types_mapper
+    from .frames import types_mapper
 
-    return t.to_pandas(types_mapper=_types_mapper)
+    return t.to_pandas(types_mapper=types_mapper)
 
 
 def _records_part(groups: tuple[Group, ...], columns: tuple[str, ...] | None = None) -> "pd.DataFrame":
@@ -1040,6 +1040,14 @@ class Fleet:
             One row per issue, ordered by machine, project and first appearance in the ledger.
         """
         return self._frame(_events_part, _fold_part, "fleet issues", _now_ts(now))
+
+    def open_issues(self, *, now: "pd.Timestamp | int | None" = None) -> "pd.DataFrame":
+        """The fleet's open (opened or reopened) issues, oldest opened first (then machine, project,
+        id), with ``ageDays``: their open age in days at ``now``."""
+        fold = self.issues(now=now)
+        opened = fold[fold["state"].isin(["opened", "reopened"])].sort_values(
+            ["openedAt", "machine", "project", "issueId"], kind="stable")
+        return opened.assign(ageDays=opened["openAge"].dt.total_seconds() / 86400)
 
     def issue_summary(self, *, now: "pd.Timestamp | int | None" = None) -> "pd.DataFrame":
         """Per machine and project: issues by state, reopens and the median age of the open ones (days)."""

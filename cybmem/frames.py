@@ -41,7 +41,7 @@ def _snapshot(source: MemoryStore | Snapshot) -> Snapshot:
     return source if isinstance(source, Snapshot) else load_snapshot(source)
 
 
-def _types_mapper(typ: pa.DataType):
+def types_mapper(typ: pa.DataType):
     import pandas as pd
 
     if pa.types.is_list(typ) or pa.types.is_large_list(typ):
@@ -69,7 +69,7 @@ def records_frame(source: MemoryStore | Snapshot, *, as_of: int | None = None,
     import pandas as pd
 
     snap = _snapshot(source)
-    df = snap.records.drop_columns(["inode"]).to_pandas(types_mapper=_types_mapper)
+    df = snap.records.drop_columns(["inode"]).to_pandas(types_mapper=types_mapper)
     df["superseded"] = ~snap.candidates(as_of)  # for the rows kept below: superseded as of then
     df["durationS"] = (df["endedAt"] - df["startedAt"]).dt.total_seconds()
     df["state"] = df["state"].astype(pd.CategoricalDtype(STATES))  # the snapshot holds no other state
@@ -101,7 +101,7 @@ def natural_key(values: "pd.Series") -> "pd.Series":
 
 def issue_events_frame(source: MemoryStore | Snapshot) -> "pd.DataFrame":
     """The issue ledger, one row per event, in file order (``line``: its line in issues.jsonl)."""
-    return _snapshot(source).events.to_pandas(types_mapper=_types_mapper)
+    return _snapshot(source).events.to_pandas(types_mapper=types_mapper)
 
 
 def _events_table(events: "pd.DataFrame") -> pa.Table:
@@ -146,7 +146,7 @@ def issue_fold(events: "pd.DataFrame | MemoryStore | Snapshot", *, now: "pd.Time
 
     table = events.events if isinstance(events, Snapshot) else (
         load_snapshot(events).events if isinstance(events, MemoryStore) else _events_table(events))
-    out = issues.fold_table(table).to_pandas(types_mapper=_types_mapper)
+    out = issues.fold_table(table).to_pandas(types_mapper=types_mapper)
     now = now if now is not None else pd.Timestamp.now(tz="UTC")
     open_ = out["state"].isin(list(issues.OPEN))
     zero = pd.Timedelta(0)

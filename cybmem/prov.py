@@ -329,7 +329,7 @@ def export_prov(
     device, a path inside the memory root, an existing file without ``force``) is
     :func:`cybmem.export.check_out`'s rule, checked for both files before either is written.
     """
-    from .export import _Sink, check_out, note_export  # one atomic-file writer for every export
+    from .export import Sink, check_out, note_export  # one atomic-file writer for every export
 
     started = time.perf_counter()
     stores = [stores] if isinstance(stores, MemoryStore) else list(stores)
@@ -343,12 +343,12 @@ def export_prov(
     summary = ProvSummary([s.slug for s in stores], chain)
     note_export(stores, {"format": "prov", "out": str(path), "all": len(stores) > 1, "chain": chain, "provn": provn},
                 summary.warnings)
-    with _Sink(path, force=force, roots=roots) as fh:
+    with Sink(path, force=force, roots=roots) as fh:
         fh.write(doc.serialize(format="json").encode("utf-8"))
     summary.files["json"] = str(path)
     if provn:
         npath = provn_path(path)
-        with _Sink(npath, force=force, roots=roots) as fh:
+        with Sink(npath, force=force, roots=roots) as fh:
             fh.write(doc.get_provn().encode("utf-8") + b"\n")
         summary.files["provn"] = str(npath)
     summary.counts = prov_counts(doc)

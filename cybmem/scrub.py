@@ -58,7 +58,7 @@ from .errors import StoreError, ValidationError
 from .outcome import issue_slug
 from .redact import redact_value
 from .schema import validate_run_id
-from .store import MAX_LEDGER_BYTES, MAX_RECORD_BYTES, MemoryStore, _dumps, parse_record
+from .store import MAX_LEDGER_BYTES, MAX_RECORD_BYTES, MemoryStore, dumps, parse_record
 
 __all__ = ["JOURNAL", "MANUAL", "REDACT_LOCK", "ScrubResult", "complete_pending", "pending", "scrub_run", "scrub_runs"]
 
@@ -193,7 +193,7 @@ class _Plan:
     done: list[str] = field(default_factory=list)
 
     def to_bytes(self) -> bytes:
-        return _dumps({
+        return dumps({
             "version": 1, "startedAt": self.started_at, "runs": self.runs,
             # base64: the journal is not itself a file that a search for the text finds
             "texts": [_b64(t) for t in self.texts],
@@ -371,7 +371,7 @@ def _cleaned_record(store: MemoryStore, rid: str, clean: _Cleaner, renamed: dict
         new = {k: new[k] for k in data}  # the record's own key order
     if not fields:
         return raw, fields
-    out = _dumps(new, f"record {rid}", indent=True) + b"\n"
+    out = dumps(new, f"record {rid}", indent=True) + b"\n"
     parse_record(path.name, out)
     return out, fields
 
@@ -513,14 +513,14 @@ def _runs_holding(store: MemoryStore, given: list[str]) -> list[str]:
 
 
 def _needles(given: list[str]) -> set[bytes]:
-    return {s.encode() for s in given} | {_dumps(s, "text")[1:-1] for s in given}
+    return {s.encode() for s in given} | {dumps(s, "text")[1:-1] for s in given}
 
 
 def _holder(given: list[str]):
     """A test of whether some bytes or text hold a given text (as written, or as JSON escapes it)
     outside a marker: a text such as ``manual`` is part of every ``[REDACTED:manual]``, and is not
     left over there."""
-    forms = sorted({f for s in given for f in (s, _dumps(s, "text")[1:-1].decode("utf-8", "surrogateescape"))})
+    forms = sorted({f for s in given for f in (s, dumps(s, "text")[1:-1].decode("utf-8", "surrogateescape"))})
     finder = _finder(forms) if forms else None
 
     def holds(data: bytes | str) -> bool:
@@ -599,7 +599,7 @@ def _relink_records(store: MemoryStore, skip: set[str], renamed: dict[str, str])
         fields: list[str] = []
         ids = _relinked(outcome.get("issues"), renamed, fields)
         if fields:
-            out_bytes = _dumps({**data, "outcome": {**outcome, "issues": ids}}, f"record {other}", indent=True) + b"\n"
+            out_bytes = dumps({**data, "outcome": {**outcome, "issues": ids}}, f"record {other}", indent=True) + b"\n"
             parse_record(path.name, out_bytes)
             _io.atomic_write(path, out_bytes)
             out.append(other)
@@ -630,7 +630,7 @@ def _rewrite_lines(path: Path, wanted, change) -> int:
             continue
         new = change(d)
         if new != d:
-            lines[i] = _dumps(new, f"{path.name} line {i + 1}")
+            lines[i] = dumps(new, f"{path.name} line {i + 1}")
             n += 1
     if n:
         _io.atomic_write(path, b"\n".join(lines))

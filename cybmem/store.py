@@ -84,7 +84,7 @@ def _first_unstorable(value, where: str) -> str | None:
     return None
 
 
-def _dumps(obj, what: str, *, indent: bool = False) -> bytes:
+def dumps(obj, what: str, *, indent: bool = False) -> bytes:
     """orjson.dumps with a ValidationError that names the field that cannot be stored."""
     try:
         return orjson.dumps(obj, option=orjson.OPT_INDENT_2 if indent else 0)
@@ -467,7 +467,7 @@ class MemoryStore:
         validate_run_id(rec.runId)
         if rec.supersedes and rec.supersedes == rec.runId:
             raise ValidationError("supersedes: a record cannot supersede itself")
-        payload = _dumps(data, f"record {rec.runId}", indent=True) + b"\n"
+        payload = dumps(data, f"record {rec.runId}", indent=True) + b"\n"
         if len(payload) > MAX_RECORD_BYTES:
             raise ValidationError(
                 f"record {rec.runId} would be {len(payload)} bytes, more than a record can be ({MAX_RECORD_BYTES}); "
@@ -475,7 +475,7 @@ class MemoryStore:
             )
         for ev in events:
             IssueEvent.from_dict(ev.to_dict())
-            _dumps(ev.to_dict(), f"issue event {ev.issueId}")
+            dumps(ev.to_dict(), f"issue event {ev.issueId}")
         return payload
 
     def _conflict(self, run_id: str) -> ConflictError:
@@ -553,11 +553,11 @@ class MemoryStore:
         data = _io.loads(raw)
         if "supersededBy" in data:
             # A stale link written by another tool: replace its value, keep every other field.
-            out = _dumps({**data, "supersededBy": new_id}, f"record {old_id}", indent=True) + b"\n"
+            out = dumps({**data, "supersededBy": new_id}, f"record {old_id}", indent=True) + b"\n"
         else:
             out = _with_superseded_by(raw, new_id)
             if _io.loads(out) != {**data, "supersededBy": new_id}:
-                out = _dumps({**data, "supersededBy": new_id}, f"record {old_id}", indent=True) + b"\n"
+                out = dumps({**data, "supersededBy": new_id}, f"record {old_id}", indent=True) + b"\n"
         atomic_write(path, out)
 
     # --- the issue ledger --------------------------------------------------------
@@ -690,7 +690,7 @@ class MemoryStore:
                 continue
             states[ev.issueId] = ev.event
             written.append(ev)
-        lines = [_dumps(ev.to_dict(), f"issue event {ev.issueId}") for ev in written]
+        lines = [dumps(ev.to_dict(), f"issue event {ev.issueId}") for ev in written]
         if lines:
             self._check_not_symlinked()
             try:

@@ -88,3 +88,47 @@ def test_usage_python_api_section_is_real(tmp_path, monkeypatch):
     runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
     runner.run(test)
     assert runner.summarize(verbose=False).failed == 0, "USAGE.md Python API examples"
+
+
+def test_the_type_checking_imports_name_the_lazy_ones():
+    """Editors see the public API through the TYPE_CHECKING imports of cybmem/__init__.py: the same
+    names from the same modules as the lazy table that serves them at run time."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(cybmem.__file__).read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {a.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert seen == cybmem._LAZY
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_imports_another_modules_private_name():
+    """``from .x import _y`` and ``x._y`` (x a module of the package) are refused: a name another
+    module needs is public in its owner. Private modules (``from . import _io``) are fine."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(cybmem.__file__).parent
+    found = []
+    for path in sorted(pkg.rglob("*.py")):
+        here = path.parent
+        tree = ast.parse(path.read_text(), str(path))
+        modules = set()  # local names bound to a module of the package
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.level >= 1):
+                continue
+            base = here.joinpath(*[".."] * (node.level - 1), *(node.module or "").split(".")).resolve()
+            for alias in node.names:
+                if (base / f"{alias.name}.py").exists() or (base / alias.name / "__init__.py").exists():
+                    modules.add(alias.asname or alias.name)  # a module (private ones too: _io)
+                elif _private(alias.name):
+                    found.append(f"{path.relative_to(pkg)}:{node.lineno} from {'.' * node.level}{node.module or ''} import {alias.name}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                    and _private(node.attr)):
+                found.append(f"{path.relative_to(pkg)}:{node.lineno} {node.value.id}.{node.attr}")
+    assert found == [], "\n".join(found)

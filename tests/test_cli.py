@@ -503,9 +503,9 @@ def test_pyarrow_compute_is_imported_whole_with_or_without_the_docstring_stand_i
     """The quick import of pyarrow.compute (a stand-in for its docstring parser) leaves a working
     module and no stand-in behind; a pyarrow that wants more of the parser than the stand-in has
     gets the ordinary import."""
-    code = ("import sys\nimport cybmem.cli as c\n"
-            + ("c._docstring_stand_in = lambda doc: {}['Parameters']\n" if parser == "refused" else "")
-            + "c._quick_compute_import()\nimport pyarrow as pa, pyarrow.compute as pc\n"
+    code = ("import sys\nimport cybmem._startup as c\n"
+            + ("c.docstring_stand_in = lambda doc: {}['Parameters']\n" if parser == "refused" else "")
+            + "c.quick_compute_import()\nimport pyarrow as pa, pyarrow.compute as pc\n"
             "assert pc.sum(pa.array([1, 2, 3])).as_py() == 6 and pc.is_in(pa.array(['a']), value_set=pa.array(['a'])).to_pylist() == [True]\n"
             "real = sys.modules.get('pyarrow.vendored.docscrape')\n"
             "print('STAND-IN LEFT' if real is not None and real.__name__ == 'pyarrow.vendored.docscrape' and not hasattr(real, '__file__') else 'CLEAN',"
@@ -523,21 +523,19 @@ def test_int_options_parse_and_complain_as_typers_pydantic_coercion_does():
     import typer as _typer
     from pydantic import Field, TypeAdapter, ValidationError
 
-    from cybmem.cli import _plain_int
-    from typer.models import OptionInfo
+    from cybmem._startup import plain_int
 
     values = ["0", "1", "abc", "1.5", "3.0", "3.", " 3", "+3", "-1", "-0", "3_000", "3_", "_3", "1__0", "１", "",
               "1e3", "0x10", "007", " 4 \n", "1_000.0", "3.01", "- 3", "99999999999999999999999", 5]
     for lo, hi in [(None, None), (0, None), (1, None), (2, 7)]:
         adapter = TypeAdapter(Annotated[int, Field(ge=lo, le=hi)])
-        info = OptionInfo(default=1, min=lo, max=hi)
         for v in values:
             try:
                 want = adapter.validate_python(v)
             except ValidationError as exc:
                 want = exc.errors()[0]["msg"]
             try:
-                got = _plain_int(v, info, None, None)
+                got = plain_int(v, lo, hi)
             except _typer.BadParameter as exc:
                 got = exc.message
             assert got == want, (v, lo, hi, got, want)

@@ -551,6 +551,15 @@ def test_unreachable_scheduler_names_the_address(data):
         Fleet(data["dataset"], scheduler="tcp://127.0.0.1:9", timeout=1)
 
 
+def test_cli_project_and_machine_options_narrow_the_fleet(data):
+    """fleet's own --project/-p (a list, unlike the other commands' one project) reaches the Fleet."""
+    res = cli("fleet", "issues", "--dataset", data["dataset"], "-p", "api", "--machine", "ci-1", "--json")
+    assert res.exit_code == 0, res.output
+    assert {(r["machine"], r["project"]) for r in json.loads(res.stdout)} == {("ci-1", "api")}
+    res = cli("fleet", "issues", "--dataset", data["dataset"], "-p", "shop")
+    assert res.exit_code == 1 and res.stderr.startswith("Error: no project 'shop'")
+
+
 def test_cli_errors_are_one_line(data, tmp_path):
     res = cli("fleet", "search", "x", "--dataset", tmp_path / "nowhere")
     assert res.exit_code == 1 and res.stderr.startswith("Error: no dataset at") and res.stderr.count("\n") == 1
@@ -563,7 +572,7 @@ def test_cli_errors_are_one_line(data, tmp_path):
 @pytest.mark.parametrize("args,hint", [
     (["fleet", "find", "x"], "ACTION"),
     (["fleet", "search"], "QUERY"),
-    (["fleet", "issues", "extra"], "QUERY"),
+    (["fleet", "issues", "extra"], "unexpected extra argument(s) (extra)"),
     (["fleet", "report"], "--out"),
     (["fleet", "search", "x", "--open"], "--open"),
     (["fleet", "issues", "--explain"], "--explain"),
