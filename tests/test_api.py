@@ -74,14 +74,15 @@ def test_usage_python_api_section_is_real(tmp_path, monkeypatch):
     import shutil
     from pathlib import Path
 
+    from conftest import LEFTOVERS
+
     usage = Path(__file__).resolve().parent.parent / "USAGE.md"
     text = usage.read_text()
     start = text.index("\n## Python API")
     end = text.index("\n## ", start + 1)
     blocks = re.findall(r"```python\n(.*?)```\n", text[start:end], re.S)
     assert len(blocks) >= 3
-    shutil.copytree(usage.parent / "data-fixtures", tmp_path / "data-fixtures",
-                    ignore=shutil.ignore_patterns(".cache", ".lock", ".index.lock", ".projects.lock"))
+    shutil.copytree(usage.parent / "data-fixtures", tmp_path / "data-fixtures", ignore=LEFTOVERS)
     monkeypatch.chdir(tmp_path)
     # One doctest over all blocks: they build on each other (doctest copies globals per test).
     test = doctest.DocTestParser().get_doctest("\n".join(blocks), {}, "USAGE.md Python API", str(usage), 0)

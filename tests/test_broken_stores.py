@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cybmem.cli import app
 
-from conftest import FIXTURES, make_run, write_json
+from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
 runner = CliRunner()
 
@@ -110,7 +110,7 @@ def _check(res, verb: str) -> None:
 @pytest.fixture
 def broken(tmp_path, request) -> Path:
     root = tmp_path / "memory"
-    shutil.copytree(FIXTURES, root, ignore=shutil.ignore_patterns(".cache", ".lock", ".index.lock", ".projects.lock"))
+    shutil.copytree(FIXTURES, root, ignore=LEFTOVERS)
     return BROKEN[request.param](root)
 
 

@@ -539,3 +539,30 @@ def test_int_options_parse_and_complain_as_typers_pydantic_coercion_does():
             except _typer.BadParameter as exc:
                 got = exc.message
             assert got == want, (v, lo, hi, got, want)
+
+
+def test_readmes_first_command_leaves_nothing_a_test_copy_keeps(tmp_path):
+    """README's first command runs inject on the checkout's own fixtures, which keeps what it showed
+    (web/shown.jsonl): the tests' copies of the fixtures (conftest.LEFTOVERS) leave out everything it
+    and the other verbs leave behind, so the second command passes after the first."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    from conftest import FIXTURES, LEFTOVERS
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()
+    first = next(line for line in readme if line.startswith("pip install -e . && cybmem "))
+    argv = shlex.split(first.split("&&", 1)[1])
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FIXTURES.parent, checkout / "data-fixtures", ignore=LEFTOVERS)
+    tracked = sorted(p.relative_to(checkout).as_posix() for p in checkout.rglob("*"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
+    res = subprocess.run([shutil.which("cybmem") or "cybmem", *argv[1:]], cwd=checkout, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.startswith("MEMORY (prior runs"), res.stderr
+    left = sorted(p.relative_to(checkout).as_posix() for p in checkout.rglob("*"))
+    assert "data-fixtures/memory/web/shown.jsonl" in set(left) - set(tracked), "the first command keeps what it showed"
+    again = tmp_path / "again"
+    shutil.copytree(checkout / "data-fixtures", again / "data-fixtures", ignore=LEFTOVERS)
+    assert sorted(p.relative_to(again).as_posix() for p in again.rglob("*")) == tracked

@@ -27,7 +27,7 @@ from cybmem.settings import Settings
 from cybmem.snapshot import load_snapshot
 from cybmem.store import MemoryStore
 
-from conftest import FIXTURES, make_run, write_json
+from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
 CYBMEM = shutil.which("cybmem")
 TASK = "Fix the flaky cart drawer test"
@@ -37,7 +37,7 @@ CONSENT = "analytics-fires-before-the-consent-banner-is-answered-on-first"  # we
 
 def _root(tmp_path: Path) -> Path:
     root = tmp_path / "memory"
-    shutil.copytree(FIXTURES, root, ignore=shutil.ignore_patterns(".cache", ".lock", ".projects.lock"))
+    shutil.copytree(FIXTURES, root, ignore=LEFTOVERS)
     return root
 
 

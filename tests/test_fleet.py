@@ -36,7 +36,7 @@ from cybmem.store import MemoryStore
 from cybmem.text import tokenize
 from cybmem.weights import Weights
 
-from conftest import FIXTURES
+from conftest import FIXTURES, LEFTOVERS
 
 MACHINES = ("laptop", "ci-1", "ci-2")
 SLUGS = ("api", "web", "web-7663e1")
@@ -380,7 +380,7 @@ def test_report_writes_the_figures_and_a_page(fleet, tmp_path):
 def _small_fleet(root: Path) -> Path:
     """The dataset, exported from a copy of the fixtures (an export notes itself in its memory root)."""
     memory = root / "memory"
-    shutil.copytree(FIXTURES, memory, ignore=shutil.ignore_patterns(".cache", ".lock", "exports.json"))
+    shutil.copytree(FIXTURES, memory, ignore=LEFTOVERS)
     dataset = root / "fleet"
     export_parquet(MemoryStore(memory, "web"), dataset, machine="laptop")
     export_parquet(MemoryStore(memory, "api"), dataset, machine="ci-1")
@@ -639,8 +639,7 @@ def test_usage_fleet_examples_are_real(tmp_path, monkeypatch):
     start = usage.index("\n## The fleet")
     end = usage.find("\n## ", start + 1)
     section = usage[start:end if end > 0 else None]
-    shutil.copytree(FIXTURES.parent, tmp_path / "data-fixtures",
-                    ignore=shutil.ignore_patterns(".cache", ".lock", ".index.lock", ".projects.lock"))
+    shutil.copytree(FIXTURES.parent, tmp_path / "data-fixtures", ignore=LEFTOVERS)
     monkeypatch.chdir(tmp_path)
     real = F.Fleet
     monkeypatch.setattr(F, "Fleet", lambda *a, **kw: real(*a, **{**kw, "processes": False}))

@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from cybmem.cli import app
 
-from conftest import FIXTURES, make_run, write_json
+from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
 CYBMEM = shutil.which("cybmem")
 READS = {"search", "show", "chain", "issues", "memory_block"}
@@ -40,7 +40,7 @@ CORRECTED, CORRECTION = "069d3a68-428c-5ee1-a8d3-21a001b0f78b", "4525ac6e-bae3-5
 
 def _memory(where: Path) -> Path:
     root = where / "memory"
-    shutil.copytree(FIXTURES, root, ignore=shutil.ignore_patterns(".cache", ".lock", ".projects.lock"))
+    shutil.copytree(FIXTURES, root, ignore=LEFTOVERS)
     (root / ".nocache").unlink()
     return root
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import LEFTOVERS
+
 REPO = Path(__file__).resolve().parent.parent
 USAGE = REPO / "USAGE.md"
 BLOCK = re.compile(r"(<!-- not run: [^>]*-->\n)?```(console|python)\n(.*?)```\n", re.S)
@@ -151,8 +153,7 @@ def test_usage_examples_are_real(title, blocks, tmp_path, monkeypatch):
     root = tmp_path / "usage"
     root.mkdir()
     (root / "tmp").mkdir()
-    shutil.copytree(REPO / "data-fixtures", root / "data-fixtures",
-                    ignore=shutil.ignore_patterns(".cache", ".lock", ".index.lock", ".projects.lock", "__pycache__"))
+    shutil.copytree(REPO / "data-fixtures", root / "data-fixtures", ignore=LEFTOVERS)
     (root / ".usage-cwd").write_text(str(root))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_") and k not in ("COLUMNS", "LINES")}
     env.update(HOME=str(root / "home"), COLUMNS="120", IPYTHONDIR=str(root / "home" / ".ipython"),
