@@ -1388,6 +1388,20 @@ class _WordGroup(typer.core.TyperGroup):
     words: tuple[str, ...] = ()
     hint = ""
 
+    def parse_args(self, ctx, args):
+        # The options every command takes (--memory-dir, --cwd, --project) may come before the word,
+        # as when export and fleet were one command each: the word moves to the front, so that they
+        # reach its sub-command (``cybmem export --memory-dir DIR csv`` keeps working).
+        if args and args[0].startswith("-") and args[0] not in ("-h", "--help"):
+            takes_value = {o for c in self.commands.values() for p in c.params
+                           if p.param_type_name == "option" and not p.is_flag and not p.count for o in p.opts}
+            i = 0
+            while i < len(args) and args[i].startswith("-"):
+                i += 2 if args[i] in takes_value else 1
+            if i < len(args):  # a word that is none of them is then named as such
+                args = [args[i], *args[:i], *args[i + 1:]]
+        return super().parse_args(ctx, args)
+
     def resolve_command(self, ctx, args):
         if args and not args[0].startswith("-") and args[0] not in self.words:
             raise typer.BadParameter(f"{args[0]!r} is not one of {', '.join(self.words)}", ctx=ctx, param_hint=self.hint)

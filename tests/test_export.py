@@ -598,6 +598,18 @@ def test_cli_sqlite_and_csv(fixture_copy, tmp_path):
     assert len(res.stdout.splitlines()) == 10
 
 
+def test_the_shared_options_may_come_before_the_format(fixture_copy, tmp_path):
+    """`cybmem export --memory-dir DIR csv ...`, as when export was one command: the options reach
+    the format's sub-command, and a word that is no format is named as such."""
+    res = cli("export", "--memory-dir", fixture_copy, "-p", "api", "csv", "--table", "issues")
+    assert res.exit_code == 0, res.output
+    assert res.stdout == cli("export", "csv", "--memory-dir", fixture_copy, "-p", "api", "--table", "issues").stdout
+    res = cli("export", "--memory-dir", fixture_copy, "--all", "sqlite", "--out", tmp_path / "m.db")
+    assert res.exit_code == 0 and (tmp_path / "m.db").is_file(), res.output
+    res = cli("export", "--memory-dir", fixture_copy, "xml")
+    assert res.exit_code == 2 and "'xml' is not one of ndjson, csv, parquet, sqlite, prov" in res.stderr
+
+
 @pytest.mark.parametrize("args, hint", [
     (["xml"], "FORMAT"),
     (["parquet"], "--out"),
