@@ -1,8 +1,5 @@
 """The keyword index: BM25 over append-only segments of postings, with Arrow serialisation.
 
-Over 600 lines because the index is one data structure: building, segment merging, scoring
-kernels, the sorted run-id lookup and the Arrow round trip share its private layout.
-
 Keyword axis: BM25 (Robertson & Sparck Jones; Robertson & Zaragoza, "The Probabilistic
 Relevance Framework: BM25 and Beyond", 2009) with Lucene's non-negative idf
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` and term weight ``tf / (tf + k1 * (1 - b + b * dl /

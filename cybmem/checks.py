@@ -1,8 +1,5 @@
 """Check a memory store and rebuild what is derived: ``cybmem doctor``.
 
-Over 600 lines because it holds one check per kind of file (records, ledger, embeddings,
-index, cache, paths, weights, secrets) and the repair; each check is one function.
-
 What is checked, per project: every record file parses, validates and is named after its
 runId, and carries a cwd in the project's directory; every ledger line and every
 embeddings.jsonl line is whole and valid, each run has one vector per model, and each issue's

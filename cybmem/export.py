@@ -1,9 +1,5 @@
 """Exports: a project's memory (or a whole root's) as NDJSON, CSV, a Parquet dataset or SQLite.
 
-Over 600 lines because it holds four writers that share the same reading, schema and atomic
-output, and the one rule of where they may write; each format is one section, and so are the
-destination rule and the list of exports a redaction reaches.
-
 Every format reads the store through its public views: the records as stored
 (:meth:`MemoryStore.records`, for NDJSON), and the pandas frames
 (:func:`cybmem.frames.records_frame`, :func:`~cybmem.frames.issue_events_frame`,

@@ -1,9 +1,5 @@
 """The fleet: many machines' exported memory read as one history, on Dask.
 
-Over 600 lines because it is one pipeline (scan the dataset, pack partitions, the three phases
-of a fleet search, the fold and its summaries, the report) whose steps share the partition
-functions that must run unchanged inline and on Dask workers.
-
 Every orchestrator appends its memory to one Hive-partitioned Parquet dataset
 (``cybmem export parquet --out DIR --machine NAME``, :mod:`cybmem.export`). A :class:`Fleet`
 opens that dataset on a Dask cluster (a ``LocalCluster`` by default, or a scheduler's address)

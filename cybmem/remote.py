@@ -1,8 +1,5 @@
 """httpx clients for the optional layers: embeddings and ADD-only LLM distillation.
 
-Over 600 lines because both clients share one transport (hosts, deadlines, bounded retries,
-reply checks) and most of the length is the strict validation of what a server sends back.
-
 Both are off unless configured. Configuration is read from a ``Mapping[str, str]`` (pass
 ``Settings.env``)::
 

@@ -1,8 +1,5 @@
 """Remove a secret from one run's memory, everywhere it was copied: ``cybmem redact RUN``.
 
-Over 600 lines because the procedure has seven steps, each safe to do twice, and the journal
-that lets a killed redaction be finished by the next command.
-
 The write path redacts the secret shapes it knows before anything is stored. A secret it does
 not know (a passphrase, an internal hostname) is found later by a person; this is the procedure
 for it, done safely in one step instead of by hand:

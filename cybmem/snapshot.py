@@ -1,9 +1,5 @@
 """A project's memory as Arrow columns: the loader, the snapshot and its refresh.
 
-Over 600 lines because the snapshot and its cache refresh are one state machine (cold build,
-incremental refresh, patched rows, in-place edits, the issue fold and activity) that must
-agree with itself.
-
 The loader parses ``records/*.json`` and ``issues.jsonl`` into Arrow tables (one row per record,
 lineage and outcome flattened, timestamps ``timestamp[ms, UTC]``, lists as Arrow lists) and
 builds the keyword index over task + summary + issue titles. Rows are ordered oldest first

@@ -1,8 +1,5 @@
 """A fast search over the scorer's weights, against relevance judgments (cybmem.judgments).
 
-Over 600 lines because it is one algorithm (candidate pools, pair classification, the tiled
-grid) whose steps share private structures; split, they would only expose them.
-
 Every query is evaluated as production would have answered it then: only
 records with ``endedAt <= asOf`` that were not superseded by then are candidates, the query's own
 run is excluded, recency is measured from ``asOf``, the lineage context is the query's

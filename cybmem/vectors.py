@@ -1,10 +1,6 @@
 """The vector axis: embeddings.jsonl as row-aligned vectors in the Arrow cache, the cosine kernel,
 the query vector, and the backfill behind ``cybmem embed``.
 
-Over 600 lines because the vector axis is one unit: the cached matrix, its incremental refresh
-from embeddings.jsonl, the exact and binary-quantised kernels with their bound, and the
-backfill share the same row alignment.
-
 Off unless ``CYBERINE_MEMORY_EMBEDDINGS`` is set (cybmem.remote reads the configuration); then:
 
 * :func:`load_index` gives the vectors of one (model, dimensions) aligned with a snapshot's rows
