@@ -177,7 +177,7 @@ def _as_list_array(docs: Any) -> pa.Array:
 
 def _segment_from_tokens(docs: Any) -> _Segment:
     """Build a segment: dictionary-encode all tokens in Arrow, sort (term, doc) keys once."""
-    import pyarrow.compute as pc  # lazy: ~50 ms import, only paid when building
+    import pyarrow.compute as pc  # lazy: a slow import, only paid when building
 
     la = _as_list_array(docs)
     n = len(la)
@@ -530,8 +530,8 @@ class KeywordIndex:
                     w = seg.tf_part(self.avgdl, s, e, self.k1, self.b)
                     w *= idf[ti]
                 # A term's postings hold each doc once, so `view[docs] += w` would be exact
-                # too, but numpy >= 2's np.add.at fast path is ~2x faster than that gather +
-                # scatter (measured: 100 vs 200 us for a 19k-posting query at 100k docs).
+                # too, but numpy >= 2's np.add.at fast path is faster than that gather +
+                # scatter (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
                 np.add.at(view, seg.doc_ids[s:e], w)
             offset += seg.n_docs
         if stale:

@@ -23,7 +23,7 @@ written run, as records/ does. ``CYBERINE_MEMORY_FEEDBACK=0`` turns both logs of
 
 Neither log is on the failure path: keeping a line never changes what inject prints, the
 answer of a tool or the outcome of a write (a failure is one warning line), and costs one
-locked append (microseconds: benchmarks/bench_store.py). A line that cannot be read is skipped.
+locked append (benchmarks/bench_store.py). A line that cannot be read is skipped.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ A (machine, project) is never split: it is the unit every rule above is defined 
 issue's events must meet in ledger order, a correction may land months after the run it
 corrects, a dispatch chain lives in one project). Small ones are packed together, up to
 ``partition_bytes`` of Parquet per partition; a large one is a partition of its own, so the
-biggest (machine, project) must fit one worker's memory (about 1 GB per 250k runs while it is
-indexed). Partition ``i`` of :meth:`Fleet.records` and of :meth:`Fleet.events` hold the same
+biggest (machine, project) must fit one worker's memory while it is indexed
+(benchmarks/RESULTS.md, "The fleet on Dask"). Partition ``i`` of :meth:`Fleet.records` and of
+:meth:`Fleet.events` hold the same
 (machine, project)s, rows in snapshot order (records oldest first by ``endedAt``, ``runId``;
 events in ledger ``line`` order).
 
@@ -115,11 +116,9 @@ __all__ = [
 
 #: Default Parquet bytes per partition when packing small (machine, project)s together.
 PARTITION_BYTES = 64 << 20
-#: ``scheduler="auto"`` runs in this process up to this much Parquet (about 240k runs): where a
-#: LocalCluster of 2 workers starts to win a one-shot ``cybmem fleet search`` on a quiet 2-core
-#: machine. Below it the cluster lost every measured run (8.0 s against 2.5 s at 1k runs, 47
-#: against 26 s at 62k); on a busy machine it lost up to 106 MB too (85 against 55 s) and won at
-#: 205 MB (108 against 116 s). ``benchmarks/bench_fleet.py --crossover``; benchmarks/RESULTS.md.
+#: ``scheduler="auto"`` runs in this process up to this much Parquet: where a LocalCluster of 2
+#: workers starts to win a one-shot ``cybmem fleet search`` on a quiet 2-core machine
+#: (``benchmarks/bench_fleet.py --crossover``; benchmarks/RESULTS.md, "One-shot search").
 INLINE_MAX_BYTES = 100_000_000
 _SEARCH_COLUMNS = ("runId", "task", "state", "endedAt", "parentRunId", "chatSessionId", "previousRunId", "rootRunId",
                    "summary", "issues", "next", "supersededBy", "supersedes")

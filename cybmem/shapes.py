@@ -89,7 +89,7 @@ def bounded(head: str, tail: str, edge: str = "A-Za-z0-9_-", before: str | None 
 
     The regex starts with the fixed-width head and checks the edge behind it afterwards:
     Python's re searches a pattern that starts with a literal far faster than one that starts
-    with a lookbehind (on 1 MB of commit messages: about 1,500 MB/s against 65 MB/s per shape).
+    with a lookbehind (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
     """
     return re.compile(_bounded_source(head, tail, edge, before))
 
@@ -441,7 +441,7 @@ def find(text: str) -> list[Candidate]:
 
 #: Names a maintained secret scanner to run inside the one pass as well (``kingfisher``: the
 #: kingfisher-secret-scanner package, ``pip install 'cybmem[secrets]'``). Off by default: its
-#: rules take about 2 s to compile in every fresh interpreter, and every ``cybmem write`` is one
+#: rules are slow to compile in every fresh interpreter, and every ``cybmem write`` is one
 #: (benchmarks/bench_secrets.py prints the figures).
 SCANNER_ENV = "CYBERINE_MEMORY_SECRET_SCANNER"
 _SCANNERS: dict[str, object] = {}

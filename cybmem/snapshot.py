@@ -242,9 +242,10 @@ class Snapshot:
     def prepare(self) -> "Snapshot":
         """Build the per-snapshot lookups that pay off over many queries (returns self).
 
-        Dictionary-encoded lineage columns make the lineage kernel's equality passes ~30x cheaper
+        Dictionary-encoded lineage columns make the lineage kernel's equality passes much cheaper
         than string compares, and a sorted run-id lookup makes the ancestor walk O(depth log N);
-        both cost a few ms per 100k records once. A one-shot query (the CLI) is cheaper without
+        both cost a little once (benchmarks/RESULTS.md, "Figures the module docstrings
+        quoted"). A one-shot query (the CLI) is cheaper without
         them, so they are built only when a long-lived caller (widget, tuning, benchmark) asks.
         """
         if self._lineage is None:

@@ -520,7 +520,7 @@ def _ranks_block(axes: np.ndarray, pairs: _Pairs, sl: slice, W: np.ndarray) -> n
     """Ranks (1-based) of the relevant entries of pairs[sl] at every column of W (axes x G).
 
     D @ W is computed in cache-sized tiles (a 2-D GEMM with 3-4 inner dims is bound by memory
-    traffic, so tiles that stay in L2 run ~4x faster than one big product).
+    traffic, so tiles that stay in L2 run faster than one big product).
     """
     rel = axes[pairs.rel[sl]]  # (b, A)
     b, G = len(rel), W.shape[1]

@@ -79,8 +79,9 @@ __all__ = [
     "embed_missing",
 ]
 
-# One float32 mat-vec is memory-bound at ~4 bytes a number (a 100k x 384 index: ~15 ms);
-# up to this many numbers (16 MB; 10k records of 384 dims) the exact scan stays near 1 ms.
+# One float32 mat-vec is memory-bound at 4 bytes a number; up to this many numbers (16 MB; 10k
+# records of 384 dims) the exact scan stays cheap (benchmarks/RESULTS.md, "Figures the module
+# docstrings quoted").
 EXACT_MAX_FLOATS = 4_000_000
 MAX_BLOCKS = 8
 _VERSION = 2  # 2: keyed by (model, newest dimension), the last line of a run wins
