@@ -1,50 +1,13 @@
 """W3C PROV provenance of a project's history, built with the ``prov`` package (PROV-JSON, PROV-N).
 
-The store already is a provenance trail (records are append-only, lineage links runs,
-the ledger says which run changed which issue); this module says it in the W3C PROV
-data model, in the spirit of PROV-AGENT (arXiv:2508.02866), so PROV tools (the ``prov``
-package, ProvStore, ProvToolbox, graph renderers) can read it.
-
-Identifiers live in the ``cybmem`` namespace (:data:`NAMESPACE`) and carry the project
-slug, so documents of several projects merge without clashes. Parts that are not
-``[A-Za-z0-9._-]`` (agent ids, chat session ids) are percent-encoded.
-
-==============================================  =================  ==========================================
-id                                              PROV type          what
-==============================================  =================  ==========================================
-``cybmem:<slug>/run/<runId>``                   Activity           a run, ``startTime``/``endTime`` from
-                                                                   ``startedAt``/``endedAt``; its state
-``cybmem:<slug>/task/<runId>``                  Entity             the task text (``prov:value``)
-``cybmem:<slug>/record/<runId>``                Entity             the episodic record file
-``cybmem:<slug>/outcome/<runId>``               Entity             summary, accomplished, issues, next, verdict
-``cybmem:<slug>/worker/<runId>/<agentId>``      Agent              a worker of the run (``prov:SoftwareAgent``)
-``cybmem:<slug>/chat/<chatSessionId>``          Activity           the chat session that dispatched runs
-``cybmem:<slug>/issue/<issueId>``               Entity             an issue, over its whole life
-``cybmem:<slug>/issue/<issueId>/<n>``           Entity             the n-th open period of the issue
-==============================================  =================  ==========================================
-
-Relations:
-
-- the run ``used`` its task (at ``startedAt``); the record and the outcome ``wasGeneratedBy``
-  the run (at ``endedAt``);
-- each worker: ``wasAssociatedWith(run, worker)`` with ``cybmem:state``, the worker's final state;
-- ``previousRunId`` and ``parentRunId``: ``wasInformedBy(run, earlier run)``, typed
-  ``cybmem:previousRun`` / ``cybmem:parentRun``;
-- ``chatSessionId``: ``wasStartedBy(run, starter=chat session)``;
-- supersession (a record's ``supersedes``, or ``supersededBy`` on the old one; the store's own
-  fold decides when both disagree): ``wasRevisionOf(new record, old record)`` by the correcting
-  run, and ``wasInvalidatedBy(old record, correcting run)`` at its end;
-- issues: an issue is *open* over periods. Each ``opened`` or ``reopened`` event of a closed (or
-  new) issue starts a period: a new entity ``issue/<id>/<n>`` (``specializationOf`` the issue;
-  from the second on a ``wasRevisionOf`` the previous period) ``wasGeneratedBy`` the run that
-  opened it. A ``resolved`` or ``wontfix`` event ends the period: ``wasInvalidatedBy`` the run that
-  closed it. Every generation and invalidation carries ``cybmem:event`` and ``cybmem:byRunId``.
-  An event that changes nothing (opening an open issue, closing a closed one) adds nothing; a
-  close with no open period before it (a ledger cut short) closes a period with no generation.
-
-Only runs in the document are referenced: a link to a run that is not in it (another project,
-outside ``--chain``, missing) is left out, except for issue events, whose generation or
-invalidation then keeps its time and ``cybmem:byRunId`` but names no activity.
+The store already is a provenance trail (records are append-only, lineage links runs, the ledger
+says which run changed which issue); this module says it in the W3C PROV data model, in the spirit
+of PROV-AGENT (arXiv:2508.02866), so PROV tools can read it. Identifiers live in the ``cybmem``
+namespace (:data:`NAMESPACE`) and carry the project slug, so documents of several projects merge.
+Runs are activities; tasks, records, outcomes and each open period of an issue are entities;
+workers are agents. The full mapping: USAGE.md, "W3C PROV". Only runs in the document are
+referenced; an issue close with no open period before it (a ledger cut short) closes a period
+with no generation.
 """
 
 from __future__ import annotations
