@@ -9,8 +9,9 @@ everywhere, the run's vectors are dropped, the derived files rebuilt or emptied,
 It is journalled (``redact-pending.json``): each step is idempotent and marked once done, so a
 redaction killed at any point is finished by the next ``cybmem redact`` or ``cybmem doctor
 --repair``. The source rewrites hold the project lock, the derived files and exports do not, and
-one redaction of a project runs at a time (``.redact.lock``). This is the second of the two rewrites cybmem ever makes of a record or the ledger
-(the first is ``supersededBy``); the steps in full: USAGE.md, "Guarantees".
+one redaction of a project runs at a time (``.redact.lock``). This is the second of the two
+rewrites cybmem ever makes of a record or the ledger (the first is ``supersededBy``); the steps
+in full: USAGE.md, "Guarantees".
 """
 
 from __future__ import annotations
