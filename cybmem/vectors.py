@@ -21,14 +21,9 @@ Off unless ``CYBERINE_MEMORY_EMBEDDINGS`` is set (cybmem.remote reads the config
   model's rows. If the snapshot's rows no longer match (its cache was rebuilt), embeddings.jsonl
   was replaced, or the model's newest dimension changed, the index starts over.
 * :meth:`VectorQuery.axis` is the vector axis of a top-k ranking, exact whatever the size: one
-  float32 mat-vec when the index holds at most :data:`EXACT_MAX_FLOATS` numbers; above that,
-  only the rows that can still reach the top k are scored exactly. The rows best on the other
-  axes are scored first, which bounds what the vector axis (cosine <= 1) can lift; when that
-  bound lets in too many rows, the rows nearest by Hamming distance over sign bits (one pass
-  over 48 bytes per 384-dim row) are scored too, which tightens it; the mat-vec is the last
-  resort. :meth:`VectorIndex.cosine` gives the whole axis the same ways (binary: only the
-  nearest rows are non-zero). ``benchmarks/bench_embed.py`` measures the speed and checks the
-  ranking against the mat-vec.
+  float32 mat-vec up to :data:`EXACT_MAX_FLOATS` numbers, above that only the rows that can still
+  reach the top k (bounded by the other axes, then by Hamming distance over sign bits; the method
+  says how). ``benchmarks/bench_embed.py`` measures the speed and checks it against the mat-vec.
 * :func:`query_vector` embeds the query within ``CYBERINE_MEMORY_EMBED_TIMEOUT``; a failure is
   a one-line warning and search falls back to the other axes.
 * :func:`embed_missing` embeds the records that have no vector for the configured model.
