@@ -5,12 +5,16 @@ back unchanged. Without ``strict`` (what ``cybmem inject`` does) nothing that is
 memory ever fails the dispatcher: the task comes back with whatever block could be built
 (possibly none) and each problem is one line in ``warnings``; ``strict=True`` raises instead.
 
-The block (:func:`cybmem.preamble.layout`) holds the top ``CYBERINE_MEMORY_TOPK`` runs of
-:func:`cybmem.retrieval.search` that pass the floor (:mod:`cybmem.retrieval`, "The floor"), the
-parent the dispatcher names first (``CYBERINE_PARENT_RUN_ID``, ``pinned: parent``), and the open
-issues scored by the same scorer (``w_kw * keyword + w_lin * lineage + w_rec * recency``, keyword
-the better of the issue's own text and the runs that carry it) in at most :data:`ISSUE_SHARE` of
-the token budget. The rules in full: USAGE.md, "``cybmem inject`` and ``cybmem strip``".
+The block (:func:`cybmem.preamble.layout`; in full: USAGE.md, "``cybmem inject`` and ``cybmem strip``"):
+
+- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search` that pass the
+  floor (:mod:`cybmem.retrieval`, "The floor"); the parent the dispatcher names
+  (``CYBERINE_PARENT_RUN_ID``) first whatever its score (``pinned: parent``).
+- **Issues**: every open issue scored as the runs are, ``w_kw * keyword + w_lin * lineage + w_rec
+  * recency``: keyword the better of its own title and detail and the runs that raised or carry
+  it, lineage from that best run, recency from its last activity. Below the floor only issues
+  whose own text matches as well as the floor asks are listed. At most ``CYBERINE_MEMORY_ISSUES``,
+  in at most :data:`ISSUE_SHARE` of the token budget, none already on a shown run's ``raised:``.
 """
 
 from __future__ import annotations

@@ -2,13 +2,14 @@
 
 Every format reads the store through its public views (:meth:`MemoryStore.records` for NDJSON,
 the frames of :mod:`cybmem.frames` for the flat ones), and every row carries the project slug.
-The Parquet dataset is Hive-partitioned by machine, project and month (:data:`RECORDS_SCHEMA`,
-:data:`ISSUES_SCHEMA`, :data:`PARTITION_SCHEMA`; :func:`read_dataset` opens it), written
-incrementally, never rewritten (but by :func:`refresh_dataset` after ``cybmem redact``), each
-file under a dot-name then renamed, so many machines append to one DIR side by side.
-:func:`check_out` is the one rule for a destination; every export is noted in ``exports.json``
-(:func:`note_export`) so that a redaction reaches it. Layouts, columns and what the dataset leaves
-out (``superseded``, ``durationS``): USAGE.md, "Exporting: ``cybmem export``".
+The Parquet dataset is ``DIR/<records|issues>/machine=<m>/project=<slug>/month=<YYYY-MM>/part-<UTC
+time>-<hex>.parquet`` (files: :data:`RECORDS_SCHEMA`, :data:`ISSUES_SCHEMA`; path columns:
+:data:`PARTITION_SCHEMA`, strings; :func:`read_dataset` opens it), written incrementally and never
+rewritten (but by :func:`refresh_dataset` after ``cybmem redact``), each file under a dot-name
+then renamed, so many machines append to one DIR side by side. :func:`check_out` is the one rule
+for a destination; every export is noted in ``exports.json`` (:func:`note_export`) so that a
+redaction reaches it. What the dataset leaves out (``superseded``, ``durationS``) and why:
+USAGE.md, "Exporting: ``cybmem export``".
 """
 
 from __future__ import annotations

@@ -3,13 +3,19 @@
 Every orchestrator appends its memory to one Hive-partitioned Parquet dataset
 (:mod:`cybmem.export`); a :class:`Fleet` opens it in this process or on a Dask cluster and runs
 the single-process rules over it unchanged: the issue fold (:func:`cybmem.frames.issue_fold`),
-search with the kernels of :func:`cybmem.retrieval.search` (BM25 statistics and the keyword
-maximum made fleet-wide first, so hits equal one store holding every record), and the figures of
-:mod:`cybmem.plots` fed with counts summed over partitions. A (machine, project) is never split.
-Damaged part files are skipped (:attr:`Fleet.skipped`); a run id two (machine, project)s export
-belongs to the first exporter (:attr:`FleetHit.claimed_by`). ``scheduler="auto"`` runs inline up
-to :data:`INLINE_MAX_BYTES`; :attr:`Fleet.ran_on` says where it ran. The rules in full: USAGE.md,
-"The fleet" ("How it is computed", "Damaged files, copies and claims", "When to switch").
+search with the kernels of :func:`cybmem.retrieval.search`, and the figures of :mod:`cybmem.plots`
+fed with counts summed over partitions. A (machine, project) is never split.
+
+Rules (in full: USAGE.md, "The fleet", "How it is computed" and "Damaged files, copies and claims"):
+
+- What is global: BM25's statistics (summed over partitions) and the keyword maximum, so a fleet
+  search ranks as one store holding every record; lineage stays inside a (machine, project); the
+  merge of each partition's top k breaks ties as :func:`cybmem.scoring.top_k` does.
+- Who speaks for a run id: the (machine, project) that exported it first owns it; the others'
+  copies leave search and the counts, and the hit names every claimant (:attr:`FleetHit.claimed_by`).
+- A part file that is not what an export writes is skipped and named (:attr:`Fleet.skipped`).
+- ``scheduler="auto"`` runs inline up to :data:`INLINE_MAX_BYTES`; :attr:`Fleet.ran_on` says where.
+
 Nothing in the write or inject path imports this module; Dask is imported when a cluster is used.
 """
 
