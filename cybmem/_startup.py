@@ -7,11 +7,13 @@ test of the console script in tests/test_startup.py. Only public names of other 
 typer's ``TyperCommand``/``TyperOption``/``TyperArgument`` classes and Click's ``process_value``.
 
 - plain options: str, Path, int and flag values are coerced here, not by typer's pydantic
-  TypeAdapter (importing pydantic costs 0.15-0.2 s);
-- no pandas: pyarrow's optional probe for pandas is refused (0.2-0.4 s);
-- a quick pyarrow.compute: a stand-in for its docstring parser (15 ms);
-- only the named command is built (about 10 ms);
-- the process ends without the interpreter's teardown (25-35 ms).
+  TypeAdapter (no pydantic import);
+- no pandas: pyarrow's optional probe for pandas is refused;
+- a quick pyarrow.compute: a stand-in for its docstring parser;
+- only the named command is built;
+- the process ends without the interpreter's teardown.
+
+What each saves: benchmarks/RESULTS.md, "Figures the module docstrings quoted".
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The keyword index: BM25 over append-only segments of postings, with Arrow serialisation.
 
-Over 600 lines because the index is one data structure: building, segment merging, scoring
-kernels, the sorted run-id lookup and the Arrow round trip share its private layout.
-
 Keyword axis: BM25 (Robertson & Sparck Jones; Robertson & Zaragoza, "The Probabilistic
 Relevance Framework: BM25 and Beyond", 2009) with Lucene's non-negative idf
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` and term weight ``tf / (tf + k1 * (1 - b + b * dl /
@@ -180,7 +177,7 @@ def _as_list_array(docs: Any) -> pa.Array:
 
 def _segment_from_tokens(docs: Any) -> _Segment:
     """Build a segment: dictionary-encode all tokens in Arrow, sort (term, doc) keys once."""
-    import pyarrow.compute as pc  # lazy: ~50 ms import, only paid when building
+    import pyarrow.compute as pc  # lazy: a slow import, only paid when building
 
     la = _as_list_array(docs)
     n = len(la)
@@ -533,8 +530,8 @@ class KeywordIndex:
                     w = seg.tf_part(self.avgdl, s, e, self.k1, self.b)
                     w *= idf[ti]
                 # A term's postings hold each doc once, so `view[docs] += w` would be exact
-                # too, but numpy >= 2's np.add.at fast path is ~2x faster than that gather +
-                # scatter (measured: 100 vs 200 us for a 19k-posting query at 100k docs).
+                # too, but numpy >= 2's np.add.at fast path is faster than that gather +
+                # scatter (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
                 np.add.at(view, seg.doc_ids[s:e], w)
             offset += seg.n_docs
         if stale:

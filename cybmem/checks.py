@@ -1,39 +1,14 @@
 """Check a memory store and rebuild what is derived: ``cybmem doctor``.
 
-Over 600 lines because it holds one check per kind of file (records, ledger, embeddings,
-index, cache, paths, weights, secrets) and the repair; each check is one function.
-
-What is checked, per project: every record file parses, validates and is named after its
-runId, and carries a cwd in the project's directory; every ledger line and every
-embeddings.jsonl line is whole and valid, each run has one vector per model, and each issue's
-events are stamped in file order; index.json equals a rebuild from records/; the Arrow cache
-(``.cache/``) matches records/ and the ledger; no symbolic link leads writes out of the memory
-root; temp files (``.tmp-*``) left by a killed writer; a ``cybmem redact`` killed halfway (its
-journal). Per memory root: projects.json parses, every slug dir is registered or can be
-backfilled, no cwd has two slugs, no two slugs look alike (:func:`cybmem.projects.slug_key`).
-
-Findings have a severity:
-
-``error``
-    needs a person: a record or ledger line that cannot be read, a broken projects.json, a
-    symbolic link, a secret on disk (``--secrets``). Never changed by ``--repair``.
-``repairable``
-    derived state that ``--repair`` rebuilds: index.json, the Arrow cache, old temp files,
-    vectors in embeddings.jsonl that a later one of the same run and model replaced.
-``warning``
-    reported, harmless, not counted: a torn last ledger line (every reader skips it; the
-    ledger is never rewritten), a temp file young enough to belong to a running writer, a
-    cache that the next read refreshes anyway, a model whose runs have vectors of several
-    dimensions (only its newest is compared with a query; ``cybmem embed`` fills it in).
-
-``--repair`` always rebuilds index.json and the cache of every checked project from records/
-and the ledger (whatever the checks found: a hand edit then reaches every derived copy) and
-removes temp files older than ``temp_age`` seconds; it never touches records/ or issues.jsonl,
-except to finish a ``cybmem redact`` that was killed (its journal, ``redact-pending.json``, says
-what is left to do: cybmem.scrub). embeddings.jsonl is derived and optional (``cybmem embed``
-makes every vector again), so the repair may rewrite it, atomically and under the project lock,
-to keep one vector per run and model (:func:`cybmem.embeddings.superseded`); nothing else in it
-changes. ``--secrets`` scans the derived files too.
+One check per kind of file, per project (records, the ledger, embeddings.jsonl, index.json, the
+Arrow cache, cwd paths, symbolic links, temp files, an unfinished ``cybmem redact``) and per
+memory root (projects.json and its slugs), then the repair. Each finding has a severity:
+``error`` needs a person and is never changed by ``--repair``; ``repairable`` is derived state
+that ``--repair`` rebuilds; ``warning`` is reported, harmless and not counted. ``--repair`` always
+rebuilds index.json and the cache from records/ and the ledger, removes temp files older than
+``temp_age`` seconds, finishes a killed redaction from its journal (cybmem.scrub) and keeps one
+vector per run and model in embeddings.jsonl (:func:`cybmem.embeddings.superseded`); it never
+otherwise touches records/ or issues.jsonl. What each check looks at: USAGE.md, "Checking a store".
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The ``cybmem`` command line: each command parses, calls one library function, renders.
 
-Longer than most modules because it is one Typer app; each command body stays a few lines.
 The options every project command shares (--memory-dir, --cwd, --project, --json) are defined
 once (:func:`command`). Errors are translated in one place (:func:`_run` for library errors,
 :func:`main` for Click's usage errors): ``Error: ...`` on stderr and exit 1 (usage mistakes:

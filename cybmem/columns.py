@@ -28,7 +28,7 @@ __all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "with_ms_times", "load
 
 def arrow_indices(rows: np.ndarray) -> pa.Array:
     """Row numbers as an Arrow int64 array for ``take``, zero-copy. ``pa.array`` of a numpy array
-    imports numpy.ma (8 ms) to rule out masked arrays: too much for the dispatch path."""
+    imports numpy.ma to rule out masked arrays: too much for the dispatch path."""
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
 
@@ -39,8 +39,8 @@ FEW_ROWS = 64
 
 def take_rows(table: pa.Table, rows) -> pa.Table:
     """Some rows of a table, in the order given. A few are zero-copy slices: ``take`` over a
-    table of several chunks (the cache's segments) first concatenates them, 7 ms at 100k records
-    for the rows a verb shows."""
+    table of several chunks (the cache's segments) first concatenates them, too slow for the
+    rows a verb shows."""
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) <= FEW_ROWS:
         return pa.concat_tables([table.slice(int(r), 1) for r in rows.tolist()]) if len(rows) else table.slice(0, 0)

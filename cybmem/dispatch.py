@@ -2,31 +2,19 @@
 
 :func:`inject_task` owns the dispatch rules. Memory off (``CYBERINE_MEMORY=0``) gives the task
 back unchanged. Without ``strict`` (what ``cybmem inject`` does) nothing that is wrong with
-memory ever fails the dispatcher: a missing or unknown project, an unreadable store, a broken
-weights file or variable: the task comes back with whatever block could be built (possibly
-none) and each problem is one line in ``warnings``. ``strict=True`` raises instead.
+memory ever fails the dispatcher: the task comes back with whatever block could be built
+(possibly none) and each problem is one line in ``warnings``; ``strict=True`` raises instead.
 
-The block (:func:`cybmem.preamble.layout`) holds the most relevant prior runs and the open
-issues that matter for this task:
+The block (:func:`cybmem.preamble.layout`; in full: USAGE.md, "``cybmem inject`` and ``cybmem strip``"):
 
-- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search` among the runs
-  that pass the floor (:mod:`cybmem.retrieval`, "The floor"): a run enters only on evidence about
-  the task, and a task that relates to nothing in the project gets one line saying so
-  (``"runs": []`` and ``floor.reason`` in ``--json``). When the dispatcher names the run this
-  one follows up (``CYBERINE_PARENT_RUN_ID``) and that run has a record, it comes first whatever
-  its score or match (``pinned: parent`` in ``--json``), and the top k - 1 others follow: lineage
-  is first-class, the scorer is layered on top.
-- **Issues**: every open issue is scored by the same scorer as the runs: its keyword part is the
-  better of its own title and detail (BM25 over the issues) and the runs that raised or carry it
-  (whose keyword text holds the title and detail too); lineage comes from that best run; recency
-  from its last activity (its last event, or the newest run that carries it):
-  ``w_kw * keyword + w_lin * lineage + w_rec * recency``. When the task relates to no run (it is
-  below the floor), only open issues whose own title and detail match it as well as the floor asks
-  are listed. A shown run's still-open issues are on its ``raised:`` line, marked ``(open)``, and
-  not listed again. At most ``CYBERINE_MEMORY_ISSUES`` (default 5; 0 turns the section off) are
-  shown, one title under several ids once, in at most a third of the token budget
-  (:data:`ISSUE_SHARE`), with a line saying how many more are open. What the issues do not use
-  goes to the runs.
+- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search` that pass the
+  floor (:mod:`cybmem.retrieval`, "The floor"); the parent the dispatcher names
+  (``CYBERINE_PARENT_RUN_ID``) first whatever its score (``pinned: parent``).
+- **Issues**: every open issue scored as the runs are, ``w_kw * keyword + w_lin * lineage + w_rec
+  * recency``: keyword the better of its own title and detail and the runs that raised or carry
+  it, lineage from that best run, recency from its last activity. Below the floor only issues
+  whose own text matches as well as the floor asks are listed. At most ``CYBERINE_MEMORY_ISSUES``,
+  in at most :data:`ISSUE_SHARE` of the token budget, none already on a shown run's ``raised:``.
 """
 
 from __future__ import annotations

@@ -1,60 +1,15 @@
 """Exports: a project's memory (or a whole root's) as NDJSON, CSV, a Parquet dataset or SQLite.
 
-Over 600 lines because it holds four writers that share the same reading, schema and atomic
-output, and the one rule of where they may write; each format is one section, and so are the
-destination rule and the list of exports a redaction reaches.
-
-Every format reads the store through its public views: the records as stored
-(:meth:`MemoryStore.records`, for NDJSON), and the pandas frames
-(:func:`cybmem.frames.records_frame`, :func:`~cybmem.frames.issue_events_frame`,
-:func:`~cybmem.frames.issue_fold`) for the flat formats. Every row carries the
-project slug. Who reads what:
-
-- ``ndjson``: the records as stored, one JSON object a line (jq, pandas ``read_json(lines=True)``, any tool).
-- ``csv``: lineage and outcome flattened into columns, lists as JSON text, formula-like cells
-  defused (spreadsheets, pandas).
-- ``parquet``: a Hive-partitioned dataset that many machines append to side by side
-  (pyarrow.dataset, DuckDB, Dask, Spark, polars).
-- ``sqlite``: ``records`` (with full-text search), ``issue_events`` and ``issues``, as Datasette and
-  sqlite-utils open them.
-
-The Parquet dataset
--------------------
-
-::
-
-    DIR/records/machine=<m>/project=<slug>/month=<YYYY-MM>/part-<UTC time>-<hex>.parquet
-    DIR/issues/machine=<m>/project=<slug>/month=<YYYY-MM>/part-<UTC time>-<hex>.parquet
-
-``month`` is the UTC month of a record's ``endedAt`` (of an event's ``at``). The
-partition columns live only in the path; the files hold :data:`RECORDS_SCHEMA` /
-:data:`ISSUES_SCHEMA` (timestamps ``timestamp[ms, UTC]``, lists ``list<string>``), and
-:data:`PARTITION_SCHEMA` types the path columns as strings (so a project named
-``2024`` stays a string). :func:`read_dataset` opens it that way.
-
-Exports are incremental and never rewrite a file (but :func:`refresh_dataset`, after ``cybmem
-redact``): a record is written once per machine and project (its ``runId`` is looked up in the
-files already there), a ledger event once (events past the highest ``line`` already exported).
-Each new file is written under a dot-name that readers skip, fsynced, and renamed into place,
-so a reader never sees half a file; exporters of the same machine take a lock on
-``DIR/.lock-<machine>``. Machines never write each other's partitions, so their exports land
-side by side in one DIR (a shared disk, or copied together) and read as one table.
-
-Where an export may write, and what it leaves
----------------------------------------------
-
-:func:`check_out` is the one rule for a destination: never a symbolic link, a device, a FIFO or
-a path inside a memory root; an existing file only with ``force`` (a SQLite database is updated
-without it). Every export written to a path is noted in the project's ``exports.json``
-(:func:`note_export`, :func:`known_exports`), so that ``cybmem redact`` reaches it
-(:func:`refresh_dataset`, :func:`refresh_sqlite`, or :func:`redo_command` for a file it cannot
-edit). CSV cells a spreadsheet would run get a leading ``'`` (:func:`_csv_cell`).
-
-What the dataset leaves out, and why: ``superseded`` and ``durationS`` of the frame are
-derived. ``superseded`` changes when a correction arrives later, which an append-only
-file cannot follow; derive it from ``supersedes`` / ``supersededBy`` over the dataset.
-``durationS`` is ``endedAt - startedAt``. The ledger's ``line`` is kept: it orders a
-project's events and drives the incremental export.
+Every format reads the store through its public views (:meth:`MemoryStore.records` for NDJSON,
+the frames of :mod:`cybmem.frames` for the flat ones), and every row carries the project slug.
+The Parquet dataset is ``DIR/<records|issues>/machine=<m>/project=<slug>/month=<YYYY-MM>/part-<UTC
+time>-<hex>.parquet`` (files: :data:`RECORDS_SCHEMA`, :data:`ISSUES_SCHEMA`; path columns:
+:data:`PARTITION_SCHEMA`, strings; :func:`read_dataset` opens it), written incrementally and never
+rewritten (but by :func:`refresh_dataset` after ``cybmem redact``), each file under a dot-name
+then renamed, so many machines append to one DIR side by side. :func:`check_out` is the one rule
+for a destination; every export is noted in ``exports.json`` (:func:`note_export`) so that a
+redaction reaches it. What the dataset leaves out (``superseded``, ``durationS``) and why:
+USAGE.md, "Exporting: ``cybmem export``".
 """
 
 from __future__ import annotations

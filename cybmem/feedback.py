@@ -1,29 +1,16 @@
 """What memory showed a run, and what the run then used: two append-only logs per project.
 
-``<project>/shown.jsonl``: one line per answer memory gave. ``cybmem inject`` (through
-:func:`cybmem.dispatch.inject_task`) appends the block it built; the MCP server (``cybmem mcp``,
-through :attr:`cybmem.mcp_server.Memory.observers`) appends what each tool returned. A line names
-the run it was for (``CYBERINE_RUN_ID`` when the dispatcher or the server's environment names
-it, else a hash of the task, never the task itself) and holds only ids and numbers: the runs shown
-with rank and score, the issue ids shown, the runs fetched one by one, where the weights came
-from, what the floor decided, and when. Nothing textual goes in, so nothing needs redacting.
-
-``<project>/used.jsonl``: one line per run whose record is written (:func:`cybmem.runs.write_run`)
-and that was shown something: the lines of shown.jsonl that name it (by run id, else by the task's
-hash), and which of the runs and issues shown it *used*: a run its final output names by id or by
-the 8-character prefix the block prints, a run it fetched through the MCP server (show, chain, the
-record resource), an issue it resolved or reopened or names. :func:`used_judgments` turns these
-into the "used" judgments that ``cybmem tune`` takes.
-
-The shown log is capped like the index: it keeps the newest ``CYBERINE_MEMORY_SHOWN_CAP`` lines
-(default 2000). ``cybmem write`` cuts it back to that many once it holds a quarter more; a log no
-write trims (inject without records) is cut back by the appender once it passes 4 kB a line. Lines
-dropped so are those of runs long written or never written. used.jsonl grows by one line per
-written run, as records/ does. ``CYBERINE_MEMORY_FEEDBACK=0`` turns both logs off.
-
-Neither log is on the failure path: keeping a line never changes what inject prints, the
-answer of a tool or the outcome of a write (a failure is one warning line), and costs one
-locked append (microseconds: benchmarks/bench_store.py). A line that cannot be read is skipped.
+``<project>/shown.jsonl``: one line per answer memory gave (the block ``cybmem inject`` built,
+through :func:`cybmem.dispatch.inject_task`; each MCP tool's answer, through
+:attr:`cybmem.mcp_server.Memory.observers`), naming the run it was for (``CYBERINE_RUN_ID``, else
+a hash of the task) and holding only ids and numbers, so nothing needs redacting.
+``<project>/used.jsonl``: one line per written run (:func:`cybmem.runs.write_run`) that was shown
+something, saying which shown runs and issues it used; :func:`used_judgments` turns these into the
+"used" judgments ``cybmem tune`` takes. The shown log is capped (``CYBERINE_MEMORY_SHOWN_CAP``);
+``CYBERINE_MEMORY_FEEDBACK=0`` turns both off. Neither log is on the failure path: keeping a line
+never changes what inject prints, a tool's answer or a write's outcome (a failure is one warning),
+and costs one locked append (benchmarks/bench_store.py). The rules in full: USAGE.md, "What memory
+showed, and what the runs used".
 """
 
 from __future__ import annotations

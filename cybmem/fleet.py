@@ -1,78 +1,21 @@
 """The fleet: many machines' exported memory read as one history, on Dask.
 
-Over 600 lines because it is one pipeline (scan the dataset, pack partitions, the three phases
-of a fleet search, the fold and its summaries, the report) whose steps share the partition
-functions that must run unchanged inline and on Dask workers.
-
 Every orchestrator appends its memory to one Hive-partitioned Parquet dataset
-(``cybmem export parquet --out DIR --machine NAME``, :mod:`cybmem.export`). A :class:`Fleet`
-opens that dataset on a Dask cluster (a ``LocalCluster`` by default, or a scheduler's address)
-and runs the single-process rules over it, unchanged:
+(:mod:`cybmem.export`); a :class:`Fleet` opens it in this process or on a Dask cluster and runs
+the single-process rules over it unchanged: the issue fold (:func:`cybmem.frames.issue_fold`),
+search with the kernels of :func:`cybmem.retrieval.search`, and the figures of :mod:`cybmem.plots`
+fed with counts summed over partitions. A (machine, project) is never split.
 
-- **the issue fold** is :func:`cybmem.frames.issue_fold` (the pandas view of
-  :func:`cybmem.issues.fold_table`), applied by ``map_partitions`` to each (machine, project)'s
-  ledger events in ledger order;
-- **search** scores every record with the kernels of :func:`cybmem.retrieval.search`: the keyword
-  index, tokenizer and keyword texts of a snapshot (:class:`cybmem.bm25.KeywordIndex`,
-  :func:`cybmem.text.tokenize_many`, :func:`cybmem.columns.keyword_texts`), supersession by
-  :meth:`cybmem.snapshot.Snapshot.candidates`, lineage by :func:`cybmem.scoring.lineage_affinity`,
-  and :func:`cybmem.scoring.score` / :func:`~cybmem.scoring.top_k`;
-- **the figures** are :func:`cybmem.plots.issue_age_histograms` and
-  :func:`cybmem.plots.lineage_summary`, fed with counts made per partition and summed.
+Rules (in full: USAGE.md, "The fleet", "How it is computed" and "Damaged files, copies and claims"):
 
-Partitioning
-------------
+- What is global: BM25's statistics (summed over partitions) and the keyword maximum, so a fleet
+  search ranks as one store holding every record; lineage stays inside a (machine, project); the
+  merge of each partition's top k breaks ties as :func:`cybmem.scoring.top_k` does.
+- Who speaks for a run id: the (machine, project) that exported it first owns it; the others'
+  copies leave search and the counts, and the hit names every claimant (:attr:`FleetHit.claimed_by`).
+- A part file that is not what an export writes is skipped and named (:attr:`Fleet.skipped`).
+- ``scheduler="auto"`` runs inline up to :data:`INLINE_MAX_BYTES`; :attr:`Fleet.ran_on` says where.
 
-A (machine, project) is never split: it is the unit every rule above is defined over (an
-issue's events must meet in ledger order, a correction may land months after the run it
-corrects, a dispatch chain lives in one project). Small ones are packed together, up to
-``partition_bytes`` of Parquet per partition; a large one is a partition of its own, so the
-biggest (machine, project) must fit one worker's memory (about 1 GB per 250k runs while it is
-indexed). Partition ``i`` of :meth:`Fleet.records` and of :meth:`Fleet.events` hold the same
-(machine, project)s, rows in snapshot order (records oldest first by ``endedAt``, ``runId``;
-events in ledger ``line`` order).
-
-What is global
---------------
-
-A fleet search ranks the selected records exactly as :func:`cybmem.retrieval.search` ranks one
-store holding all of them (tested equal on a LocalCluster, scores to the float32 bit):
-
-1. BM25's statistics are the fleet's: each partition's share (``N``, total length, the
-   document frequency of each query term, :meth:`KeywordIndex.query_stats`) is summed, then every
-   partition scores its documents under the sum (``KeywordIndex.scores(..., stats=)``);
-2. the keyword axis is normalised by the fleet-wide maximum over the candidates
-   (:func:`cybmem.scoring.keyword_max`, then ``score(..., keyword_max=)``);
-3. the run about to be dispatched follows the fleet's newest candidate (its
-   ``previousRunId``, :func:`cybmem.retrieval.dispatch_context`'s rule); a parent's ancestor walk and
-   the chain root stay inside the parent's (machine, project), where lineage ids live;
-4. each partition returns its top k, and the merge breaks ties as :func:`cybmem.scoring.top_k`
-   does in a store ordered oldest first: the newer record (``endedAt``, then ``runId``) first.
-
-A dataset that is not what an export writes
---------------------------------------------
-
-Every part file's footer is read when a fleet opens: a file that is not Parquet, has no
-``runId`` (or ``issueId``) column or holds a column of another kind than the export's (an int
-``runId``) is skipped, and :attr:`Fleet.skipped` names it in one line; the rest of the fleet is
-read. Within one (machine, project) a run id (a ledger line) exported twice is one row, the last
-exported (files in path order: month, then the export time in the file name).
-
-Who speaks for a run id: run ids are unique across machines that keep their own memory, so a
-run id in the exports of two (machine, project)s is a claim to check, not a second run. The
-(machine, project) that exported it first owns it (the export time in its part file's name, else
-the file's mtime; then machine and project by name); the others' copies are left out of search
-and of the counts, and the run's hit names every claimant and says whether their records differ
-(:attr:`FleetHit.claimed_by`, :attr:`FleetHit.conflict`). So another machine can add runs of its
-own but can neither outrank nor rewrite the ones it copied or forged. The same memory exported
-by two machines (a shared disk) is one run each, claimed by both.
-
-Scheduler: ``"auto"`` (the default) runs the partition functions in this process when the
-dataset is small (:data:`INLINE_MAX_BYTES` of Parquet: a LocalCluster's start and the shipping of
-partitions to its workers cost more than they save below it, measured by
-``benchmarks/bench_fleet.py --crossover``), else on a LocalCluster; ``"inline"`` always in this
-process (the single-process pandas run the benchmark compares with), ``"local"`` (or None)
-always on a LocalCluster, an address on a running cluster; :attr:`Fleet.ran_on` says which ran.
 Nothing in the write or inject path imports this module; Dask is imported when a cluster is used.
 """
 
@@ -119,11 +62,9 @@ __all__ = [
 
 #: Default Parquet bytes per partition when packing small (machine, project)s together.
 PARTITION_BYTES = 64 << 20
-#: ``scheduler="auto"`` runs in this process up to this much Parquet (about 240k runs): where a
-#: LocalCluster of 2 workers starts to win a one-shot ``cybmem fleet search`` on a quiet 2-core
-#: machine. Below it the cluster lost every measured run (8.0 s against 2.5 s at 1k runs, 47
-#: against 26 s at 62k); on a busy machine it lost up to 106 MB too (85 against 55 s) and won at
-#: 205 MB (108 against 116 s). ``benchmarks/bench_fleet.py --crossover``; benchmarks/RESULTS.md.
+#: ``scheduler="auto"`` runs in this process up to this much Parquet: where a LocalCluster of 2
+#: workers starts to win a one-shot ``cybmem fleet search`` on a quiet 2-core machine
+#: (``benchmarks/bench_fleet.py --crossover``; benchmarks/RESULTS.md, "One-shot search").
 INLINE_MAX_BYTES = 100_000_000
 _SEARCH_COLUMNS = ("runId", "task", "state", "endedAt", "parentRunId", "chatSessionId", "previousRunId", "rootRunId",
                    "summary", "issues", "next", "supersededBy", "supersedes")

@@ -2,25 +2,16 @@
 
 The MEMORY block reaches an agent once, at dispatch; through MCP an agent can look memory up
 when it needs to, mid-run. Built on the official MCP Python SDK (``mcp`` 2.x, its
-:class:`~mcp.server.mcpserver.MCPServer`), over stdio, or streamable HTTP on 127.0.0.1.
-
-Each tool is a thin call of the library with typed arguments, and answers with what the library
-gives (the ``to_dict`` the CLI prints under ``--json``, so fields the library gains pass through)
-as structured content, and the same as JSON text (:func:`cybmem.outcome.printable_json`, as
-``--json`` prints it): ``search``, ``show``, ``chain``, ``issues`` and ``memory_block`` (the
-block ``cybmem inject --system`` prints, as its text). Only with ``--allow-writes`` are the write
-tools offered, through the functions the CLI's ``mark`` and ``supersede`` call (redaction
-included). Resources: a project's open issues and a run's record, as the CLI's ``--json``.
-
-The server reads under :func:`cybmem.snapshot.holding_snapshots`: a project's snapshot and its
-warm state stay in memory between calls while the cache's freshness check (a few stats a call)
-holds, so a call costs milliseconds and a record another process wrote since is seen on the next
-call. Every tool and resource goes through :meth:`Memory.call`: calls are served one at a time,
-a library error becomes an MCP error carrying the message the CLI prints, and ``observers`` see
-each answer: :func:`serve` keeps what each one returned in the project's shown.jsonl
-(:func:`cybmem.feedback.mcp_observer`), so that the run's record can say what it used. Calls are answered on the event loop,
-not in a worker thread: they take milliseconds, and the two thread switches a call would cost
-took longer than the call itself on a busy machine (benchmarks/bench_mcp.py).
+:class:`~mcp.server.mcpserver.MCPServer`), over stdio, or streamable HTTP on 127.0.0.1. Each tool
+is a thin call of the library that answers with what the CLI prints under ``--json``, as
+structured content and as JSON text (:func:`cybmem.outcome.printable_json`); the write tools are
+offered only with ``--allow-writes``. The server reads under
+:func:`cybmem.snapshot.holding_snapshots` (snapshots stay warm between calls while the cache is
+fresh). Every call goes through :meth:`Memory.call`: one at a time, on the event loop (a worker
+thread's switches cost more than a call: benchmarks/bench_mcp.py), a library error becomes an MCP
+error with the CLI's message, and ``observers`` see each answer (:func:`serve` keeps it in
+shown.jsonl, :func:`cybmem.feedback.mcp_observer`). Tools and resources: USAGE.md, "Memory for
+agents mid-run".
 """
 
 from __future__ import annotations

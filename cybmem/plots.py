@@ -1,8 +1,5 @@
 """Figures for notebooks and reports: each function returns a matplotlib Figure.
 
-Over 600 lines because it holds every figure (history, lineage graphs and trees, issue ages,
-the tuning heatmap); each figure is one section, sharing the axis helpers.
-
 Figures are built with the object API (``matplotlib.figure.Figure``), never through pyplot:
 no backend is selected, no global figure list grows (nothing to close, no "too many figures"
 warning), and nothing is shown. Jupyter displays a returned Figure inline; ``fig.savefig``

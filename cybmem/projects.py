@@ -1,24 +1,16 @@
 """Project slugs and projects.json: which project a directory or a name belongs to.
 
-A project's slug is the lowercased basename of its cwd. The first cwd to claim
-a slug keeps it; a later, different cwd with the same basename (or a basename
-that looks like a slug already taken, :func:`slug_key`) gets
-``<base>-<hash6(cwd)>``. Slug dirs that predate projects.json are backfilled
-lazily from the cwd carried in their records, so an existing owner is never
-re-slugged.
+Rules (in full: USAGE.md, "Which project a run belongs to"):
 
-A directory belongs to the nearest registered project at or above it, as git
-finds its repository: ``/home/dev/pip/src/pip`` reads and writes the memory of
-the project registered at ``/home/dev/pip``. Only a directory under no
-registered project becomes a project of its own. The filesystem root and the
-home directory hold only runs made exactly there: a project registered at
-either would otherwise swallow every project beneath it.
-
-A name given with ``--project`` is taken as it is when such a project exists;
-otherwise a name that looks like an existing one (the same after Unicode NFKC,
-case folding, dropped accents and invisible characters, and a small table of
-Cyrillic and Greek letters that look Latin) is refused with the name it
-resembles, and a new project's name must be one the slug rule could make.
+- A project's slug is the lowercased basename of its cwd; the first cwd to claim a slug keeps it,
+  a later, different cwd with the same (or a look-alike, :func:`slug_key`) basename gets
+  ``<base>-<hash6(cwd)>``. Slug dirs that predate projects.json are backfilled lazily from the
+  cwd in their records, so an existing owner is never re-slugged.
+- A directory belongs to the nearest registered project at or above it, as git finds its
+  repository; the filesystem root and the home directory hold only runs made exactly there.
+- A ``--project`` name that looks like an existing one (NFKC, case folding, accents, invisible
+  characters, Latin look-alike Cyrillic and Greek letters) is refused with the name it resembles;
+  a new project's name must be one the slug rule could make.
 """
 
 from __future__ import annotations

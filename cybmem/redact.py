@@ -1,8 +1,5 @@
 """Find and redact well-known secret shapes before text is stored or shown.
 
-Over 600 lines because most of it is the table of secret shapes and the precision rule of each
-(a rule next to its pattern is easier to check than a rule elsewhere).
-
 Each secret is replaced with ``[REDACTED:<kind>]``. Only shapes with a distinctive prefix or an
 explicit key (``password=``, ``Authorization:``, ``user:pass@``) are matched, to keep false
 positives low; a bare random string is guessed at only for AWS secret keys, and only next to

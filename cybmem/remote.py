@@ -1,47 +1,13 @@
 """httpx clients for the optional layers: embeddings and ADD-only LLM distillation.
 
-Over 600 lines because both clients share one transport (hosts, deadlines, bounded retries,
-reply checks) and most of the length is the strict validation of what a server sends back.
-
-Both are off unless configured. Configuration is read from a ``Mapping[str, str]`` (pass
-``Settings.env``)::
-
-    CYBERINE_MEMORY_EMBEDDINGS     "ollama" -> POST {OLLAMA_HOST}/api/embed
-                                   an http(s) URL -> OpenAI-compatible base URL as the OpenAI
-                                   SDK takes it (ending in /v1): POST {base}/embeddings
-    OLLAMA_HOST                    Ollama's own variable; default http://127.0.0.1:11434,
-                                   "host", "host:port" and ":port" are read as Ollama reads them
-    CYBERINE_MEMORY_EMBED_MODEL    default nomic-embed-text
-    CYBERINE_MEMORY_EMBED_KEY      bearer key for the URL form (never OPENAI_API_KEY, so the
-                                   OpenAI key is not sent to whatever embeddings URL is set)
-    CYBERINE_MEMORY_EMBED_TIMEOUT  seconds, default 2: the whole budget of one dispatch-time
-                                   query (`Embedder.embed_query`), retries included
-    CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT  seconds, default 30: the whole budget of embedding a
-                                   written record, and of each attempt of a backfill batch
-
-    CYBERINE_MEMORY_MODEL          unset -> no distillation (there is no default model)
-                                   "ollama:<model>" -> POST {OLLAMA_HOST}/api/chat
-                                   any other value -> a model name for an OpenAI-compatible
-                                   POST {base}/chat/completions
-    CYBERINE_MEMORY_MODEL_URL      base URL; else OPENAI_BASE_URL; else https://api.openai.com/v1
-    CYBERINE_MEMORY_MODEL_KEY      else OPENAI_API_KEY
-    CYBERINE_MEMORY_MODEL_TIMEOUT  seconds, default 30: the whole distillation call, retries
-                                   included (the write then goes on without it)
-
-Deadlines, not timeouts: every budget above is wall-clock time for the whole exchange
-(connect, request, status line, headers, every byte of the body), kept whatever the server does
-(a server that drips one byte a second is cut off when the time is up: :mod:`cybmem.transport`),
-and a reply is read up to a size cap (:func:`embed_reply_limit`, :data:`MAX_CHAT_REPLY_BYTES`),
-never buffered whole past it.
-
-Retries: connection errors, timeouts, HTTP 5xx and 429 are retried with exponential backoff
-(embeddings: 3 attempts, distillation: 2) while the budget lasts; any other 4xx and a reply
-over the cap fail at once, since asking again cannot help. Every failure is a
-:class:`RemoteError` with a one-line message that says what failed and what to do; replies are
-validated before anything is returned.
-
-The model only ever refines the outcome of the NEW record (Mem0's lesson: LLM consolidation
-of existing memories degrades with conflicts); nothing here reads or changes stored records.
+Both are off unless configured; configuration is read from a ``Mapping[str, str]`` (pass
+``Settings.env``): ``CYBERINE_MEMORY_EMBEDDINGS`` (``ollama`` or an OpenAI-compatible base URL),
+``CYBERINE_MEMORY_MODEL`` (``ollama:<model>`` or a model name) and their ``_KEY``, ``_URL`` and
+``_TIMEOUT`` companions (USAGE.md, the configuration table). Every budget is a wall-clock deadline
+for the whole exchange (:mod:`cybmem.transport`), a reply is read up to a size cap, connection
+errors, timeouts, 5xx and 429 are retried with backoff while the budget lasts, and every failure
+is a :class:`RemoteError` with a one-line message. The model only ever refines the outcome of the
+NEW record (Mem0's lesson); nothing here reads or changes stored records.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def normalize_keyword(raw: np.ndarray, mask: np.ndarray | None = None, *, scale:
 
 
 # exp() of float32 arguments below about -87.3 lands in subnormals (< FLT_MIN = 1.18e-38),
-# which x86 handles ~10x slower; with most records many e-folds old that dominated the
+# which x86 handles far slower; with most records many e-folds old that dominated the
 # whole query. Arguments are floored here, so recency >= exp(-87) = 1.6e-38: a deviation
 # below float32's normal range, order preserved (non-increasing in age).
 _EXP_FLOOR = np.float32(-87.0)

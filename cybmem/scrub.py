@@ -1,41 +1,17 @@
 """Remove a secret from one run's memory, everywhere it was copied: ``cybmem redact RUN``.
 
-Over 600 lines because the procedure has seven steps, each safe to do twice, and the journal
-that lets a killed redaction be finished by the next command.
-
-The write path redacts the secret shapes it knows before anything is stored. A secret it does
-not know (a passphrase, an internal hostname) is found later by a person; this is the procedure
-for it, done safely in one step instead of by hand:
-
-1. under the project lock, the run's record is rewritten with every string redacted by the
-   write path's pass (cybmem.redact.redact_value) and each given text replaced by
-   ``[REDACTED:manual]``, atomically (a reader sees the old file or the new one);
-2. so are the ledger lines the run wrote (``byRunId``) and any ledger line holding a given
-   text, and the run's lines of archive-summary.md;
-3. the run's vectors are dropped from embeddings.jsonl (they were made from the old text;
-   ``cybmem embed`` makes new ones);
-4. the derived files are rebuilt from the files (index.json) or emptied (the Arrow cache, which
-   the next reader rebuilds);
-5. an issue id spelled from a title that held a given text (``vault-phrase-purple-otter-42``)
-   is renamed (the text becomes ``redacted``) in every ledger line, in every record that
-   names it and in the shown / used logs (cybmem.feedback), so the link between them holds;
-6. the exports the project knows of (``exports.json``, cybmem.export) are brought in line: the
-   rows of a Parquet dataset rewritten, a SQLite database updated; a file export that may still
-   hold the secret is named with the command that writes it again;
-7. every file of the project is searched for each given text, and what still holds one is
-   named.
-
-It is a journalled operation: before anything is rewritten, the plan (the runs, the given texts
-and the issue ids to rename, those two base64-encoded) goes to ``redact-pending.json`` in the project
-directory (0600), and each step is marked there once done. Every step is idempotent, so a
-redaction killed at any point is finished (rolled forward) by the next ``cybmem redact`` of the
-project or by ``cybmem doctor --repair``; the journal is removed when the last step is done. The
-steps that rewrite the records, the ledger and the other source files hold the project lock;
-the rebuild of the derived files and the exports do not (writers go on meanwhile), and one
-redaction of a project runs at a time (``.redact.lock``).
-
-This is the second of the two rewrites cybmem ever makes of a record or the ledger (the first
-is ``supersededBy``); USAGE.md, "Guarantees", says so.
+The write path redacts the secret shapes it knows; a secret it does not know (a passphrase, an
+internal hostname) is found later by a person, and this is the procedure for it, in one step:
+the run's record and its ledger lines are rewritten with every string redacted and each given
+text replaced by ``[REDACTED:manual]``, an issue id spelled from such a text is renamed
+everywhere, the run's vectors are dropped, the derived files rebuilt or emptied, the exports in
+``exports.json`` brought in line, and every file of the project searched for what is left.
+It is journalled (``redact-pending.json``): each step is idempotent and marked once done, so a
+redaction killed at any point is finished by the next ``cybmem redact`` or ``cybmem doctor
+--repair``. The source rewrites hold the project lock, the derived files and exports do not, and
+one redaction of a project runs at a time (``.redact.lock``). This is the second of the two
+rewrites cybmem ever makes of a record or the ledger (the first is ``supersededBy``); the steps
+in full: USAGE.md, "Guarantees".
 """
 
 from __future__ import annotations

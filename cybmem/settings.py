@@ -15,10 +15,9 @@ from .errors import ValidationError
 
 __all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS", "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE"]
 
-#: Prior runs in the MEMORY block. The store format's suggested 3 was measured against more on the
-#: pytest corpus qrels replayed through dispatch (benchmarks/bench_dispatch.py): the block names a
-#: judged-relevant run for 46% of queries at 3, 52% at 5, 56% at 8, 58% at 10; 8 is the smallest
-#: that reaches the 55% the dispatch issue asks for, and the token budget still bounds the block.
+#: Prior runs in the MEMORY block: the smallest that names a judged-relevant run as often as the
+#: dispatch issue asks (benchmarks/bench_dispatch.py; benchmarks/RESULTS.md, "Figures the module
+#: docstrings quoted"); the token budget still bounds the block.
 DEFAULT_TOPK = 8
 DEFAULT_MAX_TOKENS = 1500
 #: Open issues in the MEMORY block (their section also keeps to a third of the budget).

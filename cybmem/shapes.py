@@ -1,34 +1,16 @@
 """Secret shapes beyond cybmem.redact's core table, and the decoders that let every shape see
 text as a program would read it.
 
-cybmem.redact.scan runs both tables over the text as written, then over the text decoded:
-JSON / backslash escapes undone (``\\"password\\": \\"…\\"``), URL-encoding undone
-(``token%3Dghp_…``) and long tokens wrapped across lines joined again. A finding in a decoded
-text is mapped back to the characters of the original that hold it (:class:`Decoded`), so the
-redaction replaces exactly the encoded secret.
-
-What is here:
-
-- vendor tokens with a distinctive prefix or structure (Docker Hub ``dckr_pat_``, Stripe
-  ``whsec_``, Google ``GOCSPX-`` / ``ya29.`` / ``1//0``, Azure AD client secrets, Discord bot
-  tokens, Grafana, Atlassian, Linear, Notion, Figma, Postman, Doppler, Pulumi, Terraform Cloud,
-  Okta ``SSWS``, Sentry, Supabase, OpenRouter, xAI, Replicate, Hugging Face org, PlanetScale,
-  and others), each checked not to be a stand-in (``glpat-XXXX…``, ``sk_live_``);
-- passwords given on a command line or in a config file: ``mysql -pS3cret``, ``sshpass -p``,
-  ``redis-cli -a``, ``docker login -p``, ``openssl -passin pass:``, ``net use … /user:``,
-  ``requirepass`` / ``masterauth``, .pgpass lines, ``IDENTIFIED BY '…'``, ``PASSWORD '…'``,
-  NuGet ``<add key="Password" value="…"/>``, bundler ``BUNDLE_…__COM=user:pass``, the data of a
-  Kubernetes ``kind: Secret``, a PuTTY key file and a block of base64 key lines without its
-  PEM header;
-- a high-entropy rule for a bare token no shape knows: 32-128 characters of base64 or
-  URL-safe base64 that switch between character classes as random text does. It leaves alone
-  what only looks random: hex of any length (commit hashes, digests), UUIDs, version strings,
-  identifiers and paths (few class switches), base64 that decodes to ordinary text, anything
-  in a URL, and values labelled as a digest, integrity hash, public key, nonce or blob.
-
-Each rule's precision is measured by benchmarks/bench_secrets.py: recall on other projects'
-examples (data-fixtures/secret-examples.jsonl) and false alarms on every commit message of
-three real histories.
+cybmem.redact.scan runs both tables over the text as written, then over the text decoded (JSON
+and backslash escapes, URL-encoding undone, wrapped tokens joined); a finding in a decoded text is
+mapped back to the characters of the original that hold it (:class:`Decoded`), so the redaction
+replaces exactly the encoded secret. Here: vendor tokens with a distinctive prefix or structure
+(each checked not to be a stand-in such as ``glpat-XXXX…``), passwords given on a command line or
+in a config file, and a high-entropy rule for a bare 32-128 character base64 token that leaves
+alone what only looks random (hex, UUIDs, versions, identifiers, paths, URLs, labelled digests).
+The full list: USAGE.md, "Guarantees". Each rule's precision is measured by
+benchmarks/bench_secrets.py: recall on other projects' examples (data-fixtures/secret-examples.jsonl)
+and false alarms on every commit message of three real histories.
 """
 
 from __future__ import annotations
@@ -89,7 +71,7 @@ def bounded(head: str, tail: str, edge: str = "A-Za-z0-9_-", before: str | None 
 
     The regex starts with the fixed-width head and checks the edge behind it afterwards:
     Python's re searches a pattern that starts with a literal far faster than one that starts
-    with a lookbehind (on 1 MB of commit messages: about 1,500 MB/s against 65 MB/s per shape).
+    with a lookbehind (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
     """
     return re.compile(_bounded_source(head, tail, edge, before))
 
@@ -441,7 +423,7 @@ def find(text: str) -> list[Candidate]:
 
 #: Names a maintained secret scanner to run inside the one pass as well (``kingfisher``: the
 #: kingfisher-secret-scanner package, ``pip install 'cybmem[secrets]'``). Off by default: its
-#: rules take about 2 s to compile in every fresh interpreter, and every ``cybmem write`` is one
+#: rules are slow to compile in every fresh interpreter, and every ``cybmem write`` is one
 #: (benchmarks/bench_secrets.py prints the figures).
 SCANNER_ENV = "CYBERINE_MEMORY_SECRET_SCANNER"
 _SCANNERS: dict[str, object] = {}

@@ -1,9 +1,5 @@
 """A project's memory as Arrow columns: the loader, the snapshot and its refresh.
 
-Over 600 lines because the snapshot and its cache refresh are one state machine (cold build,
-incremental refresh, patched rows, in-place edits, the issue fold and activity) that must
-agree with itself.
-
 The loader parses ``records/*.json`` and ``issues.jsonl`` into Arrow tables (one row per record,
 lineage and outcome flattened, timestamps ``timestamp[ms, UTC]``, lists as Arrow lists) and
 builds the keyword index over task + summary + issue titles. Rows are ordered oldest first
@@ -246,9 +242,10 @@ class Snapshot:
     def prepare(self) -> "Snapshot":
         """Build the per-snapshot lookups that pay off over many queries (returns self).
 
-        Dictionary-encoded lineage columns make the lineage kernel's equality passes ~30x cheaper
+        Dictionary-encoded lineage columns make the lineage kernel's equality passes much cheaper
         than string compares, and a sorted run-id lookup makes the ancestor walk O(depth log N);
-        both cost a few ms per 100k records once. A one-shot query (the CLI) is cheaper without
+        both cost a little once (benchmarks/RESULTS.md, "Figures the module docstrings
+        quoted"). A one-shot query (the CLI) is cheaper without
         them, so they are built only when a long-lived caller (widget, tuning, benchmark) asks.
         """
         if self._lineage is None:

@@ -1,9 +1,5 @@
 """MemoryStore: one project's records, issue ledger and derived index on disk.
 
-Over 600 lines because every write path to a project's files is here (records, the ledger,
-embeddings lines, index.json and its compaction) under the same locks; split, the locking
-order would be spread over modules.
-
 Records are written once (temp file, fsync, hard link: an existing runId can never be
 replaced). The one change the write path ever makes to an existing record is adding
 ``supersededBy`` when a correction is written (see cybmem.supersession); every other byte stays.

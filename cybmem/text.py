@@ -18,12 +18,9 @@
 6. Every alphabetic ASCII token is stemmed with the Snowball English stemmer (Porter2, through
    PyStemmer, the Snowball project's own C binding): "marks" and "mark", "fixtures" and
    "fixture", "deprecated" and "deprecate" meet ("Deprecate marks on fixtures" finds the
-   earlier "mark ... fixture" work). Measured on the pytest corpus qrels (132 queries replayed
-   as of their moment, ``python benchmarks/bench_quality.py``): MRR@10 with the default
-   weights 0.401 -> 0.411, recall@10 0.583 -> 0.587; BM25 alone 0.225 -> 0.216 (within the
-   noise of so few queries: one query moves MRR by up to 0.008). A lighter plural/verb-form
-   folding gave 0.405 and the original Porter 0.411. Stemming each distinct word once (the
-   word cache below) keeps it off the hot path (benchmarks/RESULTS.md has the times).
+   earlier "mark ... fixture" work; its effect on the qrels: benchmarks/RESULTS.md, "Figures
+   the module docstrings quoted"). Stemming each distinct word once (the word cache below)
+   keeps it off the hot path.
 
 :data:`VERSION` names this rule; the Arrow cache is rebuilt when it changes.
 """

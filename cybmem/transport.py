@@ -132,8 +132,8 @@ def _proxy_for(url: str) -> str | None:
 class DeadlineTransport(httpx.BaseTransport):
     """An httpx transport for one base URL whose exchanges keep the deadline of :func:`deadline`.
 
-    Plain-http URLs (a local Ollama) never load the CA bundle (~0.3 s a process: a dispatch
-    pays it); https ones verify as httpx does (SSL_CERT_FILE, SSL_CERT_DIR honoured).
+    Plain-http URLs (a local Ollama) never load the CA bundle (slow, once a process: a dispatch
+    would pay it); https ones verify as httpx does (SSL_CERT_FILE, SSL_CERT_DIR honoured).
 
     Raises:
         ValueError: the environment names a proxy httpx could not use either (SOCKS without socksio).

@@ -1,8 +1,5 @@
 """A fast search over the scorer's weights, against relevance judgments (cybmem.judgments).
 
-Over 600 lines because it is one algorithm (candidate pools, pair classification, the tiled
-grid) whose steps share private structures; split, they would only expose them.
-
 Every query is evaluated as production would have answered it then: only
 records with ``endedAt <= asOf`` that were not superseded by then are candidates, the query's own
 run is excluded, recency is measured from ``asOf``, the lineage context is the query's
@@ -523,7 +520,7 @@ def _ranks_block(axes: np.ndarray, pairs: _Pairs, sl: slice, W: np.ndarray) -> n
     """Ranks (1-based) of the relevant entries of pairs[sl] at every column of W (axes x G).
 
     D @ W is computed in cache-sized tiles (a 2-D GEMM with 3-4 inner dims is bound by memory
-    traffic, so tiles that stay in L2 run ~4x faster than one big product).
+    traffic, so tiles that stay in L2 run faster than one big product).
     """
     rel = axes[pairs.rel[sl]]  # (b, A)
     b, G = len(rel), W.shape[1]

@@ -1,10 +1,6 @@
 """The vector axis: embeddings.jsonl as row-aligned vectors in the Arrow cache, the cosine kernel,
 the query vector, and the backfill behind ``cybmem embed``.
 
-Over 600 lines because the vector axis is one unit: the cached matrix, its incremental refresh
-from embeddings.jsonl, the exact and binary-quantised kernels with their bound, and the
-backfill share the same row alignment.
-
 Off unless ``CYBERINE_MEMORY_EMBEDDINGS`` is set (cybmem.remote reads the configuration); then:
 
 * :func:`load_index` gives the vectors of one (model, dimensions) aligned with a snapshot's rows
@@ -25,14 +21,9 @@ Off unless ``CYBERINE_MEMORY_EMBEDDINGS`` is set (cybmem.remote reads the config
   model's rows. If the snapshot's rows no longer match (its cache was rebuilt), embeddings.jsonl
   was replaced, or the model's newest dimension changed, the index starts over.
 * :meth:`VectorQuery.axis` is the vector axis of a top-k ranking, exact whatever the size: one
-  float32 mat-vec when the index holds at most :data:`EXACT_MAX_FLOATS` numbers; above that,
-  only the rows that can still reach the top k are scored exactly. The rows best on the other
-  axes are scored first, which bounds what the vector axis (cosine <= 1) can lift; when that
-  bound lets in too many rows, the rows nearest by Hamming distance over sign bits (one pass
-  over 48 bytes per 384-dim row) are scored too, which tightens it; the mat-vec is the last
-  resort. :meth:`VectorIndex.cosine` gives the whole axis the same ways (binary: only the
-  nearest rows are non-zero). ``benchmarks/bench_embed.py`` measures the speed and checks the
-  ranking against the mat-vec.
+  float32 mat-vec up to :data:`EXACT_MAX_FLOATS` numbers, above that only the rows that can still
+  reach the top k (bounded by the other axes, then by Hamming distance over sign bits; the method
+  says how). ``benchmarks/bench_embed.py`` measures the speed and checks it against the mat-vec.
 * :func:`query_vector` embeds the query within ``CYBERINE_MEMORY_EMBED_TIMEOUT``; a failure is
   a one-line warning and search falls back to the other axes.
 * :func:`embed_missing` embeds the records that have no vector for the configured model.
@@ -83,8 +74,9 @@ __all__ = [
     "embed_missing",
 ]
 
-# One float32 mat-vec is memory-bound at ~4 bytes a number (a 100k x 384 index: ~15 ms);
-# up to this many numbers (16 MB; 10k records of 384 dims) the exact scan stays near 1 ms.
+# One float32 mat-vec is memory-bound at 4 bytes a number; up to this many numbers (16 MB; 10k
+# records of 384 dims) the exact scan stays cheap (benchmarks/RESULTS.md, "Figures the module
+# docstrings quoted").
 EXACT_MAX_FLOATS = 4_000_000
 MAX_BLOCKS = 8
 _VERSION = 2  # 2: keyed by (model, newest dimension), the last line of a run wins

@@ -34,20 +34,17 @@ __all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeig
 ENV_PREFIX = "CYBERINE_MEMORY_"
 WEIGHTS_FILE = "weights.json"
 _MAX_BYTES = 1 << 20
-# w_vec when the store has vectors for the configured model and nothing sets it. Measured with
-# benchmarks/bench_embed.py (all-MiniLM-L6-v2; the pytest corpus qrels replayed as of each query
-# with the query text embedded; the other weights at their defaults), MRR@10 / R@10: no vectors
-# 0.425 / 0.561; w_vec 0.05: 0.420 / 0.561; 0.1: 0.412 / 0.561; 0.2: 0.402; 0.5: 0.373; 1.0:
-# 0.354; the vector axis alone 0.167. Those judgments link runs by ticket number, a lexical
-# signal the keyword axis already has, so no weight gains there; 0.05, the smallest step, costs
-# 0.005 (one query one rank lower, recall unchanged) and still lifts a run that a query only
-# paraphrases into the top 3 (tests/test_vectors.py), which is what embeddings are for.
+# w_vec when the store has vectors for the configured model and nothing sets it: the smallest
+# step, which costs little on the corpus qrels (they link runs by ticket number, a lexical signal
+# the keyword axis already has) and still lifts a run that a query only paraphrases into the top 3
+# (tests/test_vectors.py), which is what embeddings are for. Figures (benchmarks/bench_embed.py):
+# benchmarks/RESULTS.md, "Figures the module docstrings quoted".
 DEFAULT_W_VEC = 0.05
 
 
 #: The share of the task's best keyword match a run needs to enter the block once the task passes
-#: the floor (runs that share only a stray word with the task stay out; measured with
-#: benchmarks/bench_fit.py: 0.1 costs no judged-relevant run on the three histories, 0.3 costs 3-6%).
+#: the floor (runs that share only a stray word with the task stay out; benchmarks/bench_fit.py,
+#: figures in benchmarks/RESULTS.md, "Figures the module docstrings quoted").
 FLOOR_SHARE = 0.1
 
 #: A project with fewer runs than this has its keyword match computed as if it had this many (the
@@ -66,21 +63,18 @@ class Weights:
     and the 1k slice together (``python benchmarks/bench_fit.py``; figures in benchmarks/RESULTS.md):
     the weighting whose worst ratio to the corpora's BM25 + recency baseline is highest. Chosen that
     way on all histories but one, it still beat the baseline on the one left out, for each of the
-    four (by 4-48%). The rule's own point has w_lin 0; 0.05 costs at most 0.003 MRR on any history
+    four. The rule's own point has w_lin 0; 0.05 costs little MRR on any history
     and keeps the lineage axis (same chat session, ancestors) as a tie-breaker, which these
-    corpora, without chats, cannot measure. The former defaults (0.45 / 0.4 / 0.15, 60 days), tuned
-    on pytest alone, beat that baseline by 1% on the 1k slice. A project tunes its own
+    corpora, without chats, cannot measure. A project tunes its own
     (``cybmem tune --save``, :mod:`cybmem.tuning`).
 
     ``floor`` and ``floor_vec`` decide which runs may enter the MEMORY block at all
     (:mod:`cybmem.retrieval`, "The floor"): a task whose best keyword match in the project is below
     ``floor`` (and whose best cosine is below ``floor_vec`` when vectors are on) gets no run. 0
-    turns a floor off. Both measured with ``benchmarks/bench_floor.py`` (tasks of the other
-    histories dispatched into each store, beside the store's own judged tasks): ``floor`` 0.4
-    lets a run into the blocks of 24% of the other projects' tasks (no floor: 100%); with
-    all-MiniLM-L6-v2, a cosine of 0.6 is reached by 4% of them and by a judged-relevant run for
-    21-27% of the real tasks (pytest 1k slice, sphinx); 0.5 lets in 18-27% of the other projects'
-    tasks. ``cybmem tune --save`` learns ``floor`` from the project's own judgments.
+    turns a floor off. Both chosen with ``benchmarks/bench_floor.py`` (tasks of the other
+    histories dispatched into each store, beside the store's own judged tasks; figures in
+    benchmarks/RESULTS.md, "Figures the module docstrings quoted"). ``cybmem tune --save``
+    learns ``floor`` from the project's own judgments.
     """
 
     w_kw: float = 0.5
