@@ -11,6 +11,7 @@ a kill (doctor, the next redaction, the checks) runs in-process, which is faster
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -286,8 +287,8 @@ def test_the_reported_case_a_killed_redact_run_is_finished_by_its_rerun(built, t
 
 
 def test_random_kills_of_successive_redactions_lose_nothing_and_leave_nothing(tmp_path, capsys):
-    """Successive redactions, each of its own text, SIGKILLed at random moments until six of the
-    kills have left one half done: each is finished by the next (which never gets its text), the
+    """Successive redactions, each of its own text, SIGKILLed at random moments (half of them once
+    its plan is written) until six of the kills have left one half done: each is finished by the next (which never gets its text), the
     last by `doctor --repair`; a text whose redaction died before it wrote its plan is redacted
     again, as a person would. Then no copy of any text is left."""
     phrases = tuple(f"secret-phrase-{i:02d}-{chr(97 + i)}x" for i in range(16))
@@ -316,7 +317,16 @@ def test_random_kills_of_successive_redactions_lose_nothing_and_leave_nothing(tm
                                 stderr=subprocess.DEVNULL)
         proc.stdin.write(phrase.encode() + b"\n")
         proc.stdin.close()
-        time.sleep(took * rng.uniform(0.2, 1.4))  # anywhere in its life, or in finishing the last one
+        if rng.random() < 0.5:
+            time.sleep(took * rng.uniform(0.2, 1.4))  # anywhere in its life, or in finishing the last one
+        else:  # within its own steps: a blind moment lands there too seldom on a fast or a busy machine
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(ValueError, OSError):
+                    if phrase in planned_texts():
+                        break
+                time.sleep(0.002)
+            time.sleep(rng.uniform(0, 0.05))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         after = planned_texts()
