@@ -175,7 +175,14 @@ def test_ctrl_c_ends_a_verb_with_130_one_line_and_no_partial_file(big, tmp_path,
     }[verb]
     p = _interrupt(args, env=_env(big), ready=ready, cwd=tmp_path)
     _check(p)
-    assert p.stdout == ""
+    if p.stdout and verb == "search":
+        # Its records are read in a few milliseconds: a Ctrl-C may come once the answer is out (the
+        # last open of records/ the test saw was after it), and then the answer is whole.
+        whole = subprocess.run([shutil.which("cybmem") or "cybmem", *args], env=_env(big), cwd=tmp_path,
+                               capture_output=True, text=True, timeout=120)
+        assert whole.returncode == 0 and p.stdout == whole.stdout, "a partial answer"
+    else:
+        assert p.stdout == ""
     assert not any(out.rglob("*.csv")) and not any(out.rglob("*.sqlite*")), sorted(map(str, out.rglob("*")))
     for part in out.rglob("*.parquet"):  # a partition written before the interrupt is whole
         import pyarrow.parquet as pq

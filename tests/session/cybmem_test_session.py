@@ -200,6 +200,22 @@ def pytest_configure(config: pytest.Config) -> None:
         _AUDIT = ReadsAudit(config)
 
 
+#: Files whose tests are independent of each other and long enough to be worth spreading over both
+#: workers (USAGE.md's sections: about a fifth of the suite's time in one file).
+SPREAD = {"tests/test_usage.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--dist loadgroup: every other file's tests stay together on one worker (a notebook's cells
+    share one kernel, a module's fixtures are built once), as --dist loadfile would keep them. Runs
+    before xdist's own hook, which reads the groups."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(path))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
