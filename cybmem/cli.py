@@ -990,6 +990,9 @@ def _explain_lines(result) -> list[str]:
         lines.append("weights: " + ", ".join(f"{k}={v:g} ({d['weightSources'].get(k, 'argument')})" for k, v in d["weights"].items()))
         if d.get("tuned"):
             lines.append(f"weights source: {d['tuned']}")
+        if d["issues"] and "issueWeights" in d:
+            lines.append("issues ranked with: " + ", ".join(f"{k}={v:.3g}" for k, v in d["issueWeights"].items())
+                         + " (recency weighs more for an open issue)")
     fl = d.get("floor")
     if fl:
         if fl.get("reason"):

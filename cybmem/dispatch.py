@@ -10,9 +10,10 @@ The block (:func:`cybmem.preamble.layout`; in full: USAGE.md, "``cybmem inject``
 - **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search` that pass the
   floor (:mod:`cybmem.retrieval`, "The floor"); the parent the dispatcher names
   (``CYBERINE_PARENT_RUN_ID``) first whatever its score (``pinned: parent``).
-- **Issues**: every open issue scored as the runs are, ``w_kw * keyword + w_lin * lineage + w_rec
-  * recency``: keyword the better of its own title and detail and the runs that raised or carry
-  it, lineage from that best run, recency from its last activity. Below the floor only issues
+- **Issues**: every open issue scored on the runs' axes, ``w_kw * keyword + w_lin * lineage + w_rec
+  * recency`` with recency at :data:`~cybmem.weights.ISSUE_REC_SHARE` of the weights
+  (:meth:`~cybmem.weights.Weights.for_issues`): keyword the better of its own title and detail and
+  the runs that raised or carry it, lineage from that best run, recency from its last activity. Below the floor only issues
   whose own text matches as well as the floor asks are listed. At most ``CYBERINE_MEMORY_ISSUES``,
   in at most :data:`ISSUE_SHARE` of the token budget, none already on a shown run's ``raised:``.
 """
@@ -138,6 +139,8 @@ class Injection:
         if self.weights is not None:
             out["weights"] = self.weights.weights.to_dict()
             out["weightSources"] = dict(self.weights.sources)
+            iw = self.weights.weights.for_issues()
+            out["issueWeights"] = {k: round(getattr(iw, k), 6) for k in ("w_kw", "w_rec", "w_lin")}
             if self.weights.tuned:
                 out["tuned"] = self.weights.tuned_note()
         return out
@@ -212,6 +215,7 @@ class IssueRanking:
 
 
 def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -> IssueRanking:
+    weights = weights.for_issues()  # recency weighs more for an open issue than for a run
     snap = result.snapshot  # the one the hits were ranked over (search may have read the store again)
     folded = snap.fold(as_of)
     ranked = result.ranked

@@ -278,12 +278,16 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
     assert result.snapshot is not old and result.snapshot.n > old.n
     issues = rank_issues(result, result.weights)
     assert open_id in {i for c in issues for i in c.ids}
-    # An issue's recency is scoring's kernel over its last activity, as a run's is over its end.
+    # An issue's recency is scoring's kernel over its last activity, as a run's is over its end,
+    # at the issues' weight (Weights.for_issues: ISSUE_REC_SHARE of the weights).
     import numpy as np
 
     from cybmem.scoring import recency
+    from cybmem.weights import ISSUE_REC_SHARE
 
-    w = result.weights
+    w = result.weights.for_issues()
+    assert w.w_rec == pytest.approx(ISSUE_REC_SHARE * (w.w_kw + w.w_lin + w.w_rec))
+    assert w.w_kw / w.w_lin == pytest.approx(result.weights.w_kw / result.weights.w_lin)
     want = recency(np.array([c.last_at_ms for c in issues], np.int64), result.now_ms, w.half_life_days, weight=w.w_rec)
     assert [c.recency for c in issues] == want.tolist()
 
