@@ -14,7 +14,8 @@ from ..errors import CybmemError, NotFoundError
 from ..store.arrow_records import take_rows, with_ms_times
 from ..store.records import MemoryRecord
 from ..store.snapshot import Snapshot, load_snapshot, verified
-from ..store.memory_store import MemoryStore, entry_of, index_entry
+from ..store.index import entry_of, index_entry
+from ..store.memory_store import MemoryStore
 
 __all__ = ["ChainResult", "Shown", "chain", "show_record"]
 
@@ -295,7 +296,7 @@ class _Entries(Sequence):
 
 
 def _entries(recs: pa.Table, rows: list[int]) -> list[dict]:
-    """The index entries (:func:`cybmem.store.memory_store.entry_of`) of some snapshot rows, in that order."""
+    """The index entries (:func:`cybmem.store.index.entry_of`) of some snapshot rows, in that order."""
     if not rows:
         return []
     return [entry_of(row) for row in with_ms_times(take_rows(recs.select(_ENTRY_COLUMNS), rows)).to_pylist()]

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
 __all__ = [
+    "MAX_LEDGER_BYTES",
     "OPEN",
     "CLOSED",
     "IssueState",
@@ -54,6 +55,8 @@ __all__ = [
     "open_table",
 ]
 
+#: the largest ledger (and index.json, archive-summary.md) the store reads whole
+MAX_LEDGER_BYTES = 4 * 1024 * 1024 * 1024
 OPEN = ("opened", "reopened")
 CLOSED = ("resolved", "wontfix")
 _EVENT_KEYS = frozenset(IssueEvent._KNOWN)
