@@ -4,7 +4,7 @@
     python benchmarks/bench_embed.py [--size 100000] [--queries 200] [--reuse] [--json out.json]
 
 1. Throughput. The 7,761-run corpus (or ``--corpus``) is copied to ``benchmarks/.data/embed-pytest-memory`` and
-   embedded through ``cybmem.retrieval.vectors.embed_missing`` (what ``cybmem embed`` runs) against a real
+   embedded through ``cybmem.retrieval.embed_backfill.embed_missing`` (what ``cybmem embed`` runs) against a real
    HTTP embeddings server on 127.0.0.1 (tests/servers.py's EmbedServer, OpenAI form) backed by
    all-MiniLM-L6-v2 (384 dimensions). Baseline in the same run: the model's own ``encode`` on
    1,000 of the same texts (a seeded random sample) in-process, so the ratio is what HTTP, JSON,
@@ -59,7 +59,9 @@ from cybmem.retrieval.search import rank_query, search  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
 from cybmem.store.snapshot import load_snapshot  # noqa: E402
 from cybmem.store.memory_store import MemoryStore  # noqa: E402
-from cybmem.retrieval.vectors import EXACT_MAX_FLOATS, VectorIndex, VectorQuery, embed_missing, load_index, rescore_count  # noqa: E402
+from cybmem.retrieval.embed_backfill import embed_missing  # noqa: E402
+from cybmem.retrieval.vector_cache import load_index  # noqa: E402
+from cybmem.retrieval.vectors import EXACT_MAX_FLOATS, VectorIndex, VectorQuery, rescore_count  # noqa: E402
 from cybmem.retrieval.weights import DEFAULT_W_VEC, Weights  # noqa: E402
 
 K = 10

@@ -660,7 +660,7 @@ def test_a_store_re_tunes_itself_as_it_grows(tide, monkeypatch):
 
 def test_tuning_reads_the_vectors_search_reads_when_a_model_changed_dimension(web):
     """A model that changed its dimension under the same name: tuning takes its newest vectors (the
-    key search uses, cybmem.retrieval.vectors.load_index), where it used to refuse the store as mixed."""
+    key search uses, cybmem.retrieval.vector_cache.load_index), where it used to refuse the store as mixed."""
     from cybmem.store.embeddings import embedding_text
 
     store, snap = web

@@ -22,7 +22,9 @@ from cybmem.retrieval.search import search
 from cybmem.settings import Settings
 from cybmem.store.snapshot import load_snapshot
 from cybmem.store.memory_store import MemoryStore
-from cybmem.retrieval.vectors import EXACT_MAX_FLOATS, VectorIndex, embed_missing, load_index, sign_codes
+from cybmem.retrieval.embed_backfill import embed_missing
+from cybmem.retrieval.vector_cache import load_index
+from cybmem.retrieval.vectors import EXACT_MAX_FLOATS, VectorIndex, sign_codes
 from cybmem.retrieval.weights import DEFAULT_W_VEC, Weights, weights_for
 
 from conftest import T0, make_run

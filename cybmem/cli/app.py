@@ -1105,7 +1105,7 @@ def embed_cmd(
 
     Example: CYBERINE_MEMORY_EMBEDDINGS=ollama cybmem embed --project web
     """
-    from ..retrieval.vectors import embed_missing
+    from ..retrieval.embed_backfill import embed_missing
 
     result = embed_missing(ctx.store(), ctx.settings, progress=progress)
     _warn(result.warnings)

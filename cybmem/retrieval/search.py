@@ -516,7 +516,8 @@ def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weight
     wanted = weights.w_vec > 0 or (loaded is not None and loaded.sources["w_vec"] == "default")
     if not wanted:
         return weights, None, []
-    from .vectors import VectorQuery, embed_config_of, load_index, query_vector as embed_query
+    from .vector_cache import load_index
+    from .vectors import VectorQuery, embed_config_of, query_vector as embed_query
 
     config, problem = embed_config_of(settings)
     if config is None:

@@ -244,9 +244,9 @@ class AxisMatrices:
 
 def _embeddings_matrix(snapshot: Snapshot, model: str | None = None) -> np.ndarray | None:
     """Row-aligned float32 vectors of ``model`` (default: the model most lines of embeddings.jsonl
-    name), as search reads them (:func:`cybmem.retrieval.vectors.load_index`: the model's newest dimension,
+    name), as search reads them (:func:`cybmem.retrieval.vector_cache.load_index`: the model's newest dimension,
     the last vector of each run), or None when there are none."""
-    from .vectors import load_index
+    from .vector_cache import load_index
 
     if model is None:
         counts: dict[str, int] = {}
