@@ -1,67 +1,10 @@
 """Find and redact well-known secret shapes before text is stored or shown.
 
-Each secret is replaced with ``[REDACTED:<kind>]``. Only shapes with a distinctive prefix or an
-explicit key (``password=``, ``Authorization:``, ``user:pass@``) are matched, to keep false
-positives low; a bare random string is guessed at only for AWS secret keys, and only next to
-AWS evidence (below). Kinds:
-
-    private_key, jwt, aws_access_key_id, aws_secret_access_key, github_token, gitlab_token,
-    slack_token, slack_webhook, discord_webhook, teams_webhook, anthropic_key, openai_key,
-    groq_key, google_api_key, stripe_key, sendgrid_key, twilio_api_key, npm_token, pypi_token,
-    huggingface_token, digitalocean_token, shopify_token, databricks_token, telegram_bot_token,
-    vault_token, age_secret_key, azure_key, azure_sas_signature, url_password, basic_auth,
-    bearer_token, secret_assignment
-
-Where the shape has a label (Bearer, user:…@host, password=, AccountKey=, a webhook host) only
-the secret part is replaced.
-
-This module's table is the core; cybmem.store.secret_shapes adds vendor token formats, command-line and
-config-file passwords and a high-entropy rule (and, when CYBERINE_MEMORY_SECRET_SCANNER names
-one, a maintained scanner), and the decoders with which :func:`scan` looks at the text again
-with JSON escapes and percent-encoding undone and wrapped tokens joined. Both tables are one
-pass: :func:`scan` resolves their overlaps together.
-
-The rules that trade recall for precision, each backed by a line of
-data-fixtures/redaction-corpus.jsonl (python benchmarks/bench_redact.py prints the figures):
-
-- private_key: a BEGIN line takes everything up to its END line. Without an END line (cut off),
-  it takes the base64 chunks that follow, whether separated by newlines, by spaces (a collapsed
-  key) or by escaped ``\\n`` (a JSON string), and stops at the first chunk that reads as a plain
-  word (``The``, ``and``): so at most a short all-letter tail of a truncated body can survive.
-- aws_secret_access_key: exactly 40 characters of ``[A-Za-z0-9/+]`` bounded by non-base64
-  characters, mixing upper case, lower case and a digit, with a non-hex letter, and with an
-  access key id (AKIA…/ASIA…) or the word ``aws`` within 256 characters. Without a
-  secret-access-key label it must also not read as words (``AmazonRoute53…FullAccess``, a URL
-  path) nor be mostly hex (an id). Git SHAs and longer base64 blobs never qualify.
-- secret_assignment: a key whose last part is a secret word, in lower, Capitalised or UPPER case
-  (``password``, ``DB_PASSWORD``, ``dbPassword``, ``PGPASSWORD``, ``x-api-key``,
-  ``<password>…</password>``, ``--password VALUE``, a .netrc ``machine … login … password``,
-  ``X-Amz-Signature=``, ``_auth=``, ``{"auth": …}``): password, passwd, passphrase, secret, token,
-  credentials stand alone or end a key; pwd stands alone only before ``=`` (ODBC ``PWD=``, and
-  ``PWD=/path`` is a path); pass, private, creds, auth, key only end one (``MY_PASS``,
-  ``X_PRIVATE``; never ``PASS:`` from ``go test`` or ``key: value``). Values of 4+ characters
-  count after password / secret / token words, 8+ after ``auth`` and after
-  ``<api|secret|access|…>_key``; after any other ``*_KEY``, ``*-Signature`` or a bare quoted
-  ``"auth"`` the value must look generated (16+ characters, letters and digits, no words, not a
-  UUID unless quoted: Heroku and Snyk keys are UUIDs). Database, cache and paging names are not
-  secrets: ``SORT_KEY``, ``PUBLIC_KEY``, ``NextToken``, ``ChangeToken``, ``bucket_key``. A short
-  all-letter value after a bare ``password:`` is prose (``Password: reset``). The separator may
-  be ``=``, ``:``, ``:=``, ``::=``, ``?=``, ``=>``, a YAML block (``token: |`` and the value on
-  the next line) or a typed declaration (``var apiToken string = "…"``); a quoted value may hold
-  spaces after a password word (``DB_PASSWORD="correct horse battery staple"``), and a
-  single-quoted ``'$uperS3cret'`` is literal text, not a variable. Never a value: placeholders
-  and templates (``${X}``, ``<password>``, ``{{x}}``, ``%s``, ``****``, ``xxxxx``, 16 equal
-  characters, ``your_token``, ``fakesecret``, ``!vault``, ``sk-...abcd``), literals (none, null,
-  true, required, include, GitHub Actions' read / write, …), numbers of under 16 digits after
-  non-password words (``max_token=4096``, an OID), package coordinates (``jjwt-jackson-0.11.2``),
-  names of three or more capitalised words after a non-password word, file paths and ARNs, and
-  code: ``config.password``, ``get_token()``, ``password=password``, ``token=access_token``,
-  ``api_key: SecretStr``, ``token = nextchar`` (a bare name after a spaced ``=``, or before ``,``
-  ``)`` or an operator, unless a part of it is generated: ``sandbox_2pj32ll7_xvav…``),
-  ``token == END`` (comparisons count only for password words and quoted values) and colon paths
-  (``arn:…:secret:name``, ``AWS::…::ApiKey``; an .npmrc ``//host/:_authToken=`` is none).
-  Known default passwords (``changeme``, ``postgres``) are redacted: they are the credential
-  actually in use.
+Each secret is replaced with ``[REDACTED:<kind>]``; only shapes with a distinctive prefix or an
+explicit key are matched, and where the shape has a label only the secret part is replaced. This
+module's table is the core, :mod:`cybmem.store.secret_shapes` adds vendor formats, a high-entropy
+rule and the decoders; :func:`scan` resolves both tables' overlaps in one pass. The kinds and the
+rules that trade recall for precision are listed in docs/secrets.md.
 """
 
 from __future__ import annotations
