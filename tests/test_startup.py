@@ -1,4 +1,4 @@
-"""The console script's start-up tricks (cybmem/_startup.py): each one in a real subprocess, each
+"""The console script's start-up tricks (cybmem/cli/_startup.py): each one in a real subprocess, each
 one only for the commands that opt in, and none of them reaching into another library's private names."""
 
 import ast

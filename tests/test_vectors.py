@@ -156,7 +156,7 @@ def test_the_cache_refreshes_incrementally_and_equals_a_full_build(settings):
 
 
 def test_a_snapshot_keeps_its_vectors_and_lets_them_go_with_it(settings):
-    """vectors.py keeps the indexes it loaded for a snapshot itself (not in the snapshot's
+    """vector_cache.py keeps the indexes it loaded for a snapshot itself (not in the snapshot's
     state): loaded once per snapshot and model, another snapshot loads its own, and they are
     let go with their snapshot."""
     import gc
