@@ -3,7 +3,7 @@
 Each line is ``{"runId", "model", "vector": [floats]}``, exactly as store-format.md has it (a
 ``dims`` field another tool adds is checked against the vector's length). :func:`read_rows` reads the file with the one reader and reports each
 unusable line once; :func:`row_problem` is the rule for a usable row. Vectors are keyed by model
-and dimension (cybmem.retrieval.vectors): a model that changes its dimension under the same name starts a
+and dimension (cybmem.retrieval.vector_cache): a model that changes its dimension under the same name starts a
 new key, and ``cybmem embed`` then gives every record a vector of it. cybmem writes at most one
 line per (runId, model) and key (:meth:`cybmem.store.memory_store.MemoryStore.append_embeddings` checks under
 the project lock); should a run still have several, readers take the last of a key, and

@@ -169,7 +169,7 @@ class Snapshot:
     from_cache: bool = False
     parsed: int = 0  # record files parsed by this load (0 on a warm load)
     #: read without the cache (use_cache=False, a .nocache root, a linked dir): layers derived
-    #: from it (cybmem.retrieval.vectors) stay in memory too
+    #: from it (cybmem.retrieval.vector_cache) stay in memory too
     uncached: bool = False
     manifest: _cache.Manifest | None = field(default=None, repr=False)  # the cache manifest it was read from (:meth:`current`)
     files: CacheFiles = field(default_factory=CacheFiles)
@@ -822,7 +822,7 @@ def _load(store: MemoryStore, use_cache: bool, recheck: list[str]) -> Snapshot:
                                          "(remove the link, see `cybmem doctor`)") for d in linked if d == cache]
         snap = _snapshot(store, table, events, index, problems, None, from_cache=False, parsed=table.num_rows,
                          read_at=read_at)
-        snap.uncached = True  # derived layers (cybmem.retrieval.vectors) stay in memory too
+        snap.uncached = True  # derived layers (cybmem.retrieval.vector_cache) stay in memory too
         return snap
     for attempt in range(3):
         try:
