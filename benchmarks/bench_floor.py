@@ -5,7 +5,7 @@
 
 For every history (the target store) and its judged queries (qrels merged per queryRunId, at most
 ``--sample`` of them, the same ones for every row), the MEMORY block is built through
-cybmem.dispatch as production would have built it at the query's moment (runs that ended by then,
+cybmem.dispatch.inject as production would have built it at the query's moment (runs that ended by then,
 issues folded as of then, the query's own run left out):
 
 - ``real``: the query's own text (references stripped, as the corpora give it), dispatched alone:
@@ -44,11 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _corpus  # noqa: E402
 from bench_dispatch import merged_qrels  # noqa: E402
 
-from cybmem import dispatch  # noqa: E402
+from cybmem.dispatch import inject as dispatch  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
-from cybmem.snapshot import load_snapshot  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
-from cybmem.weights import LoadedWeights, Weights  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
+from cybmem.retrieval.weights import LoadedWeights, Weights  # noqa: E402
 
 OLD = Weights(w_kw=0.45, w_rec=0.4, w_lin=0.15, half_life_days=60.0, floor=0.0)
 

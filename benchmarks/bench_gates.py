@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench_floor as bf  # noqa: E402
 from bench_dispatch import merged_qrels  # noqa: E402
 
-from cybmem.columns import keyword_texts  # noqa: E402
-from cybmem.embeddings import embedding_text  # noqa: E402
-from cybmem.retrieval import keyword_match  # noqa: E402
-from cybmem.snapshot import issue_texts  # noqa: E402
-from cybmem.text import tokenize  # noqa: E402
-from cybmem.weights import Weights  # noqa: E402
+from cybmem.store.arrow_records import keyword_texts  # noqa: E402
+from cybmem.store.embeddings import embedding_text  # noqa: E402
+from cybmem.retrieval.search import keyword_match  # noqa: E402
+from cybmem.store.snapshot import issue_texts  # noqa: E402
+from cybmem.store.tokens import tokenize  # noqa: E402
+from cybmem.retrieval.weights import Weights  # noqa: E402
 
 HISTORIES = ["pytest-memory", "mypy-memory", "sphinx-memory", "pytest-memory-1k"]
 

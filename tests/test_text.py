@@ -1,12 +1,12 @@
-"""Tests for cybmem.text: the tokenizer."""
+"""Tests for cybmem.store.tokens: the tokenizer."""
 
 from __future__ import annotations
 
 
 import pytest
 
-from cybmem import text as T
-from cybmem.text import tokenize, tokenize_many
+from cybmem.store import tokens as T
+from cybmem.store.tokens import tokenize, tokenize_many
 
 
 @pytest.mark.parametrize(

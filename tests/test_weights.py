@@ -1,4 +1,4 @@
-"""Tests for cybmem.weights: defaults, validation, sources and saving."""
+"""Tests for cybmem.retrieval.weights: defaults, validation, sources and saving."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cybmem.errors import StoreError, ValidationError
-from cybmem.weights import ISSUE_REC_SHARE, Weights, load_weights, save_weights
+from cybmem.retrieval.weights import ISSUE_REC_SHARE, Weights, load_weights, save_weights
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_an_all_zero_weights_file_is_refused_and_skipped_on_the_dispatch_path(tm
 
 
 def test_tuning_evidence_is_kept_and_named_as_the_source(tmp_path):
-    from cybmem.weights import tuned_note
+    from cybmem.retrieval.weights import tuned_note
 
     p = tmp_path / "weights.json"
     evidence = {"at": 1796083200000, "judgments": 412, "source": "derived", "kinds": {"raised": 380, "resolved": 32},
