@@ -129,9 +129,10 @@ def test_inject_explain_goes_to_stderr_and_keeps_stdout_the_prompt(root):
     lines = p.stderr.splitlines()
     assert lines[0].startswith("project: web; block ") and "top-k 8, issue cap 5" in lines[0]
     assert lines[1].startswith("weights: w_kw=0.5 (default)")
-    assert lines[2].startswith("floor: the task's best keyword match ") and " >= 0.40, so runs matching >= " in lines[2]
+    assert lines[2] == "issues ranked with: w_kw=0.327, w_rec=0.54, w_lin=0.0327 (recency weighs more for an open issue)"
+    assert lines[3].startswith("floor: the task's best keyword match ") and " >= 0.40, so runs matching >= " in lines[3]
     first = next(i for i, line in enumerate(lines) if line.startswith("run "))
-    assert all(line.startswith("below  ") for line in lines[3:first]), "what the floor kept out, between the floor and the runs"
+    assert all(line.startswith("below  ") for line in lines[4:first]), "what the floor kept out, between the floor and the runs"
     assert lines[first].startswith("run  1. 9b6b1e00  kw=") and lines[-1].startswith("cut for the budget:")
 
 
