@@ -31,9 +31,11 @@ import re
 import unicodedata
 from typing import Iterable
 
+import numpy as np
+import pyarrow as pa
 import Stemmer
 
-__all__ = ["VERSION", "STOPWORDS", "tokenize", "tokenize_many"]
+__all__ = ["VERSION", "STOPWORDS", "tokenize", "tokenize_many", "tokenize_arrow"]
 
 #: Changes whenever the tokens of some text change (the cache keeps the version it was built with).
 VERSION = "3-snowball-english"  # 3: issue details join the keyword text
@@ -141,3 +143,114 @@ def _stem(token: str) -> str:
 def tokenize_many(texts: Iterable[str]) -> list[list[str]]:
     """:func:`tokenize` over many texts."""
     return [tokenize(t) for t in texts]
+
+
+def tokenize_arrow(texts: Iterable[str] | pa.Array | pa.ChunkedArray) -> pa.LargeListArray:
+    """:func:`tokenize_many` as one Arrow ``large_list<string>`` array (what
+    :meth:`cybmem.bm25.KeywordIndex.build` takes): the same tokens, without a Python string per word.
+
+    The words of the ASCII texts are found over their bytes with numpy (:func:`_ascii_words`), the
+    others' by :func:`tokenize`'s regex after NFKC; each distinct word is then split into tokens
+    once (:func:`_word_tokens`) and every word's tokens are gathered by its id. Null texts have no
+    tokens.
+    """
+    import pyarrow.compute as pc  # lazy: a slow import, only paid when building an index
+
+    arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if arr.null_count:
+        arr = pc.fill_null(arr, "")
+    n = len(arr)
+    is_ascii = pc.string_is_ascii(arr)
+    wide = np.flatnonzero(~is_ascii.to_numpy(zero_copy_only=False))
+    words, counts = _ascii_words(arr if not len(wide) else pc.if_else(is_ascii, arr, ""))
+    if len(wide):
+        found = [_WORD_RE.findall(unicodedata.normalize("NFKC", t)) for t in arr.take(pa.array(wide)).to_pylist()]
+        # The wide texts' words go after the others; `order` puts every text's words back in place.
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        counts[wide] = [len(f) for f in found]
+        starts[wide] = len(words) + np.concatenate(([0], np.cumsum(counts[wide])[:-1]))
+        order = _ranges(starts, counts)
+        words = pa.concat_arrays([words, pa.array([w for f in found for w in f], pa.large_string())])
+    else:
+        order = None
+    enc = pc.dictionary_encode(words)
+    distinct = enc.dictionary.to_pylist()
+    # The tokens of each distinct word, as ids into `vocab`: flat, `first` and `lens` per word.
+    vocab: dict[str, int] = {}
+    flat: list[int] = []
+    lens = np.empty(len(distinct), np.int64)
+    cache = _WORD_CACHE
+    for i, word in enumerate(distinct):
+        toks = cache.get(word)
+        if toks is None:
+            toks = _word_tokens(word)
+            if len(cache) < _WORD_CACHE_MAX:
+                cache[word] = toks
+        lens[i] = len(toks)
+        flat += [vocab.setdefault(t, len(vocab)) for t in toks]
+    ids = enc.indices.to_numpy()
+    if order is not None:
+        ids = ids[order]
+    first = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
+    per_word = lens[ids]
+    tokens = np.asarray(flat, np.int64)[_ranges(first[ids], per_word)]
+    token_ends = np.concatenate(([0], np.cumsum(per_word)))  # tokens before each word
+    token_offsets = token_ends[np.concatenate(([0], np.cumsum(counts)))]
+    values = pa.array(list(vocab), pa.string()).take(pa.array(tokens))
+    return pa.LargeListArray.from_arrays(pa.array(token_offsets), values)
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i] .. starts[i] + lens[i] - 1`` for every i, concatenated."""
+    ends = np.cumsum(lens)
+    return np.repeat(starts - (ends - lens), lens) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+#: Bytes an ASCII word is made of: letters, digits and the underscores that join them.
+_WORD_BYTE = np.zeros(256, dtype=bool)
+_WORD_BYTE[list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")] = True
+
+
+def _ascii_words(arr: pa.StringArray | pa.LargeStringArray) -> tuple[pa.Array, np.ndarray]:
+    """The words :data:`_WORD_RE` finds in ASCII texts, in text order, and how many each text has.
+
+    In ASCII, a word is a run of letters, digits and underscores with the underscores at its ends
+    dropped (one word per run, none when the run is all underscores): runs are found where
+    :data:`_WORD_BYTE` changes, a text's first byte starting a new one, and trimmed by Arrow.
+    """
+    import pyarrow.compute as pc
+
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int64 if pa.types.is_large_string(arr.type) else np.int32)
+    offsets = offsets[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    data = data[offsets[0] : offsets[-1]]
+    offsets -= offsets[0]
+    word = _WORD_BYTE[data]
+    edges = np.flatnonzero(word[1:] != word[:-1]) + 1
+    starts = edges[word[edges]]
+    ends = edges[~word[edges]]
+    if len(data) and word[0]:
+        starts = np.concatenate(([0], starts))
+    if len(data) and word[-1]:
+        ends = np.append(ends, len(data))
+    # A run that goes on from one text into the next is two runs.
+    inner = offsets[1:-1]
+    inner = inner[(inner > 0) & (inner < len(data))]
+    inner = inner[np.concatenate(([True], inner[1:] != inner[:-1]))] if len(inner) else inner  # empty texts
+    split = inner[word[inner - 1] & word[inner]] if len(inner) else inner
+    if len(split):
+        starts = np.insert(starts, np.searchsorted(starts, split), split)
+        ends = np.insert(ends, np.searchsorted(ends, split), split)
+    lens = ends - starts
+    run_offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lens, out=run_offsets[1:])
+    runs = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(run_offsets), pa.py_buffer(data[word]))
+    words = pc.ascii_trim(runs, "_")
+    kept = np.concatenate(([0], np.cumsum(pc.greater(pc.binary_length(words), 0).to_numpy(zero_copy_only=False))))
+    if kept[-1] != len(starts):
+        words = words.filter(pc.greater(pc.binary_length(words), 0))
+    per_text = np.diff(kept[np.searchsorted(starts, offsets)])
+    return words, per_text
