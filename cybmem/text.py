@@ -100,11 +100,7 @@ def tokenize(text: str) -> list[str]:
     cache = _WORD_CACHE
     for word in _WORD_RE.findall(text):
         toks = cache.get(word)
-        if toks is None:
-            toks = _word_tokens(word)
-            if len(cache) < _WORD_CACHE_MAX:
-                cache[word] = toks
-        out += toks
+        out += toks if toks is not None else _tokens_of(word)
     return out
 
 
@@ -112,6 +108,16 @@ def tokenize(text: str) -> list[str]:
 # is split once: a dict lookup per word instead of regex work. Bounded, never evicted.
 _WORD_CACHE: dict[str, tuple[str, ...]] = {}
 _WORD_CACHE_MAX = 1_000_000
+
+
+def _tokens_of(word: str) -> tuple[str, ...]:
+    """:func:`_word_tokens` through the word cache."""
+    toks = _WORD_CACHE.get(word)
+    if toks is None:
+        toks = _word_tokens(word)
+        if len(_WORD_CACHE) < _WORD_CACHE_MAX:
+            _WORD_CACHE[word] = toks
+    return toks
 
 
 def _word_tokens(word: str) -> tuple[str, ...]:
@@ -176,29 +182,20 @@ def tokenize_arrow(texts: Iterable[str] | pa.Array | pa.ChunkedArray) -> pa.Larg
     else:
         order = None
     enc = pc.dictionary_encode(words)
-    distinct = enc.dictionary.to_pylist()
-    # The tokens of each distinct word, as ids into `vocab`: flat, `first` and `lens` per word.
-    vocab: dict[str, int] = {}
-    flat: list[int] = []
-    lens = np.empty(len(distinct), np.int64)
-    cache = _WORD_CACHE
-    for i, word in enumerate(distinct):
-        toks = cache.get(word)
-        if toks is None:
-            toks = _word_tokens(word)
-            if len(cache) < _WORD_CACHE_MAX:
-                cache[word] = toks
-        lens[i] = len(toks)
-        flat += [vocab.setdefault(t, len(vocab)) for t in toks]
+    # The tokens of each distinct word: `lens` of them from `first` on in `flat` (ids into `vocab`).
+    per_distinct = [_tokens_of(word) for word in enc.dictionary.to_pylist()]
+    lens = np.fromiter(map(len, per_distinct), np.int64, len(per_distinct))
+    tokens_enc = pc.dictionary_encode(pa.array([t for toks in per_distinct for t in toks], pa.string()))
+    flat, vocab = tokens_enc.indices.to_numpy(), tokens_enc.dictionary
     ids = enc.indices.to_numpy()
     if order is not None:
         ids = ids[order]
     first = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
     per_word = lens[ids]
-    tokens = np.asarray(flat, np.int64)[_ranges(first[ids], per_word)]
+    tokens = flat[_ranges(first[ids], per_word)]
     token_ends = np.concatenate(([0], np.cumsum(per_word)))  # tokens before each word
     token_offsets = token_ends[np.concatenate(([0], np.cumsum(counts)))]
-    values = pa.array(list(vocab), pa.string()).take(pa.array(tokens))
+    values = vocab.take(pa.array(tokens))
     return pa.LargeListArray.from_arrays(pa.array(token_offsets), values)
 
 
@@ -211,46 +208,52 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 #: Bytes an ASCII word is made of: letters, digits and the underscores that join them.
 _WORD_BYTE = np.zeros(256, dtype=bool)
 _WORD_BYTE[list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")] = True
+_UNDERSCORE = ord("_")
 
 
 def _ascii_words(arr: pa.StringArray | pa.LargeStringArray) -> tuple[pa.Array, np.ndarray]:
     """The words :data:`_WORD_RE` finds in ASCII texts, in text order, and how many each text has.
 
     In ASCII, a word is a run of letters, digits and underscores with the underscores at its ends
-    dropped (one word per run, none when the run is all underscores): runs are found where
-    :data:`_WORD_BYTE` changes, a text's first byte starting a new one, and trimmed by Arrow.
+    dropped (one word per run, none when the run is all underscores): runs start and end where
+    :data:`_WORD_BYTE` changes (they alternate), and a text's first byte starts a new one.
     """
-    import pyarrow.compute as pc
-
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], dtype=np.int64 if pa.types.is_large_string(arr.type) else np.int32)
     offsets = offsets[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     data = data[offsets[0] : offsets[-1]]
     offsets -= offsets[0]
-    word = _WORD_BYTE[data]
-    edges = np.flatnonzero(word[1:] != word[:-1]) + 1
-    starts = edges[word[edges]]
-    ends = edges[~word[edges]]
-    if len(data) and word[0]:
-        starts = np.concatenate(([0], starts))
-    if len(data) and word[-1]:
-        ends = np.append(ends, len(data))
+    word = np.zeros(len(data) + 2, dtype=bool)  # a non-word byte on either side
+    word[1:-1] = _WORD_BYTE[data]
+    edges = np.flatnonzero(word[1:] != word[:-1])  # in data's positions
+    starts, ends = edges[0::2], edges[1::2]
+    word = word[1:-1]
     # A run that goes on from one text into the next is two runs.
     inner = offsets[1:-1]
     inner = inner[(inner > 0) & (inner < len(data))]
-    inner = inner[np.concatenate(([True], inner[1:] != inner[:-1]))] if len(inner) else inner  # empty texts
     split = inner[word[inner - 1] & word[inner]] if len(inner) else inner
     if len(split):
+        split = split[np.concatenate(([True], split[1:] != split[:-1]))]  # empty texts share an offset
         starts = np.insert(starts, np.searchsorted(starts, split), split)
         ends = np.insert(ends, np.searchsorted(ends, split), split)
-    lens = ends - starts
-    run_offsets = np.zeros(len(starts) + 1, np.int64)
-    np.cumsum(lens, out=run_offsets[1:])
-    runs = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(run_offsets), pa.py_buffer(data[word]))
-    words = pc.ascii_trim(runs, "_")
-    kept = np.concatenate(([0], np.cumsum(pc.greater(pc.binary_length(words), 0).to_numpy(zero_copy_only=False))))
-    if kept[-1] != len(starts):
-        words = words.filter(pc.greater(pc.binary_length(words), 0))
-    per_text = np.diff(kept[np.searchsorted(starts, offsets)])
-    return words, per_text
+    # Underscores at either end of a run are not part of its word (few runs have any).
+    rows = np.flatnonzero(data[starts] == _UNDERSCORE)
+    while len(rows):
+        word[starts[rows]] = False
+        starts[rows] += 1
+        rows = rows[starts[rows] < ends[rows]]
+        rows = rows[data[starts[rows]] == _UNDERSCORE]
+    rows = np.flatnonzero((starts < ends) & (data[ends - 1] == _UNDERSCORE))
+    while len(rows):
+        word[ends[rows] - 1] = False
+        ends[rows] -= 1
+        rows = rows[starts[rows] < ends[rows]]
+        rows = rows[data[ends[rows] - 1] == _UNDERSCORE]
+    kept = starts < ends
+    counts = np.diff(np.concatenate(([0], np.cumsum(kept)))[np.searchsorted(starts, offsets)])
+    starts, ends = starts[kept], ends[kept]
+    word_offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(ends - starts, out=word_offsets[1:])
+    words = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(word_offsets), pa.py_buffer(data[word]))
+    return words, counts
