@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent))
 import _corpus  # noqa: E402
 from bench_store import median_time, store_for  # noqa: E402
 
-from cybmem.store import MemoryStore  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
 
 SLUG = "pytest"
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_dispatch.py [--corpus pytest-memory] [--topk 3,4,5,6,8] [--json out.json]
 
 Every judged query (qrels lines merged per queryRunId) is dispatched as production would have
-dispatched it at its moment: the block is built through cybmem.dispatch as of the query's
+dispatched it at its moment: the block is built through cybmem.dispatch.inject as of the query's
 asOf (records that ended by then, issues folded as of then, recency from then), the query's own
 run left out. Printed per layout:
 
@@ -15,11 +15,11 @@ run left out. Printed per layout:
 
 "before" is the earlier layout, rebuilt here from the same parts as the baseline: the top 3
 runs, then the open issues raised by them, then the newest other open issues, line by line
-until the budget is full. "after" is cybmem.dispatch as it is, at several top-k.
+until the budget is full. "after" is cybmem.dispatch.inject as it is, at several top-k.
 
 Then the same queries as follow-ups: dispatched with the query run's recorded parentRunId (the
 corpus' "follow-up run dispatched from it") as the dispatcher's parent, ranked by score alone
-(the earlier rule) and with the parent shown first (cybmem.dispatch now): how often the parent
+(the earlier rule) and with the parent shown first (cybmem.dispatch.inject now): how often the parent
 is in the block. The parent is a judged-relevant run by construction, so these rows are about
 lineage, not text matching.
 Targets (the dispatch issue): relevant run for >= 55% of queries, judged open issue listed for
@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus  # noqa: E402
 
-from cybmem import dispatch  # noqa: E402
-from cybmem.preamble import OpenIssue, PreambleEntry, estimate_tokens, layout  # noqa: E402
-from cybmem.retrieval import search  # noqa: E402
+from cybmem.dispatch import inject as dispatch  # noqa: E402
+from cybmem.dispatch.preamble import OpenIssue, PreambleEntry, estimate_tokens, layout  # noqa: E402
+from cybmem.retrieval.search import search  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
-from cybmem.snapshot import load_snapshot  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
-from cybmem.weights import LoadedWeights, Weights  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
+from cybmem.retrieval.weights import LoadedWeights, Weights  # noqa: E402
 
 
 def merged_qrels(root: Path) -> list[dict]:

@@ -4,17 +4,17 @@
     python benchmarks/bench_embed.py [--size 100000] [--queries 200] [--reuse] [--json out.json]
 
 1. Throughput. The 7,761-run corpus (or ``--corpus``) is copied to ``benchmarks/.data/embed-pytest-memory`` and
-   embedded through ``cybmem.vectors.embed_missing`` (what ``cybmem embed`` runs) against a real
+   embedded through ``cybmem.retrieval.embed_backfill.embed_missing`` (what ``cybmem embed`` runs) against a real
    HTTP embeddings server on 127.0.0.1 (tests/servers.py's EmbedServer, OpenAI form) backed by
    all-MiniLM-L6-v2 (384 dimensions). Baseline in the same run: the model's own ``encode`` on
    1,000 of the same texts (a seeded random sample) in-process, so the ratio is what HTTP, JSON,
    the write path and the lock cost. ``--reuse`` keeps the vectors of an earlier run (no throughput then).
 2. Quality. Every judged query of ``qrels.jsonl`` (merged per queryRunId) is replayed as of its
-   moment through ``cybmem.retrieval.search`` (only runs ended by then, its own run excluded,
+   moment through ``cybmem.retrieval.search.search`` (only runs ended by then, its own run excluded,
    recency from then), with the query embedded once through the server; MRR@10, recall@10 and
    nDCG@10 without the vector axis (the default weights) and with it, over a sweep of w_vec on
    top of the default weights, and the vector axis alone. The best w_vec of the sweep is the
-   measured default (cybmem.weights.DEFAULT_W_VEC).
+   measured default (cybmem.retrieval.weights.DEFAULT_W_VEC).
 3. Cost of the cosine axis per query at ``--size`` records (the corpus vectors replicated like
    bench_query's records, in a process without torch): the exact float32 mat-vec (baseline)
    against binary quantisation (Hamming distance over sign bits) with exact rescoring of the
@@ -52,15 +52,17 @@ import pyarrow as pa  # noqa: E402
 
 import _corpus  # noqa: E402
 
-from cybmem.embeddings import embedding_text  # noqa: E402
-from cybmem.judgments import metric_at_k  # noqa: E402
-from cybmem.remote import Embedder, embed_config  # noqa: E402
-from cybmem.retrieval import rank_query, search  # noqa: E402
+from cybmem.store.embeddings import embedding_text  # noqa: E402
+from cybmem.retrieval.judgments import metric_at_k  # noqa: E402
+from cybmem.clients.model_servers import Embedder, embed_config  # noqa: E402
+from cybmem.retrieval.search import rank_query, search  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
-from cybmem.snapshot import load_snapshot  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
-from cybmem.vectors import EXACT_MAX_FLOATS, VectorIndex, VectorQuery, embed_missing, load_index, rescore_count  # noqa: E402
-from cybmem.weights import DEFAULT_W_VEC, Weights  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
+from cybmem.retrieval.embed_backfill import embed_missing  # noqa: E402
+from cybmem.retrieval.vector_cache import load_index  # noqa: E402
+from cybmem.retrieval.vectors import EXACT_MAX_FLOATS, VectorIndex, VectorQuery, rescore_count  # noqa: E402
+from cybmem.retrieval.weights import DEFAULT_W_VEC, Weights  # noqa: E402
 
 K = 10
 MODEL = "all-minilm"
@@ -134,8 +136,8 @@ def corpus_copy(corpus: str, reuse: bool) -> tuple[Path, Path]:
 
 def baseline_texts(store: MemoryStore) -> list[str]:
     """1,000 of the texts the backfill embeds (seeded random sample)."""
-    from cybmem.columns import keyword_texts
-    from cybmem.snapshot import issue_texts
+    from cybmem.store.arrow_records import keyword_texts
+    from cybmem.store.snapshot import issue_texts
 
     snap = load_snapshot(store)
     rows = np.random.default_rng(0).choice(snap.n, size=min(1000, snap.n), replace=False)
@@ -192,9 +194,9 @@ def _time(fns: dict, queries: list, warmup: int = 5) -> dict[str, list[float]]:
 
 def replicated(n: int, matrix: np.ndarray, row_ids: list[str], root: Path):
     """A snapshot of n records (the corpus at ``root`` replicated) and its row-aligned vectors."""
-    from cybmem.bm25 import KeywordIndex
-    from cybmem.snapshot import Snapshot
-    from cybmem.text import tokenize_many
+    from cybmem.store.keyword_index import KeywordIndex
+    from cybmem.store.snapshot import Snapshot
+    from cybmem.store.tokens import tokenize_many
 
     recs = _corpus.load_records(root)
     order = {r["runId"]: i for i, r in enumerate(recs)}  # replicate_columns indexes records in this order
@@ -252,8 +254,8 @@ def cost_at(n: int, matrix: np.ndarray, row_ids: list[str], qmat: np.ndarray, qt
 
 def production(snap, index, now, qmat, qtexts, qs, w: Weights, exact_tops: dict | None) -> dict:
     """VectorQuery.axis in rank_query: agreement with the mat-vec, its stages, its own time and rank_query's."""
-    from cybmem.scoring import score
-    from cybmem.text import tokenize
+    from cybmem.retrieval.scoring import score
+    from cybmem.store.tokens import tokenize
 
     if exact_tops is None:
         exact_tops = {i: rank_query(snap, qtexts[i], k=K, weights=w, now_ms=now, vector=index.exact(qmat[i])).top for i in qs}

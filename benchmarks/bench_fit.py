@@ -11,7 +11,7 @@ derived from the same issue references as the judgments). MRR@10 per history, si
   normalised, + 0.3 x exp(-age / 14 days)), as published;
 - ``baseline``: that formula through cybmem's scorer (w_kw 1, w_rec 0.3, w_lin 0, 14 days);
 - ``old defaults``: 0.45 / 0.4 / 0.15, 60 days (tuned on pytest alone);
-- ``new defaults``: cybmem.weights.Weights();
+- ``new defaults``: cybmem.retrieval.weights.Weights();
 - recency at the project's pace, each variant at its own best default by the same rule:
   ``in runs`` (recency counts the runs that ended since, not days) and ``in gaps`` (days over the
   project's median gap between runs, as of the query).
@@ -20,7 +20,7 @@ The rule that chose the defaults: over a grid (``--steps`` values per weight x t
 the weighting whose *worst* ratio to the baseline across the histories is highest. Then
 leave-one-history-out: the rule applied to the other histories, scored on the one left out.
 
-Self-tuning: ``cybmem.tuning.tune`` on the judgments the store derives about itself (no qrels),
+Self-tuning: ``cybmem.retrieval.tuning.tune`` on the judgments the store derives about itself (no qrels),
 as of the median query moment, exactly as ``cybmem tune --as-of T --save`` runs; what it would
 save (or the defaults, when it refuses) is scored on the qrels queries asked after that moment,
 beside the defaults on the same queries. Targets (the self-tuning issue): new defaults beat the
@@ -44,13 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus  # noqa: E402
 
-from cybmem import tuning as T  # noqa: E402
-from cybmem.judgments import Judgment, merge_judgments  # noqa: E402
-from cybmem.scoring import MS_PER_DAY  # noqa: E402
+from cybmem.retrieval import tuning as T  # noqa: E402
+from cybmem.retrieval.judgments import Judgment, merge_judgments  # noqa: E402
+from cybmem.retrieval.scoring import MS_PER_DAY  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
-from cybmem.snapshot import load_snapshot  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
-from cybmem.weights import Weights  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
+from cybmem.retrieval.weights import Weights  # noqa: E402
 
 K = 10
 #: The corpora README's BM25 + recency baseline (MRR@10), as published there.

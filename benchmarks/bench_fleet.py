@@ -9,11 +9,11 @@ Usage:
 ``--scheduler inline`` and ``--scheduler local`` on datasets of growing size (``1k``: the 1,011-run
 pytest history exported once; ``MxC``: M machines of C corpus copies, generated as below), and
 prints the Parquet size where the LocalCluster starts to win: ``scheduler="auto"``'s threshold
-(cybmem.fleet.INLINE_MAX_BYTES).
+(cybmem.exchange.fleet.INLINE_MAX_BYTES).
 
 The dataset is generated once under ``benchmarks/.data/fleet-<machines>x<copies>/``, directly as
 Parquet in the export's schema (never as JSON files): the 7,761-run pytest corpus is exported once
-with ``cybmem.export.export_parquet`` (the real writer), then each machine gets ``copies`` copies
+with ``cybmem.exchange.export.export_parquet`` (the real writer), then each machine gets ``copies`` copies
 of that table with run ids (and every link to them) and issue ids suffixed ``.m<machine>c<copy>``,
 times shifted by a minute per copy, ledger lines renumbered after the previous copy's; one
 Hive partition per machine, project and month, as an export writes it.
@@ -66,8 +66,8 @@ def _base_tables(work: Path):
     """The corpus exported once with the real writer, read back: (records, events) in the export schema."""
     import shutil
 
-    from cybmem.export import export_parquet, read_dataset
-    from cybmem.store import MemoryStore
+    from cybmem.exchange.export import export_parquet, read_dataset
+    from cybmem.store.memory_store import MemoryStore
 
     base = work / "base"
     if not (base / "records").is_dir():
@@ -104,7 +104,7 @@ def generate(out: Path, machines: int, copies: int) -> Path:
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from cybmem.export import ISSUES_SCHEMA, PARTITION_SCHEMA, RECORDS_SCHEMA
+    from cybmem.exchange.export import ISSUES_SCHEMA, PARTITION_SCHEMA, RECORDS_SCHEMA
 
     done = out / ".complete"
     if done.exists():
@@ -153,7 +153,7 @@ def generate(out: Path, machines: int, copies: int) -> Path:
 
 
 def _queries(n: int, seed: int = 0) -> list[str]:
-    from cybmem.text import tokenize
+    from cybmem.store.tokens import tokenize
 
     recs = C.load_records(_corpus_root())
     rng = random.Random(seed)
@@ -188,7 +188,7 @@ def _worker_peak_mb() -> float:
 
 
 def measure(dataset: Path, mode: str, what: str, n_machines: int, workers: int) -> dict:
-    from cybmem.fleet import Fleet, scan_dataset
+    from cybmem.exchange.fleet import Fleet, scan_dataset
 
     machines = sorted({g.machine for g in scan_dataset(dataset)})[:n_machines]
     kw = {"scheduler": "inline"} if mode == "inline" else {"scheduler": "local", "workers": workers, "threads_per_worker": 1,
@@ -243,7 +243,7 @@ def _crossover_dataset(size: str) -> Path:
     if size == "1k":
         out = C.DATA_DIR / "fleet-1k"
         if not (out / ".complete").exists():
-            from cybmem.export import all_stores, export_parquet
+            from cybmem.exchange.export import all_stores, export_parquet
 
             src = C.DATA_DIR / "fleet-1k-memory"  # a private copy: loading writes the Arrow cache next to the store
             if not src.exists():

@@ -5,7 +5,7 @@
 
 For every history (the target store) and its judged queries (qrels merged per queryRunId, at most
 ``--sample`` of them, the same ones for every row), the MEMORY block is built through
-cybmem.dispatch as production would have built it at the query's moment (runs that ended by then,
+cybmem.dispatch.inject as production would have built it at the query's moment (runs that ended by then,
 issues folded as of then, the query's own run left out):
 
 - ``real``: the query's own text (references stripped, as the corpora give it), dispatched alone:
@@ -17,8 +17,10 @@ issues folded as of then, the query's own run left out):
 - ``foreign``: the text of a query from another history (drawn at random, seeded), dispatched into
   this store at the same moment: does the block show any run at all.
 
-Rows: "today" is the old defaults (0.45 / 0.4 / 0.15, 60 days) without a floor; then the new
-defaults without a floor and with the default floor; then the floor swept (pooled over the
+Rows: "today" is the old defaults (0.45 / 0.4 / 0.15, 60 days) without a floor, open issues ranked
+with the runs' weights; then the new defaults without a floor, with the default floor and the
+issues ranked with the runs' weights (as before ``Weights.for_issues``), and with the default floor as
+cybmem ranks issues now (recency at ``ISSUE_REC_SHARE`` of the weights); then the floor swept (pooled over the
 histories, each history weighing the same). Targets (the self-tuning issue): at most 25% of the
 foreign tasks get a run; real tasks keep a judged-relevant run in >= 55% of blocks; the judged
 open issue named at least as often as today.
@@ -27,6 +29,7 @@ open issue named at least as often as today.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -41,13 +44,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _corpus  # noqa: E402
 from bench_dispatch import merged_qrels  # noqa: E402
 
-from cybmem import dispatch  # noqa: E402
+from cybmem.dispatch import inject as dispatch  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
-from cybmem.snapshot import load_snapshot  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
-from cybmem.weights import LoadedWeights, Weights  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
+from cybmem.retrieval.weights import LoadedWeights, Weights  # noqa: E402
 
 OLD = Weights(w_kw=0.45, w_rec=0.4, w_lin=0.15, half_life_days=60.0, floor=0.0)
+
+
+@contextlib.contextmanager
+def runs_mix_for_issues(on: bool):
+    """Rank open issues with the runs' own weights, as cybmem did before Weights.for_issues (the
+    rows "today" and "issues by the runs' mix" measure that ranking beside today's)."""
+    if not on:
+        yield
+        return
+    own = Weights.for_issues
+    Weights.for_issues = lambda self: self  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Weights.for_issues = own  # type: ignore[method-assign]
 
 
 def short(name: str) -> str:
@@ -120,11 +138,13 @@ def main() -> None:
         print(f"{short(h.name)}: {h.snap.n:,} records, {len(h.queries)} judged queries, foreign tasks from the other histories")
     new = Weights()
     configs = {"today (old, no floor)": OLD, "new defaults, no floor": replace(new, floor=0.0),
+               f"new defaults, floor {new.floor:g}, issues by the runs' mix": new,
                f"new defaults, floor {new.floor:g}": new}
     results: dict[str, dict[str, dict]] = {}
     for label, w in configs.items():
         t = time.perf_counter()
-        results[label] = {h.name: measure(h, w, foreign[h.name]) for h in hist}
+        with runs_mix_for_issues(label.startswith("today") or label.endswith("the runs' mix")):
+            results[label] = {h.name: measure(h, w, foreign[h.name]) for h in hist}
         print(f"  {label} ({time.perf_counter() - t:.0f}s)", flush=True)
     print(f"\n{'':<28}" + "".join(f"{short(h.name):>11}" for h in hist) + f"{'mean':>9}")
 

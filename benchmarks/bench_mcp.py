@@ -45,7 +45,7 @@ def measure(root: Path, queries: list[dict], cli_runs: int) -> dict[str, list[fl
     from mcp import Client, StdioServerParameters
 
     from cybmem import MemoryStore, Settings, inject_task, load_snapshot, search
-    from cybmem.snapshot import holding_snapshots
+    from cybmem.store.snapshot import holding_snapshots
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # warm: bytecode cached, as an installed package has it

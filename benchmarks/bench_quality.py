@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus  # noqa: E402
 
-from cybmem.snapshot import load_snapshot  # noqa: E402
-from cybmem.weights import Weights  # noqa: E402
-from cybmem.retrieval import search  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
+from cybmem.retrieval.weights import Weights  # noqa: E402
+from cybmem.retrieval.search import search  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
-from cybmem.judgments import metric_at_k  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
+from cybmem.retrieval.judgments import metric_at_k  # noqa: E402
 
 K = 10
 

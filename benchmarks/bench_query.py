@@ -4,7 +4,7 @@ Usage:
     python benchmarks/bench_query.py                      # sizes 7761,100000,1000000
     python benchmarks/bench_query.py --sizes 7761,100000 --queries 200 --json out.json
 
-Documents are the pytest corpus records (task + outcome text, cybmem.text.tokenize);
+Documents are the pytest corpus records (task + outcome text, cybmem.store.tokens.tokenize);
 100k and 1M are replicated copies (benchmarks/_corpus.replicate_columns). Every system gets
 the same token lists. Queries: 3-8 consecutive distinct tokens of deterministically drawn
 records. Each call is timed alone (perf_counter_ns) after a warm-up, systems round-robin per
@@ -12,7 +12,7 @@ query so a busy shared machine slows them alike; medians and p90s.
 
 Systems:
   cybmem-kw     KeywordIndex.scores + top_k(10)
-  cybmem-full   the production ranking, cybmem.retrieval.rank_query: tokenize the query, BM25 over the
+  cybmem-full   the production ranking, cybmem.retrieval.search.rank_query: tokenize the query, BM25 over the
                 postings, lineage, then keyword + recency + lineage scored exactly over the pool
                 that can reach the top 10 (records with a keyword or lineage score + the 10
                 newest others), top 10
@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus as C  # noqa: E402
 
-from cybmem import bm25, scoring as S, text, weights as W  # noqa: E402
+from cybmem.store import keyword_index as bm25, tokens as text  # noqa: E402
+from cybmem.retrieval import scoring as S, weights as W  # noqa: E402
 
 K = 10
 
@@ -147,8 +148,8 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     def cyb_kw(q):
         return S.top_k(idx.scores(q), K)
 
-    from cybmem.snapshot import Snapshot
-    from cybmem.retrieval import rank_query
+    from cybmem.store.snapshot import Snapshot
+    from cybmem.retrieval.search import rank_query
 
     nulls = pa.nulls(n, pa.string())
     table = pa.table({

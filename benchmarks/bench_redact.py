@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cybmem.redact import redact, scan  # noqa: E402
+from cybmem.store.secrets import redact, scan  # noqa: E402
 
 CORPUS = REPO / "data-fixtures" / "redaction-corpus.jsonl"
 

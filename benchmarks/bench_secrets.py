@@ -8,15 +8,15 @@ false alarms on real commit messages, cost per record, and secret-scanning libra
 1. Recall on data-fixtures/secret-examples.jsonl: the true-positive examples of gitleaks' rules
    (MIT) and detect-secrets' plugin tests (Apache-2.0), as those projects wrote or generate
    them (python data-fixtures/secret_examples.py, provenance per line). An example counts when
-   cybmem.redact finds a secret in it and, where the example knows its secret, that secret is
+   cybmem.store.secrets finds a secret in it and, where the example knows its secret, that secret is
    gone from the redacted text. By source, by form (written out / drawn from the rule's regex),
-   and with cybmem.shapes' vendor table switched off (what the generic layers alone catch).
+   and with cybmem.store.secret_shapes' vendor table switched off (what the generic layers alone catch).
    The rules' false-positive examples are counted as look-alike alarms.
 2. False alarms: every commit message (the record ``task``) of the real histories in
    ../shared/corpora (pytest, mypy, sphinx, and the pytest-memory-1k slice); every finding is a
    false alarm. Targets: recall >= 0.9, false alarms <= 1 per 10,000 messages.
 3. Cost: the median time of redact() per commit message and per synthetic record of 1, 10 and
-   100 KB (worker output of benchmarks/bench_redact.py), and the time to import cybmem.redact
+   100 KB (worker output of benchmarks/bench_redact.py), and the time to import cybmem.store.secrets
    in a fresh interpreter (the write path pays it; inject never imports it).
 4. Libraries (each in its own interpreter, from its own install): detect-secrets, its fork
    bc-detect-secrets, and Kingfisher (kingfisher-secret-scanner) on the same examples and
@@ -62,7 +62,7 @@ def load_examples() -> list[dict]:
 
 
 def caught(row: dict) -> bool:
-    from cybmem.redact import redact
+    from cybmem.store.secrets import redact
 
     out, kinds = redact(row["text"])
     return bool(kinds) and not (row["value"] and row["value"] in out)
@@ -73,13 +73,13 @@ def _rate(hits: list[bool]) -> str:
 
 
 def print_recall(rows: list[dict]) -> dict:
-    from cybmem import shapes
+    from cybmem.store import secret_shapes as shapes
 
     print(f"\n== Recall on other projects' examples: {EXAMPLES.relative_to(REPO)} ==")
     secret = [r for r in rows if r["secret"]]
     hit = [caught(r) for r in secret]
     lookalike = [r for r in rows if not r["secret"]]
-    from cybmem.redact import scan
+    from cybmem.store.secrets import scan
 
     alarms = [r for r in lookalike if scan(r["text"])]
     groups: dict[str, list[bool]] = defaultdict(list)
@@ -111,7 +111,7 @@ def print_recall(rows: list[dict]) -> dict:
 
 
 def print_false_alarms(messages: dict[str, list[str]]) -> dict:
-    from cybmem.redact import scan
+    from cybmem.store.secrets import scan
 
     print("\n== False alarms on real commit messages (../shared/corpora, the record task) ==")
     out: dict = {}
@@ -161,7 +161,7 @@ def _import_ms(statement: str, path: str | None = None, runs: int = 5) -> float:
 
 
 def print_cost(messages: list[str]) -> dict:
-    from cybmem.redact import redact
+    from cybmem.store.secrets import redact
 
     import bench_redact
 
@@ -179,8 +179,8 @@ def print_cost(messages: list[str]) -> dict:
         records = [joined[i:i + size] for i in range(0, min(len(joined), size * 40), size)][:40]
         out[f"record_{kb}kb_ms"] = _median_ms(redact, records)
         print(f"{f'redact(), a {kb} KB record of worker output':<40} {out[f'record_{kb}kb_ms']:.2f} ms")
-    out["import_ms"] = _import_ms("import cybmem.redact")
-    print(f"{'import cybmem.redact (fresh interpreter)':<40} {out['import_ms']:.0f} ms "
+    out["import_ms"] = _import_ms("import cybmem.store.secrets")
+    print(f"{'import cybmem.store.secrets (fresh interpreter)':<40} {out['import_ms']:.0f} ms "
           "(the write path; inject and search never import it)")
     return out
 
@@ -246,7 +246,7 @@ def print_libraries(rows: list[dict], messages: list[str], compare: dict[str, st
         secret = [bool(f) for r, f in zip(rows, res["found"]) if r["secret"]]
         lookalike = sum(bool(f) for r, f in zip(rows, res["found"]) if not r["secret"])
         adds = sum(s and not o for s, o in zip(secret, ours))
-        from cybmem.redact import scan
+        from cybmem.store.secrets import scan
 
         adds_alarms = sum(bool(f) and not scan(r["text"]) for r, f in zip(rows, res["found"]) if not r["secret"])
         per10k = sum(res["alarms"]) / max(1, len(messages)) * 1e4

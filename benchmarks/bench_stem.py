@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus as C  # noqa: E402
 
-from cybmem import scoring, text  # noqa: E402
-from cybmem.bm25 import KeywordIndex  # noqa: E402
+from cybmem.retrieval import scoring  # noqa: E402
+from cybmem.store import tokens as text  # noqa: E402
+from cybmem.store.keyword_index import KeywordIndex  # noqa: E402
 
 _STEM = text._STEM
 

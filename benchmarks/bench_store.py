@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus  # noqa: E402
 
-from cybmem.snapshot import load_snapshot  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
 
 QUERY = "fixture teardown order with parametrize and xdist"
 SLUG = "pytest"
@@ -96,7 +96,7 @@ def read_parse(root: Path) -> int:
 
 def frame_only(root: Path) -> None:
     """Parse + Arrow table, no keyword index: the frame the read+parse baseline compares with."""
-    from cybmem import columns
+    from cybmem.store import arrow_records as columns
 
     store = MemoryStore(root, SLUG)
     columns.load_records(store, sorted(store.listing().items()), {})
@@ -111,7 +111,7 @@ def imported_packages(cmd: list[str], env: dict) -> list[str]:
             " file=sys.stderr)\n"
             "atexit.register(_report)\n"
             "sys.argv = ['cybmem'] + sys.argv[1:]\n"
-            "from cybmem.cli import main\n"
+            "from cybmem.cli.app import main\n"
             "main()\n")
     p = subprocess.run([sys.executable, "-c", code, *cmd], env=env, capture_output=True, text=True)
     line = next((x for x in p.stderr.splitlines() if x.startswith("LOADED ")), "LOADED ")
@@ -203,7 +203,7 @@ def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
     out.update(bench_feedback(root, store, env, exe, repeat, cli_repeat))
     # The same inject through main() with the interpreter's ordinary exit (the console script
     # skips the teardown after a lean command): what that skip is worth.
-    ordinary = [sys.executable, "-c", "import sys\nsys.argv = ['cybmem'] + sys.argv[1:]\nfrom cybmem.cli import main\nmain()",
+    ordinary = [sys.executable, "-c", "import sys\nsys.argv = ['cybmem'] + sys.argv[1:]\nfrom cybmem.cli.app import main\nmain()",
                 *cmds["inject"][1:]]
     out["cli_inject_ordinary_exit_s"] = wall(ordinary, env, cli_repeat)
     print(f"  read+parse (baseline)      {base * 1e3:9.1f} ms")
@@ -230,11 +230,11 @@ def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
 
 
 def bench_feedback(root: Path, store: MemoryStore, env: dict, exe: str, repeat: int, cli_repeat: int) -> dict:
-    """What keeping what was shown costs (cybmem.feedback): the append inject makes, in process; a
+    """What keeping what was shown costs (cybmem.dispatch.feedback): the append inject makes, in process; a
     warm inject with the log on and off (interleaved, so drift hits both); the write path's
     matching against a shown.jsonl at its cap."""
-    from cybmem import feedback
-    from cybmem.dispatch import inject_task
+    from cybmem.dispatch import feedback
+    from cybmem.dispatch.inject import inject_task
     from cybmem.settings import Settings
 
     settings = Settings.from_env({"CYBERINE_RUN_ID": "bench-feedback"}, memory_dir=root)

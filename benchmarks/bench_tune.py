@@ -6,14 +6,14 @@ Usage:
     python benchmarks/bench_tune.py --queries derived          # judgments derived from the store instead of qrels
 
 What is timed (time.perf_counter, median of --repeats runs):
-  precompute   cybmem.tuning.axis_matrices: per query, once, BM25 + lineage + recency ages over the
+  precompute   cybmem.retrieval.tuning.axis_matrices: per query, once, BM25 + lineage + recency ages over the
                records that existed at the query's moment, reduced to its candidate pool
-  grid         cybmem.tuning.grid_search over w_kw x w_rec x w_lin (--steps values each, 0..1)
+  grid         cybmem.retrieval.tuning.grid_search over w_kw x w_rec x w_lin (--steps values each, 0..1)
                x --half-lives, reusing the precomputed axis values (no re-scoring)
 
 Queries: the corpus qrels (shared/corpora/README.md) mapped onto every replica copy that holds
 their runs (run ids and asOf shifted like the records), sampled with replacement to --n-queries
-(seeded), or with --queries derived, cybmem.tuning.judgments_from_store on the replicated store.
+(seeded), or with --queries derived, cybmem.retrieval.tuning.judgments_from_store on the replicated store.
 
 Quality (--quality, on by default): MRR@10 / nDCG@10 / recall@10 of the default weights and of the
 grid's best on the real 7,761-record corpus qrels and on judgments derived from data-fixtures/.
@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus as C  # noqa: E402
 
-from cybmem import tuning as T  # noqa: E402
-from cybmem.snapshot import load_snapshot  # noqa: E402
-from cybmem.weights import Weights  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
+from cybmem.retrieval import tuning as T  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
+from cybmem.retrieval.weights import Weights  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,7 @@
     python benchmarks/feedback_replay.py --runs 500 --corpus pytest-memory-1k
 
 Copies the corpus into ``benchmarks/.data/feedback-<corpus>/`` (once) and replays its newest
-``--runs`` runs through :func:`cybmem.usage.replay`: each run is dispatched again as of its start
+``--runs`` runs through :func:`cybmem.explore.usage.replay`: each run is dispatched again as of its start
 (the block ``cybmem inject`` would have shown it then, kept in ``shown.jsonl``), and a simulated
 agent uses the shown runs the history's own issue and parent links relate it to (kept in
 ``used.jsonl``, as the write path notes it). Then it draws what ``notebooks/06-feedback.ipynb``
@@ -29,8 +29,9 @@ sys.path.insert(0, str(HERE.parent))
 
 import _corpus  # noqa: E402
 
-from cybmem import MemoryStore, Settings, load_snapshot, plots, usage  # noqa: E402
-from cybmem.feedback import SHOWN_FILE, USED_FILE  # noqa: E402
+from cybmem import MemoryStore, Settings, load_snapshot  # noqa: E402
+from cybmem.explore import plots, usage  # noqa: E402
+from cybmem.dispatch.feedback import SHOWN_FILE, USED_FILE  # noqa: E402
 
 OUT = HERE / "out" / "figures" / "feedback"
 

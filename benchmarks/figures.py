@@ -26,9 +26,10 @@ sys.path.insert(0, str(HERE.parent))
 import _corpus  # noqa: E402
 
 import cybmem  # noqa: E402
-from cybmem import plots, tuning  # noqa: E402
-from cybmem.judgments import store_judgments  # noqa: E402
-from cybmem.snapshot import load_snapshot  # noqa: E402
+from cybmem.explore import plots  # noqa: E402
+from cybmem.retrieval import tuning  # noqa: E402
+from cybmem.retrieval.judgments import store_judgments  # noqa: E402
+from cybmem.store.snapshot import load_snapshot  # noqa: E402
 
 OUT = HERE / "out" / "figures"
 

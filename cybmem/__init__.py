@@ -14,23 +14,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time each name is imported on first use
-    from .checks import doctor
-    from .dispatch import inject_task, memory_block
+    from .operations.doctor import doctor
+    from .dispatch.inject import inject_task, memory_block
     from .errors import AmbiguousError, ConflictError, CybmemError, NotFoundError, StoreError, ValidationError
-    from .frames import issue_events_frame, issue_fold, lineage_edges, records_frame
-    from .issues import IssueState
-    from .judgments import Judgment, load_judgments
-    from .lineage import chain, show_record
-    from .preamble import strip
-    from .projects import list_projects
-    from .retrieval import search
-    from .runs import write_run
-    from .schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker
+    from .explore.frames import issue_events_frame, issue_fold, lineage_edges, records_frame
+    from .store.ledger import IssueState
+    from .retrieval.judgments import Judgment, load_judgments
+    from .explore.lineage import chain, show_record
+    from .dispatch.preamble import strip
+    from .store.projects import list_projects
+    from .retrieval.search import search
+    from .operations.write import write_run
+    from .store.records import IssueEvent, Lineage, MemoryRecord, Outcome, Worker
     from .settings import Settings
-    from .snapshot import Snapshot, load_snapshot
-    from .store import MemoryStore
-    from .tuning import tune
-    from .weights import Weights, weights_for
+    from .store.snapshot import Snapshot, load_snapshot
+    from .store.memory_store import MemoryStore
+    from .retrieval.tuning import tune
+    from .retrieval.weights import Weights, weights_for
 
 __version__ = "0.1.0"
 
@@ -44,37 +44,37 @@ _LAZY = {
     "StoreError": "errors",
     # the store and its records
     "Settings": "settings",
-    "MemoryStore": "store",
-    "MemoryRecord": "schema",
-    "Lineage": "schema",
-    "Outcome": "schema",
-    "Worker": "schema",
-    "IssueEvent": "schema",
-    "IssueState": "issues",
-    "list_projects": "projects",
+    "MemoryStore": "store.memory_store",
+    "MemoryRecord": "store.records",
+    "Lineage": "store.records",
+    "Outcome": "store.records",
+    "Worker": "store.records",
+    "IssueEvent": "store.records",
+    "IssueState": "store.ledger",
+    "list_projects": "store.projects",
     # writing
-    "write_run": "runs",
+    "write_run": "operations.write",
     # reading and lineage
-    "chain": "lineage",
-    "show_record": "lineage",
-    "load_snapshot": "snapshot",
-    "Snapshot": "snapshot",
-    "records_frame": "frames",
-    "issue_events_frame": "frames",
-    "issue_fold": "frames",
-    "lineage_edges": "frames",
+    "chain": "explore.lineage",
+    "show_record": "explore.lineage",
+    "load_snapshot": "store.snapshot",
+    "Snapshot": "store.snapshot",
+    "records_frame": "explore.frames",
+    "issue_events_frame": "explore.frames",
+    "issue_fold": "explore.frames",
+    "lineage_edges": "explore.frames",
     # retrieval and dispatch
-    "Weights": "weights",
-    "weights_for": "weights",
-    "search": "retrieval",
-    "inject_task": "dispatch",
-    "memory_block": "dispatch",
-    "strip": "preamble",
+    "Weights": "retrieval.weights",
+    "weights_for": "retrieval.weights",
+    "search": "retrieval.search",
+    "inject_task": "dispatch.inject",
+    "memory_block": "dispatch.inject",
+    "strip": "dispatch.preamble",
     # tuning and checks
-    "Judgment": "judgments",
-    "load_judgments": "judgments",
-    "tune": "tuning",
-    "doctor": "checks",
+    "Judgment": "retrieval.judgments",
+    "load_judgments": "retrieval.judgments",
+    "tune": "retrieval.tuning",
+    "doctor": "operations.doctor",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

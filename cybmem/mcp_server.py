@@ -4,13 +4,13 @@ The MEMORY block reaches an agent once, at dispatch; through MCP an agent can lo
 when it needs to, mid-run. Built on the official MCP Python SDK (``mcp`` 2.x, its
 :class:`~mcp.server.mcpserver.MCPServer`), over stdio, or streamable HTTP on 127.0.0.1. Each tool
 is a thin call of the library that answers with what the CLI prints under ``--json``, as
-structured content and as JSON text (:func:`cybmem.outcome.printable_json`); the write tools are
+structured content and as JSON text (:func:`cybmem.store.outcome.printable_json`); the write tools are
 offered only with ``--allow-writes``. The server reads under
-:func:`cybmem.snapshot.holding_snapshots` (snapshots stay warm between calls while the cache is
+:func:`cybmem.store.snapshot.holding_snapshots` (snapshots stay warm between calls while the cache is
 fresh). Every call goes through :meth:`Memory.call`: one at a time, on the event loop (a worker
 thread's switches cost more than a call: benchmarks/bench_mcp.py), a library error becomes an MCP
 error with the CLI's message, and ``observers`` see each answer (:func:`serve` keeps it in
-shown.jsonl, :func:`cybmem.feedback.mcp_observer`). Tools and resources: USAGE.md, "Memory for
+shown.jsonl, :func:`cybmem.dispatch.feedback.mcp_observer`). Tools and resources: USAGE.md, "Memory for
 agents mid-run".
 """
 
@@ -32,12 +32,12 @@ from typing import Annotated, Any, Literal
 
 from . import __version__
 from .errors import CybmemError, NotFoundError
-from .issues import IssueState
-from .outcome import printable, printable_json
-from .schema import parse_time
+from .store.ledger import IssueState
+from .store.outcome import printable, printable_json
+from .store.records import parse_time
 from .settings import Settings
-from .snapshot import Snapshot, holding_snapshots, load_snapshot
-from .store import MemoryStore
+from .store.snapshot import Snapshot, holding_snapshots, load_snapshot
+from .store.memory_store import MemoryStore
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -245,7 +245,7 @@ class Memory:
 
         Returns the top k runs, best first, with their task, summary, issues raised and next steps.
         """
-        from .retrieval import search
+        from .retrieval.search import search
 
         store = self.store(project)
         result = search(store, query, k=k, settings=self.settings, as_of=parse_time(as_of, "as_of"))
@@ -259,7 +259,7 @@ class Memory:
         original: Annotated[bool, Field(description="The asked record itself even when a later one corrects it.")] = False,
     ) -> ShowAnswer:
         """One run's record in full, following corrections to the newest truth, as `cybmem show`."""
-        from .lineage import show_record
+        from .explore.lineage import show_record
 
         store = self.store(project)
         shown = show_record(store, run_id, original=original)
@@ -274,7 +274,7 @@ class Memory:
     ) -> ChainAnswer:
         """A run's place in history, as `cybmem chain`: the runs before and after it (previousRunId),
         its parent, the runs it dispatched, its chat session and the open issues it raised."""
-        from .lineage import chain
+        from .explore.lineage import chain
 
         store = self.store(project)
         snap = load_snapshot(store)
@@ -299,8 +299,8 @@ class Memory:
         if not query:
             items = [s.to_dict() for s in (listed[:limit] if limit else listed)]
         else:
-            from .dispatch import rank_issues
-            from .retrieval import search
+            from .dispatch.inject import rank_issues
+            from .retrieval.search import search
 
             result = search(snap, query, k=1, settings=self.settings)
             warnings.append(result.warnings)
@@ -320,8 +320,8 @@ class Memory:
         """The issues of ``status`` in the order `cybmem issues` lists them ("by id": all, by id), kept
         with the snapshot they came from: a held snapshot answers many calls, and a ledger can hold
         tens of thousands of issues."""
-        from .filters import IssueFilter, select_issues
-        from .issues import states_from_table
+        from .retrieval.filters import IssueFilter, select_issues
+        from .store.ledger import states_from_table
 
         held, lists = self._issue_lists.get(snap.store.dir, (None, {}))
         if held is not snap:
@@ -348,7 +348,7 @@ class Memory:
     ) -> BlockAnswer:
         """The MEMORY block for a task: the most relevant prior runs and open issues, within the token
         budget, exactly as `cybmem inject --system` prints it."""
-        from .dispatch import inject_task
+        from .dispatch.inject import inject_task
 
         store = self.store(project)  # an unknown project is an error here; inject would go on without a block
         injection = inject_task(task, self.settings, project=store.slug, as_of=parse_time(as_of, "as_of"),
@@ -385,7 +385,7 @@ class Memory:
     ) -> SupersedeAnswer:
         """Correct a record, as `cybmem supersede`: write a new record that supersedes it (the old one
         gains supersededBy; show and search give the correction from then on)."""
-        from .runs import write_run
+        from .operations.write import write_run
 
         store = self.store(project)
         old = store.resolve_run_id(old_run_id)
@@ -401,7 +401,7 @@ class Memory:
 
     def record(self, project: str, run_id: str) -> dict:
         """A run's record, as `cybmem show RUN --json` prints it (its newest truth)."""
-        from .lineage import show_record
+        from .explore.lineage import show_record
 
         return show_record(self.store(project), run_id).to_dict()
 
@@ -504,10 +504,10 @@ def serve(settings: Settings, *, cwd: str | os.PathLike | None = None, project: 
     client closes stdin, or on Ctrl-C / SIGTERM."""
     import anyio
 
-    from .feedback import mcp_observer
+    from .dispatch.feedback import mcp_observer
 
     memory = Memory(settings, cwd=cwd, project=project, allow_writes=allow_writes)
-    memory.observers.append(mcp_observer(settings, memory.store))  # what agents fetch, kept (cybmem.feedback)
+    memory.observers.append(mcp_observer(settings, memory.store))  # what agents fetch, kept (cybmem.dispatch.feedback)
     server = build_server(memory)
     default = f"project {project}" if project else f"the project of {Path(cwd or os.getcwd()).resolve()}"
     what = (f"cybmem mcp: memory root {settings.memory_dir}, default {default}, "

@@ -69,7 +69,7 @@ class Settings:
 
     Memory root: ``CYBERINE_MEMORY_DIR``, else ``$CYBERINE_HOME/memory``, else
     ``~/.cyberine/memory``. The optional layers read their own variables from ``env``
-    (cybmem.remote: embeddings and distillation; cybmem.weights: retrieval weights).
+    (cybmem.clients.model_servers: embeddings and distillation; cybmem.retrieval.weights: retrieval weights).
     """
 
     memory_dir: Path

@@ -83,7 +83,7 @@ def write_json(path: Path, data) -> Path:
 
 
 def synthetic_history(n: int = 100_000, *, seed: int = 7):
-    """A records frame (the columns of cybmem.frames.records_frame) and an issue fold of ``n`` runs.
+    """A records frame (the columns of cybmem.explore.frames.records_frame) and an issue fold of ``n`` runs.
 
     Shaped like a long real history: a run about every hour for years, almost all done, 3% of
     runs dispatched by an earlier one (some runs dispatch dozens: large trees), chat sessions,

@@ -15,12 +15,12 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.checks import doctor
-from cybmem.cli import app
+from cybmem.operations.doctor import doctor
+from cybmem.cli.app import app
 from cybmem.errors import AmbiguousError, NotFoundError, ValidationError
-from cybmem.projects import hash6, load_projects, resolve_slug, select_project, slug_key
+from cybmem.store.projects import hash6, load_projects, resolve_slug, select_project, slug_key
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import make_run, write_json
 
@@ -35,7 +35,7 @@ def run(*args, input=None):
 
 def _cybmem(*args, env, input=None):
     exe = shutil.which("cybmem")
-    cmd = [exe, *args] if exe else [sys.executable, "-c", "from cybmem.cli import console; console()", *args]
+    cmd = [exe, *args] if exe else [sys.executable, "-c", "from cybmem.cli.app import console; console()", *args]
     full = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     return subprocess.run(cmd, capture_output=True, text=True, env={**full, **env}, input=input, timeout=120)
 
@@ -111,7 +111,7 @@ def test_system_does_not_wait_on_a_stdin_nobody_writes_to(fixture_copy):
     """A dispatcher that leaves its child's stdin open (a pipe with nothing in it) gets the block
     for no task at once, as before, instead of a process waiting for ever."""
     exe = shutil.which("cybmem")
-    cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli import console; console()"]
+    cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli.app import console; console()"]
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")},
            "CYBERINE_MEMORY_DIR": str(fixture_copy)}
     p = subprocess.Popen([*cmd, "inject", "--system", "--project", "web", "--as-of", NOW, "--json"],
@@ -169,7 +169,7 @@ def test_an_unknown_or_ambiguous_parent_prefix_warns_and_the_task_still_goes_out
 
 
 def test_resolve_link_rules(fixture_copy):
-    from cybmem.snapshot import load_snapshot
+    from cybmem.store.snapshot import load_snapshot
 
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     ids = _ids(fixture_copy)
@@ -199,7 +199,7 @@ def test_a_subdirectory_reads_the_memory_of_its_project(fixture_copy):
 
 
 def test_a_run_in_a_subdirectory_is_filed_in_its_project(memory_root, settings, tmp_path):
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
 
     write_run(make_run("top"), settings)
     result = write_run(make_run("sub", cwd="/home/dev/web/src/app"), settings)
@@ -211,7 +211,7 @@ def test_a_run_in_a_subdirectory_is_filed_in_its_project(memory_root, settings, 
 
 
 def test_the_home_directory_and_the_root_hold_only_their_own_runs(memory_root, settings, monkeypatch, tmp_path):
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
 
     home = str(tmp_path / "home")
     monkeypatch.setenv("HOME", home)
@@ -248,7 +248,7 @@ def test_write_and_supersede_with_project_take_the_projects_cwd(memory_root, tmp
 
 
 def test_doctor_names_records_whose_cwd_is_outside_their_project(memory_root, settings):
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
 
     write_run(make_run("ok"), settings)
     records = memory_root / "web" / "records"
@@ -304,7 +304,7 @@ def test_a_basename_that_looks_like_a_taken_slug_gets_a_hash(memory_root):
 
 
 def test_doctor_reports_look_alike_projects(memory_root, settings):
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
 
     write_run(make_run("r1"), settings)
     for name in ("WEB", "w\u0435b"):  # what an older cybmem let -p make

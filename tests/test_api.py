@@ -40,13 +40,15 @@ def test_every_public_name_resolves_and_is_documented():
 def test_every_module_declares_its_public_names():
     import pkgutil
 
-    for info in pkgutil.iter_modules(cybmem.__path__):
-        if info.name in ("cli", "widgets", "plots") or info.name.startswith("_"):
+    for info in pkgutil.walk_packages(cybmem.__path__, "cybmem."):
+        if (info.ispkg or info.name.startswith("cybmem.notebooks.")
+                or info.name in ("cybmem.cli.app", "cybmem.explore.widgets", "cybmem.explore.plots")
+                or info.name.rpartition(".")[2].startswith("_")):
             continue
-        module = importlib.import_module(f"cybmem.{info.name}")
+        module = importlib.import_module(info.name)
         assert hasattr(module, "__all__"), info.name
         for name in module.__all__:
-            assert hasattr(module, name), f"cybmem.{info.name}.{name}"
+            assert hasattr(module, name), f"{info.name}.{name}"
 
 
 def test_import_cybmem_is_cheap():

@@ -7,8 +7,8 @@ import json
 
 from typer.testing import CliRunner
 
-from cybmem.cli import app
-from cybmem.projects import load_projects
+from cybmem.cli.app import app
+from cybmem.store.projects import load_projects
 
 from conftest import MIN, T0, make_run, write_json
 
@@ -120,7 +120,7 @@ def test_memory_never_feeds_on_itself(memory_root, tmp_path):
 
 def test_an_echoed_block_in_an_old_summary_is_dropped_from_the_next_block(memory_root, tmp_path):
     """A record written before the write path stripped echoes: the block leaves it out on read."""
-    from cybmem.preamble import FOOTER, HEADER
+    from cybmem.dispatch.preamble import FOOTER, HEADER
 
     run = make_run("r-old-1", "Tune the cache", start=T0)
     assert cli("write", str(write_json(tmp_path / "1.json", run))).exit_code == 0
@@ -365,7 +365,7 @@ def test_a_record_corrupted_after_it_was_indexed_is_dropped_with_a_warning(memor
 
 def test_a_record_over_the_size_limit_is_skipped_by_every_reader(memory_root, tmp_path):
     """A 65 MiB record another program wrote: list, search, inject and doctor agree to skip it."""
-    from cybmem.store import MAX_RECORD_BYTES
+    from cybmem.store.memory_store import MAX_RECORD_BYTES
 
     _base_store(tmp_path)
     rec = json.loads((memory_root / "web" / "records" / "r-base-1.json").read_text())

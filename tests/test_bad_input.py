@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
-from cybmem.preamble import FOOTER, HEADER, strip
+from cybmem.cli.app import app
+from cybmem.dispatch.preamble import FOOTER, HEADER, strip
 
 from conftest import MIN, T0, make_run, write_json
 
@@ -70,7 +70,7 @@ TORN = b'{"issueId": "torn", "at": 1, "ev'
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory) -> Path:
     """A memory root with good and hostile content in project "web"."""
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
     from cybmem.settings import Settings
 
     root = tmp_path_factory.mktemp("hostile") / "memory"
@@ -193,9 +193,9 @@ def test_projects_verb(hostile):
 
 
 def test_records_frame_skips_and_reports(hostile):
-    from cybmem.frames import records_frame
-    from cybmem.snapshot import load_snapshot
-    from cybmem.store import MemoryStore
+    from cybmem.explore.frames import records_frame
+    from cybmem.store.snapshot import load_snapshot
+    from cybmem.store.memory_store import MemoryStore
 
     store = MemoryStore(hostile, "web")
     df = records_frame(store)
@@ -208,7 +208,7 @@ def test_records_frame_skips_and_reports(hostile):
 
 
 def test_store_readers_skip_torn_embeddings_line(hostile):
-    from cybmem.embeddings import read_rows
+    from cybmem.store.embeddings import read_rows
 
     rows, problems = read_rows(hostile / "web" / "embeddings.jsonl")
     assert [r["runId"] for _, r in rows] == ["good1"]
@@ -362,9 +362,9 @@ def test_non_utf8_cwd_from_argv_is_rejected(memory_root, tmp_path):
 
 
 def test_odd_unicode_is_stored_as_is_and_neutralised_when_shown_to_a_model(memory_root, settings):
-    from cybmem.runs import write_run
-    from cybmem.dispatch import inject_task
-    from cybmem.store import MemoryStore
+    from cybmem.operations.write import write_run
+    from cybmem.dispatch.inject import inject_task
+    from cybmem.store.memory_store import MemoryStore
 
     res = write_run(make_run("odd", ODD_TASK, output=ODD_OUTPUT), settings)
     rec = MemoryStore(memory_root, "web").read_record("odd")
@@ -392,8 +392,8 @@ def test_huge_task_round_trips_through_the_cli(memory_root, tmp_path):
 
 def test_oversized_record_is_rejected_before_the_disk(memory_root, settings):
     from cybmem.errors import ValidationError
-    from cybmem.schema import MemoryRecord
-    from cybmem.store import MAX_RECORD_BYTES, MemoryStore
+    from cybmem.store.records import MemoryRecord
+    from cybmem.store.memory_store import MAX_RECORD_BYTES, MemoryStore
 
     rec = MemoryRecord.from_dict({"runId": "big", "cwd": CWD, "workflowName": "w", "task": "x" * (MAX_RECORD_BYTES + 1),
                                   "state": "done", "startedAt": T0, "endedAt": T0, "lineage": {}, "outcome": {}})
@@ -404,8 +404,8 @@ def test_oversized_record_is_rejected_before_the_disk(memory_root, settings):
 
 def test_unstorable_text_through_the_library_names_the_field(memory_root):
     from cybmem.errors import ValidationError
-    from cybmem.schema import IssueEvent, MemoryRecord
-    from cybmem.store import MemoryStore
+    from cybmem.store.records import IssueEvent, MemoryRecord
+    from cybmem.store.memory_store import MemoryStore
 
     rec = MemoryRecord.from_dict({"runId": "s", "cwd": CWD, "workflowName": "w", "task": "ok", "state": "done",
                                   "startedAt": T0, "endedAt": T0, "lineage": {}, "outcome": {"next": ["a", "b \ud800"]}})

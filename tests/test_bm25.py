@@ -1,4 +1,4 @@
-"""Tests for cybmem.bm25: the keyword index on hand-made documents."""
+"""Tests for cybmem.store.keyword_index: the keyword index on hand-made documents."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cybmem import bm25 as B
-from cybmem.bm25 import KeywordIndex
+from cybmem.store import keyword_index as B
+from cybmem.store.keyword_index import KeywordIndex
 
 DAY = 86_400_000
 

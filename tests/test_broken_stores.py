@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
+from cybmem.cli.app import app
 
 from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
@@ -139,7 +139,7 @@ def test_inject_strict_fails_where_plain_inject_warns(broken):
 @pytest.mark.parametrize("broken", ["root-is-a-file", "index-json-is-a-directory"], indirect=True)
 def test_real_process_says_error_in_one_line(broken):
     exe = shutil.which("cybmem") or sys.executable
-    args = [exe] if exe != sys.executable else [exe, "-c", "from cybmem.cli import main; main()"]
+    args = [exe] if exe != sys.executable else [exe, "-c", "from cybmem.cli.app import main; main()"]
     p = subprocess.run([*args, "rebuild", "--project", "web", "--memory-dir", str(broken)], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in p.stderr and p.returncode == 1
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("Error: "), p.stderr

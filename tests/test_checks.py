@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
-from cybmem.checks import doctor
-from cybmem.schema import IssueEvent
+from cybmem.cli.app import app
+from cybmem.operations.doctor import doctor
+from cybmem.store.records import IssueEvent
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import MIN, T0, make_run, write_json
 
@@ -30,7 +30,7 @@ def doc(*args):
 
 @pytest.fixture
 def store(memory_root, settings) -> MemoryStore:
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
 
     for i, rid in enumerate(["r1", "r2", "r3"]):
         write_run(make_run(rid, f"Fix the login form, part {i}", start=T0 + i * 60 * MIN, output=TRAILER if i == 1 else None), settings)
@@ -87,7 +87,7 @@ def test_bad_records_are_errors_that_repair_leaves_alone(store):
 
 
 def test_index_missing_stale_or_damaged_is_rebuilt(store):
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
 
     store.index_path.unlink()
     assert ("index", "repairable", "index.json") in _findings(doc("--all", "--json"))
@@ -156,8 +156,8 @@ def test_temp_leftovers_old_ones_are_removed_young_ones_kept(store):
 
 
 def test_cache_behind_is_a_warning_damaged_is_repaired(store, settings):
-    from cybmem.snapshot import load_snapshot
-    from cybmem.runs import write_run
+    from cybmem.store.snapshot import load_snapshot
+    from cybmem.operations.write import write_run
 
     load_snapshot(store)
     assert doc("--all").exit_code == 0
@@ -235,8 +235,8 @@ def test_a_record_cached_just_after_it_was_written_is_not_called_edited(store, s
     mtime is within RACY_NS of its segment's); once a later read trusts the listing, doctor
     called it "edited in place" (exit 1) for as long as that segment stayed. Now such a row is
     read again and compared: only a real change is reported."""
-    from cybmem.runs import write_run
-    from cybmem.snapshot import load_snapshot
+    from cybmem.operations.write import write_run
+    from cybmem.store.snapshot import load_snapshot
 
     load_snapshot(store)
     write_run(make_run("r4", "Fix the login form, part 4", start=T0 + 4 * 60 * MIN), settings)

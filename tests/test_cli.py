@@ -9,8 +9,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
-from cybmem.preamble import FOOTER, HEADER
+from cybmem.cli.app import app
+from cybmem.dispatch.preamble import FOOTER, HEADER
 
 from conftest import MIN, T0, make_run, write_json
 
@@ -432,7 +432,7 @@ def test_inject_and_show_report_unreadable_records_once(populated):
 def test_plain_options_skip_typers_pydantic_but_checked_ones_keep_it(tmp_path):
     """The console entry point coerces plain str/Path/flag options itself; a ranged option still
     gets typer's validation and message."""
-    code = ("import sys\nfrom cybmem.cli import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
+    code = ("import sys\nfrom cybmem.cli.app import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
             "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, file=sys.stderr)\n"
             "print('PYDANTIC', 'pydantic' in sys.modules, file=sys.stderr)")
     root = str(tmp_path / "memory")
@@ -449,7 +449,7 @@ def test_a_slow_cold_load_says_so_after_a_second(populated, monkeypatch, cmd):
     """A cold load of a large store takes seconds: a timer prints one notice while it parses."""
     import time as _time
 
-    from cybmem import snapshot
+    from cybmem.store import snapshot
 
     real = snapshot.load_records
 
@@ -503,7 +503,7 @@ def test_pyarrow_compute_is_imported_whole_with_or_without_the_docstring_stand_i
     """The quick import of pyarrow.compute (a stand-in for its docstring parser) leaves a working
     module and no stand-in behind; a pyarrow that wants more of the parser than the stand-in has
     gets the ordinary import."""
-    code = ("import sys\nimport cybmem._startup as c\n"
+    code = ("import sys\nimport cybmem.cli._startup as c\n"
             + ("c.docstring_stand_in = lambda doc: {}['Parameters']\n" if parser == "refused" else "")
             + "c.quick_compute_import()\nimport pyarrow as pa, pyarrow.compute as pc\n"
             "assert pc.sum(pa.array([1, 2, 3])).as_py() == 6 and pc.is_in(pa.array(['a']), value_set=pa.array(['a'])).to_pylist() == [True]\n"
@@ -523,7 +523,7 @@ def test_int_options_parse_and_complain_as_typers_pydantic_coercion_does():
     import typer as _typer
     from pydantic import Field, TypeAdapter, ValidationError
 
-    from cybmem._startup import plain_int
+    from cybmem.cli._startup import plain_int
 
     values = ["0", "1", "abc", "1.5", "3.0", "3.", " 3", "+3", "-1", "-0", "3_000", "3_", "_3", "1__0", "１", "",
               "1e3", "0x10", "007", " 4 \n", "1_000.0", "3.01", "- 3", "99999999999999999999999", 5]

@@ -8,9 +8,9 @@ import json
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cybmem import columns
+from cybmem.store import arrow_records as columns
 from cybmem.errors import ValidationError
-from cybmem.store import parse_record
+from cybmem.store.memory_store import parse_record
 
 GOOD = {
     "runId": "r1", "cwd": "/home/dev/web", "workflowName": "implement-task", "task": "Fix it", "state": "done",
@@ -103,7 +103,7 @@ def test_bulk_checks_accept_only_what_the_parser_accepts(batch):
             assert _valid(d, name + ".json"), d
 
 
-# --- one field table (cybmem.schema.RECORD_FIELDS) ------------------------------------------------
+# --- one field table (cybmem.store.records.RECORD_FIELDS) ------------------------------------------------
 
 _TS, _LS = "timestamp[ms, tz=UTC]", "list<item: string>"
 #: The cache's columns (.cache/ holds them); derived from the field table, pinned here.
@@ -117,7 +117,7 @@ PINNED_RECORD_SCHEMA = [
 
 
 def test_the_arrow_schema_comes_from_the_field_table():
-    from cybmem.schema import Lineage, MemoryRecord, Outcome, Worker, RECORD_FIELDS
+    from cybmem.store.records import Lineage, MemoryRecord, Outcome, Worker, RECORD_FIELDS
 
     assert [(f.name, str(f.type)) for f in columns.RECORD_SCHEMA] == PINNED_RECORD_SCHEMA
     assert MemoryRecord._KNOWN == tuple(f.name for f in RECORD_FIELDS) == tuple(columns._JSON_SCHEMA.names)
@@ -131,7 +131,7 @@ IDS = ["r0", "a.b", "-x", "_", "x" * 128, "x" * 129, ".hidden", "..", "a/b", "ba
 
 def test_the_run_id_rule_is_one_rule_on_every_path():
     """validate_run_id, the per-file fast path and Arrow's bulk check accept exactly the same links."""
-    from cybmem.schema import validate_run_id
+    from cybmem.store.records import validate_run_id
 
     def parser_ok(v):
         try:
@@ -159,9 +159,9 @@ def test_a_rule_changed_in_the_table_changes_every_path():
 
     code = f"""
 import dataclasses, json
-import cybmem.schema as s
+import cybmem.store.records as s
 s.RECORD_FIELDS = tuple(dataclasses.replace(f, required=True) if f.name == "verdictSummary" else f for f in s.RECORD_FIELDS)
-from cybmem import columns
+from cybmem.store import arrow_records as columns
 from cybmem.errors import ValidationError
 d = {GOOD!r}
 del d["verdictSummary"]
@@ -190,7 +190,7 @@ def test_keyword_text_array_is_record_text(rows, titles, cut):
     are null, empty or have no text (the id stands in), a table in several chunks and a sliced one."""
     import pyarrow as pa
 
-    from cybmem.embeddings import record_text
+    from cybmem.store.embeddings import record_text
 
     table = pa.table({"task": pa.array([r[0] for r in rows], pa.string()), "summary": pa.array([r[1] for r in rows], pa.string()),
                       "issues": pa.array([r[2] for r in rows], pa.list_(pa.string()))})

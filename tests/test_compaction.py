@@ -10,13 +10,13 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
-from cybmem.checks import doctor
-from cybmem.lineage import chain
-from cybmem.runs import write_run
-from cybmem.retrieval import search
+from cybmem.cli.app import app
+from cybmem.operations.doctor import doctor
+from cybmem.explore.lineage import chain
+from cybmem.operations.write import write_run
+from cybmem.retrieval.search import search
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import T0, make_run
 

@@ -117,7 +117,7 @@ def cybmem_here(*args) -> Cli:
     the console script, without starting an interpreter."""
     from typer.testing import CliRunner
 
-    from cybmem.cli import app
+    from cybmem.cli.app import app
 
     args = tuple(map(str, args))
     res = CliRunner().invoke(app, list(args), env={k: None for k in os.environ if k.startswith("CYBERINE_")})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cybmem.dispatch import inject_task
+from cybmem.dispatch.inject import inject_task
 from cybmem.errors import NotFoundError, ValidationError
 from cybmem.settings import Settings
 
@@ -22,7 +22,7 @@ NOW = "2026-10-27"
 
 def _cybmem(*args, env=None, input=None, cwd=None):
     exe = shutil.which("cybmem")
-    cmd = [exe, *args] if exe else [sys.executable, "-c", "from cybmem.cli import main; main()", *args]
+    cmd = [exe, *args] if exe else [sys.executable, "-c", "from cybmem.cli.app import main; main()", *args]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     full_env.update(env or {})
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, input=input, cwd=cwd, timeout=120)
@@ -129,9 +129,10 @@ def test_inject_explain_goes_to_stderr_and_keeps_stdout_the_prompt(root):
     lines = p.stderr.splitlines()
     assert lines[0].startswith("project: web; block ") and "top-k 8, issue cap 5" in lines[0]
     assert lines[1].startswith("weights: w_kw=0.5 (default)")
-    assert lines[2].startswith("floor: the task's best keyword match ") and " >= 0.40, so runs matching >= " in lines[2]
+    assert lines[2] == "issues ranked with: w_kw=0.327, w_rec=0.54, w_lin=0.0327 (recency weighs more for an open issue)"
+    assert lines[3].startswith("floor: the task's best keyword match ") and " >= 0.40, so runs matching >= " in lines[3]
     first = next(i for i, line in enumerate(lines) if line.startswith("run "))
-    assert all(line.startswith("below  ") for line in lines[3:first]), "what the floor kept out, between the floor and the runs"
+    assert all(line.startswith("below  ") for line in lines[4:first]), "what the floor kept out, between the floor and the runs"
     assert lines[first].startswith("run  1. 9b6b1e00  kw=") and lines[-1].startswith("cut for the budget:")
 
 
@@ -194,7 +195,7 @@ def test_write_and_inject_never_import_heavy_libraries(root, tmp_path, verb):
         run = {"id": "lean-1", "cwd": "/home/dev/web", "task": "Lean write", "status": "done", "endedAt": 1_800_000_000_000}
         (tmp_path / "run.json").write_text(json.dumps(run))
         args = ["write", str(tmp_path / "run.json"), "--memory-dir", str(root)]
-    code = ("import sys\nfrom cybmem.cli import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
+    code = ("import sys\nfrom cybmem.cli.app import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             f"print('LOADED', [m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
@@ -206,10 +207,10 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
     from the files, after a cold load and after a write that carries an open issue."""
     import os
 
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
     from cybmem.settings import Settings
-    from cybmem.snapshot import issue_activity, issue_carriers, load_snapshot
-    from cybmem.store import MemoryStore
+    from cybmem.store.snapshot import issue_activity, issue_carriers, load_snapshot
+    from cybmem.store.memory_store import MemoryStore
 
     os.unlink(fixture_copy / ".nocache")
     store = MemoryStore(fixture_copy, "web")
@@ -252,12 +253,12 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
     ArrowIndexError under 8 writers and a reader)."""
     from conftest import make_run
 
-    from cybmem.dispatch import rank_issues
-    from cybmem.retrieval import search
-    from cybmem.runs import write_run
+    from cybmem.dispatch.inject import rank_issues
+    from cybmem.retrieval.search import search
+    from cybmem.operations.write import write_run
     from cybmem.settings import Settings
-    from cybmem.snapshot import load_snapshot
-    from cybmem.store import MemoryStore
+    from cybmem.store.snapshot import load_snapshot
+    from cybmem.store.memory_store import MemoryStore
 
     store = MemoryStore(fixture_copy, "web")
     settings = Settings.from_env(env={}, memory_dir=fixture_copy)
@@ -278,12 +279,16 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
     assert result.snapshot is not old and result.snapshot.n > old.n
     issues = rank_issues(result, result.weights)
     assert open_id in {i for c in issues for i in c.ids}
-    # An issue's recency is scoring's kernel over its last activity, as a run's is over its end.
+    # An issue's recency is scoring's kernel over its last activity, as a run's is over its end,
+    # at the issues' weight (Weights.for_issues: ISSUE_REC_SHARE of the weights).
     import numpy as np
 
-    from cybmem.scoring import recency
+    from cybmem.retrieval.scoring import recency
+    from cybmem.retrieval.weights import ISSUE_REC_SHARE
 
-    w = result.weights
+    w = result.weights.for_issues()
+    assert w.w_rec == pytest.approx(ISSUE_REC_SHARE * (w.w_kw + w.w_lin + w.w_rec))
+    assert w.w_kw / w.w_lin == pytest.approx(result.weights.w_kw / result.weights.w_lin)
     want = recency(np.array([c.last_at_ms for c in issues], np.int64), result.now_ms, w.half_life_days, weight=w.w_rec)
     assert [c.recency for c in issues] == want.tolist()
 
@@ -296,7 +301,7 @@ def test_the_top_of_the_issue_ranking_is_the_prefix_of_its_full_order(seed):
     import numpy as np
     import pyarrow as pa
 
-    from cybmem.dispatch import IssueRanking
+    from cybmem.dispatch.inject import IssueRanking
 
     rng = np.random.default_rng(seed)
     m = 3000

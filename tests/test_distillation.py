@@ -17,9 +17,9 @@ import time
 import orjson
 import pytest
 
-from cybmem.runs import write_run
+from cybmem.operations.write import write_run
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import T0, make_run
 from servers import HANG, Drip, chat_server  # noqa: F401

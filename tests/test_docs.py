@@ -92,7 +92,8 @@ def test_usage_links_within_itself_lead_to_its_headings():
 def test_the_defaults_design_md_explains_are_cybmems():
     """docs/design.md gives the reasons for cybmem's defaults and names them: the numbers it names
     are the ones cybmem uses (as store-format.md's defaults table is checked against them)."""
-    from cybmem import settings, weights
+    from cybmem import settings
+    from cybmem.retrieval import weights
 
     text = " ".join((REPO / "docs" / "design.md").read_text(encoding="utf-8").split())
     s = settings.Settings.from_env({}, memory_dir="/nonexistent")

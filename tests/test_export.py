@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
+from cybmem.cli.app import app
 from cybmem.errors import StoreError, ValidationError
-from cybmem.export import (
+from cybmem.exchange.export import (
     EVENT_COLUMNS,
     ISSUES_SCHEMA,
     PARTITION_SCHEMA,
@@ -33,9 +33,9 @@ from cybmem.export import (
     read_dataset,
     validate_machine,
 )
-from cybmem.frames import issue_events_frame, issue_fold, records_frame
-from cybmem.schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker
-from cybmem.store import MemoryStore
+from cybmem.explore.frames import issue_events_frame, issue_fold, records_frame
+from cybmem.store.records import IssueEvent, Lineage, MemoryRecord, Outcome, Worker
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import MIN
 
@@ -158,20 +158,20 @@ def test_export_schemas_are_pinned(stores, tmp_path):
 
 
 def test_export_schema_does_not_follow_the_caches_schema(tmp_path):
-    """The cache's Arrow schema (cybmem.columns.RECORD_SCHEMA) changes: the Parquet schema does not."""
+    """The cache's Arrow schema (cybmem.store.arrow_records.RECORD_SCHEMA) changes: the Parquet schema does not."""
     code = (
-        "import pyarrow as pa, cybmem.columns as c\n"
+        "import pyarrow as pa, cybmem.store.arrow_records as c\n"
         "c.RECORD_SCHEMA = pa.schema([pa.field('runId', pa.large_string()), ('added', pa.int8())]"
         " + [f for f in c.RECORD_SCHEMA if f.name not in ('runId', 'summary')])\n"
-        "from cybmem.export import RECORDS_SCHEMA\n"
+        "from cybmem.exchange.export import RECORDS_SCHEMA\n"
         "print([(f.name, f'list<{f.type.value_type}>' if pa.types.is_list(f.type) else str(f.type), f.nullable)"
         " for f in RECORDS_SCHEMA])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str([tuple(f) for f in PINNED_PARQUET_RECORDS])
     import ast
-    import cybmem.export
-    tree = ast.parse(Path(cybmem.export.__file__).read_text())
+    import cybmem.exchange.export
+    tree = ast.parse(Path(cybmem.exchange.export.__file__).read_text())
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert "RECORD_SCHEMA" not in used, "export.py declares its own schemas"

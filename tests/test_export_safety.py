@@ -26,11 +26,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
+from cybmem.cli.app import app
 from cybmem.errors import ValidationError
-from cybmem.export import export_csv, export_ndjson
-from cybmem.schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker
-from cybmem.store import MemoryStore
+from cybmem.exchange.export import export_csv, export_ndjson
+from cybmem.store.records import IssueEvent, Lineage, MemoryRecord, Outcome, Worker
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import MIN, T0
 
@@ -152,7 +152,7 @@ def test_a_sqlite_database_is_updated_without_force(root, tmp_path):
 
 
 def test_check_out_is_the_library_rule(root, tmp_path):
-    from cybmem.export import check_out
+    from cybmem.exchange.export import check_out
 
     with pytest.raises(ValidationError, match="character device"):
         check_out("/dev/null")
@@ -275,8 +275,8 @@ def test_redact_reaches_the_parquet_and_sqlite_exports_and_names_the_rest(tmp_pa
     """Item 3: after `redact`, a re-export said "0 new records" and `fleet search` still found the
     secret. Now the dataset's rows and the database's are rewritten, and a CSV is named with the
     command that writes it again."""
-    from cybmem.export import known_exports
-    from cybmem.fleet import Fleet
+    from cybmem.exchange.export import known_exports
+    from cybmem.exchange.fleet import Fleet
 
     root = tmp_path / "memory"
     store = MemoryStore(root, "web")
@@ -326,7 +326,7 @@ def test_an_export_from_a_store_that_cannot_note_it_warns(tmp_path, fixture_copy
 def test_exports_json_forgets_exports_that_are_gone(tmp_path, fixture_copy):
     """One entry per format, path and machine, the latest time; a path that is gone is dropped at
     the next export (a report's temporary dataset is not noted at all: export_parquet(note=False))."""
-    from cybmem.export import export_parquet, known_exports
+    from cybmem.exchange.export import export_parquet, known_exports
 
     store = MemoryStore(fixture_copy, "api")
     for name in ("a.csv", "b.csv"):

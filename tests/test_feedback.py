@@ -1,4 +1,4 @@
-"""What memory showed a run and what the run used (cybmem.feedback): shown.jsonl, used.jsonl and
+"""What memory showed a run and what the run used (cybmem.dispatch.feedback): shown.jsonl, used.jsonl and
 the "used" judgments of `cybmem tune`.
 
 The loop test is a scripted agent with real processes: `cybmem inject` with CYBERINE_RUN_ID, the
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from cybmem import feedback
-from cybmem.dispatch import inject_task
-from cybmem.judgments import judgments_from_store
-from cybmem.runs import write_run
+from cybmem.dispatch import feedback
+from cybmem.dispatch.inject import inject_task
+from cybmem.retrieval.judgments import judgments_from_store
+from cybmem.operations.write import write_run
 from cybmem.settings import Settings
-from cybmem.snapshot import load_snapshot
-from cybmem.store import MemoryStore
+from cybmem.store.snapshot import load_snapshot
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
@@ -357,7 +357,7 @@ def test_redact_renames_an_issue_id_in_the_logs(tmp_path):
     assert str(root / "web" / feedback.SHOWN_FILE) not in p.stdout, "not named as still holding it"
 
 
-# --- what the feedback says (cybmem.usage, the notebook's functions) -----------------------------
+# --- what the feedback says (cybmem.explore.usage, the notebook's functions) -----------------------------
 
 
 def _line(run_id: str, started: int, block: int, used_ranks: list[int], fetched: int = 0) -> dict:
@@ -369,7 +369,7 @@ def _line(run_id: str, started: int, block: int, used_ranks: list[int], fetched:
 
 
 def test_usage_by_rank_and_over_time():
-    from cybmem import usage
+    from cybmem.explore import usage
 
     day = 86_400_000
     frame = usage.used_frame([_line("a", T_2026, 3, [1]), _line("b", T_2026 + day, 2, [2], fetched=1),
@@ -383,7 +383,7 @@ def test_usage_by_rank_and_over_time():
     assert monthly.attrs["period"] == "month"
     assert monthly[["blocks", "usedBlock", "usedRuns"]].values.tolist() == [[2, 2, 2], [1, 0, 0]], "d showed no run"
     assert monthly["rate"].tolist() == [1.0, 0.0]
-    from cybmem import plots
+    from cybmem.explore import plots
 
     assert repr(plots.feedback_by_rank(by_rank)) == "<Figure: Block runs used, by rank (2 used)>"
     assert repr(plots.feedback_over_time(monthly)) == "<Figure: Runs that used the MEMORY block, per month (2 of 3 blocks)>"
@@ -396,7 +396,7 @@ T_2026 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
 def test_the_page_reads_the_stores_feedback_else_replays_it_and_says_so(tmp_path):
-    from cybmem import usage
+    from cybmem.explore import usage
 
     root = _root(tmp_path)
     store = MemoryStore(root, "web")

@@ -5,14 +5,14 @@ import pandas as pd
 import pytest
 
 from cybmem.errors import ValidationError
-from cybmem.filters import IssueFilter, RecordFilter, list_records, record_mask, select_events, select_issues
-from cybmem.frames import records_frame
-from cybmem.issues import fold
-from cybmem.lineage import chain
-from cybmem.schema import IssueEvent
-from cybmem.retrieval import search
-from cybmem.snapshot import load_snapshot
-from cybmem.store import MemoryStore
+from cybmem.retrieval.filters import IssueFilter, RecordFilter, list_records, record_mask, select_events, select_issues
+from cybmem.explore.frames import records_frame
+from cybmem.store.ledger import fold
+from cybmem.explore.lineage import chain
+from cybmem.store.records import IssueEvent
+from cybmem.retrieval.search import search
+from cybmem.store.snapshot import load_snapshot
+from cybmem.store.memory_store import MemoryStore
 
 DAY = 86_400_000
 
@@ -160,7 +160,7 @@ def test_chain_window_and_filters(web):
 
 
 def _state(issue, state, opened, last, **kw):
-    from cybmem.issues import IssueState
+    from cybmem.store.ledger import IssueState
 
     return IssueState(issueId=issue, title=kw.pop("title", issue.replace("-", " ")), state=state, openedAt=opened,
                       openedBy="r1", lastAt=last, lastBy="r2",
@@ -212,7 +212,7 @@ def test_select_events_filters_the_ledger():
 
 def test_a_memory_root_with_nocache_gets_no_cache(fixture_copy):
     """The bundled fixtures carry .nocache: reading them (or a copy) leaves no .cache/ behind."""
-    from cybmem.cache import NO_CACHE_FILE
+    from cybmem.store.cache import NO_CACHE_FILE
 
     assert (fixture_copy / NO_CACHE_FILE).exists(), "copied with the fixtures"
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))

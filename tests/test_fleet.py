@@ -2,9 +2,9 @@
 
 The dataset: data-fixtures/memory copied as three machines (each copy's run ids prefixed with
 the machine's name and its times shifted an hour, so runs are unique across the fleet), each
-exported with ``cybmem.export.export_parquet`` as its own machine. The single-process reference
-is what users run: :func:`cybmem.retrieval.search` over one store holding every machine's records,
-and :func:`cybmem.frames.issue_fold` of each machine's project.
+exported with ``cybmem.exchange.export.export_parquet`` as its own machine. The single-process reference
+is what users run: :func:`cybmem.retrieval.search.search` over one store holding every machine's records,
+and :func:`cybmem.explore.frames.issue_fold` of each machine's project.
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.bm25 import KeywordIndex, QueryStats
-from cybmem.cli import app
+from cybmem.store.keyword_index import KeywordIndex, QueryStats
+from cybmem.cli.app import app
 from cybmem.errors import NotFoundError, ValidationError
-from cybmem.export import PARTITION_SCHEMA, all_stores, export_parquet, read_dataset
-from cybmem.fleet import Fleet, FleetError, _Shard, scan_dataset
-from cybmem.frames import issue_fold, lineage_edges, records_frame
-from cybmem.frames import IssueAgeData
-from cybmem.scoring import keyword_max, normalize_keyword
-from cybmem.retrieval import search
-from cybmem.store import MemoryStore
-from cybmem.text import tokenize
-from cybmem.weights import Weights
+from cybmem.exchange.export import PARTITION_SCHEMA, all_stores, export_parquet, read_dataset
+from cybmem.exchange.fleet import Fleet, FleetError, _Shard, scan_dataset
+from cybmem.explore.frames import issue_fold, lineage_edges, records_frame
+from cybmem.explore.frames import IssueAgeData
+from cybmem.retrieval.scoring import keyword_max, normalize_keyword
+from cybmem.retrieval.search import search
+from cybmem.store.memory_store import MemoryStore
+from cybmem.store.tokens import tokenize
+from cybmem.retrieval.weights import Weights
 
 from conftest import FIXTURES, LEFTOVERS
 
@@ -309,10 +309,10 @@ def test_age_histograms_by_parts_equal_the_whole_for_any_count(tmp_path, n):
 
 def test_fleet_partitions_never_import_matplotlib(data):
     """What a worker runs (the folds, the three histogram passes, the summaries, a search) takes the
-    histogram math from cybmem.frames: a worker process does not load matplotlib."""
+    histogram math from cybmem.explore.frames: a worker process does not load matplotlib."""
     code = (
         "import sys\n"
-        "from cybmem.fleet import Fleet\n"
+        "from cybmem.exchange.fleet import Fleet\n"
         f"with Fleet({str(data['dataset'])!r}, scheduler='inline', partition_bytes=40_000) as f:\n"
         f"    ages = f.issue_age_data(now={NOW})\n"
         f"    f.issue_summary(now={NOW}); f.lineage_summary(); f.search('cart drawer postgres')\n"
@@ -596,7 +596,7 @@ def test_cli_search_in_a_subprocess_on_a_local_cluster_of_processes(data):
 
 
 def test_cli_text_outputs(fleet, data, tmp_path, monkeypatch):
-    import cybmem.fleet as F
+    import cybmem.exchange.fleet as F
 
     real = F.Fleet
     monkeypatch.setattr(F, "Fleet", lambda *a, **kw: real(*a, **{**kw, "processes": False}))
@@ -632,7 +632,7 @@ def test_usage_fleet_examples_are_real(tmp_path, monkeypatch):
     import re
     import shlex
 
-    import cybmem.fleet as F
+    import cybmem.exchange.fleet as F
 
     USAGE = Path(__file__).resolve().parent.parent / "USAGE.md"
     usage = USAGE.read_text()

@@ -8,18 +8,18 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cybmem import cache as cache_module
-from cybmem import columns as columns_module
-from cybmem.frames import issue_events_frame, issue_fold, lineage_edges, records_frame
-from cybmem.snapshot import load_snapshot
-from cybmem.runs import write_run
+from cybmem.store import cache as cache_module
+from cybmem.store import arrow_records as columns_module
+from cybmem.explore.frames import issue_events_frame, issue_fold, lineage_edges, records_frame
+from cybmem.store.snapshot import load_snapshot
+from cybmem.operations.write import write_run
 
 
 def open_states(snap):
     """Open issue ids of a snapshot, oldest opened first (the order of MemoryStore.open_issues)."""
     rows = snap.open_issues().to_pylist()
     return [type("S", (), r) for r in sorted(rows, key=lambda r: (r["openedAt"], r["issueId"]))]
-from cybmem.store import MemoryStore
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import MIN, T0, make_run
 
@@ -205,7 +205,7 @@ def test_issue_fold_matches_the_store_fold(fixture_copy):
 
 def test_issue_fold_never_gives_a_negative_duration(tmp_path):
     """Events out of time order (a resolution stamped before the opening, an opening after now) give 0."""
-    from cybmem.schema import IssueEvent
+    from cybmem.store.records import IssueEvent
 
     store = MemoryStore(tmp_path, "web")
     store.dir.mkdir(parents=True)
@@ -233,7 +233,7 @@ def test_records_state_is_a_categorical_of_every_state(fixture_copy):
 
 
 def test_natural_key_orders_numbers_by_value():
-    from cybmem.frames import natural_key
+    from cybmem.explore.frames import natural_key
 
     ids = pd.Series(["ticket-998", "ticket-10001", None, "ticket-10", "Ticket-9", "ticket-10b2", "ticket-10b10"],
                     dtype="string")
@@ -294,7 +294,7 @@ def test_bulk_path_sets_aside_garbage_and_keeps_the_rest(fixture_copy, monkeypat
 
 
 def test_cached_open_issue_fold_follows_the_ledger(store):
-    from cybmem.issues import open_table
+    from cybmem.store.ledger import open_table
 
     load_snapshot(store)
     warm = load_snapshot(store)

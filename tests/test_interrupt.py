@@ -55,7 +55,7 @@ def _store(root: Path, n: int) -> Path:
 def big(tmp_path_factory) -> Path:
     """6000 runs, shared by the tests: with no cache (.nocache) every verb parses every record,
     long enough to be caught at work, and none writes into the store."""
-    from cybmem.store import MemoryStore
+    from cybmem.store.memory_store import MemoryStore
 
     root = _store(tmp_path_factory.mktemp("interrupt") / "memory", 6000)
     MemoryStore(root, "big").rebuild_index()
@@ -113,7 +113,7 @@ def _interrupt(args: list[str], *, env: dict, ready, cwd: Path, after: float = 0
     SIGINT to its process group (a terminal's Ctrl-C). The test fails when it finished first. The
     processes it had started by then and that outlive it are killed and listed in ``orphans``."""
     exe = shutil.which("cybmem")
-    cmd = [exe, *args] if exe else [sys.executable, "-c", "from cybmem.cli import console; console()", *args]
+    cmd = [exe, *args] if exe else [sys.executable, "-c", "from cybmem.cli.app import console; console()", *args]
     err_path = cwd / "stderr.txt"
     with open(err_path, "w+b") as err:
         # A shell in the background starts children with SIGINT ignored; a terminal's do not.

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cybmem import issues
-from cybmem.frames import issue_events_frame, issue_fold
-from cybmem.schema import IssueEvent
-from cybmem.snapshot import load_snapshot
-from cybmem.store import MemoryStore
+from cybmem.store import ledger as issues
+from cybmem.explore.frames import issue_events_frame, issue_fold
+from cybmem.store.records import IssueEvent
+from cybmem.store.snapshot import load_snapshot
+from cybmem.store.memory_store import MemoryStore
 
 IDS = ["a", "b", "flaky-x", "c.d"]
 EVENTS = ["opened", "resolved", "reopened", "wontfix"]

@@ -8,10 +8,10 @@ import json
 
 import pandas as pd
 
-from cybmem.checks import doctor
-from cybmem.frames import issue_fold
-from cybmem.runs import write_run
-from cybmem.store import MemoryStore
+from cybmem.operations.doctor import doctor
+from cybmem.explore.frames import issue_fold
+from cybmem.operations.write import write_run
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import MIN, T0, make_run
 

@@ -27,7 +27,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from typer.testing import CliRunner
 
-from cybmem.cli import app
+from cybmem.cli.app import app
 
 from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
@@ -347,7 +347,7 @@ def test_a_record_written_by_another_process_is_found(agent, tmp_path):
 
 def test_snapshots_are_held_while_current(tmp_path):
     from cybmem import MemoryStore, Settings
-    from cybmem.snapshot import holding_snapshots, load_snapshot
+    from cybmem.store.snapshot import holding_snapshots, load_snapshot
 
     root = _memory(tmp_path)
     store = MemoryStore.open(Settings.from_env(memory_dir=root), project="web")
@@ -417,7 +417,7 @@ def test_a_port_in_use_is_a_clear_error(tmp_path):
 
 def test_without_the_sdk_it_says_what_to_install(tmp_path):
     code = ("import sys; sys.modules['mcp'] = None; sys.argv = ['cybmem', 'mcp']\n"
-            "from cybmem.cli import main\nmain()")
+            "from cybmem.cli.app import main\nmain()")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(tmp_path), timeout=60)
     assert p.returncode == 1
     assert p.stderr.startswith("Error: cybmem mcp needs the MCP Python SDK 2.x: pip install 'mcp>=2.3,<3' ")
@@ -425,7 +425,7 @@ def test_without_the_sdk_it_says_what_to_install(tmp_path):
 
 def test_other_commands_do_not_import_the_sdk(tmp_path):
     code = ("import sys; sys.argv = ['cybmem', 'search', 'cart', '--project', 'web', '--memory-dir', sys.argv[1]]\n"
-            "from cybmem.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+            "from cybmem.cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('mcp' in sys.modules, 'pydantic' in sys.modules, file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code, str(_memory(tmp_path))], capture_output=True, text=True,
                        env=_env(tmp_path), timeout=60)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cybmem.outcome import (
+from cybmem.store.outcome import (
     Trailer,
     extractive_summary,
     head_line,
@@ -358,7 +358,7 @@ def test_summary_properties(task, state, verdict, output, max_chars):
 
 
 def test_subject_line_reads_a_merge_commit_as_its_pull_requests_title():
-    from cybmem.outcome import subject_line
+    from cybmem.store.outcome import subject_line
 
     merge = ("Merge pull request #12038 from bluetech/fixtures-rm-arg2index\n\n"
              "fixtures: avoid mutable arg2index state in favor of looking up the request chain")

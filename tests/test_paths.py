@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
+from cybmem.cli.app import app
 from cybmem.errors import ConflictError, StoreError, ValidationError
-from cybmem.projects import load_projects, resolve_slug, slug_base, validate_slug
-from cybmem.schema import IssueEvent, MemoryRecord, validate_run_id
-from cybmem.store import MemoryStore
+from cybmem.store.projects import load_projects, resolve_slug, slug_base, validate_slug
+from cybmem.store.records import IssueEvent, MemoryRecord, validate_run_id
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import T0, make_run, write_json
 
@@ -174,11 +174,11 @@ def _all_modes(root: Path) -> dict[str, int]:
 
 @pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
 def test_every_file_kind_is_private(tmp_path, monkeypatch, umask):
-    from cybmem.snapshot import load_snapshot
-    from cybmem.runs import write_run
-    from cybmem.weights import Weights
+    from cybmem.store.snapshot import load_snapshot
+    from cybmem.operations.write import write_run
+    from cybmem.retrieval.weights import Weights
     from cybmem.settings import Settings
-    from cybmem.tuning import save_project_weights
+    from cybmem.retrieval.tuning import save_project_weights
 
     root = tmp_path / "a" / "b" / "memory"  # parents that do not exist yet are created private too
     monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(root))

@@ -7,13 +7,13 @@ import pytest
 from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 
-from cybmem import plots
-from cybmem import judgments as J
-from cybmem import tuning as T
-from cybmem.frames import issue_events_frame, issue_fold, records_frame
-from cybmem.snapshot import load_snapshot
-from cybmem.weights import Weights
-from cybmem.store import MemoryStore
+from cybmem.explore import plots
+from cybmem.retrieval import judgments as J
+from cybmem.retrieval import tuning as T
+from cybmem.explore.frames import issue_events_frame, issue_fold, records_frame
+from cybmem.store.snapshot import load_snapshot
+from cybmem.retrieval.weights import Weights
+from cybmem.store.memory_store import MemoryStore
 
 
 @pytest.fixture

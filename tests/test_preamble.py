@@ -4,7 +4,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cybmem.preamble import (
+from cybmem.dispatch.preamble import (
     FOOTER,
     HEADER,
     OpenIssue,

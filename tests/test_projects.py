@@ -3,7 +3,7 @@ import json
 import pytest
 
 from cybmem.errors import NotFoundError
-from cybmem.projects import hash6, list_projects, load_projects, peek_slug, resolve_slug, slug_base
+from cybmem.store.projects import hash6, list_projects, load_projects, peek_slug, resolve_slug, slug_base
 
 
 def test_slug_is_lowercased_basename():

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cybmem.outcome import issue_slug, parse_trailer, split_issue
-from cybmem.preamble import FOOTER, HEADER, OpenIssue, PreambleEntry, inject, neutralize, render_block, strip, strip_memory
-from cybmem.projects import slug_base, validate_slug
-from cybmem.schema import ISSUE_ID_RE, IssueEvent, MemoryRecord, validate_run_id
+from cybmem.store.outcome import issue_slug, parse_trailer, split_issue
+from cybmem.dispatch.preamble import FOOTER, HEADER, OpenIssue, PreambleEntry, inject, neutralize, render_block, strip, strip_memory
+from cybmem.store.projects import slug_base, validate_slug
+from cybmem.store.records import ISSUE_ID_RE, IssueEvent, MemoryRecord, validate_run_id
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -60,7 +60,7 @@ def test_strip_inverts_inject_for_any_clean_task_and_any_hostile_block(task, ent
 @SETTINGS
 @given(text=any_text)
 def test_neutralized_text_has_no_marker_lines(text):
-    from cybmem.preamble import _looks_like_marker
+    from cybmem.dispatch.preamble import _looks_like_marker
 
     out = neutralize(text)
     assert not any(_looks_like_marker(line) for line in out.split("\n"))
@@ -121,7 +121,7 @@ def test_slugging_always_yields_a_safe_name(parts):
 @SETTINGS
 @given(run_id=st.text(min_size=1, max_size=140))
 def test_an_accepted_run_id_always_names_a_file_inside_records(tmp_path, run_id):
-    from cybmem.store import MemoryStore
+    from cybmem.store.memory_store import MemoryStore
 
     store = MemoryStore(tmp_path, "web")
     try:
@@ -186,7 +186,7 @@ def test_extras_never_shadow_known_fields(d, extra):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(d=record_dict)
 def test_record_round_trips_through_the_store(tmp_path_factory, d):
-    from cybmem.store import MemoryStore
+    from cybmem.store.memory_store import MemoryStore
 
     d = {**d, "supersedes": None} if d.get("supersedes") == d["runId"] else d
     rec = MemoryRecord.from_dict(d)
@@ -205,7 +205,7 @@ events = st.lists(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(events, max_size=5))
 def test_the_ledger_never_opens_an_open_issue_twice(tmp_path_factory, batches):
-    from cybmem.store import MemoryStore
+    from cybmem.store.memory_store import MemoryStore
 
     store = MemoryStore(tmp_path_factory.mktemp("ledger"), "web")
     for batch in batches:

@@ -10,12 +10,12 @@ from typer.testing import CliRunner
 
 import prov.model as prov_model
 
-from cybmem.cli import app  # noqa: E402
+from cybmem.cli.app import app  # noqa: E402
 from cybmem.errors import CybmemError, NotFoundError  # noqa: E402
-from cybmem.export import all_stores  # noqa: E402
-from cybmem.prov import NAMESPACE, export_prov, prov_counts, provenance, provn_path  # noqa: E402
-from cybmem.schema import IssueEvent, Lineage, MemoryRecord, Outcome, Worker  # noqa: E402
-from cybmem.store import MemoryStore  # noqa: E402
+from cybmem.exchange.export import all_stores  # noqa: E402
+from cybmem.exchange.prov import NAMESPACE, export_prov, prov_counts, provenance, provn_path  # noqa: E402
+from cybmem.store.records import IssueEvent, Lineage, MemoryRecord, Outcome, Worker  # noqa: E402
+from cybmem.store.memory_store import MemoryStore  # noqa: E402
 
 from conftest import MIN, T0  # noqa: E402
 

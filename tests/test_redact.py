@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cybmem.redact import Finding, redact, scan
+from cybmem.store.secrets import Finding, redact, scan
 
 CORPUS_PATH = Path(__file__).resolve().parent.parent / "data-fixtures" / "redaction-corpus.jsonl"
 CORPUS = [json.loads(line) for line in CORPUS_PATH.read_text(encoding="utf-8").splitlines()]
@@ -238,7 +238,7 @@ def test_bare_aws_secret_needs_evidence_nearby():
     near = f"aws deploy user, secret {BARE_AWS_SECRET}"
     assert redact(near) == ("aws deploy user, secret [REDACTED:aws_secret_access_key]", ["aws_secret_access_key"])
     # Far from AWS evidence it is not called an AWS key; it is still a random 40-character
-    # string, which the high-entropy rule (cybmem.shapes) takes.
+    # string, which the high-entropy rule (cybmem.store.secret_shapes) takes.
     far = "aws deploy user" + " filler" * 60 + f" secret {BARE_AWS_SECRET}"
     assert redact(far) == (far.replace(BARE_AWS_SECRET, "[REDACTED:high_entropy_string]"), ["high_entropy_string"])
     assert redact(f"secret {BARE_AWS_SECRET}") == ("secret [REDACTED:high_entropy_string]", ["high_entropy_string"])

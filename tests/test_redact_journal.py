@@ -3,7 +3,7 @@ and at random moments, it is finished by the next `redact` or by `doctor --repai
 file of the store, and no export it knows of, holds what was removed.
 
 Each redaction that is killed is a real `cybmem` subprocess. CYBMEM_TEST_KILL_REDACT=<step> makes
-it SIGKILL itself right after that step (cybmem.scrub._STEPS, plus "journal": after the plan is
+it SIGKILL itself right after that step (cybmem.operations.redaction._STEPS, plus "journal": after the plan is
 written, "record": after the first record, "end": after the journal is removed). What follows
 a kill (doctor, the next redaction, the checks) runs in-process, which is faster.
 """
@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from cybmem.cli import app
+from cybmem.cli.app import app
 
 from conftest import MIN, T0, make_run
 
@@ -63,7 +63,7 @@ def _build(base: Path, *, runs: int = 4, phrases: tuple[str, ...] = (PHRASE,)) -
     """A store with the secrets everywhere cybmem copies them: records (task, summary, issue lists),
     ledger titles and issue ids, archive-summary.md (an index cap of 2), vectors, index.json, the
     cache; and exported to a Parquet dataset, a SQLite database and a CSV file."""
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
     from cybmem.settings import Settings
 
     root = base / "memory"
@@ -229,11 +229,11 @@ def test_doctor_leaves_a_redaction_at_work_alone(built, tmp_path):
 
 
 _DIE_IN = """import os, signal, sys
-import cybmem.scrub, cybmem.store
+import cybmem.operations.redaction, cybmem.store.memory_store
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 {patch} = die
-from cybmem.cli import main
+from cybmem.cli.app import main
 sys.argv = ["cybmem"] + sys.argv[1:]
 main()
 """
@@ -252,7 +252,7 @@ def test_the_reported_case_a_killed_redact_everywhere_is_finished_by_its_rerun(b
     base = tmp_path / "b"
     root = _copy(built, base)
     web = root / "web"
-    killed = _killed_in(root, "cybmem.scrub._rewrite_lines", "redact", "--everywhere", "--secrets-from", "-",
+    killed = _killed_in(root, "cybmem.operations.redaction._rewrite_lines", "redact", "--everywhere", "--secrets-from", "-",
                         "--cwd", CWD, input=PHRASE + "\n")
     assert killed.returncode == -signal.SIGKILL
     rerun = _cli_in(root, "redact", "--everywhere", "--secrets-from", "-", "--cwd", CWD, input=PHRASE + "\n")
@@ -268,7 +268,7 @@ def test_the_reported_case_a_killed_redact_run_is_finished_by_its_rerun(built, t
     root = _copy(built, base)
     web = root / "web"
     assert _cli_in(root, "rebuild", "--full", "--cwd", CWD).exit_code == 0  # every run an entry of index.json
-    killed = _killed_in(root, "cybmem.store.MemoryStore.rebuild_index", "redact", "r-000", "--cwd", CWD)
+    killed = _killed_in(root, "cybmem.store.memory_store.MemoryStore.rebuild_index", "redact", "r-000", "--cwd", CWD)
     assert killed.returncode == -signal.SIGKILL
     assert TOKEN not in (web / "records" / "r-000.json").read_text()
     rerun = _cli_in(root, "redact", "r-000", "--cwd", CWD)
@@ -279,8 +279,8 @@ def test_the_reported_case_a_killed_redact_run_is_finished_by_its_rerun(built, t
     assert entry and "Rotate the vault phrase" in entry[0]["task"] and TOKEN not in json.dumps(entry), entry
     line = next(x for x in (web / "archive-summary.md").read_text().splitlines() if "  r-000  " in x)
     assert "Rotate the vault phrase" in line and TOKEN not in line, line
-    from cybmem.snapshot import load_snapshot
-    from cybmem.store import MemoryStore
+    from cybmem.store.snapshot import load_snapshot
+    from cybmem.store.memory_store import MemoryStore
 
     cached = load_snapshot(MemoryStore(root, "web")).records.to_pylist()
     assert TOKEN not in json.dumps([r for r in cached if r["runId"] == "r-000"], default=str)

@@ -79,7 +79,7 @@ def _run_obj(rid: str, n: int, cwd: str, rng: random.Random) -> dict:
 
 def _lib_writer(root: str, wid: int, deadline: float, out: str, written) -> None:
     os.environ["CYBERINE_MEMORY_DIR"] = root
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
     from cybmem.settings import Settings
 
     settings = Settings.from_env()
@@ -104,12 +104,12 @@ def _lib_writer(root: str, wid: int, deadline: float, out: str, written) -> None
 
 def _reader(root: str, deadline: float, out: str, written) -> None:
     os.environ["CYBERINE_MEMORY_DIR"] = root
-    from cybmem.preamble import inject, strip
-    from cybmem.projects import resolve_slug
-    from cybmem.dispatch import memory_block
-    from cybmem.retrieval import search
+    from cybmem.dispatch.preamble import inject, strip
+    from cybmem.store.projects import resolve_slug
+    from cybmem.dispatch.inject import memory_block
+    from cybmem.retrieval.search import search
     from cybmem.settings import Settings
-    from cybmem.store import MemoryStore
+    from cybmem.store.memory_store import MemoryStore
 
     settings = Settings.from_env()
     stats = {"searches": 0, "blocks": 0, "nonEmptyBlocks": 0, "indexReads": 0, "errors": []}
@@ -164,7 +164,7 @@ def _ledger_ok(store, *, torn_ok: bool = False) -> list[dict]:
 
     ``torn_ok``: lines cut short by a SIGKILL (not JSON) are allowed and skipped, as readers do.
     """
-    from cybmem.schema import IssueEvent
+    from cybmem.store.records import IssueEvent
 
     raw = store.issues_path.read_bytes() if store.issues_path.exists() else b""
     assert torn_ok or not raw or raw.endswith(b"\n"), f"{store.issues_path}: torn last line"
@@ -205,7 +205,7 @@ def _index_ok(store, run_ids: set[str]) -> None:
 
 
 def _cache_ok(store, run_ids: set[str], n_events: int, *, torn_ok: bool = False) -> None:
-    from cybmem.snapshot import load_snapshot
+    from cybmem.store.snapshot import load_snapshot
 
     snap = load_snapshot(store)
     assert set(snap.records.column("runId").to_pylist()) == run_ids
@@ -232,8 +232,8 @@ def _modes_ok(root: Path) -> int:
 
 
 def test_many_writers_and_a_reader_lose_nothing(tmp_path, capsys):
-    from cybmem.projects import hash6, load_projects
-    from cybmem.store import MemoryStore
+    from cybmem.store.projects import hash6, load_projects
+    from cybmem.store.memory_store import MemoryStore
 
     root = tmp_path / "memory"
     outs = tmp_path / "out"
@@ -321,10 +321,10 @@ def test_many_writers_and_a_reader_lose_nothing(tmp_path, capsys):
 
 _KILL_WRITERS = r"""
 import os, random, signal, sys
-from cybmem.runs import write_run
+from cybmem.operations.write import write_run
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
-from cybmem.schema import IssueEvent
+from cybmem.store.memory_store import MemoryStore
+from cybmem.store.records import IssueEvent
 
 
 def writer(tag):
@@ -360,7 +360,7 @@ for line in sys.stdin:
 
 
 def test_sigkill_mid_write_leaves_nothing_doctor_cannot_clean(tmp_path, capsys):
-    from cybmem.store import MemoryStore
+    from cybmem.store.memory_store import MemoryStore
 
     root = tmp_path / "memory"
     env = _env(root)
@@ -459,7 +459,7 @@ def test_sigkill_mid_write_leaves_nothing_doctor_cannot_clean(tmp_path, capsys):
     assert not list(root.rglob(".tmp-*"))
 
     # Retrying the killed CLI writes links their records and opens nothing twice.
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
     from cybmem.settings import Settings
 
     retried = 0
@@ -488,14 +488,14 @@ def test_sigkill_mid_write_leaves_nothing_doctor_cannot_clean(tmp_path, capsys):
 
 
 def _small_rec(run_id: str, ended: int):
-    from cybmem.schema import MemoryRecord
+    from cybmem.store.records import MemoryRecord
 
     return MemoryRecord.from_dict({"runId": run_id, "cwd": MAIN_CWD, "workflowName": "w", "task": f"task {run_id}",
                                    "state": "done", "startedAt": ended - 1000, "endedAt": ended, "lineage": {}, "outcome": {}})
 
 
 def test_the_next_write_merges_records_a_killed_writer_left_out_of_the_index(memory_root):
-    from cybmem.store import MemoryStore
+    from cybmem.store.memory_store import MemoryStore
 
     store = MemoryStore(memory_root, "web")
     store.write_record(_small_rec("r1", T0))
@@ -510,8 +510,8 @@ def test_the_next_write_merges_records_a_killed_writer_left_out_of_the_index(mem
 
 
 def test_a_retried_write_after_a_kill_between_events_and_record_appends_nothing_twice(memory_root):
-    from cybmem.schema import IssueEvent
-    from cybmem.store import MemoryStore
+    from cybmem.store.records import IssueEvent
+    from cybmem.store.memory_store import MemoryStore
 
     store = MemoryStore(memory_root, "web")
     ev = IssueEvent(issueId="flaky", at=T0, event="opened", byRunId="r1", title="Flaky")
@@ -523,8 +523,8 @@ def test_a_retried_write_after_a_kill_between_events_and_record_appends_nothing_
 
 
 def test_a_ledger_replaced_behind_a_readers_back_is_read_again(memory_root):
-    from cybmem.schema import IssueEvent
-    from cybmem.store import MemoryStore
+    from cybmem.store.records import IssueEvent
+    from cybmem.store.memory_store import MemoryStore
 
     store = MemoryStore(memory_root, "web")
     store.append_issue_events([IssueEvent(issueId="a", at=T0, event="opened", title="A")])
@@ -537,8 +537,8 @@ def test_a_ledger_replaced_behind_a_readers_back_is_read_again(memory_root):
 
 
 def test_threads_reading_the_ledger_at_once_see_each_event_once(memory_root):
-    from cybmem.schema import IssueEvent
-    from cybmem.store import MemoryStore
+    from cybmem.store.records import IssueEvent
+    from cybmem.store.memory_store import MemoryStore
 
     store = MemoryStore(memory_root, "web")
     store.append_issue_events([IssueEvent(issueId=f"i{n}", at=T0 + n, event="opened") for n in range(2000)])
@@ -547,7 +547,7 @@ def test_threads_reading_the_ledger_at_once_see_each_event_once(memory_root):
     def read() -> None:
         seen.append(len(MemoryStore(memory_root, "web").issue_events()))
 
-    from cybmem import store as store_module
+    from cybmem.store import memory_store as store_module
 
     store_module._LEDGERS.clear()
     threads = [threading.Thread(target=read) for _ in range(8)]

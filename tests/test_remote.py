@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from cybmem.errors import CybmemError, ValidationError
-from cybmem.remote import (
+from cybmem.clients.model_servers import (
     DistillConfig,
     EmbedConfig,
     Embedder,
@@ -191,7 +191,7 @@ def test_redaction_can_be_turned_off_with_the_store_setting():
 
 
 def test_importing_remote_stays_cheap():
-    code = "import sys, cybmem.remote; print(sorted(m for m in ('pandas', 'torch', 'pyarrow', 'matplotlib') if m in sys.modules))"
+    code = "import sys, cybmem.clients.model_servers; print(sorted(m for m in ('pandas', 'torch', 'pyarrow', 'matplotlib') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -679,7 +679,7 @@ def test_a_huge_embeddings_reply_is_cut_off_at_its_cap(embed_server, declared):
 
 
 def test_the_reply_cap_grows_with_the_batch():
-    from cybmem.remote import embed_reply_limit
+    from cybmem.clients.model_servers import embed_reply_limit
 
     assert embed_reply_limit(1) == 64 * 1024 + 256 * 1024
     assert embed_reply_limit(32) == 64 * 1024 + 32 * 256 * 1024

@@ -13,10 +13,10 @@ import nbformat
 import pytest
 
 from cybmem.errors import CybmemError, NotFoundError
-from cybmem.report import (FIXTURES, NOTEBOOKS, PROJECT_ENV, build_report, inject_parameters, notebook_parameters,
+from cybmem.operations.report import (FIXTURES, NOTEBOOKS, PROJECT_ENV, build_report, inject_parameters, notebook_parameters,
                            notebooks_dir, open_notebook_fleet, open_notebook_store, parse_parameters)
-from cybmem.schema import IssueEvent
-from cybmem.store import MemoryStore
+from cybmem.store.records import IssueEvent
+from cybmem.store.memory_store import MemoryStore
 
 IMG = re.compile(r'<img[^>]+src="data:image/png;base64,[A-Za-z0-9+/=]{200,}')
 
@@ -96,7 +96,7 @@ def test_a_failing_notebook_is_named(fixture_copy, tmp_path):
 
 def test_cybmem_report_cli_writes_every_page(fixture_copy, tmp_path):
     exe = shutil.which("cybmem")
-    cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli import main; main()"]
+    cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli.app import main; main()"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     out = tmp_path / "site"
     shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "qrels.jsonl")
@@ -175,7 +175,7 @@ def test_report_passes_parameters_and_says_how_long_each_page_took(fixture_copy,
 def test_report_cli_refuses_unknown_parameters(fixture_copy, tmp_path):
     from typer.testing import CliRunner
 
-    from cybmem.cli import app
+    from cybmem.cli.app import app
 
     res = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "r"), "--memory-dir", str(fixture_copy), "-p", "web",
                                    "-P", "colour=red"])
@@ -270,7 +270,7 @@ def test_every_notebook_says_first_which_store_it_reads(tmp_path):
 
 
 def test_the_fleet_notebook_builds_its_dataset_from_the_store_the_variables_name(fixture_copy):
-    from cybmem.export import default_machine
+    from cybmem.exchange.export import default_machine
 
     src = open_notebook_fleet(env={"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "api"})
     try:
@@ -289,7 +289,7 @@ def test_the_fleet_notebook_builds_its_dataset_from_the_store_the_variables_name
 
 
 def test_the_report_runs_the_fleet_page_on_a_dataset(fixture_copy, tmp_path):
-    from cybmem.export import export_parquet
+    from cybmem.exchange.export import export_parquet
 
     dataset = tmp_path / "fleet"
     export_parquet(MemoryStore(fixture_copy, "api"), dataset, machine="ci-1")
@@ -302,8 +302,8 @@ def test_the_report_runs_the_fleet_page_on_a_dataset(fixture_copy, tmp_path):
 
 def test_store_judgments_prefer_the_stores_qrels(fixture_copy):
     """What the tuning page and the widget use without JUDGMENTS (the CLI report test checks the page)."""
-    from cybmem.judgments import store_judgments
-    from cybmem.snapshot import load_snapshot
+    from cybmem.retrieval.judgments import store_judgments
+    from cybmem.store.snapshot import load_snapshot
 
     js, source = store_judgments(load_snapshot(MemoryStore(fixture_copy, "api")))
     assert source.startswith("derived from project api (") and js

@@ -6,15 +6,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cybmem.preamble import FOOTER, HEADER, estimate_tokens, inject, strip
-from cybmem.runs import write_run
-from cybmem.weights import Weights
-from cybmem.dispatch import inject_task, memory_block
-from cybmem.schema import parse_time
-from cybmem.retrieval import search
-from cybmem.weights import weights_for
+from cybmem.dispatch.preamble import FOOTER, HEADER, estimate_tokens, inject, strip
+from cybmem.operations.write import write_run
+from cybmem.retrieval.weights import Weights
+from cybmem.dispatch.inject import inject_task, memory_block
+from cybmem.store.records import parse_time
+from cybmem.retrieval.search import search
+from cybmem.retrieval.weights import weights_for
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import FIXTURES, MIN, T0, make_run
 
@@ -189,10 +189,10 @@ def test_strip_inverts_inject_on_every_fixture_task(fixture_copy):
 
 @pytest.mark.parametrize("weights", [Weights(), KW, REC, LIN, Weights(w_kw=0.3, w_rec=0, w_lin=0.7), Weights(w_kw=0.1, w_rec=0.8, w_lin=0.1, half_life_days=2)])
 def test_pool_ranking_equals_scoring_every_record(fixture_copy, weights):
-    from cybmem.snapshot import load_snapshot
-    from cybmem.scoring import lineage_affinity, rank, score
-    from cybmem.text import tokenize
-    from cybmem.retrieval import dispatch_context, rank_query
+    from cybmem.store.snapshot import load_snapshot
+    from cybmem.retrieval.scoring import lineage_affinity, rank, score
+    from cybmem.store.tokens import tokenize
+    from cybmem.retrieval.search import dispatch_context, rank_query
 
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     r = snap.records
@@ -237,7 +237,7 @@ def test_open_issues_are_ranked_by_relevance_to_the_task(settings):
     assert "- run " in block  # the run that raised it now relates to the task
     assert "quantum-entanglement-routing-drops-packets (open)" in block
     # An issue another tool opened (no run carries it): listed on its own text, under the one line.
-    from cybmem.schema import IssueEvent
+    from cybmem.store.records import IssueEvent
 
     MemoryStore(settings.memory_dir, "web").append_issue_events(
         [IssueEvent("lidar-calibration-drift", T0 + 10 * DAY, "opened", "tracker", "Lidar calibration drift")])
@@ -257,7 +257,7 @@ def test_issue_section_is_capped_deduplicated_and_says_how_many_more(settings):
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight"]
     titles = [f"Problem number {w}" for w in words]
     write_run(make_run("a", "Big audit", start=T0, output=out.format(items="\n".join(f"- {t}" for t in titles))), settings)
-    from cybmem.schema import IssueEvent
+    from cybmem.store.records import IssueEvent
 
     # One title under two ids (another tool opened it again under its own id): shown once.
     store.append_issue_events([IssueEvent("other-id", T0 + 1, "opened", "a", "Problem number eight")])
@@ -287,9 +287,9 @@ def _synthetic_snapshot(n=3000, seed=7):
 
     import pyarrow as pa
 
-    from cybmem.snapshot import Snapshot
-    from cybmem.bm25 import KeywordIndex
-    from cybmem.text import tokenize
+    from cybmem.store.snapshot import Snapshot
+    from cybmem.store.keyword_index import KeywordIndex
+    from cybmem.store.tokens import tokenize
 
     rng = random.Random(seed)
     words = "cart drawer test flaky login checkout fix add page api search fixture order teardown".split()
@@ -310,9 +310,9 @@ def _synthetic_snapshot(n=3000, seed=7):
 
 @pytest.mark.parametrize("weights", [Weights(), Weights(w_kw=0.9, w_rec=0.1, w_lin=0.0), Weights(w_kw=0.3, w_rec=0.3, w_lin=0.4, half_life_days=3)])
 def test_pool_ranks_exactly_with_many_matches_and_big_lineage_groups(weights):
-    from cybmem.scoring import lineage_affinity, rank, score
-    from cybmem.text import tokenize
-    from cybmem.retrieval import dispatch_context, rank_query
+    from cybmem.retrieval.scoring import lineage_affinity, rank, score
+    from cybmem.store.tokens import tokenize
+    from cybmem.retrieval.search import dispatch_context, rank_query
 
     snap = _synthetic_snapshot()
     r = snap.records
@@ -352,10 +352,10 @@ class _Recorded:
 def test_pool_ranks_exactly_with_a_vector_axis(weights, method, candidates):
     import numpy as np
 
-    from cybmem.scoring import lineage_affinity, rank, score
-    from cybmem.retrieval import dispatch_context, rank_query
-    from cybmem.text import tokenize
-    from cybmem.vectors import VectorIndex, VectorQuery
+    from cybmem.retrieval.scoring import lineage_affinity, rank, score
+    from cybmem.retrieval.search import dispatch_context, rank_query
+    from cybmem.store.tokens import tokenize
+    from cybmem.retrieval.vectors import VectorIndex, VectorQuery
 
     snap = _synthetic_snapshot()
     r = snap.records
@@ -399,10 +399,10 @@ def test_the_pinned_parent_comes_first_with_the_scores_it_would_have(method):
     paths alike), its per-axis scores those of scoring every record, then the top k - 1 others."""
     import numpy as np
 
-    from cybmem.retrieval import dispatch_context, rank_query
-    from cybmem.scoring import lineage_affinity, score
-    from cybmem.text import tokenize
-    from cybmem.vectors import VectorIndex, VectorQuery
+    from cybmem.retrieval.search import dispatch_context, rank_query
+    from cybmem.retrieval.scoring import lineage_affinity, score
+    from cybmem.store.tokens import tokenize
+    from cybmem.retrieval.vectors import VectorIndex, VectorQuery
 
     snap = _synthetic_snapshot()
     r = snap.records
@@ -458,9 +458,9 @@ def test_a_corrected_parent_is_shown_by_its_correction(settings):
 def _tiny_snapshot(texts: list[str]):
     import pyarrow as pa
 
-    from cybmem.bm25 import KeywordIndex
-    from cybmem.snapshot import Snapshot
-    from cybmem.text import tokenize
+    from cybmem.store.keyword_index import KeywordIndex
+    from cybmem.store.snapshot import Snapshot
+    from cybmem.store.tokens import tokenize
 
     n = len(texts)
     ids = [f"r{i}" for i in range(n)]
@@ -476,8 +476,8 @@ def _tiny_snapshot(texts: list[str]):
 def test_keyword_match_is_bm25_over_the_square_root_of_idf_mass_times_the_largest_idf():
     import math
 
-    from cybmem.retrieval import keyword_match
-    from cybmem.text import tokenize
+    from cybmem.retrieval.search import keyword_match
+    from cybmem.store.tokens import tokenize
 
     texts = ["cart drawer flaky", "login form", "search box", "cart total"] * 25
     snap = _tiny_snapshot(texts)
@@ -496,10 +496,10 @@ def test_a_small_store_is_matched_as_if_it_held_floor_min_runs():
     BM25 and idf as if there were FLOOR_MIN_RUNS runs, the others holding none of the words."""
     import math
 
-    from cybmem.bm25 import KeywordIndex
-    from cybmem.retrieval import keyword_match
-    from cybmem.text import tokenize
-    from cybmem.weights import FLOOR_MIN_RUNS, Weights
+    from cybmem.store.keyword_index import KeywordIndex
+    from cybmem.retrieval.search import keyword_match
+    from cybmem.store.tokens import tokenize
+    from cybmem.retrieval.weights import FLOOR_MIN_RUNS, Weights
 
     texts = ["cart drawer flaky", "login form", "search box", "cart total"]
     snap = _tiny_snapshot(texts)
@@ -521,7 +521,7 @@ def test_a_small_store_is_matched_as_if_it_held_floor_min_runs():
 
 
 def test_the_floor_keeps_out_runs_without_evidence_and_lets_the_parent_and_close_vectors_in():
-    from cybmem.retrieval import rank_query
+    from cybmem.retrieval.search import rank_query
 
     texts = ["rework the tokenizer for unicode identifiers", "tokenizer splits unicode identifiers wrongly",
              "bump the ci image", "release notes for 2.1", "bump the ci image again", "update the changelog"]

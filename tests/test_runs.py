@@ -6,10 +6,10 @@ import os
 import pytest
 
 from cybmem.errors import ConflictError, ValidationError
-from cybmem.preamble import FOOTER, HEADER
-from cybmem.runs import load_run_payload, parse_run, write_run
+from cybmem.dispatch.preamble import FOOTER, HEADER
+from cybmem.operations.write import load_run_payload, parse_run, write_run
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import MIN, T0, make_run
 

@@ -1,7 +1,7 @@
 import pytest
 
 from cybmem.errors import ValidationError
-from cybmem.schema import IssueEvent, MemoryRecord, validate_run_id
+from cybmem.store.records import IssueEvent, MemoryRecord, validate_run_id
 
 
 def base_record(**over):

@@ -1,4 +1,4 @@
-"""Tests for cybmem.scoring: kernels on hand-made three-record data, the index, weights."""
+"""Tests for cybmem.retrieval.scoring: kernels on hand-made three-record data, the index, weights."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cybmem import scoring as S
-from cybmem.bm25 import KeywordIndex, RunLookup
-from cybmem.scoring import (
+from cybmem.retrieval import scoring as S
+from cybmem.store.keyword_index import KeywordIndex, RunLookup
+from cybmem.retrieval.scoring import (
     LineageContext,
     cosine,
     explain,
@@ -22,8 +22,8 @@ from cybmem.scoring import (
     score,
     top_k,
 )
-from cybmem.text import tokenize, tokenize_many
-from cybmem.weights import Weights
+from cybmem.store.tokens import tokenize, tokenize_many
+from cybmem.retrieval.weights import Weights
 
 DAY = 86_400_000
 
@@ -97,7 +97,7 @@ def test_recency_and_the_ranking_order_are_written_once():
     import cybmem
 
     pkg = Path(cybmem.__file__).parent
-    for name in ("dispatch.py", "tuning.py", "retrieval.py"):
+    for name in ("dispatch/inject.py", "retrieval/tuning.py", "retrieval/search.py"):
         tree = ast.parse((pkg / name).read_text())
         calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
         assert not calls & {"exp", "lexsort"}, f"{name} computes recency or the ranking order itself"

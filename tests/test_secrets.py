@@ -19,8 +19,8 @@ import uuid
 
 import pytest
 
-from cybmem import shapes
-from cybmem.redact import redact, scan
+from cybmem.store import secret_shapes as shapes
+from cybmem.store.secrets import redact, scan
 
 from conftest import REPO, T0, make_run
 from servers import chat_server  # noqa: F401
@@ -213,7 +213,7 @@ def test_a_bare_random_token_is_taken():
 # -- slugs, the distillation prompt, doctor: one pass ------------------------------------------------
 
 def test_a_secret_in_an_issue_title_never_becomes_an_issue_id(settings):
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
 
     output = (f"Done.\n\nISSUES:\n- Docker token dckr_pat_{R[:27]} leaked: rotate it\n"
               f"- GOCSPX-{R[:28]} in the logs: scrub them\nNEXT:\n- none\n")
@@ -225,7 +225,7 @@ def test_a_secret_in_an_issue_title_never_becomes_an_issue_id(settings):
 
 
 def test_the_distillation_prompt_never_holds_a_secret(settings, chat_server):  # noqa: F811
-    from cybmem.runs import write_run
+    from cybmem.operations.write import write_run
     from cybmem.settings import Settings
 
     # The prompt keeps the first 3,200 and the last 4,800 characters of a long answer: a clip
@@ -250,8 +250,8 @@ def test_the_distillation_prompt_never_holds_a_secret(settings, chat_server):  #
 def test_doctor_secrets_finds_what_the_pass_finds(memory_root, monkeypatch):
     from typer.testing import CliRunner
 
-    from cybmem.cli import app
-    from cybmem.runs import write_run
+    from cybmem.cli.app import app
+    from cybmem.operations.write import write_run
     from cybmem.settings import Settings
 
     texts = [t for t, _ in UNSEEN[::4]]

@@ -1,4 +1,4 @@
-"""The console script's start-up tricks (cybmem/_startup.py): each one in a real subprocess, each
+"""The console script's start-up tricks (cybmem/cli/_startup.py): each one in a real subprocess, each
 one only for the commands that opt in, and none of them reaching into another library's private names."""
 
 import ast
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cybmem import _startup, cli
+from cybmem.cli import _startup, app as cli
 from cybmem.settings import Settings
 
 from conftest import T0, make_run, write_json
@@ -23,15 +23,15 @@ PACKAGE = Path(cli.__file__).resolve().parent
 QUICK = {"list", "show", "issues", "chain", "projects", "rebuild", "write", "supersede", "mark", "search", "inject",
          "strip", "embed", "tune", "eval"}
 
-#: One command in a fresh interpreter through cybmem.cli.main (as the console script runs it), then
+#: One command in a fresh interpreter through cybmem.cli.app.main (as the console script runs it), then
 #: what the process imported; `console` instead ends as the console script does.
-MAIN = ("import sys\nfrom cybmem.cli import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
+MAIN = ("import sys\nfrom cybmem.cli.app import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
         "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, file=sys.stderr)\n"
         "import pyarrow.compute as pc\n"
         "print('MODULES', 'pydantic' in sys.modules, 'pandas' in sys.modules,"
         " 'value_set' in (pc.is_in.__doc__ or ''), file=sys.stderr)\n")
 CONSOLE = ("import atexit, sys\natexit.register(lambda: print('TEARDOWN', file=sys.stderr, flush=True))\n"
-           "from cybmem.cli import console\nsys.argv = ['cybmem'] + sys.argv[1:]\nconsole()\n")
+           "from cybmem.cli.app import console\nsys.argv = ['cybmem'] + sys.argv[1:]\nconsole()\n")
 
 
 def _py(code: str, *args, stdin: str = "") -> subprocess.CompletedProcess:
@@ -87,7 +87,7 @@ def test_quick_commands_refuse_pandas_and_parse_no_compute_docstrings(store):
     p = _py(MAIN, "search", "login", "--cwd", "/home/dev/web", "--json")
     assert len(json.loads(p.stdout)["hits"]) == 2, p.stderr
     assert _modules(p) == {"pydantic": False, "pandas": False, "compute_docs": False}
-    in_process = ("import sys\nfrom typer.testing import CliRunner\nfrom cybmem.cli import app\n"
+    in_process = ("import sys\nfrom typer.testing import CliRunner\nfrom cybmem.cli.app import app\n"
                   "res = CliRunner().invoke(app, ['search', 'login', '--cwd', '/home/dev/web'])\n"
                   "import pandas, pyarrow.compute as pc\nassert res.exit_code == 0, res.output\n"
                   "print('DOCS', 'value_set' in pc.is_in.__doc__)\n")
@@ -119,7 +119,7 @@ def test_only_the_named_quick_command_is_built_and_reads_the_same():
     assert [c.name for c in _startup.named_only(cli.app, ["inject", "x"]).registered_commands] == ["inject"]
     for args in (["doctor"], ["--help"], [], ["nosuch"]):
         assert _startup.named_only(cli.app, args) is cli.app
-    whole = _py("import sys, typer\nfrom cybmem.cli import app\n"
+    whole = _py("import sys, typer\nfrom cybmem.cli.app import app\n"
                 "typer.main.get_command(app).main(sys.argv[1:], prog_name='cybmem')\n", "inject", "--help")
     p = _py(CONSOLE, "inject", "--help")
     assert p.returncode == 0 and p.stdout == whole.stdout and "Example: cybmem inject" in p.stdout

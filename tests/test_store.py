@@ -5,10 +5,10 @@ import stat
 import pytest
 
 from cybmem.errors import AmbiguousError, ConflictError, NotFoundError, ValidationError
-from cybmem.lineage import chain
-from cybmem.schema import IssueEvent, Lineage, MemoryRecord, Outcome
-from cybmem.issues import fold as fold_issues
-from cybmem.store import MemoryStore
+from cybmem.explore.lineage import chain
+from cybmem.store.records import IssueEvent, Lineage, MemoryRecord, Outcome
+from cybmem.store.ledger import fold as fold_issues
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import T0
 
@@ -149,7 +149,7 @@ def test_chain_walks_the_cached_columns_and_follows_a_link_edited_in_place(store
     after it was cached (same inode: a hand edit) is read again, and the walk follows its new link."""
     import time as _time
 
-    from cybmem.snapshot import load_snapshot
+    from cybmem.store.snapshot import load_snapshot
 
     for i, rid in enumerate("abcd"):
         store.write_record(rec(rid, T0 + i * 1000, previous="abcd"[i - 1] if i else None))
@@ -198,7 +198,7 @@ def test_no_module_reaches_into_a_snapshots_state():
     from pathlib import Path
 
     import cybmem
-    from cybmem.snapshot import Snapshot
+    from cybmem.store.snapshot import Snapshot
 
     private = {n for n in vars(Snapshot) if n.startswith("_") and not n.startswith("__")}
     private |= {f.name for f in dataclasses.fields(Snapshot) if f.name.startswith("_")} | {"_cache"}

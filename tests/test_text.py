@@ -1,4 +1,4 @@
-"""Tests for cybmem.text: the tokenizer."""
+"""Tests for cybmem.store.tokens: the tokenizer."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cybmem import text as T
-from cybmem.text import tokenize, tokenize_many
+from cybmem.store import tokens as T
+from cybmem.store.tokens import tokenize, tokenize_many
 
 
 @pytest.mark.parametrize(

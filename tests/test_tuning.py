@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cybmem import judgments as J
-from cybmem import tuning as T
-from cybmem.cli import app
+from cybmem.retrieval import judgments as J
+from cybmem.retrieval import tuning as T
+from cybmem.cli.app import app
 from cybmem.errors import ValidationError
-from cybmem.frames import records_frame
-from cybmem.snapshot import load_snapshot
-from cybmem.runs import write_run
-from cybmem.weights import Weights
-from cybmem.retrieval import search
-from cybmem.weights import weights_for
+from cybmem.explore.frames import records_frame
+from cybmem.store.snapshot import load_snapshot
+from cybmem.operations.write import write_run
+from cybmem.retrieval.weights import Weights
+from cybmem.retrieval.search import search
+from cybmem.retrieval.weights import weights_for
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
+from cybmem.store.memory_store import MemoryStore
 
 from conftest import T0, make_run
 
@@ -125,7 +125,7 @@ def test_each_kind_of_issue_event_gives_its_judgment(settings):
     write_run(make_run("c", "Stream the export", start=T0 + 2 * DAY,
                        output=out.format(items="- none").replace("- a", "- resolved export-times-out")), settings)
     store = MemoryStore(settings.memory_dir, "web")
-    from cybmem.schema import IssueEvent
+    from cybmem.store.records import IssueEvent
 
     store.append_issue_events([IssueEvent("export-times-out", T0 + 3 * DAY + 20 * 60_000, "reopened", "d", "Export times out")])
     write_run(make_run("d", "Export fails again on the big store", start=T0 + 3 * DAY), settings)
@@ -320,7 +320,7 @@ def test_best_is_the_current_weights_when_nothing_beats_them(web):
 def test_vector_axis_from_embeddings(settings):
     """With embeddings.jsonl the cosine axis joins the search; the query vector is the embedding
     of the query text, as dispatch makes it."""
-    from cybmem.embeddings import embedding_text
+    from cybmem.store.embeddings import embedding_text
 
     for i, task in enumerate(["alpha work", "beta work", "gamma work", "delta query"]):
         write_run(make_run(f"v{i}", task, start=T0 + i * DAY), settings)
@@ -433,7 +433,7 @@ def test_cli_tune_json_and_save(fixture_copy, tmp_path):
 
 
 def test_lineage_judgments_alone_never_decide_the_keyword_weight(fixture_copy):
-    from cybmem.judgments import Judgment
+    from cybmem.retrieval.judgments import Judgment
 
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     parents = [j for j in J.judgments_from_store(snap) if j.kind == "parent"]
@@ -446,7 +446,7 @@ def test_lineage_judgments_alone_never_decide_the_keyword_weight(fixture_copy):
 
 
 def test_few_judgments_tune_w_lin_only_unless_asked(fixture_copy):
-    from cybmem.judgments import Judgment
+    from cybmem.retrieval.judgments import Judgment
 
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     issues = [j for j in J.judgments_from_store(snap) if j.kind == "resolved"][:6]
@@ -463,7 +463,7 @@ def test_few_judgments_tune_w_lin_only_unless_asked(fixture_copy):
 
 
 def test_kind_weights_balance_lineage_judgments_against_the_rest():
-    from cybmem.judgments import Judgment
+    from cybmem.retrieval.judgments import Judgment
 
     js = [Judgment("q", 1, ("a",), kind="parent")] * 6 + [Judgment("q", 1, ("a",), kind="resolved+parent")] * 2 \
         + [Judgment("q", 1, ("a",), kind="raised")] * 2
@@ -660,8 +660,8 @@ def test_a_store_re_tunes_itself_as_it_grows(tide, monkeypatch):
 
 def test_tuning_reads_the_vectors_search_reads_when_a_model_changed_dimension(web):
     """A model that changed its dimension under the same name: tuning takes its newest vectors (the
-    key search uses, cybmem.vectors.load_index), where it used to refuse the store as mixed."""
-    from cybmem.embeddings import embedding_text
+    key search uses, cybmem.retrieval.vector_cache.load_index), where it used to refuse the store as mixed."""
+    from cybmem.store.embeddings import embedding_text
 
     store, snap = web
     ids = snap.records.column("runId").to_pylist()

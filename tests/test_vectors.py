@@ -17,13 +17,15 @@ import orjson
 import pytest
 from hypothesis import given, settings as settings_, strategies as st
 
-from cybmem.runs import write_run
-from cybmem.retrieval import search
+from cybmem.operations.write import write_run
+from cybmem.retrieval.search import search
 from cybmem.settings import Settings
-from cybmem.snapshot import load_snapshot
-from cybmem.store import MemoryStore
-from cybmem.vectors import EXACT_MAX_FLOATS, VectorIndex, embed_missing, load_index, sign_codes
-from cybmem.weights import DEFAULT_W_VEC, Weights, weights_for
+from cybmem.store.snapshot import load_snapshot
+from cybmem.store.memory_store import MemoryStore
+from cybmem.retrieval.embed_backfill import embed_missing
+from cybmem.retrieval.vector_cache import load_index
+from cybmem.retrieval.vectors import EXACT_MAX_FLOATS, VectorIndex, sign_codes
+from cybmem.retrieval.weights import DEFAULT_W_VEC, Weights, weights_for
 
 from conftest import T0, make_run
 from servers import HASH_DIMS, MINILM_NAME, Drip, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
@@ -86,7 +88,7 @@ def test_the_best_rows_are_a_top_set_of_at_least_k_rows(values, repeats, k, extr
     """_best_rows (the rows the vector axis' bound starts from) is a top set: nothing left out
     beats anything taken, and at least k rows are taken (ties and masked rows included; up to
     8,400 rows, so the strided sample is taken too)."""
-    from cybmem.vectors import _best_rows
+    from cybmem.retrieval.vectors import _best_rows
 
     p = np.tile(np.array(values, dtype=np.float32), repeats)
     m = 4 * k + extra
@@ -154,7 +156,7 @@ def test_the_cache_refreshes_incrementally_and_equals_a_full_build(settings):
 
 
 def test_a_snapshot_keeps_its_vectors_and_lets_them_go_with_it(settings):
-    """vectors.py keeps the indexes it loaded for a snapshot itself (not in the snapshot's
+    """vector_cache.py keeps the indexes it loaded for a snapshot itself (not in the snapshot's
     state): loaded once per snapshot and model, another snapshot loads its own, and they are
     let go with their snapshot."""
     import gc
@@ -318,7 +320,7 @@ def test_search_over_a_large_index_ranks_as_the_mat_vec_does(memory_root, embed_
     """Above EXACT_MAX_FLOATS only the rows that can still reach the top k get their exact cosine;
     the hits, their scores and their vector values are the mat-vec's (the threshold is lowered
     here so that a small store takes that path)."""
-    import cybmem.vectors as vectors
+    import cybmem.retrieval.vectors as vectors
 
     settings = settings_with(memory_root, embed_env(embed_server))
     words = ["login", "cache", "fixture", "report", "parser", "docs", "release", "warning", "plugin", "marker"]
@@ -405,7 +407,7 @@ def test_a_model_that_changes_its_dimension_under_the_same_name_is_embedded_agai
     vector was skipped with a warning, `cybmem embed` kept adding lines that were skipped too, and
     doctor called it "to fix by hand"; now the new dimension is a new key that search uses at once,
     `cybmem embed` fills it in, and `doctor --repair` keeps one vector per run."""
-    from cybmem.checks import doctor
+    from cybmem.operations.doctor import doctor
 
     settings = settings_with(memory_root, embed_env(embed_server))
     for i in range(4):
@@ -502,7 +504,7 @@ def test_a_paraphrase_finds_its_run_only_with_embeddings(memory_root, minilm_ser
     store = MemoryStore(memory_root, "web")
     query = "the picture preview backend eats too much RAM"
     snap = load_snapshot(store)
-    from cybmem.text import tokenize
+    from cybmem.store.tokens import tokenize
 
     assert not snap.index.scores(tokenize(query)).any(), "the query shares no keyword with any run"
     now = T0 + 7 * DAY
@@ -537,9 +539,9 @@ def test_an_unreadable_embeddings_file_only_turns_the_axis_off(memory_root, embe
 def test_tune_embeds_the_query_texts_through_the_server(memory_root, embed_server):
     """`tune` on a store with vectors asks the embeddings server for each judgment's query text
     (never reuses the query run's stored vector) and searches w_vec."""
-    from cybmem import tuning as T
-    from cybmem.judgments import Judgment
-    from cybmem.weights import Weights
+    from cybmem.retrieval import tuning as T
+    from cybmem.retrieval.judgments import Judgment
+    from cybmem.retrieval.weights import Weights
 
     settings = settings_with(memory_root, embed_env(embed_server))
     for i, task in enumerate(["Fix the login form", "Speed up the CI cache", "Add dark mode", "Login form again"]):

@@ -1,4 +1,4 @@
-"""Tests for cybmem.weights: defaults, validation, sources and saving."""
+"""Tests for cybmem.retrieval.weights: defaults, validation, sources and saving."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cybmem.errors import StoreError, ValidationError
-from cybmem.weights import Weights, load_weights, save_weights
+from cybmem.retrieval.weights import ISSUE_REC_SHARE, Weights, load_weights, save_weights
 
 
 # ---------------------------------------------------------------------------------------
@@ -19,6 +19,19 @@ def test_weights_defaults_and_dict_round_trip():
                            "floor": 0.4, "floor_vec": 0.6}
     assert Weights.from_dict(w.to_dict()) == w
     assert Weights.from_dict({"w_vec": 0.2}).w_vec == 0.2
+
+
+def test_issues_weigh_recency_at_its_share_and_keep_the_rest_in_the_runs_ratio():
+    w = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05, w_vec=0.3, half_life_days=12.0, floor=0.2)
+    i = w.for_issues()
+    assert i.w_rec == pytest.approx(ISSUE_REC_SHARE * 0.9)
+    assert i.w_kw == pytest.approx((1 - ISSUE_REC_SHARE) * 0.9 * 0.5 / 0.55)
+    assert i.w_lin == pytest.approx((1 - ISSUE_REC_SHARE) * 0.9 * 0.05 / 0.55)
+    # the rest is the runs' own: vector weight, half-life and floors
+    assert (i.w_vec, i.half_life_days, i.floor, i.floor_vec) == (0.3, 12.0, 0.2, w.floor_vec)
+    # weights that turn recency off, or leave issues nothing but recency, are used as they are
+    for same in (Weights(w_kw=1, w_rec=0, w_lin=0.2), Weights(w_kw=0, w_rec=1, w_lin=0, w_vec=1)):
+        assert same.for_issues() == same
 
 
 @pytest.mark.parametrize(
@@ -123,7 +136,7 @@ def test_an_all_zero_weights_file_is_refused_and_skipped_on_the_dispatch_path(tm
 
 
 def test_tuning_evidence_is_kept_and_named_as_the_source(tmp_path):
-    from cybmem.weights import tuned_note
+    from cybmem.retrieval.weights import tuned_note
 
     p = tmp_path / "weights.json"
     evidence = {"at": 1796083200000, "judgments": 412, "source": "derived", "kinds": {"raised": 380, "resolved": 32},

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from cybmem import tuning as T
-from cybmem.weights import Weights, save_weights
+from cybmem.retrieval import tuning as T
+from cybmem.retrieval.weights import Weights, save_weights
 from cybmem.settings import Settings
-from cybmem.store import MemoryStore
-from cybmem.widgets import TuningView, tuning_view
+from cybmem.store.memory_store import MemoryStore
+from cybmem.explore.widgets import TuningView, tuning_view
 
 NOW = 1_793_491_200_000  # 2026-11-01, after the fixture runs (2026-10-01 .. 2026-10-27)
 QUERY = "Fix the flaky cart drawer test"
@@ -93,7 +93,7 @@ def test_save_writes_the_file_that_cybmem_search_then_uses(view, fixture_copy):
     assert "Saved to" in view.status.value
 
     exe = shutil.which("cybmem")
-    cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli import main; main()"]
+    cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli.app import main; main()"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     p = subprocess.run(cmd + ["search", QUERY, "--json", "--explain", "-k", "5", "--as-of", str(NOW),
                               "--memory-dir", str(fixture_copy), "--project", "web"],

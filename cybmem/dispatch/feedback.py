@@ -1,0 +1,533 @@
+"""What memory showed a run, and what the run then used: two append-only logs per project.
+
+``<project>/shown.jsonl``: one line per answer memory gave (the block ``cybmem inject`` built,
+through :func:`cybmem.dispatch.inject.inject_task`; each MCP tool's answer, through
+:attr:`cybmem.mcp_server.Memory.observers`), naming the run it was for (``CYBERINE_RUN_ID``, else
+a hash of the task) and holding only ids and numbers, so nothing needs redacting.
+``<project>/used.jsonl``: one line per written run (:func:`cybmem.operations.write.write_run`) that was shown
+something, saying which shown runs and issues it used; :func:`used_judgments` turns these into the
+"used" judgments ``cybmem tune`` takes. The shown log is capped (``CYBERINE_MEMORY_SHOWN_CAP``);
+``CYBERINE_MEMORY_FEEDBACK=0`` turns both off. Neither log is on the failure path: keeping a line
+never changes what inject prints, a tool's answer or a write's outcome (a failure is one warning),
+and costs one locked append (benchmarks/bench_store.py). The rules in full: USAGE.md, "What memory
+showed, and what the runs used".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .. import _io
+from ..errors import StoreError
+from .preamble import strip
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .inject import Injection
+    from ..retrieval.judgments import Judgment
+    from ..settings import Settings
+    from ..store.snapshot import Snapshot
+    from ..store.memory_store import MemoryStore
+
+__all__ = ["SHOWN_FILE", "USED_FILE", "DEFAULT_SHOWN_CAP", "enabled", "shown_cap", "task_hash", "block_entry",
+           "mcp_entry", "keep_shown", "keep_block", "keep_used", "mcp_observer", "read_lines", "parse_lines",
+           "shown_for", "match_used", "note_used", "read_used", "used_judgments", "names_run", "rename_issues"]
+
+SHOWN_FILE = "shown.jsonl"
+USED_FILE = "used.jsonl"
+_LOCK = ".feedback.lock"
+#: Lines shown.jsonl keeps (CYBERINE_MEMORY_SHOWN_CAP).
+DEFAULT_SHOWN_CAP = 2000
+#: ``cybmem write`` cuts the shown log back to the cap once it holds this share more.
+_SLACK = 1.25
+#: An appender cuts the log back once it holds this many bytes a line of the cap (a log no write trims).
+_VALVE_BYTES = 4096
+_FALSE = {"0", "false", "no", "off"}
+#: The MCP answers worth keeping: the tools and resources that return runs or issues (writes are not fetches).
+_MCP_READS = ("search", "show", "chain", "issues", "memory_block", "open-issues", "run-record")
+
+
+def enabled(settings: "Settings") -> bool:
+    """Whether the logs are kept (``CYBERINE_MEMORY_FEEDBACK``, default on)."""
+    return settings.env.get("CYBERINE_MEMORY_FEEDBACK", "").strip().lower() not in _FALSE
+
+
+def shown_cap(settings: "Settings") -> tuple[int, str | None]:
+    """The cap of shown.jsonl in lines, and what is wrong with ``CYBERINE_MEMORY_SHOWN_CAP`` (None: nothing)."""
+    raw = settings.env.get("CYBERINE_MEMORY_SHOWN_CAP", "").strip()
+    if not raw:
+        return DEFAULT_SHOWN_CAP, None
+    if raw.isdigit() and int(raw) >= 1:
+        return int(raw), None
+    return DEFAULT_SHOWN_CAP, (f"CYBERINE_MEMORY_SHOWN_CAP={raw!r} is not a whole number of at least 1; set it to e.g. "
+                               f"{DEFAULT_SHOWN_CAP} or unset it (using {DEFAULT_SHOWN_CAP})")
+
+
+def task_hash(task: str | None) -> str | None:
+    """What names a run by its task when no run id does: ``sha256:`` and 16 hex digits of the task
+    as the record will hold it (MEMORY block and TASK: wrapper removed, whitespace collapsed);
+    None for an empty task. The same on both sides: inject hashes the task it is given, the write
+    path the run's task before anything is redacted."""
+    text = " ".join(strip(task or "").split())
+    if not text:
+        return None
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _who(settings: "Settings", task: str | None) -> dict[str, str | None]:
+    """The run a line is for: its id when named, else the task's hash (never both, never the task)."""
+    if settings.run_id:
+        return {"runId": settings.run_id, "taskHash": None}
+    return {"runId": None, "taskHash": task_hash(task)}
+
+
+def _weights_source(sources: Mapping[str, str], tuned: Mapping[str, Any] | None) -> str:
+    """Where the weights came from, as one word: env, argument, tuned, file or default (the most
+    specific source of any weight)."""
+    values = set(sources.values())
+    if any(v.startswith("CYBERINE_") for v in values):
+        return "env"
+    if "argument" in values:
+        return "argument"
+    if any(not v.startswith("default") for v in values):
+        return "tuned" if tuned else "file"
+    return "default"
+
+
+def _weights(weights: Mapping[str, float], sources: Mapping[str, str], tuned: Mapping[str, Any] | None) -> dict:
+    out: dict[str, Any] = {"source": _weights_source(sources, tuned)}
+    if tuned and isinstance(tuned.get("at"), int):
+        out["tunedAt"] = tuned["at"]
+    out.update({k: float(v) for k, v in weights.items()})
+    return out
+
+
+def _floor(floor: Mapping[str, Any] | None) -> dict | None:
+    if not floor:
+        return None
+    return {"passed": floor.get("qualifying", 0) > 0, "best": floor.get("best"), "floor": floor.get("floor"),
+            "qualifying": floor.get("qualifying"), "candidates": floor.get("candidates")}
+
+
+def _runs(hits: Iterable[Mapping[str, Any]]) -> list[dict]:
+    out = []
+    for i, h in enumerate(hits, 1):
+        row: dict[str, Any] = {"runId": h["runId"], "rank": h.get("rank", i)}
+        if h.get("score") is not None:
+            row["score"] = round(float(h["score"]), 6)
+        if h.get("pinned"):
+            row["pinned"] = True
+        out.append(row)
+    return out
+
+
+def _line(source: str, at: int, who: Mapping[str, str | None], runs: list[dict], issues: Iterable[str],
+          **extra: Any) -> dict:
+    out: dict[str, Any] = {"at": at, "source": source, "runId": who["runId"], "taskHash": who["taskHash"],
+                           "runs": runs, "issues": list(dict.fromkeys(issues))}
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out
+
+
+def block_entry(inj: "Injection", settings: "Settings", *, at: int | None = None, source: str = "inject") -> dict:
+    """The shown.jsonl line of a MEMORY block: the runs it shows (rank, score), the issue ids it
+    lists (its issues section, then the open issues on the shown runs' ``raised:`` lines), the
+    weights and their source, the floor, the moment."""
+    runs = _runs(h.to_dict() for h in inj.runs)
+    listed = [i for c in inj.issues if c.listed == "issues" for i in c.ids]
+    weights = None
+    if inj.weights is not None:
+        weights = _weights(inj.weights.weights.to_dict(), inj.weights.sources, inj.weights.tuned)
+    floor = _floor(inj.floor.to_dict()) if inj.floor is not None else None
+    return _line(source, at if at is not None else _now_ms(), _who(settings, inj.task), runs, listed + inj.raised,
+                 weights=weights, floor=floor)
+
+
+def mcp_entry(name: str, arguments: Mapping[str, Any], answer: Any, settings: "Settings", *,
+              at: int | None = None) -> dict | None:
+    """The shown.jsonl line of an MCP answer (source ``mcp:<tool>``), or None for a tool that
+    fetches no run or issue. ``fetched`` names the runs asked for one by one (show, the record
+    resource, chain's own run): a run an agent fetched counts as used."""
+    if name not in _MCP_READS:
+        return None
+    when = at if at is not None else _now_ms()
+    task = arguments.get("task") if name == "memory_block" else None
+    who = _who(settings, task if isinstance(task, str) else None)
+    source = f"mcp:{name}"
+    if name == "search":
+        return _line(source, when, who, _runs(answer.get("hits", [])), [])
+    if name == "memory_block":
+        listed = [i for issue in answer.get("issues", []) if issue.get("listed") != "no" for i in issue.get("ids", [])]
+        weights = (_weights(answer["weights"], answer.get("weightSources", {}), None) if "weights" in answer else None)
+        if weights is not None and answer.get("tuned"):
+            weights["source"] = "tuned"
+        return _line(source, when, who, _runs(answer.get("runs", [])), listed, weights=weights,
+                     floor=_floor(answer.get("floor")))
+    if name in ("show", "run-record"):
+        record = answer.get("record", answer)
+        chain = answer.get("supersededChain", answer.get("_supersededChain", []))
+        ids = [record.get("runId")] + list(chain)
+        return _line(source, when, who, _runs({"runId": r} for r in ids if r), [], fetched=[r for r in ids if r])
+    if name == "chain":
+        return _line(source, when, who, _runs({"runId": r.get("runId")} for r in answer.get("runs", []) if r.get("runId")),
+                     answer.get("openIssues", []), fetched=[answer["runId"]] if answer.get("runId") else None)
+    issues = answer if isinstance(answer, list) else answer.get("issues", [])  # issues, open-issues
+    return _line(source, when, who, [], [i.get("issueId") for i in issues if isinstance(i, Mapping) and i.get("issueId")])
+
+
+def _dump(entry: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(entry)
+
+
+def keep_shown(directory: Path, entries: Iterable[Mapping[str, Any]], cap: int = DEFAULT_SHOWN_CAP) -> None:
+    """Append lines to ``directory``/shown.jsonl (one O_APPEND write, under the logs' lock, no
+    fsync: a line lost to a power cut costs one run's feedback). Raises OSError / StoreError."""
+    lines = [_dump(e) for e in entries]
+    if not lines:
+        return
+    path = directory / SHOWN_FILE
+    with _io.locked(directory / _LOCK):
+        _io.append_lines(path, lines, sync=False)
+        if os.stat(path).st_size > cap * _VALVE_BYTES:
+            _trim(path, cap)
+
+
+def _trim(path: Path, cap: int) -> int:
+    """Keep the newest ``cap`` lines of ``path`` (the logs' lock held); returns the lines dropped."""
+    raw = _io.read_file(path)
+    lines = raw.splitlines(keepends=True)
+    if len(lines) <= cap:
+        return 0
+    _io.atomic_write(path, b"".join(lines[-cap:]), durable=False)
+    return len(lines) - cap
+
+
+def keep_block(store: "MemoryStore", inj: "Injection", settings: "Settings", *, now_ms: int | None = None) -> str | None:
+    """Keep what an inject showed (:func:`block_entry`); returns a warning line, or None. Never raises."""
+    try:
+        if not enabled(settings):
+            return None
+        cap, problem = shown_cap(settings)
+        keep_shown(store.dir, [block_entry(inj, settings, at=now_ms)], cap)
+        return problem
+    except Exception as exc:  # noqa: BLE001 - keeping the log never fails the dispatcher
+        return f"what was shown was not kept in {store.dir / SHOWN_FILE}: {_why(exc, store.dir / SHOWN_FILE)}"
+
+
+def _why(exc: BaseException, path: Path) -> str:
+    """One line: what went wrong, naming the file when it is not ``path`` (e.g. the lock)."""
+    if isinstance(exc, OSError):
+        other = exc.filename and str(exc.filename) != str(path)
+        return f"{exc.strerror or exc}" + (f" ({exc.filename})" if other else "")
+    return str(exc) if isinstance(exc, StoreError) else " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def mcp_observer(settings: "Settings", store_of: Callable[[str | None], "MemoryStore"]) -> Callable[[str, dict, Any], None]:
+    """An observer for :attr:`cybmem.mcp_server.Memory.observers` that keeps each answer's
+    :func:`mcp_entry` in its project's shown.jsonl (``store_of(project)`` finds the project). A
+    failure to keep one is one line on stderr, once per file; the answer goes out regardless."""
+    warned: set[str] = set()
+    cap, problem = shown_cap(settings)
+    if problem:
+        print(f"cybmem mcp: warning: {problem}", file=sys.stderr)
+
+    def observe(name: str, arguments: dict, answer: Any) -> None:
+        if not enabled(settings):
+            return
+        where = Path(".")
+        try:
+            entry = mcp_entry(name, arguments, answer, settings)
+            if entry is None:
+                return
+            project = answer.get("project") if isinstance(answer, Mapping) else None
+            where = store_of(project or arguments.get("project")).dir
+            keep_shown(where, [entry], cap)
+        except Exception as exc:  # noqa: BLE001 - keeping the log never fails the answer
+            if str(where) not in warned:
+                warned.add(str(where))
+                path = where / SHOWN_FILE
+                print(f"cybmem mcp: warning: what agents fetch is not kept in {path}: {_why(exc, path)}", file=sys.stderr)
+
+    return observe
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def read_lines(path: Path) -> list[dict]:
+    """The JSON objects of a log file, in file order (a line that is not one is skipped; no file: [])."""
+    try:
+        return parse_lines(_io.read_file(path))
+    except FileNotFoundError:
+        return []
+
+
+def parse_lines(raw: bytes, *, needle: bytes | None = None) -> list[dict]:
+    """The JSON objects (with an integer ``at``) of a log's bytes, in order; a line that is not
+    one is skipped. With ``needle``, only the lines that hold it (found before anything is parsed)."""
+    out = []
+    if needle is None:
+        chunks: Iterable[bytes] = raw.split(b"\n")
+    else:
+        chunks, at = [], 0
+        while (at := raw.find(needle, at)) >= 0:
+            start = raw.rfind(b"\n", 0, at) + 1
+            end = raw.find(b"\n", at)
+            end = len(raw) if end < 0 else end
+            chunks.append(raw[start:end])
+            at = end
+    for chunk in chunks:
+        if not chunk.strip():
+            continue
+        try:
+            d = _io.loads(chunk)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and isinstance(d.get("at"), int):
+            out.append(d)
+    return out
+
+
+def shown_for(raw: bytes, run_id: str, hashed: str | None, *, started_at: int, ended_at: int) -> tuple[list[dict], str | None]:
+    """The shown.jsonl lines (``raw``) that were for this run, and how they were matched.
+
+    By run id: every line that names it. Else by the task's hash, among the lines that name no
+    run: the newest inject line with that hash up to the run's end, and the MCP lines with it from
+    then (or from the run's start, when no inject line has it) to the run's end.
+    """
+    mine = [d for d in parse_lines(raw, needle=f'"{run_id}"'.encode()) if d.get("runId") == run_id]
+    if mine:
+        return mine, "runId"
+    if not hashed:
+        return [], None
+    same = [d for d in parse_lines(raw, needle=hashed.encode())
+            if d.get("runId") is None and d.get("taskHash") == hashed and d["at"] <= ended_at]
+    injects = [d for d in same if d.get("source") == "inject"]
+    since = injects[-1]["at"] if injects else started_at
+    out = ([injects[-1]] if injects else []) + [d for d in same if d.get("source") != "inject" and d["at"] >= since]
+    return (out, "taskHash") if out else ([], None)
+
+
+def _word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def names_run(text: str, run_id: str) -> bool:
+    """Whether ``text`` names the run: its id, or a prefix of it of at least 8 characters (the
+    block prints 8), standing alone (``run 9b6b1e00``, ``9b6b1e00-90b4``; not ``9b6b1e00ab``
+    nor ``9b6b1e00-fix``, another run's id)."""
+    head = run_id[:8]
+    at = 0
+    while (at := text.find(head, at)) >= 0:
+        i, j = at + len(head), len(head)
+        ok = at == 0 or not _word(text[at - 1])
+        at += 1
+        if not ok:
+            continue
+        while i < len(text) and j < len(run_id) and text[i] == run_id[j]:
+            i, j = i + 1, j + 1
+        if i == len(text) or not (_word(text[i]) or (text[i] == "-" and i + 1 < len(text) and _word(text[i + 1]))):
+            return True
+    return False
+
+
+def _names_issue(text: str, issue_id: str) -> bool:
+    return re.search(r"(?<![\w-])" + re.escape(issue_id) + r"(?![\w-])", text) is not None
+
+
+def match_used(lines: list[dict], *, run_id: str, text: str, issue_events: Iterable[tuple[str, str]] = ()) -> dict:
+    """What a run used of what it was shown (``lines``, from :func:`shown_for`).
+
+    Args:
+        lines: the shown.jsonl lines that were for the run.
+        run_id: the run (never counted as using itself).
+        text: what the run's output says (the worker's final answer less any MEMORY block, the
+            verdict, the outcome's lists; not the task nor the summary made from it), searched for
+            the shown runs' ids and prefixes (:func:`names_run`) and issue ids.
+        issue_events: (issue id, event) the run wrote: resolved, wontfix or reopened count.
+
+    Returns:
+        ``block`` (the runs the last inject line showed, with rank and score; None when no inject
+        line was for it), ``blockIssues``, ``weights``, ``used`` (each used run: ``how`` it was used,
+        named and/or fetched; its ``rank`` in the block or None; ``shownBy``, the sources that
+        showed it) and ``usedIssues`` (``how``: resolved, reopened, named).
+    """
+    injects = [d for d in lines if d.get("source") == "inject"]
+    block = injects[-1] if injects else None
+    rank = {r.get("runId"): r.get("rank") for r in (block.get("runs") or [] if block else []) if isinstance(r, Mapping)}
+    shown_by: dict[str, list[str]] = {}
+    fetched: set[str] = set()
+    issues_by: dict[str, list[str]] = {}
+    for d in lines:
+        src = str(d.get("source"))
+        for r in d.get("runs") or []:
+            if isinstance(r, Mapping) and isinstance(r.get("runId"), str) and src not in shown_by.setdefault(r["runId"], []):
+                shown_by[r["runId"]].append(src)
+        for r in d.get("fetched") or []:
+            if isinstance(r, str):
+                fetched.add(r)
+                if src not in shown_by.setdefault(r, []):
+                    shown_by[r].append(src)
+        for i in d.get("issues") or []:
+            if isinstance(i, str) and src not in issues_by.setdefault(i, []):
+                issues_by[i].append(src)
+    used = []
+    for rid, by in shown_by.items():
+        if rid == run_id:
+            continue
+        how = (["named"] if names_run(text, rid) else []) + (["fetched"] if rid in fetched else [])
+        if how:
+            used.append({"runId": rid, "how": how, "rank": rank.get(rid), "shownBy": by})
+    used.sort(key=lambda u: (u["rank"] is None, u["rank"] or 0))
+    did: dict[str, list[str]] = {}
+    for iid, event in issue_events:
+        kind = {"resolved": "resolved", "wontfix": "resolved", "reopened": "reopened"}.get(event)
+        if kind and iid in issues_by and kind not in did.setdefault(iid, []):
+            did[iid].append(kind)
+    for iid in issues_by:
+        if _names_issue(text, iid):
+            did.setdefault(iid, []).append("named")
+    used_issues = [{"issueId": i, "how": how, "shownBy": issues_by[i]} for i, how in did.items() if how]
+    return {"block": block.get("runs") if block else None, "blockIssues": block.get("issues") if block else None,
+            "weights": block.get("weights") if block else None, "used": used, "usedIssues": used_issues}
+
+
+def note_used(store: "MemoryStore", settings: "Settings", *, run_id: str, task_hashed: str | None,
+              started_at: int, ended_at: int, text: str, issue_events: Iterable[tuple[str, str]] = (),
+              now_ms: int | None = None) -> dict | None:
+    """Match a run just written to what it was shown (:func:`shown_for`, :func:`match_used`) and
+    append the result to used.jsonl; returns the line, or None when nothing was shown to it (no
+    line is written then). Also cuts shown.jsonl back to its cap once it holds a quarter more.
+
+    Raises:
+        OSError / StoreError: a log could not be read or written (the caller reports it).
+    """
+    shown = store.dir / SHOWN_FILE
+    try:
+        raw = _io.read_file(shown)
+    except FileNotFoundError:
+        return None
+    cap, _ = shown_cap(settings)
+    if raw.count(b"\n") > cap * _SLACK:
+        with _io.locked(store.dir / _LOCK):
+            _trim(shown, cap)
+    lines, how = shown_for(raw, run_id, task_hashed, started_at=started_at, ended_at=ended_at)
+    if not lines:
+        return None
+    # The ledger lines this run wrote before its record (an MCP mark_issue during the run).
+    events = list(issue_events)
+    try:
+        ledger = store.ledger_bytes()
+    except StoreError:
+        ledger = b""
+    for d in parse_lines(ledger, needle=f'"{run_id}"'.encode()) if ledger else []:
+        if d.get("byRunId") == run_id and isinstance(d.get("issueId"), str):
+            events.append((d["issueId"], str(d.get("event"))))
+    found = match_used(lines, run_id=run_id, text=text, issue_events=events)
+    entry = {"at": now_ms if now_ms is not None else _now_ms(), "runId": run_id, "startedAt": started_at,
+             "matchedBy": how, "lines": len(lines), **found}
+    keep_used(store.dir, [entry])
+    return entry
+
+
+def keep_used(directory: Path, entries: Iterable[Mapping[str, Any]]) -> None:
+    """Append lines to ``directory``/used.jsonl (one O_APPEND write, fsynced: the write path's pace)."""
+    _io.append_lines(directory / USED_FILE, [_dump(e) for e in entries])
+
+
+def read_used(directory: Path) -> list[dict]:
+    """The lines of ``directory``/used.jsonl, in file order (one per written run that was shown something)."""
+    return [d for d in read_lines(directory / USED_FILE) if isinstance(d.get("runId"), str)]
+
+
+def used_judgments(snapshot: "Snapshot", *, as_of: int | None = None,
+                   used: Iterable[Mapping[str, Any]] | None = None) -> list[tuple[int, "Judgment"]]:
+    """The "used" judgments: a run R that used runs it was shown should have been shown them
+    first. Query: R's task as its record holds it (as dispatched, less the block); asOf: R's
+    start; relevant: the runs it used that had ended by then; R's chat session, not its parent
+    (asked as text alone, as the issue kinds are: see :func:`cybmem.retrieval.judgments.judgments_from_store`).
+
+    Args:
+        snapshot: the project.
+        as_of: only what was known then: lines written and runs ended by then.
+        used: the used.jsonl lines (default: the project's file).
+
+    Returns:
+        (R's start, the judgment), in file order; runs without a readable record, or whose used
+        runs had not ended when they started, give none.
+    """
+    from ..retrieval.judgments import Judgment
+
+    r = snapshot.records
+    if used is None:
+        used = read_used(snapshot.store.dir) if snapshot.store is not None else []
+    if r.num_rows == 0:
+        return []
+    ids = r.column("runId").to_pylist()
+    row = {rid: i for i, rid in enumerate(ids)}
+    tasks, chats = r.column("task").to_pylist(), r.column("chatSessionId").to_pylist()
+    started = r.column("startedAt").cast("int64").to_pylist()
+    ended = r.column("endedAt").cast("int64").to_pylist()
+    out = []
+    for d in used:
+        i = row.get(d.get("runId"))
+        if i is None or (as_of is not None and (ended[i] > as_of or d.get("at", 0) > as_of)):
+            continue
+        rel = [u["runId"] for u in d.get("used") or [] if isinstance(u, Mapping) and u.get("runId") in row
+               and u["runId"] != ids[i] and ended[row[u["runId"]]] <= started[i]]
+        if rel:
+            out.append((started[i], Judgment(query=tasks[i], as_of=started[i], relevant=tuple(dict.fromkeys(rel)),
+                                             query_run_id=ids[i], chat_session_id=chats[i], kind="used")))
+    return out
+
+
+def rename_issues(directory: Path, renamed: Mapping[str, str]) -> int:
+    """Rename issue ids in both logs (``cybmem redact`` renames an id spelled from a secret; the
+    logs hold ids, so they follow). Returns the lines rewritten. Raises OSError / StoreError."""
+    if not renamed:
+        return 0
+    n = 0
+    with _io.locked(directory / _LOCK):
+        for name in (SHOWN_FILE, USED_FILE):
+            path = directory / name
+            try:
+                raw = _io.read_file(path)
+            except FileNotFoundError:
+                continue
+            if not any(old.encode() in raw for old in renamed):
+                continue
+            lines = raw.split(b"\n")
+            for k, line in enumerate(lines):
+                if not any(old.encode() in line for old in renamed):
+                    continue
+                try:
+                    d = _io.loads(line)
+                except ValueError:
+                    continue
+                new = _renamed(d, renamed)
+                if new != d:
+                    lines[k], n = _dump(new), n + 1
+            _io.atomic_write(path, b"\n".join(lines))
+    return n
+
+
+def _renamed(value: Any, renamed: Mapping[str, str]) -> Any:
+    """``value`` with every issue id in ``renamed`` replaced (the lists and ``issueId`` fields of a log line)."""
+    if isinstance(value, dict):
+        return {k: (renamed.get(v, v) if k == "issueId" and isinstance(v, str) else _renamed(v, renamed))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [renamed.get(v, v) if isinstance(v, str) else _renamed(v, renamed) for v in value]
+    return value

@@ -1,0 +1,503 @@
+"""What production dispatch calls on every run: the MEMORY block for a new task, put ahead of it.
+
+:func:`inject_task` owns the dispatch rules. Memory off (``CYBERINE_MEMORY=0``) gives the task
+back unchanged. Without ``strict`` (what ``cybmem inject`` does) nothing that is wrong with
+memory ever fails the dispatcher: the task comes back with whatever block could be built
+(possibly none) and each problem is one line in ``warnings``; ``strict=True`` raises instead.
+
+The block (:func:`cybmem.dispatch.preamble.layout`; in full: USAGE.md, "``cybmem inject`` and ``cybmem strip``"):
+
+- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search.search` that pass the
+  floor (:mod:`cybmem.retrieval.search`, "The floor"); the parent the dispatcher names
+  (``CYBERINE_PARENT_RUN_ID``) first whatever its score (``pinned: parent``).
+- **Issues**: every open issue scored on the runs' axes, ``w_kw * keyword + w_lin * lineage + w_rec
+  * recency`` with recency at :data:`~cybmem.retrieval.weights.ISSUE_REC_SHARE` of the weights
+  (:meth:`~cybmem.retrieval.weights.Weights.for_issues`): keyword the better of its own title and detail and
+  the runs that raised or carry it, lineage from that best run, recency from its last activity. Below the floor only issues
+  whose own text matches as well as the floor asks are listed. At most ``CYBERINE_MEMORY_ISSUES``,
+  in at most :data:`ISSUE_SHARE` of the token budget, none already on a shown run's ``raised:``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import CybmemError, NotFoundError
+from .preamble import Layout, OpenIssue, PreambleEntry, estimate_tokens, inject, layout
+from ..store.projects import known_projects
+from ..retrieval.search import Floor, Hit, SearchResult, keyword_match, search
+from ..retrieval.scoring import normalize_keyword, ranking_order, recency
+from ..settings import Settings
+from ..store.snapshot import load_snapshot, opened_in
+from ..store.memory_store import MemoryStore
+from ..store.tokens import tokenize
+from ..retrieval.weights import LoadedWeights, Weights, weights_for
+
+__all__ = ["ISSUE_SHARE", "ChosenIssue", "Injection", "inject_task", "memory_block", "rank_issues"]
+
+#: The largest share of the token budget the open-issues section may take.
+ISSUE_SHARE = 1 / 3
+
+
+@dataclass
+class ChosenIssue:
+    """An open issue considered for the block, with why it ranks where it does."""
+
+    ids: list[str]  # the issue id, then any other ids with the same title
+    title: str
+    opened_at_ms: int
+    last_at_ms: int
+    by_run_id: str | None
+    score: float
+    keyword: float  # w_kw * normalised keyword score of its best run
+    lineage: float  # w_lin * lineage affinity of that run
+    recency: float  # w_rec * recency of the issue's last event
+    via: str | None  # the run that raised it and matched best, if any
+    listed: str = "no"  # "issues": in the issues section; "raised": on a shown run's raised line; "no"
+
+    def to_dict(self) -> dict:
+        return {"ids": self.ids, "title": self.title, "openedAt": self.opened_at_ms, "lastAt": self.last_at_ms,
+                "openedBy": self.by_run_id, "score": round(self.score, 6), "listed": self.listed, "via": self.via,
+                "contributions": {"keyword": round(self.keyword, 6), "lineage": round(self.lineage, 6),
+                                  "recency": round(self.recency, 6)}}
+
+
+@dataclass
+class Injection:
+    """The result of :func:`inject_task`: the prompt to dispatch and how it was made."""
+
+    task: str
+    block: str
+    project: str | None
+    warnings: list[str] = field(default_factory=list)
+    result: SearchResult | None = field(default=None, repr=False)
+    issues: list[ChosenIssue] = field(default_factory=list)  # shown first, then the next ones considered
+    open_issues: int = 0
+    layout: Layout | None = field(default=None, repr=False)
+    weights: LoadedWeights | None = field(default=None, repr=False)
+    topk: int = 0
+    max_tokens: int = 0
+    issue_cap: int = 0
+    floor: Floor | None = None  # what the floor let into the block (None: no candidate at all)
+    raised: list[str] = field(default_factory=list)  # open issues on the shown runs' "raised:" lines
+    #: Why what the block showed could not be kept in shown.jsonl (cybmem.dispatch.feedback), or None. Never
+    #: in ``warnings`` nor ``to_dict``: keeping the log changes nothing inject prints.
+    feedback_warning: str | None = None
+
+    @property
+    def prompt(self) -> str:
+        """The task with the block and one blank line ahead of it (the task alone when there is no block)."""
+        return inject(self.task, self.block)
+
+    def below_floor(self, k: int | None = None) -> list[Hit]:
+        """The runs the scorer would have shown (its top k without the floor) that the floor kept
+        out, best first (what ``--explain`` lists; ranked again on demand, never on the dispatch path)."""
+        fl, res = self.floor, self.result
+        if fl is None or res is None or fl.below is None or not fl.below.any():
+            return []
+        found = search(res.snapshot, res.query, k=k or self.topk, weights=res.weights, as_of=res.as_of,
+                       now_ms=res.now_ms, parent_run_id=res.context.parent_run_id,
+                       chat_session_id=res.context.chat_session_id, query_vector=None, pin_parent=True)
+        shown = {h.run_id for h in res.hits}
+        return [h for h in found.hits if h.run_id not in shown and h.pinned is None]
+
+    @property
+    def runs(self) -> list[Hit]:
+        """The prior runs shown in the block, most relevant first."""
+        shown = self.layout.runs if self.layout is not None else 0
+        return self.result.hits[:shown] if self.result is not None else []
+
+    def to_dict(self) -> dict:
+        """Everything ``cybmem inject --json`` prints: the prompt and how it was made."""
+        out: dict = {"project": self.project, "block": self.block, "task": self.task, "prompt": self.prompt,
+                     "warnings": list(self.warnings)}
+        lay = self.layout
+        out["tokens"] = {
+            "block": estimate_tokens(self.block), "budget": self.max_tokens,
+            "runs": math.ceil(lay.run_chars / 4) if lay else 0, "issues": math.ceil(lay.issue_chars / 4) if lay else 0,
+        }
+        out["runs"] = [h.to_dict(explain=True) for h in self.runs]
+        if self.floor is not None:
+            out["floor"] = self.floor.to_dict()
+            out["floor"]["below"] = [h.to_dict(explain=True) for h in self.below_floor()]
+        out["issues"] = [i.to_dict() for i in self.issues]
+        out["openIssues"] = self.open_issues
+        out["cut"] = {
+            "runs": [h.run_id for h in self.result.hits[lay.runs:]] if (self.result and lay) else [],
+            "issuesOverBudget": lay.issues_cut if lay else 0,
+            "issuesNotShown": max(self.open_issues - (lay.issues if lay else 0), 0),
+        }
+        out["settings"] = {"topk": self.topk, "maxTokens": self.max_tokens, "issues": self.issue_cap,
+                           "issueShare": round(ISSUE_SHARE, 4)}
+        if self.weights is not None:
+            out["weights"] = self.weights.weights.to_dict()
+            out["weightSources"] = dict(self.weights.sources)
+            iw = self.weights.weights.for_issues()
+            out["issueWeights"] = {k: round(getattr(iw, k), 6) for k in ("w_kw", "w_rec", "w_lin")}
+            if self.weights.tuned:
+                out["tuned"] = self.weights.tuned_note()
+        return out
+
+
+class IssueRanking:
+    """Every open issue scored against the task, as arrays over the open rows of the issue fold;
+    :class:`ChosenIssue` objects are made only for the rows a block needs (a store can hold tens
+    of thousands of open issues)."""
+
+    def __init__(self, folded: pa.Table, rows: np.ndarray, total: np.ndarray,
+                 keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
+                 best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray, related: np.ndarray | None = None):
+        self.folded, self.rows, self.total = folded, rows, total
+        # Which open issues relate to the task under the floor (all of them without a floor).
+        self.related = np.ones(len(rows), dtype=bool) if related is None else related
+        self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
+        self._run_ids = run_ids
+        self._keys = title_codes
+        self._order: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _sorted(self, at: np.ndarray) -> np.ndarray:
+        """``at`` (positions in :attr:`rows`, ascending) best first: score, then latest activity."""
+        return at[ranking_order(self.total[at], self._last_at[at])]
+
+    @property
+    def order(self) -> np.ndarray:
+        """Every open issue's position in :attr:`rows`, best first."""
+        if self._order is None:
+            self._order = self._sorted(np.arange(len(self.rows)))
+        return self._order
+
+    def top(self, count: int, skip: np.ndarray | None = None) -> np.ndarray:
+        """The first ``count`` of :attr:`order` leaving out ``skip`` (a mask), without sorting the
+        rest (tens of thousands of open issues, a handful shown)."""
+        ok = np.arange(len(self.rows)) if skip is None else np.flatnonzero(~skip)
+        if count < len(ok):
+            t = self.total[ok]
+            kth = np.partition(t, len(t) - count)[len(t) - count]
+            ok = ok[t >= kth]  # every tie of the last place too: the exact prefix of the order
+        return self._sorted(ok)[:count]
+
+    def _cell(self, name: str, i: int) -> Any:
+        return self.folded.column(name)[int(self.rows[i])].as_py()
+
+    def issue_id(self, i: int) -> str:
+        return self._cell("issueId", i)
+
+    def issue(self, i: int) -> ChosenIssue:
+        """Open issue ``i`` (a position in :attr:`rows`) as a :class:`ChosenIssue`."""
+        r = int(self._best_row[i])
+        opened = self.folded.column("openedAt")[int(self.rows[i])].cast(pa.int64()).as_py()
+        return ChosenIssue(ids=[self.issue_id(i)], title=self._cell("title", i), opened_at_ms=int(opened),
+                           last_at_ms=int(self._last_at[i]), by_run_id=self._cell("openedBy", i),
+                           score=float(self.total[i]), keyword=float(self._kw[i]), lineage=float(self._lin[i]),
+                           recency=float(self._rec[i]), via=self._run_ids[r].as_py() if r >= 0 else None)
+
+    def title_keys(self) -> np.ndarray:
+        """A code per open issue; issues with the same :func:`cybmem.store.ledger.title_key` share it."""
+        return self._keys
+
+    def with_ids(self, ids: set[str]) -> np.ndarray:
+        """A mask of the open issues whose id is in ``ids``."""
+        if not ids or not len(self.rows):
+            return np.zeros(len(self), dtype=bool)
+        col = self.folded.column("issueId")
+        hit = pc.is_in(col, value_set=pa.array(sorted(ids), pa.string())).to_numpy(zero_copy_only=False)
+        return hit[self.rows]
+
+
+def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -> IssueRanking:
+    weights = weights.for_issues()  # recency weighs more for an open issue than for a run
+    snap = result.snapshot  # the one the hits were ranked over (search may have read the store again)
+    folded = snap.fold(as_of)
+    ranked = result.ranked
+    n = snap.n
+    mask = ranked.mask if ranked is not None else np.zeros(n, dtype=bool)
+    # Last activity, title codes and the open rows do not depend on the task: cached with the snapshot.
+    activity = snap.activity(as_of, mask)
+    rows = opened_in(activity)
+    m = len(rows)
+    kw = np.zeros(n, dtype=np.float32)
+    if ranked is not None and ranked.keyword is not None and weights.w_kw > 0:
+        kw = normalize_keyword(ranked.keyword, mask, scale=weights.w_kw)
+    lin = np.zeros(n, dtype=np.float32)
+    if ranked is not None and ranked.lineage is not None and weights.w_lin > 0:
+        lin = ranked.lineage.astype(np.float32) * np.float32(weights.w_lin)
+    # The issue's own title and detail against the task (the issue index is row-aligned with the
+    # current fold; a past fold maps into it by id), normalised like the runs' keyword axis.
+    own = np.zeros(m, dtype=np.float32)
+    floor = ranked.floor if ranked is not None else None
+    own_match = None
+    if (weights.w_kw > 0 or floor is not None) and m:
+        tokens = tokenize(result.query)
+        raw = snap.issue_index().scores(tokens)
+        if as_of is None:
+            def pick(a: np.ndarray) -> np.ndarray:
+                return a[rows].astype(np.float32)
+        else:
+            ids = folded.column("issueId").take(pa.array(rows))
+            at = pc.fill_null(pc.index_in(ids, value_set=snap.fold().column("issueId")), -1).to_numpy().astype(np.int64)
+
+            def pick(a: np.ndarray) -> np.ndarray:
+                return np.where(at >= 0, a[np.maximum(at, 0)], 0).astype(np.float32)
+        own = pick(raw)
+        if floor is not None:
+            own_match = pick(keyword_match(snap.issue_index(), tokens, raw))
+        own = normalize_keyword(own, scale=weights.w_kw) if weights.w_kw > 0 else np.zeros(m, np.float32)
+    best = np.zeros(m, dtype=np.float32)
+    best_row = np.full(m, -1, dtype=np.int64)
+    last_at = activity.column("lastActivity").to_numpy()[rows] if m else np.zeros(0, np.int64)
+    codes = activity.column("titleKey").to_numpy()[rows] if m else np.zeros(0, np.int32)
+    # The best run per open issue: among the runs the task scored, the one that carries it
+    # (which record carries which fold row is cached with the snapshot: no id matching here).
+    val = kw + lin
+    if m and n:
+        record, fold_row = snap.carriers(as_of)
+        where = np.full(folded.num_rows + 1, -1, dtype=np.int64)  # fold row -> place among the open (-1: not open)
+        where[rows] = np.arange(m)
+        pos = where[fold_row]
+        take = np.flatnonzero((pos >= 0) & mask[record] & (val[record] > 0))
+        carrier, pos = record[take], pos[take]
+        cval = val[carrier]
+        np.maximum.at(best, pos, cval)
+        top = np.flatnonzero(cval == best[pos])  # each issue's best runs; of equals, the last one
+        last = np.full(m, -1, dtype=np.int64)
+        np.maximum.at(last, pos[top], top)
+        found = last >= 0
+        best_row[found] = carrier[last[found]]
+    # The issue's keyword part: its own text or its best run, whichever matches better.
+    has = best_row >= 0
+    at_row = np.maximum(best_row, 0)
+    carrier_kw = np.where(has, kw[at_row] if n else 0, 0).astype(np.float32)
+    best = best + np.maximum(own - carrier_kw, 0)
+    now = ranked.now_ms if ranked is not None else result.now_ms
+    rec = recency(last_at, now, weights.half_life_days, weight=weights.w_rec) if weights.w_rec > 0 \
+        else np.zeros(m, dtype=np.float32)
+    total = best + rec
+    keyword = np.maximum(carrier_kw, own)
+    lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
+    related = None
+    if floor is not None and not floor.passed:
+        # The task relates to no run: only an open issue whose own text matches as the floor asks.
+        related = own_match >= np.float32(floor.floor) if own_match is not None else np.zeros(m, dtype=bool)
+    return IssueRanking(folded, rows, total, keyword, lineage, rec, last_at, best_row,
+                        snap.records.column("runId"), codes, related)
+
+
+def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None,
+                limit: int | None = None) -> list[ChosenIssue]:
+    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best
+    first; only the first ``limit`` when given (a store can hold tens of thousands of open issues)."""
+    ranking = _rank(result, weights, as_of=as_of)
+    return [ranking.issue(i) for i in (ranking.order if limit is None else ranking.top(limit)).tolist()]
+
+
+def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:
+    """The first ``cap`` distinct titles among the related ranked rows not in ``skip`` (ids of a
+    repeated title join the first), and how many open issues not in ``skip`` are left beyond them."""
+    left = int((~skip).sum())
+    out = skip | ~ranking.related  # what may not be chosen
+    available = int((~out).sum())
+    if not left or cap <= 0 or not available:
+        return [], left
+    all_keys = ranking.title_keys()
+    size = 4 * cap
+    while True:  # a prefix of the order long enough to hold `cap` distinct titles
+        order = ranking.top(size, out)
+        keys = all_keys[order]
+        _, first = np.unique(keys, return_index=True)
+        if len(first) >= cap or len(order) >= available:
+            break
+        size *= 4
+    leaders = np.sort(first)[:cap]  # positions in `order` of each chosen title's best row
+    lead_keys = keys[leaders]
+    members = np.isin(all_keys, lead_keys) & ~skip  # every open issue under a chosen title, in rank order
+    chosen = {int(k): ranking.issue(int(order[p])) for k, p in zip(lead_keys.tolist(), leaders.tolist())}
+    for i in ranking._sorted(np.flatnonzero(members)).tolist():
+        c = chosen[int(all_keys[i])]
+        if ranking.issue_id(i) != c.ids[0]:
+            c.ids.append(ranking.issue_id(i))
+    return list(chosen.values()), left - int(members.sum())
+
+
+def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeights, *, as_of: int | None,
+           now_ms: int | None, parent_run_id: str | None, chat_session_id: str | None,
+           exclude: str | None = None) -> Injection:
+    inj = Injection(task, "", store.slug, weights=loaded, topk=settings.topk, max_tokens=settings.max_tokens,
+                    issue_cap=settings.issues)
+    if not store.exists():
+        return inj
+    snap = load_snapshot(store)
+    store.note_problems(snap.problems)  # reported by the caller
+    try:  # the id form the block prints (8 characters) names the parent too
+        parent_run_id = snap.resolve_link(parent_run_id or settings.parent_run_id)
+    except NotFoundError as exc:
+        inj.warnings.append(f"no parent run shown first (--parent / CYBERINE_PARENT_RUN_ID): {exc}")
+        parent_run_id = None
+    weights = loaded.weights
+    result = search(snap, task, k=settings.topk, weights=loaded, settings=settings, as_of=as_of, now_ms=now_ms,
+                    parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude, pin_parent=True,
+                    floor=True)
+    if result.weights != weights:  # the vector axis' default weight joined (embeddings configured and stored)
+        weights = result.weights
+        inj.weights = LoadedWeights(weights, {**loaded.sources, "w_vec": "default (embeddings)"}, loaded.problems)
+    snap = result.snapshot  # a hit edited in place since it was cached makes search read the store again
+    inj.floor = result.ranked.floor if result.ranked is not None else None
+    ranking = _rank(result, weights, as_of=as_of) if settings.issues else None
+    inj.open_issues = len(ranking) if ranking is not None else len(snap.open_rows(as_of))
+    open_ids: set[str] = set()  # of the issues the hits raised, those still open
+    if ranking is not None:
+        still_open = ranking.with_ids({i for h in result.hits for i in h.issues})
+        open_ids = {ranking.issue_id(int(i)) for i in np.flatnonzero(still_open)}
+    entries = [
+        PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
+                      open_issues=[i for i in h.issues if i in open_ids], next=h.next)
+        for h in result.hits
+    ]
+    # An open issue a shown run names on its "raised:" line is not listed again: the section
+    # brings the next ones. Laid out twice when the budget cuts runs, so that their issues
+    # come back.
+    shown_runs = len(entries)
+    chosen: list[ChosenIssue] = []
+    for _ in range(2):
+        named = {i for e in entries[:shown_runs] for i in e.open_issues}
+        beyond = 0
+        if ranking is not None:
+            chosen, beyond = _dedupe(ranking, ranking.with_ids(named), settings.issues)
+        shown_issues = [OpenIssue(issue_id=c.ids[0], title=c.title, opened_at_ms=c.opened_at_ms,
+                                  by_run_id=c.by_run_id or "", also=tuple(c.ids[1:])) for c in chosen]
+        lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, top_k=settings.topk,
+                     issue_share=ISSUE_SHARE, more_issues=beyond, nothing=inj.floor.reason if inj.floor else None)
+        if lay.runs >= shown_runs:
+            break
+        shown_runs = lay.runs
+    for c in chosen[: lay.issues]:
+        c.listed = "issues"
+    named = {i for e in entries[: lay.runs] for i in e.open_issues}
+    rest: list[ChosenIssue] = []
+    if ranking is not None:
+        leaders = {c.ids[0] for c in chosen}
+        for i in ranking.top(max(settings.issues, 5) + len(leaders), ~ranking.related).tolist():
+            if len(rest) >= max(settings.issues, 5):
+                break
+            if ranking.issue_id(i) in leaders:
+                continue
+            issue = ranking.issue(i)
+            if named & set(issue.ids):
+                issue.listed = "raised"
+            rest.append(issue)
+    inj.block, inj.result, inj.layout = lay.text, result, lay
+    inj.raised = list(dict.fromkeys(i for e in entries[: lay.runs] for i in e.open_issues))
+    inj.issues = chosen + rest
+    return inj
+
+
+def memory_block(
+    store: MemoryStore,
+    task: str,
+    settings: Settings,
+    *,
+    as_of: int | None = None,
+    now_ms: int | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    weights: Weights | None = None,
+) -> str:
+    """The MEMORY block for a new task ("" when the project has no memory).
+
+    The most relevant prior runs and open issues (module docstring), bounded by
+    ``settings.max_tokens``; deterministic for the same store, task and moment.
+    """
+    loaded = LoadedWeights(weights, {}) if weights is not None else weights_for(settings, store)
+    return _build(store, task, settings, loaded, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
+                  chat_session_id=chat_session_id).block
+
+
+def _no_memory(settings: Settings, cwd, project: str | None) -> str:
+    """Why a project has no memory, naming what exists (a typo in the root or the slug shows)."""
+    root = settings.memory_dir
+    if not root.exists():
+        return f"no memory at {root} (nothing written there yet, or a typo in CYBERINE_MEMORY_DIR / --memory-dir)"
+    try:
+        known = ", ".join(sorted(known_projects(root))) or "none"
+    except CybmemError:
+        known = "unreadable projects.json"
+    where = f"project {project!r}" if project else f"the project at {os.path.abspath(cwd or os.getcwd())}"
+    return f"no memory yet for {where} under {root} (known projects: {known})"
+
+
+def inject_task(
+    task: str,
+    settings: Settings,
+    *,
+    cwd: str | os.PathLike | None = None,
+    project: str | None = None,
+    as_of: int | None = None,
+    now_ms: int | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    weights: Weights | None = None,
+    strict: bool = False,
+    keep: bool = True,
+) -> Injection:
+    """The prompt to dispatch for ``task``: the MEMORY block of its project ahead of it.
+
+    Args:
+        task: the new run's task (the human text).
+        settings: memory root, on/off, top-k, issue cap, token budget, lineage of the new run.
+        cwd / project: the project (default: the one of the current directory).
+        as_of / now_ms: replay memory as of a moment / measure recency from a moment.
+        parent_run_id / chat_session_id: lineage of the new run (default: from ``settings``).
+        weights: axis weights (default: what production reads for the project; a broken
+            source is skipped with a warning unless ``strict``).
+        strict: raise instead of warning when anything is wrong with memory (the project unknown, a
+            file that cannot be read, a broken setting).
+        keep: append what the block shows to the project's shown.jsonl (cybmem.dispatch.feedback; not for
+            a replay with ``as_of``); a failure to is ``feedback_warning``, never an error.
+
+    Returns:
+        An :class:`Injection`; ``prompt`` is what to dispatch. Without ``strict`` this never
+        raises a :class:`~cybmem.errors.CybmemError` or an OSError: problems become ``warnings``.
+    """
+    if not settings.enabled:
+        return Injection(task, "", project)
+    warnings = list(settings.problems)
+    if strict and warnings:
+        from ..errors import ValidationError
+
+        raise ValidationError(warnings[0])
+    try:
+        try:
+            store = MemoryStore.open(settings, cwd=cwd, project=project)
+        except NotFoundError as exc:
+            if strict:
+                raise NotFoundError(_no_memory(settings, cwd, project)) from exc
+            return Injection(task, "", project, warnings + [f"{_no_memory(settings, cwd, project)}; the task goes out without a MEMORY block"])
+        loaded = LoadedWeights(weights, {k: "argument" for k in weights.to_dict()}) if weights is not None \
+            else weights_for(settings, store, lenient=not strict)
+        warnings += loaded.problems
+        inj = _build(store, task, settings, loaded, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
+                     chat_session_id=chat_session_id)
+        inj.warnings = warnings + [p.message for p in store.problems] + inj.warnings  # then the parent's
+        inj.warnings += inj.result.warnings if inj.result is not None else []  # e.g. the vector axis fell back
+        if strict and inj.warnings:
+            from ..errors import StoreError
+
+            raise StoreError(inj.warnings[0] + (f" (and {len(inj.warnings) - 1} more)" if len(inj.warnings) > 1 else ""))
+        if keep and as_of is None and inj.result is not None:  # a block was built (the project has memory)
+            from .feedback import keep_block  # what was shown, kept; never raises
+
+            inj.feedback_warning = keep_block(store, inj, settings, now_ms=now_ms)
+        return inj
+    except (CybmemError, OSError) as exc:
+        if strict:
+            raise
+        return Injection(task, "", project, warnings + [f"memory not injected: {exc}"])

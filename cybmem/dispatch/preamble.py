@@ -1,0 +1,462 @@
+"""Build, strip and lift the MEMORY block that is put ahead of each new task.
+
+The block (store-format.md, "The MEMORY block") looks like this::
+
+    MEMORY (prior runs in this project, most relevant first):
+    - run 3f2a9c1e (2026-11-29 14:02 UTC, done): <task, collapsed, <= 160 chars>
+      summary: <<= 300 chars>
+      raised: <the issues the run raised that are still open, "<id> (open)", ", "-joined, <= 200 chars>
+      next: <NEXT items, "; "-joined, <= 200 chars>
+    Open issues in this project:
+    - flaky-login-test: Flaky login test (opened 2026-11-20, run 3f2a9c1e)
+    END MEMORY
+
+Run ids show their first 8 characters; times are UTC from epoch milliseconds. The summary, raised
+and next lines appear only when non-empty; "Open issues in this project:" only with at least one
+issue. Every field is neutralized (see `neutralize`) and collapsed to one line, so the only
+lines of a rendered block at column 0 are HEADER, "Open issues in this project:" and FOOTER.
+Long fields are cut on a word boundary and end in "…". The whole block stays within a token
+budget (estimate_tokens); runs are added whole and open issues line by line, never half a line.
+
+`inject` puts the block and one blank line ahead of the task; `strip` removes every block
+wherever it sits and lifts the human task out of a workflow's ``TASK:`` wrapper, so
+``strip(inject(t, block)) == t`` for every clean task t and memory never re-ingests itself.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from ..store.outcome import CONTROL, shorten
+
+__all__ = [
+    "FOOTER",
+    "HEADER",
+    "OpenIssue",
+    "PreambleEntry",
+    "estimate_tokens",
+    "inject",
+    "layout",
+    "Layout",
+    "lift_task",
+    "neutralize",
+    "render_block",
+    "strip",
+    "strip_memory",
+]
+
+HEADER = "MEMORY (prior runs in this project, most relevant first):"
+FOOTER = "END MEMORY"
+_ISSUES_HEADING = "Open issues in this project:"
+
+_TASK_PREFIX = "TASK:"
+# A wrapper section header such as "INSTRUCTIONS:" or "OUTPUT FORMAT:" ends the lifted task.
+_WRAPPER_SECTION = re.compile(r"[A-Z][A-Z0-9 _/-]{2,40}:\s*")
+_NESTED_TASK = re.compile(r"\A(?:\s*TASK:)*")
+
+# Characters a forged marker could hide behind: zero-width, bidi controls, BOM, soft hyphen,
+# word joiner and invisible operators. They are ignored when comparing a line with a marker.
+_INVISIBLE = "\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_MARKER_NOISE = re.compile(rf"[\s{_INVISIBLE}]+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_NEWLINES = re.compile(r"\r\n|[\r\x85\u2028\u2029]")
+_QUOTED = "[quoted] "
+
+_TASK_MAX = 160
+_SUMMARY_MAX = 300
+_LIST_MAX = 200
+_ISSUE_ID_MAX = 80
+_ISSUE_TITLE_MAX = 160
+_STATE_MAX = 24
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class PreambleEntry:
+    """One prior run as shown in the block."""
+
+    run_id: str
+    ended_at_ms: int
+    state: str
+    task: str
+    summary: str
+    open_issues: list[str]
+    next: list[str]
+
+
+@dataclass(frozen=True)
+class OpenIssue:
+    """One open issue of the project as shown in the block (``also``: other ids with the same title)."""
+
+    issue_id: str
+    title: str
+    opened_at_ms: int
+    by_run_id: str
+    also: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A rendered block and what went into it: what the budget let in and what it cut."""
+
+    text: str
+    runs: int  # entries shown
+    issues: int  # issue lines shown
+    runs_cut: int  # entries that did not fit
+    issues_cut: int  # issue lines that did not fit their share
+    run_chars: int
+    issue_chars: int
+
+
+def _chunks(text: str) -> list[str]:
+    """Split into lines that keep their "\\n"; the last chunk has none (and may be "")."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + [lines[-1]]
+
+
+def _is_line(chunk: str, marker: str) -> bool:
+    """True if the line is exactly marker, trailing whitespace (e.g. a \\r) allowed."""
+    return chunk.rstrip() == marker
+
+
+def strip_memory(text: str) -> str:
+    """Remove every injected MEMORY block, wherever it sits.
+
+    A block runs from a line that is exactly HEADER to the next line that is exactly FOOTER
+    (trailing whitespace or \\r allowed on both); the one blank line `inject` puts after it
+    goes too. A HEADER with no FOOTER after it is not a block, and markers mentioned inside a
+    sentence are never touched. Lines are split on "\\n" only. Idempotent.
+
+    Args:
+        text: a task prompt, possibly carrying one or more blocks.
+
+    Returns:
+        The text without its blocks; unchanged when there are none.
+    """
+    if not text or HEADER not in text:
+        return text
+    chunks = _chunks(text)
+    kept: list[str] = []
+    i, n = 0, len(chunks)
+    while i < n:
+        if not _is_line(chunks[i], HEADER):
+            kept.append(chunks[i])
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, n) if _is_line(chunks[j], FOOTER)), None)
+        if end is None:
+            # No FOOTER below, so no later HEADER can close either: the rest stays as it is.
+            kept.extend(chunks[i:])
+            break
+        i = end + 1
+        if i < n and chunks[i] in ("\n", "\r\n"):
+            i += 1  # the blank separator line inject() adds
+    return "".join(kept)
+
+
+def lift_task(text: str) -> str:
+    """Lift the human task out of a workflow wrapper.
+
+    The rule: find the first line that starts with ``TASK:`` at column 0 (case-sensitive). The
+    task is the rest of that line plus the following lines, up to (not including) the next line
+    that looks like a wrapper section header, i.e. fully matches
+    ``[A-Z][A-Z0-9 _/-]{2,40}:\\s*`` (``INSTRUCTIONS:``, ``OUTPUT FORMAT:``, ``ACCOMPLISHED:``),
+    or the end of the text (a later ``TASK:`` line is the human's text). Surrounding whitespace and
+    blank lines are trimmed, and so are ``TASK:`` prefixes the task itself begins with
+    (``TASK: TASK: x`` -> ``x``), so a lifted task never needs lifting again. Text without a
+    ``TASK:`` line is returned unchanged. Lines are split on "\\n"; a trailing \\r is whitespace.
+
+    Only a wrapper is lifted, never a task that merely contains a ``TASK:`` line (lifting would
+    keep the part after it and drop the human's words before it). Text is returned unchanged
+    when a line before the ``TASK:`` line reads as a MEMORY marker (a stray or forged one: real
+    blocks are gone by then), or when there is text before it and no section header after it.
+
+    Args:
+        text: a prompt, possibly wrapped by a workflow.
+
+    Returns:
+        The human task (may be "" for an empty wrapper), or text itself.
+    """
+    if not text or _TASK_PREFIX not in text:
+        return text
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(_TASK_PREFIX)), None)
+    if start is None:
+        return text
+    before = lines[:start]
+    if any(_looks_like_marker(line) for line in before):
+        return text  # "Do x.\nEND MEMORY\n\nTASK: <injected>": not a wrapper the dispatcher built
+    body = [lines[start][len(_TASK_PREFIX) :]]
+    closed = False
+    for line in lines[start + 1 :]:
+        if _WRAPPER_SECTION.fullmatch(line):
+            closed = True
+            break
+        body.append(line)
+    if not closed and any(line.strip() for line in before):
+        return text  # human text, then a TASK: line that runs to the end: a task, not a wrapper
+    # A task that itself begins with "TASK:" would only be lifted again; drop those prefixes
+    # in one go, so the result is clean and "TASK:" * n costs linear time.
+    return _NESTED_TASK.sub("", "\n".join(body), count=1).strip()
+
+
+def strip(text: str) -> str:
+    """Remove MEMORY blocks and lift the human task: what the write path stores.
+
+    This is ``lift_task(strip_memory(text))``, repeated until nothing changes, so the result
+    is always clean (``strip(strip(x)) == strip(x)``) even for a block that only becomes whole
+    once lifted (``TASK: MEMORY (...)``). Each round that changes anything shortens the text,
+    so the loop ends; real prompts take one or two rounds.
+
+    Args:
+        text: the prompt a run was dispatched with.
+
+    Returns:
+        The clean human task.
+    """
+    while True:
+        clean = lift_task(strip_memory(text))
+        if clean == text:
+            return clean
+        text = clean
+
+
+def inject(task: str, block: str) -> str:
+    """Put a block rendered by render_block ahead of task, separated by one blank line.
+
+    Args:
+        task: the (clean) task prompt.
+        block: the MEMORY block; "" leaves the task unchanged.
+
+    Returns:
+        The prompt to dispatch.
+    """
+    return f"{block}\n\n{task}" if block else task
+
+
+def _marker_key(line: str) -> str:
+    """A line as compared with the markers: NFKC, no whitespace or invisibles, case-folded."""
+    return _MARKER_NOISE.sub("", unicodedata.normalize("NFKC", line)).casefold()
+
+
+_HEADER_KEY = _marker_key(HEADER)
+_HEADER_PREFIX_KEY = _marker_key("MEMORY (prior runs")
+_FOOTER_KEY = _marker_key(FOOTER)
+
+
+def _looks_like_marker(line: str) -> bool:
+    """True if a reader (human, model or strip_memory) could take line for HEADER or FOOTER."""
+    key = _marker_key(line)
+    return key == _HEADER_KEY or key == _FOOTER_KEY or key.startswith(_HEADER_PREFIX_KEY)
+
+
+def _drop_inline_blocks(text: str) -> str:
+    """Remove every HEADER ... FOOTER span, markers anywhere in a line, until none is left (a
+    removal can join a new one; each round shortens the text, each is linear)."""
+    while HEADER in text:
+        start, out, pos = text.find(HEADER), [], 0
+        while start >= 0:
+            end = text.find(FOOTER, start + len(HEADER))
+            if end < 0:
+                break
+            out.append(text[pos:start])
+            pos = end + len(FOOTER)
+            start = text.find(HEADER, pos)
+        if not out:
+            return text
+        out.append(text[pos:])
+        text = "".join(out)
+    return text
+
+
+def neutralize(text: str) -> str:
+    """Defuse stored text before it is copied into a block, so it can never end or forge one.
+
+    Lone surrogates become U+FFFD, line endings become "\\n", C0 controls other than \\t and
+    \\n, DEL and C1 controls (outcome.CONTROL) are dropped, a whole block inside the text
+    (HEADER ... FOOTER, as an echoed prompt leaves it in a collapsed summary) is removed, and any
+    line that, ignoring whitespace, zero-width / bidi characters and case, reads as HEADER or
+    FOOTER is prefixed with "[quoted] ".
+
+    Args:
+        text: text taken from a stored record or issue.
+
+    Returns:
+        The defused text.
+    """
+    text = _SURROGATE.sub("\ufffd", text or "")
+    text = CONTROL.sub("", _NEWLINES.sub("\n", text))
+    text = _drop_inline_blocks(text)
+    return "\n".join(
+        _QUOTED + line if _looks_like_marker(line) else line for line in text.split("\n")
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate tokens as ceil(len / 4).
+
+    About 4 characters per token is the usual rule of thumb for English and code under BPE
+    tokenizers (OpenAI's tokenizer guidance); it errs high for plain prose, which is the safe
+    side for a budget.
+
+    Args:
+        text: any text.
+
+    Returns:
+        The estimated token count.
+    """
+    return math.ceil(len(text) / 4)
+
+
+def _field(text: str | None, max_chars: int) -> str:
+    """Neutralize, collapse to one line and cut on a word boundary."""
+    return shorten(neutralize(text or ""), max_chars)
+
+
+def _utc(ms: int, fmt: str) -> str | None:
+    """Format epoch milliseconds in UTC; None when the value is not a usable time."""
+    try:
+        return (_EPOCH + timedelta(milliseconds=int(ms))).strftime(fmt)
+    except (OverflowError, ValueError, TypeError):
+        return None
+
+
+def _run_label(run_id: str) -> str:
+    """The first 8 characters of a run id, safe for one line."""
+    return "".join(neutralize(run_id or "").split())[:8] or "?"
+
+
+def _entry_lines(entry: PreambleEntry) -> list[str]:
+    """The lines of one prior run."""
+    when = _utc(entry.ended_at_ms, "%Y-%m-%d %H:%M UTC") or "unknown time"
+    state = _field(entry.state, _STATE_MAX) or "unknown"
+    task = _field(entry.task, _TASK_MAX) or "(no task text)"
+    lines = [f"- run {_run_label(entry.run_id)} ({when}, {state}): {task}"]
+    summary = _field(entry.summary, _SUMMARY_MAX)
+    if summary:
+        lines.append(f"  summary: {summary}")
+    raised = [_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()]
+    raised_text = shorten(", ".join(f"{r} (open)" for r in raised if r), _LIST_MAX)
+    if raised_text:
+        lines.append(f"  raised: {raised_text}")
+    steps = [_field(s, _LIST_MAX) for s in entry.next or ()]
+    next_text = shorten("; ".join(s for s in steps if s), _LIST_MAX)
+    if next_text:
+        lines.append(f"  next: {next_text}")
+    return [_drop_inline_blocks(line) for line in lines]  # fields side by side can spell a block too
+
+
+def _issue_line(issue: OpenIssue) -> str:
+    """The line of one open issue (several ids when one title stands for them)."""
+    issue_id = ", ".join(x for x in (_field(i, _ISSUE_ID_MAX) for i in (issue.issue_id, *issue.also)) if x) or "?"
+    title = _field(issue.title, _ISSUE_TITLE_MAX)
+    when = _utc(issue.opened_at_ms, "%Y-%m-%d") or "unknown date"
+    by = f", run {_run_label(issue.by_run_id)}" if (issue.by_run_id or "").strip() else ""
+    label = f"{issue_id}: {title}" if title else issue_id
+    return _drop_inline_blocks(f"- {label} (opened {when}{by})")
+
+
+def render_block(
+    entries: Sequence[PreambleEntry],
+    open_issues: Sequence[OpenIssue],
+    *,
+    max_tokens: int = 1500,
+    top_k: int | None = None,
+    issue_share: float | None = None,
+    more_issues: int = 0,
+    nothing: str | None = None,
+) -> str:
+    """Render the MEMORY block for the given prior runs and open issues (see :func:`layout`)."""
+    return layout(entries, open_issues, max_tokens=max_tokens, top_k=top_k, issue_share=issue_share,
+                  more_issues=more_issues, nothing=nothing).text
+
+
+def layout(
+    entries: Sequence[PreambleEntry],
+    open_issues: Sequence[OpenIssue],
+    *,
+    max_tokens: int = 1500,
+    top_k: int | None = None,
+    issue_share: float | None = None,
+    more_issues: int = 0,
+    nothing: str | None = None,
+) -> Layout:
+    """Lay out the MEMORY block (format: module doc) within a token budget.
+
+    Budget: the whole block, HEADER and FOOTER included, keeps estimate_tokens <= max_tokens.
+    The issue section takes at most ``issue_share`` of the budget (None: what is left after the
+    runs); its lines go in one by one until the next does not fit, and a last line says how many
+    more issues are open (``more_issues`` plus those cut here). The runs get everything the issue
+    section does not use: entries go in whole, in the given order, until one does not fit (then
+    no more). Lines are never cut by the budget.
+
+    Args:
+        entries: prior runs, most relevant first.
+        open_issues: open issues to show, most relevant first.
+        max_tokens: the token budget of the whole block.
+        top_k: show at most this many entries (None: no limit).
+        issue_share: the largest fraction of the budget the issue section may take.
+        more_issues: open issues that were not offered at all (over the cap), for the last line.
+        nothing: when no run is given, the one line that says why (e.g. no earlier run relates to
+            the task), so that the block says so instead of staying away.
+
+    Returns:
+        A :class:`Layout`; its text is "" when nothing but HEADER and FOOTER would fit.
+    """
+    if top_k is not None:
+        entries = entries[: max(top_k, 0)]
+    limit = max_tokens * 4  # estimate_tokens(s) <= max_tokens  <=>  len(s) <= 4 * max_tokens
+    frame = len(HEADER) + 1 + len(FOOTER)  # "HEADER\nFOOTER"
+    size = lambda lines: sum(len(line) + 1 for line in lines)  # noqa: E731
+
+    # The issue section first, within its share, so that what it leaves goes to the runs.
+    issue_cap = limit - frame if issue_share is None else int((limit - frame) * issue_share)
+    lines = [_issue_line(i) for i in open_issues]
+    shown: list[str] = []
+
+    def more_line(n: int) -> list[str]:
+        return [f"- ... and {n} more open issue{'s' if n != 1 else ''} (`cybmem issues` lists them)"] if n else []
+
+    for i, line in enumerate(lines):
+        rest = len(lines) - i - 1 + more_issues
+        if size([_ISSUES_HEADING, *shown, line, *more_line(rest)]) > issue_cap:
+            break
+        shown.append(line)
+    cut_issues = len(lines) - len(shown)
+    section = [_ISSUES_HEADING, *shown, *more_line(cut_issues + more_issues)] if shown else []
+    if issue_share is None:
+        section_size = 0  # issues fill what the runs leave (below)
+    else:
+        section_size = size(section)
+
+    body: list[str] = [_drop_inline_blocks(f"- ({_field(nothing, _SUMMARY_MAX)})")] if nothing and not entries else []
+    used = frame + section_size + size(body)
+    runs_shown = 0
+    for entry in entries:
+        block = _entry_lines(entry)
+        if used + size(block) > limit:
+            break
+        body.extend(block)
+        used += size(block)
+        runs_shown += 1
+    run_chars = size(body)
+    if issue_share is None:  # the old rule: issues line by line in what is left
+        shown, heading = [], [_ISSUES_HEADING]
+        for line in lines:
+            if used + size(heading + [line]) > limit:
+                break
+            shown.append(line)
+            used += size(heading + [line])
+            heading = []
+        cut_issues = len(lines) - len(shown)
+        section = [_ISSUES_HEADING, *shown] if shown else []
+    body.extend(section)
+    if not body:
+        return Layout("", 0, 0, len(entries), len(lines), 0, 0)
+    return Layout("\n".join([HEADER, *body, FOOTER]), runs_shown, len(shown), len(entries) - runs_shown, cut_issues,
+                  run_chars, size(section))

@@ -1,0 +1,759 @@
+"""Check a memory store and rebuild what is derived: ``cybmem doctor``.
+
+One check per kind of file, per project (records, the ledger, embeddings.jsonl, index.json, the
+Arrow cache, cwd paths, symbolic links, temp files, an unfinished ``cybmem redact``) and per
+memory root (projects.json and its slugs), then the repair. Each finding has a severity:
+``error`` needs a person and is never changed by ``--repair``; ``repairable`` is derived state
+that ``--repair`` rebuilds; ``warning`` is reported, harmless and not counted. ``--repair`` always
+rebuilds index.json and the cache from records/ and the ledger, removes temp files older than
+``temp_age`` seconds, finishes a killed redaction from its journal (cybmem.operations.redaction) and keeps one
+vector per run and model in embeddings.jsonl (:func:`cybmem.store.embeddings.superseded`); it never
+otherwise touches records/ or issues.jsonl. What each check looks at: USAGE.md, "Checking a store".
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import _io
+from ..store import cache as _cache, supersession
+from .._io import TMP_PREFIX
+from ..store.embeddings import drop_lines, newest_dims, read_rows, superseded
+from ..errors import NotFoundError, StoreError, ValidationError
+from ..store.ledger import event_from_dict
+from ..store.projects import (MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, owning_dir, project_cwd,
+                       project_dirs, select_project, slug_key)
+from ..store.records import ms_to_utc
+from ..settings import Settings
+from ..store.memory_store import MAX_LEDGER_BYTES, MemoryStore
+
+__all__ = ["Finding", "ProjectStats", "DoctorReport", "doctor", "DEFAULT_TEMP_AGE"]
+
+DEFAULT_TEMP_AGE = 60  # seconds; a younger temp file may belong to a writer at work
+SEVERITIES = ("error", "repairable", "warning")
+
+
+@dataclass
+class Finding:
+    """One thing doctor found: where, what, how bad; for secrets also the field and kind."""
+
+    check: str
+    severity: str
+    path: str
+    message: str
+    project: str | None = None
+    field: str | None = None
+    kind: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class ProjectStats:
+    """What was checked in one project."""
+
+    slug: str
+    records: int = 0
+    unreadable: int = 0
+    events: int = 0
+    embeddings: int = 0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DoctorReport:
+    """The result of a check (after repairs, when asked)."""
+
+    root: str
+    projects: list[ProjectStats]
+    findings: list[Finding]
+    repaired: list[str] = field(default_factory=list)
+    secrets_scanned: bool = False
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Findings that make the store not clean (errors and repairable ones)."""
+        return [f for f in self.findings if f.severity != "warning"]
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {
+            "root": self.root,
+            "clean": self.clean,
+            "projects": [p.to_dict() for p in self.projects],
+            "findings": [f.to_dict() for f in self.findings],
+            "repaired": list(self.repaired),
+            "secretsScanned": self.secrets_scanned,
+            "counts": {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES},
+        }
+
+    def lines(self) -> list[str]:
+        """The human report: one block per project, then a one-line summary."""
+        out = [f"Memory root: {self.root}"]
+        by_project: dict[str | None, list[Finding]] = {}
+        for f in self.findings:
+            by_project.setdefault(f.project, []).append(f)
+        for action in self.repaired:
+            out.append(f"repaired: {action}")
+        root_findings = by_project.get(None, [])
+        out.append(f"{PROJECTS_FILE}: " + ("ok" if not root_findings else f"{len(root_findings)} finding(s)"))
+        out += [_finding_line(f) for f in root_findings]
+        for p in self.projects:
+            found = by_project.get(p.slug, [])
+            head = f"{p.slug}: {p.records} records, {p.events} ledger events"
+            if p.embeddings:
+                head += f", {p.embeddings} embeddings"
+            out.append(head + (": ok" if not found else ""))
+            out += [_finding_line(f) for f in found]
+        errors = sum(f.severity == "error" for f in self.findings)
+        fixable = sum(f.severity == "repairable" for f in self.findings)
+        warnings = sum(f.severity == "warning" for f in self.findings)
+        records = sum(p.records for p in self.projects)
+        checked = f"{len(self.projects)} project(s), {records} records"
+        tail = f", {warnings} warning(s)" if warnings else ""
+        if self.clean:
+            out.append(f"clean: {checked} checked{tail}.")
+        else:
+            parts = []
+            if errors:
+                parts.append(f"{errors} error(s) to fix by hand")
+            if fixable:
+                parts.append(f"{fixable} repairable (run `cybmem doctor --repair`)")
+            out.append(f"problems: {', '.join(parts)}{tail}; {checked} checked.")
+        return out
+
+
+def _finding_line(f: Finding) -> str:
+    where = f.path
+    if f.field:
+        where += f" [{f.field}]"
+    return f"  {f.severity:<10} {where}: {f.message}"
+
+
+# --- checks ---------------------------------------------------------------------------
+
+
+def _is_temp(name: str) -> bool:
+    # cybmem's own temp files (everything is written through cybmem._io), and the
+    # ".<name>.<random>.tmp" ones earlier versions of save_weights left.
+    return name.startswith(TMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def _temp_files(dirs: Iterable[Path]) -> list[Path]:
+    out = []
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                out += [Path(e.path) for e in it if _is_temp(e.name) and e.is_file(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return sorted(out)
+
+
+def _check_temp(dirs: Iterable[Path], project: str | None, temp_age: float, now: float) -> list[Finding]:
+    findings = []
+    for path in _temp_files(dirs):
+        try:
+            age = now - path.lstat().st_mtime
+        except FileNotFoundError:
+            continue  # its writer just finished
+        if age >= temp_age:
+            findings.append(Finding("temp", "repairable", str(path),
+                                    f"temp file left by an interrupted writer ({age:.0f}s old); readers ignore it",
+                                    project))
+        else:
+            findings.append(Finding("temp", "warning", str(path),
+                                    f"temp file {age:.0f}s old: a writer may be at work (removed once older than {temp_age:g}s)",
+                                    project))
+    return findings
+
+
+def _jsonl_lines(raw: bytes) -> list[tuple[int, bytes, bool]]:
+    """(line number, line, torn) for each non-blank line; torn = the last line, with no newline."""
+    lines = raw.split(b"\n")
+    out = []
+    for i, line in enumerate(lines, 1):
+        if line.strip():
+            out.append((i, line, i == len(lines)))
+    return out
+
+
+def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding], list[tuple[int, dict]]]:
+    """Ledger lines: whole, valid, no second "opened" for an open id. Returns findings and (line, event) pairs."""
+    findings: list[Finding] = []
+    events: list[tuple[int, dict]] = []
+    try:
+        raw = _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES)
+    except FileNotFoundError:
+        return findings, events
+    except StoreError as exc:
+        return [Finding("ledger", "error", str(store.issues_path), str(exc), store.slug)], events
+    name = store.issues_path.name
+    states: dict[str, str] = {}
+    last: dict[str, tuple[int, int, str]] = {}  # issue -> (line, at, event) of its latest event in file order
+    for lineno, line, torn in _jsonl_lines(raw):
+        where = f"{store.issues_path}:{lineno}"
+        try:
+            d = _io.loads(line)
+        except ValueError as exc:
+            if torn:
+                msg = "torn last line (no newline: a writer was interrupted); readers skip it, the next append starts a fresh line"
+            else:
+                msg = f"unreadable line, skipped by readers (a writer interrupted mid-line, or damage: {exc}); the ledger is never rewritten"
+            findings.append(Finding("ledger", "warning", where, msg, store.slug))
+            continue
+        try:
+            ev = event_from_dict(d)
+        except ValidationError as exc:
+            findings.append(Finding("ledger", "error", where,
+                                    f"{name}:{lineno} is not a valid issue event ({exc}); readers skip it", store.slug))
+            continue
+        if torn:
+            findings.append(Finding("ledger", "warning", where,
+                                    "last line has no newline yet (a writer was interrupted after writing it); it is readable", store.slug))
+        if ev.event == "opened" and states.get(ev.issueId) in ("opened", "reopened"):
+            findings.append(Finding("ledger", "warning", where,
+                                    f"issue {ev.issueId} opened again while open (a writer that ignored the lock?); "
+                                    "the fold is unaffected", store.slug))
+        latest = last.get(ev.issueId)
+        if latest is not None and ev.at < latest[1]:
+            findings.append(Finding("ledger", "warning", where,
+                                    f"issue {ev.issueId}: line {lineno} ({ev.event} at {ms_to_utc(ev.at)} UTC) is stamped "
+                                    f"before line {latest[0]} ({latest[2]} at {ms_to_utc(latest[1])} UTC), which comes first "
+                                    "(two writers' clocks apart?); the fold follows file order, and issue ages count the "
+                                    "gap as no time", store.slug))
+        else:
+            last[ev.issueId] = (lineno, ev.at, ev.event)
+        states[ev.issueId] = ev.event
+        events.append((lineno, d))
+    stats.events = len(events)
+    return findings, events
+
+
+def _check_embeddings(store: MemoryStore, stats: ProjectStats) -> list[Finding]:
+    findings: list[Finding] = []
+    try:
+        rows, problems = read_rows(store.embeddings_path)
+    except StoreError as exc:
+        return [Finding("embeddings", "error", str(store.embeddings_path), str(exc), store.slug)]
+    for lineno, reason, torn in problems:
+        where = f"{store.embeddings_path}:{lineno}"
+        if torn or reason.startswith("not valid JSON"):
+            findings.append(Finding("embeddings", "warning", where, f"{reason}; readers skip it", store.slug))
+        else:
+            findings.append(Finding("embeddings", "error", where, f"{reason}; readers skip it", store.slug))
+    stats.embeddings = len(rows)
+    path = str(store.embeddings_path)
+    extra = superseded(rows)
+    gone = set(extra)
+    if extra:
+        runs = len({(row["runId"], row["model"]) for lineno, row in rows if lineno in gone})
+        findings.append(Finding("embeddings", "repairable", path,
+                                f"{runs} run(s) have more than one vector of a model ({len(extra)} line(s) replaced by a later one, "
+                                f"first at line {extra[0]}); search uses the last; `cybmem doctor --repair` keeps only it",
+                                store.slug))
+    newest = newest_dims(rows)
+    counts: dict[str, dict[int, int]] = {}
+    for lineno, row in rows:
+        if lineno not in gone:
+            by_dims = counts.setdefault(row["model"], {})
+            by_dims[len(row["vector"])] = by_dims.get(len(row["vector"]), 0) + 1
+    for model, by_dims in sorted(counts.items()):
+        if len(by_dims) > 1:
+            now = newest[model]
+            older = ", ".join(f"{d} ({c} run{'s' * (c != 1)})" for d, c in sorted(by_dims.items()) if d != now)
+            findings.append(Finding("embeddings", "warning", path,
+                                    f"model {model!r} has vectors of {now} dimensions ({by_dims[now]} runs, its newest) and of "
+                                    f"{older}; search compares only the newest with a query: `cybmem embed` gives the other "
+                                    "runs one", store.slug))
+    return findings
+
+
+def _drop_superseded_vectors(store: MemoryStore) -> int:
+    """Under the project lock: embeddings.jsonl without the vectors a later one replaced (their count)."""
+    with store.lock():
+        rows, _problems = read_rows(store.embeddings_path)
+        return drop_lines(store.embeddings_path, superseded(rows))
+
+
+def _check_records(store: MemoryStore, stats: ProjectStats, home: str | None = None) -> tuple[list[Finding], set[str]]:
+    """Every record file parses, validates and is named after its runId, and (when the project's
+    directory ``home`` is known) carries a cwd in that project. Returns findings and bad file names."""
+    findings: list[Finding] = []
+    bad: set[str] = set()
+    foreign: dict[str, list[str]] = {}  # a cwd outside the project -> the runs that carry it
+    try:
+        names = sorted(os.listdir(store.records_dir))
+    except FileNotFoundError:
+        return findings, bad
+    except OSError as exc:
+        return [Finding("records", "error", str(store.records_dir), f"cannot list: {exc}", store.slug)], bad
+    for name in names:
+        path = store.records_dir / name
+        if name.startswith("."):
+            continue  # temp files (checked separately), locks
+        if not name.endswith(".json"):
+            findings.append(Finding("records", "warning", str(path), "not a record file (no .json suffix); readers ignore it", store.slug))
+            continue
+        if path.is_symlink():
+            bad.add(name)
+            stats.unreadable += 1
+            findings.append(Finding("records", "error", str(path),
+                                    f"is a symbolic link (to {os.readlink(path)}); records must be real files inside the memory root",
+                                    store.slug))
+            continue
+        try:
+            rec = store.read_record(name[:-5])
+            stats.records += 1
+            if home is not None and owning_dir({store.slug: {"cwd": home}}, rec.cwd) is None:
+                foreign.setdefault(rec.cwd, []).append(rec.runId)
+        except NotFoundError:
+            continue
+        except (ValidationError, StoreError) as exc:
+            bad.add(name)
+            stats.unreadable += 1
+            msg = str(exc)
+            if name in msg:
+                msg = msg.split(": ", 1)[-1] if msg.startswith(name) else msg
+            findings.append(Finding("records", "error", str(path), f"{msg}; readers skip it", store.slug))
+    for cwd, runs in sorted(foreign.items()):
+        findings.append(Finding(
+            "records", "warning", str(store.record_path(runs[0])),
+            f"{_count(len(runs), 'record')} ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}) carry the cwd {cwd}, "
+            f"outside the project's directory {home} (filed with --project from elsewhere by an older cybmem); readers "
+            f"are unaffected, but should projects.json lose its entry the backfill could register {store.slug} there",
+            store.slug))
+    return findings, bad
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what if n == 1 else what + 's'}"
+
+
+def _check_index(store: MemoryStore) -> list[Finding]:
+    """index.json against a rebuild from records/; a compacted index (entries past the cap moved
+    to its archived rows and archive-summary.md) is as good as a full one."""
+    fresh, fresh_skipped = store.fresh_index()
+    path = str(store.index_path)
+    if not store.index_path.exists():
+        if fresh or fresh_skipped:
+            return [Finding("index", "repairable", path, "index.json is missing (readers rebuild it in memory each time)", store.slug)]
+        return []
+    probe = MemoryStore(store.root, store.slug)  # its own problem list
+    doc = probe.read_index()
+    if doc is None:
+        return [Finding("index", "repairable", path, "index.json is unreadable or damaged", store.slug)]
+    # The inode numbers are a cache key, not content: a copied store (cp -r, a restore, a git
+    # checkout) has new ones, which the next read takes up on its own.
+    entries = [{k: v for k, v in e.items() if k != "inode"} for e in doc[0]]
+    fresh = [{k: v for k, v in e.items() if k != "inode"} for e in fresh]
+    skipped, archived = doc[1], doc[2]
+    fresh_by_id = {e["runId"]: e for e in fresh}
+    archived_ok = all(rid in fresh_by_id and (row[0], row[2], row[3]) == (
+        fresh_by_id[rid]["endedAt"], fresh_by_id[rid].get("supersedes"), fresh_by_id[rid].get("supersededBy"))
+        for rid, row in archived.items())
+    in_order = [e["runId"] for e in fresh if e["runId"] not in archived]
+    if (entries == [fresh_by_id.get(e["runId"]) for e in entries] and [e["runId"] for e in entries] == in_order
+            and archived_ok and set(skipped) == set(fresh_skipped)):
+        return []
+    have = {e["runId"] for e in entries} | set(archived)
+    want = set(fresh_by_id)
+    parts = []
+    if want - have:
+        parts.append(f"{len(want - have)} record(s) missing from it")
+    if have - want:
+        parts.append(f"{len(have - want)} entr(ies) without a readable record")
+    differ = sum(1 for e in entries if e["runId"] in fresh_by_id and e != fresh_by_id[e["runId"]])
+    differ += sum(1 for rid, row in archived.items() if rid in fresh_by_id and (row[0], row[2], row[3]) != (
+        fresh_by_id[rid]["endedAt"], fresh_by_id[rid].get("supersedes"), fresh_by_id[rid].get("supersededBy")))
+    if differ:
+        parts.append(f"{differ} entr(ies) differ from their record")
+    if [e["runId"] for e in entries] != in_order and not parts:
+        parts.append("entries out of order")
+    if set(skipped) != set(fresh_skipped):
+        parts.append("its list of unreadable records is out of date")
+    return [Finding("index", "repairable", path, "index.json is stale: " + ", ".join(parts), store.slug)]
+
+
+def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[Finding]:
+    """The Arrow cache against records/ and the ledger (only when a cache exists), and its rows
+    against files edited in place since (a hand edit keeps the inode: the cache would go on
+    serving the old text, a removed secret included)."""
+    cache = _cache.cache_dir(store.dir)
+    if cache.is_symlink():
+        return []  # _check_dirs names it; nothing is read through it
+    verdict = _cache.check(store.records_dir, store.issues_path, cache, store.listing(), bad, ledger_whole)
+    if verdict.state == "broken":
+        return [Finding("cache", "repairable", str(cache), "cache disagrees with the store: " + ", ".join(verdict.reasons),
+                        store.slug)]
+    if verdict.state == "ok":
+        from ..store.snapshot import cached_snapshot
+
+        snap = cached_snapshot(store)
+        stale = snap.stale_rows(range(snap.n)) if snap is not None else []
+        if stale:
+            return [Finding("cache", "repairable", str(cache),
+                            f"{len(stale)} cached record(s) edited in place since they were cached (the cache still "
+                            "holds their old text)", store.slug)]
+    if verdict.state == "behind":
+        return [Finding("cache", "warning", str(cache),
+                        f"cache is behind ({', '.join(verdict.reasons)}); the next read refreshes it", store.slug)]
+    return []
+
+
+def _check_weights(settings: Settings, store: MemoryStore | None) -> list[Finding]:
+    """The weight files production reads (and CYBERINE_MEMORY_W_* variables): each must load."""
+    from ..retrieval.weights import load_weights, weight_files
+
+    files = weight_files(settings, store)
+    if store is not None:
+        files = files[1:2]  # the project's own file; the root's and the environment's are checked once
+    env = settings.env if store is None else {}
+    loaded = load_weights(files, env, lenient=True)
+    where = str(files[0]) if files else "environment"
+    return [Finding("weights", "error", where, f"{problem} (inject falls back past it with a warning; search and tune stop with this error)",
+                    store.slug if store is not None else None) for problem in loaded.problems]
+
+
+def _check_supersession(store: MemoryStore) -> list[Finding]:
+    """Supersession links that name a run with no record (every reader ignores them)."""
+    rows, ended = store.link_rows()  # archived records too
+    links = [row for row in rows if row[2] or row[3]]
+    return [Finding("supersession", "warning", str(store.record_path(rid)),
+                    f"{field} names {target}, which has no record; readers ignore the link", store.slug, field=field)
+            for rid, field, target in supersession.dangling(links, ended)]
+
+
+def _check_dirs(store: MemoryStore) -> list[Finding]:
+    return [Finding("paths", "error", str(d),
+                    f"is a symbolic link (to {os.readlink(d)}); nothing is written through it, as it would land "
+                    "outside the memory root" + ("; remove it (the cache is rebuilt)" if d.name == ".cache" else ""),
+                    store.slug)
+            for d in store.symlinked_dirs()]
+
+
+def _secret_findings_in(value, field_path: str, path: str, project: str, out: list[Finding]) -> None:
+    from ..store.secrets import scan
+
+    stack = [(value, field_path)]
+    while stack:
+        v, where = stack.pop()
+        if isinstance(v, str):
+            for kind in sorted({f.kind for f in scan(v)}):
+                out.append(Finding("secrets", "error", path, f"secret of kind {kind} stored here (value not shown)", project,
+                                   field=where, kind=kind))
+        elif isinstance(v, dict):
+            stack.extend((item, f"{where}.{k}" if where else str(k)) for k, item in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(v))))
+
+
+def _check_derived_secrets(store: MemoryStore, out: list[Finding]) -> None:
+    """Secret shapes in the files derived from records and the ledger: index.json,
+    archive-summary.md and every text column of the Arrow cache (``--repair`` rebuilds them)."""
+    try:
+        doc = _io.loads(_io.read_file(store.index_path, limit=MAX_LEDGER_BYTES))
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict):
+        for i, entry in enumerate(doc.get("entries") or []):
+            if isinstance(entry, dict):
+                _secret_findings_in({k: v for k, v in entry.items() if k != "runId"}, f"entries[{i}]",
+                                    str(store.index_path), store.slug, out)
+    summary = store.dir / "archive-summary.md"
+    try:
+        text = _io.read_file(summary, limit=MAX_LEDGER_BYTES).decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        _secret_findings_in(line, f"line {n}", str(summary), store.slug, out)
+    cache = _cache.cache_dir(store.dir)
+    if cache.is_symlink() or not cache.is_dir():
+        return
+    import pyarrow as pa
+
+    for path in sorted(cache.glob("*.arrow")):
+        try:
+            table = _cache.read_table(path)
+        except (OSError, ValueError, pa.ArrowException):
+            continue
+        for name in table.column_names:
+            col = table.column(name)
+            if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+                    or (pa.types.is_list(col.type) and pa.types.is_string(col.type.value_type))):
+                continue
+            kinds: set[str] = set()
+            for value in col.to_pylist():
+                for text in (value if isinstance(value, list) else [value]):
+                    if text:
+                        kinds |= {f.kind for f in _scan(text)}
+            for kind in sorted(kinds):
+                out.append(Finding("secrets", "repairable", str(path), f"secret of kind {kind} in the cached "
+                                   f"column {name} (value not shown); `cybmem doctor --repair` rebuilds the cache",
+                                   store.slug, field=name, kind=kind))
+
+
+def _scan(text: str):
+    from ..store.secrets import scan
+
+    return scan(text)
+
+
+def _check_secrets(store: MemoryStore, bad: set[str], events: list[tuple[int, dict]]) -> list[Finding]:
+    """Secret shapes already on disk: in every field of every readable record, in the ledger and
+    in the derived files (index.json, archive-summary.md, the cache)."""
+    out: list[Finding] = []
+    for run_id in store.run_ids():
+        if f"{run_id}.json" in bad:
+            continue
+        try:
+            rec = store.read_record(run_id)
+        except (NotFoundError, ValidationError, StoreError):
+            continue
+        data = rec.to_dict()
+        for key in ("runId",):
+            data.pop(key, None)
+        _secret_findings_in(data, "", str(store.record_path(run_id)), store.slug, out)
+    for lineno, d in events:
+        fields = {k: v for k, v in d.items() if k not in ("issueId", "at", "event", "byRunId")}
+        _secret_findings_in(fields, "", f"{store.issues_path}:{lineno}", store.slug, out)
+    _check_derived_secrets(store, out)
+    return out
+
+
+def _check_redaction(store: MemoryStore) -> list[Finding]:
+    """A `cybmem redact` that was killed: its journal is still there (the repair finishes it)."""
+    from .redaction import pending
+
+    try:
+        plan = pending(store)
+    except StoreError as exc:
+        return [Finding("redact", "error", str(store.dir / "redact-pending.json"), str(exc), store.slug)]
+    if plan is None:
+        return []
+    if plan["running"]:
+        return [Finding("redact", "warning", plan["path"], f"a redaction of {plan['runs']} run(s) is at work "
+                        f"(begun {ms_to_utc(plan['startedAt'])})", store.slug)]
+    return [Finding("redact", "repairable", plan["path"], f"a redaction of {plan['runs']} run(s) begun "
+                    f"{ms_to_utc(plan['startedAt'])} was interrupted (done: {', '.join(plan['done']) or 'nothing'}); "
+                    "`cybmem doctor --repair` or the next `cybmem redact` finishes it", store.slug)]
+
+
+def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, temp_age: float, now: float,
+                   home: str | None = None) -> tuple[ProjectStats, list[Finding]]:
+    stats = ProjectStats(store.slug)
+    findings = _check_dirs(store)
+    rec_findings, bad = _check_records(store, stats, home)
+    led_findings, events = _check_ledger(store, stats)
+    findings += rec_findings + led_findings
+    findings += _check_embeddings(store, stats)
+    findings += _check_index(store)
+    try:
+        raw = _io.read_file(store.issues_path, limit=MAX_LEDGER_BYTES)
+        ledger_whole = raw.rfind(b"\n") + 1
+    except OSError:
+        ledger_whole = 0
+    findings += _check_cache(store, bad, ledger_whole)
+    findings += _check_supersession(store)
+    findings += _check_weights(settings, store)
+    findings += _check_temp([store.dir, store.records_dir, store.dir / ".cache"], store.slug, temp_age, now)
+    findings += _check_redaction(store)
+    if secrets:
+        findings += _check_secrets(store, bad, events)
+    return stats, findings
+
+
+def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding], dict[str, dict]]:
+    """projects.json and the slug dirs of the root."""
+    findings: list[Finding] = []
+    path = root / PROJECTS_FILE
+    projects: dict[str, dict] = {}
+    raw_keys: list[str] = []
+    try:
+        raw = _io.read_file(path, limit=MAX_PROJECTS_BYTES)
+    except FileNotFoundError:
+        raw = None
+    except StoreError as exc:
+        findings.append(Finding("projects", "error", str(path), str(exc)))
+        raw = None
+    if raw is not None:
+        try:
+            data = _io.loads(raw)
+        except ValueError as exc:
+            findings.append(Finding("projects", "error", str(path),
+                                    f"not valid JSON ({exc}); fix it or move it aside (it is rebuilt from the records' cwd, "
+                                    "but same-basename projects may then swap slugs)"))
+            data = {}
+        if not isinstance(data, dict):
+            findings.append(Finding("projects", "error", str(path), "must be a JSON object mapping slug to {\"cwd\": ...}"))
+            data = {}
+        for slug, value in data.items():
+            raw_keys.append(slug)
+            if not is_safe_slug(slug):
+                findings.append(Finding("projects", "error", str(path),
+                                        f"slug {slug!r} is not a safe directory name; cybmem ignores this entry"))
+            elif not isinstance(value, dict) or not isinstance(value.get("cwd"), str) or not value["cwd"]:
+                findings.append(Finding("projects", "error", str(path), f"slug {slug!r} has no \"cwd\" string; cybmem ignores it"))
+            else:
+                projects[slug] = value
+    owners: dict[str, list[str]] = {}
+    for slug, value in projects.items():
+        owners.setdefault(value["cwd"], []).append(slug)
+    for cwd, slugs in sorted(owners.items()):
+        if len(slugs) > 1:
+            findings.append(Finding("projects", "error", str(path),
+                                    f"cwd {cwd} has {len(slugs)} slugs ({', '.join(sorted(slugs))}); keep one, "
+                                    "move the other's records into it"))
+    registered = dict(projects)
+    backfilled = known_projects(root, projects)
+    names = set(raw_keys) | set(project_dirs(root))
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(slug_key(name), []).append(name)
+    for group in sorted(sorted(g) for g in groups.values() if len(g) > 1):
+        shown = ", ".join(repr(n) + ("" if n.isascii() else f" ({ascii(n)[1:-1]})") for n in group)
+        findings.append(Finding("projects", "error", str(path),
+                                f"projects {shown} look alike (the same after Unicode NFKC, case folding and look-alike "
+                                "letters) and `cybmem projects` shows them the same; keep one: move the others' records "
+                                "into it and remove their entries and directories"))
+    for slug in project_dirs(root):
+        if slug in registered:
+            continue
+        if slug in backfilled:
+            findings.append(Finding("projects", "warning", str(root / slug),
+                                    f"not in projects.json yet; registered on next use as the project of {backfilled[slug]['cwd']}"))
+        else:
+            findings.append(Finding("projects", "warning", str(root / slug),
+                                    "not in projects.json and no readable record names its cwd; use it with --project"))
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        if entry.is_symlink():
+            findings.append(Finding("paths", "error", entry.path,
+                                    f"is a symbolic link (to {os.readlink(entry.path)}); cybmem ignores it and never writes through it"))
+        elif entry.is_dir() and not is_safe_slug(entry.name):
+            findings.append(Finding("paths", "warning", entry.path, "directory name is not a safe slug; cybmem ignores it"))
+    findings += _check_temp([root], None, temp_age, now)
+    return findings, backfilled
+
+
+# --- repair ---------------------------------------------------------------------------
+
+
+def _refresh_cache(store: MemoryStore) -> None:
+    """Throw the cache away and load once: a full, fresh cache."""
+    from ..store.snapshot import load_snapshot
+
+    _cache.discard(_cache.cache_dir(store.dir))
+    load_snapshot(store)
+
+
+def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore]) -> list[str]:
+    done: list[str] = []
+    for f in findings:
+        if f.check == "temp" and f.severity == "repairable":
+            try:
+                os.unlink(f.path)
+                done.append(f"removed {f.path}")
+            except FileNotFoundError:
+                pass
+    for slug, store in sorted(stores.items()):
+        if store.symlinked_dirs():
+            continue  # nothing is written through a link (an error finding says so)
+        if any(f.check == "redact" and f.severity == "repairable" and f.project == slug for f in findings):
+            from .redaction import complete_pending
+
+            finished = complete_pending(store)  # its own rebuild of the derived files included
+            if finished is not None:
+                left = finished.remaining + finished.unreachable
+                done.append(f"finished the interrupted redaction of {len(finished.targets)} run(s) in {slug} "
+                            f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
+        if any(f.check == "embeddings" and f.severity == "repairable" and f.project == slug for f in findings):
+            dropped = _drop_superseded_vectors(store)
+            done.append(f"dropped {dropped} replaced vector(s) from {store.embeddings_path}")
+        count = store.rebuild_index()
+        done.append(f"rebuilt {store.index_path} from {count} records")
+        if not _cache.disabled(store.root):
+            _refresh_cache(store)
+            done.append(f"rebuilt {store.dir / '.cache'}")
+    return done
+
+
+# --- entry point ----------------------------------------------------------------------
+
+
+def _select(root: Path, backfilled: dict[str, dict], *, project: str | None, cwd, all_projects: bool) -> list[str]:
+    if all_projects:
+        return sorted(set(project_dirs(root)) | {s for s in backfilled if (root / s).is_dir()})
+    try:
+        return [select_project(root, cwd=cwd, project=project, peek=True, known=backfilled)]
+    except NotFoundError as exc:
+        raise NotFoundError(f"{exc}; or check every project with --all") from None
+
+
+def doctor(
+    settings: Settings,
+    *,
+    project: str | None = None,
+    cwd: str | os.PathLike | None = None,
+    all_projects: bool = False,
+    repair: bool = False,
+    secrets: bool = False,
+    temp_age: float = DEFAULT_TEMP_AGE,
+) -> DoctorReport:
+    """Check a memory store; with ``repair``, rebuild its derived files and check again.
+
+    Args:
+        settings: where the memory root is.
+        project / cwd: the project to check (default: the one of the current directory).
+        all_projects: check every project of the root.
+        repair: rebuild index.json and the Arrow cache, remove temp files older than
+            ``temp_age`` seconds and drop replaced vectors from embeddings.jsonl; records and
+            issues.jsonl are touched only to finish a killed ``cybmem redact``.
+        secrets: also scan records and issue titles / details for secret shapes (reported by
+            file, field and kind; the secret itself is never printed, nothing is rewritten).
+        temp_age: temp files younger than this may belong to a running writer and are left alone.
+
+    Returns:
+        A :class:`DoctorReport`; ``report.clean`` is True when no error or repairable finding remains.
+    """
+    root = check_root(settings.memory_dir)
+    if not root.exists():
+        raise NotFoundError(f"no memory at {root}; nothing has been written there yet")
+
+    def run() -> tuple[list[ProjectStats], list[Finding], dict[str, MemoryStore]]:
+        now = time.time()
+        findings, backfilled = _check_root(root, temp_age, now)
+        findings += _check_weights(settings, None)
+        slugs = _select(root, backfilled, project=project, cwd=cwd, all_projects=all_projects)
+        stats, stores = [], {}
+        for slug in slugs:
+            store = stores[slug] = MemoryStore(root, slug, index_cap=settings.index_cap)
+            st, found = _check_project(store, settings, secrets=secrets, temp_age=temp_age, now=now,
+                                       home=project_cwd(root, slug, backfilled))
+            stats.append(st)
+            findings += found
+        return stats, findings, stores
+
+    stats, findings, stores = run()
+    repaired: list[str] = []
+    if repair:
+        # Always, not only when a check saw it: derived files are cheap to rebuild, and a rebuild
+        # is what makes a hand edit of a record (removing a secret) reach every copy.
+        repaired = _repair(root, findings, stores)
+        stats, findings, stores = run()
+    return DoctorReport(str(root), stats, findings, repaired, secrets)

@@ -1,0 +1,541 @@
+"""Retrieval: score every record of a project on every axis at once and take the top k.
+
+This is the read path production dispatch calls on every run (through :mod:`cybmem.dispatch.inject`):
+load the project's snapshot (warm from the Arrow cache), score the records that can reach the
+top k exactly as scoring all of them would (:func:`_pool`), and return the hits with their
+per-axis contributions. Nothing here imports pandas.
+
+The vector axis (cosine with the query's embedding, cybmem.retrieval.vectors) is on when the project has
+vectors for the configured embedding model and w_vec > 0; the query is embedded within
+CYBERINE_MEMORY_EMBED_TIMEOUT, and when that fails the other axes rank alone, with one warning.
+
+The floor (dispatch only: ``rank_query(floor=True)``). A run enters the MEMORY block only on
+evidence about the task. A run's *keyword match* is its BM25 score over sqrt(M x I), M the task's
+idf mass (the sum of the idf of its distinct terms, words the project never used included) and I
+the largest idf there can be (a word no run holds): a score that does not grow with the task's
+length (the square-root length normalisation of Zhou and Croft's WIG query-performance
+predictor, CIKM 2007) nor with the number of runs (idf grows with its log). A task of m rare
+words that one run holds, each often, matches it at about sqrt(m); half of them, at about half.
+When the task's best match among the candidates is below ``weights.floor`` (and, with vectors,
+no cosine reaches ``weights.floor_vec``) the task relates to nothing in this project's memory and
+no run is shown. Otherwise a run may
+enter when its match is at least :data:`~cybmem.retrieval.weights.FLOOR_SHARE` of the best (or its cosine
+reaches ``floor_vec``). Recency and lineage then order the runs that qualify; they never let a run
+in alone. The parent a dispatcher names is shown whatever its match. A task without a single
+indexable word (the block a chat session gets at its start, "what were we doing") has nothing to
+judge evidence by: no floor applies, and the latest runs lead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow.compute as pc
+
+from .filters import RecordFilter, record_mask
+from ..errors import CybmemError
+from .scoring import LineageContext, Scored, explain, lineage_affinity, rank, score
+from ..settings import Settings
+from ..store.snapshot import Snapshot, load_snapshot, verified
+from ..store.memory_store import MemoryStore
+from ..store.tokens import tokenize
+from .weights import DEFAULT_W_VEC, FLOOR_MIN_RUNS, FLOOR_SHARE, LoadedWeights, Weights, weights_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store.keyword_index import KeywordIndex
+    from .vectors import VectorQuery
+
+__all__ = ["Floor", "Hit", "Ranked", "SearchResult", "dispatch_context", "keyword_match", "match_scale", "rank_query", "search"]
+
+
+@dataclass
+class Hit:
+    """One retrieved record with its rank, score and per-axis contributions."""
+
+    rank: int
+    run_id: str
+    score: float
+    contributions: dict[str, float]
+    values: dict[str, float]
+    ended_at_ms: int
+    state: str
+    task: str
+    summary: str
+    issues: list[str]
+    next: list[str]
+    pinned: str | None = None  # "parent": shown first as the parent of the run dispatched, whatever its score
+
+    def to_dict(self, *, explain: bool = False) -> dict:
+        out = {
+            "rank": self.rank, "runId": self.run_id, "score": round(self.score, 6), "endedAt": self.ended_at_ms,
+            "state": self.state, "task": self.task, "summary": self.summary, "issues": self.issues, "next": self.next,
+        }
+        if self.pinned:
+            out["pinned"] = self.pinned
+        if explain:
+            out["contributions"] = {k: round(v, 6) for k, v in self.contributions.items()}
+            out["values"] = {k: round(v, 6) for k, v in self.values.items()}
+        return out
+
+
+@dataclass
+class SearchResult:
+    """Hits plus what they were computed against."""
+
+    query: str
+    hits: list[Hit]
+    weights: Weights
+    now_ms: int
+    as_of: int | None
+    candidates: int
+    context: LineageContext
+    snapshot: Snapshot = field(repr=False)
+    ranked: Ranked | None = field(default=None, repr=False)
+    warnings: list[str] = field(default_factory=list)  # e.g. the query could not be embedded
+    vector: bool = False  # the vector axis took part
+
+    def to_dict(self, *, explain: bool = False) -> dict:
+        out = {
+            "query": self.query, "asOf": self.as_of, "now": self.now_ms, "candidates": self.candidates,
+            "weights": self.weights.to_dict(), "hits": [h.to_dict(explain=explain) for h in self.hits],
+        }
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | None) -> LineageContext:
+    """The lineage of the run about to be dispatched: its parent, chat, predecessor and chain root.
+
+    The predecessor is the newest candidate record (what the write path will link as
+    previousRunId).
+    """
+    previous = None
+    if snap.n and mask.any():
+        order = snap.newest_first()
+        i = int(order[0]) if mask[order[0]] else int(order[np.argmax(mask[order])])
+        previous = snap.records.column("runId")[i].as_py()
+    return LineageContext(parent_run_id=parent, chat_session_id=chat, previous_run_id=previous, root_run_id=None)
+
+
+def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int,
+          *, by_recency: bool = True, vec: np.ndarray | None = None) -> np.ndarray:
+    """Row indices that can reach the top k, ascending; scoring only these is exact.
+
+    Every axis is non-negative. Records with a keyword or a vector score are all kept. A record
+    with neither scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
+    few levels (see scoring.lineage_affinity), so among records of one lineage level
+    the newer always scores at least as high: only the k newest of each level can
+    reach the top k. With recency off they tie, and the ranking breaks ties by the
+    higher row, so then the k highest rows of each level are taken instead.
+    """
+    step = 4 * k + 64
+    empty = np.zeros(0, np.int64)
+    hot = empty if kw is None else np.flatnonzero(kw > 0)
+    if vec is not None:
+        hot = np.flatnonzero(vec > 0) if kw is None else np.flatnonzero((kw > 0) | (vec > 0))
+    hot = hot[mask[hot]]
+    order = snap.newest_first() if by_recency else None
+
+    def newest_of(group: np.ndarray) -> np.ndarray:
+        """The k rows of ``group`` (ascending row indices) that rank first on recency alone."""
+        if len(group) <= k:
+            return group
+        if not by_recency:
+            return group[-k:]  # a tie: the higher rows win
+        ended = snap.ended_ms()[group]
+        cut = np.partition(ended, len(group) - k)[len(group) - k]
+        return group[ended >= cut]  # the k newest, plus any tied with the k-th (a superset is exact)
+
+    picked = [hot]
+    # Records with neither a keyword nor a lineage score: walk newest first (they are most records).
+    got, start = 0, 0
+    n = snap.n
+    while got < k and start < n:
+        chunk = order[start:start + step] if order is not None else np.arange(max(n - start - step, 0), n - start)[::-1]
+        start += step
+        ok = mask[chunk]
+        if kw is not None:
+            ok &= kw[chunk] <= 0
+        if vec is not None:
+            ok &= vec[chunk] <= 0
+        if lin is not None:
+            ok &= lin[chunk] <= 0
+        chunk = chunk[ok][: k - got]
+        picked.append(chunk)
+        got += len(chunk)
+    if lin is not None:
+        linked = np.flatnonzero(lin > 0)
+        linked = linked[mask[linked]]
+        if kw is not None:
+            linked = linked[kw[linked] <= 0]
+        if vec is not None:
+            linked = linked[vec[linked] <= 0]
+        if len(linked) <= step:
+            picked.append(linked)
+        else:
+            levels = lin[linked]
+            for level in np.unique(levels):
+                picked.append(newest_of(linked[levels == level]))
+    return np.sort(np.concatenate(picked)).astype(np.int64, copy=False)
+
+
+def keyword_match(index: "KeywordIndex", tokens: list[str], raw: np.ndarray | None = None) -> np.ndarray:
+    """Every row's keyword match: raw BM25 over sqrt(idf mass x largest idf) (module docstring,
+    "The floor"); float32, 0 for a task without terms. ``raw``: the index's own BM25 scores of
+    ``tokens`` when the caller has them. An index of fewer than
+    :data:`~cybmem.retrieval.weights.FLOOR_MIN_RUNS` documents is scored as if it had that many (the others
+    holding none of the task's words), idf mass and largest idf included."""
+    n = index.n_docs
+    if not tokens or n == 0:
+        return np.zeros(n, np.float32)
+    if n >= FLOOR_MIN_RUNS:
+        raw = index.scores(tokens) if raw is None else raw
+        return raw * np.float32(match_scale(index, tokens))
+    stats = index.query_stats(tokens)
+    as_if = dataclasses.replace(stats, n_docs=FLOOR_MIN_RUNS,
+                                total_len=max(1, round(stats.total_len * FLOOR_MIN_RUNS / n)))  # same avgdl
+    return index.scores(tokens, stats=as_if) * np.float32(match_scale(index, tokens))
+
+
+def match_scale(index: "KeywordIndex", tokens: list[str]) -> float:
+    """What BM25 scores of ``tokens`` over ``index`` (under :func:`keyword_match`'s statistics)
+    are multiplied by to give their keyword match."""
+    mass, top = index.idf_mass(tokens, n_docs=max(index.n_docs, FLOOR_MIN_RUNS))
+    return 1.0 / float(np.sqrt(mass * top)) if mass > 0 and top > 0 else 0.0
+
+
+@dataclass
+class Floor:
+    """What the floor let into the block (module docstring, "The floor")."""
+
+    floor: float  # the best keyword match a task needs before any run may enter
+    best: float  # the task's best keyword match among the candidates
+    cut: float  # the keyword match a run needs (FLOOR_SHARE of the best) once the task passes
+    floor_vec: float | None = None  # the cosine floor (None: no vector axis)
+    best_vec: float | None = None
+    qualifying: int = 0  # candidate runs that may enter the block
+    candidates: int = 0
+    below: np.ndarray | None = field(default=None, repr=False)  # bool per row: a candidate that may not enter
+
+    @property
+    def passed(self) -> bool:
+        """The task relates to something in this project's memory: some run may enter."""
+        return self.qualifying > 0
+
+    @property
+    def reason(self) -> str:
+        """Why no run may enter ("" when some may)."""
+        if self.passed:
+            return ""
+        if not self.candidates:
+            return "no earlier run in this project"
+        vec = (f" and no run's cosine reaches {self.floor_vec:.2f} (best {self.best_vec:.2f})"
+               if self.floor_vec is not None and self.best_vec is not None else "")
+        return f"no earlier run relates to this task: its best keyword match is {self.best:.2f}, below the floor {self.floor:.2f}{vec}"
+
+    def to_dict(self) -> dict:
+        out = {"floor": round(self.floor, 4), "best": round(self.best, 4), "cut": round(self.cut, 4),
+               "qualifying": self.qualifying, "candidates": self.candidates}
+        if self.floor_vec is not None:
+            out.update(floorVec=round(self.floor_vec, 4), bestVec=round(self.best_vec or 0.0, 4))
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def _apply_floor(snap: Snapshot, tokens: list[str], raw: np.ndarray | None, cos: np.ndarray | None,
+                 mask: np.ndarray, weights: Weights) -> Floor:
+    """The floor over the candidates ``mask``: which rows may enter the block (``~below``)."""
+    n = snap.n
+    match = keyword_match(snap.index, tokens, raw) if raw is not None else np.zeros(n, np.float32)
+    best = float(np.max(match, where=mask, initial=0.0))
+    ok = np.zeros(n, dtype=bool)
+    if best >= weights.floor and best > 0:
+        ok = (match >= np.float32(FLOOR_SHARE * best)) & (match > 0)
+    best_vec = None
+    if cos is not None:
+        best_vec = float(np.max(cos, where=mask, initial=0.0))
+        if weights.floor_vec > 0:
+            ok |= cos >= np.float32(weights.floor_vec)
+    ok &= mask
+    return Floor(floor=weights.floor, best=best, cut=FLOOR_SHARE * best if best >= weights.floor else best,
+                 floor_vec=weights.floor_vec if cos is not None else None, best_vec=best_vec,
+                 qualifying=int(ok.sum()), candidates=int(mask.sum()), below=mask & ~ok)
+
+
+@dataclass
+class Ranked:
+    """The ranking core of a query: top row indices and the scores of the pool they came from."""
+
+    top: list[int]  # row indices into the snapshot, best first
+    local: list[int]  # the same rows as indices into ``scored``
+    scored: Scored | None
+    mask: np.ndarray
+    context: LineageContext
+    now_ms: int
+    keyword: np.ndarray | None = None  # raw BM25 of every row (None: the axis is off)
+    lineage: np.ndarray | None = None  # lineage affinity of every row (None: the axis is off)
+    pinned: int | None = None  # the row put first whatever its score (the parent of the run dispatched)
+    floor: Floor | None = None  # what the floor let in (rank_query(floor=True))
+
+
+def parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None, as_of: int | None = None) -> int | None:
+    """The row dispatch shows first for the run being dispatched's parent: the parent's record,
+    or the correction that supersedes it (as of ``as_of``), when that is a candidate; else None
+    (e.g. the parent is still running: no record yet)."""
+    if not parent or not snap.n:
+        return None
+    lookup = snap.run_lookup()
+
+    def find(rid: str) -> int:
+        return lookup.find(rid) if lookup is not None else pc.index(snap.records.column("runId"), rid).as_py()
+
+    row, seen = find(parent), {parent}
+    while row >= 0 and not mask[row]:
+        parent = snap.supersession(as_of).get(parent)  # a corrected parent: its correction
+        if parent is None or parent in seen:
+            return None
+        seen.add(parent)
+        row = find(parent)
+    return row if row >= 0 else None
+
+
+def _pin_first(local: list[int], at: int | None, k: int) -> list[int]:
+    """``local`` (best first) with ``at`` first and the rest in order, ``k`` in all."""
+    if at is None:
+        return local
+    return [at, *[i for i in local if i != at]][:k]
+
+
+def rank_query(
+    snap: Snapshot,
+    query: str,
+    *,
+    k: int,
+    weights: Weights,
+    as_of: int | None = None,
+    now_ms: int | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    exclude: str | None = None,
+    where: np.ndarray | None = None,
+    vector: "VectorQuery | np.ndarray | None" = None,
+    pin_parent: bool = False,
+    floor: bool = False,
+) -> Ranked:
+    """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
+
+    Exactly the ranking of scoring every record (see :func:`_pool`); this is the part
+    the latency benchmark compares with other BM25 engines' retrieval. ``where`` (a row mask,
+    e.g. :func:`cybmem.retrieval.filters.record_mask`) narrows the candidates; the dispatch context (the
+    predecessor) is still taken from every candidate.
+
+    ``vector`` is the vector axis (used when ``weights.w_vec > 0``): the cosine of every row
+    with the query (a float32 array aligned with the rows), or a :class:`cybmem.retrieval.vectors.VectorQuery`,
+    which computes it by one mat-vec or, on a large index, by binary quantisation with exact
+    rescoring of the nearest rows and of every row the other axes could still lift into the top
+    k (:meth:`~cybmem.retrieval.vectors.VectorQuery.axis`). Either way the top k is that of exact cosines.
+
+    ``pin_parent``: the parent of the run being dispatched (``parent_run_id``), when it is a
+    candidate, comes first whatever its score, and the top k - 1 others follow (a dispatcher
+    that names the run it follows up always gets that run back; its scores are still computed).
+
+    ``floor``: only runs with evidence about the task may be ranked (module docstring, "The
+    floor"; what dispatch does); the pinned parent is exempt. With a vector axis the floor takes
+    every row's exact cosine (one mat-vec), so that a run only the vectors relate can qualify.
+    """
+    now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
+    mask = snap.candidates(as_of)
+    if exclude is not None and snap.n:
+        mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
+    ctx = dispatch_context(snap, mask, parent_run_id, chat_session_id)
+    if where is not None:
+        mask = mask & where
+    if not (snap.n and mask.any()):
+        return Ranked([], [], None, mask, ctx, now)
+    tokens = tokenize(query)
+    # Without a word to judge by (a chat session's block at its start) there is no evidence to ask for.
+    floor = floor and bool(tokens) and (weights.floor > 0 or (vector is not None and weights.w_vec > 0 and weights.floor_vec > 0))
+    raw = snap.index.scores(tokens) if weights.w_kw or floor else None
+    kw = raw if weights.w_kw else None
+    lin = None
+    if weights.w_lin:
+        lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
+    pin = parent_row(snap, mask, parent_run_id, as_of) if pin_parent and k > 0 else None
+    gate = None
+    if floor:
+        if vector is not None and weights.w_vec > 0 and not isinstance(vector, np.ndarray):
+            vector = vector.index.exact(vector.vector)  # every row's cosine: a run only the vectors relate can qualify
+        gate = _apply_floor(snap, tokens, raw, vector if weights.w_vec > 0 else None, mask, weights)
+        mask = mask & ~gate.below
+        if pin is not None:
+            mask[pin] = True
+        if not mask.any():
+            return Ranked([], [], None, mask, ctx, now, kw, lin, floor=gate)
+    if k <= 0:
+        return Ranked([], [], None, mask, ctx, now, kw, lin, floor=gate)  # no runs asked for; the axes still serve issues
+    cos = None
+    if vector is not None and weights.w_vec > 0:
+        dense: list[Scored] = []
+        if isinstance(vector, np.ndarray):
+            cos = vector
+        else:
+            def partial() -> np.ndarray:  # every row on the other axes (the bound of a binary axis)
+                dense.append(score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=now, lineage=lin, vector_cos=None,
+                                   weights=weights, mask=mask))
+                return dense[0].total
+
+            cos = vector.axis(partial, mask, weights.w_vec, k)
+        if dense:
+            # Every row is scored on the other axes already: add the vector axis, in the order
+            # score() adds it (the same floats as scoring every record), and rank the rows that
+            # can reach the top k (all of them after a mat-vec).
+            d = dense[0]
+            reach = getattr(vector, "reach", None)
+            if reach is not None and pin is not None:
+                at = int(np.searchsorted(reach, pin))
+                if at == len(reach) or reach[at] != pin:  # out of reach of the top k, but shown
+                    cos[pin] = vector.rescored(np.array([pin]))[0]
+                    reach = np.insert(reach, at, pin)
+            rows = slice(None) if reach is None else reach
+            sub = lambda a: None if a is None else a[rows]  # noqa: E731
+            vec = np.asarray(cos[rows], dtype=np.float32) * np.float32(weights.w_vec)
+            scored = Scored(total=d.total[rows] + vec, keyword=sub(d.keyword), recency=sub(d.recency), lineage=sub(d.lineage),
+                            vector=vec, weights=weights, mask=mask[rows])
+            at = None if pin is None else (pin if reach is None else int(np.searchsorted(reach, pin)))
+            local = _pin_first(rank(scored, k), at, k)
+            top = list(local) if reach is None else [int(reach[i]) for i in local]
+            return Ranked(top, local, scored, mask, ctx, now, kw, lin, pin, gate)
+    # Rows with a vector score join the pool like keyword hits (see _pool).
+    idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
+    if pin is not None:
+        idx = np.union1d(idx, [pin])
+    sub = lambda a: None if a is None else a[idx]  # noqa: E731
+    scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
+                   vector_cos=sub(cos), weights=weights, mask=mask[idx])
+    local = _pin_first(rank(scored, k), None if pin is None else int(np.searchsorted(idx, pin)), k)
+    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, gate)
+
+
+def search(
+    store: MemoryStore | Snapshot,
+    query: str,
+    *,
+    k: int = 10,
+    weights: Weights | LoadedWeights | None = None,
+    settings: Settings | None = None,
+    as_of: int | None = None,
+    now_ms: int | None = None,
+    parent_run_id: str | None = None,
+    chat_session_id: str | None = None,
+    exclude: str | None = None,
+    filter: "RecordFilter | None" = None,
+    query_vector: np.ndarray | None = None,
+    pin_parent: bool = False,
+    floor: bool = False,
+) -> SearchResult:
+    """Score every record of a project against ``query`` and return the top ``k``.
+
+    Args:
+        store: the project (or an already loaded snapshot).
+        query: free text (task of the new run).
+        k: how many hits.
+        weights: axis weights; default: what production reads (:func:`weights_for`).
+        settings: for the default weights and paths.
+        as_of: only records that existed then count, and recency is measured from then.
+        now_ms: the moment recency is measured from when ``as_of`` is not given.
+        parent_run_id / chat_session_id: lineage of the run being dispatched (default:
+            CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID from ``settings``).
+        exclude: a run id never to return (e.g. the query's own run).
+        filter: only records that pass it are ranked (:func:`cybmem.retrieval.filters.record_mask`).
+        query_vector: the query's embedding, if already known (else it is embedded when the
+            vector axis is on: CYBERINE_MEMORY_EMBEDDINGS set, vectors stored, w_vec > 0).
+        pin_parent: put the parent run (``parent_run_id``) first whatever its score, when it is
+            a candidate (what dispatch does; see :func:`rank_query`).
+        floor: only runs with evidence about the task are ranked (what dispatch does; module
+            docstring, "The floor"); ``result.ranked.floor`` says what it let in.
+
+    Returns:
+        A :class:`SearchResult` whose hits carry rank, score and per-axis contributions, and a
+        warning when the vector axis had to be left out.
+    """
+    snap = store if isinstance(store, Snapshot) else load_snapshot(store)
+    settings = settings or Settings.from_env()
+    weights, vector, warnings = _vector_axis(snap, query, settings, weights, query_vector)
+    parent_run_id = parent_run_id or settings.parent_run_id
+    chat_session_id = chat_session_id or settings.chat_session_id
+    for attempt in range(2):
+        where = record_mask(snap, filter) if filter is not None and filter.active else None
+        ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms,
+                            parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude,
+                            where=where, vector=vector, pin_parent=pin_parent, floor=floor)
+        # A hit whose file was edited in place since it was cached is read again, and the
+        # ranking redone: what is shown (and injected) is what the file says now.
+        fresh = verified(snap, ranked.top) if attempt == 0 else snap
+        if fresh is snap:
+            break
+        snap = fresh
+        if vector is not None:  # rows moved: the vectors again, the query's embedding reused
+            weights, vector, more = _vector_axis(snap, query, settings, weights, vector.vector)
+            warnings = list(dict.fromkeys([*warnings, *more]))
+    hits: list[Hit] = []
+    rows = snap.rows(ranked.top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
+    for pos, (local, row) in enumerate(zip(ranked.local, rows), 1):
+        ex = explain(ranked.scored, local)
+        hits.append(Hit(
+            rank=pos, run_id=row["runId"], score=float(ex["total"]), contributions=ex["contributions"],
+            values=ex["values"], ended_at_ms=int(row["endedAt"].timestamp() * 1000), state=row["state"],
+            task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
+            pinned="parent" if ranked.pinned is not None and ranked.top[pos - 1] == ranked.pinned else None,
+        ))
+    return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
+                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap,
+                        ranked=ranked, warnings=warnings, vector=vector is not None)
+
+
+def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weights | LoadedWeights | None,
+                 query_vector: np.ndarray | None) -> tuple[Weights, "VectorQuery | None", list[str]]:
+    """The weights to rank with and the vector axis (None: off), plus at most one warning.
+
+    Without CYBERINE_MEMORY_EMBEDDINGS nothing here touches embeddings.jsonl or the network.
+    """
+    loaded = None
+    if weights is None:
+        loaded = weights_for(settings, snap.store)
+    elif isinstance(weights, LoadedWeights):
+        loaded = weights
+    if loaded is not None:
+        weights = loaded.weights
+    if not settings.env.get("CYBERINE_MEMORY_EMBEDDINGS", "").strip() or snap.store is None:
+        return weights, None, []
+    wanted = weights.w_vec > 0 or (loaded is not None and loaded.sources["w_vec"] == "default")
+    if not wanted:
+        return weights, None, []
+    from .vector_cache import load_index
+    from .vectors import VectorQuery, embed_config_of, query_vector as embed_query
+
+    config, problem = embed_config_of(settings)
+    if config is None:
+        return weights, None, [problem] if problem else []
+    try:
+        index = load_index(snap, config.model)
+    except CybmemError as exc:  # embeddings.jsonl unreadable (a symlink, not a file): rank without it
+        return weights, None, [f"vector axis off: {exc}"]
+    if index is None:
+        return weights, None, []
+    if loaded is not None and loaded.sources["w_vec"] == "default":
+        weights = dataclasses.replace(weights, w_vec=DEFAULT_W_VEC)  # cybmem.retrieval.weights: "default (embeddings)"
+    if weights.w_vec <= 0:
+        return weights, None, []
+    vec, problem = (query_vector, None) if query_vector is not None else embed_query(config, query)
+    if vec is None:
+        return weights, None, [problem] if problem else []
+    if np.asarray(vec).size != index.dims:
+        return weights, None, [f"vector axis skipped: the query vector has {np.asarray(vec).size} dimensions, the stored "
+                               f"{config.model} vectors {index.dims}; re-embed with `cybmem embed` after changing the model"]
+    return weights, VectorQuery(index, np.asarray(vec, dtype=np.float32)), []

@@ -1,0 +1,343 @@
+"""Retrieval weights: the defaults, where production reads them from, and saving them.
+
+Precedence, lowest first: the defaults (:class:`Weights`), ``<memory root>/weights.json`` (all
+projects), ``<project>/weights.json`` (what ``cybmem tune --save`` and the tuning widget
+write), the file named by ``CYBERINE_MEMORY_WEIGHTS``, then the ``CYBERINE_MEMORY_W_*`` and
+``CYBERINE_MEMORY_HALF_LIFE_DAYS`` variables. :func:`load_weights` says which source set each
+weight; the dispatch path asks it to skip a broken source (with a warning) rather than fail.
+
+The default w_vec is 0: without embeddings there is no vector axis. When the project has vectors
+for the configured embedding model and no file or variable sets w_vec, :data:`DEFAULT_W_VEC`
+applies (source ``"default (embeddings)"``), a value measured on the corpus qrels.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import orjson
+
+from .. import _io
+from ..errors import StoreError, ValidationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..settings import Settings
+    from ..store.memory_store import MemoryStore
+
+__all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
+           "save_weights", "read_evidence", "tuned_note", "AXES", "FLOOR_SHARE", "FLOOR_MIN_RUNS", "ISSUE_REC_SHARE"]
+
+ENV_PREFIX = "CYBERINE_MEMORY_"
+WEIGHTS_FILE = "weights.json"
+_MAX_BYTES = 1 << 20
+# w_vec when the store has vectors for the configured model and nothing sets it: the smallest
+# step, which costs little on the corpus qrels (they link runs by ticket number, a lexical signal
+# the keyword axis already has) and still lifts a run that a query only paraphrases into the top 3
+# (tests/test_vectors.py), which is what embeddings are for. Figures (benchmarks/bench_embed.py):
+# benchmarks/RESULTS.md, "Figures the module docstrings quoted".
+DEFAULT_W_VEC = 0.05
+
+
+#: The share of the task's best keyword match a run needs to enter the block once the task passes
+#: the floor (runs that share only a stray word with the task stay out; benchmarks/bench_fit.py,
+#: figures in benchmarks/RESULTS.md, "Figures the module docstrings quoted").
+FLOOR_SHARE = 0.1
+
+#: A project with fewer runs than this has its keyword match computed as if it had this many (the
+#: others holding none of the task's words): with a handful of runs, document frequency cannot
+#: tell a common word from a rare one (a word the only run holds has idf 0.29 against 1.39 for a
+#: word it lacks), so a task naming exactly what that run did fell below the floor. From this many
+#: runs on, the match is the store's own; the floors were measured on stores of thousands.
+FLOOR_MIN_RUNS = 100
+
+#: The share of an open issue's score that recency (of its last activity) has in the block's issue
+#: section; its keyword and lineage parts share the rest as the runs' weights do. Whether an open
+#: issue is being worked on shows in its last activity, which a run's age does not say: ranked with
+#: the runs' mix, the issue a task went on to carry was named in 56% of the judged blocks of the
+#: pytest, mypy and sphinx histories and the 1k slice; with recency at 0.5-0.9 of the score, 63-64%
+#: on all four together, each history gaining or within one query (benchmarks/bench_floor.py).
+ISSUE_REC_SHARE = 0.6
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Axis weights, the recency time constant and the block's floors: the ONE place defaults live.
+
+    The axis weights and the time constant were chosen over the pytest, mypy and sphinx histories
+    and the 1k slice together (``python benchmarks/bench_fit.py``; figures in benchmarks/RESULTS.md):
+    the weighting whose worst ratio to the corpora's BM25 + recency baseline is highest. Chosen that
+    way on all histories but one, it still beat the baseline on the one left out, for each of the
+    four. The rule's own point has w_lin 0; 0.05 costs little MRR on any history
+    and keeps the lineage axis (same chat session, ancestors) as a tie-breaker, which these
+    corpora, without chats, cannot measure. A project tunes its own
+    (``cybmem tune --save``, :mod:`cybmem.retrieval.tuning`).
+
+    ``floor`` and ``floor_vec`` decide which runs may enter the MEMORY block at all
+    (:mod:`cybmem.retrieval.search`, "The floor"): a task whose best keyword match in the project is below
+    ``floor`` (and whose best cosine is below ``floor_vec`` when vectors are on) gets no run. 0
+    turns a floor off. Both chosen with ``benchmarks/bench_floor.py`` (tasks of the other
+    histories dispatched into each store, beside the store's own judged tasks; figures in
+    benchmarks/RESULTS.md, "Figures the module docstrings quoted"). ``cybmem tune --save``
+    learns ``floor`` from the project's own judgments.
+    """
+
+    w_kw: float = 0.5
+    w_rec: float = 0.35
+    w_lin: float = 0.05
+    w_vec: float = 0.0
+    half_life_days: float = 30.0
+    floor: float = 0.4
+    floor_vec: float = 0.6
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValidationError(f"weight {f.name} must be a number, got {v!r}")
+            if not math.isfinite(v) or v < 0:
+                raise ValidationError(f"weight {f.name} must be finite and >= 0, got {v!r}")
+            object.__setattr__(self, f.name, float(v))
+        if self.half_life_days <= 0:
+            raise ValidationError(f"weight half_life_days must be > 0, got {self.half_life_days!r}")
+        if not any(getattr(self, a) > 0 for a in AXES):
+            raise ValidationError("the weights are all 0 (w_kw, w_rec, w_lin, w_vec), so every run would score 0; "
+                                  "give at least one of them a positive value")
+        if self.floor_vec > 1:
+            raise ValidationError(f"weight floor_vec is a cosine and must be <= 1, got {self.floor_vec!r}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, base: Weights | None = None) -> Weights:
+        """Weights from a mapping of some of the fields (others from ``base`` or defaults)."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ValidationError(f"unknown weight key(s) {', '.join(unknown)}; allowed: {', '.join(names)}")
+        merged = (base or cls()).to_dict()
+        merged.update(d)
+        return cls(**merged)
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def for_issues(self) -> Weights:
+        """The weights open issues are ranked by: recency :data:`ISSUE_REC_SHARE` of the sum of
+        w_kw, w_lin and w_rec, keyword and lineage the rest in their own ratio. Weights that turn
+        recency off (w_rec 0) or leave issues no keyword or lineage axis are used as they are."""
+        rest = self.w_kw + self.w_lin
+        if self.w_rec <= 0 or rest <= 0:
+            return self
+        total = rest + self.w_rec
+        keep = (1.0 - ISSUE_REC_SHARE) * total / rest
+        return replace(self, w_kw=self.w_kw * keep, w_lin=self.w_lin * keep, w_rec=ISSUE_REC_SHARE * total)
+
+
+#: The score axes' weights (at least one must be positive).
+AXES = ("w_kw", "w_rec", "w_lin", "w_vec")
+
+
+_ENV_KEYS = {
+    "w_kw": "W_KW",
+    "w_rec": "W_REC",
+    "w_lin": "W_LIN",
+    "w_vec": "W_VEC",
+    "half_life_days": "HALF_LIFE_DAYS",
+    "floor": "FLOOR",
+    "floor_vec": "FLOOR_VEC",
+}
+
+
+@dataclass(frozen=True)
+class LoadedWeights:
+    """Weights as production reads them, where each came from, and the sources that were skipped."""
+
+    weights: Weights
+    sources: dict[str, str]  # weight name -> "default", a file path or an environment variable
+    problems: list[str] = field(default_factory=list)  # one line per skipped source (lenient loads)
+    tuned: dict[str, Any] | None = None  # the evidence of the tuning that wrote a file these come from
+
+    def tuned_note(self) -> str:
+        """One line naming the tuning these weights come from ("" when none did)."""
+        return tuned_note(self.tuned)
+
+
+def tuned_note(evidence: Mapping[str, Any] | None) -> str:
+    """``tuned 2026-12-01 on 412 judgments (raised 380, resolved 32): MRR@10 0.3120 -> 0.3410 on the later 206``."""
+    if not evidence:
+        return ""
+    from datetime import datetime, timezone
+
+    try:
+        day = datetime.fromtimestamp(int(evidence["at"]) / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(evidence.get("kinds", {}).items()))
+        later = evidence["later"]
+        return (f"tuned {day} on {evidence['judgments']} {evidence.get('source', 'derived')} judgments"
+                + (f" ({kinds})" if kinds else "")
+                + f": {evidence['label']} {later['before']:.4f} -> {later['after']:.4f} on the later {later['judgments']}")
+    except (KeyError, TypeError, ValueError):
+        return "tuned (evidence unreadable)"
+
+
+def weight_files(settings: "Settings", store: "MemoryStore | None" = None) -> list[Path]:
+    """Where weights are read from, lowest precedence first (see the module docstring)."""
+    files = [settings.memory_dir / WEIGHTS_FILE]
+    if store is not None:
+        files.append(store.dir / WEIGHTS_FILE)
+    extra = settings.env.get("CYBERINE_MEMORY_WEIGHTS", "").strip()
+    if extra:
+        files.append(Path(extra))
+    return files
+
+
+#: Keys a weights file may carry besides the weights: when it was saved, and the tuning's evidence.
+_META_KEYS = ("savedAt", "tuned")
+
+
+def read_evidence(p: Path) -> dict[str, Any] | None:
+    """The tuning evidence a weights file carries (None: no file, or no evidence)."""
+    try:
+        data = _io.loads(_io.read_file(p, limit=_MAX_BYTES))
+    except (OSError, ValueError):
+        return None
+    ev = data.get("tuned") if isinstance(data, dict) else None
+    return ev if isinstance(ev, dict) else None
+
+
+def _file_values(p: Path) -> dict[str, Any] | None:
+    """The weights a file sets (None when it does not exist); ValidationError when it is broken."""
+    try:
+        raw = _io.read_file(p, limit=_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    except StoreError as exc:
+        if p.is_dir():
+            raise ValidationError(f"weights file {p} is a directory; remove it to fall back to the defaults") from None
+        raise ValidationError(f"weights file {p} cannot be read ({exc}); fix it or delete it") from None
+    try:
+        data = _io.loads(raw)
+    except ValueError as exc:
+        raise ValidationError(f"weights file {p} is not valid JSON ({exc}); fix it or delete it "
+                              "to fall back to the defaults") from None
+    if not isinstance(data, dict):
+        raise ValidationError(f"weights file {p} must hold a JSON object like "
+                              '{"w_kw": 0.6, "w_rec": 0.25}; fix it or delete it')
+    data = {k: v for k, v in data.items() if k not in _META_KEYS}
+    try:
+        Weights.from_dict(data)
+    except ValidationError as exc:
+        raise ValidationError(f"weights file {p}: {exc}; fix it or delete it") from None
+    return data
+
+
+def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str], list[str]]:
+    """Weights set by environment variables: values, the variable of each, and bad variables' messages."""
+    values: dict[str, float] = {}
+    names: dict[str, str] = {}
+    bad: list[str] = []
+    for key, suffix in _ENV_KEYS.items():
+        var = ENV_PREFIX + suffix
+        raw = env.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        try:
+            val = float(raw)
+            Weights.from_dict({key: val})
+        except ValueError:
+            bad.append(f"{var}={raw!r} is not a usable weight; set it to a finite number >= 0 (e.g. {var}=0.3) or unset it")
+            continue
+        values[key] = val
+        names[key] = var
+    return values, names, bad
+
+
+def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None = None, *,
+                 lenient: bool = False, vectors: bool = False) -> LoadedWeights:
+    """Defaults, then each existing JSON file in order, then CYBERINE_MEMORY_W_* variables.
+
+    Files may carry "savedAt" and "tuned" (the evidence of ``cybmem tune --save``) keys (written by
+    :func:`save_weights`); they set no weight. Missing files are skipped.
+
+    Args:
+        files: weight files, lowest precedence first (:func:`weight_files`).
+        env: the environment (default: none).
+        lenient: skip a broken file or variable and say why in ``problems`` (the dispatch path);
+            otherwise raise.
+        vectors: the store has vectors for the configured embedding model; then a w_vec that no
+            file or variable sets is :data:`DEFAULT_W_VEC` (source ``"default (embeddings)"``).
+
+    Raises:
+        ValidationError: a malformed file or variable, named, with the fix (unless ``lenient``).
+    """
+    merged: dict[str, Any] = Weights().to_dict()
+    sources = {name: "default" for name in merged}
+    if vectors:
+        merged["w_vec"] = DEFAULT_W_VEC
+        sources["w_vec"] = "default (embeddings)"
+    problems: list[str] = []
+    tuned, tuned_at = None, None
+    for f in files:
+        p = Path(f)
+        try:
+            data = _file_values(p)
+        except ValidationError as exc:
+            if not lenient:
+                raise
+            problems.append(str(exc))
+            continue
+        if data:
+            merged.update(data)
+            sources.update({k: str(p) for k in data})
+            if any(k in data for k in AXES):
+                tuned, tuned_at = read_evidence(p), str(p)
+    values, names, bad = _env_values(env or {})
+    if bad and not lenient:
+        raise ValidationError(bad[0])
+    problems += bad
+    merged.update(values)
+    sources.update(names)
+    try:
+        weights = Weights(**merged)
+    except ValidationError as exc:  # each source was valid alone; together they zero half_life or similar
+        if not lenient:
+            raise
+        problems.append(f"{exc}; using the default weights")
+        return LoadedWeights(Weights(), {name: "default" for name in merged}, problems)
+    if not any(sources[a] == tuned_at for a in AXES):
+        tuned = None  # a later source (a variable) overrode every weight the tuned file set
+    return LoadedWeights(weights, sources, problems, tuned)
+
+
+def weights_for(settings: "Settings", store: "MemoryStore | None" = None, *, lenient: bool = False,
+                vectors: bool = False) -> LoadedWeights:
+    """The weights production uses for this project (defaults < files < environment).
+
+    ``vectors``: the project has vectors for the configured embedding model (see :func:`load_weights`).
+    """
+    return load_weights(weight_files(settings, store), settings.env, lenient=lenient, vectors=vectors)
+
+
+def save_weights(weights: Weights, path: Path | str, *, evidence: Mapping[str, Any] | None = None) -> Path:
+    """Write weights as JSON (sorted keys + "savedAt" epoch ms, and the tuning's ``evidence`` under
+    "tuned" when given), atomically; returns the path.
+
+    Raises:
+        StoreError: the file cannot be written (a directory in its place, a read-only dir).
+    """
+    p = Path(path)
+    payload: dict[str, Any] = dict(weights.to_dict(), savedAt=int(time.time() * 1000))
+    if evidence:
+        payload["tuned"] = dict(evidence)
+    data = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    if p.is_dir():
+        raise StoreError(f"cannot save weights: {p} is a directory; remove it and save again")
+    try:
+        _io.ensure_dir(p.parent)
+        _io.atomic_write(p, data)
+    except OSError as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(f"cannot save weights to {p}: {exc.strerror or exc}") from None
+    return p

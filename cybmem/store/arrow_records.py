@@ -1,0 +1,436 @@
+"""Record files as Arrow columns: the bulk loader behind every snapshot.
+
+One row per record (lineage and outcome flattened, timestamps ``timestamp[ms, UTC]``, lists as
+Arrow lists, the file's inode) plus the keyword text of each row (task + summary + the titles and details of
+the issues it raised). The columns and the checks come from the record's field table
+(:data:`cybmem.store.records.RECORD_FIELDS`). Large batches are parsed at once by Arrow's multi-threaded
+JSON reader and checked vectorised; a file those checks do not pass goes through the one record parser
+(:func:`cybmem.store.memory_store.parse_record`), which decides and says why. Both fast paths only ever
+accept a subset of what the parser accepts (tested), so every reader sees the same records.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import _io
+from .records import LINEAGE_FIELDS, MAX_MS, OUTCOME_FIELDS, RECORD_FIELDS, RUN_ID_PATTERN, RUN_ID_RE, STATES, WORKER_FIELDS
+from .memory_store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
+
+__all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "with_ms_times", "load_records", "parse_files", "keyword_texts",
+           "keyword_text_array", "empty_table"]
+
+
+def arrow_indices(rows: np.ndarray) -> pa.Array:
+    """Row numbers as an Arrow int64 array for ``take``, zero-copy. ``pa.array`` of a numpy array
+    imports numpy.ma to rule out masked arrays: too much for the dispatch path."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+
+
+#: Up to this many rows :func:`take_rows` slices instead of taking.
+FEW_ROWS = 64
+
+
+def take_rows(table: pa.Table, rows) -> pa.Table:
+    """Some rows of a table, in the order given. A few are zero-copy slices: ``take`` over a
+    table of several chunks (the cache's segments) first concatenates them, too slow for the
+    rows a verb shows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) <= FEW_ROWS:
+        return pa.concat_tables([table.slice(int(r), 1) for r in rows.tolist()]) if len(rows) else table.slice(0, 0)
+    return table.take(arrow_indices(rows))
+
+
+def with_ms_times(table: pa.Table) -> pa.Table:
+    """The table with its ``startedAt`` / ``endedAt`` columns as epoch ms (int64), as index
+    entries and ``cybmem list --json`` show them."""
+    for name in ("startedAt", "endedAt"):
+        if name in table.column_names:
+            table = table.set_column(table.schema.get_field_index(name), name, table.column(name).cast(pa.int64()))
+    return table
+
+
+_TS = pa.timestamp("ms", tz="UTC")
+_STR_LIST = pa.list_(pa.string())
+#: Arrow type of each field kind of cybmem.store.records's field table: in the table, and as JSON holds it.
+_ARROW = {"str": pa.string(), "ms": _TS, "str_list": _STR_LIST}
+_JSON_ARROW = {"str": pa.string(), "ms": pa.int64(), "str_list": _STR_LIST}
+#: workers[] become two list columns (the provider is not kept).
+_WORKER_COLUMNS = {"agentId": "workerAgents", "state": "workerStates"}
+
+
+def _flat_fields() -> list[tuple[str, pa.DataType]]:
+    """The record's columns from the field table: nested objects flattened, workers as two lists."""
+    out = []
+    for f in RECORD_FIELDS:
+        if f.kind == "object":
+            out += [(n.name, _ARROW[n.kind]) for n in f.nested]
+        elif f.kind == "objects":
+            out += [(_WORKER_COLUMNS[n.name], _STR_LIST) for n in f.nested if n.name in _WORKER_COLUMNS]
+        else:
+            out.append((f.name, _ARROW[f.kind]))
+    return out
+
+
+def _json_type(f) -> pa.DataType:
+    """The type Arrow's JSON reader parses a field as (times as integers, nested objects as structs)."""
+    if f.kind == "object":
+        return pa.struct([(n.name, _json_type(n)) for n in f.nested])
+    if f.kind == "objects":
+        return pa.list_(pa.struct([(n.name, _json_type(n)) for n in f.nested]))
+    return _JSON_ARROW[f.kind]
+
+
+RECORD_SCHEMA = pa.schema(_flat_fields() + [("inode", pa.uint64())])
+
+# What the fast paths check, by the field table (cybmem.store.records); the full parser checks the same rules.
+_REQUIRED = tuple(f.name for f in RECORD_FIELDS if f.required)
+_REQUIRED_STR = tuple(f.name for f in RECORD_FIELDS if f.kind == "str" and f.required and f.rule is None)
+_MS = tuple(f.name for f in RECORD_FIELDS if f.kind == "ms")
+_OPTIONAL_STR = tuple(f.name for f in RECORD_FIELDS if f.kind == "str" and not f.required and f.rule is None)
+_RUN_LINKS = tuple(f.name for f in RECORD_FIELDS if f.rule == "run_id" and not f.required)
+_LINEAGE_LINKS = tuple(f.name for f in LINEAGE_FIELDS if f.rule == "run_id")
+_LINEAGE_STR = tuple(f.name for f in LINEAGE_FIELDS if f.rule is None)
+_OUTCOME_STR = tuple(f.name for f in OUTCOME_FIELDS if f.kind == "str")
+_OUTCOME_LISTS = tuple(f.name for f in OUTCOME_FIELDS if f.kind == "str_list")
+_WORKER_REQUIRED = tuple(f.name for f in WORKER_FIELDS if f.required)
+_WORKER_OPTIONAL = tuple(f.name for f in WORKER_FIELDS if not f.required)
+
+
+def _is_str_list(v: Any) -> bool:
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+def _optional_str(obj: dict, keys: tuple[str, ...]) -> bool:
+    """Each of ``keys`` absent, null or a string (loops, not all(): this runs per file)."""
+    for k in keys:
+        v = obj.get(k)
+        if v is not None and type(v) is not str:
+            return False
+    return True
+
+
+def _optional_link(obj: dict, keys: tuple[str, ...]) -> bool:
+    """Each of ``keys`` absent, null, empty or a run id."""
+    for k in keys:
+        v = obj.get(k)
+        if v is not None and (type(v) is not str or (v and not RUN_ID_RE.fullmatch(v))):
+            return False
+    return True
+
+
+def _fast_row(d: Any, run_id: str) -> bool:
+    """Cheap structural check that never accepts what MemoryRecord.from_dict rejects (tested).
+
+    It may reject more (relative cwds, float times, null lineage): those rows go through the
+    full validator, which decides and, when valid, normalises them.
+    """
+    if type(d) is not dict or d.get("runId") != run_id or not RUN_ID_RE.fullmatch(run_id):
+        return False
+    lin, out, w = d.get("lineage"), d.get("outcome"), d.get("workers")
+    if not (type(d.get("cwd")) is str and d["cwd"][:1] == "/" and d.get("state") in STATES
+            and type(lin) is dict and type(out) is dict):
+        return False
+    for k in _REQUIRED_STR:
+        if type(d.get(k)) is not str:
+            return False
+    for k in _MS:
+        v = d.get(k)
+        if type(v) is not int or not 0 <= v < MAX_MS:
+            return False
+    for k in _OUTCOME_LISTS:
+        v = out.get(k)
+        if v is not None and not _is_str_list(v):
+            return False
+    if w is not None:
+        if type(w) is not list:
+            return False
+        for x in w:
+            if type(x) is not dict or not _optional_str(x, _WORKER_OPTIONAL):
+                return False
+            for k in _WORKER_REQUIRED:
+                if type(x.get(k)) is not str:
+                    return False
+    return (_optional_str(lin, _LINEAGE_STR) and _optional_link(lin, _LINEAGE_LINKS) and _optional_str(out, _OUTCOME_STR)
+            and _optional_str(d, _OPTIONAL_STR) and _optional_link(d, _RUN_LINKS))
+
+
+class _Columns:
+    """Column builders for RECORD_SCHEMA."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {f.name: [] for f in RECORD_SCHEMA}
+
+    def add(self, d: dict, inode: int) -> None:
+        c = self.cols
+        lin, out = d["lineage"], d["outcome"]
+        workers = d.get("workers") or ()
+        c["runId"].append(d["runId"])
+        c["cwd"].append(d["cwd"])
+        c["workflowName"].append(d["workflowName"])
+        c["task"].append(d["task"])
+        c["state"].append(d["state"])
+        c["startedAt"].append(d["startedAt"])
+        c["endedAt"].append(d["endedAt"])
+        c["parentRunId"].append(lin.get("parentRunId") or None)
+        c["chatSessionId"].append(lin.get("chatSessionId") or None)
+        c["previousRunId"].append(lin.get("previousRunId") or None)
+        c["rootRunId"].append(lin.get("rootRunId") or None)
+        summary = out.get("summary") or ""
+        c["summary"].append(summary)
+        issues = out.get("issues") or []
+        c["accomplished"].append(out.get("accomplished") or [])
+        c["issues"].append(issues)
+        c["next"].append(out.get("next") or [])
+        c["workerAgents"].append([w["agentId"] for w in workers])
+        c["workerStates"].append([w["state"] for w in workers])
+        c["verdictSummary"].append(d.get("verdictSummary"))
+        c["supersededBy"].append(d.get("supersededBy") or None)
+        c["supersedes"].append(d.get("supersedes") or None)
+        c["inode"].append(inode)
+
+    def __len__(self) -> int:
+        return len(self.cols["runId"])
+
+    def table(self) -> pa.Table:
+        arrays = []
+        for f in RECORD_SCHEMA:
+            values = self.cols[f.name]
+            if f.type == _TS:
+                arrays.append(pa.array(values, type=pa.int64()).cast(_TS))
+            else:
+                arrays.append(pa.array(values, type=f.type))
+        return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+def _parse_records(store: MemoryStore, entries: list[tuple[str, int]]) -> tuple[_Columns, dict[str, int], list[ReadProblem]]:
+    """Parse record files one by one; returns columns, the unreadable files (name -> inode) and their problems."""
+    cols = _Columns()
+    bad: dict[str, int] = {}
+    problems: list[ReadProblem] = []
+    base = str(store.records_dir) + os.sep
+    for name, inode in entries:
+        path = base + name
+        try:
+            raw = _io.read_file(path, limit=MAX_RECORD_BYTES)
+            d = _io.loads(raw)
+            if not _fast_row(d, name[:-5]):
+                d = parse_record(name, raw).to_dict()  # the full validator decides (and normalises)
+        except FileNotFoundError:
+            continue  # removed between the listing and the read
+        except (OSError, ValueError) as exc:  # StoreError, ValidationError, JSON errors
+            bad[name] = inode
+            why = str(exc) if str(exc).startswith((name, path)) else f"{name}: {'not valid JSON: ' if type(exc).__name__ == 'JSONDecodeError' else ''}{exc}"
+            problems.append(ReadProblem(path, why))
+            continue
+        cols.add(d, inode)
+    return cols, bad, problems
+
+
+_JSON_SCHEMA = pa.schema([(f.name, _json_type(f)) for f in RECORD_FIELDS])
+_BULK_MIN = 256  # below this many files the per-file path is cheaper than a bulk parse
+_ID_PATTERN = f"^{RUN_ID_PATTERN}$"  # validate_run_id's rule, for Arrow's RE2
+
+
+def _empty_to_null(arr: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+
+
+def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple[pa.Table, np.ndarray] | None:
+    """Parse many record files at once with Arrow's multi-threaded JSON reader.
+
+    Returns the records table and a bool array of rows that passed the vectorised
+    checks (the others go through the per-file validator for their message), or
+    None when the batch cannot be read in bulk (a file that is not one JSON
+    object of the expected types): then the caller parses file by file.
+    """
+    import io
+
+    import pyarrow.json as pj
+
+    # JSON allows raw newlines only as whitespace between tokens, so flattening each
+    # file to one line keeps it valid and makes the batch newline-delimited JSON.
+    data = b"\n".join(r.replace(b"\r", b" ").replace(b"\n", b" ") for r in raws)
+    try:
+        t = pj.read_json(
+            io.BytesIO(data),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(data) + 1, 1 << 26))),
+            parse_options=pj.ParseOptions(explicit_schema=_JSON_SCHEMA, unexpected_field_behavior="ignore"),
+        )
+    except (pa.ArrowException, ValueError, OSError):
+        return None
+    if t.num_rows != len(raws):
+        return None
+    t = t.combine_chunks()
+    lin, out, workers = t.column("lineage"), t.column("outcome"), t.column("workers")
+
+    def field(struct, name):
+        return pc.struct_field(struct, name)
+
+    ok = pc.and_kleene(pc.equal(t.column("runId"), pa.array(names, pa.string())), pc.is_in(t.column("state"), value_set=pa.array(STATES)))
+    for name in _REQUIRED:
+        ok = pc.and_kleene(ok, pc.is_valid(t.column(name)))
+    ok = pc.and_kleene(ok, pc.starts_with(t.column("cwd"), "/"))  # absolute, so not blank (others: per file)
+    for name in _MS:
+        col = t.column(name)
+        ok = pc.and_kleene(ok, pc.and_kleene(pc.greater_equal(col, 0), pc.less(col, MAX_MS)))
+    for col in [field(lin, name) for name in _LINEAGE_LINKS] + [t.column(name) for name in _RUN_LINKS]:
+        ok = pc.and_kleene(ok, pc.or_kleene(pc.is_null(col), pc.or_kleene(pc.equal(col, ""), pc.match_substring_regex(col, _ID_PATTERN))))
+    flat = pc.list_flatten(workers)
+    if len(flat):
+        bad_worker = pc.is_null(field(flat, _WORKER_REQUIRED[0]))
+        for name in _WORKER_REQUIRED[1:]:
+            bad_worker = pc.or_(bad_worker, pc.is_null(field(flat, name)))
+        parents = pc.list_parent_indices(workers).to_numpy()
+        bad_rows = np.unique(parents[bad_worker.to_numpy(zero_copy_only=False)])
+    else:
+        bad_rows = np.zeros(0, dtype=np.int64)
+    mask = pc.fill_null(ok, False).to_numpy(zero_copy_only=False).copy()
+    mask[bad_rows] = False
+    for name in _OUTCOME_LISTS:
+        col = field(out, name)
+        if pc.any(pc.is_null(pc.list_flatten(col))).as_py():  # a null inside a list of strings
+            inner = pc.is_null(pc.list_flatten(col)).to_numpy(zero_copy_only=False)
+            mask[np.unique(pc.list_parent_indices(col).to_numpy()[inner])] = False
+
+    def strings(arr):
+        return arr if arr.type == _STR_LIST else arr
+
+    def list_of(struct_list, name):
+        return pa.ListArray.from_arrays(
+            pc.fill_null(struct_list.offsets, 0) if struct_list.null_count else struct_list.offsets,
+            field(struct_list.values, name), type=_STR_LIST,
+        )
+
+    w = workers.chunk(0) if isinstance(workers, pa.ChunkedArray) else workers
+    if w.null_count:
+        w = pc.fill_null(w, pa.scalar([], w.type))
+    empty_list = pa.scalar([], _STR_LIST)
+    columns = {
+        "runId": t.column("runId"), "cwd": t.column("cwd"), "workflowName": t.column("workflowName"),
+        "task": t.column("task"), "state": t.column("state"),
+        "startedAt": t.column("startedAt").cast(_TS), "endedAt": t.column("endedAt").cast(_TS),
+        "parentRunId": _empty_to_null(field(lin, "parentRunId")),
+        "chatSessionId": _empty_to_null(field(lin, "chatSessionId")),
+        "previousRunId": _empty_to_null(field(lin, "previousRunId")),
+        "rootRunId": _empty_to_null(field(lin, "rootRunId")),
+        "summary": pc.fill_null(field(out, "summary"), ""),
+        "accomplished": pc.fill_null(field(out, "accomplished"), empty_list),
+        "issues": pc.fill_null(field(out, "issues"), empty_list),
+        "next": pc.fill_null(field(out, "next"), empty_list),
+        "workerAgents": list_of(w, "agentId"), "workerStates": list_of(w, "state"),
+        "verdictSummary": t.column("verdictSummary"),
+        "supersededBy": _empty_to_null(t.column("supersededBy")),
+        "supersedes": _empty_to_null(t.column("supersedes")),
+        "inode": pa.array(inodes, pa.uint64()),
+    }
+    table = pa.Table.from_arrays([pa.chunked_array([c]) if isinstance(c, pa.Array) else c for c in columns.values()], schema=RECORD_SCHEMA)
+    return table, mask
+
+
+def keyword_texts(table: pa.Table, issue_text: dict[str, str]) -> list[str]:
+    """The text each row is indexed by (cybmem.store.embeddings.record_text; embeddings use it too)."""
+    return keyword_text_array(table, issue_text).to_pylist()
+
+
+def keyword_text_array(table: pa.Table, issue_text: dict[str, str]) -> pa.StringArray:
+    """:func:`keyword_texts` as an Arrow array, joined by Arrow's string kernels: each row's
+    :func:`cybmem.store.embeddings.record_text` (task, summary, then the text of each issue it raised,
+    or the issue's id when ``issue_text`` has none), one line each."""
+    if not table.num_rows:
+        return pa.array([], pa.string())
+    text = pc.binary_join_element_wise(table.column("task"), pc.fill_null(table.column("summary"), ""), "\n")
+    ids = table.column("issues").combine_chunks()
+    raised = ids.values
+    if len(raised) and issue_text:
+        at = pc.index_in(raised, value_set=pa.array(list(issue_text), pa.string()))
+        raised = pc.if_else(pc.is_null(at), raised, pa.array(list(issue_text.values()), pa.string()).take(at))
+    issues = pc.binary_join(pa.ListArray.from_arrays(ids.offsets, raised), "\n")
+    has = pc.fill_null(pc.greater(pc.list_value_length(ids), 0), False)
+    text = pc.if_else(has, pc.binary_join_element_wise(text, issues, "\n"), text)
+    return text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+
+
+def _by_time(table: pa.Table, texts: pa.Array) -> tuple[pa.Table, pa.Array]:
+    """Rows ordered oldest first (endedAt, then runId), so a higher row is a newer record."""
+    if table.num_rows < 2:
+        return table, texts
+    order = pc.sort_indices(table, sort_keys=[("endedAt", "ascending"), ("runId", "ascending")])
+    idx = order.to_numpy()
+    if (np.diff(idx) == 1).all():
+        return table, texts
+    return table.take(order), texts.take(order)
+
+
+def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, pa.StringArray, dict[str, int], list[ReadProblem]]:
+    """Parse record files into a RECORD_SCHEMA table plus each row's keyword text.
+
+    Rows come out oldest first. Large batches go through Arrow's JSON reader; files it cannot take, or rows that
+    fail the vectorised checks, go through the per-file validator, which reports them.
+    """
+    if len(entries) >= _BULK_MIN:
+        base = str(store.records_dir) + os.sep
+        raws, names, inodes, kept, missing = [], [], [], [], []
+        for name, inode in entries:
+            try:
+                raws.append(_io.read_file(base + name, limit=MAX_RECORD_BYTES))
+            except OSError:
+                missing.append((name, inode))  # vanished or unreadable: the per-file path reports it
+                continue
+            names.append(name[:-5])
+            inodes.append(inode)
+            kept.append((name, inode))
+        bulk = _bulk_table(raws, names, inodes)
+        if bulk is None:
+            # Set aside files that are not a JSON object (they get the per-file message) and retry once.
+            ok = []
+            for i, raw in enumerate(raws):
+                try:
+                    ok.append(type(_io.loads(raw)) is dict)
+                except ValueError:
+                    ok.append(False)
+            if not all(ok):
+                missing += [e for e, good in zip(kept, ok) if not good]
+                raws, names, inodes = ([x for x, good in zip(col, ok) if good] for col in (raws, names, inodes))
+                kept = [e for e, good in zip(kept, ok) if good]
+                bulk = _bulk_table(raws, names, inodes) if raws else None
+        if bulk is not None:
+            table, mask = bulk
+            good = table.filter(pa.array(mask)) if not mask.all() else table
+            rest = [e for e, m in zip(kept, mask) if not m] + missing
+            cols, bad, problems = _parse_records(store, rest)
+            if len(cols):
+                good = pa.concat_tables([good, cols.table()])
+                # Same row order as the per-file path: by file name.
+                names_now = [r + ".json" for r in good.column("runId").to_pylist()]
+                order = sorted(range(len(names_now)), key=names_now.__getitem__)
+                good = good.take(pa.array(order, pa.int64()))
+            return good, keyword_text_array(good, issue_text), bad, problems
+    cols, bad, problems = _parse_records(store, entries)
+    table = cols.table()
+    return table, keyword_text_array(table, issue_text), bad, problems
+
+
+def load_records(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, pa.StringArray, dict[str, int], list[ReadProblem]]:
+    """Parse record files into a RECORD_SCHEMA table (oldest first) plus each row's keyword text."""
+    table, texts, bad, problems = _load_records_unordered(store, entries, issue_text)
+    table, texts = _by_time(table, texts)
+    return table, texts, bad, problems
+
+
+def empty_table() -> pa.Table:
+    """An empty records table."""
+    return _Columns().table()
+
+
+def parse_files(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, pa.StringArray, dict[str, int], list[ReadProblem]]:
+    """Parse a few record files one by one, rows in the order given (see :func:`load_records`)."""
+    cols, bad, problems = _parse_records(store, entries)
+    table = cols.table()
+    return table, keyword_text_array(table, issue_text), bad, problems

@@ -1,0 +1,287 @@
+"""The Arrow cache of a project's snapshot: ``<project>/.cache/``, derived and rebuildable.
+
+Arrow IPC (Feather v2) files, memory-mapped on load, written as append-only *segments*: a
+records table and its keyword-index segment per refresh, plus the parsed ledger
+(``events.arrow``) and its fold (``fold.arrow``). A manifest names the segment files and what
+they were built from. Why IPC and not Parquet: a memory-mapped IPC file is usable without
+decoding (zero-copy), which is what a per-dispatch CLI call needs (benchmarks/RESULTS.md).
+
+The cache is never trusted blindly: :func:`is_fresh` compares the mtime of ``records/`` (files
+are added and replaced by rename, which changes it) and the size, mtime and inode of
+``issues.jsonl`` with what the manifest saw. A directory mtime within :data:`RACY_NS` of the
+scan is not trusted (the racy-git rule: a file added in the same clock tick would not move it).
+When ``records/`` changed, the listing is compared name by name and inode by inode
+(:func:`listing_changes`): added, vanished and replaced records are found.
+
+Writers take ``.cache/.lock``; readers only memory-map immutable segment files and swap in a new
+manifest by rename, so concurrent readers and writers are safe. :func:`check` is the public
+consistency check doctor uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from .. import _io
+from .._io import atomic_write, locked
+from .tokens import VERSION as TOKENIZER_VERSION
+
+__all__ = [
+    "CACHE_VERSION", "MAX_SEGMENTS", "RACY_NS", "Manifest", "cache_dir", "write_table", "read_table",
+    "ledger_stat", "is_fresh", "dir_mtime_for_manifest", "listing_changes", "discard", "CacheCheck", "check",
+]
+
+CACHE_VERSION = "10-" + TOKENIZER_VERSION  # 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
+MAX_SEGMENTS = 8
+RACY_NS = 2_000_000_000  # 2 s: a directory mtime this close to the scan may hide a same-tick write
+_MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+
+
+#: a file of this name in a memory root says: write no cache under this root (the bundled
+#: fixtures carry one, so reading them, or a copy of them, leaves no .cache/ behind)
+NO_CACHE_FILE = ".nocache"
+
+
+def cache_dir(project_dir: Path) -> Path:
+    return Path(project_dir) / ".cache"
+
+
+def disabled(memory_root: Path) -> bool:
+    """True when the memory root asks for no cache (:data:`NO_CACHE_FILE`)."""
+    return (Path(memory_root) / NO_CACHE_FILE).exists()
+
+
+def write_table(path: Path, table: pa.Table) -> None:
+    """Write an Arrow table as an IPC file, atomically (readers see the old file or the new one)."""
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    atomic_write(path, sink.getvalue().to_pybytes(), durable=False)
+
+
+def read_table(path: Path) -> pa.Table:
+    """Memory-map an IPC file written by :func:`write_table` (zero-copy)."""
+    source = pa.memory_map(str(path), "r")
+    return ipc.open_file(source).read_all()
+
+
+@dataclass
+class Manifest:
+    """What the cache holds and what it was built from."""
+
+    segments: list[dict] = field(default_factory=list)  # {"rec": file, "kw": file, "rows": n}
+    dir_mtime_ns: int | None = None
+    bad: dict[str, int] = field(default_factory=dict)  # unreadable record files: name -> inode
+    ledger: dict = field(default_factory=dict)  # {"size", "mtime_ns", "ino", "lines"}
+    problems: list[list[str]] = field(default_factory=list)
+    next_id: int = 1
+    act: str | None = None  # the open issues' activity file (query-independent arrays the dispatch ranking reads)
+    carry: str | None = None  # which record carries which fold row (ditto)
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({"version": CACHE_VERSION, **self.__dict__})
+
+    @classmethod
+    def read(cls, cache: Path) -> "Manifest | None":
+        """The manifest of a cache dir, or None when missing, damaged or of another version."""
+        try:
+            d = _io.loads(_io.read_file(cache / "manifest.json", limit=_MAX_MANIFEST_BYTES))
+            if d.pop("version", None) != CACHE_VERSION:
+                return None
+            return cls(**d)
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+
+    def write(self, cache: Path) -> None:
+        atomic_write(cache / "manifest.json", self.to_bytes(), durable=False)
+
+    def publish(self, cache: Path, records_dir: Path, scanned_at_ns: int) -> None:
+        """Make this manifest the cache's state: records/' mtime as it may be trusted next time
+        (:func:`dir_mtime_for_manifest`), the manifest written, the segment files it no longer
+        names deleted (:func:`remove_unlisted`)."""
+        self.dir_mtime_ns = dir_mtime_for_manifest(records_dir, scanned_at_ns)
+        self.write(cache)
+        remove_unlisted(cache, self)
+
+    def new_file(self, kind: str) -> str:
+        name = f"{kind}-{self.next_id}.arrow"
+        self.next_id += 1
+        return name
+
+    def files(self) -> set[str]:
+        return ({s[k] for s in self.segments for k in ("rec", "kw")} | {"events.arrow", "fold.arrow", "kwi.arrow"}
+                | {f for f in (self.act, self.carry) if f})
+
+
+def ledger_stat(path: Path) -> dict | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+
+
+def _records_mtime(records_dir: Path) -> int | None:
+    try:
+        return records_dir.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def is_fresh(records_dir: Path, issues_path: Path, manifest: Manifest) -> bool:
+    """True when neither records/ nor the ledger changed since the manifest was written."""
+    mtime = _records_mtime(records_dir)
+    if manifest.dir_mtime_ns is None or mtime != manifest.dir_mtime_ns:
+        return False
+    led = ledger_stat(issues_path)
+    if not led:
+        return not manifest.ledger.get("size")
+    return led == {k: manifest.ledger.get(k) for k in ("size", "mtime_ns", "ino")}
+
+
+def dir_mtime_for_manifest(records_dir: Path, scanned_at_ns: int) -> int | None:
+    """records/'s mtime to trust next time, or None when it is too close to the scan (racy)."""
+    mtime = _records_mtime(records_dir)
+    if mtime is None:
+        return None
+    return mtime if scanned_at_ns - mtime > RACY_NS else None
+
+
+@dataclass
+class ListingChanges:
+    """How a directory listing differs from the cached rows."""
+
+    vanished: list[str]  # cached runIds whose file is gone
+    replaced: list[tuple[int, str, int]]  # (row, file name, new inode): same name, another file
+    added: list[tuple[str, int]]  # (file name, inode) listed but not cached
+
+
+def listing_changes(records: pa.Table, listing: dict[str, int]) -> ListingChanges:
+    """Compare cached rows (runId, inode) with a listing (name -> inode), vectorised."""
+    names = pa.array(list(listing), pa.string())
+    inodes = pa.array(list(listing.values()), pa.uint64())
+    cached = pc.binary_join_element_wise(records.column("runId"), ".json", "")
+    cached = cached.combine_chunks() if isinstance(cached, pa.ChunkedArray) else cached
+    pos = pc.index_in(cached, value_set=names)
+    vanished: list[str] = []
+    replaced: list[tuple[int, str, int]] = []
+    if pos.null_count:
+        vanished = records.column("runId").filter(pc.is_null(pos)).to_pylist()
+    if records.num_rows:
+        listed_ino = inodes.take(pc.fill_null(pos, 0))
+        differs = pc.and_(pc.is_valid(pos), pc.not_equal(listed_ino, records.column("inode")))
+        differs = pc.fill_null(differs, False)
+        if pc.any(differs).as_py():
+            rows = pc.indices_nonzero(differs).to_pylist()
+            replaced = [(r, cached[r].as_py(), listing[cached[r].as_py()]) for r in rows]
+    fresh = pc.invert(pc.is_in(names, value_set=cached))
+    added = [(n, listing[n]) for n in names.filter(fresh).to_pylist()]
+    return ListingChanges(vanished, replaced, added)
+
+
+def discard(cache: Path, *, files: bool = False) -> None:
+    """Forget the cache (under its lock): the next load rebuilds it from the store.
+
+    ``files``: also delete the records cache's files, so that no copy of what the store held is
+    left in them (`cybmem redact`); the vector cache (``vec-*``: numbers, under its own manifest)
+    stays.
+    """
+    with contextlib.suppress(OSError), locked(cache / ".lock"):
+        with contextlib.suppress(FileNotFoundError):
+            (cache / "manifest.json").unlink()
+        if files:
+            with os.scandir(cache) as it:
+                for entry in it:
+                    if entry.name.endswith(".arrow") and not entry.name.startswith("vec-"):
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+
+
+def remove_unlisted(cache: Path, manifest: Manifest) -> None:
+    """Delete segment files the manifest no longer names (readers that mapped them keep their mapping).
+
+    Only the records cache's own files (``rec-*``, ``kw-*``) are considered: the vector cache
+    (``vec-*``, cybmem.retrieval.vectors) keeps its files under its own manifest.
+    """
+    keep = manifest.files()
+    with contextlib.suppress(OSError), os.scandir(cache) as it:
+        for entry in it:
+            if entry.name.endswith(".arrow") and entry.name.startswith(("rec-", "kw-")) and entry.name not in keep:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+@dataclass
+class CacheCheck:
+    """:func:`check`'s verdict: ``state`` is ok, absent, behind (the next read refreshes it) or broken."""
+
+    state: str
+    reasons: list[str] = field(default_factory=list)
+
+
+def check(records_dir: Path, issues_path: Path, cache: Path, listing: dict[str, int], unreadable: set[str],
+          ledger_whole: int) -> CacheCheck:
+    """Compare a cache with the files it was built from (what ``cybmem doctor`` reports).
+
+    Args:
+        records_dir / issues_path / cache: the project's paths.
+        listing: record file name -> inode, as listed now.
+        unreadable: record file names that cannot be read (they are not cached).
+        ledger_whole: bytes of the ledger up to its last newline.
+    """
+    try:
+        contents = [n for n in os.listdir(cache) if n != ".lock" and not n.startswith(_io.TMP_PREFIX)]
+    except (FileNotFoundError, NotADirectoryError):
+        return CacheCheck("absent")
+    if not contents:
+        return CacheCheck("absent")
+    manifest = Manifest.read(cache)
+    if manifest is None:
+        return CacheCheck("broken", ["cache manifest is missing, unreadable or from another version"])
+    try:
+        tables = [read_table(cache / s["rec"]) for s in manifest.segments]
+        records = pa.concat_tables(tables) if tables else None
+        for s in manifest.segments:
+            read_table(cache / s["kw"])
+        for name in ("events.arrow", "fold.arrow", "kwi.arrow"):
+            if (cache / name).exists():
+                read_table(cache / name)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        return CacheCheck("broken", [f"cache cannot be read ({type(exc).__name__}: {exc})"])
+    if records is None:
+        cached: dict[str, int] = {}
+        n_rows = 0
+    else:
+        cached = dict(zip((r + ".json" for r in records.column("runId").to_pylist()), records.column("inode").to_pylist()))
+        n_rows = records.num_rows
+    current = {n: ino for n, ino in listing.items() if n not in unreadable}
+    replaced = [n for n, ino in cached.items() if n in current and current[n] != ino]
+    vanished = [n for n in cached if n not in listing]
+    dupes = n_rows - len(cached)
+    why = []
+    if vanished:
+        why.append(f"{len(vanished)} cached record(s) no longer on disk")
+    if dupes:
+        why.append(f"{dupes} duplicate row(s)")
+    consumed = int(manifest.ledger.get("size", 0) or 0)
+    if consumed > ledger_whole:
+        why.append("it has read more of issues.jsonl than the file now holds")
+    if why:
+        return CacheCheck("broken", why)
+    new = [n for n in current if n not in cached]
+    behind = []
+    if new:
+        behind.append(f"{len(new)} new record(s)")
+    if replaced:
+        behind.append(f"{len(replaced)} record file(s) replaced (e.g. a correction added supersededBy)")
+    if consumed < ledger_whole:
+        behind.append("new ledger lines")
+    return CacheCheck("behind", behind) if behind else CacheCheck("ok")

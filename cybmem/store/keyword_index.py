@@ -1,0 +1,723 @@
+"""The keyword index: BM25 over append-only segments of postings, with Arrow serialisation.
+
+Keyword axis: BM25 (Robertson & Sparck Jones; Robertson & Zaragoza, "The Probabilistic
+Relevance Framework: BM25 and Beyond", 2009) with Lucene's non-negative idf
+``ln(1 + (N - df + 0.5) / (df + 0.5))`` and term weight ``tf / (tf + k1 * (1 - b + b * dl /
+avgdl))``, k1=1.2, b=0.75: Lucene 8+ BM25Similarity, which drops Robertson's constant (k1 + 1)
+numerator (rankings unchanged). Scores equal bm25s ``method="lucene"``. See :class:`KeywordIndex`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["KeywordIndex", "QueryStats", "RunLookup"]
+
+_K1 = 1.2
+_B = 0.75
+_TF_MAX = np.iinfo(np.uint16).max
+#: A delta segment is merged with the other deltas once there are this many of them, so an
+#: index refreshed one record at a time keeps a bounded number of segments (main + 1 delta
+#: after each merge); the main segment is only rewritten by :meth:`KeywordIndex.compact`.
+_MAX_DELTA_SEGMENTS = 8
+_SCHEMA_VERSION = "2"
+
+
+def _prefix_keys(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """First 8 UTF-8 bytes of each string as a big-endian uint64, zero padded.
+
+    For byte-wise sorted strings these keys are non-decreasing, so np.searchsorted finds the
+    run of vocabulary entries sharing a query term's 8-byte prefix.
+    """
+    starts = offsets[:-1].astype(np.int64)
+    lens = np.diff(offsets).astype(np.int64)
+    keys = np.zeros(len(starts), dtype=np.uint64)
+    last = max(len(data) - 1, 0)
+    for j in range(8):
+        has = lens > j
+        byte = np.where(has, data[np.minimum(starts + j, last)] if len(data) else 0, 0)
+        keys |= byte.astype(np.uint64) << np.uint64(8 * (7 - j))
+    return keys
+
+
+def _query_key(b: bytes) -> int:
+    return int.from_bytes(b[:8].ljust(8, b"\0"), "big")
+
+
+def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, memoryview, np.ndarray]:
+    """Zero-copy (offsets, data memoryview, data uint8) of a pyarrow string array."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if arr.type == pa.large_string():
+        odt = np.int64
+    elif arr.type == pa.string():
+        odt = np.int32
+    else:
+        raise TypeError(f"vocabulary must be a string array, got {arr.type}")
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=odt)[arr.offset : arr.offset + len(arr) + 1]
+    if bufs[2] is None:
+        data = np.zeros(0, dtype=np.uint8)
+    else:
+        data = np.frombuffer(bufs[2], dtype=np.uint8)
+    return offsets, memoryview(data), data
+
+
+def _find_sorted(keys: np.ndarray, off: np.ndarray, mv: memoryview, terms_b: Sequence[bytes],
+                 qkeys: np.ndarray) -> list[int]:
+    """Positions of byte strings in a byte-wise sorted string array, -1 when absent.
+
+    One vectorised searchsorted over the uint64 prefix keys finds each term's run of
+    entries sharing its first 8 bytes; a run longer than one is bisected on the full bytes.
+    O(log V) per term, and nothing is built at load time (no dict).
+    """
+    los = np.searchsorted(keys, qkeys, side="left").tolist()
+    his = np.searchsorted(keys, qkeys, side="right").tolist()
+    out = []
+    for b, lo, hi in zip(terms_b, los, his):
+        if lo == hi:
+            out.append(-1)
+            continue
+        j = lo
+        if hi - lo > 1:
+            j = lo + bisect.bisect_left(range(lo, hi), b, key=lambda i: bytes(mv[off[i] : off[i + 1]]))
+        out.append(j if j < hi and mv[off[j] : off[j + 1]] == b else -1)
+    return out
+
+
+def _query_keys(terms_b: Sequence[bytes]) -> np.ndarray:
+    return np.fromiter((_query_key(x) for x in terms_b), dtype=np.uint64, count=len(terms_b))
+
+
+class _Segment:
+    """One immutable run of documents: local sorted vocabulary + CSC-like postings.
+
+    ``impact`` (optional) holds the full BM25 weight ``idf * tf-part`` of every posting for
+    the index statistics ``impact_key = (N, total_len)`` it was computed under; it is only
+    set on a segment created for (or loaded with) that index.
+    """
+
+    __slots__ = (
+        "n_docs", "vocab", "keys", "indptr", "doc_ids", "tfs", "doc_len", "total_len",
+        "impact", "impact_key", "_voff", "_vmv",
+    )
+
+    def __init__(self, vocab, keys, indptr, doc_ids, tfs, doc_len, impact=None, impact_key=None):
+        self.vocab: pa.Array = vocab  # sorted byte-wise, unique
+        self.keys: np.ndarray = keys  # uint64 prefix keys of vocab
+        self.indptr: np.ndarray = indptr  # int64, len(vocab) + 1
+        self.doc_ids: np.ndarray = doc_ids  # int32 local doc id per posting, sorted per term
+        self.tfs: np.ndarray = tfs  # uint16 term frequency per posting
+        self.doc_len: np.ndarray = doc_len  # int32 tokens per doc
+        self.n_docs = len(doc_len)
+        self.total_len = int(doc_len.sum(dtype=np.int64))
+        self.impact: np.ndarray | None = impact  # float32 idf * tf-part per posting
+        self.impact_key: tuple[int, int] | None = impact_key
+        self._voff, self._vmv, _ = _string_buffers(vocab)
+
+    def lookup(self, terms_b: Sequence[bytes], qkeys: np.ndarray) -> list[int]:
+        """Local term id of each query term, -1 when absent."""
+        return _find_sorted(self.keys, self._voff, self._vmv, terms_b, qkeys)
+
+    def tf_part(self, avgdl: float, s: int, e: int, k1: float, b: float) -> np.ndarray:
+        """BM25 tf-part of postings [s, e), computed from tf and doc length."""
+        tf = self.tfs[s:e].astype(np.float32)
+        dl = self.doc_len[self.doc_ids[s:e]].astype(np.float32)
+        return _bm25_tf(tf, dl, avgdl, k1, b)
+
+    def df(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+
+def _map_terms(src: _Segment, dst: _Segment) -> np.ndarray:
+    """Position of each of src's terms in dst's vocabulary (-1 when absent)."""
+    if len(src.vocab) == 0 or len(dst.vocab) == 0:
+        return np.full(len(src.vocab), -1, dtype=np.int64)
+    if len(src.vocab) <= 512:  # a small delta: binary searches, no hash table of dst
+        terms_b = [bytes(src._vmv[src._voff[i] : src._voff[i + 1]]) for i in range(len(src.vocab))]
+        return np.asarray(dst.lookup(terms_b, src.keys), dtype=np.int64)
+    import pyarrow.compute as pc
+
+    pos = pc.index_in(src.vocab, value_set=dst.vocab)
+    return pc.fill_null(pos, -1).to_numpy().astype(np.int64)
+
+
+def _bm25_tf(tf: np.ndarray, dl: np.ndarray, avgdl: float, k1: float, b: float) -> np.ndarray:
+    """tf / (tf + k1 * (1 - b + b * dl / avgdl)), float32, in place on dl.
+
+    Robertson & Zaragoza 2009, eq. 3.15 (saturating tf with length normalisation) without
+    the constant (k1 + 1) factor, as Lucene 8+ BM25Similarity and bm25s "lucene" do.
+    """
+    dl *= np.float32(k1 * b / avgdl)
+    dl += np.float32(k1 * (1.0 - b))
+    dl += tf
+    np.divide(tf, dl, out=dl)
+    return dl
+
+
+def _bm25_idf(n_docs: int, df: np.ndarray) -> np.ndarray:
+    """Lucene BM25Similarity idf: ln(1 + (N - df + 0.5) / (df + 0.5)), never negative."""
+    df = df.astype(np.float64)
+    return np.log1p((n_docs - df + 0.5) / (df + 0.5))
+
+
+def _as_list_array(docs: Any) -> pa.Array:
+    if isinstance(docs, pa.ChunkedArray):
+        docs = docs.combine_chunks()
+    if isinstance(docs, (pa.ListArray, pa.LargeListArray)):
+        return docs
+    return pa.array(docs if isinstance(docs, list) else list(docs), type=pa.large_list(pa.string()))
+
+
+def _segment_from_tokens(docs: Any) -> _Segment:
+    """Build a segment: dictionary-encode all tokens in Arrow, sort (term, doc) keys once."""
+    import pyarrow.compute as pc  # lazy: a slow import, only paid when building
+
+    la = _as_list_array(docs)
+    n = len(la)
+    loff = la.offsets.to_numpy().astype(np.int64)
+    doc_len = np.diff(loff).astype(np.int32)
+    flat = la.values.slice(int(loff[0]), int(loff[-1] - loff[0])) if n else pa.array([], pa.string())
+    if len(flat) == 0:
+        vocab = pa.array([], type=pa.string())
+        seg = _Segment(vocab, np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int32),
+                       np.zeros(0, np.uint16), doc_len)
+        return seg
+    enc = pc.dictionary_encode(flat)
+    uniq = enc.dictionary.cast(pa.string())
+    order = pc.sort_indices(uniq).to_numpy()  # byte-wise order for strings
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    term = rank[enc.indices.to_numpy()]
+    doc = np.repeat(np.arange(n, dtype=np.int64), doc_len)
+    # One sort of packed (term << 32 | doc) keys groups postings by term, docs ascending.
+    key = np.sort((term << 32) | doc)
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    ukey = key[starts]
+    tf = np.diff(np.append(starts, len(key)))
+    vocab = uniq.take(pa.array(order))
+    V = len(vocab)
+    indptr = np.zeros(V + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ukey >> 32, minlength=V), out=indptr[1:])
+    doc_ids = (ukey & 0xFFFFFFFF).astype(np.int32)
+    tfs = np.minimum(tf, _TF_MAX).astype(np.uint16)
+    voff, _, vdata = _string_buffers(vocab)
+    return _Segment(vocab, _prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
+
+
+def _merge_segments(segs: Sequence[_Segment]) -> _Segment:
+    """Merge segments (in doc order) into one without re-tokenising: counting-sort scatter."""
+    import pyarrow.compute as pc
+
+    if len(segs) == 1:
+        return segs[0]
+    allv = pa.concat_arrays([s.vocab.cast(pa.string()) for s in segs])
+    uniq = pc.unique(allv)
+    gvocab = uniq.take(pc.sort_indices(uniq))
+    G = len(gvocab)
+    gmaps = [pc.index_in(s.vocab, value_set=gvocab).to_numpy().astype(np.int64) for s in segs]
+    df = np.zeros(G, dtype=np.int64)
+    for s, gm in zip(segs, gmaps):
+        df[gm] += np.diff(s.indptr)  # gm is injective per segment
+    indptr = np.zeros(G + 1, dtype=np.int64)
+    np.cumsum(df, out=indptr[1:])
+    P = int(indptr[-1])
+    doc_ids = np.empty(P, dtype=np.int32)
+    tfs = np.empty(P, dtype=np.uint16)
+    fill = indptr[:-1].copy()
+    offset = 0
+    for s, gm in zip(segs, gmaps):
+        lens = np.diff(s.indptr)
+        within = np.arange(len(s.doc_ids), dtype=np.int64) - np.repeat(s.indptr[:-1], lens)
+        dest = np.repeat(fill[gm], lens) + within
+        doc_ids[dest] = s.doc_ids + np.int32(offset)
+        tfs[dest] = s.tfs
+        fill[gm] += lens
+        offset += s.n_docs
+    doc_len = np.concatenate([s.doc_len for s in segs])
+    voff, _, vdata = _string_buffers(gvocab)
+    return _Segment(gvocab, _prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
+
+
+@dataclass(frozen=True)
+class QueryStats:
+    """The collection statistics BM25 needs for one query: N, total length and each term's df.
+
+    An index split into shards (one per machine and project of a fleet) scores a query exactly
+    as one index over all documents would when every shard is scored under the statistics summed
+    over the shards: ``sum(shard.query_stats(q) for shard in shards)`` (:meth:`KeywordIndex.query_stats`,
+    then :meth:`KeywordIndex.scores` with ``stats=``).
+    """
+
+    terms: tuple[str, ...]  # the query's distinct terms, in query order
+    n_docs: int = 0
+    total_len: int = 0
+    df: tuple[int, ...] = ()  # documents holding each term
+
+    def __add__(self, other: "QueryStats") -> "QueryStats":
+        if not isinstance(other, QueryStats):
+            return NotImplemented
+        if other.terms != self.terms:
+            raise ValueError("cannot add statistics of different queries")
+        df = tuple(a + b for a, b in zip(self.df, other.df)) if self.df and other.df else (self.df or other.df)
+        return QueryStats(self.terms, self.n_docs + other.n_docs, self.total_len + other.total_len, df)
+
+    def __radd__(self, other):  # sum() starts from 0
+        return self if other == 0 else self.__add__(other)
+
+
+class KeywordIndex:
+    """BM25 over append-only segments of postings.
+
+    Storage per segment (CSC-like): a byte-wise sorted vocabulary (pyarrow string array) with
+    uint64 8-byte prefix keys for binary search, ``indptr`` int64, ``doc_ids`` int32 (local,
+    ascending within a term), ``tfs`` uint16, ``doc_len`` int32, and precomputed float32
+    impacts ``idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))`` per posting, valid for the
+    index statistics (N, total length) they were computed under. A query looks up its terms
+    by binary search (no dict is ever built) and adds their impacts into one dense float32
+    array of length ``n_docs`` (idf and avgdl are over the union of segments).
+
+    Doc ids are global: segment offset + local id, in the order documents were added (the
+    caller orders records oldest -> newest). :meth:`extend` appends a delta segment and
+    leaves the main one untouched; the main segment's impacts go stale because N and avgdl
+    moved, so until they are recomputed (lazily, on the second query, or by :meth:`compact`)
+    its query-term postings are scored from tf and doc length directly: the same numbers,
+    a little slower. Removal is a mask (:meth:`remove`): removed docs score 0 and still
+    count in N/df/avgdl, as in Lucene until a merge.
+
+    Query terms are de-duplicated: each distinct query term counts once (the tokenizer
+    already repeats identifier parts, so query multiplicity would mostly double-count them).
+    """
+
+    def __init__(self, segments: Sequence[_Segment], *, k1: float = _K1, b: float = _B,
+                 removed: np.ndarray | None = None):
+        self._segments = tuple(segments)
+        self.k1 = float(k1)
+        self.b = float(b)
+        self.n_docs = sum(s.n_docs for s in self._segments)
+        self.total_len = sum(s.total_len for s in self._segments)
+        self.avgdl = self.total_len / self.n_docs if self.n_docs and self.total_len else 1.0
+        self._key = (self.n_docs, self.total_len)
+        self._removed = removed if removed is not None and len(removed) else None
+        self._stale_queries = 0
+        self._fresh: dict[int, np.ndarray] = {}
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def build(cls, docs: Sequence[list[str]] | pa.Array, *, k1: float = _K1, b: float = _B) -> KeywordIndex:
+        """Index token lists (one list per document, e.g. from :func:`tokenize_many`).
+
+        Args:
+            docs: token lists, or a pyarrow list<string> array of them.
+            k1, b: BM25 parameters.
+
+        Returns:
+            A one-segment index with precomputed impacts.
+        """
+        idx = cls([_segment_from_tokens(docs)], k1=k1, b=b)
+        idx._attach_impacts(0)
+        return idx
+
+    def extend(self, new_docs: Sequence[list[str]] | pa.Array) -> KeywordIndex:
+        """Return an index with ``new_docs`` appended as a delta segment (no rebuild).
+
+        Their global ids are ``n_docs, n_docs + 1, ...``. Deltas are merged among themselves
+        once there are more than a handful; the main segment is never rewritten here. Cost:
+        proportional to the new docs (plus the deltas when they are merged), not to N.
+        """
+        la = _as_list_array(new_docs)
+        if len(la) == 0:
+            return self
+        segs = list(self._segments) + [_segment_from_tokens(la)]
+        if len(segs) - 1 > _MAX_DELTA_SEGMENTS:
+            segs = [segs[0], _merge_segments(segs[1:])]
+        idx = KeywordIndex(segs, k1=self.k1, b=self.b, removed=self._removed)
+        # Fresh impacts for the (small) delta segments; the main one is scored from tf until
+        # it is refreshed (see the class docstring).
+        for i in range(1, len(segs)):
+            idx._attach_impacts(i)
+        return idx
+
+    @classmethod
+    def concat(cls, parts: Sequence[KeywordIndex]) -> KeywordIndex:
+        """Join indexes over consecutive runs of documents (ids shift by the earlier parts'
+        sizes). Segments are shared, not copied; scores equal a build over all documents."""
+        if not parts:
+            return cls.build([])
+        k1, b = parts[0].k1, parts[0].b
+        if any((p.k1, p.b) != (k1, b) for p in parts):
+            raise ValueError("cannot concat keyword indexes built with different k1/b")
+        segs: list[_Segment] = []
+        removed: list[np.ndarray] = []
+        base = 0
+        for p in parts:
+            segs.extend(p._segments)
+            if p._removed is not None:
+                removed.append(p._removed + base)
+            base += p.n_docs
+        return cls(segs, k1=k1, b=b, removed=np.concatenate(removed) if removed else None)
+
+    def compact(self) -> KeywordIndex:
+        """Merge all segments into one with fresh impacts (same doc ids, same scores)."""
+        if len(self._segments) == 1 and self._segment_impacts(0, self._segments[0]) is not None:
+            return self
+        seg = _merge_segments(self._segments)
+        if seg is self._segments[0]:  # one stale segment: copy it so the original stays as is
+            seg = _Segment(seg.vocab, seg.keys, seg.indptr, seg.doc_ids, seg.tfs, seg.doc_len)
+        idx = KeywordIndex([seg], k1=self.k1, b=self.b, removed=self._removed)
+        idx._attach_impacts(0)
+        return idx
+
+    def _global_df(self, i: int) -> np.ndarray:
+        """Document frequency over all segments of each term of segment i."""
+        seg = self._segments[i]
+        df = seg.df().astype(np.int64)
+        for j, other in enumerate(self._segments):
+            if j == i or other.n_docs == 0:
+                continue
+            if len(other.vocab) <= len(seg.vocab):
+                pos = _map_terms(other, seg)
+                ok = pos >= 0
+                df[pos[ok]] += other.df()[ok]
+            else:
+                pos = _map_terms(seg, other)
+                ok = pos >= 0
+                df[ok] += other.df()[pos[ok]]
+        return df
+
+    def _compute_impacts(self, i: int) -> np.ndarray:
+        """idf * tf-part for every posting of segment i under this index's statistics."""
+        seg = self._segments[i]
+        tfp = seg.tf_part(self.avgdl, 0, len(seg.doc_ids), self.k1, self.b)
+        idf = _bm25_idf(self.n_docs, self._global_df(i)).astype(np.float32)
+        tfp *= np.repeat(idf, seg.df())
+        return tfp
+
+    def _attach_impacts(self, i: int) -> None:
+        """Store impacts on a segment this index just created (not shared with another)."""
+        seg = self._segments[i]
+        seg.impact = self._compute_impacts(i)
+        seg.impact_key = self._key
+
+    def remove(self, doc_ids: Iterable[int] | np.ndarray) -> KeywordIndex:
+        """Return an index where these global doc ids are masked out (score 0)."""
+        ids = np.asarray(list(doc_ids) if not isinstance(doc_ids, np.ndarray) else doc_ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n_docs):
+            raise ValueError(f"doc ids must be in [0, {self.n_docs}); got {ids.min()}..{ids.max()}")
+        old = self._removed if self._removed is not None else np.zeros(0, np.int64)
+        return KeywordIndex(self._segments, k1=self.k1, b=self.b, removed=np.union1d(old, ids))
+
+    # -- introspection --------------------------------------------------------------------
+    @property
+    def n_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def live_mask(self) -> np.ndarray | None:
+        """Bool array (True = live) or None when nothing was removed; pass to :func:`top_k`."""
+        if self._removed is None:
+            return None
+        m = np.ones(self.n_docs, dtype=bool)
+        m[self._removed] = False
+        return m
+
+    def __len__(self) -> int:
+        return self.n_docs
+
+    def __repr__(self) -> str:
+        return (f"KeywordIndex(n_docs={self.n_docs}, segments={len(self._segments)}, "
+                f"avgdl={self.avgdl:.2f})")
+
+    def document_frequency(self, term: str) -> int:
+        """Number of docs containing ``term`` across all segments."""
+        b = term.encode()
+        qk = _query_keys([b])
+        df = 0
+        for s in self._segments:
+            t = s.lookup([b], qk)[0]
+            if t >= 0:
+                df += int(s.indptr[t + 1] - s.indptr[t])
+        return df
+
+    def idf_mass(self, query_tokens: Sequence[str], *, n_docs: int | None = None) -> tuple[float, float]:
+        """The sum of the idf of a query's distinct terms, terms no document holds included (at
+        the idf of df 0), and that largest idf: what :func:`cybmem.retrieval.search.keyword_match`
+        divides a score by (the square root of their product). ``n_docs``: the idf as if the
+        collection had that many documents (the others holding none of the terms)."""
+        n = self.n_docs if n_docs is None else int(n_docs)
+        terms = list(dict.fromkeys(query_tokens))
+        top = float(_bm25_idf(n, np.zeros(1, dtype=np.int64))[0])
+        if not terms:
+            return 0.0, top
+        df = np.array([self.document_frequency(t) for t in terms], dtype=np.int64)
+        return float(_bm25_idf(n, df).sum()), top
+
+    # -- query ----------------------------------------------------------------------------
+    def _segment_impacts(self, i: int, seg: _Segment) -> np.ndarray | None:
+        if seg.impact is not None and seg.impact_key == self._key:
+            return seg.impact
+        return self._fresh.get(i)
+
+    def query_stats(self, query_tokens: Sequence[str]) -> QueryStats:
+        """This index's share of the statistics a query is scored under (see :class:`QueryStats`)."""
+        terms = tuple(dict.fromkeys(query_tokens))
+        return QueryStats(terms, self.n_docs, self.total_len, tuple(self.document_frequency(t) for t in terms))
+
+    def scores(self, query_tokens: Sequence[str], *, out: np.ndarray | None = None,
+               stats: QueryStats | None = None) -> np.ndarray:
+        """Raw BM25 score of every document, float32 of length ``n_docs``.
+
+        Args:
+            query_tokens: tokens (e.g. ``tokenize(query)``); duplicates count once; unknown
+                terms contribute nothing.
+            out: optional float32 buffer of length n_docs to write into (avoids allocating).
+            stats: score under these collection statistics instead of this index's own: this
+                index is one shard of a larger collection (the sum of every shard's
+                :meth:`query_stats`). The result equals that collection's index scores for
+                these documents, float for float.
+
+        Returns:
+            The scores; removed documents are 0.
+        """
+        if stats is not None:
+            return self._scores_under(query_tokens, stats, out)
+        N = self.n_docs
+        if out is None:
+            res = np.zeros(N, dtype=np.float32)
+        else:
+            if out.dtype != np.float32 or out.shape != (N,):
+                raise ValueError(f"out must be a float32 array of shape ({N},), got {out.dtype} {out.shape}")
+            res = out
+            res.fill(0.0)
+        terms = list(dict.fromkeys(query_tokens))
+        if not terms or N == 0:
+            return res
+        terms_b = [t.encode() for t in terms]
+        qkeys = _query_keys(terms_b)
+        hits = []
+        df = np.zeros(len(terms), dtype=np.int64)
+        for si, seg in enumerate(self._segments):
+            ip = seg.indptr
+            for ti, t in enumerate(seg.lookup(terms_b, qkeys)):
+                if t >= 0:
+                    s, e = int(ip[t]), int(ip[t + 1])
+                    df[ti] += e - s
+                    hits.append((si, ti, s, e))
+        if not hits:
+            return res
+        stale = False
+        offset = 0
+        hi = 0
+        idf: list[np.float32] | None = None
+        for si, seg in enumerate(self._segments):
+            view = res if seg.n_docs == N else res[offset : offset + seg.n_docs]
+            imp = self._segment_impacts(si, seg)
+            while hi < len(hits) and hits[hi][0] == si:
+                _, ti, s, e = hits[hi]
+                hi += 1
+                if imp is not None:
+                    w = imp[s:e]
+                else:
+                    stale = True
+                    if idf is None:  # Lucene idf per distinct query term, as plain floats
+                        idf = [np.float32(math.log1p((N - d + 0.5) / (d + 0.5))) for d in df.tolist()]
+                    w = seg.tf_part(self.avgdl, s, e, self.k1, self.b)
+                    w *= idf[ti]
+                # A term's postings hold each doc once, so `view[docs] += w` would be exact
+                # too, but numpy >= 2's np.add.at fast path is faster than that gather +
+                # scatter (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
+                np.add.at(view, seg.doc_ids[s:e], w)
+            offset += seg.n_docs
+        if stale:
+            self._stale_queries += 1
+            if self._stale_queries >= 2:  # a long-lived process: recompute impacts once
+                self._refresh_impacts()
+        if self._removed is not None:
+            res[self._removed] = 0.0
+        return res
+
+    def _scores_under(self, query_tokens: Sequence[str], stats: QueryStats, out: np.ndarray | None) -> np.ndarray:
+        """:meth:`scores` under given statistics: the tf-part and idf from the same kernels
+        (:func:`_bm25_tf`, :func:`_bm25_idf`, as :meth:`_compute_impacts` applies them), added per
+        term in query order, so each document's sum is the one a single index computes."""
+        N = self.n_docs
+        res = np.zeros(N, dtype=np.float32) if out is None else out
+        if out is not None:
+            if out.dtype != np.float32 or out.shape != (N,):
+                raise ValueError(f"out must be a float32 array of shape ({N},), got {out.dtype} {out.shape}")
+            res.fill(0.0)
+        terms = list(dict.fromkeys(query_tokens))
+        if tuple(terms) != stats.terms:
+            raise ValueError("stats were computed for another query")
+        if not terms or N == 0 or stats.n_docs == 0:
+            return res
+        avgdl = stats.total_len / stats.n_docs if stats.total_len else 1.0
+        idf = _bm25_idf(stats.n_docs, np.asarray(stats.df, dtype=np.int64)).astype(np.float32)
+        terms_b = [t.encode() for t in terms]
+        qkeys = _query_keys(terms_b)
+        offset = 0
+        for seg in self._segments:
+            view = res if seg.n_docs == N else res[offset : offset + seg.n_docs]
+            ip = seg.indptr
+            for ti, t in enumerate(seg.lookup(terms_b, qkeys)):
+                if t >= 0:
+                    s, e = int(ip[t]), int(ip[t + 1])
+                    w = seg.tf_part(avgdl, s, e, self.k1, self.b)
+                    w *= idf[ti]
+                    np.add.at(view, seg.doc_ids[s:e], w)
+            offset += seg.n_docs
+        if self._removed is not None:
+            res[self._removed] = 0.0
+        return res
+
+    def _refresh_impacts(self) -> None:
+        for i, seg in enumerate(self._segments):
+            if self._segment_impacts(i, seg) is None:
+                self._fresh[i] = self._compute_impacts(i)
+
+    # -- Arrow serialisation --------------------------------------------------------------
+    _ARROW_SCHEMA = pa.schema([
+        ("n_docs", pa.int64()),
+        ("impact_n_docs", pa.int64()),  # index statistics the impacts are valid for
+        ("impact_total_len", pa.int64()),
+        ("vocab", pa.large_list(pa.string())),
+        ("term_keys", pa.large_list(pa.uint64())),
+        ("indptr", pa.large_list(pa.int64())),
+        ("doc_ids", pa.large_list(pa.int32())),
+        ("tfs", pa.large_list(pa.uint16())),
+        ("doc_len", pa.large_list(pa.int32())),
+        ("impact", pa.large_list(pa.float32())),
+        ("removed", pa.large_list(pa.int64())),
+    ])
+
+    def to_arrow(self) -> pa.Table:
+        """One row per segment (list columns) plus schema metadata (k1, b, version).
+
+        Impacts are written for the current statistics, so a reloaded index is warm. Write
+        it with ``pyarrow.ipc.new_file`` and read it back memory-mapped with :meth:`from_arrow`.
+        """
+        rows: dict[str, list] = {f.name: [] for f in self._ARROW_SCHEMA}
+        list_cols = ("vocab", "term_keys", "indptr", "doc_ids", "tfs", "doc_len", "impact", "removed")
+        cols: dict[str, list[pa.Array]] = {n: [] for n in list_cols}
+        for i, seg in enumerate(self._segments):
+            imp = self._segment_impacts(i, seg)
+            if imp is None:
+                imp = self._compute_impacts(i)
+            rows["n_docs"].append(seg.n_docs)
+            rows["impact_n_docs"].append(self.n_docs)
+            rows["impact_total_len"].append(self.total_len)
+            cols["vocab"].append(seg.vocab.cast(pa.string()))
+            cols["term_keys"].append(pa.array(seg.keys, type=pa.uint64()))
+            cols["indptr"].append(pa.array(seg.indptr, type=pa.int64()))
+            cols["doc_ids"].append(pa.array(seg.doc_ids, type=pa.int32()))
+            cols["tfs"].append(pa.array(seg.tfs, type=pa.uint16()))
+            cols["doc_len"].append(pa.array(seg.doc_len, type=pa.int32()))
+            cols["impact"].append(pa.array(imp, type=pa.float32()))
+            rem = self._removed if (i == 0 and self._removed is not None) else np.zeros(0, np.int64)
+            cols["removed"].append(pa.array(rem, type=pa.int64()))
+        arrays = [pa.array(rows[name], pa.int64()) for name in ("n_docs", "impact_n_docs", "impact_total_len")]
+        for name in cols:
+            vals = cols[name]
+            typ = self._ARROW_SCHEMA.field(name).type
+            lens = np.array([len(v) for v in vals], dtype=np.int64)
+            offs = np.zeros(len(vals) + 1, dtype=np.int64)
+            np.cumsum(lens, out=offs[1:])
+            flat = pa.concat_arrays(vals) if vals else pa.array([], typ.value_type)
+            arrays.append(pa.LargeListArray.from_arrays(pa.array(offs), flat, type=typ))
+        meta = {b"cybmem.kind": b"keyword-index", b"cybmem.version": _SCHEMA_VERSION.encode(),
+                b"k1": repr(self.k1).encode(), b"b": repr(self.b).encode()}
+        return pa.Table.from_arrays(arrays, schema=self._ARROW_SCHEMA.with_metadata(meta))
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table | pa.RecordBatch) -> KeywordIndex:
+        """Rebuild from :meth:`to_arrow` output; numpy arrays are views of the Arrow buffers
+        (zero-copy, so an IPC memory map stays a memory map)."""
+        meta = table.schema.metadata or {}
+        if meta.get(b"cybmem.kind") != b"keyword-index":
+            raise ValueError("not a cybmem keyword index table (missing cybmem.kind metadata); "
+                             "rebuild it with KeywordIndex.build(...).to_arrow()")
+        if meta.get(b"cybmem.version") != _SCHEMA_VERSION.encode():
+            raise ValueError(f"keyword index format {meta.get(b'cybmem.version')!r} is not "
+                             f"{_SCHEMA_VERSION!r}; rebuild the cache")
+        k1 = float(meta[b"k1"])
+        b = float(meta[b"b"])
+        batches = table.to_batches() if isinstance(table, pa.Table) else [table]
+        segs: list[_Segment] = []
+        removed: list[np.ndarray] = []
+        base = 0
+        for batch in batches:
+            c = {name: batch.column(name) for name in batch.schema.names}
+            nd = c["n_docs"].to_numpy()
+            ikey = list(zip(c["impact_n_docs"].to_pylist(), c["impact_total_len"].to_pylist()))
+            views = {}
+            for name in ("term_keys", "indptr", "doc_ids", "tfs", "doc_len", "impact", "removed"):
+                la = c[name]
+                views[name] = (la.offsets.to_numpy(), la.values.to_numpy(zero_copy_only=True))
+            vl = c["vocab"]
+            voffs = vl.offsets.to_numpy()
+            for r in range(len(batch)):
+                def part(name, r=r):
+                    o, v = views[name]
+                    return v[o[r] : o[r + 1]]
+                vocab = vl.values.slice(int(voffs[r]), int(voffs[r + 1] - voffs[r]))
+                seg = _Segment(vocab, part("term_keys"), part("indptr"), part("doc_ids"),
+                               part("tfs"), part("doc_len"), part("impact"), ikey[r])
+                if seg.n_docs != nd[r]:
+                    raise ValueError(f"keyword index segment {r} is inconsistent ({seg.n_docs} doc "
+                                     f"lengths for n_docs={nd[r]}); rebuild the cache")
+                rem = part("removed")
+                if len(rem):
+                    removed.append(rem + base)
+                base += seg.n_docs
+                segs.append(seg)
+        rem_all = np.unique(np.concatenate(removed)) if removed else None
+        return cls(segs, k1=k1, b=b, removed=rem_all)
+
+
+class RunLookup:
+    """run id -> row position in O(log N), without a dict (for the lineage kernel).
+
+    It lives here because it is the keyword vocabulary's sorted-string search applied to run ids.
+
+    Holds the run ids sorted byte-wise as one Arrow string array, their uint64 8-byte
+    prefix keys and their row positions (the same binary search as the keyword vocabulary).
+    Build it once per frame (one Arrow sort, O(N log N)) and pass it to
+    :func:`lineage_affinity`; the ancestor walk then costs O(depth * log N).
+    """
+
+    __slots__ = ("sorted_ids", "keys", "positions", "_off", "_mv")
+
+    def __init__(self, sorted_ids: pa.Array, keys: np.ndarray, positions: np.ndarray):
+        self.sorted_ids = sorted_ids
+        self.keys = keys
+        self.positions = positions
+        self._off, self._mv, _ = _string_buffers(sorted_ids)
+
+    @classmethod
+    def build(cls, run_ids: Any) -> RunLookup:
+        """From a numpy (object/str) or pyarrow (string/dictionary) id column; missing
+        (None/null) ids are left out."""
+        import pyarrow.compute as pc
+
+        ids = run_ids.combine_chunks() if isinstance(run_ids, pa.ChunkedArray) else run_ids
+        if not isinstance(ids, pa.Array):
+            ids = pa.array(np.asarray(ids, dtype=object).tolist(), type=pa.string(), from_pandas=True)
+        if ids.type != pa.string():  # dictionary / large_string columns
+            ids = ids.cast(pa.string())
+        order = pc.sort_indices(ids)  # nulls sort last by default
+        order = order.slice(0, len(ids) - ids.null_count)
+        sorted_ids = ids.take(order)
+        off, _, data = _string_buffers(sorted_ids)
+        return cls(sorted_ids, _prefix_keys(off, data), order.to_numpy().astype(np.int64))
+
+    def find(self, run_id: str) -> int:
+        """Row of ``run_id``, or -1."""
+        b = run_id.encode()
+        j = _find_sorted(self.keys, self._off, self._mv, [b], _query_keys([b]))[0]
+        return int(self.positions[j]) if j >= 0 else -1

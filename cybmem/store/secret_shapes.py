@@ -1,0 +1,563 @@
+"""Secret shapes beyond cybmem.store.secrets's core table, and the decoders that let every shape see
+text as a program would read it.
+
+cybmem.store.secrets.scan runs both tables over the text as written, then over the text decoded (JSON
+and backslash escapes, URL-encoding undone, wrapped tokens joined); a finding in a decoded text is
+mapped back to the characters of the original that hold it (:class:`Decoded`), so the redaction
+replaces exactly the encoded secret. Here: vendor tokens with a distinctive prefix or structure
+(each checked not to be a stand-in such as ``glpat-XXXX…``), passwords given on a command line or
+in a config file, and a high-entropy rule for a bare 32-128 character base64 token that leaves
+alone what only looks random (hex, UUIDs, versions, identifiers, paths, URLs, labelled digests).
+The full list: USAGE.md, "Guarantees". Each rule's precision is measured by
+benchmarks/bench_secrets.py: recall on other projects' examples (data-fixtures/secret-examples.jsonl)
+and false alarms on every commit message of three real histories.
+"""
+
+from __future__ import annotations
+
+import binascii
+import math
+import os
+import re
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+__all__ = ["SCANNER_ENV", "Decoded", "Rule", "bounded", "decoded_variants", "find", "scanner_candidates"]
+
+Candidate = tuple[int, int, str]  # [start, end) in the text, kind
+_NOT_MARK = r"(?!\[REDACTED:)"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One shape: the regex, the group that is the secret, an optional check of the secret, and
+    needles (the regex runs only when one occurs in the text)."""
+
+    kind: str
+    regex: _Lazy
+    needles: tuple[str, ...]
+    group: int = 0
+    check: Callable[[str, re.Match[str]], bool] | None = None
+
+
+class _Lazy:
+    """A regex compiled on first use: most rules never meet their needle in a process, and the
+    write path (a fresh interpreter per run) should not pay for compiling them."""
+
+    __slots__ = ("pattern", "_compiled")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._compiled: re.Pattern[str] | None = None
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern)
+        return self._compiled.finditer(text)
+
+
+_lazy = _Lazy
+
+
+def _bounded_source(head: str, tail: str, edge: str, before: str | None) -> str:
+    return rf"{head}(?<![{before or edge}]{head}){tail}(?![{edge}])"
+
+
+def bounded(head: str, tail: str, edge: str = "A-Za-z0-9_-", before: str | None = None) -> re.Pattern[str]:
+    """head + tail, not inside a longer run of edge characters (before the head: of before
+    characters, by default the same).
+
+    The regex starts with the fixed-width head and checks the edge behind it afterwards:
+    Python's re searches a pattern that starts with a literal far faster than one that starts
+    with a lookbehind (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
+    """
+    return re.compile(_bounded_source(head, tail, edge, before))
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+_REPEAT = re.compile(r"(.)\1{5}|(?i:xxxx|0123456789|abcdef0123|1234567890)|(...)\2{3}")
+
+
+def _not_filler(secret: str, _: re.Match[str] | None = None) -> bool:
+    """Not a stand-in: no run of 6 equal characters (``glpat-XXXX…``, ``000000``), no counting
+    run, and at least 6 distinct characters."""
+    return not _REPEAT.search(secret) and len(set(secret)) >= 6
+
+
+def _random(secret: str, m: re.Match[str] | None = None) -> bool:
+    """A generated token: not filler, and a digit or mixed case."""
+    if not _not_filler(secret):
+        return False
+    return any(c.isdigit() for c in secret) or (
+        any(c.isupper() for c in secret) and any(c.islower() for c in secret))
+
+
+def _mixed(secret: str, m: re.Match[str] | None = None) -> bool:
+    """Upper case, lower case and a digit, and not filler (a bare body with a weak prefix)."""
+    return (_not_filler(secret) and any(c.isupper() for c in secret) and any(c.islower() for c in secret)
+            and any(c.isdigit() for c in secret))
+
+
+# -- vendor tokens ------------------------------------------------------------------------------
+
+_V: list[Rule] = []
+
+
+def _vendor(kind: str, head: str, tail: str, *, needles: tuple[str, ...] = (), check=_random,
+            edge: str = "A-Za-z0-9_-") -> None:
+    """A token that starts with head; check sees the part after head when head is a literal."""
+    literal = re.sub(r"\\(.)", r"\1", head)
+    n = len(literal) if re.escape(literal).replace("\\", "") == head.replace("\\", "") else 0
+    # Before the head only a word character continues a token: whsec_… may follow "=" or "/".
+    _V.append(Rule(kind, _lazy(_bounded_source(head, tail, edge, "A-Za-z0-9_")), needles or (literal,),
+                   check=lambda s, m: check(s[n:], m)))
+
+
+_vendor("dockerhub_token", "dckr_pat_", r"[A-Za-z0-9_-]{20,}+")
+_vendor("dockerhub_token", "dckr_oat_", r"[A-Za-z0-9_-]{20,}+")
+_vendor("stripe_key", "whsec_", r"[A-Za-z0-9+/=]{24,}+", edge="A-Za-z0-9+/=_-")
+_vendor("google_oauth_secret", "GOCSPX-", r"[A-Za-z0-9_-]{24,32}")
+_vendor("google_oauth_token", r"ya29\.", r"[A-Za-z0-9_-]{20,}+", edge="A-Za-z0-9_.-")
+_vendor("google_oauth_token", "1//0", r"[A-Za-z0-9_-]{30,}+", edge="A-Za-z0-9_/-")
+_vendor("openrouter_key", "sk-or-", r"(?:v\d+-)?[a-f0-9]{64}", check=_not_filler)
+_vendor("xai_key", "xai-", r"[A-Za-z0-9]{60,100}")
+_vendor("replicate_token", "r8_", r"[A-Za-z0-9]{37,40}")
+_vendor("huggingface_token", "api_org_", r"[A-Za-z]{34}")
+_vendor("groq_key", "gsk_", r"[A-Za-z0-9]{48,60}")
+_vendor("grafana_token", "glc_", r"[A-Za-z0-9+/]{32,400}+={0,3}+", edge="A-Za-z0-9+/=_-")
+_vendor("grafana_token", "glsa_", r"[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}")
+_vendor("grafana_token", "eyJrIjoi", r"[A-Za-z0-9]{40,400}+={0,3}+", edge="A-Za-z0-9+/=_-")
+_vendor("atlassian_token", "ATATT3", r"[A-Za-z0-9_=-]{150,}+", edge="A-Za-z0-9_=-")
+_vendor("atlassian_token", "ATCTT3", r"[A-Za-z0-9_=-]{150,}+", edge="A-Za-z0-9_=-")
+_vendor("linear_token", "lin_api_", r"[A-Za-z0-9]{40}")
+_vendor("linear_token", "lin_oauth_", r"[a-f0-9]{64}")
+_vendor("notion_token", "ntn_", r"[0-9]{11}[A-Za-z0-9]{35}")
+_vendor("notion_token", "secret_", r"[A-Za-z0-9]{43}", check=_mixed)
+_vendor("figma_token", "figd_", r"[A-Za-z0-9_-]{40,}+")
+_vendor("postman_token", "PMAK-", r"[A-Fa-f0-9]{24}-[A-Fa-f0-9]{34}")
+_vendor("doppler_token", r"dp\.", r"(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]{2,32}\.)?[A-Za-z0-9]{40,44}",
+        edge="A-Za-z0-9_.-")
+_vendor("pulumi_token", "pul-", r"[a-f0-9]{40}")
+_V.append(Rule("terraform_token", _lazy(
+    r"(?<![A-Za-z0-9_.-])[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}(?![A-Za-z0-9_=-])"), (".atlasv1.",),
+    check=_random))
+_vendor("sentry_token", "sntrys_", r"[A-Za-z0-9+/=_-]{50,}+", edge="A-Za-z0-9+/=_-")
+_vendor("sentry_token", "sntryu_", r"[a-f0-9]{64}")
+_vendor("supabase_token", "sbp_", r"(?:v0_)?[a-f0-9]{40}")
+_vendor("supabase_token", "sb_secret_", r"[A-Za-z0-9_-]{20,}+")
+_vendor("planetscale_token", "pscale_", r"(?:tkn|pw|oauth)_[A-Za-z0-9_=.-]{32,64}", edge="A-Za-z0-9_=.-")
+_vendor("settlemint_token", "sm_", r"(?:pat|aat|sat)_[A-Za-z0-9]{12,}+")
+_vendor("rubygems_token", "rubygems_", r"[a-f0-9]{48}")
+_vendor("prefect_token", "pnu_", r"[A-Za-z0-9]{36}")
+_vendor("readme_token", "rdme_", r"[a-z0-9]{70}")
+_vendor("castai_token", "castai_v1_", r"[A-Za-z0-9]{64}_[A-Za-z0-9]{8}")
+_vendor("perplexity_key", "pplx-", r"[A-Za-z0-9]{48}")
+_vendor("clojars_token", "CLOJARS_", r"[A-Za-z0-9]{60}")
+_vendor("onepassword_token", "ops_eyJ", r"[A-Za-z0-9+/]{100,}+={0,3}+", edge="A-Za-z0-9+/=_-")
+_vendor("onepassword_key", "A3-", r"[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}")
+_vendor("artifactory_token", "AKCp", r"[A-Za-z0-9]{69}")
+_vendor("artifactory_token", "cmVmd", r"[A-Za-z0-9]{59}")
+_vendor("adobe_secret", "p8e-", r"[A-Za-z0-9]{32}")
+_vendor("alibaba_key", "LTAI", r"[A-Za-z0-9]{20}", check=_mixed)
+_vendor("authress_key", "sc_", r"[a-z0-9]{5,30}\.[a-z0-9]{4,6}\.acc[_-][a-z0-9-]{10,32}\.[A-Za-z0-9+/_=-]{30,120}")
+_vendor("clickhouse_key", "4b1d", r"[A-Za-z0-9]{38}", check=_mixed)
+_vendor("cloudflare_key", r"v1\.0-", r"[a-f0-9]{24}-[a-f0-9]{146}", edge="A-Za-z0-9_.-")
+_vendor("duffel_token", "duffel_", r"(?:test|live)_[A-Za-z0-9_=-]{43}")
+_vendor("dynatrace_token", r"dt0c01\.", r"[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}")
+_vendor("easypost_token", "EZAK", r"[A-Za-z0-9]{54}")
+_vendor("easypost_token", "EZTK", r"[A-Za-z0-9]{54}")
+_vendor("frameio_token", "fio-u-", r"[A-Za-z0-9_=-]{64}")
+_vendor("flyio_token", "fo1_", r"[A-Za-z0-9_-]{43}")
+_vendor("flyio_token", "fm1", r"[ar]_[A-Za-z0-9+/]{100,}+={0,3}+", edge="A-Za-z0-9+/=_-")
+_vendor("flyio_token", "fm2_", r"[A-Za-z0-9+/]{100,}+={0,3}+", edge="A-Za-z0-9+/=_-")
+_vendor("flutterwave_key", "FLWSECK", r"(?:_TEST)?-[A-Za-z0-9]{12,32}(?:-X)?")
+_vendor("harness_token", "pat", r"\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}")
+_vendor("harness_token", "sat", r"\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}")
+_vendor("heroku_token", "HRKU-AA", r"[A-Za-z0-9_-]{58}")
+_vendor("infracost_token", "ico-", r"[A-Za-z0-9]{32}", check=_mixed)
+_vendor("intra42_secret", "s-s4t2", r"(?:ud|af)-[a-f0-9]{64}")
+_vendor("langsmith_key", "lsv2_", r"(?:pt|sk)_[a-z0-9]{32}_[a-z0-9]{10}")
+_V.append(Rule("maxmind_key", _lazy(r"(?<![A-Za-z0-9_-])[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk(?![A-Za-z0-9_-])"),
+               ("_mmk",), check=_random))
+_vendor("newrelic_key", "NRAK-", r"[A-Z0-9]{27}")
+_vendor("newrelic_key", "NRII-", r"[A-Za-z0-9-]{32}")
+_vendor("newrelic_key", "NRJS-", r"[a-f0-9]{19}")
+_vendor("octopus_key", "API-", r"[A-Z0-9]{26}", check=lambda s, m: _not_filler(s) and sum(c.isdigit() for c in s) >= 3)
+_vendor("openshift_token", "sha256~", r"[A-Za-z0-9_-]{43}")
+_vendor("sendinblue_key", "xkeysib-", r"[a-f0-9]{64}-[A-Za-z0-9]{16}")
+_vendor("shippo_token", "shippo_", r"(?:live|test)_[a-f0-9]{40}")
+_vendor("sourcegraph_token", "sgp_", r"(?:[a-fA-F0-9]{16}_|local_)?[A-Za-z0-9]{40}")
+_vendor("square_token", "sq0atp-", r"[A-Za-z0-9_-]{22,60}")
+_vendor("square_token", "sq0csp-", r"[A-Za-z0-9_-]{43}")
+_vendor("square_token", "EAAA", r"[A-Za-z0-9_-]{22,60}", check=_mixed)
+_vendor("typeform_token", "tfp_", r"[A-Za-z0-9_.=-]{59}")
+_vendor("yandex_token", "AQVN", r"[A-Za-z0-9_-]{35,38}")
+_vendor("yandex_token", r"t1\.", r"[A-Za-z0-9_-]+=*\.[A-Za-z0-9_-]{86}=*", edge="A-Za-z0-9_.=-")
+_vendor("gitlab_token", "gl", r"(?:cbt|ffct|ft|imt|agent|oas)-[A-Za-z0-9_-]{20,}+")
+_vendor("gitlab_token", "GR1348941", r"[A-Za-z0-9_-]{20}")
+_vendor("gitlab_token", "_gitlab_session=", r"[0-9a-z]{32}", edge="A-Za-z0-9")
+for _head in ("ABIA", "ACCA", "A3T"):
+    _vendor("aws_access_key_id", _head, rf"[A-Z0-9]{{{20 - len(_head)}}}", check=lambda s, m: _not_filler(s))
+_vendor("slack_token", "xox", r"[oe]-[0-9]{1,16}-[A-Za-z0-9-]{10,}+")
+_vendor("slack_token", r"xoxe\.xox", r"[bp]-\d-[A-Za-z0-9]{100,}+", edge="A-Za-z0-9_.-")
+_vendor("slack_token", "xox", r"[ar]-(?:\d-)?[A-Za-z0-9]{8,}+(?:-[A-Za-z0-9]+)*+")
+_V.append(Rule("slack_webhook", _lazy(
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9+/_-]{40,}+)"), ("hooks.slack.com/",), group=1))
+_vendor("vault_token", r"hv[sb]\.", r"[A-Za-z0-9_-]{24,}+", needles=("hvs.", "hvb."), edge="A-Za-z0-9_.-")
+_vendor("vault_token", r"s\.", r"[A-Za-z0-9]{24,40}", check=_mixed, edge="A-Za-z0-9_.-")
+_vendor("datafactory_key", "IR@", r"[0-9A-Za-z-]{36}@[^@\s]{1,80}@[0-9A-Za-z=-]*@[A-Za-z0-9+/=]{44}", edge="A-Za-z0-9@_-")
+_vendor("mapbox_token", "sk", r"\.eyJ[A-Za-z0-9_-]{40,}\.[A-Za-z0-9_-]{20,}+", edge="A-Za-z0-9_.-")
+_vendor("mailgun_key", "key-", r"[a-f0-9]{32}", check=lambda s, m: _not_filler(s[4:]) and any(c.isalpha() for c in s[4:]))
+
+# Azure AD client secret: three characters, a digit, "Q~", then 31-34 more.
+_V.append(Rule("azure_client_secret", _lazy(
+    r"Q~(?<=(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.]{3}\dQ~)[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])"), ("Q~",),
+    check=lambda s, m: _not_filler(s)))
+# Discord bot token: a base64 user id, a timestamp, an HMAC.
+_V.append(Rule("discord_token", _lazy(
+    r"\.[A-Za-z0-9_-]{6}\.(?<=(?<![A-Za-z0-9_.-])[MNO][A-Za-z0-9_-]{23}\.[A-Za-z0-9_-]{6}\.)[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_.-])"),
+    (".",), check=lambda s, m: _mixed(s)))
+# Okta API token: "SSWS" as its Authorization scheme, or a bare 00-prefixed 42-character token.
+_V.append(Rule("okta_token", _lazy(r"SSWS[ \t]++(00[A-Za-z0-9_-]{40})(?![A-Za-z0-9_-])"), ("SSWS",), group=1))
+_V.append(Rule("okta_token", _lazy(r"00(?<![A-Za-z0-9_-]00)[A-Za-z0-9_-]{40}(?![A-Za-z0-9_-])"), ("00",),
+               check=lambda s, m: _mixed(s) and sum(c.isdigit() for c in s) >= 4))
+# A JWT without its signature (header.claims), and a signed one whose claims are not {"…
+_V.append(Rule("jwt", _lazy(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,}+\.eyJ[A-Za-z0-9_-]{10,}+(?:\.[A-Za-z0-9_-]*+)?"),
+               ("eyJ",)))
+_V.append(Rule("jwt", _lazy(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,}+\.ey[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+"),
+               ("eyJ",)))
+# A private key's DER body in base64 without its PEM lines: SEQUENCE, then INTEGER 0 (IBAA,
+# PKCS#1) or INTEGER 0 and an AlgorithmIdentifier (IBAD, PKCS#8). A certificate never has them.
+_V.append(Rule("private_key", _lazy(
+    r"MII(?<![A-Za-z0-9+/]MII)[A-Za-z0-9+/]{3}IBA[AD][A-Za-z0-9+/]{40,}+(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{16,}+)*+={0,2}+"),
+    ("MII",)))
+
+
+# -- command-line and config-file passwords -------------------------------------------------------
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*+(?:\.[A-Za-z_]\w*+)++")
+_ARG = r"(?P<q>[\"']?)(?P<v>[^\s\"'`;|&<>]{3,}+)(?P=q)"
+
+
+def _not_stand_in(secret: str, m: re.Match[str]) -> bool:
+    """Not $VAR, ${X}, <password>, ****, %s or a bare word like password / secret / token."""
+    folded = secret.lower()
+    return not (re.match(r"[$<%{*\[]|(?:\.\.\.|…)", secret) or len(set(secret)) == 1
+                or folded in {"password", "passwd", "secret", "token", "pass", "xxxx", "changeit"}
+                or folded.startswith(("your", "<", "fake", "example")))
+
+
+_CLI: list[Rule] = [
+    # mysql / mariadb / mysqldump / mysqladmin with the password glued to -p
+    Rule("cli_password", _lazy(
+        r"\b(?:mysql[a-z]*+|mariadb[a-z-]*+)\b[^\n|;&]{0,200}?[ \t]-p(?P<q>[\"']?)(?P<v>[^\s\"'`;|&<>-][^\s\"'`;|&<>]{2,}+)(?P=q)"),
+        ("mysql", "mariadb"), group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(rf"\bsshpass[ \t]++-p[ \t]*+{_ARG}"), ("sshpass",), group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(rf"\bredis-cli\b[^\n|;&]{{0,200}}?[ \t]-a[ \t]++{_ARG}"), ("redis-cli",),
+         group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(rf"(?:docker|podman|buildah|helm)[ \t]++(?:registry[ \t]++)?login\b[^\n|;&]{{0,200}}?[ \t]-p[ \t]++{_ARG}"),
+         ("docker login", "podman login", "buildah login", "registry login"), group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(rf"-pass(?:in|out)?[ \t]++pass:{_ARG}"), ("pass:",), group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(
+        rf"\bnet[ \t]++use\b[^\n]{{0,200}}?/u(?:ser)?:[^\s/]++[ \t]++(?!/){_ARG}"), ("net use", "NET USE"),
+        group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(
+        rf"\bnet[ \t]++use[ \t]++(?:[A-Za-z*]:[ \t]++)?\\\\[^\s]++[ \t]++(?!/){_ARG}"), ("net use", "NET USE"),
+        group="v", check=_not_stand_in),
+    # redis.conf
+    Rule("config_password", _lazy(rf"(?m)^[ \t]*+(?:requirepass|masterauth)[ \t]++{_ARG}"),
+         ("requirepass", "masterauth"), group="v", check=_not_stand_in),
+    # SQL: CREATE USER … IDENTIFIED BY '…', CREATE ROLE … PASSWORD '…'
+    Rule("config_password", _lazy(r"(?i:identified[ \t]++by(?:[ \t]++password)?)[ \t]++(?P<q>['\"])(?P<v>[^'\"\n]{3,}+)(?P=q)"),
+         ("IDENTIFIED", "identified"), group="v", check=_not_stand_in),
+    Rule("config_password", _lazy(r"(?i:\bpassword)[ \t]++(?P<q>')(?P<v>[^'\n]{3,}+)'"), ("PASSWORD '", "password '", "Password '"),
+         group="v", check=_not_stand_in),
+    # .pgpass: hostname:port:database:username:password
+    Rule("config_password", _lazy(
+        r"(?m)^(?:[A-Za-z0-9.-]++|\*):(?:\d{2,5}|\*):[A-Za-z0-9_.*-]++:[A-Za-z0-9_.*@-]++:(?P<v>[^\s:]{3,}+)$"), (":",),
+        group="v", check=lambda s, m: _not_stand_in(s, m) and not _DOTTED.fullmatch(s)),
+    # NuGet.config and friends: <add key="Password" value="…" />
+    Rule("config_password", _lazy(
+        r"key=\"(?i:[a-z]*(?:password|passwd|secret|token|apikey))\"[ \t]++value=\"(?P<v>[^\"]{4,}+)\""), ("key=\"",),
+        group="v", check=_not_stand_in),
+    # bundler credentials: BUNDLE_GEMS__CONTRIBSYS__COM=user:pass
+    Rule("config_password", _lazy(
+        r"BUNDLE_[A-Z0-9_]+?__[A-Z]{2,}+[\"']?[ \t]*[:=][ \t]*(?P<q>[\"']?)(?P<v>[^\s\"':]++:[^\s\"';&]++)(?P=q)"),
+        ("BUNDLE_",), group="v", check=_not_stand_in),
+    # yarn berry: npmAuthIdent "user:pass"
+    Rule("config_password", _lazy(rf"npmAuthIdent[\"']?[ \t]*[:=][ \t]*{_ARG}"), ("npmAuthIdent",), group="v",
+         check=_not_stand_in),
+    # An Authorization header whose value has no scheme word (a bare token or UUID).
+    Rule("bearer_token", _lazy(
+        r"(?:[Aa]uthorization|AUTHORIZATION)[\"']?[ \t]*:[ \t]*(?!(?i:basic|bearer|token|digest|negotiate|ntlm|aws4|ssws)\b)"
+        r"(?P<v>[A-Za-z0-9_~+/=-][A-Za-z0-9_~+/.=-]{15,}+)"), ("uthorization", "UTHORIZATION"), group="v",
+        check=lambda s, m: _random(s) and not s.startswith("$")),
+]
+
+
+# -- blocks: Kubernetes secrets, PuTTY keys, headerless PEM bodies -------------------------------
+
+_K8S_KIND = re.compile(r"(?im)^[ \t]*kind:[ \t]*[\"']?secret[\"']?[ \t]*$")
+_K8S_DATA = re.compile(r"(?m)^([ \t]*)(?:data|stringData):[ \t]*$")
+_K8S_VALUE = re.compile(
+    r"(?m)^[ \t]++[\w.-]++:[ \t]*+(?:[|>][-+]?[ \t]*\r?\n[ \t]++)?[\"']?(?P<v>[A-Za-z0-9+/]{8,}+={0,3}+)[\"']?[ \t]*$")
+_PUTTY = re.compile(r"PuTTY-User-Key-File-\d[^\n]*+(?:\n(?!\n)[^\n]*+){0,60}?(?:\nPrivate-MAC:[^\n]*+|(?=\n\n)|\Z)")
+_B64_LINE = r"[A-Za-z0-9+/]{60,80}"
+_KEY_BLOCK = re.compile(rf"(?m)^[ \t]*{_B64_LINE}\r?\n(?:[ \t]*{_B64_LINE}\r?\n){{2,}}+[ \t]*[A-Za-z0-9+/]{{4,80}}={{0,2}}$")
+
+
+def _blocks(text: str) -> Iterator[Candidate]:
+    if "ecret" in text and "ata:" in text and _K8S_KIND.search(text):
+        for data in _K8S_DATA.finditer(text):
+            indent = len(data.group(1))
+            pos = data.end()
+            for m in _K8S_VALUE.finditer(text, pos):
+                # stop at the first line indented no deeper than "data:"
+                between = text[pos:m.start()]
+                if re.search(rf"(?m)^[ \t]{{0,{indent}}}\S", between[1:] if between.startswith("\n") else between):
+                    break
+                if _not_filler(m.group("v")):
+                    yield m.start("v"), m.end("v"), "kubernetes_secret"
+                pos = m.end()
+    if "PuTTY-User-Key-File-" in text:
+        for m in _PUTTY.finditer(text):
+            yield m.start(), m.end(), "private_key"
+    if "\n" in text:
+        for m in _KEY_BLOCK.finditer(text):
+            body = m.group(0)
+            if "-----" not in text[max(0, m.start() - 80):m.start()] and _mixed(body):
+                yield m.start() + len(body) - len(body.lstrip()), m.end(), "private_key"
+
+
+# -- high entropy -------------------------------------------------------------------------------
+
+_ENTROPY_CANDIDATE = re.compile(r"[A-Za-z0-9+/_-]{32,}+={0,2}+")
+_ENTROPY_EDGE = frozenset("~.%@:=")
+_WORD_PART = re.compile(r"(?:^|[-_/])[A-Za-z][a-z]{2,}(?:[A-Z][a-z]{2,})*+(?=[-_/]|$)")
+_HEXISH = re.compile(r"[0-9a-fA-F-]++")
+_LABEL = re.compile(
+    r"(?i:sha-?\d*|md5|integrity|hash|checksum|digest|etag|nonce|salt|iv|ssh-(?:rsa|ed25519|dss)|ecdsa-sha2-\w+|"
+    r"public[_ -]?(?:keys?|token)|pubkey|blob|data|image|base64|fingerprint|commit|revision|rev|oid|signature|sig|id|uuid|"
+    r"guid|ref|cid|multihash)[\"']?\s*[:=,(\-]?\s*[\"']?$")
+
+
+_RUNS = re.compile(r"[A-Z]++|[a-z]++|[0-9]++|[^A-Za-z0-9]++")
+
+
+def _classes(token: str) -> int:
+    """Switches between character classes (upper, lower, digit, other) along the token."""
+    return len(_RUNS.findall(token)) - 1
+
+
+def _entropy(token: str) -> float:
+    """Shannon entropy in bits per character."""
+    n = len(token)
+    return -sum(k / n * math.log2(k / n) for k in Counter(token).values())
+
+
+def _decodes_to_text(token: str) -> bool:
+    """Base64 (standard or URL-safe) of ordinary text: most bytes printable ASCII."""
+    body = token.rstrip("=")
+    if len(body) < 16:
+        return False
+    body = body.replace("-", "+").replace("_", "/")
+    try:
+        data = binascii.a2b_base64(body + "=" * (-len(body) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    printable = sum(32 <= b < 127 or b in (9, 10, 13) for b in data)
+    return printable >= 0.9 * len(data)
+
+
+def _high_entropy(text: str) -> Iterator[Candidate]:
+    for m in _ENTROPY_CANDIDATE.finditer(text):
+        token = m.group(0)
+        start, end = m.span()
+        if (len(token) > 130 or _HEXISH.fullmatch(token) or token.startswith(("pk_", "pub_"))
+                or (start and text[start - 1] in _ENTROPY_EDGE) or text[end : end + 1] in _ENTROPY_EDGE):
+            continue  # data, commit hashes, digests, UUIDs, publishable keys, part of a longer run
+        if (sum(map(str.isdigit, token)) < 2 or sum(map(str.isupper, token)) < 2
+                or sum(map(str.islower, token)) < 2):
+            continue
+        if _classes(token) < 0.45 * (len(token) - 1) or len(_WORD_PART.findall(token)) >= 2:
+            continue  # identifiers, paths, words: long runs of one class, or word-parts
+        if _entropy(token) < (4.0 if len(token) < 48 else 4.4):
+            continue
+        line_start = text.rfind("\n", 0, start) + 1
+        before = text[max(line_start, start - 48):start]
+        chunk = before[before.rfind(" ") + 1:]
+        if "://" in chunk or chunk.endswith(("/", "?", "#")) or _LABEL.search(before):
+            continue  # inside a URL, or a labelled digest / key / id
+        if _decodes_to_text(token):
+            continue
+        yield start, end, "high_entropy_string"
+
+
+# -- the search ---------------------------------------------------------------------------------
+
+def _span(match: re.Match[str], group: int | str) -> tuple[int, int]:
+    return match.span(group)
+
+
+def find(text: str) -> list[Candidate]:
+    """Every candidate secret these tables find in text, overlapping ones included (the caller
+    resolves overlaps together with cybmem.store.secrets's core table)."""
+    out: list[Candidate] = []
+    for rule in (*_V, *_CLI):
+        if not any(n in text for n in rule.needles):
+            continue
+        for m in rule.regex.finditer(text):
+            start, end = _span(m, rule.group)
+            secret = text[start:end]
+            if secret and (rule.check is None or rule.check(secret, m)):
+                out.append((start, end, rule.kind))
+    out.extend(_blocks(text))
+    out.extend(_high_entropy(text))
+    return out
+
+
+# -- a maintained scanner, opt-in ------------------------------------------------------------------
+
+#: Names a maintained secret scanner to run inside the one pass as well (``kingfisher``: the
+#: kingfisher-secret-scanner package, ``pip install 'cybmem[secrets]'``). Off by default: its
+#: rules are slow to compile in every fresh interpreter, and every ``cybmem write`` is one
+#: (benchmarks/bench_secrets.py prints the figures).
+SCANNER_ENV = "CYBERINE_MEMORY_SECRET_SCANNER"
+_SCANNERS: dict[str, object] = {}
+
+
+def _scanner(name: str):
+    from ..errors import ValidationError
+
+    if name != "kingfisher":
+        raise ValidationError(f"{SCANNER_ENV}={name}: unknown secret scanner; the one known is kingfisher "
+                              "(or leave it unset)")
+    if name not in _SCANNERS:
+        try:
+            from kingfisher_sdk import Scanner
+        except ImportError:
+            raise ValidationError(f"{SCANNER_ENV}=kingfisher needs the kingfisher-secret-scanner package: "
+                                  "pip install 'cybmem[secrets]' (or unset it)") from None
+        # base64=False: a finding inside decoded base64 would have no span in the text to replace
+        _SCANNERS[name] = Scanner(base64=False)
+    return _SCANNERS[name]
+
+
+def scanner_candidates(text: str) -> list[Candidate]:
+    """The findings of the scanner SCANNER_ENV names, as candidates (kind: the rule's last id
+    part, e.g. ``github_pat``); [] when it is unset. A stand-in it reports (xxxx…) is left out."""
+    name = os.environ.get(SCANNER_ENV, "").strip().lower()
+    if name in ("", "0", "off", "none", "no", "false"):
+        return []
+    data = text.encode("utf-8", "surrogatepass")
+    out = []
+    for finding in _scanner(name).scan(data):
+        if not finding.visible or finding.is_base64_encoded:
+            continue
+        where = finding.location
+        start, end = where["start_offset"], where["end_offset"]
+        if len(data) != len(text):  # byte offsets of a non-ASCII text: count the characters before
+            start = len(data[:start].decode("utf-8", "surrogatepass"))
+            end = start + len(data[where["start_offset"]:end].decode("utf-8", "surrogatepass"))
+        if end > start and _not_filler(text[start:end]):
+            out.append((start, end, finding.rule_id.rsplit(".", 1)[-1].replace("-", "_").lower()))
+    return out
+
+
+# -- decoders -----------------------------------------------------------------------------------
+
+@dataclass
+class Decoded:
+    """A decoded copy of a text, and the way back: ``edits`` are (decoded position, decoded
+    length, original position, original length), sorted, for every place the two differ."""
+
+    text: str
+    edits: list[tuple[int, int, int, int]]
+    #: only findings that cover a decoded position of an edit count (line joins: a finding that
+    #: crosses no join is found in the original already)
+    crossing_only: bool = False
+
+    def __post_init__(self) -> None:
+        self._keys = [e[0] for e in self.edits]
+
+    def _shift(self, i: int) -> tuple[int, tuple[int, int, int, int] | None]:
+        k = bisect_right(self._keys, i) - 1  # the last edit at or before i
+        if k < 0:
+            return i, None
+        d, dl, o, ol = self.edits[k]
+        if d <= i < d + dl:
+            return o, self.edits[k]
+        return i - (d + dl) + (o + ol), None
+
+    def original_span(self, start: int, end: int) -> tuple[int, int]:
+        """The original [start, end) of the decoded [start, end)."""
+        o_start, _ = self._shift(start)
+        o_last, edit = self._shift(end - 1)
+        return o_start, (edit[2] + edit[3]) if edit else o_last + 1
+
+    def windows(self, margin: int) -> list[tuple[int, int]]:
+        """The decoded regions worth scanning: each edit with margin characters either side,
+        overlapping ones merged (elsewhere the decoded text is the original)."""
+        out: list[tuple[int, int]] = []
+        size = len(self.text)
+        for d, dl, _, _ in self.edits:
+            lo, hi = max(0, d - margin), min(size, d + dl + margin)
+            if out and lo <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], hi))
+            else:
+                out.append((lo, hi))
+        return out
+
+    def crosses_edit(self, start: int, end: int) -> bool:
+        k = bisect_right(self._keys, start)
+        return k < len(self._keys) and self._keys[k] < end
+
+
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([\\\"'/nrtbf]))")
+_ESCAPED = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+# A newline (and the indentation around it) inside a long token: a line of 60+ characters ends
+# with 16+ token characters, and the next begins with a run that reads as the rest of a token
+# (a digit, or upper and lower case mixed, in its first 12 characters; not ISSUES: or Next).
+_WRAP = re.compile(r"(?<=[^\n]{44}[A-Za-z0-9+/=_-]{16})[ \t]*+\r?\n[ \t]*+(?:#[ \t]?|//[ \t]?)?"
+                   r"(?=[A-Za-z0-9+/=_-]{0,11}?(?:[0-9]|[a-z][A-Z]|[A-Z]{2}[a-z]))")
+
+
+def _substitute(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str],
+                crossing_only: bool = False) -> Decoded | None:
+    parts: list[str] = []
+    edits: list[tuple[int, int, int, int]] = []
+    pos = delta = 0
+    for m in pattern.finditer(text):
+        new = replace(m)
+        parts.append(text[pos:m.start()])
+        edits.append((m.start() + delta, len(new), m.start(), m.end() - m.start()))
+        parts.append(new)
+        delta += len(new) - (m.end() - m.start())
+        pos = m.end()
+    if not edits:
+        return None
+    parts.append(text[pos:])
+    return Decoded("".join(parts), edits, crossing_only)
+
+
+def decoded_variants(text: str) -> list[Decoded]:
+    """The decoded copies of text worth scanning again: escapes undone, percent-encoding undone,
+    wrapped tokens joined (each only when the text holds what it decodes)."""
+    out = []
+    if "\\" in text:
+        d = _substitute(text, _ESCAPE, lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2]))
+        if d:
+            out.append(d)
+    if "%" in text:
+        d = _substitute(text, _PERCENT, lambda m: chr(int(m[1], 16)))
+        if d:
+            out.append(d)
+    if "\n" in text:
+        d = _substitute(text, _WRAP, lambda m: "", crossing_only=True)
+        if d:
+            out.append(d)
+    return out
