@@ -175,3 +175,28 @@ print(parser, columns._fast_row(d, "r1"), mask.tolist())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "verdictSummary: required field is missing False [False]"
+
+
+_words = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
+_ids = st.sampled_from(["a", "b", "c", "x-1"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(_words, st.one_of(st.none(), _words), st.one_of(st.none(), st.lists(_ids, max_size=3))),
+                     max_size=8),
+       titles=st.dictionaries(_ids, _words, max_size=3), cut=st.integers(0, 3))
+def test_keyword_text_array_is_record_text(rows, titles, cut):
+    """The Arrow keyword texts are embeddings.record_text's, row for row: summaries that are null, issues that
+    are null, empty or have no text (the id stands in), a table in several chunks and a sliced one."""
+    import pyarrow as pa
+
+    from cybmem.store.embeddings import record_text
+
+    table = pa.table({"task": pa.array([r[0] for r in rows], pa.string()), "summary": pa.array([r[1] for r in rows], pa.string()),
+                      "issues": pa.array([r[2] for r in rows], pa.list_(pa.string()))})
+    want = [record_text(task, summary, issues, titles) for task, summary, issues in rows]
+    assert columns.keyword_text_array(table, titles).to_pylist() == want
+    assert columns.keyword_texts(table, titles) == want
+    chunked = pa.concat_tables([table.slice(0, cut), table.slice(cut)])
+    assert columns.keyword_text_array(chunked, titles).to_pylist() == want
+    assert columns.keyword_text_array(table.slice(cut), titles).to_pylist() == want[cut:]

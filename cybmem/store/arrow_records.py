@@ -19,11 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _io
-from .embeddings import record_text
 from .records import LINEAGE_FIELDS, MAX_MS, OUTCOME_FIELDS, RECORD_FIELDS, RUN_ID_PATTERN, RUN_ID_RE, STATES, WORKER_FIELDS
 from .memory_store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
 
-__all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "with_ms_times", "load_records", "parse_files", "keyword_texts", "empty_table"]
+__all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "with_ms_times", "load_records", "parse_files", "keyword_texts",
+           "keyword_text_array", "empty_table"]
 
 
 def arrow_indices(rows: np.ndarray) -> pa.Array:
@@ -162,13 +162,12 @@ def _fast_row(d: Any, run_id: str) -> bool:
 
 
 class _Columns:
-    """Column builders for RECORD_SCHEMA plus the keyword text of each row."""
+    """Column builders for RECORD_SCHEMA."""
 
     def __init__(self) -> None:
         self.cols: dict[str, list] = {f.name: [] for f in RECORD_SCHEMA}
-        self.texts: list[str] = []
 
-    def add(self, d: dict, inode: int, issue_text: dict[str, str]) -> None:
+    def add(self, d: dict, inode: int) -> None:
         c = self.cols
         lin, out = d["lineage"], d["outcome"]
         workers = d.get("workers") or ()
@@ -195,10 +194,9 @@ class _Columns:
         c["supersededBy"].append(d.get("supersededBy") or None)
         c["supersedes"].append(d.get("supersedes") or None)
         c["inode"].append(inode)
-        self.texts.append(record_text(d["task"], summary, issues, issue_text))
 
     def __len__(self) -> int:
-        return len(self.texts)
+        return len(self.cols["runId"])
 
     def table(self) -> pa.Table:
         arrays = []
@@ -211,7 +209,7 @@ class _Columns:
         return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
 
 
-def _parse_records(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[_Columns, dict[str, int], list[ReadProblem]]:
+def _parse_records(store: MemoryStore, entries: list[tuple[str, int]]) -> tuple[_Columns, dict[str, int], list[ReadProblem]]:
     """Parse record files one by one; returns columns, the unreadable files (name -> inode) and their problems."""
     cols = _Columns()
     bad: dict[str, int] = {}
@@ -231,7 +229,7 @@ def _parse_records(store: MemoryStore, entries: list[tuple[str, int]], issue_tex
             why = str(exc) if str(exc).startswith((name, path)) else f"{name}: {'not valid JSON: ' if type(exc).__name__ == 'JSONDecodeError' else ''}{exc}"
             problems.append(ReadProblem(path, why))
             continue
-        cols.add(d, inode, issue_text)
+        cols.add(d, inode)
     return cols, bad, problems
 
 
@@ -338,13 +336,28 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
 
 def keyword_texts(table: pa.Table, issue_text: dict[str, str]) -> list[str]:
     """The text each row is indexed by (cybmem.store.embeddings.record_text; embeddings use it too)."""
-    tasks = table.column("task").to_pylist()
-    summaries = table.column("summary").to_pylist()
-    issues = table.column("issues").to_pylist()
-    return [record_text(task, summary, ids, issue_text) for task, summary, ids in zip(tasks, summaries, issues)]
+    return keyword_text_array(table, issue_text).to_pylist()
 
 
-def _by_time(table: pa.Table, texts: list[str]) -> tuple[pa.Table, list[str]]:
+def keyword_text_array(table: pa.Table, issue_text: dict[str, str]) -> pa.StringArray:
+    """:func:`keyword_texts` as an Arrow array, joined by Arrow's string kernels: each row's
+    :func:`cybmem.store.embeddings.record_text` (task, summary, then the text of each issue it raised,
+    or the issue's id when ``issue_text`` has none), one line each."""
+    if not table.num_rows:
+        return pa.array([], pa.string())
+    text = pc.binary_join_element_wise(table.column("task"), pc.fill_null(table.column("summary"), ""), "\n")
+    ids = table.column("issues").combine_chunks()
+    raised = ids.values
+    if len(raised) and issue_text:
+        at = pc.index_in(raised, value_set=pa.array(list(issue_text), pa.string()))
+        raised = pc.if_else(pc.is_null(at), raised, pa.array(list(issue_text.values()), pa.string()).take(at))
+    issues = pc.binary_join(pa.ListArray.from_arrays(ids.offsets, raised), "\n")
+    has = pc.fill_null(pc.greater(pc.list_value_length(ids), 0), False)
+    text = pc.if_else(has, pc.binary_join_element_wise(text, issues, "\n"), text)
+    return text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+
+
+def _by_time(table: pa.Table, texts: pa.Array) -> tuple[pa.Table, pa.Array]:
     """Rows ordered oldest first (endedAt, then runId), so a higher row is a newer record."""
     if table.num_rows < 2:
         return table, texts
@@ -352,10 +365,10 @@ def _by_time(table: pa.Table, texts: list[str]) -> tuple[pa.Table, list[str]]:
     idx = order.to_numpy()
     if (np.diff(idx) == 1).all():
         return table, texts
-    return table.take(order), [texts[i] for i in idx]
+    return table.take(order), texts.take(order)
 
 
-def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
+def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, pa.StringArray, dict[str, int], list[ReadProblem]]:
     """Parse record files into a RECORD_SCHEMA table plus each row's keyword text.
 
     Rows come out oldest first. Large batches go through Arrow's JSON reader; files it cannot take, or rows that
@@ -391,19 +404,20 @@ def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], 
             table, mask = bulk
             good = table.filter(pa.array(mask)) if not mask.all() else table
             rest = [e for e, m in zip(kept, mask) if not m] + missing
-            cols, bad, problems = _parse_records(store, rest, issue_text)
+            cols, bad, problems = _parse_records(store, rest)
             if len(cols):
                 good = pa.concat_tables([good, cols.table()])
                 # Same row order as the per-file path: by file name.
                 names_now = [r + ".json" for r in good.column("runId").to_pylist()]
                 order = sorted(range(len(names_now)), key=names_now.__getitem__)
                 good = good.take(pa.array(order, pa.int64()))
-            return good, keyword_texts(good, issue_text), bad, problems
-    cols, bad, problems = _parse_records(store, entries, issue_text)
-    return cols.table(), cols.texts, bad, problems
+            return good, keyword_text_array(good, issue_text), bad, problems
+    cols, bad, problems = _parse_records(store, entries)
+    table = cols.table()
+    return table, keyword_text_array(table, issue_text), bad, problems
 
 
-def load_records(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
+def load_records(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, pa.StringArray, dict[str, int], list[ReadProblem]]:
     """Parse record files into a RECORD_SCHEMA table (oldest first) plus each row's keyword text."""
     table, texts, bad, problems = _load_records_unordered(store, entries, issue_text)
     table, texts = _by_time(table, texts)
@@ -415,7 +429,8 @@ def empty_table() -> pa.Table:
     return _Columns().table()
 
 
-def parse_files(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, list[str], dict[str, int], list[ReadProblem]]:
+def parse_files(store: MemoryStore, entries: list[tuple[str, int]], issue_text: dict[str, str]) -> tuple[pa.Table, pa.StringArray, dict[str, int], list[ReadProblem]]:
     """Parse a few record files one by one, rows in the order given (see :func:`load_records`)."""
-    cols, bad, problems = _parse_records(store, entries, issue_text)
-    return cols.table(), cols.texts, bad, problems
+    cols, bad, problems = _parse_records(store, entries)
+    table = cols.table()
+    return table, keyword_text_array(table, issue_text), bad, problems

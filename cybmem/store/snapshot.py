@@ -36,11 +36,11 @@ from .. import _io
 from . import cache as _cache, ledger as issues, supersession
 from .._io import ensure_dir, locked
 from .keyword_index import KeywordIndex, RunLookup
-from .arrow_records import RECORD_SCHEMA, arrow_indices, empty_table, keyword_texts, load_records, parse_files, take_rows
+from .arrow_records import RECORD_SCHEMA, arrow_indices, empty_table, keyword_text_array, load_records, parse_files, take_rows
 from .embeddings import issue_text
 from ..errors import StoreError
 from .memory_store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
-from .tokens import tokenize_many
+from .tokens import tokenize_arrow
 
 __all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "holding_snapshots", "issue_texts"]
 
@@ -502,16 +502,18 @@ def _read_ledger_all(store: MemoryStore, problems: list[ReadProblem]) -> bytes:
         return b""
 
 
-def _build_full(store: MemoryStore) -> tuple[pa.Table, pa.Table, KeywordIndex, dict[str, int], list[ReadProblem], int, int]:
+def _build_full(store: MemoryStore, listing: dict[str, int] | None = None) -> tuple[pa.Table, pa.Table, KeywordIndex, dict[str, int], list[ReadProblem], int, int]:
+    """Parse the whole project (``listing``: records/ as just listed, else listed here)."""
     led_problems: list[ReadProblem] = []
     raw = _read_ledger_all(store, led_problems)
     events, consumed, lines, problems = _parse_ledger(raw, 1, store.issues_path)
     problems = led_problems + problems
-    listing = store.listing()
+    if listing is None:
+        listing = store.listing()
     notice = _Notice(store, len(listing))
     try:
         table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), issue_texts(events))
-        index = KeywordIndex.build(tokenize_many(texts))
+        index = KeywordIndex.build(tokenize_arrow(texts))
     finally:
         notice.done()
     return table, events, index, bad, problems + rec_problems, consumed, lines
@@ -564,7 +566,7 @@ def _load_warm(store: MemoryStore, cache) -> Snapshot | None:
 def _issue_index(folded: pa.Table) -> KeywordIndex:
     """A keyword index over the issues of a fold (title and detail), row-aligned with it."""
     texts = [issue_text(t, d) for t, d in zip(folded.column("title").to_pylist(), folded.column("detail").to_pylist())]
-    return KeywordIndex.build(tokenize_many(texts))
+    return KeywordIndex.build(tokenize_arrow(texts))
 
 
 def _write_events(cache, manifest: _cache.Manifest, events: pa.Table) -> None:
@@ -588,8 +590,8 @@ def _write_activity(store: MemoryStore, cache, manifest: _cache.Manifest, record
     _cache.write_table(cache / manifest.carry, carried)
 
 
-def _start_over(store: MemoryStore, cache, scanned_at: int) -> Snapshot:
-    table, events, index, bad, problems, consumed, lines = _build_full(store)
+def _start_over(store: MemoryStore, cache, scanned_at: int, listing: dict[str, int] | None = None) -> Snapshot:
+    table, events, index, bad, problems, consumed, lines = _build_full(store, listing)
     led = _cache.ledger_stat(store.issues_path) or {"size": 0, "mtime_ns": 0, "ino": 0}
     manifest = _cache.Manifest()
     seg = {"rec": manifest.new_file("rec"), "kw": manifest.new_file("kw"), "rows": table.num_rows}
@@ -623,7 +625,7 @@ def _patch_replaced(store: MemoryStore, cache, manifest: _cache.Manifest, record
     new, texts, bad, _ = parse_files(store, names, titles)
     if bad or new.num_rows != len(names):
         return None
-    if keyword_texts(records.take(pa.array(rows)), titles) != texts:
+    if not keyword_text_array(records.take(pa.array(rows)), titles).equals(texts):
         return None
     starts = np.cumsum([0] + [s["rows"] for s in manifest.segments])
     by_segment: dict[int, list[tuple[int, int]]] = {}
@@ -653,14 +655,14 @@ def _refresh(store: MemoryStore, cache, recheck: Sequence[str] = ()) -> Snapshot
         scanned_at = time.time_ns()
         listing = store.listing()
         if manifest is None:
-            return _start_over(store, cache, scanned_at)
+            return _start_over(store, cache, scanned_at, listing)
         try:
             records, index, events = _segments(cache, manifest)
         except (OSError, ValueError, KeyError, pa.ArrowException):
-            return _start_over(store, cache, scanned_at)
+            return _start_over(store, cache, scanned_at, listing)
         changes = _cache.listing_changes(records, listing)
         if changes.vanished:
-            return _start_over(store, cache, scanned_at)  # a record vanished: append-only was broken
+            return _start_over(store, cache, scanned_at, listing)  # a record vanished: append-only was broken
         if recheck:  # edited in place (same inode): read again like a replaced file
             known = {row for row, _, _ in changes.replaced}
             at = pc.index_in(pa.array(list(recheck), pa.string()), value_set=records.column("runId")).to_pylist()
@@ -708,7 +710,7 @@ def _refresh(store: MemoryStore, cache, recheck: Sequence[str] = ()) -> Snapshot
         if changes.replaced:
             patched = _patch_replaced(store, cache, manifest, records, changes.replaced, events)
             if patched is None:
-                return _start_over(store, cache, scanned_at)
+                return _start_over(store, cache, scanned_at, listing)
             records = patched
 
         # Everything listed that is neither cached nor a known-bad file (with the same inode) is new.
@@ -722,11 +724,11 @@ def _refresh(store: MemoryStore, cache, recheck: Sequence[str] = ()) -> Snapshot
             if seg_table.num_rows:
                 # Issue titles for the keyword text: only the few ids these records raise.
                 titles = issue_texts(events, _record_issue_ids(seg_table))
-                texts = keyword_texts(seg_table, titles) if titles else texts
+                texts = keyword_text_array(seg_table, titles) if titles else texts
             manifest.bad.update(bad)
             problems += rec_problems
             if seg_table.num_rows:
-                seg_index = KeywordIndex.build(tokenize_many(texts))
+                seg_index = KeywordIndex.build(tokenize_arrow(texts))
                 parsed = seg_table.num_rows
                 records = pa.concat_tables([records, seg_table])
                 index = _concat_indexes([index, seg_index])

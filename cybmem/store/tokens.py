@@ -31,9 +31,11 @@ import re
 import unicodedata
 from typing import Iterable
 
+import numpy as np
+import pyarrow as pa
 import Stemmer
 
-__all__ = ["VERSION", "STOPWORDS", "tokenize", "tokenize_many"]
+__all__ = ["VERSION", "STOPWORDS", "tokenize", "tokenize_many", "tokenize_arrow"]
 
 #: Changes whenever the tokens of some text change (the cache keeps the version it was built with).
 VERSION = "3-snowball-english"  # 3: issue details join the keyword text
@@ -98,11 +100,7 @@ def tokenize(text: str) -> list[str]:
     cache = _WORD_CACHE
     for word in _WORD_RE.findall(text):
         toks = cache.get(word)
-        if toks is None:
-            toks = _word_tokens(word)
-            if len(cache) < _WORD_CACHE_MAX:
-                cache[word] = toks
-        out += toks
+        out += toks if toks is not None else _tokens_of(word)
     return out
 
 
@@ -110,6 +108,16 @@ def tokenize(text: str) -> list[str]:
 # is split once: a dict lookup per word instead of regex work. Bounded, never evicted.
 _WORD_CACHE: dict[str, tuple[str, ...]] = {}
 _WORD_CACHE_MAX = 1_000_000
+
+
+def _tokens_of(word: str) -> tuple[str, ...]:
+    """:func:`_word_tokens` through the word cache."""
+    toks = _WORD_CACHE.get(word)
+    if toks is None:
+        toks = _word_tokens(word)
+        if len(_WORD_CACHE) < _WORD_CACHE_MAX:
+            _WORD_CACHE[word] = toks
+    return toks
 
 
 def _word_tokens(word: str) -> tuple[str, ...]:
@@ -141,3 +149,111 @@ def _stem(token: str) -> str:
 def tokenize_many(texts: Iterable[str]) -> list[list[str]]:
     """:func:`tokenize` over many texts."""
     return [tokenize(t) for t in texts]
+
+
+def tokenize_arrow(texts: Iterable[str] | pa.Array | pa.ChunkedArray) -> pa.LargeListArray:
+    """:func:`tokenize_many` as one Arrow ``large_list<string>`` array (what
+    :meth:`cybmem.store.keyword_index.KeywordIndex.build` takes): the same tokens, without a Python string per word.
+
+    The words of the ASCII texts are found over their bytes with numpy (:func:`_ascii_words`), the
+    others' by :func:`tokenize`'s regex after NFKC; each distinct word is then split into tokens
+    once (:func:`_word_tokens`) and every word's tokens are gathered by its id. Null texts have no
+    tokens.
+    """
+    import pyarrow.compute as pc  # lazy: a slow import, only paid when building an index
+
+    arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if arr.null_count:
+        arr = pc.fill_null(arr, "")
+    n = len(arr)
+    is_ascii = pc.string_is_ascii(arr)
+    wide = np.flatnonzero(~is_ascii.to_numpy(zero_copy_only=False))
+    words, counts = _ascii_words(arr if not len(wide) else pc.if_else(is_ascii, arr, ""))
+    if len(wide):
+        found = [_WORD_RE.findall(unicodedata.normalize("NFKC", t)) for t in arr.take(pa.array(wide)).to_pylist()]
+        # The wide texts' words go after the others; `order` puts every text's words back in place.
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        counts[wide] = [len(f) for f in found]
+        starts[wide] = len(words) + np.concatenate(([0], np.cumsum(counts[wide])[:-1]))
+        order = _ranges(starts, counts)
+        words = pa.concat_arrays([words, pa.array([w for f in found for w in f], pa.large_string())])
+    else:
+        order = None
+    enc = pc.dictionary_encode(words)
+    # The tokens of each distinct word: `lens` of them from `first` on in `flat` (ids into `vocab`).
+    per_distinct = [_tokens_of(word) for word in enc.dictionary.to_pylist()]
+    lens = np.fromiter(map(len, per_distinct), np.int64, len(per_distinct))
+    tokens_enc = pc.dictionary_encode(pa.array([t for toks in per_distinct for t in toks], pa.string()))
+    flat, vocab = tokens_enc.indices.to_numpy(), tokens_enc.dictionary
+    ids = enc.indices.to_numpy()
+    if order is not None:
+        ids = ids[order]
+    first = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
+    per_word = lens[ids]
+    tokens = flat[_ranges(first[ids], per_word)]
+    token_ends = np.concatenate(([0], np.cumsum(per_word)))  # tokens before each word
+    token_offsets = token_ends[np.concatenate(([0], np.cumsum(counts)))]
+    values = vocab.take(pa.array(tokens))
+    return pa.LargeListArray.from_arrays(pa.array(token_offsets), values)
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i] .. starts[i] + lens[i] - 1`` for every i, concatenated."""
+    ends = np.cumsum(lens)
+    return np.repeat(starts - (ends - lens), lens) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+#: Bytes an ASCII word is made of: letters, digits and the underscores that join them.
+_WORD_BYTE = np.zeros(256, dtype=bool)
+_WORD_BYTE[list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")] = True
+_UNDERSCORE = ord("_")
+
+
+def _ascii_words(arr: pa.StringArray | pa.LargeStringArray) -> tuple[pa.Array, np.ndarray]:
+    """The words :data:`_WORD_RE` finds in ASCII texts, in text order, and how many each text has.
+
+    In ASCII, a word is a run of letters, digits and underscores with the underscores at its ends
+    dropped (one word per run, none when the run is all underscores): runs start and end where
+    :data:`_WORD_BYTE` changes (they alternate), and a text's first byte starts a new one.
+    """
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int64 if pa.types.is_large_string(arr.type) else np.int32)
+    offsets = offsets[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    data = data[offsets[0] : offsets[-1]]
+    offsets -= offsets[0]
+    word = np.zeros(len(data) + 2, dtype=bool)  # a non-word byte on either side
+    word[1:-1] = _WORD_BYTE[data]
+    edges = np.flatnonzero(word[1:] != word[:-1])  # in data's positions
+    starts, ends = edges[0::2], edges[1::2]
+    word = word[1:-1]
+    # A run that goes on from one text into the next is two runs.
+    inner = offsets[1:-1]
+    inner = inner[(inner > 0) & (inner < len(data))]
+    split = inner[word[inner - 1] & word[inner]] if len(inner) else inner
+    if len(split):
+        split = split[np.concatenate(([True], split[1:] != split[:-1]))]  # empty texts share an offset
+        starts = np.insert(starts, np.searchsorted(starts, split), split)
+        ends = np.insert(ends, np.searchsorted(ends, split), split)
+    # Underscores at either end of a run are not part of its word (few runs have any).
+    rows = np.flatnonzero(data[starts] == _UNDERSCORE)
+    while len(rows):
+        word[starts[rows]] = False
+        starts[rows] += 1
+        rows = rows[starts[rows] < ends[rows]]
+        rows = rows[data[starts[rows]] == _UNDERSCORE]
+    rows = np.flatnonzero((starts < ends) & (data[ends - 1] == _UNDERSCORE))
+    while len(rows):
+        word[ends[rows] - 1] = False
+        ends[rows] -= 1
+        rows = rows[starts[rows] < ends[rows]]
+        rows = rows[data[ends[rows] - 1] == _UNDERSCORE]
+    kept = starts < ends
+    counts = np.diff(np.concatenate(([0], np.cumsum(kept)))[np.searchsorted(starts, offsets)])
+    starts, ends = starts[kept], ends[kept]
+    word_offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(ends - starts, out=word_offsets[1:])
+    words = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(word_offsets), pa.py_buffer(data[word]))
+    return words, counts
