@@ -6,7 +6,20 @@ import sys
 import time
 from typing import IO
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "end_line"]
+
+
+#: The streams a bar was drawn on and not finished (a Ctrl-C between two redraws leaves one open).
+_OPEN: set[int] = set()
+
+
+def end_line(stream: IO[str] | None = None) -> None:
+    """Finish a bar's line left open on ``stream`` (default stderr), so what follows starts a line."""
+    stream = stream if stream is not None else sys.stderr
+    if id(stream) in _OPEN:
+        _OPEN.discard(id(stream))
+        stream.write("\n")
+        stream.flush()
 
 
 class Progress:
@@ -44,13 +57,13 @@ class Progress:
         text = f"\r{self.label} [{bar}] {self.done}/{self.total} {time.perf_counter() - self._start:.1f}s"
         self.stream.write(text + (f" {note}" if note else "") + "\x1b[K")
         self.stream.flush()
+        _OPEN.add(id(self.stream))
 
     def close(self) -> None:
         """Finish the line."""
         if self.enabled:
             self._draw()
-            self.stream.write("\n")
-            self.stream.flush()
+            end_line(self.stream)
 
     def __enter__(self) -> "Progress":
         return self

@@ -388,6 +388,20 @@ def test_progress_bar_only_on_a_terminal():
     assert "\rgrid [" in loud.getvalue() and "2/2" in loud.getvalue() and loud.getvalue().endswith("\n")
 
 
+def test_a_bar_cut_short_leaves_its_line_to_end_line_once():
+    from cybmem.progress import end_line
+
+    out = io.StringIO()
+    bar = T.Progress(9, "grid", enabled=True, stream=out)
+    bar.update(1)  # drawn, then a Ctrl-C: no close()
+    end_line(out)
+    end_line(out)  # once: the line is finished
+    assert out.getvalue().count("\n") == 1 and out.getvalue().endswith("\x1b[K\n")
+    quiet = io.StringIO()
+    end_line(quiet)  # no bar on it: nothing to finish
+    assert quiet.getvalue() == ""
+
+
 def test_cli_tune_json_and_save(fixture_copy, tmp_path):
     runner = CliRunner()
     judg = tmp_path / "j.jsonl"

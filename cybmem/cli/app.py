@@ -1818,6 +1818,9 @@ def main() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()
+            from ..progress import end_line
+
+            end_line()  # a progress bar cut short: the message starts a line of its own
         _echo("cybmem: interrupted", err=True)
         sys.exit(INTERRUPTED_EXIT)
     sys.exit(code)
