@@ -535,16 +535,16 @@ class _Shard:
     @classmethod
     def build(cls, dataset: str, groups: tuple[Group, ...]) -> "_Shard":
         from ..store.keyword_index import KeywordIndex
-        from ..store.arrow_records import keyword_texts
+        from ..store.arrow_records import keyword_text_array
         from ..store.snapshot import issue_texts
-        from ..store.tokens import tokenize_many
+        from ..store.tokens import tokenize_arrow
 
         parts = []
         for g in groups:
             records = _group_records(g, _SEARCH_COLUMNS)
             events = _group_events(g, _EVENT_COLUMNS)
-            texts = keyword_texts(records, issue_texts(events))
-            parts.append((g.machine, g.project, records, events, KeywordIndex.build(tokenize_many(texts))))
+            texts = keyword_text_array(records, issue_texts(events))  # as a project's snapshot indexes them
+            parts.append((g.machine, g.project, records, events, KeywordIndex.build(tokenize_arrow(texts))))
         return cls(dataset, parts)
 
     def snapshots(self) -> list[tuple[str, str, "Snapshot"]]:
