@@ -96,6 +96,17 @@ class History:
         return judged & set(self.snap.open_issues(q["asOf"]).column("issueId").to_pylist()) if judged else set()
 
 
+def foreign_tasks(hist: list[History], rng: random.Random) -> dict[str, list[str]]:
+    """Per history, one task drawn (seeded) from the other histories' queries for each of its
+    queries; a slice of one history (pytest-1k) never draws from that history."""
+    out = {}
+    for h in hist:
+        pool = [q["query"] for o in hist if o is not h and not short(o.name).startswith(short(h.name).split("-")[0])
+                for q in merged_qrels(o.store.root)]
+        out[h.name] = [rng.choice(pool) for _ in h.queries]
+    return out
+
+
 def runs_part(block: str) -> str:
     return block.split("\nOpen issues in this project:")[0]
 
@@ -130,11 +141,8 @@ def main() -> None:
     args = ap.parse_args()
     rng = random.Random(7)
     hist = [History(c.strip(), args.sample, rng) for c in args.corpus.split(",") if c.strip()]
-    foreign = {}
+    foreign = foreign_tasks(hist, rng)
     for h in hist:
-        pool = [q["query"] for o in hist if o is not h and not short(o.name).startswith(short(h.name).split("-")[0])
-                for q in merged_qrels(o.store.root)]
-        foreign[h.name] = [rng.choice(pool) for _ in h.queries]
         print(f"{short(h.name)}: {h.snap.n:,} records, {len(h.queries)} judged queries, foreign tasks from the other histories")
     new = Weights()
     configs = {"today (old, no floor)": OLD, "new defaults, no floor": replace(new, floor=0.0),

@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bench_floor as bf  # noqa: E402
-from bench_dispatch import merged_qrels  # noqa: E402
 
 from cybmem.store.arrow_records import keyword_texts  # noqa: E402
 from cybmem.store.embeddings import embedding_text  # noqa: E402
@@ -83,11 +82,7 @@ def main() -> None:
     rng = random.Random(7)  # bench_floor.py's sample and foreign tasks: every history drawn in its order
     hist = [bf.History(c, args.sample, rng) for c in HISTORIES]
     h = hist[HISTORIES.index(args.corpus)]
-    foreign = {}
-    for x in hist:
-        pool = [q["query"] for o in hist if o is not x and not bf.short(o.name).startswith(bf.short(x.name).split("-")[0])
-                for q in merged_qrels(o.store.root)]
-        foreign[x.name] = [rng.choice(pool) for _ in x.queries]
+    foreign = bf.foreign_tasks(hist, rng)
     dims = 384
     recs, real, other = (vectors(h, foreign[h.name], args.vectors_cache) if args.vectors else
                          (np.zeros((h.snap.n, dims), np.float32), np.zeros((len(h.queries), dims), np.float32),
