@@ -39,6 +39,7 @@ __all__ = [
     "lineage_affinity",
     "cosine",
     "top_k",
+    "top_k_candidates",
     "ranking_order",
     "Scored",
     "score",
@@ -196,8 +197,8 @@ def _eq_mask(ids: Any, value: str) -> np.ndarray:
             idx = pc.fill_null(idx, -1)
         icodes = idx.to_numpy(zero_copy_only=False)
         if len(codes) == 1:
-            return icodes == codes[0]
-        return np.isin(icodes, codes)
+            return icodes == int(codes[0])  # a Python int keeps the compare in the codes' width (int64 would widen them first)
+        return np.isin(icodes, codes.astype(icodes.dtype))
     if isinstance(ids, pa.Array):
         return _pa_equal(ids, value)
     return np.asarray(ids == value, dtype=bool)
@@ -262,9 +263,8 @@ def lineage_affinity(run_ids: Any, parent_ids: Any, previous_ids: Any, root_ids:
     del previous_ids  # no rule needs it (see docstring)
     run_ids = _to_id_array(run_ids)
     n = len(run_ids)
-    aff = np.zeros(n, dtype=np.float32)
     if n == 0:
-        return aff
+        return np.zeros(0, dtype=np.float32)
     parent_ids = _to_id_array(parent_ids)
     root_ids = _to_id_array(root_ids)
     chat_ids = _to_id_array(chat_ids)
@@ -291,11 +291,12 @@ def lineage_affinity(run_ids: Any, parent_ids: Any, previous_ids: Any, root_ids:
             top = ancestors[-1]
             root = _id_at(root_ids, top) or _id_at(run_ids, top)
     if root:
-        # aff is still all zero here: one pass writes the root rule
-        np.multiply(_eq_mask(root_ids, root), np.float32(LINEAGE_ROOT), out=aff)
+        aff = _eq_mask(root_ids, root) * np.float32(LINEAGE_ROOT)  # one pass writes the root rule
         i = find(root)
         if i >= 0:
             aff[i] = max(aff[i], LINEAGE_ROOT)
+    else:
+        aff = np.zeros(n, dtype=np.float32)
     if context.previous_run_id:
         i = find(context.previous_run_id)
         if i >= 0:
@@ -361,13 +362,26 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
 
     Ties are broken by index descending: with documents ordered oldest -> newest, equal
     scores list the newer record first. ``mask`` False entries are never returned. Scores
-    are compared as float32 (NaN counts as -inf). Cost: one blocked max pass picks the
-    blocks that can hold a winner (the k-th largest block maximum t is a lower bound of the
-    k-th largest score, so only entries >= t in blocks whose max >= t can win), then
+    are compared as float32 (NaN counts as -inf). Cost: :func:`top_k_candidates`, then an
     argpartition over those candidates and a sort of the k winners only.
 
     Returns:
         int64 array of length min(k, number of eligible entries).
+    """
+    s = np.ascontiguousarray(scores, dtype=np.float32)
+    cand = top_k_candidates(s, k, mask)
+    if len(cand) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return _select_top(s, cand, min(k, len(cand)))
+
+
+def top_k_candidates(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+    """Indices of a few entries (in no particular order) among which :func:`top_k` finds its answer.
+
+    One blocked max pass picks the blocks that can hold a winner (the k-th largest block maximum
+    t is a lower bound of the k-th largest score, so only entries >= t in blocks whose max >= t
+    can win); with heavy ties at t (most scores 0, typically) everything above t and the
+    highest-index entries equal to t. Otherwise every eligible index.
     """
     s = np.ascontiguousarray(scores, dtype=np.float32)
     n = len(s)
@@ -379,7 +393,6 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
         return np.zeros(0, dtype=np.int64)
     if n >= (1 << 32):
         raise ValueError("top_k supports fewer than 2**32 scores")
-    cand = None
     block = min(1024, n // (8 * k))
     if n >= 2048 and block >= 16:
         nb = n // block
@@ -388,15 +401,14 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
         t = np.partition(bm, nb - k)[nb - k]
         blocks = np.flatnonzero(bm >= t)
         if len(blocks) * 4 <= nb:
-            rows = body[blocks]
-            hit = rows >= t
-            c = (blocks[:, None] * block + np.arange(block))[hit]
+            hit = np.flatnonzero(body[blocks] >= t)
+            c = blocks[hit // block] * block + hit % block
             tail = np.flatnonzero(s[nb * block :] >= t) + nb * block
             c = np.concatenate((c, tail)) if len(tail) else c
             if mask is not None:
                 c = c[mask[c]]
             if len(c) >= k:
-                cand = c
+                return c
         else:
             # Heavy ties at t (typically most scores 0): everything above t, then the
             # highest-index entries equal to t, the exact answer set by the tie rule.
@@ -404,19 +416,14 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
             if mask is not None:
                 above = above[mask[above]]
             if len(above) >= k:
-                cand = above
-            else:
-                eq = np.flatnonzero(s == t)
-                if mask is not None:
-                    eq = eq[mask[eq]]
-                need = k - len(above)
-                if len(eq) >= need:
-                    cand = np.concatenate((above, eq[len(eq) - need :]))
-    if cand is None:
-        cand = np.flatnonzero(mask) if mask is not None else np.arange(n, dtype=np.int64)
-    if len(cand) == 0:
-        return np.zeros(0, dtype=np.int64)
-    return _select_top(s, cand, min(k, len(cand)))
+                return above
+            eq = np.flatnonzero(s == t)
+            if mask is not None:
+                eq = eq[mask[eq]]
+            need = k - len(above)
+            if len(eq) >= need:
+                return np.concatenate((above, eq[len(eq) - need :]))
+    return np.flatnonzero(mask) if mask is not None else np.arange(n, dtype=np.int64)
 
 
 def ranking_order(scores: np.ndarray, newer: np.ndarray) -> np.ndarray:

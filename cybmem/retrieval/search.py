@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
 from ..errors import CybmemError
-from .scoring import LineageContext, Scored, explain, lineage_affinity, rank, score
+from .scoring import LINEAGE_ANCESTOR, LineageContext, Scored, explain, lineage_affinity, rank, score, top_k_candidates
 from ..settings import Settings
 from ..store.snapshot import Snapshot, load_snapshot, verified
 from ..store.memory_store import MemoryStore
@@ -122,24 +122,60 @@ def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat:
     return LineageContext(parent_run_id=parent, chat_session_id=chat, previous_run_id=previous, root_run_id=None)
 
 
+#: Below this many records every candidate is scored: the pool's own steps cost more than scoring
+#: them all (benchmarks/bench_query.py: 0.7 against 1.2 ms at 7,761 records, even at 30k).
+DENSE_BELOW = 20_000
+
+
 def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarray | None, k: int,
-          *, by_recency: bool = True, vec: np.ndarray | None = None) -> np.ndarray:
+          weights: Weights, now_ms: int, *, vec: np.ndarray | None = None) -> np.ndarray:
     """Row indices that can reach the top k, ascending; scoring only these is exact.
 
-    Every axis is non-negative. Records with a keyword or a vector score are all kept. A record
-    with neither scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
-    few levels (see scoring.lineage_affinity), so among records of one lineage level
-    the newer always scores at least as high: only the k newest of each level can
-    reach the top k. With recency off they tie, and the ranking breaks ties by the
-    higher row, so then the k highest rows of each level are taken instead.
+    Every axis is non-negative, recency is at most ``w_rec`` and lineage at most
+    ``LINEAGE_ANCESTOR``, so a record's total is bounded, as WAND bounds a document (Broder et al., CIKM
+    2003), and the k-th best exact total of any k candidates (the *threshold*) is at most the
+    true k-th best. The rows likely to be good are scored first (those best on keywords and on
+    vectors, and the newest with either); then:
+
+    - a record with a keyword or a vector score (often a quarter of the project or more: one
+      common word does it) is kept when those scores plus ``w_rec`` plus ``w_lin`` times the
+      highest affinity there is reach the threshold;
+    - a record with neither scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
+      few levels (see scoring.lineage_affinity), so among records of one level the newer always
+      scores at least as high: only the k newest of each level can reach the top k (with recency
+      off they tie, and the ranking breaks ties by the higher row, so then the k highest rows of
+      each level). None of them is needed when the threshold is above what they can score.
     """
+    n = snap.n
+    if n < DENSE_BELOW:
+        return np.flatnonzero(mask)
+    by_recency = weights.w_rec > 0
     step = 4 * k + 64
-    empty = np.zeros(0, np.int64)
-    hot = empty if kw is None else np.flatnonzero(kw > 0)
-    if vec is not None:
-        hot = np.flatnonzero(vec > 0) if kw is None else np.flatnonzero((kw > 0) | (vec > 0))
-    hot = hot[mask[hot]]
     order = snap.newest_first() if by_recency else None
+    lin_top = weights.w_lin * LINEAGE_ANCESTOR if lin is not None and weights.w_lin > 0 else 0.0  # the highest affinity
+    margin = 1e-5  # float32 rounding of the exact totals is far below it: the rows kept are a superset
+
+    def scored(rows: np.ndarray) -> np.ndarray:
+        """Which of ``rows`` have a keyword or a vector score."""
+        hot = kw[rows] > 0 if kw is not None else np.zeros(len(rows), bool)
+        if vec is not None:
+            hot |= vec[rows] > 0
+        return hot
+
+    def newest(keep_row, want: int, within: int = n) -> np.ndarray:
+        """The first ``want`` candidate rows that ``keep_row`` (rows -> bool) keeps, newest first
+        (highest rows without recency), among the ``within`` newest rows."""
+        out, got, start, size = [], 0, 0, max(8 * step, n // 16)
+        end = min(n, within)
+        while got < want and start < end:
+            size = min(size, end - start)
+            chunk = order[start:start + size] if order is not None else np.arange(n - start - size, n - start)[::-1]
+            start += size
+            size *= 2  # a long run of rows that do not qualify (one long chain, say) is crossed in few steps
+            chunk = chunk[keep_row(chunk) & mask[chunk]][: want - got]
+            out.append(chunk)
+            got += len(chunk)
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
 
     def newest_of(group: np.ndarray) -> np.ndarray:
         """The k rows of ``group`` (ascending row indices) that rank first on recency alone."""
@@ -151,37 +187,74 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
         cut = np.partition(ended, len(group) - k)[len(group) - k]
         return group[ended >= cut]  # the k newest, plus any tied with the k-th (a superset is exact)
 
-    picked = [hot]
-    # Records with neither a keyword nor a lineage score: walk newest first (they are most records).
-    got, start = 0, 0
-    n = snap.n
-    while got < k and start < n:
-        chunk = order[start:start + step] if order is not None else np.arange(max(n - start - step, 0), n - start)[::-1]
-        start += step
-        ok = mask[chunk]
-        if kw is not None:
-            ok &= kw[chunk] <= 0
-        if vec is not None:
-            ok &= vec[chunk] <= 0
-        if lin is not None:
-            ok &= lin[chunk] <= 0
-        chunk = chunk[ok][: k - got]
-        picked.append(chunk)
-        got += len(chunk)
+    parts: list[np.ndarray] = []
+    threshold = -np.inf
+    if kw is not None or vec is not None:
+        seed = _seeds(mask, kw, vec, k, newest(scored, k, within=8 * step))
+        kw_max = None if kw is None else float(kw[seed].max(initial=0.0))  # the normalising max: its row is a seed
+        if len(seed) >= k:
+            sub = lambda a: None if a is None else a[seed]  # noqa: E731
+            exact = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[seed], now_ms=now_ms, lineage=sub(lin),
+                          vector_cos=sub(vec), weights=weights, keyword_max=kw_max).total
+            threshold = float(np.partition(exact, len(exact) - k)[len(exact) - k])
+        parts = [seed, _reaching(mask, kw, vec, weights, threshold - weights.w_rec - lin_top - margin, kw_max)]
+    if threshold - margin > weights.w_rec + lin_top:
+        return _union(n, parts)  # a record with neither a keyword nor a vector score cannot reach the top k
+    # Records with no score but recency: the k newest (they are most records); then the linked ones.
+    parts.append(newest((lambda r: ~scored(r) & (lin[r] <= 0)) if lin is not None else lambda r: ~scored(r), k))
     if lin is not None:
         linked = np.flatnonzero(lin > 0)
-        linked = linked[mask[linked]]
-        if kw is not None:
-            linked = linked[kw[linked] <= 0]
-        if vec is not None:
-            linked = linked[vec[linked] <= 0]
+        linked = linked[~scored(linked) & mask[linked]]
         if len(linked) <= step:
-            picked.append(linked)
+            parts.append(linked)
         else:
             levels = lin[linked]
             for level in np.unique(levels):
-                picked.append(newest_of(linked[levels == level]))
-    return np.sort(np.concatenate(picked)).astype(np.int64, copy=False)
+                parts.append(newest_of(linked[levels == level]))
+    return _union(n, parts)
+
+
+def _seeds(mask: np.ndarray, kw: np.ndarray | None, vec: np.ndarray | None, k: int, newest: np.ndarray) -> np.ndarray:
+    """:func:`_pool`'s first rows, distinct and ascending: a superset of the best k candidates on
+    keywords (so the row of the keyword axis' normalising max) and on vectors, and ``newest``."""
+    everyone = mask.all()
+    parts = [newest]
+    for axis in (kw, vec):
+        if axis is not None:
+            parts.append(top_k_candidates(axis, k, None if everyone else mask))
+    seed = np.unique(np.concatenate(parts))
+    return seed if everyone else seed[mask[seed]]
+
+
+def _reaching(mask: np.ndarray, kw: np.ndarray | None, vec: np.ndarray | None, weights: Weights, need: float,
+              kw_max: float | None) -> np.ndarray:
+    """Candidate rows whose keyword and vector contributions reach ``need`` (every row with
+    either score when ``need`` <= 0), ascending."""
+    scale = np.float32(weights.w_kw / kw_max) if kw is not None and kw_max and weights.w_kw > 0 else None
+    if need <= 0 or (scale is None and vec is None):
+        hot = kw > 0 if kw is not None else vec > 0
+        if kw is not None and vec is not None:
+            hot |= vec > 0
+        rows = np.flatnonzero(hot) if need <= 0 else np.zeros(0, np.int64)
+    elif vec is None:
+        rows = np.flatnonzero(kw >= np.float32(need) / scale)
+    else:
+        total = vec * np.float32(weights.w_vec)
+        if scale is not None:
+            total += kw * scale
+        rows = np.flatnonzero(total >= np.float32(need))
+    return rows[mask[rows]]
+
+
+def _union(n: int, parts: list[np.ndarray]) -> np.ndarray:
+    """The distinct rows of ``parts`` (row indices below ``n``), ascending: a sort of the few, or a
+    pass over a mask of ``n`` when they are many."""
+    if sum(map(len, parts)) <= n // 64:
+        return np.unique(np.concatenate(parts))
+    keep = np.zeros(n, dtype=bool)
+    for part in parts:
+        keep[part] = True
+    return np.flatnonzero(keep)
 
 
 def keyword_match(index: "KeywordIndex", tokens: list[str], raw: np.ndarray | None = None) -> np.ndarray:
@@ -412,7 +485,7 @@ def rank_query(
             top = list(local) if reach is None else [int(reach[i]) for i in local]
             return Ranked(top, local, scored, mask, ctx, now, kw, lin, pin, gate)
     # Rows with a vector score join the pool like keyword hits (see _pool).
-    idx = _pool(snap, mask, kw, lin, k, by_recency=weights.w_rec > 0, vec=cos)
+    idx = _pool(snap, mask, kw, lin, k, weights, now, vec=cos)
     if pin is not None:
         idx = np.union1d(idx, [pin])
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
