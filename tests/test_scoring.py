@@ -207,7 +207,7 @@ def _ref_top_k(s, k, mask=None):
 
 
 @pytest.mark.parametrize("kind", ["random", "sparse", "zeros", "coarse"])
-@pytest.mark.parametrize("n", [50, 5_000, 70_000])
+@pytest.mark.parametrize("n", [50, 2_047, 5_000, 70_000])
 def test_top_k_matches_reference_on_large_inputs(kind, n):
     rng = np.random.default_rng(n)
     s = rng.random(n).astype(np.float32)

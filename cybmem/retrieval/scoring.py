@@ -40,6 +40,7 @@ __all__ = [
     "cosine",
     "top_k",
     "top_k_candidates",
+    "ScoreBlocks",
     "ranking_order",
     "Scored",
     "score",
@@ -369,19 +370,61 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
         int64 array of length min(k, number of eligible entries).
     """
     s = np.ascontiguousarray(scores, dtype=np.float32)
+    if len(s) < 2048 and k > 0:  # a few scores (a ranking pool): one sort, fewer steps than the selection below
+        if mask is not None and len(mask) != len(s):
+            raise ValueError(f"mask has {len(mask)} entries for {len(s)} scores")
+        cand = np.flatnonzero(mask) if mask is not None else np.arange(len(s), dtype=np.int64)
+        v = s[cand] + np.float32(0.0)  # turns -0.0 into +0.0
+        v[np.isnan(v)] = -np.inf
+        return cand[np.lexsort((-cand, -v))[:k]]
     cand = top_k_candidates(s, k, mask)
     if len(cand) == 0:
         return np.zeros(0, dtype=np.int64)
     return _select_top(s, cand, min(k, len(cand)))
 
 
-def top_k_candidates(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+class ScoreBlocks:
+    """The maxima of a score array's blocks: which entries reach a value, found by looking only in
+    the blocks whose maximum does (one pass over the scores, then few)."""
+
+    __slots__ = ("scores", "block", "body", "maxima")
+
+    def __init__(self, scores: np.ndarray, k: int):
+        """Blocks sized for :func:`top_k_candidates` of ``k``: about 8k blocks, 16 to 1,024 entries each.
+        Fewer than 2,048 scores (or blocks under 16) are one block: ``maxima`` is None."""
+        self.scores = s = np.ascontiguousarray(scores, dtype=np.float32)
+        n = len(s)
+        self.block = min(1024, n // (8 * k)) if k > 0 else 0
+        self.body = self.maxima = None
+        if n >= 2048 and self.block >= 16:
+            nb = n // self.block
+            self.body = s[: nb * self.block].reshape(nb, self.block)
+            self.maxima = self.body.max(axis=1)
+
+    def at_least(self, t: float, blocks: np.ndarray | None = None) -> np.ndarray:
+        """Ascending indices of the entries >= ``t`` (``blocks``: those of ``maxima >= t``, if known)."""
+        s = self.scores
+        if self.maxima is None:
+            return np.flatnonzero(s >= t)
+        b = self.block
+        if blocks is None:
+            blocks = np.flatnonzero(self.maxima >= t)
+        hit = np.flatnonzero(self.body[blocks] >= t)
+        rows = blocks[hit // b] * b + hit % b
+        end = len(self.maxima) * b
+        tail = np.flatnonzero(s[end:] >= t) + end
+        return np.concatenate((rows, tail)) if len(tail) else rows
+
+
+def top_k_candidates(scores: np.ndarray, k: int, mask: np.ndarray | None = None, *,
+                     blocks: ScoreBlocks | None = None) -> np.ndarray:
     """Indices of a few entries (in no particular order) among which :func:`top_k` finds its answer.
 
     One blocked max pass picks the blocks that can hold a winner (the k-th largest block maximum
     t is a lower bound of the k-th largest score, so only entries >= t in blocks whose max >= t
     can win); with heavy ties at t (most scores 0, typically) everything above t and the
-    highest-index entries equal to t. Otherwise every eligible index.
+    highest-index entries equal to t. Otherwise every eligible index. ``blocks``: the scores'
+    :class:`ScoreBlocks` for this k, when the caller has them.
     """
     s = np.ascontiguousarray(scores, dtype=np.float32)
     n = len(s)
@@ -393,18 +436,14 @@ def top_k_candidates(scores: np.ndarray, k: int, mask: np.ndarray | None = None)
         return np.zeros(0, dtype=np.int64)
     if n >= (1 << 32):
         raise ValueError("top_k supports fewer than 2**32 scores")
-    block = min(1024, n // (8 * k))
-    if n >= 2048 and block >= 16:
-        nb = n // block
-        body = s[: nb * block].reshape(nb, block)
-        bm = body.max(axis=1)
+    blocks = blocks if blocks is not None else ScoreBlocks(s, k)
+    if blocks.maxima is not None:
+        bm = blocks.maxima
+        nb = len(bm)
         t = np.partition(bm, nb - k)[nb - k]
-        blocks = np.flatnonzero(bm >= t)
-        if len(blocks) * 4 <= nb:
-            hit = np.flatnonzero(body[blocks] >= t)
-            c = blocks[hit // block] * block + hit % block
-            tail = np.flatnonzero(s[nb * block :] >= t) + nb * block
-            c = np.concatenate((c, tail)) if len(tail) else c
+        above_t = np.flatnonzero(bm >= t)
+        if len(above_t) * 4 <= nb:
+            c = blocks.at_least(t, above_t)
             if mask is not None:
                 c = c[mask[c]]
             if len(c) >= k:

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
 from ..errors import CybmemError
-from .scoring import LINEAGE_ANCESTOR, LineageContext, Scored, explain, lineage_affinity, rank, score, top_k_candidates
+from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, score, top_k_candidates
 from ..settings import Settings
 from ..store.snapshot import Snapshot, load_snapshot, verified
 from ..store.memory_store import MemoryStore
@@ -190,14 +190,15 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     parts: list[np.ndarray] = []
     threshold = -np.inf
     if kw is not None or vec is not None:
-        seed = _seeds(mask, kw, vec, k, newest(scored, k, within=8 * step))
+        blocks = ScoreBlocks(kw, k) if kw is not None else None
+        seed = _seeds(mask, kw, vec, k, newest(scored, k, within=8 * step), blocks)
         kw_max = None if kw is None else float(kw[seed].max(initial=0.0))  # the normalising max: its row is a seed
         if len(seed) >= k:
             sub = lambda a: None if a is None else a[seed]  # noqa: E731
             exact = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[seed], now_ms=now_ms, lineage=sub(lin),
                           vector_cos=sub(vec), weights=weights, keyword_max=kw_max).total
             threshold = float(np.partition(exact, len(exact) - k)[len(exact) - k])
-        parts = [seed, _reaching(mask, kw, vec, weights, threshold - weights.w_rec - lin_top - margin, kw_max)]
+        parts = [seed, _reaching(mask, kw, vec, lin, weights, threshold - weights.w_rec - margin, lin_top, kw_max, blocks)]
     if threshold - margin > weights.w_rec + lin_top:
         return _union(n, parts)  # a record with neither a keyword nor a vector score cannot reach the top k
     # Records with no score but recency: the k newest (they are most records); then the linked ones.
@@ -214,36 +215,50 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     return _union(n, parts)
 
 
-def _seeds(mask: np.ndarray, kw: np.ndarray | None, vec: np.ndarray | None, k: int, newest: np.ndarray) -> np.ndarray:
+def _seeds(mask: np.ndarray, kw: np.ndarray | None, vec: np.ndarray | None, k: int, newest: np.ndarray,
+           blocks: ScoreBlocks | None) -> np.ndarray:
     """:func:`_pool`'s first rows, distinct and ascending: a superset of the best k candidates on
     keywords (so the row of the keyword axis' normalising max) and on vectors, and ``newest``."""
     everyone = mask.all()
     parts = [newest]
-    for axis in (kw, vec):
-        if axis is not None:
-            parts.append(top_k_candidates(axis, k, None if everyone else mask))
+    if kw is not None:
+        parts.append(top_k_candidates(kw, k, None if everyone else mask, blocks=blocks))
+    if vec is not None:
+        parts.append(top_k_candidates(vec, k, None if everyone else mask))
     seed = np.unique(np.concatenate(parts))
     return seed if everyone else seed[mask[seed]]
 
 
-def _reaching(mask: np.ndarray, kw: np.ndarray | None, vec: np.ndarray | None, weights: Weights, need: float,
-              kw_max: float | None) -> np.ndarray:
-    """Candidate rows whose keyword and vector contributions reach ``need`` (every row with
-    either score when ``need`` <= 0), ascending."""
+def _reaching(mask: np.ndarray, kw: np.ndarray | None, vec: np.ndarray | None, lin: np.ndarray | None,
+              weights: Weights, need: float, lin_top: float, kw_max: float | None, blocks: ScoreBlocks | None) -> np.ndarray:
+    """Candidate rows whose keyword, vector and lineage contributions reach ``need`` (every row with
+    a keyword or vector score when ``need`` <= ``lin_top``, the most lineage gives), ascending.
+    Rows are looked for on the keyword and vector axes with ``need - lin_top`` (in the keyword
+    ``blocks`` that can hold them), then kept on their own lineage."""
     scale = np.float32(weights.w_kw / kw_max) if kw is not None and kw_max and weights.w_kw > 0 else None
-    if need <= 0 or (scale is None and vec is None):
+    loose = need - lin_top
+    if loose <= 0 or (scale is None and vec is None):
         hot = kw > 0 if kw is not None else vec > 0
         if kw is not None and vec is not None:
             hot |= vec > 0
-        rows = np.flatnonzero(hot) if need <= 0 else np.zeros(0, np.int64)
-    elif vec is None:
-        rows = np.flatnonzero(kw >= np.float32(need) / scale)
+        rows = np.flatnonzero(hot) if loose <= 0 else np.zeros(0, np.int64)
+        return rows[mask[rows]]
+    if vec is None:
+        rows = blocks.at_least(np.float32(loose) / scale) if blocks is not None else np.flatnonzero(kw >= np.float32(loose) / scale)
     else:
         total = vec * np.float32(weights.w_vec)
         if scale is not None:
             total += kw * scale
-        rows = np.flatnonzero(total >= np.float32(need))
-    return rows[mask[rows]]
+        rows = np.flatnonzero(total >= np.float32(loose))
+    rows = rows[mask[rows]]
+    if lin is not None and lin_top > 0 and len(rows):
+        own = lin[rows] * np.float32(weights.w_lin)
+        if scale is not None:
+            own += kw[rows] * scale
+        if vec is not None:
+            own += vec[rows] * np.float32(weights.w_vec)
+        rows = rows[own >= np.float32(need)]
+    return rows
 
 
 def _union(n: int, parts: list[np.ndarray]) -> np.ndarray:
