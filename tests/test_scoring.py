@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from cybmem.retrieval import scoring as S
-from cybmem.store.keyword_index import KeywordIndex, RunLookup
+from cybmem.store.keyword_index import IdColumn, KeywordIndex, RunLookup
 from cybmem.retrieval.scoring import (
     LineageContext,
     cosine,
@@ -113,9 +113,12 @@ def _lineage_cols():
     return run_ids, parents, previous, roots, chats
 
 
-@pytest.mark.parametrize("mode", ["numpy", "numpy+lookup", "arrow", "dictionary", "chunked+lookup"])
+@pytest.mark.parametrize("mode", ["numpy", "numpy+lookup", "arrow", "dictionary", "chunked+lookup", "prepared+lookup"])
 def test_lineage_rules(mode):
     cols = _lineage_cols()
+    if mode == "prepared+lookup":  # as Snapshot.prepare holds them: run ids as Arrow, the others as IdColumn codes
+        cols = (pa.chunked_array([pa.array(list(cols[0]), pa.string())]),) + tuple(
+            IdColumn(pa.array(list(c), pa.string())) for c in cols[1:])
     if mode in ("arrow", "dictionary"):
         cols = tuple(pa.array(list(c), pa.string()) for c in cols)
         if mode == "dictionary":
@@ -142,6 +145,33 @@ def test_lineage_rules(mode):
     assert got == pytest.approx([1.0, 1.0, 0.8, 0.6, 0.0])
     assert aff(LineageContext()) == [0.0] * 5
     assert aff(LineageContext(parent_run_id="missing", chat_session_id="nope")) == [0.0] * 5
+
+
+def test_id_columns_give_the_lineage_of_the_arrow_columns():
+    """A prepared snapshot's IdColumn codes give lineage_affinity's values float for float, for
+    drawn columns (missing ids as null and as "") and contexts; rows_of is the rows holding an id."""
+    import random
+
+    rng = random.Random(5)
+    n = 500
+    ids = [f"r{i}" for i in range(n)]
+    parents = [rng.choice([None, "", *ids[:i]]) if i else None for i in range(n)]
+    roots = [rng.choice([None, "", "r0", "r7", "r250", "zz"]) for _ in range(n)]
+    chats = [rng.choice([None, "", "c0", "c1"]) for _ in range(n)]
+    arrow = tuple(pa.array(c, pa.string()) for c in (ids, parents, [None] * n, roots, chats))
+    prepared = (pa.chunked_array([arrow[0]]),) + tuple(IdColumn(c) for c in arrow[1:])
+    lookup = RunLookup.build(arrow[0])
+    for _ in range(80):
+        ctx = LineageContext(parent_run_id=rng.choice([None, "missing", *ids]), chat_session_id=rng.choice([None, "", "c0", "c1", "c9"]),
+                             previous_run_id=rng.choice([None, *ids]), root_run_id=rng.choice([None, None, "", "r0", "zz", "nope"]))
+        want = lineage_affinity(*arrow, ctx)
+        got = lineage_affinity(*prepared, ctx, lookup=lookup)
+        assert got.dtype == np.float32 and got.tolist() == want.tolist(), ctx
+    col = prepared[3]
+    for value in ("r0", "zz", "", "nope"):
+        assert col.rows_of(value).tolist() == [i for i, r in enumerate(roots) if r == value and value], value
+        assert col.equals(value).tolist() == [r == value and bool(value) for r in roots]
+    assert [col.at(i) for i in range(n)] == [r or None for r in roots]
 
 
 def test_lineage_root_comes_from_parent_record():
@@ -173,6 +203,15 @@ def test_run_lookup():
     assert [lk.find(x) for x in ("a", "b", "c", "zz", "")] == [1, 2, 0, -1, -1]
     lk2 = RunLookup.build(pa.array(["c", "a", "b"]))
     assert lk2.find("b") == 2 and lk2.find("q") == -1
+    # ids sharing 8-byte prefixes, missing ones, non-ASCII: find and id_at invert each other
+    import random
+
+    rng = random.Random(2)
+    ids = [rng.choice([None, f"run-0000-{i}", f"run-0000-{i}-é", f"{i:08d}"]) for i in range(3000)]
+    lk3 = RunLookup.build(pa.array(ids, pa.string()))
+    assert [lk3.id_at(i) for i in range(len(ids))] == ids
+    assert all(lk3.find(x) == i for i, x in enumerate(ids) if x is not None and ids.index(x) == i)
+    assert lk3.find("run-0000-") == -1 and lk3.find("run-0000-99999") == -1
 
 
 def test_cosine():

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..store.keyword_index import RunLookup
+from ..store.keyword_index import IdColumn, RunLookup
 from .weights import Weights
 
 __all__ = [
@@ -167,7 +167,7 @@ def _to_id_array(a: Any) -> Any:
     unwrapped; several chunks are kept, never copied); other sequences become object arrays."""
     if isinstance(a, pa.ChunkedArray):
         return a.chunk(0) if a.num_chunks == 1 else a
-    if isinstance(a, (pa.Array, np.ndarray)):
+    if isinstance(a, (pa.Array, np.ndarray, IdColumn)):
         return a
     return np.asarray(a, dtype=object)
 
@@ -179,6 +179,8 @@ def _eq_mask(ids: Any, value: str) -> np.ndarray:
     integer compare over the codes); pyarrow string arrays use compute.equal; numpy arrays
     (object, str, StringDType) use ==.
     """
+    if isinstance(ids, IdColumn):
+        return ids.equals(value)
     if isinstance(ids, pa.ChunkedArray):
         if ids.num_chunks == 0:
             return np.zeros(0, dtype=bool)
@@ -216,6 +218,8 @@ def _pa_equal(arr: pa.Array, value: str) -> np.ndarray:
 
 
 def _id_at(ids: Any, i: int) -> str | None:
+    if isinstance(ids, IdColumn):
+        return ids.at(i)
     v = ids[i]
     if isinstance(v, pa.Scalar):
         v = v.as_py()
@@ -291,18 +295,25 @@ def lineage_affinity(run_ids: Any, parent_ids: Any, previous_ids: Any, root_ids:
         if root is None:
             top = ancestors[-1]
             root = _id_at(root_ids, top) or _id_at(run_ids, top)
-    if root:
+    if root and isinstance(root_ids, IdColumn):  # a prepared snapshot: the root's rows, not a pass over all
+        aff = np.zeros(n, dtype=np.float32)
+        aff[root_ids.rows_of(root)] = LINEAGE_ROOT
+    elif root:
         aff = _eq_mask(root_ids, root) * np.float32(LINEAGE_ROOT)  # one pass writes the root rule
+    else:
+        aff = np.zeros(n, dtype=np.float32)
+    if root:
         i = find(root)
         if i >= 0:
             aff[i] = max(aff[i], LINEAGE_ROOT)
-    else:
-        aff = np.zeros(n, dtype=np.float32)
     if context.previous_run_id:
         i = find(context.previous_run_id)
         if i >= 0:
             aff[i] = max(aff[i], LINEAGE_PREVIOUS)
-    if context.chat_session_id:
+    if context.chat_session_id and isinstance(chat_ids, IdColumn):
+        rows = chat_ids.rows_of(context.chat_session_id)
+        aff[rows] = np.maximum(aff[rows], np.float32(LINEAGE_CHAT))
+    elif context.chat_session_id:
         m = _eq_mask(chat_ids, context.chat_session_id)
         np.maximum(aff, np.float32(LINEAGE_CHAT), out=aff, where=m)
     if ancestors:

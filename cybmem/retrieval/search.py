@@ -118,7 +118,8 @@ def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat:
     if snap.n and mask.any():
         order = snap.newest_first()
         i = int(order[0]) if mask[order[0]] else int(order[np.argmax(mask[order])])
-        previous = snap.records.column("runId")[i].as_py()
+        lookup = snap.run_lookup()
+        previous = lookup.id_at(i) if lookup is not None else snap.records.column("runId")[i].as_py()
     return LineageContext(parent_run_id=parent, chat_session_id=chat, previous_run_id=previous, root_run_id=None)
 
 

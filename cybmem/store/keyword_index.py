@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["KeywordIndex", "QueryStats", "RunLookup"]
+__all__ = ["IdColumn", "KeywordIndex", "QueryStats", "RunLookup"]
 
 _K1 = 1.2
 _B = 0.75
@@ -79,16 +79,17 @@ def _find_sorted(keys: np.ndarray, off: np.ndarray, mv: memoryview, terms_b: Seq
     """
     los = np.searchsorted(keys, qkeys, side="left").tolist()
     his = np.searchsorted(keys, qkeys, side="right").tolist()
-    out = []
-    for b, lo, hi in zip(terms_b, los, his):
-        if lo == hi:
-            out.append(-1)
-            continue
-        j = lo
-        if hi - lo > 1:
-            j = lo + bisect.bisect_left(range(lo, hi), b, key=lambda i: bytes(mv[off[i] : off[i + 1]]))
-        out.append(j if j < hi and mv[off[j] : off[j + 1]] == b else -1)
-    return out
+    return [_in_run(off, mv, b, lo, hi) for b, lo, hi in zip(terms_b, los, his)]
+
+
+def _in_run(off: np.ndarray, mv: memoryview, b: bytes, lo: int, hi: int) -> int:
+    """Position of ``b`` among the sorted entries [lo, hi) sharing its 8-byte prefix, or -1."""
+    if lo == hi:
+        return -1
+    j = lo
+    if hi - lo > 1:
+        j = lo + bisect.bisect_left(range(lo, hi), b, key=lambda i: bytes(mv[off[i] : off[i + 1]]))
+    return j if j < hi and mv[off[j] : off[j + 1]] == b else -1
 
 
 def _query_keys(terms_b: Sequence[bytes]) -> np.ndarray:
@@ -691,13 +692,14 @@ class RunLookup:
     :func:`lineage_affinity`; the ancestor walk then costs O(depth * log N).
     """
 
-    __slots__ = ("sorted_ids", "keys", "positions", "_off", "_mv")
+    __slots__ = ("sorted_ids", "keys", "positions", "_off", "_mv", "_slot_of")
 
     def __init__(self, sorted_ids: pa.Array, keys: np.ndarray, positions: np.ndarray):
         self.sorted_ids = sorted_ids
         self.keys = keys
         self.positions = positions
         self._off, self._mv, _ = _string_buffers(sorted_ids)
+        self._slot_of: np.ndarray | None = None
 
     @classmethod
     def build(cls, run_ids: Any) -> RunLookup:
@@ -717,7 +719,62 @@ class RunLookup:
         return cls(sorted_ids, _prefix_keys(off, data), order.to_numpy().astype(np.int64))
 
     def find(self, run_id: str) -> int:
-        """Row of ``run_id``, or -1."""
+        """Row of ``run_id``, or -1 (one id: scalar searches, no arrays built)."""
         b = run_id.encode()
-        j = _find_sorted(self.keys, self._off, self._mv, [b], _query_keys([b]))[0]
+        key = np.uint64(_query_key(b))
+        j = _in_run(self._off, self._mv, b, int(self.keys.searchsorted(key, "left")), int(self.keys.searchsorted(key, "right")))
         return int(self.positions[j]) if j >= 0 else -1
+
+    def id_at(self, row: int) -> str | None:
+        """The run id at ``row`` (None when that row has none): from the sorted ids' bytes, no Arrow call."""
+        if self._slot_of is None:
+            self._slot_of = np.full(int(self.positions.max(initial=-1)) + 1, -1, dtype=np.int64)
+            self._slot_of[self.positions] = np.arange(len(self.positions))
+        j = int(self._slot_of[row]) if row < len(self._slot_of) else -1
+        return bytes(self._mv[self._off[j] : self._off[j + 1]]).decode() if j >= 0 else None
+
+
+class IdColumn:
+    """An id column (rootRunId, chatSessionId, parentRunId) as int32 codes into its distinct ids,
+    for the lineage kernel on a long-lived snapshot: the id at a row and the rows holding an id
+    without an Arrow call or a pass over every row (the rows of each id come from one stable sort,
+    built when first asked for). Missing ids (null or "") have code -1."""
+
+    __slots__ = ("codes", "values", "_code_of", "_order", "_starts")
+
+    def __init__(self, column: Any):
+        import pyarrow.compute as pc
+
+        col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        enc = pc.dictionary_encode(col)
+        values = enc.dictionary.to_pylist()
+        codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+        if "" in values:  # an empty id is a missing one
+            codes[codes == values.index("")] = -1
+        self.codes, self.values = codes, values
+        self._code_of = {v: i for i, v in enumerate(values) if v != ""}
+        self._order: np.ndarray | None = None
+        self._starts: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def at(self, i: int) -> str | None:
+        """The id at row ``i`` (None when missing)."""
+        c = int(self.codes[i])
+        return self.values[c] if c >= 0 else None
+
+    def rows_of(self, value: str) -> np.ndarray:
+        """The rows holding ``value``, ascending."""
+        c = self._code_of.get(value)
+        if c is None:
+            return np.zeros(0, dtype=np.int64)
+        if self._order is None:
+            self._order = np.argsort(self.codes, kind="stable")
+            self._starts = np.searchsorted(self.codes[self._order], np.arange(len(self.values) + 1))
+        return self._order[self._starts[c]:self._starts[c + 1]]
+
+    def equals(self, value: str) -> np.ndarray:
+        """Bool per row: the row holds ``value``."""
+        c = self._code_of.get(value)
+        return self.codes == c if c is not None else np.zeros(len(self.codes), dtype=bool)

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from .. import _io
 from . import cache as _cache, ledger as issues, supersession
 from .._io import ensure_dir, locked
-from .keyword_index import KeywordIndex, RunLookup
+from .keyword_index import IdColumn, KeywordIndex, RunLookup
 from .arrow_records import RECORD_SCHEMA, arrow_indices, empty_table, keyword_text_array, load_records, parse_files, take_rows
 from .embeddings import issue_text
 from ..errors import StoreError
@@ -243,8 +243,9 @@ class Snapshot:
     def prepare(self) -> "Snapshot":
         """Build the per-snapshot lookups that pay off over many queries (returns self).
 
-        Dictionary-encoded lineage columns make the lineage kernel's equality passes much cheaper
-        than string compares, and a sorted run-id lookup makes the ancestor walk O(depth log N);
+        The lineage id columns as codes (:class:`~cybmem.store.keyword_index.IdColumn`: the rows of a
+        chain's root or a chat session without a pass over every record, an id at a row without an
+        Arrow call), and a sorted run-id lookup that makes the ancestor walk O(depth log N);
         both cost a little once (benchmarks/RESULTS.md, "Figures the module docstrings
         quoted"). A one-shot query (the CLI) is cheaper without
         them, so they are built only when a long-lived caller (widget, tuning, benchmark) asks.
@@ -252,7 +253,7 @@ class Snapshot:
         if self._lineage is None:
             self._lookup = RunLookup.build(self.records.column("runId"))
             self._lineage = tuple(
-                self.records.column(n) if n == "runId" else pc.dictionary_encode(self.records.column(n).combine_chunks())
+                self.records.column(n) if n == "runId" else IdColumn(self.records.column(n))
                 for n in ("runId", "parentRunId", "previousRunId", "rootRunId", "chatSessionId")
             )
         return self
