@@ -448,6 +448,31 @@ def test_a_new_run_with_no_match_outranks_an_old_weak_match_in_a_large_store():
     assert rank_query(snap, "alpha", k=2, weights=weights, now_ms=T0 + n * 3_600_000).top == [n - 1, n - 2]
 
 
+def test_candidates_hide_corrected_runs_and_hand_out_a_fresh_mask_each_time():
+    """The current candidates (corrections looked up over every run id once per snapshot) are a new
+    array on every call: a caller that narrows its own copy (tuning leaves the query's run out)
+    changes nothing for the next."""
+    import pyarrow as pa
+
+    from cybmem.store.keyword_index import KeywordIndex
+    from cybmem.store.snapshot import Snapshot
+
+    n = 6
+    ids = [f"r{i}" for i in range(n)]
+    supersedes = [None, None, "r1", None, None, "r3"]
+    nulls = pa.nulls(n, pa.string())
+    snap = Snapshot(None, pa.table({
+        "runId": ids, "parentRunId": nulls, "previousRunId": nulls, "rootRunId": nulls, "chatSessionId": nulls,
+        "endedAt": pa.array([T0 + i * 3_600_000 for i in range(n)], pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+        "supersedes": pa.array(supersedes, pa.string()), "supersededBy": nulls,
+    }), None, KeywordIndex.build([["w"]] * n))
+    first = snap.candidates(None)
+    assert first.tolist() == [True, False, True, False, True, True]
+    first[:] = False
+    assert snap.candidates(None).tolist() == [True, False, True, False, True, True]
+    assert snap.candidates(T0 + 4 * 3_600_000).tolist() == [True, False, True, True, True, False]  # r3 corrected later
+
+
 class _Recorded:
     """A vector axis that keeps the cosine it handed to rank_query (to score densely with it)."""
 

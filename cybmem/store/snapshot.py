@@ -180,6 +180,7 @@ class Snapshot:
     watches_embeddings: bool = field(default=False, repr=False)
     # Memos of what depends on a moment (the last one asked for) or is built on request.
     _supersession: dict[int | None, dict[str, str]] = field(default_factory=dict, init=False, repr=False)
+    _visible_now: np.ndarray | None = field(default=None, init=False, repr=False)  # candidates(None), read-only
     _fold_past: tuple[int, pa.Table] | None = field(default=None, init=False, repr=False)
     _carriers_past: tuple[int, tuple[np.ndarray, np.ndarray]] | None = field(default=None, init=False, repr=False)
     _activity: pa.Table | None = field(default=None, init=False, repr=False)
@@ -213,11 +214,15 @@ class Snapshot:
 
     def candidates(self, as_of: int | None = None) -> np.ndarray:
         """Records that retrieval may return: existing at ``as_of`` and not superseded as of then."""
+        if as_of is None and self._visible_now is not None:
+            return self._visible_now.copy()  # the corrections' lookup over every run id is done once
         mapping = self.supersession(as_of)
         mask = np.ones(self.n, dtype=bool) if as_of is None else self.ended_ms() <= as_of
         if mapping:
             hidden = pc.is_in(self.records.column("runId"), value_set=pa.array(list(mapping), pa.string()))
             mask &= ~hidden.to_numpy(zero_copy_only=False)
+            if as_of is None:
+                self._visible_now = mask.copy()
         return mask
 
     def superseded_mask(self) -> np.ndarray:
