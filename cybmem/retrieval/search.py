@@ -191,17 +191,21 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     parts: list[np.ndarray] = []
     threshold = -np.inf
     if kw is not None or vec is not None:
+        everyone = bool(mask.all())
         blocks = ScoreBlocks(kw, k) if kw is not None else None
-        seed = _seeds(mask, kw, vec, k, newest(scored, k, within=8 * step), blocks)
-        kw_max = None if kw is None else float(kw[seed].max(initial=0.0))  # the normalising max: its row is a seed
+        seed, kw_top = _seeds(mask, everyone, kw, vec, k, newest(scored, k, within=8 * step), blocks)
+        kw_max = None if kw_top is None else float(kw[kw_top])  # the keyword axis' normalising max
         if len(seed) >= k:
             sub = lambda a: None if a is None else a[seed]  # noqa: E731
             exact = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[seed], now_ms=now_ms, lineage=sub(lin),
                           vector_cos=sub(vec), weights=weights, keyword_max=kw_max).total
             threshold = float(np.partition(exact, len(exact) - k)[len(exact) - k])
-        parts = [seed, _reaching(mask, kw, vec, lin, weights, threshold - weights.w_rec - margin, lin_top, kw_max, blocks)]
+        # Every seed that can reach the top k is among these rows; the normalising max's row is
+        # added, so that the pool's own maximum is the candidates'.
+        rows = _reaching(mask, everyone, kw, vec, weights, threshold - weights.w_rec - lin_top - margin, kw_max, blocks)
+        parts = [rows if kw_top is None else _with(rows, kw_top)]
     if threshold - margin > weights.w_rec + lin_top:
-        return _union(n, parts)  # a record with neither a keyword nor a vector score cannot reach the top k
+        return parts[0]  # a record with neither a keyword nor a vector score cannot reach the top k
     # Records with no score but recency: the k newest (they are most records); then the linked ones.
     parts.append(newest((lambda r: ~scored(r) & (lin[r] <= 0)) if lin is not None else lambda r: ~scored(r), k))
     if lin is not None:
@@ -216,50 +220,48 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     return _union(n, parts)
 
 
-def _seeds(mask: np.ndarray, kw: np.ndarray | None, vec: np.ndarray | None, k: int, newest: np.ndarray,
-           blocks: ScoreBlocks | None) -> np.ndarray:
-    """:func:`_pool`'s first rows, distinct and ascending: a superset of the best k candidates on
-    keywords (so the row of the keyword axis' normalising max) and on vectors, and ``newest``."""
-    everyone = mask.all()
+def _seeds(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.ndarray | None, k: int,
+           newest: np.ndarray, blocks: ScoreBlocks | None) -> tuple[np.ndarray, int | None]:
+    """:func:`_pool`'s first rows, distinct and ascending (a superset of the best k candidates on
+    keywords and on vectors, and ``newest``), and the row of the candidates' best keyword score."""
     parts = [newest]
+    kw_top = None
     if kw is not None:
-        parts.append(top_k_candidates(kw, k, None if everyone else mask, blocks=blocks))
+        best = top_k_candidates(kw, k, None if everyone else mask, blocks=blocks)
+        if len(best):
+            kw_top = int(best[np.argmax(kw[best])])
+        parts.append(best)
     if vec is not None:
         parts.append(top_k_candidates(vec, k, None if everyone else mask))
     seed = np.unique(np.concatenate(parts))
-    return seed if everyone else seed[mask[seed]]
+    return (seed if everyone else seed[mask[seed]]), kw_top
 
 
-def _reaching(mask: np.ndarray, kw: np.ndarray | None, vec: np.ndarray | None, lin: np.ndarray | None,
-              weights: Weights, need: float, lin_top: float, kw_max: float | None, blocks: ScoreBlocks | None) -> np.ndarray:
-    """Candidate rows whose keyword, vector and lineage contributions reach ``need`` (every row with
-    a keyword or vector score when ``need`` <= ``lin_top``, the most lineage gives), ascending.
-    Rows are looked for on the keyword and vector axes with ``need - lin_top`` (in the keyword
-    ``blocks`` that can hold them), then kept on their own lineage."""
+def _reaching(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.ndarray | None, weights: Weights,
+              need: float, kw_max: float | None, blocks: ScoreBlocks | None) -> np.ndarray:
+    """Candidate rows whose keyword and vector contributions reach ``need`` (every row with either
+    score when ``need`` <= 0), ascending; keyword rows are looked for only in the ``blocks`` that can
+    hold them."""
     scale = np.float32(weights.w_kw / kw_max) if kw is not None and kw_max and weights.w_kw > 0 else None
-    loose = need - lin_top
-    if loose <= 0 or (scale is None and vec is None):
+    if need <= 0 or (scale is None and vec is None):
         hot = kw > 0 if kw is not None else vec > 0
         if kw is not None and vec is not None:
             hot |= vec > 0
-        rows = np.flatnonzero(hot) if loose <= 0 else np.zeros(0, np.int64)
-        return rows[mask[rows]]
-    if vec is None:
-        rows = blocks.at_least(np.float32(loose) / scale) if blocks is not None else np.flatnonzero(kw >= np.float32(loose) / scale)
+        rows = np.flatnonzero(hot) if need <= 0 else np.zeros(0, np.int64)
+    elif vec is None:
+        rows = blocks.at_least(np.float32(need) / scale) if blocks is not None else np.flatnonzero(kw >= np.float32(need) / scale)
     else:
         total = vec * np.float32(weights.w_vec)
         if scale is not None:
             total += kw * scale
-        rows = np.flatnonzero(total >= np.float32(loose))
-    rows = rows[mask[rows]]
-    if lin is not None and lin_top > 0 and len(rows):
-        own = lin[rows] * np.float32(weights.w_lin)
-        if scale is not None:
-            own += kw[rows] * scale
-        if vec is not None:
-            own += vec[rows] * np.float32(weights.w_vec)
-        rows = rows[own >= np.float32(need)]
-    return rows
+        rows = np.flatnonzero(total >= np.float32(need))
+    return rows if everyone else rows[mask[rows]]
+
+
+def _with(rows: np.ndarray, row: int) -> np.ndarray:
+    """Ascending distinct ``rows`` with ``row`` among them."""
+    at = int(np.searchsorted(rows, row))
+    return rows if at < len(rows) and rows[at] == row else np.concatenate((rows[:at], [row], rows[at:]))
 
 
 def _union(n: int, parts: list[np.ndarray]) -> np.ndarray:
