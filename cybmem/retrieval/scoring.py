@@ -420,6 +420,8 @@ class ScoreBlocks:
         b = self.block
         if blocks is None:
             blocks = np.flatnonzero(self.maxima >= t)
+        if 2 * len(blocks) > len(self.maxima):  # most blocks: one pass over the scores is cheaper than copying them
+            return np.flatnonzero(s >= t)
         hit = np.flatnonzero(self.body[blocks] >= t)
         rows = blocks[hit // b] * b + hit % b
         end = len(self.maxima) * b

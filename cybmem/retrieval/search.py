@@ -150,6 +150,7 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     n = snap.n
     if n < DENSE_BELOW:
         return np.flatnonzero(mask)
+    everyone = bool(mask.all())  # every record is a candidate: no mask to apply below
     by_recency = weights.w_rec > 0
     step = 4 * k + 64
     order = snap.newest_first() if by_recency else None
@@ -173,10 +174,13 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
             chunk = order[start:start + size] if order is not None else np.arange(n - start - size, n - start)[::-1]
             start += size
             size *= 2  # a long run of rows that do not qualify (one long chain, say) is crossed in few steps
-            chunk = chunk[keep_row(chunk) & mask[chunk]][: want - got]
+            ok = keep_row(chunk)
+            if not everyone:
+                ok &= mask[chunk]
+            chunk = chunk[ok][: want - got]
             out.append(chunk)
             got += len(chunk)
-        return np.concatenate(out) if out else np.zeros(0, np.int64)
+        return (out[0] if len(out) == 1 else np.concatenate(out)) if out else np.zeros(0, np.int64)
 
     def newest_of(group: np.ndarray) -> np.ndarray:
         """The k rows of ``group`` (ascending row indices) that rank first on recency alone."""
@@ -191,7 +195,6 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     parts: list[np.ndarray] = []
     threshold = -np.inf
     if kw is not None or vec is not None:
-        everyone = bool(mask.all())
         blocks = ScoreBlocks(kw, k) if kw is not None else None
         seed, kw_top = _seeds(mask, everyone, kw, vec, k, newest(scored, k, within=8 * step), blocks)
         kw_max = None if kw_top is None else float(kw[kw_top])  # the keyword axis' normalising max
@@ -507,8 +510,9 @@ def rank_query(
     if pin is not None:
         idx = np.union1d(idx, [pin])
     sub = lambda a: None if a is None else a[idx]  # noqa: E731
+    # Every pool row is a candidate (the pinned parent was made one above): no mask to apply.
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
-                   vector_cos=sub(cos), weights=weights, mask=mask[idx])
+                   vector_cos=sub(cos), weights=weights)
     local = _pin_first(rank(scored, k), None if pin is None else int(np.searchsorted(idx, pin)), k)
     return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, gate)
 
