@@ -258,7 +258,8 @@ class Snapshot:
         if self._lineage is None:
             self._lookup = RunLookup.build(self.records.column("runId"))
             self._lineage = tuple(
-                self.records.column(n) if n == "runId" else IdColumn(self.records.column(n))
+                # run ids stay Arrow (the RunLookup indexes them); no lineage rule reads previousRunId
+                self.records.column(n) if n in ("runId", "previousRunId") else IdColumn(self.records.column(n))
                 for n in ("runId", "parentRunId", "previousRunId", "rootRunId", "chatSessionId")
             )
         return self
