@@ -198,6 +198,27 @@ def test_lineage_cycle_and_depth_cap():
     assert got[n - 1] == 1.0 and got[0] == 0.0
 
 
+def test_totals_are_the_total_of_score():
+    """totals() (a ranking's seed rows) is score()'s total, float for float, for any weights."""
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        n = int(rng.integers(1, 300))
+        raw = (rng.random(n) * 9).astype(np.float32)
+        raw[rng.random(n) < 0.3] = 0
+        ended = (1_790_000_000_000 + rng.integers(0, 90 * 86_400_000, n)).astype(np.int64)
+        lin = rng.choice(np.array([0, 0.6, 0.8, 1.0], np.float32), n)
+        cos = rng.random(n).astype(np.float32)
+        mix = {a: float(rng.choice([0.0, rng.random()])) for a in ("w_kw", "w_rec", "w_lin", "w_vec")}
+        if not any(mix.values()):
+            mix["w_rec"] = 0.5
+        w = Weights(**mix, half_life_days=float(rng.choice([1.0, 30.0])))
+        top = float(raw.max())
+        want = score(keyword_raw=raw, ended_at_ms=ended, now_ms=1_800_000_000_000, lineage=lin, vector_cos=cos, weights=w).total
+        got = S.totals(keyword_raw=raw, ended_at_ms=ended, now_ms=1_800_000_000_000, lineage=lin, vector_cos=cos,
+                       weights=w, keyword_max=top)
+        assert got.tolist() == want.tolist()
+
+
 def test_run_lookup():
     lk = RunLookup.build(np.array(["c", "a", "b"], dtype=object))
     assert [lk.find(x) for x in ("a", "b", "c", "zz", "")] == [1, 2, 0, -1, -1]

@@ -44,6 +44,7 @@ __all__ = [
     "ranking_order",
     "Scored",
     "score",
+    "totals",
     "rank",
     "explain",
 ]
@@ -538,29 +539,48 @@ def score(*, keyword_raw: np.ndarray | None, ended_at_ms: np.ndarray, now_ms: in
             raise ValueError(f"{name} has {len(a)} entries for {n} records")
         return a
 
+    kw, rec, lin, vec = _contributions(check("keyword_raw", keyword_raw), ended, now_ms, check("lineage", lineage),
+                                       check("vector_cos", vector_cos), weights, keyword_max, mask)
+    return Scored(total=_total(n, kw, rec, lin, vec), keyword=kw, recency=rec, lineage=lin, vector=vec,
+                  weights=weights, mask=mask)
+
+
+def totals(*, keyword_raw: np.ndarray | None, ended_at_ms: np.ndarray, now_ms: int, lineage: np.ndarray | None,
+           vector_cos: np.ndarray | None, weights: Weights, keyword_max: float | None) -> np.ndarray:
+    """:func:`score`'s ``total`` (the same floats) for float32 axes of equal length and the keyword
+    axis' normalising max given: no checks, no per-axis arrays kept (a ranking's few seed rows)."""
+    n = len(ended_at_ms)
+    return _total(n, *_contributions(keyword_raw, ended_at_ms, now_ms, lineage, vector_cos, weights, keyword_max))
+
+
+def _contributions(raw: np.ndarray | None, ended: np.ndarray, now_ms: int, lineage: np.ndarray | None,
+                   vector_cos: np.ndarray | None, weights: Weights, keyword_max: float | None,
+                   mask: np.ndarray | None = None) -> tuple:
+    """Each axis' contribution (weight x value, float32; None = off): the ONE place the mix is
+    written. The keyword axis is normalised by ``keyword_max``, else by its max over ``mask``."""
     kw = rec = lin = vec = None
-    raw = check("keyword_raw", keyword_raw)
     if raw is not None and weights.w_kw > 0:
         kw = normalize_keyword(raw, mask, scale=weights.w_kw, max_value=keyword_max)
     if weights.w_rec > 0:
         rec = recency(ended, now_ms, weights.half_life_days, weight=weights.w_rec)
-    la = check("lineage", lineage)
-    if la is not None and weights.w_lin > 0:
-        lin = la * np.float32(weights.w_lin)
-    va = check("vector_cos", vector_cos)
-    if va is not None and weights.w_vec > 0:
-        vec = va * np.float32(weights.w_vec)
-    parts = [c for c in (kw, rec, lin, vec) if c is not None]
-    if not parts:
-        total = np.zeros(n, dtype=np.float32)
-    elif len(parts) == 1:
-        total = parts[0].copy()
-    else:
-        total = parts[0] + parts[1]
-        for c in parts[2:]:
-            total += c
-    return Scored(total=total, keyword=kw, recency=rec, lineage=lin, vector=vec,
-                  weights=weights, mask=mask)
+    if lineage is not None and weights.w_lin > 0:
+        lin = lineage * np.float32(weights.w_lin)
+    if vector_cos is not None and weights.w_vec > 0:
+        vec = vector_cos * np.float32(weights.w_vec)
+    return kw, rec, lin, vec
+
+
+def _total(n: int, *parts: np.ndarray | None) -> np.ndarray:
+    """The sum of the axes that are on, in axis order (float32)."""
+    on = [c for c in parts if c is not None]
+    if not on:
+        return np.zeros(n, dtype=np.float32)
+    if len(on) == 1:
+        return on[0].copy()
+    total = on[0] + on[1]
+    for c in on[2:]:
+        total += c
+    return total
 
 
 def rank(scored: Scored, k: int) -> list[int]:

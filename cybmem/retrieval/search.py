@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
 from ..errors import CybmemError
-from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, score, top_k_candidates
+from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, score, top_k_candidates, totals
 from ..settings import Settings
 from ..store.snapshot import Snapshot, load_snapshot, verified
 from ..store.memory_store import MemoryStore
@@ -200,8 +200,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
         kw_max = None if kw_top is None else float(kw[kw_top])  # the keyword axis' normalising max
         if len(seed) >= k:
             sub = lambda a: None if a is None else a[seed]  # noqa: E731
-            exact = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[seed], now_ms=now_ms, lineage=sub(lin),
-                          vector_cos=sub(vec), weights=weights, keyword_max=kw_max).total
+            exact = totals(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[seed], now_ms=now_ms, lineage=sub(lin),
+                           vector_cos=sub(vec), weights=weights, keyword_max=kw_max)
             threshold = float(np.partition(exact, len(exact) - k)[len(exact) - k])
         # Every seed that can reach the top k is among these rows; the normalising max's row is
         # added, so that the pool's own maximum is the candidates'.
