@@ -170,7 +170,6 @@ def test_id_columns_give_the_lineage_of_the_arrow_columns():
     col = prepared[3]
     for value in ("r0", "zz", "", "nope"):
         assert col.rows_of(value).tolist() == [i for i, r in enumerate(roots) if r == value and value], value
-        assert col.equals(value).tolist() == [r == value and bool(value) for r in roots]
     assert [col.at(i) for i in range(n)] == [r or None for r in roots]
 
 

@@ -180,8 +180,6 @@ def _eq_mask(ids: Any, value: str) -> np.ndarray:
     integer compare over the codes); pyarrow string arrays use compute.equal; numpy arrays
     (object, str, StringDType) use ==.
     """
-    if isinstance(ids, IdColumn):
-        return ids.equals(value)
     if isinstance(ids, pa.ChunkedArray):
         if ids.num_chunks == 0:
             return np.zeros(0, dtype=bool)
@@ -296,14 +294,9 @@ def lineage_affinity(run_ids: Any, parent_ids: Any, previous_ids: Any, root_ids:
         if root is None:
             top = ancestors[-1]
             root = _id_at(root_ids, top) or _id_at(run_ids, top)
-    if root and isinstance(root_ids, IdColumn):  # a prepared snapshot: the root's rows, not a pass over all
-        aff = np.zeros(n, dtype=np.float32)
-        aff[root_ids.rows_of(root)] = LINEAGE_ROOT
-    elif root:
-        aff = _eq_mask(root_ids, root) * np.float32(LINEAGE_ROOT)  # one pass writes the root rule
-    else:
-        aff = np.zeros(n, dtype=np.float32)
+    aff = np.zeros(n, dtype=np.float32)
     if root:
+        _raise_where(aff, root_ids, root, LINEAGE_ROOT)
         i = find(root)
         if i >= 0:
             aff[i] = max(aff[i], LINEAGE_ROOT)
@@ -311,15 +304,22 @@ def lineage_affinity(run_ids: Any, parent_ids: Any, previous_ids: Any, root_ids:
         i = find(context.previous_run_id)
         if i >= 0:
             aff[i] = max(aff[i], LINEAGE_PREVIOUS)
-    if context.chat_session_id and isinstance(chat_ids, IdColumn):
-        rows = chat_ids.rows_of(context.chat_session_id)
-        aff[rows] = np.maximum(aff[rows], np.float32(LINEAGE_CHAT))
-    elif context.chat_session_id:
-        m = _eq_mask(chat_ids, context.chat_session_id)
-        np.maximum(aff, np.float32(LINEAGE_CHAT), out=aff, where=m)
+    if context.chat_session_id:
+        _raise_where(aff, chat_ids, context.chat_session_id, LINEAGE_CHAT)
     if ancestors:
         aff[np.asarray(ancestors, dtype=np.int64)] = LINEAGE_ANCESTOR
     return aff
+
+
+def _raise_where(aff: np.ndarray, ids: Any, value: str, level: float) -> None:
+    """``aff`` raised to ``level`` on the rows whose id is ``value`` (missing ids never match): the
+    rows an :class:`IdColumn` holds for it (a prepared snapshot: no pass over every record), else
+    :func:`_eq_mask`'s."""
+    if isinstance(ids, IdColumn):
+        rows = ids.rows_of(value)
+        aff[rows] = np.maximum(aff[rows], np.float32(level))
+    else:
+        np.maximum(aff, np.float32(level), out=aff, where=_eq_mask(ids, value))
 
 
 def cosine(matrix: np.ndarray | None, qvec: np.ndarray | None, *, n: int | None = None,

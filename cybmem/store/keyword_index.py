@@ -773,8 +773,3 @@ class IdColumn:
             self._order = np.argsort(self.codes, kind="stable")
             self._starts = np.searchsorted(self.codes[self._order], np.arange(len(self.values) + 1))
         return self._order[self._starts[c]:self._starts[c + 1]]
-
-    def equals(self, value: str) -> np.ndarray:
-        """Bool per row: the row holds ``value``."""
-        c = self._code_of.get(value)
-        return self.codes == c if c is not None else np.zeros(len(self.codes), dtype=bool)

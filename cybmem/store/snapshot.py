@@ -180,7 +180,7 @@ class Snapshot:
     watches_embeddings: bool = field(default=False, repr=False)
     # Memos of what depends on a moment (the last one asked for) or is built on request.
     _supersession: dict[int | None, dict[str, str]] = field(default_factory=dict, init=False, repr=False)
-    _visible_now: np.ndarray | None = field(default=None, init=False, repr=False)  # candidates(None), read-only
+    _visible_now: np.ndarray | None = field(default=None, init=False, repr=False)  # candidates(None), handed out as copies
     _fold_past: tuple[int, pa.Table] | None = field(default=None, init=False, repr=False)
     _carriers_past: tuple[int, tuple[np.ndarray, np.ndarray]] | None = field(default=None, init=False, repr=False)
     _activity: pa.Table | None = field(default=None, init=False, repr=False)
