@@ -478,11 +478,15 @@ def build_server(memory: Memory) -> MCPServer:
 
 
 def _listen(port: int) -> socket.socket:
-    """A socket bound to 127.0.0.1:port (0: a free one); only this machine can connect."""
+    """A socket listening on 127.0.0.1:port (0: a free one); only this machine can connect.
+
+    It listens before the line that names the URL is printed: a client that connects as soon as it
+    reads the line waits in the backlog while the HTTP app starts, instead of being refused."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(("127.0.0.1", port))
+        sock.listen(128)
     except OSError as exc:
         sock.close()
         raise CybmemError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (choose another --http PORT, "

@@ -146,6 +146,19 @@ def agent(request) -> Agent:
 # --- what the server offers ----------------------------------------------------------
 
 
+def test_the_http_socket_takes_connections_before_the_app_serves():
+    """The URL line is printed once the socket listens: a client that connects at once (before
+    uvicorn has started) is queued, not refused (found as a rare ConnectError of the http agent)."""
+    from cybmem.mcp_server import _listen
+
+    sock = _listen(0)
+    try:
+        with socket.create_connection(sock.getsockname(), timeout=5):
+            pass
+    finally:
+        sock.close()
+
+
 def test_tools_are_listed_with_input_and_output_schemas(agent):
     tools = agent.tools()
     assert set(tools) == (READS | WRITES if hasattr(agent, "url") else READS)
