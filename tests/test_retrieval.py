@@ -363,6 +363,8 @@ def _random_ranking_case(rng):
     ids = [f"r{i:05d}" for i in range(n)]
     per_time = rng.choice([1, 1, 3, n])  # runs ending at one moment: many means heavy ties in recency
     ended = sorted(T0 + rng.randrange(max(1, n // per_time)) * 3_600_000 for _ in range(n))
+    if rng.random() < 0.2:  # rows out of time order (a block's recency is its newest row's, wherever it is)
+        ended = [e + rng.choice([0, 0, -1, 1]) * rng.randrange(1, 20) * 3_600_000 for e in ended]
     chain = rng.randint(1, n)
     roots = [f"r{(i // chain) * chain:05d}" for i in range(n)]
     parents = [ids[i - 1] if i and rng.random() < 0.3 else None for i in range(n)]
@@ -384,18 +386,19 @@ def _random_ranking_case(rng):
         snap=snap, weights=weights, k=rng.choice([1, 3, 10, 40]),
         query=" ".join(rng.choice(words + ["unknown"]) for _ in range(rng.randint(0, 5))),
         cos=np.clip(vrng.standard_normal(n).astype(np.float32), 0, 1) if weights.w_vec > 0 and rng.random() < 0.7 else None,
-        as_of=rng.choice([None, None, rng.randint(ended[0], ended[-1])]),
+        as_of=rng.choice([None, None, rng.randint(min(ended), max(ended))]),
         where=vrng.random(n) < 0.7 if rng.random() < 0.3 else None,
         parent=rng.choice([None, rng.choice(ids)]), chat=rng.choice([None, "chat-1"]),
     )
-    case["now"] = case["as_of"] if case["as_of"] is not None else ended[-1] + 3_600_000
+    case["now"] = case["as_of"] if case["as_of"] is not None else max(ended) + 3_600_000
     return case
 
 
 def test_the_bounded_pool_ranks_as_scoring_every_record_does():
     """The pool's bound (search._pool) leaves out only rows that cannot reach the top k, whatever the
     weights, matches, ties, lineage groups, candidates and vector axis: the top k, and the scores
-    shown, are those of scoring every record. (Each bound loosened by a fifth fails this.)"""
+    shown, are those of scoring every record. (Each bound loosened by a fifth fails this, the
+    recency bound of a block of rows included.)"""
     import random
 
     from cybmem.retrieval.scoring import lineage_affinity, rank, score

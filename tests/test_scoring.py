@@ -281,6 +281,42 @@ def test_top_k_matches_reference_on_large_inputs(kind, n):
             assert top_k(s, k, mask).tolist() == _ref_top_k(s, k, mask)
 
 
+@pytest.mark.parametrize("n", [100, 2_048, 5_000, 70_001])
+def test_score_blocks_find_the_entries_that_reach_their_blocks_value(n):
+    """ScoreBlocks.at_least_each (the bounded pool's per-block recency bound) gives, ascending,
+    exactly the entries >= their block's value, the shorter last block included."""
+    rng = np.random.default_rng(n)
+    s = rng.random(n).astype(np.float32)
+    s[rng.random(n) < 0.7] = 0
+    for k in (1, 10, 40):
+        b = S.ScoreBlocks(s, k)
+        nblocks = -(-n // b.block) if b.maxima is not None else 1
+        for spread in (0.0, 0.5, 2.0):  # one value, values that skip some blocks, most blocks skipped
+            t = (rng.random(nblocks) * spread + 0.3).astype(np.float32)
+            per_row = np.repeat(t, b.block)[:n] if b.maxima is not None else np.full(n, t[0])
+            assert b.at_least_each(t).tolist() == np.flatnonzero(s >= per_row).tolist(), (k, spread)
+        assert b.at_least_each(np.full(nblocks, np.float32(1e-45))).tolist() == np.flatnonzero(s > 0).tolist()
+
+
+def test_a_snapshot_bounds_each_block_by_its_newest_row_and_knows_its_time_order():
+    from cybmem.store.snapshot import Snapshot
+
+    def snap(ended):
+        nulls = pa.nulls(len(ended), pa.string())
+        table = pa.table({"runId": [f"r{i}" for i in range(len(ended))], "parentRunId": nulls, "previousRunId": nulls,
+                          "rootRunId": nulls, "chatSessionId": nulls, "supersedes": nulls, "supersededBy": nulls,
+                          "endedAt": pa.array(ended, pa.int64()).cast(pa.timestamp("ms", tz="UTC"))})
+        return Snapshot(None, table, None, KeywordIndex.build([["x"]] * len(ended)))
+
+    s = snap([5, 3, 9, 9, 1, 2, 8])
+    assert s.newest_in_blocks(3).tolist() == [9, 9, 8]
+    assert s.newest_in_blocks(2).tolist() == [5, 9, 2, 8]
+    assert s.newest_in_blocks(7).tolist() == [9]
+    assert not s.in_time_order
+    assert snap([1, 2, 2, 7]).in_time_order and snap([4]).in_time_order and snap([]).in_time_order
+    assert snap([]).newest_in_blocks(4).tolist() == []
+
+
 # ---------------------------------------------------------------------------------------
 
 

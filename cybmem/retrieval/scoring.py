@@ -429,6 +429,25 @@ class ScoreBlocks:
         tail = np.flatnonzero(s[end:] >= t) + end
         return np.concatenate((rows, tail)) if len(tail) else rows
 
+    def at_least_each(self, t: np.ndarray) -> np.ndarray:
+        """Ascending indices of the entries >= their block's value of ``t`` (float32, one per block
+        and one for the shorter last block when there is one: ceil(n / block) values)."""
+        s = self.scores
+        if self.maxima is None:
+            return np.flatnonzero(s >= t[0])
+        b, nb = self.block, len(self.maxima)
+        end = nb * b
+        blocks = np.flatnonzero(self.maxima >= t[:nb])
+        if 2 * len(blocks) > nb:  # most blocks: compare them all in place rather than copy them
+            rows = np.flatnonzero(self.body >= t[:nb, None])
+        else:
+            hit = np.flatnonzero(self.body[blocks] >= t[blocks, None])
+            rows = blocks[hit // b] * b + hit % b
+        if end == len(s):
+            return rows
+        tail = np.flatnonzero(s[end:] >= t[nb]) + end
+        return np.concatenate((rows, tail)) if len(tail) else rows
+
 
 def top_k_candidates(scores: np.ndarray, k: int, mask: np.ndarray | None = None, *,
                      blocks: ScoreBlocks | None = None) -> np.ndarray:

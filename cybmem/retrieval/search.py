@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
 from ..errors import CybmemError
-from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, score, top_k_candidates, totals
+from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, recency, score, top_k_candidates, totals
 from ..settings import Settings
 from ..store.snapshot import Snapshot, load_snapshot, verified
 from ..store.memory_store import MemoryStore
@@ -136,16 +136,22 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     ``LINEAGE_ANCESTOR``, so a record's total is bounded, as WAND bounds a document (Broder et al., CIKM
     2003), and the k-th best exact total of any k candidates (the *threshold*) is at most the
     true k-th best. The rows likely to be good are scored first (those best on keywords and on
-    vectors, and the newest with either); then:
+    vectors, and the latest rows with either); then:
 
     - a record with a keyword or a vector score (often a quarter of the project or more: one
-      common word does it) is kept when those scores plus ``w_rec`` plus ``w_lin`` times the
-      highest affinity there is reach the threshold;
+      common word does it) is kept when those scores plus the highest recency it can have plus
+      ``w_lin`` times the highest affinity there is reach the threshold. That recency is
+      ``w_rec``, or, with the keyword axis alone, the recency of the newest record in its block of
+      rows (:meth:`Snapshot.newest_in_blocks`): rows come oldest first, so in most blocks a
+      record needs nearly the threshold on keywords alone (the pool's median went from 1,226 to
+      18 rows in benchmarks/bench_query.py at 100k);
     - a record with neither scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
       few levels (see scoring.lineage_affinity), so among records of one level the newer always
       scores at least as high: only the k newest of each level can reach the top k (with recency
       off they tie, and the ranking breaks ties by the higher row, so then the k highest rows of
       each level). None of them is needed when the threshold is above what they can score.
+      Newer means a higher row only when the rows are in time order: otherwise two runs whose
+      totals tie in float32 may rank against recency, and every such record is kept.
     """
     n = snap.n
     if n < DENSE_BELOW:
@@ -164,13 +170,12 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
             hot |= vec[rows] > 0
         return hot
 
-    def newest(keep_row, want: int, within: int = n) -> np.ndarray:
+    def newest(keep_row, want: int) -> np.ndarray:
         """The first ``want`` candidate rows that ``keep_row`` (rows -> bool) keeps, newest first
-        (highest rows without recency), among the ``within`` newest rows."""
+        (highest rows without recency)."""
         out, got, start, size = [], 0, 0, max(8 * step, n // 16)
-        end = min(n, within)
-        while got < want and start < end:
-            size = min(size, end - start)
+        while got < want and start < n:
+            size = min(size, n - start)
             chunk = order[start:start + size] if order is not None else np.arange(n - start - size, n - start)[::-1]
             start += size
             size *= 2  # a long run of rows that do not qualify (one long chain, say) is crossed in few steps
@@ -196,7 +201,14 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     threshold = -np.inf
     if kw is not None or vec is not None:
         blocks = ScoreBlocks(kw, k) if kw is not None else None
-        seed, kw_top = _seeds(mask, everyone, kw, vec, k, newest(scored, k, within=8 * step), blocks)
+        # The latest matches (a loaded store's rows come oldest first: the newest) join the seeds.
+        lo = max(0, n - 8 * step)
+        hot = kw[lo:] > 0 if kw is not None else vec[lo:] > 0
+        if kw is not None and vec is not None:
+            hot |= vec[lo:] > 0
+        if not everyone:
+            hot &= mask[lo:]
+        seed, kw_top = _seeds(mask, everyone, kw, vec, k, lo + np.flatnonzero(hot)[-k:], blocks)
         kw_max = None if kw_top is None else float(kw[kw_top])  # the keyword axis' normalising max
         if len(seed) >= k:
             sub = lambda a: None if a is None else a[seed]  # noqa: E731
@@ -205,10 +217,18 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
             threshold = float(np.partition(exact, len(exact) - k)[len(exact) - k])
         # Every seed that can reach the top k is among these rows; the normalising max's row is
         # added, so that the pool's own maximum is the candidates'.
-        rows = _reaching(mask, everyone, kw, vec, weights, threshold - weights.w_rec - lin_top - margin, kw_max, blocks)
+        # A block of rows is bounded by the recency of its newest record (rows are appended as runs
+        # end, so most blocks are old: their rows need nearly the threshold on keywords alone).
+        rec_bound = None
+        if by_recency and blocks is not None and blocks.maxima is not None and np.isfinite(threshold):
+            rec_bound = recency(snap.newest_in_blocks(blocks.block), now_ms, weights.half_life_days, weight=weights.w_rec)
+        rows = _reaching(mask, everyone, kw, vec, weights, threshold - lin_top - margin, kw_max, blocks, rec_bound)
         parts = [rows if kw_top is None else _with(rows, kw_top)]
     if threshold - margin > weights.w_rec + lin_top:
         return parts[0]  # a record with neither a keyword nor a vector score cannot reach the top k
+    if by_recency and not snap.in_time_order:  # the newest are not the best of their ties: keep them all
+        parts.append(np.flatnonzero(mask))
+        return _union(n, parts)
     # Records with no score but recency: the k newest (they are most records); then the linked ones.
     parts.append(newest((lambda r: ~scored(r) & (lin[r] <= 0)) if lin is not None else lambda r: ~scored(r), k))
     if lin is not None:
@@ -236,17 +256,25 @@ def _seeds(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.ndar
         parts.append(best)
     if vec is not None:
         parts.append(top_k_candidates(vec, k, None if everyone else mask))
-    seed = np.unique(np.concatenate(parts))
+    seed = _union(len(mask), parts)
     return (seed if everyone else seed[mask[seed]]), kw_top
 
 
 def _reaching(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.ndarray | None, weights: Weights,
-              need: float, kw_max: float | None, blocks: ScoreBlocks | None) -> np.ndarray:
-    """Candidate rows whose keyword and vector contributions reach ``need`` (every row with either
-    score when ``need`` <= 0), ascending; keyword rows are looked for only in the ``blocks`` that can
-    hold them."""
+              bound: float, kw_max: float | None, blocks: ScoreBlocks | None,
+              rec_bound: np.ndarray | None = None) -> np.ndarray:
+    """Candidate rows whose total can reach ``bound`` (the threshold less the lineage's highest
+    contribution) with the highest recency their rows can have: ``w_rec``, or per block of
+    ``blocks`` ``rec_bound`` (:meth:`ScoreBlocks.at_least_each`'s blocks; keyword axis only).
+    Every row with a keyword or vector score when that needs nothing of them; ascending; keyword
+    rows are looked for only in the ``blocks`` that can hold them."""
+    need = bound - weights.w_rec
     scale = np.float32(weights.w_kw / kw_max) if kw is not None and kw_max and weights.w_kw > 0 else None
-    if need <= 0 or (scale is None and vec is None):
+    if rec_bound is not None and scale is not None and vec is None:
+        # A row with no keyword score is not one of these (the least positive float32 is asked for).
+        t = np.maximum((bound - rec_bound.astype(np.float64)) / np.float64(scale), np.float64(_TINY)).astype(np.float32)
+        rows = blocks.at_least_each(t)
+    elif need <= 0 or (scale is None and vec is None):
         hot = kw > 0 if kw is not None else vec > 0
         if kw is not None and vec is not None:
             hot |= vec > 0
@@ -259,6 +287,9 @@ def _reaching(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.n
             total += kw * scale
         rows = np.flatnonzero(total >= np.float32(need))
     return rows if everyone else rows[mask[rows]]
+
+
+_TINY = np.nextafter(np.float32(0), np.float32(1))  # the least positive float32: "a keyword score at all"
 
 
 def _with(rows: np.ndarray, row: int) -> np.ndarray:

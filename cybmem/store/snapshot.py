@@ -186,6 +186,7 @@ class Snapshot:
     _activity: pa.Table | None = field(default=None, init=False, repr=False)
     _lineage: tuple | None = field(default=None, init=False, repr=False)
     _lookup: RunLookup | None = field(default=None, init=False, repr=False)
+    _block_newest: tuple[int, np.ndarray] | None = field(default=None, init=False, repr=False)  # (block size, maxima)
 
     @property
     def n(self) -> int:
@@ -244,6 +245,22 @@ class Snapshot:
     def newest_first(self) -> np.ndarray:
         """Row indices by endedAt, newest first (ties: higher row first); computed once."""
         return self._newest
+
+    @functools.cached_property
+    def in_time_order(self) -> bool:
+        """Whether a higher row never ended earlier (as a load orders them; a table built
+        otherwise, or a refresh that appended a run that ended before the last, may not)."""
+        ended = self.ended_ms()
+        return bool(np.all(ended[1:] >= ended[:-1]))
+
+    def newest_in_blocks(self, block: int) -> np.ndarray:
+        """The latest endedAt (epoch ms) of each ``block`` consecutive rows, the last, shorter block
+        included: what a ranking bounds a block's recency by. Kept for the last block size asked."""
+        if self._block_newest is None or self._block_newest[0] != block:
+            ended = self.ended_ms()
+            starts = np.arange(0, len(ended), block)
+            self._block_newest = (block, np.maximum.reduceat(ended, starts) if len(ended) else ended)
+        return self._block_newest[1]
 
     def prepare(self) -> "Snapshot":
         """Build the per-snapshot lookups that pay off over many queries (returns self).
