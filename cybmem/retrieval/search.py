@@ -302,7 +302,11 @@ def _union(n: int, parts: list[np.ndarray]) -> np.ndarray:
     """The distinct rows of ``parts`` (row indices below ``n``), ascending: a sort of the few, or a
     pass over a mask of ``n`` when they are many."""
     if sum(map(len, parts)) <= n // 64:
-        return np.unique(np.concatenate(parts))
+        rows = np.sort(np.concatenate(parts))  # np.unique's answer in fewer steps (a ranking's hot path)
+        keep = np.empty(len(rows), dtype=bool)
+        keep[:1] = True
+        np.not_equal(rows[1:], rows[:-1], out=keep[1:])
+        return rows[keep]
     keep = np.zeros(n, dtype=bool)
     for part in parts:
         keep[part] = True
