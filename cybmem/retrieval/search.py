@@ -143,8 +143,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
       ``w_lin`` times the highest affinity there is reach the threshold. That recency is
       ``w_rec``, or, with the keyword axis alone, the recency of the newest record in its block of
       rows (:meth:`Snapshot.newest_in_blocks`): rows come oldest first, so in most blocks a
-      record needs nearly the threshold on keywords alone (the pool's median went from 1,226 to
-      18 rows in benchmarks/bench_query.py at 100k);
+      record needs nearly the threshold on keywords alone (benchmarks/RESULTS.md, "Recency
+      bounded per block");
     - a record with neither scores ``w_lin * lineage + w_rec * recency``, and lineage takes only a
       few levels (see scoring.lineage_affinity), so among records of one level the newer always
       scores at least as high: only the k newest of each level can reach the top k (with recency
