@@ -174,6 +174,11 @@ def test_cache_behind_is_a_warning_damaged_is_repaired(store, settings):
         seg.write_bytes(seg.read_bytes()[:20])
     assert ("cache", "repairable", ".cache") in _findings(doc("--all", "--json"))
     assert doc("--all", "--repair").exit_code == 0
+    for seg in (store.dir / ".cache").glob("rec-*.arrow"):  # readable Arrow, not the records: no traceback
+        seg.write_bytes((store.dir / ".cache" / "events.arrow").read_bytes())
+    res = doc("--all", "--json")
+    assert ("cache", "repairable", ".cache") in _findings(res) and "Traceback" not in res.output
+    assert doc("--all", "--repair").exit_code == 0
     assert set(load_snapshot(store).records.column("runId").to_pylist()) == {"r1", "r2", "r3", "r9"}
 
 

@@ -151,6 +151,21 @@ def test_deleting_or_corrupting_the_cache_only_costs_time(store):
     assert load_snapshot(store).n == 5
 
 
+@pytest.mark.parametrize("source, target", [("events.arrow", "rec"), ("kwi.arrow", "kw"), ("fold.arrow", "events.arrow")])
+def test_a_cache_file_that_is_arrow_but_not_what_the_manifest_lists_is_rebuilt(store, source, target):
+    """Another cache file copied over a segment (or a restore from another copy) is readable Arrow:
+    it used to be taken, and every read of the project failed the same way until a rebuild."""
+    first = load_snapshot(store)
+    cache = store.dir / ".cache"
+    manifest = json.loads((cache / "manifest.json").read_text())
+    dest = cache / (manifest["segments"][0][target] if target in ("rec", "kw") else target)
+    shutil.copyfile(cache / source, dest)
+    snap = load_snapshot(store)
+    assert snap.parsed == 5 and snap.records.equals(first.records)
+    assert snap.index.scores(["task"]).tolist() == pytest.approx(first.index.scores(["task"]).tolist())
+    assert load_snapshot(store).parsed == 0, "the rebuilt cache is used again"
+
+
 def test_racy_directory_mtime_is_not_trusted(store, settings, monkeypatch):
     monkeypatch.setattr(cache_module, "RACY_NS", 10**12)
     load_snapshot(store)

@@ -248,20 +248,23 @@ def check(records_dir: Path, issues_path: Path, cache: Path, listing: dict[str, 
         return CacheCheck("broken", ["cache manifest is missing, unreadable or from another version"])
     try:
         tables = [read_table(cache / s["rec"]) for s in manifest.segments]
+        for s, table in zip(manifest.segments, tables):
+            if table.num_rows != s["rows"]:
+                raise ValueError(f"{s['rec']} holds {table.num_rows} rows, the manifest lists {s['rows']}")
         records = pa.concat_tables(tables) if tables else None
         for s in manifest.segments:
             read_table(cache / s["kw"])
         for name in ("events.arrow", "fold.arrow", "kwi.arrow"):
             if (cache / name).exists():
                 read_table(cache / name)
+        if records is None:
+            cached: dict[str, int] = {}
+            n_rows = 0
+        else:
+            cached = dict(zip((r + ".json" for r in records.column("runId").to_pylist()), records.column("inode").to_pylist()))
+            n_rows = records.num_rows
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
         return CacheCheck("broken", [f"cache cannot be read ({type(exc).__name__}: {exc})"])
-    if records is None:
-        cached: dict[str, int] = {}
-        n_rows = 0
-    else:
-        cached = dict(zip((r + ".json" for r in records.column("runId").to_pylist()), records.column("inode").to_pylist()))
-        n_rows = records.num_rows
     current = {n: ino for n, ino in listing.items() if n not in unreadable}
     replaced = [n for n, ino in cached.items() if n in current and current[n] != ino]
     vanished = [n for n in cached if n not in listing]

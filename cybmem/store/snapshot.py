@@ -544,12 +544,23 @@ def _build_full(store: MemoryStore, listing: dict[str, int] | None = None) -> tu
 
 
 def _segments(cache, manifest: _cache.Manifest) -> tuple[pa.Table, KeywordIndex, pa.Table]:
+    """The cached records, their keyword index and the ledger's events. A file that is readable
+    Arrow but not what the manifest lists (another cache file copied over it, a restore from
+    another copy) raises ValueError, as a damaged one does: the cache is rebuilt, never used."""
     rec = [_cache.read_table(cache / s["rec"]) for s in manifest.segments]
     kw = [KeywordIndex.from_arrow(_cache.read_table(cache / s["kw"])) for s in manifest.segments]
+    for seg, table, index in zip(manifest.segments, rec, kw):
+        if not table.schema.equals(RECORD_SCHEMA) or not table.num_rows == index.n_docs == seg["rows"]:
+            raise ValueError(f"{seg['rec']} and {seg['kw']} do not hold the {seg['rows']} records the cache manifest lists")
     events = _cache.read_table(cache / "events.arrow") if (cache / "events.arrow").exists() else issues.events_table([])
+    if not events.schema.equals(_EVENTS_SCHEMA):
+        raise ValueError("events.arrow does not hold the issue ledger's events")
     records = pa.concat_tables(rec) if rec else empty_table()
     index = _concat_indexes(kw) if kw else KeywordIndex.build([])
     return records, index, events
+
+
+_EVENTS_SCHEMA = issues.events_table([]).schema
 
 
 def _problems_of(manifest: _cache.Manifest) -> list[ReadProblem]:
