@@ -1,5 +1,5 @@
 """Which gate tells another project's task from this project's best: the keyword floor, other
-shapes of the keyword match, a cosine floor, or both?
+shapes of the keyword match, words the project never used, a cosine floor, or both?
 
     python benchmarks/bench_gates.py [--corpus pytest-memory] [--sample 150] [--vectors]
                                      [--vectors-cache .data/vec-pytest-memory.npz]
@@ -65,11 +65,15 @@ def vectors(h: bf.History, foreign: list[str], cache: Path | None) -> tuple[np.n
     return recs, real, other
 
 
-def shape(h: bf.History, text: str, mask: np.ndarray) -> tuple[float, float, float, int]:
-    """A task's best, second and fifth best keyword match among the candidates, and its distinct terms."""
+def shape(h: bf.History, text: str, mask: np.ndarray) -> tuple[float, float, float, int, float]:
+    """A task's best, second and fifth best keyword match among the candidates, its distinct terms,
+    and the share of them that no candidate holds (words the project had not used by then: the
+    index's own document frequencies would count the query's own run and later ones)."""
     tokens = tokenize(text)
     m = np.sort(np.where(mask, keyword_match(h.snap.index, tokens), 0.0))[::-1]
-    return float(m[0]), float(m[1]), float(m[4]), len(set(tokens))
+    terms = list(dict.fromkeys(tokens))
+    unseen = sum(not (mask & (h.snap.index.scores([t]) > 0)).any() for t in terms) / max(1, len(terms))
+    return float(m[0]), float(m[1]), float(m[4]), len(terms), unseen
 
 
 def main() -> None:
@@ -99,7 +103,7 @@ def main() -> None:
         cos = lambda v: float(np.max(recs @ v, where=mask, initial=-1.0))  # noqa: E731
         rows.append((hit, *shape(h, q["query"], mask), cos(real[i]), *shape(h, task, mask), cos(other[i])))
     a = np.array(rows)
-    hit, rkw, r2, r5, rlen, rcos, fkw, f2, f5, flen, fcos = a.T
+    hit, rkw, r2, r5, rlen, rnew, rcos, fkw, f2, f5, flen, fnew, fcos = a.T
     print(f"\n{bf.short(h.name)}: {len(rows)} judged queries and as many foreign tasks; "
           f"real tasks whose block shows a relevant run with no task floor: {hit.mean():.0%}")
     print(f"{'gate':<40}{'foreign passing':>16}{'real: relevant shown':>22}")
@@ -116,6 +120,10 @@ def main() -> None:
     for label, (r, f) in others.items():
         t = float(np.quantile(f, 1 - at))  # passes as many foreign tasks as the floor 0.4
         show(f"{label} >= {t:.2f}", r >= t, f >= t)
+    # A task with a word the project never used may come from elsewhere: ask more of it.
+    for lo, hi, share in ((0.35, 0.45, 0.0), (0.35, 0.5, 0.0), (0.3, 0.45, 0.0), (0.35, 0.5, 0.1)):
+        gate = lambda kw, new: (kw >= hi) | ((kw >= lo) & (new <= share))  # noqa: E731
+        show(f"keyword >= {lo:.2f} ({hi:.2f} if unseen > {share:.0%})", gate(rkw, rnew), gate(fkw, fnew))
     if not args.vectors:
         return
     for t in (0.5, 0.55, 0.6, 0.65, 0.7):
