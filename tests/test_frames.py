@@ -184,6 +184,9 @@ def test_segments_are_compacted(store, settings, monkeypatch):
     manifest = json.loads((store.dir / ".cache" / "manifest.json").read_text())
     assert len(manifest["segments"]) <= 3
     assert len(list((store.dir / ".cache").glob("rec-*.arrow"))) == len(manifest["segments"])
+    # Each refresh writes the issue activity and carriers anew; the ones it replaced are gone.
+    assert [p.name for p in (store.dir / ".cache").glob("act-*.arrow")] == [manifest["act"]]
+    assert [p.name for p in (store.dir / ".cache").glob("car-*.arrow")] == [manifest["carry"]]
     snap = load_snapshot(store)
     full = load_snapshot(store, use_cache=False)
     assert snap.records.column("runId").to_pylist() == full.records.column("runId").to_pylist()

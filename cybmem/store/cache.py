@@ -206,15 +206,16 @@ def discard(cache: Path, *, files: bool = False) -> None:
 
 
 def remove_unlisted(cache: Path, manifest: Manifest) -> None:
-    """Delete segment files the manifest no longer names (readers that mapped them keep their mapping).
+    """Delete the numbered files the manifest no longer names (readers that mapped them keep their
+    mapping; one that had yet to read its issue activity or carriers computes them instead).
 
-    Only the records cache's own files (``rec-*``, ``kw-*``) are considered: the vector cache
-    (``vec-*``, cybmem.retrieval.vectors) keeps its files under its own manifest.
+    Only the records cache's own files (``rec-*``, ``kw-*``, ``act-*``, ``car-*``) are considered:
+    the vector cache (``vec-*``, cybmem.retrieval.vectors) keeps its files under its own manifest.
     """
     keep = manifest.files()
     with contextlib.suppress(OSError), os.scandir(cache) as it:
         for entry in it:
-            if entry.name.endswith(".arrow") and entry.name.startswith(("rec-", "kw-")) and entry.name not in keep:
+            if entry.name.endswith(".arrow") and entry.name.startswith(("rec-", "kw-", "act-", "car-")) and entry.name not in keep:
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
 
