@@ -156,14 +156,35 @@ def test_a_cache_file_that_is_arrow_but_not_what_the_manifest_lists_is_rebuilt(s
     """Another cache file copied over a segment (or a restore from another copy) is readable Arrow:
     it used to be taken, and every read of the project failed the same way until a rebuild."""
     first = load_snapshot(store)
+    want = (first.records.to_pylist(), first.index.scores(["task"]).tolist())
     cache = store.dir / ".cache"
     manifest = json.loads((cache / "manifest.json").read_text())
-    dest = cache / (manifest["segments"][0][target] if target in ("rec", "kw") else target)
-    shutil.copyfile(cache / source, dest)
+    shutil.copyfile(cache / source, cache / "copy")
+    os.replace(cache / "copy", cache / (manifest["segments"][0][target] if target in ("rec", "kw") else target))
     snap = load_snapshot(store)
-    assert snap.parsed == 5 and snap.records.equals(first.records)
-    assert snap.index.scores(["task"]).tolist() == pytest.approx(first.index.scores(["task"]).tolist())
+    assert snap.parsed == 5 and snap.records.to_pylist() == want[0]
+    assert snap.index.scores(["task"]).tolist() == pytest.approx(want[1])
     assert load_snapshot(store).parsed == 0, "the rebuilt cache is used again"
+
+
+@pytest.mark.parametrize("source, target", [("events.arrow", "fold.arrow"), ("carry", "act"), ("act", "carry")])
+def test_an_issue_file_of_the_cache_that_is_another_table_is_computed_instead(store, source, target):
+    """fold.arrow and the issue activity and carriers are read when first asked for; another cache
+    file copied over one of them is not taken for it (the fold's columns were missing: every
+    inject answered "memory not injected")."""
+    first = load_snapshot(store)
+    want = (first.fold().to_pylist(), first.activity().to_pylist(), [a.tolist() for a in first.carriers()],
+            first.open_issues().column("issueId").to_pylist())
+    assert want[3] and want[2][0]
+    cache = store.dir / ".cache"
+    manifest = json.loads((cache / "manifest.json").read_text())
+    name = lambda key: manifest[key] if key in ("act", "carry") else key  # noqa: E731
+    shutil.copyfile(cache / name(source), cache / "copy")
+    os.replace(cache / "copy", cache / name(target))  # a new file (the old one stays mapped by `first`)
+    snap = load_snapshot(store)
+    assert snap.parsed == 0, "the warm load reads the issue files only when asked"
+    assert (snap.fold().to_pylist(), snap.activity().to_pylist(), [a.tolist() for a in snap.carriers()],
+            snap.open_issues().column("issueId").to_pylist()) == want
 
 
 def test_racy_directory_mtime_is_not_trusted(store, settings, monkeypatch):

@@ -338,20 +338,22 @@ class Snapshot:
         return self._lookup
 
     @staticmethod
-    def _read_file(path: Path | None) -> pa.Table | None:
-        """A cache file of :attr:`files`, or None when there is none or it cannot be read (the
-        caller computes the table instead)."""
+    def _read_file(path: Path | None, kind: str | None = None) -> pa.Table | None:
+        """A cache file of :attr:`files`, or None when there is none, it cannot be read or it is
+        not a table of ``kind`` (another cache file copied over it): the caller computes the table
+        instead."""
         if path is None:
             return None
         try:
-            return _cache.read_table(path)
+            table = _cache.read_table(path)
         except (OSError, pa.ArrowException):
             return None
+        return table if kind is None or table.schema.equals(_schema(kind)) else None
 
     @functools.cached_property
     def _fold_file(self) -> pa.Table | None:
         """The current fold as the cache holds it (fold.arrow), or None."""
-        return self._read_file(self.files.fold)
+        return self._read_file(self.files.fold, "fold")
 
     @functools.cached_property
     def _fold(self) -> pa.Table:
@@ -405,7 +407,7 @@ class Snapshot:
             carriers_ok = self.candidates(as_of)
         if as_of is None and (default or np.array_equal(carriers_ok, self.candidates(None))):
             if self._activity is None:
-                table = self._read_file(self.files.activity)
+                table = self._read_file(self.files.activity, "activity")
                 if table is None or table.num_rows != self.fold().num_rows:
                     table = issue_activity(self.records, self.fold(), carriers_ok, self.ended_ms(), self.carriers())
                 self._activity = table
@@ -424,7 +426,7 @@ class Snapshot:
 
     @functools.cached_property
     def _carriers(self) -> tuple[np.ndarray, np.ndarray]:
-        table = self._read_file(self.files.carriers)
+        table = self._read_file(self.files.carriers, "carriers")
         col = self.records.column("issues")
         flat = sum(c.offsets[-1].as_py() - c.offsets[0].as_py() for c in col.chunks if len(c))
         if table is None or table.num_rows != flat:
@@ -553,14 +555,23 @@ def _segments(cache, manifest: _cache.Manifest) -> tuple[pa.Table, KeywordIndex,
         if not table.schema.equals(RECORD_SCHEMA) or not table.num_rows == index.n_docs == seg["rows"]:
             raise ValueError(f"{seg['rec']} and {seg['kw']} do not hold the {seg['rows']} records the cache manifest lists")
     events = _cache.read_table(cache / "events.arrow") if (cache / "events.arrow").exists() else issues.events_table([])
-    if not events.schema.equals(_EVENTS_SCHEMA):
+    if not events.schema.equals(_schema("events")):
         raise ValueError("events.arrow does not hold the issue ledger's events")
     records = pa.concat_tables(rec) if rec else empty_table()
     index = _concat_indexes(kw) if kw else KeywordIndex.build([])
     return records, index, events
 
 
-_EVENTS_SCHEMA = issues.events_table([]).schema
+@functools.cache
+def _schema(kind: str) -> pa.Schema:
+    """The schema of a cache file of ``kind`` (events, fold, activity, carriers), from the code
+    that writes it (computed once, on first use: not at import)."""
+    events = issues.events_table([])
+    fold = issues.fold_table(events)
+    table = {"events": lambda: events, "fold": lambda: fold,
+             "carriers": lambda: issue_carriers(empty_table(), fold),
+             "activity": lambda: issue_activity(empty_table(), fold, np.zeros(0, bool), np.zeros(0, np.int64))}[kind]()
+    return table.schema
 
 
 def _problems_of(manifest: _cache.Manifest) -> list[ReadProblem]:
