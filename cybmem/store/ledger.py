@@ -52,6 +52,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "events_table",
     "fold_table",
+    "schemas",
     "open_table",
 ]
 
@@ -221,7 +222,9 @@ def open_states(states: Iterable[IssueState]) -> list[IssueState]:
 EVENT_COLUMNS = ("issueId", "at", "event", "byRunId", "title", "detail", "line")
 
 
-def _schemas():
+def schemas():
+    """The Arrow schemas of the events table (:func:`events_table`) and of the fold
+    (:func:`fold_table`): what the cache's events.arrow and fold.arrow hold."""
     import pyarrow as pa
 
     ts = pa.timestamp("ms", tz="UTC")
@@ -240,7 +243,7 @@ def events_table(events: Iterable[tuple[int, IssueEvent]]) -> "pa.Table":
     """(line, event) pairs as the Arrow events table (schema: :data:`EVENT_COLUMNS`)."""
     import pyarrow as pa
 
-    schema, _ = _schemas()
+    schema, _ = schemas()
     cols: dict[str, list] = {name: [] for name in EVENT_COLUMNS}
     for line, ev in events:
         cols["issueId"].append(ev.issueId)
@@ -282,7 +285,7 @@ def fold_table(events: "pa.Table", *, as_of_ms: int | None = None) -> "pa.Table"
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    _, schema = _schemas()
+    _, schema = schemas()
     if as_of_ms is not None and events.num_rows:
         events = events.filter(pc.less_equal(events.column("at"), pa.scalar(as_of_ms, pa.timestamp("ms", tz="UTC"))))
     n = events.num_rows

@@ -59,6 +59,11 @@ def issue_texts(events: pa.Table, ids: list[str] | None = None) -> dict[str, str
         folded.column("issueId").to_pylist(), folded.column("title").to_pylist(), folded.column("detail").to_pylist())}
 
 
+#: What :func:`issue_carriers` and :func:`issue_activity` return (and the cache's car-N and act-N hold).
+CARRIERS_SCHEMA = pa.schema([("record", pa.int32()), ("foldRow", pa.int32())])
+ACTIVITY_SCHEMA = pa.schema([("lastActivity", pa.int64()), ("titleKey", pa.int32()), ("openOrder", pa.int32())])
+
+
 def issue_carriers(records: pa.Table, folded: pa.Table) -> pa.Table:
     """Every issue id the records' outcomes carry, in ``list_flatten`` order of their ``issues``
     column: ``record`` (the carrying row) and ``foldRow`` (the issue's row in ``folded``, -1 when
@@ -66,10 +71,10 @@ def issue_carriers(records: pa.Table, folded: pa.Table) -> pa.Table:
     col = records.column("issues")
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not records.num_rows or not len(flat := pc.list_flatten(col)):
-        return pa.table({"record": pa.array([], pa.int32()), "foldRow": pa.array([], pa.int32())})
+        return CARRIERS_SCHEMA.empty_table()
     rows = pc.list_parent_indices(col).cast(pa.int32())
     at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), -1).cast(pa.int32())
-    return pa.table({"record": rows, "foldRow": at})
+    return pa.table({"record": rows, "foldRow": at}, schema=CARRIERS_SCHEMA)
 
 
 def _arrays(carried: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -101,8 +106,7 @@ def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray,
     order = np.full(m, -1, np.int32)  # the open rows, newest opened first (open_rows), then -1s
     opened = open_rows(folded)
     order[: len(opened)] = opened
-    return pa.table({"lastActivity": pa.array(last, pa.int64()), "titleKey": pa.array(codes, pa.int32()),
-                     "openOrder": pa.array(order, pa.int32())})
+    return pa.table({"lastActivity": last, "titleKey": codes, "openOrder": order}, schema=ACTIVITY_SCHEMA)
 
 
 def opened_in(activity: pa.Table) -> np.ndarray:
@@ -338,22 +342,22 @@ class Snapshot:
         return self._lookup
 
     @staticmethod
-    def _read_file(path: Path | None, kind: str | None = None) -> pa.Table | None:
+    def _read_file(path: Path | None, schema: pa.Schema | None = None) -> pa.Table | None:
         """A cache file of :attr:`files`, or None when there is none, it cannot be read or it is
-        not a table of ``kind`` (another cache file copied over it): the caller computes the table
-        instead."""
+        not a table of ``schema`` (another cache file copied over it): the caller computes the
+        table instead."""
         if path is None:
             return None
         try:
             table = _cache.read_table(path)
         except (OSError, pa.ArrowException):
             return None
-        return table if kind is None or table.schema.equals(_schema(kind)) else None
+        return table if schema is None or table.schema.equals(schema) else None
 
     @functools.cached_property
     def _fold_file(self) -> pa.Table | None:
         """The current fold as the cache holds it (fold.arrow), or None."""
-        return self._read_file(self.files.fold, "fold")
+        return self._read_file(self.files.fold, issues.schemas()[1])
 
     @functools.cached_property
     def _fold(self) -> pa.Table:
@@ -407,7 +411,7 @@ class Snapshot:
             carriers_ok = self.candidates(as_of)
         if as_of is None and (default or np.array_equal(carriers_ok, self.candidates(None))):
             if self._activity is None:
-                table = self._read_file(self.files.activity, "activity")
+                table = self._read_file(self.files.activity, ACTIVITY_SCHEMA)
                 if table is None or table.num_rows != self.fold().num_rows:
                     table = issue_activity(self.records, self.fold(), carriers_ok, self.ended_ms(), self.carriers())
                 self._activity = table
@@ -426,7 +430,7 @@ class Snapshot:
 
     @functools.cached_property
     def _carriers(self) -> tuple[np.ndarray, np.ndarray]:
-        table = self._read_file(self.files.carriers, "carriers")
+        table = self._read_file(self.files.carriers, CARRIERS_SCHEMA)
         col = self.records.column("issues")
         flat = sum(c.offsets[-1].as_py() - c.offsets[0].as_py() for c in col.chunks if len(c))
         if table is None or table.num_rows != flat:
@@ -555,23 +559,11 @@ def _segments(cache, manifest: _cache.Manifest) -> tuple[pa.Table, KeywordIndex,
         if not table.schema.equals(RECORD_SCHEMA) or not table.num_rows == index.n_docs == seg["rows"]:
             raise ValueError(f"{seg['rec']} and {seg['kw']} do not hold the {seg['rows']} records the cache manifest lists")
     events = _cache.read_table(cache / "events.arrow") if (cache / "events.arrow").exists() else issues.events_table([])
-    if not events.schema.equals(_schema("events")):
+    if not events.schema.equals(issues.schemas()[0]):
         raise ValueError("events.arrow does not hold the issue ledger's events")
     records = pa.concat_tables(rec) if rec else empty_table()
     index = _concat_indexes(kw) if kw else KeywordIndex.build([])
     return records, index, events
-
-
-@functools.cache
-def _schema(kind: str) -> pa.Schema:
-    """The schema of a cache file of ``kind`` (events, fold, activity, carriers), from the code
-    that writes it (computed once, on first use: not at import)."""
-    events = issues.events_table([])
-    fold = issues.fold_table(events)
-    table = {"events": lambda: events, "fold": lambda: fold,
-             "carriers": lambda: issue_carriers(empty_table(), fold),
-             "activity": lambda: issue_activity(empty_table(), fold, np.zeros(0, bool), np.zeros(0, np.int64))}[kind]()
-    return table.schema
 
 
 def _problems_of(manifest: _cache.Manifest) -> list[ReadProblem]:
