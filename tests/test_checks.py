@@ -179,6 +179,13 @@ def test_cache_behind_is_a_warning_damaged_is_repaired(store, settings):
     res = doc("--all", "--json")
     assert ("cache", "repairable", ".cache") in _findings(res) and "Traceback" not in res.output
     assert doc("--all", "--repair").exit_code == 0
+    cache = store.dir / ".cache"  # a keyword index of the issues over the records' one: rows fine, index not
+    kw = json.loads((cache / "manifest.json").read_text())["segments"][0]["kw"]
+    (cache / "copy").write_bytes((cache / "kwi.arrow").read_bytes())
+    os.replace(cache / "copy", cache / kw)
+    assert ("cache", "repairable", ".cache") in _findings(doc("--all", "--json"))
+    assert doc("--all", "--repair").exit_code == 0 and "cache" not in {f[0] for f in _findings(doc("--all", "--json"))}
+    assert doc("--all", "--repair").exit_code == 0
     assert set(load_snapshot(store).records.column("runId").to_pylist()) == {"r1", "r2", "r3", "r9"}
 
 

@@ -393,6 +393,12 @@ def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[F
     if cache.is_symlink():
         return []  # _check_dirs names it; nothing is read through it
     verdict = _cache.check(store.records_dir, store.issues_path, cache, store.listing(), bad, ledger_whole)
+    if verdict.state in ("ok", "behind"):
+        from ..store.snapshot import cache_problem
+
+        problem = cache_problem(store)  # files that read but are not what the manifest lists
+        if problem:
+            verdict = _cache.CacheCheck("broken", [f"its files are not what its manifest lists ({problem})"])
     if verdict.state == "broken":
         return [Finding("cache", "repairable", str(cache), "cache disagrees with the store: " + ", ".join(verdict.reasons),
                         store.slug)]

@@ -42,7 +42,7 @@ from ..errors import StoreError
 from .memory_store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
 from .tokens import tokenize_arrow
 
-__all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "holding_snapshots", "issue_texts"]
+__all__ = ["RECORD_SCHEMA", "Snapshot", "load_snapshot", "holding_snapshots", "issue_texts", "cache_problem"]
 
 _PROGRESS_AFTER_S = 1.0
 
@@ -885,6 +885,20 @@ def _load(store: MemoryStore, use_cache: bool, recheck: list[str]) -> Snapshot:
             # memory still works, parsed in memory.
             return _load(store, False, [])
     raise AssertionError("unreachable")
+
+
+def cache_problem(store: MemoryStore) -> str | None:
+    """Why a load would not use the cache's segments and events (the checks it makes of them: see
+    ``_segments``), or None when it would (or there is no readable manifest: cache.check says so)."""
+    cache = _cache.cache_dir(store.dir)
+    manifest = _cache.Manifest.read(cache)
+    if manifest is None:
+        return None
+    try:
+        _segments(cache, manifest)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def cached_snapshot(store: MemoryStore) -> Snapshot | None:
