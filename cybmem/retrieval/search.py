@@ -163,12 +163,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     lin_top = weights.w_lin * LINEAGE_ANCESTOR if lin is not None and weights.w_lin > 0 else 0.0  # the highest affinity
     margin = 1e-5  # float32 rounding of the exact totals is far below it: the rows kept are a superset
 
-    def scored(rows: np.ndarray) -> np.ndarray:
-        """Which of ``rows`` have a keyword or a vector score."""
-        hot = kw[rows] > 0 if kw is not None else np.zeros(len(rows), bool)
-        if vec is not None:
-            hot |= vec[rows] > 0
-        return hot
+    def scored(rows: np.ndarray | slice) -> np.ndarray:
+        return _has_score(kw, vec, rows)
 
     def newest(keep_row, want: int) -> np.ndarray:
         """The first ``want`` candidate rows that ``keep_row`` (rows -> bool) keeps, newest first
@@ -203,9 +199,7 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
         blocks = ScoreBlocks(kw, k) if kw is not None else None
         # The latest matches (a loaded store's rows come oldest first: the newest) join the seeds.
         lo = max(0, n - 8 * step)
-        hot = kw[lo:] > 0 if kw is not None else vec[lo:] > 0
-        if kw is not None and vec is not None:
-            hot |= vec[lo:] > 0
+        hot = scored(slice(lo, n))
         if not everyone:
             hot &= mask[lo:]
         seed, kw_top = _seeds(mask, everyone, kw, vec, k, lo + np.flatnonzero(hot)[-k:], blocks)
@@ -215,13 +209,13 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
             exact = totals(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[seed], now_ms=now_ms, lineage=sub(lin),
                            vector_cos=sub(vec), weights=weights, keyword_max=kw_max)
             threshold = float(np.partition(exact, len(exact) - k)[len(exact) - k])
-        # Every seed that can reach the top k is among these rows; the normalising max's row is
-        # added, so that the pool's own maximum is the candidates'.
         # A block of rows is bounded by the recency of its newest record (rows are appended as runs
         # end, so most blocks are old: their rows need nearly the threshold on keywords alone).
         rec_bound = None
         if by_recency and blocks is not None and blocks.maxima is not None and np.isfinite(threshold):
             rec_bound = recency(snap.newest_in_blocks(blocks.block), now_ms, weights.half_life_days, weight=weights.w_rec)
+        # Every seed that can reach the top k is among these rows; the normalising max's row is
+        # added, so that the pool's own maximum is the candidates'.
         rows = _reaching(mask, everyone, kw, vec, weights, threshold - lin_top - margin, kw_max, blocks, rec_bound)
         parts = [rows if kw_top is None else _with(rows, kw_top)]
     if threshold - margin > weights.w_rec + lin_top:
@@ -260,6 +254,19 @@ def _seeds(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.ndar
     return (seed if everyone else seed[mask[seed]]), kw_top
 
 
+_TINY = np.nextafter(np.float32(0), np.float32(1))  # the least positive float32: "a keyword score at all"
+
+
+def _has_score(kw: np.ndarray | None, vec: np.ndarray | None, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+    """Which of ``rows`` (row indices, or a slice when an axis is on) have a keyword or a vector score."""
+    if kw is None and vec is None:
+        return np.zeros(len(rows), bool)
+    hot = kw[rows] > 0 if kw is not None else vec[rows] > 0
+    if kw is not None and vec is not None:
+        hot |= vec[rows] > 0
+    return hot
+
+
 def _reaching(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.ndarray | None, weights: Weights,
               bound: float, kw_max: float | None, blocks: ScoreBlocks | None,
               rec_bound: np.ndarray | None = None) -> np.ndarray:
@@ -275,10 +282,7 @@ def _reaching(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.n
         t = np.maximum((bound - rec_bound.astype(np.float64)) / np.float64(scale), np.float64(_TINY)).astype(np.float32)
         rows = blocks.at_least_each(t)
     elif need <= 0 or (scale is None and vec is None):
-        hot = kw > 0 if kw is not None else vec > 0
-        if kw is not None and vec is not None:
-            hot |= vec > 0
-        rows = np.flatnonzero(hot) if need <= 0 else np.zeros(0, np.int64)
+        rows = np.flatnonzero(_has_score(kw, vec)) if need <= 0 else np.zeros(0, np.int64)
     elif vec is None:
         rows = blocks.at_least(np.float32(need) / scale) if blocks is not None else np.flatnonzero(kw >= np.float32(need) / scale)
     else:
@@ -287,9 +291,6 @@ def _reaching(mask: np.ndarray, everyone: bool, kw: np.ndarray | None, vec: np.n
             total += kw * scale
         rows = np.flatnonzero(total >= np.float32(need))
     return rows if everyone else rows[mask[rows]]
-
-
-_TINY = np.nextafter(np.float32(0), np.float32(1))  # the least positive float32: "a keyword score at all"
 
 
 def _with(rows: np.ndarray, row: int) -> np.ndarray:
