@@ -205,15 +205,28 @@ def pytest_configure(config: pytest.Config) -> None:
 SPREAD = {"tests/test_usage.py"}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """--dist loadgroup: every other file's tests stay together on one worker (a notebook's cells
-    share one kernel, a module's fixtures are built once), as --dist loadfile would keep them. Runs
-    before xdist's own hook, which reads the groups."""
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        if path not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(path))
+def _scope(nodeid: str) -> str:
+    """What runs on one worker: a whole file (a notebook's cells share one kernel, a module's
+    fixtures are built once), each test of a SPREAD file on its own."""
+    path = nodeid.split("::", 1)[0]
+    return nodeid if path in SPREAD else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's own hook for choosing a scheduler: whole files to one worker, except SPREAD.
+
+    Not ``--dist loadgroup`` with an ``xdist_group`` mark per file: xdist puts the group into a
+    test's id by assigning ``item._nodeid``, which pytest 9.2 no longer reads (the id became
+    structured), so every notebook's cells were spread over both workers and a cell ran in a
+    kernel that had not run the cells before it. A scheduler is xdist's public interface."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return FileScheduling(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)
