@@ -13,12 +13,14 @@ from pathlib import Path
 
 from .errors import ValidationError
 
-__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS", "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE"]
+__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS", "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE"]
 
 #: Prior runs in the MEMORY block: the smallest that names a judged-relevant run as often as the
 #: dispatch issue asks (benchmarks/bench_dispatch.py; benchmarks/RESULTS.md, "Figures the module
 #: docstrings quoted"); the token budget still bounds the block.
 DEFAULT_TOPK = 8
+#: How many weaker matches the MEMORY block may show as one-line pointers beside its full entries.
+DEFAULT_POINTERS = 8
 DEFAULT_MAX_TOKENS = 1500
 #: Open issues in the MEMORY block (their section also keeps to a third of the budget).
 DEFAULT_ISSUES = 5
@@ -75,6 +77,7 @@ class Settings:
     memory_dir: Path
     enabled: bool = True
     topk: int = DEFAULT_TOPK
+    pointers: int = DEFAULT_POINTERS
     max_tokens: int = DEFAULT_MAX_TOKENS
     issues: int = DEFAULT_ISSUES
     run_id: str | None = None
@@ -109,6 +112,7 @@ class Settings:
             memory_dir=root.expanduser().absolute(),
             enabled=_flag(env, "CYBERINE_MEMORY", True),
             topk=_int_env(env, "CYBERINE_MEMORY_TOPK", DEFAULT_TOPK, 0, problems),
+            pointers=_int_env(env, "CYBERINE_MEMORY_POINTERS", DEFAULT_POINTERS, 0, problems),
             max_tokens=_int_env(env, "CYBERINE_MEMORY_MAX_TOKENS", DEFAULT_MAX_TOKENS, 0, problems),
             issues=_int_env(env, "CYBERINE_MEMORY_ISSUES", DEFAULT_ISSUES, 0, problems),
             run_id=_none_if_empty(env.get("CYBERINE_RUN_ID")),

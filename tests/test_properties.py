@@ -50,7 +50,8 @@ def test_strip_inverts_inject_for_any_clean_task_and_any_hostile_block(task, ent
     if block:
         # Record content can neither end nor forge the block: exactly one HEADER and one FOOTER
         # line, and no other line a reader could take for a marker.
-        lines = block.split("\n")
+        assert block.endswith("\n")
+        lines = block[:-1].split("\n")
         assert lines[0] == HEADER and lines[-1] == FOOTER
         assert [line for line in lines[1:-1] if line.rstrip() in (HEADER, FOOTER)] == []
         assert all(line.startswith(("- ", "  ")) or line == "Open issues in this project:" for line in lines[1:-1])

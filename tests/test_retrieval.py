@@ -144,8 +144,8 @@ def check_golden(name: str, text: str) -> None:
 def test_preamble_golden(fixture_copy, name, project, task, env):
     settings = Settings.from_env({f"CYBERINE_{k}": str(v) for k, v in env.items()}, memory_dir=fixture_copy)
     block = memory_block(MemoryStore(fixture_copy, project), task, settings, now_ms=NOW)
-    check_golden(name, block + "\n")
-    assert block.startswith(HEADER + "\n") and block.endswith("\n" + FOOTER)
+    check_golden(name, block)
+    assert block.startswith(HEADER + "\n") and block.endswith("\n" + FOOTER + "\n")
     assert estimate_tokens(block) <= settings.max_tokens
     again = memory_block(MemoryStore(fixture_copy, project), task, settings, now_ms=NOW)
     assert again == block, "deterministic"
@@ -159,7 +159,7 @@ def test_token_cap_never_cuts_a_line(fixture_copy):
         block = memory_block(store, "cart drawer", Settings.from_env({"CYBERINE_MEMORY_TOPK": "10", "CYBERINE_MEMORY_MAX_TOKENS": str(cap)}, memory_dir=fixture_copy), now_ms=NOW)
         assert estimate_tokens(block) <= cap
         if block:
-            assert block.startswith(HEADER) and block.endswith(FOOTER)
+            assert block.startswith(HEADER) and block.endswith(FOOTER + "\n")
             lines = block.splitlines()
             runs = [line for line in lines if line.startswith("- run ")]
             assert runs == full_runs[: len(runs)], "the runs that fit are the first of the uncapped block, whole"
@@ -238,7 +238,7 @@ def test_open_issues_are_ranked_by_relevance_to_the_task(settings):
     # A task that relates to nothing here: no run, one line saying so, and only an issue whose own
     # text matches it.
     block = memory_block(MemoryStore(settings.memory_dir, "web"), "quantum entanglement routing", one, now_ms=NOW)
-    assert block.splitlines()[1].startswith("- (no earlier run relates to this task: its best keyword match is 0.00")
+    assert block.splitlines()[1] == "- (no earlier run relates to this task: no run holds any of its words)"
     assert "Open issues in this project:" not in block and "- run " not in block
     write_run(make_run("q", "Unrelated chore", start=T0 + 9 * DAY, output=out.format(t="Quantum entanglement routing drops packets")),
               settings)
@@ -618,75 +618,59 @@ def _tiny_snapshot(texts: list[str]):
     return Snapshot(None, table, None, KeywordIndex.build([tokenize(t) for t in texts]))
 
 
-def test_keyword_match_is_bm25_over_the_square_root_of_idf_mass_times_the_largest_idf():
-    import math
-
-    from cybmem.retrieval.search import keyword_match
-    from cybmem.store.tokens import tokenize
-
-    texts = ["cart drawer flaky", "login form", "search box", "cart total"] * 25
-    snap = _tiny_snapshot(texts)
-    tokens = tokenize("cart drawer zeppelin")
-    raw = snap.index.scores(tokens)
-    idf = lambda df, n=100: math.log1p((n - df + 0.5) / (df + 0.5))  # noqa: E731  Lucene's
-    mass, top = idf(50) + idf(25) + idf(0), idf(0)  # cart, drawer, and a word no run holds
-    assert snap.index.idf_mass(tokens) == pytest.approx((mass, top))
-    assert keyword_match(snap.index, tokens, raw) == pytest.approx(raw / math.sqrt(mass * top))
-    assert keyword_match(snap.index, tokens) == pytest.approx(raw / math.sqrt(mass * top))
-    assert not keyword_match(snap.index, [], raw).any()
-
-
-def test_a_small_store_is_matched_as_if_it_held_floor_min_runs():
-    """Four runs: document frequency cannot tell a rare word from a common one, so the match is
-    BM25 and idf as if there were FLOOR_MIN_RUNS runs, the others holding none of the words."""
-    import math
-
-    from cybmem.store.keyword_index import KeywordIndex
-    from cybmem.retrieval.search import keyword_match
-    from cybmem.store.tokens import tokenize
-    from cybmem.retrieval.weights import FLOOR_MIN_RUNS, Weights
-
-    texts = ["cart drawer flaky", "login form", "search box", "cart total"]
-    snap = _tiny_snapshot(texts)
-    tokens = tokenize("cart drawer zeppelin")
-    n = FLOOR_MIN_RUNS
-    # The same four runs padded with runs that hold none of the words score the four alike.
-    # (96 fillers of 2 and 3 words keep the average length at the four runs' 9 / 4 words)
-    fillers = [["filler", "word"]] * 72 + [["filler", "word", "more"]] * 24
-    padded = KeywordIndex.build([tokenize(t) for t in texts] + fillers)
-    assert len(fillers) == n - 4 and padded.avgdl == snap.index.avgdl
-    mass, top = padded.idf_mass(tokens)
-    want = padded.scores(tokens)[:4] / math.sqrt(mass * top)
-    got = keyword_match(snap.index, tokens)
-    assert got == pytest.approx(want) and got[1] == 0 and got[2] == 0 and got[0] > got[3] > 0
-    assert snap.index.idf_mass(tokens, n_docs=n) == pytest.approx((mass, top))
-    # The only run of a store, named by a task of its own words, passes the default floor.
-    one = _tiny_snapshot(["Fix the login form validation"])
-    assert keyword_match(one.index, tokenize("fix the login form"))[0] >= Weights().floor
-
-
-def test_the_floor_keeps_out_runs_without_evidence_and_lets_the_parent_and_close_vectors_in():
+def test_evidence_is_judged_per_run_against_chance_in_the_store():
+    from cybmem.retrieval.evidence import FULL, OUT, POINTER, judge, specific_terms
     from cybmem.retrieval.search import rank_query
+    from cybmem.store.tokens import tokenize
 
     texts = ["rework the tokenizer for unicode identifiers", "tokenizer splits unicode identifiers wrongly",
-             "bump the ci image", "release notes for 2.1", "bump the ci image again", "update the changelog"]
-    snap = _tiny_snapshot(texts)
-    w = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05, floor=0.3)
+             "bump the ci image", "release notes for 2.1", "bump the ci image again", "update the changelog",
+             "fix the docs", "fix the build", "fix the release", "fix the tokenizer cache"]
+    snap = _tiny_snapshot(texts + [f"routine chore {i} fix" for i in range(100)])
+    w = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05)
     now = T0 + 10 * 3_600_000
-    related = rank_query(snap, "tokenizer breaks on unicode identifiers", k=5, weights=w, now_ms=now, floor=True)
-    assert sorted(related.top) == [0, 1] and related.floor.passed and related.floor.qualifying == 2
-    assert related.floor.below.tolist() == [False, False, True, True, True, True], "recency alone lets nothing in"
-    unfloored = rank_query(snap, "tokenizer breaks on unicode identifiers", k=5, weights=w, now_ms=now)
-    assert len(unfloored.top) == 5 and unfloored.floor is None
-    foreign = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=w, now_ms=now, floor=True)
-    assert foreign.top == [] and not foreign.floor.passed
-    assert foreign.floor.reason == "no earlier run relates to this task: its best keyword match is 0.00, below the floor 0.30"
-    pinned = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=w, now_ms=now, floor=True,
+    # "fix" is held by 104 of 110 runs (common at 20%): it carries nothing alone; "tokenizer" and
+    # "unicode identifiers" are specific. The word no run holds ("breaks") counts for nothing.
+    ev = specific_terms(snap.index, tokenize("fix: tokenizer breaks on unicode identifiers"))
+    assert ev.common_df == 22 and ev.specific == ["token", "unicod", "identifi"]
+    related = rank_query(snap, "fix: tokenizer breaks on unicode identifiers", k=8, weights=w, now_ms=now, evidence=True)
+    assert sorted(related.top) == [0, 1, 9], "only runs holding a term that is not common; recency lets nothing in"
+    tiers = dict(zip(related.top, related.tiers))
+    assert tiers[0].tier == tiers[1].tier == FULL and tiers[0].nats > 2, "three rare terms together: beyond chance"
+    assert tiers[9].tier == POINTER and "fix" in tiers[9].common and "token" in tiers[9].terms
+    # Words no run holds do not count against a task: the same runs and tiers with a hash and a name added.
+    longer = rank_query(snap, "fix: tokenizer breaks on unicode identifiers Change-Id I8f3a2b9c dmitri", k=8,
+                        weights=w, now_ms=now, evidence=True)
+    assert longer.top == related.top and [t.tier for t in longer.tiers] == [t.tier for t in related.tiers]
+    # A task whose shared words are all common here: no run, and the reason says why.
+    foreign = rank_query(snap, "fix the lidar sensor drift", k=8, weights=w, now_ms=now, evidence=True)
+    assert foreign.top == [] and foreign.evidence.reason() == (
+        "no earlier run relates to this task: the words runs share with it (1) are common here, each held by at least 22 "
+        "of this project's 110 runs")
+    none = rank_query(snap, "calibrate the lidar sensor", k=8, weights=w, now_ms=now, evidence=True)
+    assert none.top == [] and none.evidence.reason() == "no earlier run relates to this task: no run holds any of its words"
+    # The parent a dispatcher names is shown (in full) whatever its evidence; a close vector makes a pointer.
+    pinned = rank_query(snap, "calibrate the lidar sensor", k=8, weights=w, now_ms=now, evidence=True,
                         parent_run_id="r3", pin_parent=True)
-    assert pinned.top == [3], "the parent a dispatcher names is shown whatever its match"
-    cos = np.array([0.1, 0.2, 0.1, 0.7, 0.3, 0.59], dtype=np.float32)
-    vw = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05, w_vec=0.2, floor=0.3, floor_vec=0.6)
-    by_vector = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=vw, now_ms=now, floor=True, vector=cos)
-    assert by_vector.top == [3] and by_vector.floor.best_vec == pytest.approx(0.7), "a close vector lets a run in"
-    off = rank_query(snap, "calibrate the lidar sensor drift", k=5, weights=Weights(floor=0.0), now_ms=now, floor=True)
-    assert len(off.top) == 5 and off.floor is None, "floor 0 turns it off"
+    assert pinned.top == [3] and pinned.tiers[0].tier == FULL
+    cos = np.full(110, 0.1, dtype=np.float32)
+    cos[3], cos[5] = 0.7, 0.59
+    vw = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05, w_vec=0.2, floor_vec=0.6)
+    by_vector = rank_query(snap, "calibrate the lidar sensor", k=8, weights=vw, now_ms=now, evidence=True, vector=cos)
+    assert by_vector.top == [3] and by_vector.tiers[0].tier == POINTER, "a close vector lets a run in"
+    # Without a word to judge by (a chat session's start) every run may enter, in full.
+    bare = rank_query(snap, "the", k=3, weights=w, now_ms=now, evidence=True)
+    assert len(bare.top) == 3 and {t.tier for t in bare.tiers} == {FULL}
+    assert judge(snap.index, ev, []) == [] and OUT == "out"
+
+
+def test_term_hits_are_the_postings_of_the_rows_asked_about():
+    from cybmem.store.keyword_index import KeywordIndex
+
+    docs = [["a", "b"], ["b", "c"], ["c"], ["a", "c", "d"]]
+    idx = KeywordIndex.build(docs[:2]).extend(docs[2:])  # two segments
+    hits = idx.term_hits(["c", "a", "zz", "a"], np.array([3, 0, 2]))
+    assert hits.terms == ["c", "a", "zz"] and hits.df.tolist() == [3, 2, 0]
+    assert hits.held.tolist() == [[True, True, False], [False, True, False], [True, False, False]]
+    gone = idx.remove([3]).term_hits(["a"], np.array([3, 0]))
+    assert gone.held.tolist() == [[False], [True]], "a removed document holds nothing"

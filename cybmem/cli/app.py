@@ -988,26 +988,33 @@ def _explain_lines(result) -> list[str]:
              f"(runs {d['tokens']['runs']}, issues {d['tokens']['issues']}); top-k {d['settings']['topk']}, "
              f"issue cap {d['settings']['issues']}"]
     if "weights" in d:
-        lines.append("weights: " + ", ".join(f"{k}={v:g} ({d['weightSources'].get(k, 'argument')})" for k, v in d["weights"].items()))
+        by_source: dict[str, list[str]] = {}  # each source (a weights file, the environment) named once
+        for k, v in d["weights"].items():
+            if k != "floor":  # retired: the block judges each run's evidence (cybmem.retrieval.evidence)
+                by_source.setdefault(d["weightSources"].get(k, "argument"), []).append(f"{k}={v:g}")
+        lines.append("weights: " + "; ".join(f"{', '.join(ws)} ({src})" for src, ws in by_source.items()))
         if d.get("tuned"):
             lines.append(f"weights source: {d['tuned']}")
         if d["issues"] and "issueWeights" in d:
             lines.append("issues ranked with: " + ", ".join(f"{k}={v:.3g}" for k, v in d["issueWeights"].items())
                          + " (recency weighs more for an open issue)")
-    fl = d.get("floor")
-    if fl:
-        if fl.get("reason"):
-            lines.append(f"floor: {fl['reason']}; no run may enter")
-        else:
-            lines.append(f"floor: the task's best keyword match {fl['best']:.2f} >= {fl['floor']:.2f}, so runs matching "
-                         f">= {fl['cut']:.2f} may enter ({fl['qualifying']} of {fl['candidates']} runs)"
-                         + (f"; or a cosine >= {fl['floorVec']:.2f}" if "floorVec" in fl else ""))
-        for h in fl.get("below", []):
-            lines.append(f"below  {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
-                         f"{subject_line(h['task'], 50)}")
+    ev = d.get("evidence")
+    if ev:
+        common = [t for t, n in zip(ev["terms"], ev["documentFrequency"]) if n >= ev["commonAt"]]
+        unknown = [t for t, n in zip(ev["terms"], ev["documentFrequency"]) if n == 0]
+        lines.append(f"evidence: {len(ev['terms'])} task term(s); common here (held by >= {ev['commonAt']} of "
+                     f"{ev['runs']} runs, carry nothing alone): {' '.join(common) or '-'}; held by no run: "
+                     f"{' '.join(unknown) or '-'}; full entry at >= {ev['fullNats']:g} nats")
+        if ev.get("reason"):
+            lines.append(f"evidence: {ev['reason']}")
     for h in d["runs"]:
-        pin = "  (parent of this run: shown first)" if h.get("pinned") == "parent" else ""
-        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {_fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
+        pin = "  (the run this task follows up: shown first)" if h.get("pinned") == "parent" else ""
+        e = h.get("evidence")
+        tier = ""
+        if e:
+            nats = "-" if e["nats"] is None else f"{e['nats']:.1f}"
+            tier = f"{e['tier']:<7} {nats:>6} nats [{' '.join(e['terms'][:6])}{' ...' if len(e['terms']) > 6 else ''}]  "
+        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {tier}{_fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
                      f"{subject_line(h['task'], 50)}{pin}")
     for issue in d["issues"]:
         c = issue["contributions"]

@@ -114,13 +114,6 @@ def _weights(weights: Mapping[str, float], sources: Mapping[str, str], tuned: Ma
     return out
 
 
-def _floor(floor: Mapping[str, Any] | None) -> dict | None:
-    if not floor:
-        return None
-    return {"passed": floor.get("qualifying", 0) > 0, "best": floor.get("best"), "floor": floor.get("floor"),
-            "qualifying": floor.get("qualifying"), "candidates": floor.get("candidates")}
-
-
 def _runs(hits: Iterable[Mapping[str, Any]]) -> list[dict]:
     out = []
     for i, h in enumerate(hits, 1):
@@ -144,15 +137,14 @@ def _line(source: str, at: int, who: Mapping[str, str | None], runs: list[dict],
 def block_entry(inj: "Injection", settings: "Settings", *, at: int | None = None, source: str = "inject") -> dict:
     """The shown.jsonl line of a MEMORY block: the runs it shows (rank, score), the issue ids it
     lists (its issues section, then the open issues on the shown runs' ``raised:`` lines), the
-    weights and their source, the floor, the moment."""
+    weights and their source, the moment."""
     runs = _runs(h.to_dict() for h in inj.runs)
     listed = [i for c in inj.issues if c.listed == "issues" for i in c.ids]
     weights = None
     if inj.weights is not None:
         weights = _weights(inj.weights.weights.to_dict(), inj.weights.sources, inj.weights.tuned)
-    floor = _floor(inj.floor.to_dict()) if inj.floor is not None else None
     return _line(source, at if at is not None else _now_ms(), _who(settings, inj.task), runs, listed + inj.raised,
-                 weights=weights, floor=floor)
+                 weights=weights)
 
 
 def mcp_entry(name: str, arguments: Mapping[str, Any], answer: Any, settings: "Settings", *,
@@ -173,8 +165,7 @@ def mcp_entry(name: str, arguments: Mapping[str, Any], answer: Any, settings: "S
         weights = (_weights(answer["weights"], answer.get("weightSources", {}), None) if "weights" in answer else None)
         if weights is not None and answer.get("tuned"):
             weights["source"] = "tuned"
-        return _line(source, when, who, _runs(answer.get("runs", [])), listed, weights=weights,
-                     floor=_floor(answer.get("floor")))
+        return _line(source, when, who, _runs(answer.get("runs", [])), listed, weights=weights)
     if name in ("show", "run-record"):
         record = answer.get("record", answer)
         chain = answer.get("supersededChain", answer.get("_supersededChain", []))

@@ -7,14 +7,17 @@ memory ever fails the dispatcher: the task comes back with whatever block could 
 
 The block (:func:`cybmem.dispatch.preamble.layout`; in full: USAGE.md, "``cybmem inject`` and ``cybmem strip``"):
 
-- **Runs**: the top ``CYBERINE_MEMORY_TOPK`` of :func:`cybmem.retrieval.search.search` that pass the
-  floor (:mod:`cybmem.retrieval.search`, "The floor"); the parent the dispatcher names
-  (``CYBERINE_PARENT_RUN_ID``) first whatever its score (``pinned: parent``).
+- **Runs**: the ranking of :func:`cybmem.retrieval.search.search` over the runs with evidence about the
+  task (:mod:`cybmem.retrieval.evidence`): up to ``CYBERINE_MEMORY_TOPK`` shown in full (strong
+  evidence) and up to ``CYBERINE_MEMORY_POINTERS`` as one-line pointers (weaker evidence), full
+  entries first; the parent the dispatcher names (``CYBERINE_PARENT_RUN_ID``) first, in full and
+  labelled as the run the task follows up, whatever its score (``pinned: parent``).
 - **Issues**: every open issue scored on the runs' axes, ``w_kw * keyword + w_lin * lineage + w_rec
   * recency`` with recency at :data:`~cybmem.retrieval.weights.ISSUE_REC_SHARE` of the weights
   (:meth:`~cybmem.retrieval.weights.Weights.for_issues`): keyword the better of its own title and detail and
-  the runs that raised or carry it, lineage from that best run, recency from its last activity. Below the floor only issues
-  whose own text matches as well as the floor asks are listed. At most ``CYBERINE_MEMORY_ISSUES``,
+  the runs that raised or carry it, lineage from that best run, recency from its last activity. Only issues with
+  evidence are listed, by the runs' rule: their own title or detail holds a task term that is not
+  common in the store, or a run with evidence carries them. At most ``CYBERINE_MEMORY_ISSUES``,
   in at most :data:`ISSUE_SHARE` of the token budget, none already on a shown run's ``raised:``.
 """
 
@@ -32,7 +35,8 @@ import pyarrow.compute as pc
 from ..errors import CybmemError, NotFoundError
 from .preamble import Layout, OpenIssue, PreambleEntry, estimate_tokens, inject, layout
 from ..store.projects import known_projects
-from ..retrieval.search import Floor, Hit, SearchResult, keyword_match, search
+from ..retrieval.evidence import Evidence
+from ..retrieval.search import Hit, SearchResult, search
 from ..retrieval.scoring import normalize_keyword, ranking_order, recency
 from ..settings import Settings
 from ..store.snapshot import load_snapshot, opened_in
@@ -40,7 +44,7 @@ from ..store.memory_store import MemoryStore
 from ..store.tokens import tokenize
 from ..retrieval.weights import LoadedWeights, Weights, weights_for
 
-__all__ = ["ISSUE_SHARE", "ChosenIssue", "Injection", "inject_task", "memory_block", "rank_issues"]
+__all__ = ["ISSUE_SHARE", "ChosenIssue", "Injection", "inject_task", "memory_block", "rank_issues", "shown_order"]
 
 #: The largest share of the token budget the open-issues section may take.
 ISSUE_SHARE = 1 / 3
@@ -83,9 +87,10 @@ class Injection:
     layout: Layout | None = field(default=None, repr=False)
     weights: LoadedWeights | None = field(default=None, repr=False)
     topk: int = 0
+    pointers: int = 0
     max_tokens: int = 0
     issue_cap: int = 0
-    floor: Floor | None = None  # what the floor let into the block (None: no candidate at all)
+    evidence: Evidence | None = None  # the task's terms in this store (None: nothing was ranked)
     raised: list[str] = field(default_factory=list)  # open issues on the shown runs' "raised:" lines
     #: Why what the block showed could not be kept in shown.jsonl (cybmem.dispatch.feedback), or None. Never
     #: in ``warnings`` nor ``to_dict``: keeping the log changes nothing inject prints.
@@ -96,23 +101,14 @@ class Injection:
         """The task with the block and one blank line ahead of it (the task alone when there is no block)."""
         return inject(self.task, self.block)
 
-    def below_floor(self, k: int | None = None) -> list[Hit]:
-        """The runs the scorer would have shown (its top k without the floor) that the floor kept
-        out, best first (what ``--explain`` lists; ranked again on demand, never on the dispatch path)."""
-        fl, res = self.floor, self.result
-        if fl is None or res is None or fl.below is None or not fl.below.any():
-            return []
-        found = search(res.snapshot, res.query, k=k or self.topk, weights=res.weights, as_of=res.as_of,
-                       now_ms=res.now_ms, parent_run_id=res.context.parent_run_id,
-                       chat_session_id=res.context.chat_session_id, query_vector=None, pin_parent=True)
-        shown = {h.run_id for h in res.hits}
-        return [h for h in found.hits if h.run_id not in shown and h.pinned is None]
+    #: The hits in the order the block shows them (the pinned parent, full entries, pointers).
+    shown_order: list[Hit] = field(default_factory=list, repr=False)
 
     @property
     def runs(self) -> list[Hit]:
-        """The prior runs shown in the block, most relevant first."""
+        """The prior runs shown in the block, in the block's order."""
         shown = self.layout.runs if self.layout is not None else 0
-        return self.result.hits[:shown] if self.result is not None else []
+        return self.shown_order[:shown]
 
     def to_dict(self) -> dict:
         """Everything ``cybmem inject --json`` prints: the prompt and how it was made."""
@@ -124,17 +120,23 @@ class Injection:
             "runs": math.ceil(lay.run_chars / 4) if lay else 0, "issues": math.ceil(lay.issue_chars / 4) if lay else 0,
         }
         out["runs"] = [h.to_dict(explain=True) for h in self.runs]
-        if self.floor is not None:
-            out["floor"] = self.floor.to_dict()
-            out["floor"]["below"] = [h.to_dict(explain=True) for h in self.below_floor()]
+        if self.evidence is not None:
+            from ..retrieval.evidence import COMMON_SHARE, FULL_NATS
+
+            ev = self.evidence
+            out["evidence"] = {"terms": ev.terms, "documentFrequency": ev.df.tolist(), "runs": ev.n_docs,
+                               "commonAt": ev.common_df, "commonShare": COMMON_SHARE, "fullNats": FULL_NATS,
+                               "specific": ev.specific}
+            if not self.runs and self.result is not None:
+                out["evidence"]["reason"] = ev.reason()
         out["issues"] = [i.to_dict() for i in self.issues]
         out["openIssues"] = self.open_issues
         out["cut"] = {
-            "runs": [h.run_id for h in self.result.hits[lay.runs:]] if (self.result and lay) else [],
+            "runs": [h.run_id for h in self.shown_order[lay.runs:]] if lay else [],
             "issuesOverBudget": lay.issues_cut if lay else 0,
             "issuesNotShown": max(self.open_issues - (lay.issues if lay else 0), 0),
         }
-        out["settings"] = {"topk": self.topk, "maxTokens": self.max_tokens, "issues": self.issue_cap,
+        out["settings"] = {"topk": self.topk, "pointers": self.pointers, "maxTokens": self.max_tokens, "issues": self.issue_cap,
                            "issueShare": round(ISSUE_SHARE, 4)}
         if self.weights is not None:
             out["weights"] = self.weights.weights.to_dict()
@@ -155,7 +157,7 @@ class IssueRanking:
                  keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
                  best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray, related: np.ndarray | None = None):
         self.folded, self.rows, self.total = folded, rows, total
-        # Which open issues relate to the task under the floor (all of them without a floor).
+        # Which open issues have evidence about the task (all of them when none was judged).
         self.related = np.ones(len(rows), dtype=bool) if related is None else related
         self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
         self._run_ids = run_ids
@@ -234,9 +236,10 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
     # The issue's own title and detail against the task (the issue index is row-aligned with the
     # current fold; a past fold maps into it by id), normalised like the runs' keyword axis.
     own = np.zeros(m, dtype=np.float32)
-    floor = ranked.floor if ranked is not None else None
-    own_match = None
-    if (weights.w_kw > 0 or floor is not None) and m:
+    ev = ranked.evidence if ranked is not None else None
+    judged = ev is not None and ev.judged
+    own_match = np.zeros(m, dtype=bool)  # the issue's own text holds a task term that is not common
+    if (weights.w_kw > 0 or judged) and m:
         tokens = tokenize(result.query)
         raw = snap.issue_index().scores(tokens)
         if as_of is None:
@@ -249,8 +252,10 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
             def pick(a: np.ndarray) -> np.ndarray:
                 return np.where(at >= 0, a[np.maximum(at, 0)], 0).astype(np.float32)
         own = pick(raw)
-        if floor is not None:
-            own_match = pick(keyword_match(snap.issue_index(), tokens, raw))
+        # not common among the runs (a word only the issue holds counts: another tool may have opened it)
+        own_terms = [t for t, d in zip(ev.terms, ev.df.tolist()) if d < ev.common_df] if judged else []
+        if own_terms:
+            own_match = pick(snap.issue_index().scores(own_terms)) > 0
         own = normalize_keyword(own, scale=weights.w_kw) if weights.w_kw > 0 else np.zeros(m, np.float32)
     best = np.zeros(m, dtype=np.float32)
     best_row = np.full(m, -1, dtype=np.int64)
@@ -284,10 +289,12 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
     total = best + rec
     keyword = np.maximum(carrier_kw, own)
     lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
-    related = None
-    if floor is not None and not floor.passed:
-        # The task relates to no run: only an open issue whose own text matches as the floor asks.
-        related = own_match >= np.float32(floor.floor) if own_match is not None else np.zeros(m, dtype=bool)
+    # When no run has evidence about the task (the block's one line), an open issue is listed only on
+    # evidence of its own: its title or detail holds a task term that is not common in the store.
+    # Otherwise the issues rank as the runs do, on the same axes (a run with evidence that carries
+    # an issue lends it its keyword part).
+    found = ranked is not None and any(r != ranked.pinned for r in ranked.top)
+    related = own_match | has if judged and not found else None
     return IssueRanking(folded, rows, total, keyword, lineage, rec, last_at, best_row,
                         snap.records.column("runId"), codes, related)
 
@@ -328,11 +335,23 @@ def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[Cho
     return list(chosen.values()), left - int(members.sum())
 
 
+def shown_order(hits: list[Hit], topk: int, pointers: int) -> list[tuple[Hit, str]]:
+    """The hits a block shows and how, in its order: the pinned parent (in full), then up to
+    ``topk`` runs with strong evidence in full, then up to ``pointers`` weaker ones as pointers
+    (a strong run beyond ``topk`` among them), each group in ranking order."""
+    pinned = [(h, "full") for h in hits if h.pinned == "parent"]
+    rest = [h for h in hits if h.pinned != "parent"]
+    full = [h for h in rest if h.tier == "full"][: max(topk - len(pinned), 0)]
+    chosen = {id(h) for h in full}
+    weak = [(h, "pointer") for h in rest if id(h) not in chosen and h.tier != "out"][:pointers]
+    return pinned + [(h, "full") for h in full] + weak
+
+
 def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeights, *, as_of: int | None,
            now_ms: int | None, parent_run_id: str | None, chat_session_id: str | None,
-           exclude: str | None = None) -> Injection:
-    inj = Injection(task, "", store.slug, weights=loaded, topk=settings.topk, max_tokens=settings.max_tokens,
-                    issue_cap=settings.issues)
+           exclude: str | None = None, evidence: bool = True) -> Injection:
+    inj = Injection(task, "", store.slug, weights=loaded, topk=settings.topk, pointers=settings.pointers,
+                    max_tokens=settings.max_tokens, issue_cap=settings.issues)
     if not store.exists():
         return inj
     snap = load_snapshot(store)
@@ -343,25 +362,33 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         inj.warnings.append(f"no parent run shown first (--parent / CYBERINE_PARENT_RUN_ID): {exc}")
         parent_run_id = None
     weights = loaded.weights
-    result = search(snap, task, k=settings.topk, weights=loaded, settings=settings, as_of=as_of, now_ms=now_ms,
-                    parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude, pin_parent=True,
-                    floor=True)
+    # CYBERINE_MEMORY_TOPK=0: no runs at all (the issues alone), pointers included.
+    result = search(snap, task, k=settings.topk + settings.pointers if settings.topk else 0, weights=loaded, settings=settings, as_of=as_of,
+                    now_ms=now_ms, parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude,
+                    pin_parent=True, evidence=evidence)
     if result.weights != weights:  # the vector axis' default weight joined (embeddings configured and stored)
         weights = result.weights
         inj.weights = LoadedWeights(weights, {**loaded.sources, "w_vec": "default (embeddings)"}, loaded.problems)
     snap = result.snapshot  # a hit edited in place since it was cached makes search read the store again
-    inj.floor = result.ranked.floor if result.ranked is not None else None
+    inj.evidence = result.ranked.evidence if result.ranked is not None else None
     ranking = _rank(result, weights, as_of=as_of) if settings.issues else None
     inj.open_issues = len(ranking) if ranking is not None else len(snap.open_rows(as_of))
     open_ids: set[str] = set()  # of the issues the hits raised, those still open
     if ranking is not None:
         still_open = ranking.with_ids({i for h in result.hits for i in h.issues})
         open_ids = {ranking.issue_id(int(i)) for i in np.flatnonzero(still_open)}
+    order = shown_order(result.hits, settings.topk, settings.pointers)
     entries = [
         PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
-                      open_issues=[i for i in h.issues if i in open_ids], next=h.next)
-        for h in result.hits
+                      # a pointer has no raised: line, so its open issues stay free for the section
+                      open_issues=[i for i in h.issues if i in open_ids] if tier == "full" else [], next=h.next, tier=tier,
+                      follows=h.pinned == "parent")
+        for h, tier in order
     ]
+    inj.shown_order = [h for h, _ in order]
+    nothing = None
+    if not entries and inj.evidence is not None:
+        nothing = inj.evidence.reason()
     # An open issue a shown run names on its "raised:" line is not listed again: the section
     # brings the next ones. Laid out twice when the budget cuts runs, so that their issues
     # come back.
@@ -374,8 +401,8 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
             chosen, beyond = _dedupe(ranking, ranking.with_ids(named), settings.issues)
         shown_issues = [OpenIssue(issue_id=c.ids[0], title=c.title, opened_at_ms=c.opened_at_ms,
                                   by_run_id=c.by_run_id or "", also=tuple(c.ids[1:])) for c in chosen]
-        lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, top_k=settings.topk,
-                     issue_share=ISSUE_SHARE, more_issues=beyond, nothing=inj.floor.reason if inj.floor else None)
+        lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, issue_share=ISSUE_SHARE,
+                     more_issues=beyond, nothing=nothing)
         if lay.runs >= shown_runs:
             break
         shown_runs = lay.runs

@@ -3,20 +3,26 @@
 The block (store-format.md, "The MEMORY block") looks like this::
 
     MEMORY (prior runs in this project, most relevant first):
-    - run 3f2a9c1e (2026-11-29 14:02 UTC, done): <task, collapsed, <= 160 chars>
+    - run 3f2a9c1e (the run this task follows up; 2026-11-29 14:02 UTC, done): <task, <= 160 chars>
+    - run 0b7d2e44 (2026-11-29 14:02 UTC, done): <task, collapsed, <= 160 chars>
       summary: <<= 300 chars>
       raised: <the issues the run raised that are still open, "<id> (open)", ", "-joined, <= 200 chars>
       next: <NEXT items, "; "-joined, <= 200 chars>
+    - run 9a8b7c6d (2026-10-02, weaker match): <the task's first line, <= 100 chars>
+    - (weaker matches show their title only: `cybmem show <id>` gives the whole run)
     Open issues in this project:
     - flaky-login-test: Flaky login test (opened 2026-11-20, run 3f2a9c1e)
     END MEMORY
 
-Run ids show their first 8 characters; times are UTC from epoch milliseconds. The summary, raised
-and next lines appear only when non-empty; "Open issues in this project:" only with at least one
-issue. Every field is neutralized (see `neutralize`) and collapsed to one line, so the only
-lines of a rendered block at column 0 are HEADER, "Open issues in this project:" and FOOTER.
-Long fields are cut on a word boundary and end in "…". The whole block stays within a token
-budget (estimate_tokens); runs are added whole and open issues line by line, never half a line.
+A run is shown in full or, when its evidence is weaker (cybmem.retrieval.evidence), as a one-line
+pointer an agent can fetch. UUID run ids show their first 8 characters, other ids whole; times
+are UTC from epoch milliseconds. The summary line appears only when it says more than the task
+line (not when it repeats the title), raised and next only when non-empty; "Open issues in this
+project:" only with at least one issue. Every field is neutralized (see `neutralize`) and
+collapsed to one line, so the only lines of a rendered block at column 0 are HEADER, "Open issues
+in this project:" and FOOTER. Long fields are cut on a word boundary and end in "…". The whole
+block stays within a token budget (estimate_tokens); runs are added whole and open issues line by
+line, never half a line. The block ends with a newline.
 
 `inject` puts the block and one blank line ahead of the task; `strip` removes every block
 wherever it sits and lifts the human task out of a workflow's ``TASK:`` wrapper, so
@@ -38,6 +44,7 @@ __all__ = [
     "FOOTER",
     "HEADER",
     "OpenIssue",
+    "POINTER_HINT",
     "PreambleEntry",
     "estimate_tokens",
     "inject",
@@ -68,6 +75,7 @@ _NEWLINES = re.compile(r"\r\n|[\r\x85\u2028\u2029]")
 _QUOTED = "[quoted] "
 
 _TASK_MAX = 160
+_TITLE_MAX = 100  # a pointer's title
 _SUMMARY_MAX = 300
 _LIST_MAX = 200
 _ISSUE_ID_MAX = 80
@@ -87,6 +95,12 @@ class PreambleEntry:
     summary: str
     open_issues: list[str]
     next: list[str]
+    tier: str = "full"  # "full": every line; "pointer": one line (id, date, title) an agent can fetch
+    follows: bool = False  # the run the task being dispatched follows up (its pinned parent)
+
+
+#: Shown after the pointers, once: how an agent gets the rest of a pointer's run.
+POINTER_HINT = "- (weaker matches show their title only: `cybmem show <id>` gives the whole run)"
 
 
 @dataclass(frozen=True)
@@ -231,12 +245,15 @@ def inject(task: str, block: str) -> str:
 
     Args:
         task: the (clean) task prompt.
-        block: the MEMORY block; "" leaves the task unchanged.
+        block: the MEMORY block (ending with a newline, as render_block makes it; one is added
+            when it does not); "" leaves the task unchanged.
 
     Returns:
         The prompt to dispatch.
     """
-    return f"{block}\n\n{task}" if block else task
+    if not block:
+        return task
+    return f"{block}\n{task}" if block.endswith("\n") else f"{block}\n\n{task}"
 
 
 def _marker_key(line: str) -> str:
@@ -326,19 +343,38 @@ def _utc(ms: int, fmt: str) -> str | None:
         return None
 
 
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_RUN_ID_MAX = 80
+
+
 def _run_label(run_id: str) -> str:
-    """The first 8 characters of a run id, safe for one line."""
-    return "".join(neutralize(run_id or "").split())[:8] or "?"
+    """How a run id is shown: a UUID's first 8 characters (unique enough to fetch it by prefix),
+    any other id whole (its own prefix may name nothing), safe for one line."""
+    label = "".join(neutralize(run_id or "").split())
+    return (label[:8] if _UUID.fullmatch(label) else label[:_RUN_ID_MAX]) or "?"
+
+
+def _repeats(summary: str, task: str) -> bool:
+    """True when a summary says nothing the task line does not: it is the task's title (or a cut
+    of it), as an extractive summary of a one-line task is."""
+    norm = lambda t: " ".join(t.replace("\u2026", " ").split()).casefold()  # noqa: E731
+    s, t = norm(summary), norm(task)
+    return bool(s) and (t.startswith(s) or s.startswith(t))
 
 
 def _entry_lines(entry: PreambleEntry) -> list[str]:
-    """The lines of one prior run."""
+    """The lines of one prior run: all of them, or its one pointer line."""
+    if entry.tier == "pointer" and not entry.follows:
+        when = _utc(entry.ended_at_ms, "%Y-%m-%d") or "unknown date"
+        title = _field((entry.task or "").strip().split("\n", 1)[0], _TITLE_MAX) or "(no task text)"
+        return [_drop_inline_blocks(f"- run {_run_label(entry.run_id)} ({when}, weaker match): {title}")]
     when = _utc(entry.ended_at_ms, "%Y-%m-%d %H:%M UTC") or "unknown time"
     state = _field(entry.state, _STATE_MAX) or "unknown"
     task = _field(entry.task, _TASK_MAX) or "(no task text)"
-    lines = [f"- run {_run_label(entry.run_id)} ({when}, {state}): {task}"]
+    label = "the run this task follows up; " if entry.follows else ""
+    lines = [f"- run {_run_label(entry.run_id)} ({label}{when}, {state}): {task}"]
     summary = _field(entry.summary, _SUMMARY_MAX)
-    if summary:
+    if summary and not _repeats(summary, _field(entry.task, _SUMMARY_MAX + 40)):
         lines.append(f"  summary: {summary}")
     raised = [_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()]
     raised_text = shorten(", ".join(f"{r} (open)" for r in raised if r), _LIST_MAX)
@@ -411,7 +447,7 @@ def layout(
     if top_k is not None:
         entries = entries[: max(top_k, 0)]
     limit = max_tokens * 4  # estimate_tokens(s) <= max_tokens  <=>  len(s) <= 4 * max_tokens
-    frame = len(HEADER) + 1 + len(FOOTER)  # "HEADER\nFOOTER"
+    frame = len(HEADER) + 1 + len(FOOTER) + 1  # "HEADER\nFOOTER\n"
     size = lambda lines: sum(len(line) + 1 for line in lines)  # noqa: E731
 
     # The issue section first, within its share, so that what it leaves goes to the runs.
@@ -437,13 +473,19 @@ def layout(
     body: list[str] = [_drop_inline_blocks(f"- ({_field(nothing, _SUMMARY_MAX)})")] if nothing and not entries else []
     used = frame + section_size + size(body)
     runs_shown = 0
+    hint = False  # POINTER_HINT is owed (a pointer is shown)
     for entry in entries:
         block = _entry_lines(entry)
-        if used + size(block) > limit:
+        pointer = entry.tier == "pointer" and not entry.follows
+        extra = len(POINTER_HINT) + 1 if pointer and not hint else 0
+        if used + size(block) + extra > limit:
             break
         body.extend(block)
-        used += size(block)
+        used += size(block) + extra
+        hint = hint or pointer
         runs_shown += 1
+    if hint:
+        body.append(POINTER_HINT)
     run_chars = size(body)
     if issue_share is None:  # the old rule: issues line by line in what is left
         shown, heading = [], [_ISSUES_HEADING]
@@ -458,5 +500,5 @@ def layout(
     body.extend(section)
     if not body:
         return Layout("", 0, 0, len(entries), len(lines), 0, 0)
-    return Layout("\n".join([HEADER, *body, FOOTER]), runs_shown, len(shown), len(entries) - runs_shown, cut_issues,
+    return Layout("\n".join([HEADER, *body, FOOTER]) + "\n", runs_shown, len(shown), len(entries) - runs_shown, cut_issues,
                   run_chars, size(section))

@@ -9,21 +9,14 @@ The vector axis (cosine with the query's embedding, cybmem.retrieval.vectors) is
 vectors for the configured embedding model and w_vec > 0; the query is embedded within
 CYBERINE_MEMORY_EMBED_TIMEOUT, and when that fails the other axes rank alone, with one warning.
 
-The floor (dispatch only: ``rank_query(floor=True)``). A run enters the MEMORY block only on
-evidence about the task. A run's *keyword match* is its BM25 score over sqrt(M x I), M the task's
-idf mass (the sum of the idf of its distinct terms, words the project never used included) and I
-the largest idf there can be (a word no run holds): a score that does not grow with the task's
-length (the square-root length normalisation of Zhou and Croft's WIG query-performance
-predictor, CIKM 2007) nor with the number of runs (idf grows with its log). A task of m rare
-words that one run holds, each often, matches it at about sqrt(m); half of them, at about half.
-When the task's best match among the candidates is below ``weights.floor`` (and, with vectors,
-no cosine reaches ``weights.floor_vec``) the task relates to nothing in this project's memory and
-no run is shown. Otherwise a run may
-enter when its match is at least :data:`~cybmem.retrieval.weights.FLOOR_SHARE` of the best (or its cosine
-reaches ``floor_vec``). Recency and lineage then order the runs that qualify; they never let a run
-in alone. The parent a dispatcher names is shown whatever its match. A task without a single
+Evidence (dispatch only: ``rank_query(evidence=True)``). A run enters the MEMORY block only on
+evidence about the task, judged per run (:mod:`cybmem.retrieval.evidence`): the ranking is taken over
+the runs that hold a task term that is not common in the store (or whose cosine reaches
+``weights.floor_vec``), and each ranked run is then shown in full or as a pointer by the surprise
+of the terms it holds. Recency and lineage order the runs that qualify; they never let a run in
+alone. The parent a dispatcher names is shown whatever its evidence. A task without a single
 indexable word (the block a chat session gets at its start, "what were we doing") has nothing to
-judge evidence by: no floor applies, and the latest runs lead.
+judge evidence by: every candidate may enter, and the latest runs lead.
 """
 
 from __future__ import annotations
@@ -43,13 +36,14 @@ from ..settings import Settings
 from ..store.snapshot import Snapshot, load_snapshot, verified
 from ..store.memory_store import MemoryStore
 from ..store.tokens import tokenize
-from .weights import DEFAULT_W_VEC, FLOOR_MIN_RUNS, FLOOR_SHARE, LoadedWeights, Weights, weights_for
+from .evidence import Evidence, RunEvidence, judge, specific_terms
+from .weights import DEFAULT_W_VEC, LoadedWeights, Weights, weights_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.keyword_index import KeywordIndex
     from .vectors import VectorQuery
 
-__all__ = ["Floor", "Hit", "Ranked", "SearchResult", "dispatch_context", "keyword_match", "match_scale", "rank_query", "search"]
+__all__ = ["Hit", "Ranked", "SearchResult", "dispatch_context", "rank_query", "search"]
 
 
 @dataclass
@@ -68,6 +62,12 @@ class Hit:
     issues: list[str]
     next: list[str]
     pinned: str | None = None  # "parent": shown first as the parent of the run dispatched, whatever its score
+    evidence: RunEvidence | None = None  # its evidence about the task and tier (search(evidence=True))
+
+    @property
+    def tier(self) -> str:
+        """How the MEMORY block shows it: "full" or "pointer" (always "full" without evidence asked for)."""
+        return self.evidence.tier if self.evidence is not None else "full"
 
     def to_dict(self, *, explain: bool = False) -> dict:
         out = {
@@ -79,6 +79,8 @@ class Hit:
         if explain:
             out["contributions"] = {k: round(v, 6) for k, v in self.contributions.items()}
             out["values"] = {k: round(v, 6) for k, v in self.values.items()}
+            if self.evidence is not None:
+                out["evidence"] = self.evidence.to_dict()
         return out
 
 
@@ -314,90 +316,6 @@ def _union(n: int, parts: list[np.ndarray]) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-def keyword_match(index: "KeywordIndex", tokens: list[str], raw: np.ndarray | None = None) -> np.ndarray:
-    """Every row's keyword match: raw BM25 over sqrt(idf mass x largest idf) (module docstring,
-    "The floor"); float32, 0 for a task without terms. ``raw``: the index's own BM25 scores of
-    ``tokens`` when the caller has them. An index of fewer than
-    :data:`~cybmem.retrieval.weights.FLOOR_MIN_RUNS` documents is scored as if it had that many (the others
-    holding none of the task's words), idf mass and largest idf included."""
-    n = index.n_docs
-    if not tokens or n == 0:
-        return np.zeros(n, np.float32)
-    if n >= FLOOR_MIN_RUNS:
-        raw = index.scores(tokens) if raw is None else raw
-        return raw * np.float32(match_scale(index, tokens))
-    stats = index.query_stats(tokens)
-    as_if = dataclasses.replace(stats, n_docs=FLOOR_MIN_RUNS,
-                                total_len=max(1, round(stats.total_len * FLOOR_MIN_RUNS / n)))  # same avgdl
-    return index.scores(tokens, stats=as_if) * np.float32(match_scale(index, tokens))
-
-
-def match_scale(index: "KeywordIndex", tokens: list[str]) -> float:
-    """What BM25 scores of ``tokens`` over ``index`` (under :func:`keyword_match`'s statistics)
-    are multiplied by to give their keyword match."""
-    mass, top = index.idf_mass(tokens, n_docs=max(index.n_docs, FLOOR_MIN_RUNS))
-    return 1.0 / float(np.sqrt(mass * top)) if mass > 0 and top > 0 else 0.0
-
-
-@dataclass
-class Floor:
-    """What the floor let into the block (module docstring, "The floor")."""
-
-    floor: float  # the best keyword match a task needs before any run may enter
-    best: float  # the task's best keyword match among the candidates
-    cut: float  # the keyword match a run needs (FLOOR_SHARE of the best) once the task passes
-    floor_vec: float | None = None  # the cosine floor (None: no vector axis)
-    best_vec: float | None = None
-    qualifying: int = 0  # candidate runs that may enter the block
-    candidates: int = 0
-    below: np.ndarray | None = field(default=None, repr=False)  # bool per row: a candidate that may not enter
-
-    @property
-    def passed(self) -> bool:
-        """The task relates to something in this project's memory: some run may enter."""
-        return self.qualifying > 0
-
-    @property
-    def reason(self) -> str:
-        """Why no run may enter ("" when some may)."""
-        if self.passed:
-            return ""
-        if not self.candidates:
-            return "no earlier run in this project"
-        vec = (f" and no run's cosine reaches {self.floor_vec:.2f} (best {self.best_vec:.2f})"
-               if self.floor_vec is not None and self.best_vec is not None else "")
-        return f"no earlier run relates to this task: its best keyword match is {self.best:.2f}, below the floor {self.floor:.2f}{vec}"
-
-    def to_dict(self) -> dict:
-        out = {"floor": round(self.floor, 4), "best": round(self.best, 4), "cut": round(self.cut, 4),
-               "qualifying": self.qualifying, "candidates": self.candidates}
-        if self.floor_vec is not None:
-            out.update(floorVec=round(self.floor_vec, 4), bestVec=round(self.best_vec or 0.0, 4))
-        if self.reason:
-            out["reason"] = self.reason
-        return out
-
-
-def _apply_floor(snap: Snapshot, tokens: list[str], raw: np.ndarray | None, cos: np.ndarray | None,
-                 mask: np.ndarray, weights: Weights) -> Floor:
-    """The floor over the candidates ``mask``: which rows may enter the block (``~below``)."""
-    n = snap.n
-    match = keyword_match(snap.index, tokens, raw) if raw is not None else np.zeros(n, np.float32)
-    best = float(np.max(match, where=mask, initial=0.0))
-    ok = np.zeros(n, dtype=bool)
-    if best >= weights.floor and best > 0:
-        ok = (match >= np.float32(FLOOR_SHARE * best)) & (match > 0)
-    best_vec = None
-    if cos is not None:
-        best_vec = float(np.max(cos, where=mask, initial=0.0))
-        if weights.floor_vec > 0:
-            ok |= cos >= np.float32(weights.floor_vec)
-    ok &= mask
-    return Floor(floor=weights.floor, best=best, cut=FLOOR_SHARE * best if best >= weights.floor else best,
-                 floor_vec=weights.floor_vec if cos is not None else None, best_vec=best_vec,
-                 qualifying=int(ok.sum()), candidates=int(mask.sum()), below=mask & ~ok)
-
-
 @dataclass
 class Ranked:
     """The ranking core of a query: top row indices and the scores of the pool they came from."""
@@ -411,7 +329,8 @@ class Ranked:
     keyword: np.ndarray | None = None  # raw BM25 of every row (None: the axis is off)
     lineage: np.ndarray | None = None  # lineage affinity of every row (None: the axis is off)
     pinned: int | None = None  # the row put first whatever its score (the parent of the run dispatched)
-    floor: Floor | None = None  # what the floor let in (rank_query(floor=True))
+    evidence: Evidence | None = None  # the task's terms in this store (rank_query(evidence=True))
+    tiers: list[RunEvidence] | None = None  # each of ``top``'s evidence and tier (rank_query(evidence=True))
 
 
 def parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None, as_of: int | None = None) -> int | None:
@@ -456,7 +375,7 @@ def rank_query(
     where: np.ndarray | None = None,
     vector: "VectorQuery | np.ndarray | None" = None,
     pin_parent: bool = False,
-    floor: bool = False,
+    evidence: bool = False,
 ) -> Ranked:
     """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
 
@@ -475,9 +394,10 @@ def rank_query(
     candidate, comes first whatever its score, and the top k - 1 others follow (a dispatcher
     that names the run it follows up always gets that run back; its scores are still computed).
 
-    ``floor``: only runs with evidence about the task may be ranked (module docstring, "The
-    floor"; what dispatch does); the pinned parent is exempt. With a vector axis the floor takes
-    every row's exact cosine (one mat-vec), so that a run only the vectors relate can qualify.
+    ``evidence``: only runs with evidence about the task may be ranked, and each ranked run gets its
+    tier (module docstring, "Evidence"; what dispatch does); the pinned parent is exempt. With a
+    vector axis this takes every row's exact cosine (one mat-vec), so that a run only the vectors
+    relate can qualify.
     """
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
     mask = snap.candidates(as_of)
@@ -490,25 +410,29 @@ def rank_query(
         return Ranked([], [], None, mask, ctx, now)
     tokens = tokenize(query)
     # Without a word to judge by (a chat session's block at its start) there is no evidence to ask for.
-    floor = floor and bool(tokens) and (weights.floor > 0 or (vector is not None and weights.w_vec > 0 and weights.floor_vec > 0))
-    raw = snap.index.scores(tokens) if weights.w_kw or floor else None
-    kw = raw if weights.w_kw else None
+    ev = specific_terms(snap.index, tokens) if evidence else None
+    raw = snap.index.scores(tokens) if weights.w_kw else None
+    kw = raw
     lin = None
     if weights.w_lin:
         lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
     pin = parent_row(snap, mask, parent_run_id, as_of) if pin_parent and k > 0 else None
-    gate = None
-    if floor:
-        if vector is not None and weights.w_vec > 0 and not isinstance(vector, np.ndarray):
+    with_vec = vector is not None and weights.w_vec > 0
+    if ev is not None:
+        ev.candidates = int(mask.sum())
+    if ev is not None and ev.judged:
+        if with_vec and not isinstance(vector, np.ndarray):
             vector = vector.index.exact(vector.vector)  # every row's cosine: a run only the vectors relate can qualify
-        gate = _apply_floor(snap, tokens, raw, vector if weights.w_vec > 0 else None, mask, weights)
-        mask = mask & ~gate.below
+        ok = snap.index.scores(ev.specific) > 0 if ev.specific else np.zeros(snap.n, dtype=bool)
+        if with_vec and weights.floor_vec > 0:
+            ok |= vector >= np.float32(weights.floor_vec)
+        mask = mask & ok
         if pin is not None:
             mask[pin] = True
         if not mask.any():
-            return Ranked([], [], None, mask, ctx, now, kw, lin, floor=gate)
+            return Ranked([], [], None, mask, ctx, now, kw, lin, evidence=ev, tiers=[])
     if k <= 0:
-        return Ranked([], [], None, mask, ctx, now, kw, lin, floor=gate)  # no runs asked for; the axes still serve issues
+        return Ranked([], [], None, mask, ctx, now, kw, lin, evidence=ev, tiers=[])  # no runs asked for; the axes still serve issues
     cos = None
     if vector is not None and weights.w_vec > 0:
         dense: list[Scored] = []
@@ -540,7 +464,7 @@ def rank_query(
             at = None if pin is None else (pin if reach is None else int(np.searchsorted(reach, pin)))
             local = _pin_first(rank(scored, k), at, k)
             top = list(local) if reach is None else [int(reach[i]) for i in local]
-            return Ranked(top, local, scored, mask, ctx, now, kw, lin, pin, gate)
+            return _judged(Ranked(top, local, scored, mask, ctx, now, kw, lin, pin, ev), snap, cos, weights)
     # Rows with a vector score join the pool like keyword hits (see _pool).
     idx = _pool(snap, mask, kw, lin, k, weights, now, vec=cos)
     if pin is not None:
@@ -550,7 +474,15 @@ def rank_query(
     scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
                    vector_cos=sub(cos), weights=weights)
     local = _pin_first(rank(scored, k), None if pin is None else int(np.searchsorted(idx, pin)), k)
-    return Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, gate)
+    return _judged(Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, ev), snap, cos, weights)
+
+
+def _judged(ranked: Ranked, snap: Snapshot, cos: np.ndarray | None, weights: Weights) -> Ranked:
+    """``ranked`` with each top row's evidence and tier, when evidence was asked for."""
+    if ranked.evidence is not None:
+        ranked.tiers = judge(snap.index, ranked.evidence, ranked.top, cosine=cos, floor_vec=weights.floor_vec,
+                             pinned=ranked.pinned)
+    return ranked
 
 
 def search(
@@ -568,7 +500,7 @@ def search(
     filter: "RecordFilter | None" = None,
     query_vector: np.ndarray | None = None,
     pin_parent: bool = False,
-    floor: bool = False,
+    evidence: bool = False,
 ) -> SearchResult:
     """Score every record of a project against ``query`` and return the top ``k``.
 
@@ -588,8 +520,8 @@ def search(
             vector axis is on: CYBERINE_MEMORY_EMBEDDINGS set, vectors stored, w_vec > 0).
         pin_parent: put the parent run (``parent_run_id``) first whatever its score, when it is
             a candidate (what dispatch does; see :func:`rank_query`).
-        floor: only runs with evidence about the task are ranked (what dispatch does; module
-            docstring, "The floor"); ``result.ranked.floor`` says what it let in.
+        evidence: only runs with evidence about the task are ranked, each with its tier (what
+            dispatch does; module docstring, "Evidence"); ``result.ranked.tiers`` says which.
 
     Returns:
         A :class:`SearchResult` whose hits carry rank, score and per-axis contributions, and a
@@ -604,7 +536,7 @@ def search(
         where = record_mask(snap, filter) if filter is not None and filter.active else None
         ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms,
                             parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude,
-                            where=where, vector=vector, pin_parent=pin_parent, floor=floor)
+                            where=where, vector=vector, pin_parent=pin_parent, evidence=evidence)
         # A hit whose file was edited in place since it was cached is read again, and the
         # ranking redone: what is shown (and injected) is what the file says now.
         fresh = verified(snap, ranked.top) if attempt == 0 else snap
@@ -623,6 +555,7 @@ def search(
             values=ex["values"], ended_at_ms=int(row["endedAt"].timestamp() * 1000), state=row["state"],
             task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
             pinned="parent" if ranked.pinned is not None and ranked.top[pos - 1] == ranked.pinned else None,
+            evidence=ranked.tiers[pos - 1] if ranked.tiers else None,
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
                         candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap,

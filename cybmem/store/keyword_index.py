@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["IdColumn", "KeywordIndex", "QueryStats", "RunLookup"]
+__all__ = ["IdColumn", "KeywordIndex", "QueryStats", "RunLookup", "TermHits"]
 
 _K1 = 1.2
 _B = 0.75
@@ -271,6 +271,16 @@ class QueryStats:
 
     def __radd__(self, other):  # sum() starts from 0
         return self if other == 0 else self.__add__(other)
+
+
+@dataclass(frozen=True)
+class TermHits:
+    """A query's distinct terms, their document frequencies and which of some rows hold each
+    (:meth:`KeywordIndex.term_hits`)."""
+
+    terms: list[str]
+    df: np.ndarray  # int64 per term
+    held: np.ndarray  # bool, rows x terms
 
 
 class KeywordIndex:
@@ -576,6 +586,49 @@ class KeywordIndex:
         if self._removed is not None:
             res[self._removed] = 0.0
         return res
+
+    def term_hits(self, query_tokens: Sequence[str], rows: np.ndarray) -> TermHits:
+        """Which of a query's distinct terms each of ``rows`` holds, and each term's document
+        frequency: what a run's evidence is judged by (cybmem.retrieval.evidence). Postings are
+        found by binary search within each term's (ascending) doc ids, so the cost grows with the
+        few rows asked about, not with the collection.
+
+        Returns:
+            A :class:`TermHits`: ``terms`` (distinct, in query order), ``df`` per term (0: no
+            document holds it) and ``held``, a bool matrix rows x terms.
+        """
+        terms = list(dict.fromkeys(query_tokens))
+        rows = np.asarray(rows, dtype=np.int64)
+        held = np.zeros((len(rows), len(terms)), dtype=bool)
+        df = np.zeros(len(terms), dtype=np.int64)
+        if not terms or not len(rows):
+            if terms:
+                df = np.array([self.document_frequency(t) for t in terms], dtype=np.int64)
+            return TermHits(terms, df, held)
+        terms_b = [t.encode() for t in terms]
+        qkeys = _query_keys(terms_b)
+        offset = 0
+        for seg in self._segments:
+            local = rows - offset
+            inside = (local >= 0) & (local < seg.n_docs)
+            ip = seg.indptr
+            for ti, t in enumerate(seg.lookup(terms_b, qkeys)):
+                if t < 0:
+                    continue
+                s, e = int(ip[t]), int(ip[t + 1])
+                df[ti] += e - s
+                if inside.any():
+                    docs = seg.doc_ids[s:e]
+                    want = local[inside].astype(docs.dtype)
+                    at = np.searchsorted(docs, want)
+                    found = np.zeros(len(want), dtype=bool)
+                    ok = at < len(docs)
+                    found[ok] = docs[at[ok]] == want[ok]
+                    held[np.flatnonzero(inside), ti] |= found
+            offset += seg.n_docs
+        if self._removed is not None:
+            held[np.isin(rows, self._removed)] = False
+        return TermHits(terms, df, held)
 
     def _refresh_impacts(self) -> None:
         for i, seg in enumerate(self._segments):
