@@ -313,7 +313,8 @@ def _prose_value(secret: str, m: re.Match[str]) -> bool:
     it (Hunter2!, Tr0ub4dor&3, tiger123, s3cret), 6+ digits; never a word or an identifier
     (required, None, is_valid, hashed), a number with a unit (8, 64-bit), a path, a variable,
     a dotted name (config.password) nor a stand-in."""
-    if not _not_stand_in(secret, m) or _PROSE_PATH.match(secret) or _DOTTED.fullmatch(secret):
+    if (not _not_stand_in(secret, m) or _PROSE_PATH.match(secret) or _DOTTED.fullmatch(secret)
+            or re.search(r"\w[(\[]", secret)):  # code: os.environ[, get_password()
         return False
     if secret.isdigit():
         return len(secret) >= 6
@@ -377,7 +378,7 @@ def _cookies(text: str) -> Iterator[Candidate]:
 
 _B64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{20,}+(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{16,}+)*+={0,2}+")
 _KEY_DATA = re.compile(
-    r"(?i:[\w.-]*key[-_]?data|tls\.key|ssh-privatekey|private[-_]?key|\.dockerconfigjson|\.dockercfg)[\"']?[ \t]*[:=][ \t]*"
+    r"(?i:key[-_]?data|tls\.key|ssh-privatekey|private[-_]?key|\.dockerconfigjson|\.dockercfg)[\"']?[ \t]*[:=][ \t]*"
     r"[\"']?(?P<v>[A-Za-z0-9+/]{40,}+={0,2}+)")
 _SECRET_JSON = re.compile(r"\"kind\"[ \t]*:[ \t]*\"Secret\"")
 _JSON_DATA = re.compile(r"\"(?:data|stringData)\"[ \t]*:[ \t]*\{(?P<body>[^{}]{1,65536}+)\}")
@@ -423,7 +424,7 @@ _FAMILIES: list[Rule] = [
     # a password stated in a sentence: "the password is Hunter2!", "admin's pw was tiger123"
     Rule("prose_password", _lazy(
         r"(?i:\b(?:pass(?:word|wd|phrase|code)|pwd|pw))(?:'s)?(?:[ \t]++(?i:for|of|on|to)[ \t]++[^\s]{1,40}?)?"
-        r"[ \t]++(?i:is|was|will[ \t]+be|remains|becomes|=|set[ \t]+to|changed[ \t]+to|reset[ \t]+to|now)[ \t]++"
+        r"[ \t]++(?i:is|was|will[ \t]+be|remains|becomes|set[ \t]+to|changed[ \t]+to|reset[ \t]+to|now)[ \t]++"
         r"(?:(?i:now|still|just|simply|literally|set[ \t]+to)[ \t]++)?[:\-]?[ \t]*+"
         r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
         ("ass", "ASS", "pw", "PW", "Pw"), group="v", check=_prose_value),
@@ -560,8 +561,8 @@ def find(text: str) -> list[Candidate]:
             if secret and (rule.check is None or rule.check(secret, m)):
                 out.append((start, end, rule.kind))
     out.extend(_blocks(text))
-    out.extend(_cookies(text))
-    out.extend(_key_material(text))
+    # a marker is never a value: redacting it again would keep redact from settling
+    out.extend(c for c in (*_cookies(text), *_key_material(text)) if "[REDACTED:" not in text[c[0]:c[1]])
     out.extend(_high_entropy(text))
     return out
 
