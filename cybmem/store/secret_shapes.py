@@ -298,6 +298,152 @@ _CLI: list[Rule] = [
 ]
 
 
+# -- the families an unseen set got through (issue 29): prose, Oracle/JDBC, cookies, kubeconfig ---
+
+def _pgpass_value(secret: str, m: re.Match[str]) -> bool:
+    return _not_stand_in(secret, m) and not _DOTTED.fullmatch(secret)
+
+
+_PROSE_NUMBER = re.compile(r"[0-9]{1,5}|[0-9][0-9.,:x%-]*[a-z]{0,2}")  # 8, 64-bit, 1.2.3, 2x
+_PROSE_PATH = re.compile(r"[/~\\$<%{(\[]|[A-Za-z]:\\|\w+://|.*\.(?:py|txt|json|ya?ml|cfg|ini|env|conf|toml|md|rst)$")
+
+
+def _prose_value(secret: str, m: re.Match[str]) -> bool:
+    """A password a sentence states: a digit or a symbol among letters, or case changing inside
+    it (Hunter2!, Tr0ub4dor&3, tiger123, s3cret), 6+ digits; never a word or an identifier
+    (required, None, is_valid, hashed), a number with a unit (8, 64-bit), a path, a variable,
+    a dotted name (config.password) nor a stand-in."""
+    if (not _not_stand_in(secret, m) or _PROSE_PATH.match(secret) or _DOTTED.fullmatch(secret)
+            or re.search(r"\w[(\[]", secret)):  # code: os.environ[, get_password()
+        return False
+    if secret.isdigit():
+        return len(secret) >= 6
+    if _PROSE_NUMBER.fullmatch(secret) or not any(c.isalpha() for c in secret):
+        return False
+    digit_or_symbol = any(c.isdigit() or not (c.isalnum() or c in "_-.") for c in secret)
+    inner_case = any(c.isupper() for c in secret[1:]) and any(c.islower() for c in secret)
+    return digit_or_symbol or (inner_case and not re.fullmatch(r"[A-Z]+[a-z]*|[A-Z][a-z]+(?:[A-Z][a-z]+)+", secret))
+
+
+def _user_pass_at(secret: str, m: re.Match[str]) -> bool:
+    """user/password@host: not a stand-in, not the user name again, not a path part."""
+    return _not_stand_in(secret, m) and secret.lower() != m.group("u").lower()
+
+
+_COOKIE_NOT_SECRET = frozenset({"path", "domain", "expires", "max-age", "samesite", "_ga", "_gid", "_gat", "_fbp",
+                                "__utma", "__utmb", "__utmz", "lang", "locale", "theme", "tz"})
+_SESSION_NAME = re.compile(
+    r"(?i)(?:.*[._-])?(?:session(?:[_-]?(?:id|token|key))?|sess(?:id)?|sid|aspxauth|auth[_-]?token|remember[_-]\w+)"
+    r"|(?i:jsessionid|phpsessid|asp\.net_sessionid|cfid|cftoken)|__(?:Secure|Host)-\S+|_\w+_sess(?:ion)?")
+_COOKIE_PAIR = re.compile(r"(?P<n>[^\s=;,\"']{1,64})=(?P<v>[^\s;,\"'&<>]{8,1024}+)")
+_COOKIE_LINE = re.compile(
+    r"(?i:\b(?:set-)?cookie2?)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<pairs>[^\n\"'{}]{1,2048})|"
+    r"(?:[ \t](?:-b|--cookie)[ \t]+)(?P<q>[\"']?)(?P<curl>[^\n\"']{1,2048}?)(?P=q)(?=[\s]|$)")
+_SESSION_PAIR = re.compile(
+    r"(?<![\w.%-])(?P<n>(?:__(?:Secure|Host)-)?[A-Za-z_.][\w.-]{0,40}?(?i:sessionid|session|sessid|sess|sid|aspxauth))"
+    r"=(?P<v>[^\s;,\"'&<>]{16,1024}+)")
+_COOKIE_JAR = re.compile(
+    r"(?m)^(?:#HttpOnly_)?[\w.-]++\t(?:TRUE|FALSE)\t[^\t\n]*+\t(?:TRUE|FALSE)\t\d++\t[^\t\n]++\t(?P<v>[^\t\r\n]{8,}+)$")
+
+
+def _cookie_value(value: str) -> bool:
+    """A session id or a signed cookie: generated (digits, or mixed case), not a word."""
+    body = value[4:] if value.lower().startswith("s%3a") else value
+    return len(body) >= 8 and _random(body) and not re.fullmatch(r"[0-9.]+|GA\d[.\d]+", body)
+
+
+def _cookies(text: str) -> Iterator[Candidate]:
+    """Session cookies: the values in a Cookie / Set-Cookie header or a curl -b argument, a
+    session-named pair anywhere (PHPSESSID=…, connect.sid=…), a Netscape cookie jar line."""
+    lower = text.lower()
+    if "cookie" in lower or "-b" in text:
+        for line in _COOKIE_LINE.finditer(text):
+            group = "pairs" if line.group("pairs") is not None else "curl"
+            base = line.start(group)
+            for pair in _COOKIE_PAIR.finditer(line.group(group)):
+                name, value = pair.group("n"), pair.group("v")
+                if name.lower() in _COOKIE_NOT_SECRET or not _cookie_value(value):
+                    continue
+                if _SESSION_NAME.fullmatch(name) or len(value) >= 16:
+                    yield base + pair.start("v"), base + pair.end("v"), "session_cookie"
+    if "ess" in lower or "sid" in lower or "aspxauth" in lower:
+        for pair in _SESSION_PAIR.finditer(text):
+            if _SESSION_NAME.fullmatch(pair.group("n")) and _cookie_value(pair.group("v")):
+                yield pair.start("v"), pair.end("v"), "session_cookie"
+    if "\tTRUE\t" in text or "\tFALSE\t" in text:
+        for m in _COOKIE_JAR.finditer(text):
+            if _cookie_value(m.group("v")):
+                yield m.start("v"), m.end("v"), "session_cookie"
+
+
+_B64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{20,}+(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{16,}+)*+={0,2}+")
+_KEY_DATA = re.compile(
+    r"(?i:key[-_]?data|tls\.key|ssh-privatekey|private[-_]?key|\.dockerconfigjson|\.dockercfg)[\"']?[ \t]*[:=][ \t]*"
+    r"[\"']?(?P<v>[A-Za-z0-9+/]{40,}+={0,2}+)")
+_SECRET_JSON = re.compile(r"\"kind\"[ \t]*:[ \t]*\"Secret\"")
+_JSON_DATA = re.compile(r"\"(?:data|stringData)\"[ \t]*:[ \t]*\{(?P<body>[^{}]{1,65536}+)\}")
+_JSON_VALUE = re.compile(r"\"[\w.-]++\"[ \t\r\n]*:[ \t\r\n]*\"(?P<v>[^\"\\]{8,}+)\"")
+
+
+def _b64_head(value: str) -> bytes:
+    body = re.sub(r"\s+", "", value)[:96]
+    body = body[: len(body) // 4 * 4]
+    try:
+        return binascii.a2b_base64(body)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _key_material(text: str) -> Iterator[Candidate]:
+    """Base64 key material as kubeconfig, Kubernetes and Docker files hold it: a PEM private
+    key in base64 (LS0tLS1CRUdJTi…, the base64 of -----BEGIN), a *key-data / tls.key /
+    private-key value, and the data values of a Secret written as JSON."""
+    if "LS0tLS1CRUdJTi" in text:
+        for m in _B64_PEM.finditer(text):
+            if b"PRIVATE KEY" in _b64_head(m.group(0)):
+                yield m.start(), m.end(), "private_key"
+    lower = text.lower()
+    if "key" in lower or "docker" in lower:
+        for m in _KEY_DATA.finditer(text):
+            if _mixed(m.group("v")):
+                yield m.start("v"), m.end("v"), "private_key"
+    if "\"Secret\"" in text and _SECRET_JSON.search(text):
+        for data in _JSON_DATA.finditer(text):
+            base = data.start("body")
+            for m in _JSON_VALUE.finditer(data.group("body")):
+                if _not_filler(m.group("v")):
+                    yield base + m.start("v"), base + m.end("v"), "kubernetes_secret"
+
+
+_FAMILIES: list[Rule] = [
+    # a .pgpass line written by a command: echo "host:5432:db:user:pw" >> ~/.pgpass
+    Rule("config_password", _lazy(
+        r"(?<![^\s\"'=])(?:[A-Za-z0-9.-]++|\*):(?:\d{2,5}|\*):[A-Za-z0-9_.*-]++:[A-Za-z0-9_.*@-]++:"
+        r"(?P<v>[^\s:\"'\\]{3,}+)(?=[\"']|\\n|[ \t]*+(?:$|>|\||\n))"), ("pgpass", "PGPASS"),
+        group="v", check=_pgpass_value),
+    # a password stated in a sentence: "the password is Hunter2!", "admin's pw was tiger123"
+    Rule("prose_password", _lazy(
+        r"(?i:\b(?:pass(?:word|wd|phrase|code)|pwd|pw))(?:'s)?(?:[ \t]++(?i:for|of|on|to)[ \t]++[^\s]{1,40}?)?"
+        r"[ \t]++(?i:is|was|will[ \t]+be|remains|becomes|set[ \t]+to|changed[ \t]+to|reset[ \t]+to|now)[ \t]++"
+        r"(?:(?i:now|still|just|simply|literally|set[ \t]+to)[ \t]++)?[:\-]?[ \t]*+"
+        r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
+        ("ass", "ASS", "pw", "PW", "Pw"), group="v", check=_prose_value),
+    Rule("prose_password", _lazy(
+        r"(?i:\b(?:use|using|with|enter|type|try)[ \t]++(?:the[ \t]++)?(?:pass(?:word|wd|phrase|code)|pwd|pw))"
+        r"[ \t]++(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
+        ("ass", "ASS", "pw", "PW", "Pw"), group="v", check=_prose_value),
+    # Oracle and JDBC: jdbc:oracle:thin:scott/tiger@host, sqlplus user/pass@db, CONNECT u/p@tns
+    Rule("db_password", _lazy(
+        r"(?:(?i:jdbc:oracle:[a-z0-9]+):|(?i:\b(?:sqlplus|sqlcl|sql|expdp|impdp|exp|imp|rman|sqlldr|dgmgrl|"
+        r"connect|conn|userid=)\b)[ \t]*+(?:-[A-Za-z]++[ \t]++)*+(?:(?i:target|auxiliary|catalog)[ \t]++)?)"
+        r"[\"']?(?P<u>[A-Za-z_$#][\w$#.]{0,40})/(?P<v>[^\s/@\"']{1,128}+)@"), ("/",), group="v", check=_not_stand_in),
+    # user/password@host:port or @//host: a connect string anywhere
+    Rule("db_password", _lazy(
+        r"(?<![\w./@:%+-])(?P<u>[A-Za-z_][\w$#.-]{0,40})/(?P<v>[^\s/@\"'<>()]{3,128}+)"
+        r"@(?://[\w.-]|[A-Za-z0-9][\w.-]*:\d{2,5}(?![\w.])|\(DESCRIPTION)"), ("@",), group="v", check=_user_pass_at),
+]
+
+
 # -- blocks: Kubernetes secrets, PuTTY keys, headerless PEM bodies -------------------------------
 
 _K8S_KIND = re.compile(r"(?im)^[ \t]*kind:[ \t]*[\"']?secret[\"']?[ \t]*$")
@@ -406,7 +552,7 @@ def find(text: str) -> list[Candidate]:
     """Every candidate secret these tables find in text, overlapping ones included (the caller
     resolves overlaps together with cybmem.store.secrets's core table)."""
     out: list[Candidate] = []
-    for rule in (*_V, *_CLI):
+    for rule in (*_V, *_CLI, *_FAMILIES):
         if not any(n in text for n in rule.needles):
             continue
         for m in rule.regex.finditer(text):
@@ -415,6 +561,8 @@ def find(text: str) -> list[Candidate]:
             if secret and (rule.check is None or rule.check(secret, m)):
                 out.append((start, end, rule.kind))
     out.extend(_blocks(text))
+    # a marker is never a value: redacting it again would keep redact from settling
+    out.extend(c for c in (*_cookies(text), *_key_material(text)) if "[REDACTED:" not in text[c[0]:c[1]])
     out.extend(_high_entropy(text))
     return out
 
@@ -526,22 +674,45 @@ _WRAP = re.compile(r"(?<=[^\n]{44}[A-Za-z0-9+/=_-]{16})[ \t]*+\r?\n[ \t]*+(?:#[ 
                    r"(?=[A-Za-z0-9+/=_-]{0,11}?(?:[0-9]|[a-z][A-Z]|[A-Z]{2}[a-z]))")
 
 
-def _substitute(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str],
-                crossing_only: bool = False) -> Decoded | None:
+def _substitute(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str | None],
+                crossing_only: bool = False, group: int | str = 0) -> Decoded | None:
+    """text with each match's group replaced (replace returns None: left as it is)."""
     parts: list[str] = []
     edits: list[tuple[int, int, int, int]] = []
     pos = delta = 0
     for m in pattern.finditer(text):
         new = replace(m)
-        parts.append(text[pos:m.start()])
-        edits.append((m.start() + delta, len(new), m.start(), m.end() - m.start()))
+        if new is None:
+            continue
+        start, end = m.span(group)
+        parts.append(text[pos:start])
+        edits.append((start + delta, len(new), start, end - start))
         parts.append(new)
-        delta += len(new) - (m.end() - m.start())
-        pos = m.end()
+        delta += len(new) - (end - start)
+        pos = end
     if not edits:
         return None
     parts.append(text[pos:])
     return Decoded("".join(parts), edits, crossing_only)
+
+
+# A token cut by hand or by a tool where no column limit explains it: a line that ends with a
+# token part (16+ characters, after indentation, a label or a quote), then a shell line
+# continuation, an escaped newline inside a JSON string, a string concatenation or a plain
+# newline, and a next line that goes on with the token.
+_JOIN = re.compile(
+    r"(?P<part>(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{16,}+)(?P<gap>(?:[ \t]*+\\\r?\n|\\n|[\"'][ \t]*+\+[ \t]*+\r?\n?[ \t]*+[\"']"
+    r"|[\"'][ \t]*+\r?\n[ \t]*+[\"'])[ \t]*+(?=[A-Za-z0-9+/=_-]{4})"
+    # a plain newline: the next line must go on like a token (see _WRAP: not ISSUES: nor Next)
+    r"|[ \t]*+\r?\n[ \t]*+(?=[A-Za-z0-9+/=_-]{0,11}?(?:[0-9]|[a-z][A-Z]|[A-Z]{2}[a-z])))")
+
+
+def _join(m: re.Match[str]) -> str | None:
+    """Join only a part that reads as generated: a digit and a letter, or mixed case."""
+    part = m.group("part")
+    has_digit = any(c.isdigit() for c in part)
+    mixed = any(c.isupper() for c in part) and any(c.islower() for c in part)
+    return "" if (has_digit and any(c.isalpha() for c in part)) or mixed else None
 
 
 def decoded_variants(text: str) -> list[Decoded]:
@@ -558,6 +729,10 @@ def decoded_variants(text: str) -> list[Decoded]:
             out.append(d)
     if "\n" in text:
         d = _substitute(text, _WRAP, lambda m: "", crossing_only=True)
+        if d:
+            out.append(d)
+    if "\n" in text or "\\n" in text:
+        d = _substitute(text, _JOIN, _join, crossing_only=True, group="gap")
         if d:
             out.append(d)
     return out

@@ -124,8 +124,9 @@ def _not_placeholder(secret: str, _: re.Match[str]) -> bool:
 
 
 def _url_password(secret: str, match: re.Match[str]) -> bool:
-    """Skip stand-ins and a port mistaken for a password (http://host:8080/@scope/pkg)."""
-    return not (_placeholder(secret) or re.match(r"\d+(?:/|$)", secret))
+    """Skip stand-ins and a port mistaken for a password (http://host:8080/@scope/pkg,
+    http://localhost:3000?next=a@b)."""
+    return not (_placeholder(secret) or re.match(r"\d+(?:[/?#]|$)", secret))
 
 
 def _after_authorization(secret: str, match: re.Match[str]) -> bool:
@@ -186,7 +187,7 @@ def _placeholder(value: str) -> bool:
 # -- secret_assignment ---------------------------------------------------------------------
 
 # A key ends with one of these words; after the _KEY_WORDS the value must be longer (below).
-_WORDS = ("password", "passwd", "passphrase", "pwd", "pass", "secret", "token", "credentials",
+_WORDS = ("password", "passwd", "passphrase", "pwd", "pw", "pass", "secret", "token", "credentials",
           "creds", "private", "key", "apikey", "auth", "key_base", "signature")
 _KEY_WORDS = frozenset({"key", "apikey", "auth", "key_base", "signature"})  # SECRET_KEY_BASE
 # Words that are a key on their own; the others only end a compound key (DB_PASS, X_PRIVATE).
@@ -239,7 +240,7 @@ _COORDINATE = re.compile(r"[A-Za-z]{3,}[-_]v?\d+\.\d+(?:\.\d+)*$")
 _LONG_DIGITS = re.compile(r"[0-9]{16,}")  # discordToken="893064019486956120": an id or a secret, not a count
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 _WORDY = re.compile(r"(?:^|[/_.:-])[a-z]{4,}(?=[/_.:-]|$)")
-_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd"})
+_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "pw"})
 
 
 def _parts(name: str) -> list[str]:
@@ -565,9 +566,12 @@ _SHAPES: tuple[_Shape, ...] = (
         "url_password",
         re.compile(
             r"://(?<=[A-Za-z0-9+.-]://)[^\s:/@?#\[\]]*+:"
-            # The password may hold "/" and "@" (an "@" with another "@" before the host); it is
-            # bounded so that many "x://a:" without an "@" cost linear time.
-            rf"{_NOT_MARK}((?:[^\s@?#]|@(?=[^\s/?#@]*@)){{1,256}}+)@"
+            # The password may hold "/", "@" (an "@" with another "@" before the host), and an
+            # unencoded "?" or "#" when an "@" and a host follow (p#ss?w0rd@db: libpq and most
+            # drivers split at the last "@"); it is bounded so that many "x://a:" without an "@"
+            # cost linear time.
+            rf"{_NOT_MARK}((?:[^\s@?#]|@(?=[^\s/?#@]*@)|[?#](?=[^\s@]*@[A-Za-z0-9\[]))"
+            r"{1,256}+)@"
         ),
         group=1,
         check=_url_password,
