@@ -192,7 +192,7 @@ def test_write_and_inject_never_import_heavy_libraries(root, tmp_path, verb):
     if verb == "inject":
         args = ["inject", TASK, "--project", "web", "--memory-dir", str(root)]
     else:
-        run = {"id": "lean-1", "cwd": "/home/dev/web", "task": "Lean write", "status": "done", "endedAt": 1_800_000_000_000}
+        run = {"id": "lean-1", "cwd": "/home/dev/web", "task": "Lean write", "status": "done", "endedAt": 1_795_000_000_000}
         (tmp_path / "run.json").write_text(json.dumps(run))
         args = ["write", str(tmp_path / "run.json"), "--memory-dir", str(root)]
     code = ("import sys\nfrom cybmem.cli.app import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
