@@ -74,6 +74,9 @@ def _sort_key(entry: dict) -> tuple:
 class ProjectIndex:
     """index.json of one project (the index half of MemoryStore, which it is mixed into)."""
 
+    #: What :meth:`_unindexed` read of records/ when index.json was missing (entries, skipped).
+    _fresh: tuple[list[dict], dict[str, str]] | None = None
+
     @contextlib.contextmanager
     def index_lock(self) -> Iterator[None]:
         """Exclusive lock for rewriting index.json.
@@ -257,7 +260,7 @@ class ProjectIndex:
         """The index of records/ when index.json is missing or damaged: read whole the first time
         (:meth:`fresh_index`, with a line on stderr when that takes a while), then the entries read
         before, merged with the listing (only records that are new or were replaced are read)."""
-        kept = self.__dict__.get("_fresh")
+        kept = self._fresh
         if kept is None:
             notice = Notice(f"cybmem: indexing the records of project {self.slug} into index.json "
                            "(once; later writes add only their own)")
@@ -267,7 +270,7 @@ class ProjectIndex:
                 notice.done()
         else:
             entries, skipped, _, _ = self._merge_index(list(kept[0]), dict(kept[1]), self.listing())
-        self.__dict__["_fresh"] = (list(entries), dict(skipped))
+        self._fresh = (list(entries), dict(skipped))
         return entries, skipped
 
     def fresh_index(self) -> tuple[list[dict], dict[str, str]]:
