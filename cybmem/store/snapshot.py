@@ -523,8 +523,9 @@ def _build_full(store: MemoryStore, listing: dict[str, int] | None = None) -> tu
     problems = led_problems + problems
     if listing is None:
         listing = store.listing()
-    notice = Notice(f"cybmem: indexing {len(listing)} records of project {store.slug} (once; later reads use the cache)",
-                    _PROGRESS_AFTER_S)
+    later = ("every read of a root with .nocache does this" if _cache.disabled(store.root)
+             else "once; later reads use the cache")
+    notice = Notice(f"cybmem: indexing {len(listing)} records of project {store.slug} ({later})", _PROGRESS_AFTER_S)
     try:
         table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), issue_texts(events))
         index = KeywordIndex.build(tokenize_arrow(texts))
