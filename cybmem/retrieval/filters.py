@@ -309,10 +309,10 @@ class IssueFilter:
 
 
 def select_issues(states: Iterable["IssueState"], f: IssueFilter, *, now_ms: int, offset: int = 0,
-                  limit: int | None = None, newest_first: bool = False) -> tuple[Page, int]:
-    """Folded issues that pass ``f``: open ones first (oldest opened first), then closed ones
-    (most recently closed first); one page of them. ``newest_first``: open ones newest opened
-    first, as `cybmem issues` lists them (the closed ones keep their order).
+                  limit: int | None = None, newest_first: bool = True) -> tuple[Page, int]:
+    """Folded issues that pass ``f``: open ones first (newest opened first, so a page starts with
+    what is new; oldest first with ``newest_first=False``), then closed ones (most recently closed
+    first); one page of them. The order of `cybmem issues` and of the MCP ``issues`` tool.
 
     Returns:
         The page and the number of closed issues the window left out (they would pass otherwise).
@@ -381,9 +381,9 @@ class IssueListing:
 
 def list_issues(store, f: IssueFilter, *, as_of: int | None = None, offset: int = 0, limit: int | None = 50,
                 now_ms: int | None = None, newest_first: bool = True) -> IssueListing:
-    """One page of a project's folded issues that pass ``f`` (:func:`select_issues`, open ones
-    newest first unless ``newest_first=False``), the ledger as it was at ``as_of`` (epoch ms;
-    None: now), its window measured from then (or ``now_ms``)."""
+    """One page of a project's folded issues that pass ``f`` (:func:`select_issues`, whose order
+    ``newest_first`` chooses), the ledger as it was at ``as_of`` (epoch ms; None: now), its window
+    measured from then (or ``now_ms``)."""
     import time
 
     from ..store.snapshot import load_snapshot
