@@ -280,6 +280,11 @@ def test_a_directory_named_like_a_slug_keeps_the_slug_the_contract_gives_it(memo
     assert resolve_slug(memory_root, "/srv/web-7663e1", create=True) == "web-7663e1"
     assert resolve_slug(memory_root, "/srv/web_7663e1", create=True) == "web_7663e1"
     assert resolve_slug(memory_root, "/srv/WEB-7663E1", create=True) == f"web-7663e1-{hash6('/srv/WEB-7663E1')}"
+    for cwd in ("/srv/web-7663e1", "/srv/web_7663e1"):
+        assert run("write", write_json(memory_root.parent / "r.json", make_run(f"r{hash6(cwd)}", cwd=cwd))).exit_code == 0
+    res = run("doctor", "--all")
+    assert res.exit_code == 0, res.output
+    assert "warning    " in res.output and "'web-7663e1', 'web_7663e1' differ only in '-', '_' and '.'" in res.output
 
 
 @pytest.mark.parametrize("name", ["web_7663e1", "web.7663e1", "web7663e1", "web-7663-e1"])

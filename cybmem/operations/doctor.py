@@ -642,6 +642,13 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
         groups.setdefault(slug_key(name), []).append(name)
     for group in sorted(sorted(g) for g in groups.values() if len(g) > 1):
         shown = ", ".join(repr(n) + ("" if n.isascii() else f" ({ascii(n)[1:-1]})") for n in group)
+        if len({slug_key(n, separators=False) for n in group}) == len(group):
+            # Only their separators differ: directories named so get these slugs by the contract's rule.
+            findings.append(Finding("projects", "warning", str(path),
+                                    f"projects {shown} differ only in '-', '_' and '.'; a --project name is held to them "
+                                    "(refused as a look-alike), so each is reached by its exact name or its cwd; if one "
+                                    "was made by a mistyped --project, move its records into the other"))
+            continue
         findings.append(Finding("projects", "error", str(path),
                                 f"projects {shown} look alike ({LOOK_ALIKE_RULE}) and `cybmem projects` shows them "
                                 "the same; keep one: move the others' records into it and remove their entries and directories"))
