@@ -30,34 +30,63 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _READ_CHUNK = 1 << 20
 
 
-def read_file_st(path: str | os.PathLike, *, limit: int | None = None, offset: int = 0) -> tuple[bytes, os.stat_result]:
-    """Read a whole regular file (from byte ``offset`` on) and return its bytes and the stat of what was read.
+def _open_regular(path: str | os.PathLike, *, follow: bool = False) -> tuple[int, os.stat_result]:
+    """Open ``path`` for reading only if it is a regular file: the rule every read of a store or a
+    dataset goes through. The open never blocks (O_NONBLOCK: a FIFO planted where a file should be
+    would otherwise wait for a writer forever) and fstat then judges what was opened, not a name
+    another process may swap. ``follow=False`` also refuses a final symbolic link (the memory root).
 
-    The one reader for everything under a memory root. It opens without following a final
-    symbolic link and without blocking (a FIFO or device planted where a file should be can
-    neither hang the reader nor feed it endless bytes), checks with fstat that the open file is a
-    regular file, and reads at most ``limit`` bytes (a file that is or grows larger is refused).
-    ``offset`` skips the bytes an append-only file's reader has already consumed (``limit`` then
-    bounds what is left); past the end it reads nothing.
+    Returns the descriptor (the caller closes it) and its stat.
 
     Raises:
         FileNotFoundError: the file does not exist (callers decide whether that is normal).
-        StoreError: a symbolic link, not a regular file, larger than ``limit``, or unreadable;
-            the message names the path and what to do.
+        StoreError: a symbolic link (with ``follow=False``), not a regular file, or unopenable.
     """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else _NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno == errno.ELOOP and not follow:
             raise StoreError(f"{path} is a symbolic link; cybmem reads only real files inside the memory root "
                              "(replace the link with the file, see `cybmem doctor`)") from None
         raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise StoreError(f"{path} is not a regular file (a FIFO, device or directory); move it out of the memory root")
+            raise StoreError(f"{path} is not a regular file (a FIFO, socket, device or directory); move it out of the way")
+        # A regular file never blocks; reads through a handle are plain reads again.
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def open_regular(path: str | os.PathLike, *, follow: bool = False) -> BinaryIO:
+    """A binary handle on ``path`` by the rule of :func:`_open_regular`, for readers that take a
+    file object (Parquet and Arrow readers); the caller closes it."""
+    fd, _ = _open_regular(path, follow=follow)
+    return os.fdopen(fd, "rb")
+
+
+def read_file_st(path: str | os.PathLike, *, limit: int | None = None, offset: int = 0) -> tuple[bytes, os.stat_result]:
+    """Read a whole regular file (from byte ``offset`` on) and return its bytes and the stat of what was read.
+
+    The one reader for everything under a memory root. It opens by :func:`_open_regular` (no
+    final symbolic link, never blocking: a FIFO or device planted where a file should be can
+    neither hang the reader nor feed it endless bytes), and reads at most ``limit`` bytes (a file
+    that is or grows larger is refused). ``offset`` skips the bytes an append-only file's reader
+    has already consumed (``limit`` then bounds what is left); past the end it reads nothing.
+
+    Raises:
+        FileNotFoundError: the file does not exist (callers decide whether that is normal).
+        StoreError: a symbolic link, not a regular file, larger than ``limit``, or unreadable;
+            the message names the path and what to do.
+    """
+    fd, st = _open_regular(path)
+    try:
         if limit is not None and st.st_size - offset > limit:
             raise StoreError(f"{path} is {st.st_size} bytes, larger than the {limit} such a file may have")
         if offset:

@@ -1,4 +1,5 @@
-"""The one tree of errors cybmem raises; the CLI translates them in one place."""
+"""The one tree of errors cybmem raises (the CLI translates them in one place), and the one
+prefix of the warnings it prints."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ __all__ = [
     "AmbiguousError",
     "ConflictError",
     "StoreError",
+    "WARNING_PREFIX",
 ]
+
+#: What starts every warning line cybmem prints on stderr (a problem that did not stop the command).
+WARNING_PREFIX = "warning: "
 
 
 class CybmemError(Exception):

@@ -1,4 +1,5 @@
-"""A one-line progress bar on stderr for long jobs (tuning, reports, exports, backfills)."""
+"""A one-line progress bar on stderr for long jobs (tuning, reports, exports, backfills), and a
+one-line notice for jobs that are usually quick (a cold load, a first index)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import sys
 import time
 from typing import IO
 
-__all__ = ["Progress", "end_line"]
+__all__ = ["Progress", "Notice", "end_line"]
 
 
 #: The streams a bar was drawn on and not finished (a Ctrl-C between two redraws leaves one open).
@@ -20,6 +21,22 @@ def end_line(stream: IO[str] | None = None) -> None:
         _OPEN.discard(id(stream))
         stream.write("\n")
         stream.flush()
+
+
+class Notice:
+    """``message`` as one line on stderr when a job outlasts ``after_s`` seconds (a dispatcher's
+    terminal would otherwise sit silent for seconds on a large store): a timer that :meth:`done`,
+    called at the end of the job, cancels."""
+
+    def __init__(self, message: str, after_s: float = 1.0):
+        import threading
+
+        self._timer = threading.Timer(after_s, lambda: print(message, file=sys.stderr, flush=True))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def done(self) -> None:
+        self._timer.cancel()
 
 
 class Progress:

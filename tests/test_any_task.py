@@ -269,7 +269,35 @@ LOOKALIKES = ["w\u0435b", "\uff57\uff45\uff42", "WEB", "Web", "w\u200beb", "w\u0
 
 def test_slug_key_folds_what_looks_the_same():
     assert {slug_key(s) for s in LOOKALIKES + ["web"]} == {"web"}
-    assert len({slug_key(s) for s in ("web", "web2", "we-b", "api", "wab")}) == 5
+    assert len({slug_key(s) for s in ("web", "web2", "wbe", "api", "wab")}) == 5
+    # ASCII look-alikes: the separators '-', '_', '.' (or none) read the same (issue 29, item 9)
+    assert {slug_key(s) for s in ("web-7663e1", "web_7663e1", "web.7663e1", "web7663e1", "Web__7663E1")} == {"web7663e1"}
+
+
+def test_a_directory_named_like_a_slug_keeps_the_slug_the_contract_gives_it(memory_root):
+    """Only a typed --project name is held to the separators: a cwd's slug is the contract's, which
+    the orchestrator computes too (a directory web_7663e1 beside project web-7663e1 is web_7663e1)."""
+    assert resolve_slug(memory_root, "/srv/web-7663e1", create=True) == "web-7663e1"
+    assert resolve_slug(memory_root, "/srv/web_7663e1", create=True) == "web_7663e1"
+    assert resolve_slug(memory_root, "/srv/WEB-7663E1", create=True) == f"web-7663e1-{hash6('/srv/WEB-7663E1')}"
+    for cwd in ("/srv/web-7663e1", "/srv/web_7663e1"):
+        assert run("write", write_json(memory_root.parent / "r.json", make_run(f"r{hash6(cwd)}", cwd=cwd))).exit_code == 0
+    res = run("doctor", "--all")
+    assert res.exit_code == 0, res.output
+    assert "warning    " in res.output and "'web-7663e1', 'web_7663e1' differ only in '-', '_' and '.'" in res.output
+
+
+@pytest.mark.parametrize("name", ["web_7663e1", "web.7663e1", "web7663e1", "web-7663-e1"])
+def test_an_ascii_look_alike_of_an_existing_slug_is_refused(memory_root, tmp_path, name):
+    assert run("write", write_json(tmp_path / "r.json", make_run("r1", cwd="/srv/web-7663e1"))).exit_code == 0
+    assert sorted(p.name for p in memory_root.iterdir() if p.is_dir()) == ["web-7663e1"]
+    for args in (["write", write_json(tmp_path / "r2.json", make_run("r2")), "-p", name], ["list", "-p", name]):
+        res = run(*args)
+        assert res.exit_code == 1, (args, res.output)
+        assert "looks like existing project 'web-7663e1'" in res.stderr and "use --project web-7663e1" in res.stderr
+    assert sorted(p.name for p in memory_root.iterdir() if p.is_dir()) == ["web-7663e1"], "no new project"
+    with pytest.raises(ValidationError, match="looks like existing project 'web-7663e1'"):
+        select_project(memory_root, project=name, create=True)
 
 
 @pytest.mark.parametrize("name", LOOKALIKES)
@@ -315,3 +343,48 @@ def test_doctor_reports_look_alike_projects(memory_root, settings):
     assert "projects 'WEB', 'web', 'w\u0435b' (w\\u0435b) look alike" in found[0].message
     assert run("list", "-p", "WEB").exit_code == 0, "an existing project is still reachable by its exact name"
 
+
+
+# --- a huge task (issue 29, item 10) ----------------------------------------------------------------
+
+_PEAK = """
+import resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True)
+sys.stdout.buffer.write(p.stdout)
+sys.stderr.buffer.write(p.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)
+sys.exit(p.returncode)
+"""
+
+
+def test_a_50_mb_task_is_stored_whole_and_an_inject_without_cache_stays_bounded(memory_root, tmp_path):
+    """The record keeps the task whole; indexing reads its first MAX_TEXT_CHARS and the block a bounded
+    head of it, so an inject of a store without a cache stays small (unbounded: ~1 GB and ~40 s)."""
+    import random
+
+    from cybmem.store.tokens import MAX_TEXT_CHARS
+
+    rng = random.Random(29)
+    words = ["w%dx%s" % (i, "".join(rng.choice("abcdefgh") for _ in range(5))) for i in range(200_000)]
+    body = " ".join(rng.choice(words) for _ in range(4_300_000))
+    task = "Refactor the login form " + body
+    assert len(task) > 50_000_000 > 100 * MAX_TEXT_CHARS
+    memory_root.mkdir()
+    (memory_root / ".nocache").touch()  # a store without a cache: every read indexes the records
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root)}
+    cybmem = [sys.executable, "-m", "cybmem.cli"]
+    big = write_json(tmp_path / "big.json", {**make_run("big-1"), "task": task})
+    p = subprocess.run([*cybmem, "write", str(big)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    stored = json.loads((memory_root / "web" / "records" / "big-1.json").read_text())
+    assert stored["task"] == task, "the record keeps the task whole"
+    del stored, body
+    small = write_json(tmp_path / "small.json", make_run("small-1", "Fix the login form", start=make_run("x")["endedAt"]))
+    assert subprocess.run([*cybmem, "write", str(small)], env=env, capture_output=True, timeout=120).returncode == 0
+    # The big run first whatever its score (the parent), so the block reads its task too.
+    p = subprocess.run([sys.executable, "-c", _PEAK, *cybmem, "inject", "Fix the login form", "--cwd", "/home/dev/web"],
+                       env={**env, "CYBERINE_PARENT_RUN_ID": "big-1"}, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout.endswith("Fix the login form"), p.stderr
+    assert "- run big-1 (" in p.stdout and "Refactor the login form w" in p.stdout and "- run small-1 (" in p.stdout
+    peak_mb = int(p.stderr.splitlines()[-1]) / 1024
+    assert peak_mb < 600, f"inject peaked at {peak_mb:.0f} MB"

@@ -231,6 +231,34 @@ def test_fifos_at_the_ledger_index_and_projects_hang_nothing(memory_root, tmp_pa
     _every_verb_answers(tmp_path, hook_run=False)
 
 
+def test_fifos_in_the_cache_hang_nothing(memory_root, tmp_path):
+    """Issue 29, item 4: every cache file read through the one reader (a FIFO blocked Arrow's open)."""
+    import os
+
+    _base_store(tmp_path)
+    assert cli("search", "login", "--cwd", "/home/dev/web").exit_code == 0  # builds the cache
+    cache = memory_root / "web" / ".cache"
+    names = sorted(p.name for p in cache.glob("*.arrow"))
+    assert {"events.arrow", "fold.arrow"} <= set(names) and any(n.startswith("rec-") for n in names)
+    for name in names:
+        (cache / name).unlink()
+        os.mkfifo(cache / name)
+    _every_verb_answers(tmp_path, hook_run=False)
+
+
+def test_fifos_at_the_other_store_files_hang_nothing(memory_root, tmp_path):
+    """embeddings.jsonl, the feedback logs, the weights and projects.json: each a FIFO, nothing waits."""
+    import os
+
+    _base_store(tmp_path)
+    for path in (memory_root / "web" / "embeddings.jsonl", memory_root / "web" / "shown.jsonl",
+                 memory_root / "web" / "used.jsonl", memory_root / "web" / "weights.json",
+                 memory_root / "weights.json", memory_root / "projects.json"):
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    _every_verb_answers(tmp_path, hook_run=False)
+
+
 # --- 2. symlinks out of the memory root ---------------------------------------------------------
 
 

@@ -336,7 +336,7 @@ def test_hook_mode_warns_and_exits_zero(small_store, case):
     before = _tree(small_store)
     res = runner.invoke(app, ["write", "--hook"], input=data)
     assert res.exit_code == 0
-    assert res.stderr.startswith("cybmem: warning: memory record not written: ") and message in res.stderr
+    assert res.stderr.startswith("warning: memory record not written: ") and message in res.stderr
     assert _tree(small_store) == before
 
 
@@ -416,3 +416,68 @@ def test_unstorable_text_through_the_library_names_the_field(memory_root):
     with pytest.raises(ValidationError, match=r"title cannot be stored"):
         store.write_record(ok, [IssueEvent(issueId="x", at=T0, event="opened", title="bad \udc80")])
     assert not memory_root.exists() or not [p for p in memory_root.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+
+
+# --- a run that ends in the future (issue 29, item 5) ----------------------------------------------
+
+DAY = 86_400_000
+
+
+@pytest.mark.parametrize("ended", [32_503_680_000_000, "3000-01-01T00:00:00Z", "future-2d", 95_617_584_000])
+def test_a_run_that_ends_in_the_future_is_refused_and_leaves_nothing(memory_root, tmp_path, ended):
+    """Year 3000 as epoch ms, as ISO, two days ahead, and year 5000 given in seconds: refused, nothing written."""
+    import time
+
+    if ended == "future-2d":
+        ended = int(time.time() * 1000) + 2 * DAY
+    run = make_run("r-future", start=T0)
+    run["endedAt"] = ended
+    res = runner.invoke(app, ["write", str(write_json(tmp_path / "run.json", run))])
+    assert res.exit_code == 1
+    assert "is more than a day after this machine's clock" in res.stderr and "fix the run's endedAt or this machine's clock" in res.stderr
+    assert not memory_root.exists() or not any(memory_root.iterdir()), "bad input leaves nothing behind"
+
+
+def test_a_run_within_a_day_of_the_clock_is_written(memory_root, tmp_path):
+    """Clocks disagree a little (and a local time written as UTC is hours off): a day of slack."""
+    import time
+
+    now = int(time.time() * 1000)
+    run = make_run("r-soon", start=now)
+    run["endedAt"] = now + DAY - 60_000
+    assert runner.invoke(app, ["write", str(write_json(tmp_path / "run.json", run))]).exit_code == 0
+
+
+def test_the_library_write_refuses_a_future_record_too(memory_root, settings):
+    from cybmem.errors import ValidationError
+    from cybmem.operations.write import build_record
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.operations.write import parse_run
+
+    store = MemoryStore(memory_root, "web")
+    rec, events, _ = build_record(parse_run(make_run("r-lib", start=T0)), store, settings)
+    rec.startedAt, rec.endedAt = 32_503_680_000_000, 32_503_680_060_000
+    with pytest.raises(ValidationError, match="more than a day after this machine's clock"):
+        store.commit(rec, events)
+    assert not (memory_root / "web" / "records" / "r-lib.json").exists()
+
+
+def test_doctor_reports_records_already_stored_with_a_future_end(memory_root, tmp_path):
+    assert runner.invoke(app, ["write", str(write_json(tmp_path / "run.json", make_run("r-ok")))]).exit_code == 0
+    assert runner.invoke(app, ["doctor", "--project", "web"]).exit_code == 0
+    records = memory_root / "web" / "records"
+    rec = json.loads((records / "r-ok.json").read_text())
+    # as another writer (or an older cybmem) left it: a typed year
+    (records / "r-3000.json").write_text(json.dumps({**rec, "runId": "r-3000", "startedAt": 32_503_680_000_000,
+                                                      "endedAt": 32_503_680_060_000}))
+    res = runner.invoke(app, ["doctor", "--project", "web"])
+    assert res.exit_code == 1
+    line = next(line for line in res.output.splitlines() if "r-3000.json" in line)
+    assert line.split()[0] == "error" and "endedAt 3000-01-01 00:01 UTC is more than a day after this machine's clock" in line
+    assert "cybmem supersede r-3000 FIXED.json" in line
+    fixed = make_run("r-fixed")
+    assert runner.invoke(app, ["supersede", "r-3000", str(write_json(tmp_path / "fixed.json", fixed)),
+                               "--project", "web"]).exit_code == 0
+    res = runner.invoke(app, ["doctor", "--project", "web"])
+    line = next(line for line in res.output.splitlines() if "r-3000.json" in line)
+    assert res.exit_code == 0 and line.split()[0] == "warning" and "superseded by r-fixed" in line

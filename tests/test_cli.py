@@ -49,6 +49,23 @@ def test_every_command_has_help_with_an_example():
         assert res.exit_code == 0 and "Usage:" in res.output
 
 
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_help_lists_each_command_with_its_whole_description(monkeypatch, columns):
+    """Click cuts a command's description to the room left, ending it in "..."; cybmem gives it whole."""
+    import inspect
+
+    import typer.main
+
+    monkeypatch.setenv("COLUMNS", columns)
+    res = run("--help")
+    assert res.exit_code == 0
+    listing = "".join(res.output.split("Commands:", 1)[1].split())  # Click wraps at spaces and after hyphens
+    assert "..." not in listing
+    for name, cmd in typer.main.get_command(app).commands.items():
+        first = "".join(inspect.cleandoc(cmd.help).split("\n\n", 1)[0].split())
+        assert name + first in listing, name
+
+
 def test_write_prints_what_it_did(memory_root, tmp_path):
     path = write_json(tmp_path / "run.json", make_run("r1", output=TRAILER))
     res = run("write", path)
@@ -160,12 +177,15 @@ def test_issues_filters_and_paging(populated, tmp_path):
         assert run("write", path).exit_code == 0
     ids = lambda *args: [line.split()[0] for line in run("issues", "--cwd", "/home/dev/web", *args).output.splitlines()[1:]
                          if not line.startswith("Showing")]  # noqa: E731
-    assert ids() == ["flaky-login-test", "slow-build-number-0", "slow-build-number-1", "slow-build-number-2"]
-    assert ids("--grep", "SLOW BUILD") == ["slow-build-number-0", "slow-build-number-1", "slow-build-number-2"]
+    # newest opened first (a page starts with what is new), --oldest-first for the other order
+    assert ids() == ["slow-build-number-2", "slow-build-number-1", "slow-build-number-0", "flaky-login-test"]
+    assert ids("--oldest-first") == ["flaky-login-test", "slow-build-number-0", "slow-build-number-1", "slow-build-number-2"]
+    assert [i["issueId"] for i in json.loads(run("issues", "--cwd", "/home/dev/web", "--json").output)] == ids()
+    assert ids("--grep", "SLOW BUILD") == ["slow-build-number-2", "slow-build-number-1", "slow-build-number-0"]
     assert ids("--grep", "ages") == ids("--grep", "slow"), "the detail counts"
-    assert ids("--since", str(T0 + 111 * MIN)) == ["slow-build-number-1", "slow-build-number-2"], "an event since then"
-    assert ids("--until", str(T0 + 110 * MIN)) == ["flaky-login-test", "slow-build-number-0"], "opened by then"
-    res = run("issues", "--cwd", "/home/dev/web", "--limit", "2", "--offset", "1")
+    assert ids("--since", str(T0 + 111 * MIN)) == ["slow-build-number-2", "slow-build-number-1"], "an event since then"
+    assert ids("--until", str(T0 + 110 * MIN)) == ["slow-build-number-0", "flaky-login-test"], "opened by then"
+    res = run("issues", "--cwd", "/home/dev/web", "--limit", "2", "--offset", "1", "--oldest-first")
     assert [line.split()[0] for line in res.output.splitlines()[1:3]] == ["slow-build-number-0", "slow-build-number-1"]
     assert res.output.splitlines()[-1] == "Showing 2-3 of 4 issues; --offset 3 for the next page, --limit 0 for all."
     assert ids("--state", "closed") == []
@@ -174,6 +194,7 @@ def test_issues_filters_and_paging(populated, tmp_path):
     ev = run("issues", "--events", "--cwd", "/home/dev/web", "--grep", "number 2").output.splitlines()
     assert len(ev) == 2 and ev[1].split()[3] == "slow-build-number-2"
     assert run("issues", "--events", "--all", "--cwd", "/home/dev/web").exit_code == 2
+    assert run("issues", "--events", "--oldest-first", "--cwd", "/home/dev/web").exit_code == 2
 
 
 def test_chain_both_directions(populated):

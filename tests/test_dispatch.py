@@ -192,7 +192,7 @@ def test_write_and_inject_never_import_heavy_libraries(root, tmp_path, verb):
     if verb == "inject":
         args = ["inject", TASK, "--project", "web", "--memory-dir", str(root)]
     else:
-        run = {"id": "lean-1", "cwd": "/home/dev/web", "task": "Lean write", "status": "done", "endedAt": 1_800_000_000_000}
+        run = {"id": "lean-1", "cwd": "/home/dev/web", "task": "Lean write", "status": "done", "endedAt": 1_795_000_000_000}
         (tmp_path / "run.json").write_text(json.dumps(run))
         args = ["write", str(tmp_path / "run.json"), "--memory-dir", str(root)]
     code = ("import sys\nfrom cybmem.cli.app import main\nsys.argv = ['cybmem'] + sys.argv[1:]\n"
@@ -235,7 +235,7 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
     open_id = snap.open_issues().column("issueId")[0].as_py()
     from conftest import make_run
 
-    later = make_run("act-1", "Look at it again", start=1_900_000_000_000, cwd="/home/dev/web",
+    later = make_run("act-1", "Look at it again", start=1_794_000_000_000, cwd="/home/dev/web",
                      output=f"Looked.\n\nACCOMPLISHED:\n- looked\nISSUES:\n- {open_id}\nNEXT:\n- none")
     write_run(later, Settings.from_env(env={}, memory_dir=fixture_copy))
     again = load_snapshot(store)
@@ -243,7 +243,7 @@ def test_the_cached_issue_activity_is_the_computed_one(fixture_copy, tmp_path):
     assert act.equals(fresh(again)) and again.files.activity != snap.files.activity
     assert carriers_ok(again) and again.files.carriers != snap.files.carriers
     row = again.fold().column("issueId").to_pylist().index(open_id)
-    assert act.column("lastActivity")[row].as_py() == 1_900_000_000_000 + 10 * 60_000
+    assert act.column("lastActivity")[row].as_py() == 1_794_000_000_000 + 10 * 60_000
 
 
 def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
@@ -267,7 +267,7 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
     assert first.hits and first.snapshot is old
     open_id = old.open_issues().column("issueId")[0].as_py()
     for i in range(40):  # more rows than the old snapshot had
-        write_run(make_run(f"later-{i}", f"Later login work {i}", start=1_900_000_000_000 + i * 3_600_000,
+        write_run(make_run(f"later-{i}", f"Later login work {i}", start=1_794_000_000_000 + i * 3_600_000,
                            cwd="/home/dev/web", output=f"Did it.\n\nISSUES:\n- {open_id}\nNEXT:\n- none"), settings)
     hit = store.records_dir / f"{first.hits[0].run_id}.json"
     data = json.loads(hit.read_text())

@@ -337,3 +337,16 @@ def test_exports_json_forgets_exports_that_are_gone(tmp_path, fixture_copy):
     export_parquet(store, tmp_path / "temporary", machine="m", note=False)
     assert cli("export", "ndjson", "--memory-dir", fixture_copy, "-p", "api", "--out", tmp_path / "c.ndjson").exit_code == 0
     assert [(e["format"], Path(e["out"]).name) for e in known_exports(store)] == [("csv", "b.csv"), ("ndjson", "c.ndjson")]
+
+
+def test_a_fifo_in_the_dataset_an_export_appends_to_is_refused_not_waited_on(fixture_copy, tmp_path):
+    """Issue 29, item 4: the export reads the part files it appends beside; a FIFO there hung it."""
+    out = tmp_path / "fleet"
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(fixture_copy)}
+    cmd = [sys.executable, "-m", "cybmem.cli", "export", "parquet", "--project", "web", "--out", str(out), "--machine", "laptop"]
+    assert subprocess.run(cmd, env=env, capture_output=True, timeout=120).returncode == 0
+    (part,) = (out / "records" / "machine=laptop" / "project=web").glob("month=*/*.parquet")
+    fifo = part.with_name("part-fifo.parquet")
+    os.mkfifo(fifo)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and f"{fifo} is not a regular file" in p.stderr, p.stderr

@@ -177,11 +177,13 @@ def test_issue_window_keeps_recently_closed_ones():
         _state("back", "reopened", now - 30 * DAY, now - 1 * DAY, detail="Fails on Windows only"),
     ]
     page, hidden = select_issues(states, IssueFilter(window_days=90), now_ms=now)
-    assert [s.issueId for s in page.items] == ["old-open", "back", "fresh-fix", "wont"], \
-        "open ones first (oldest opened first), then closed ones, most recently closed first"
+    assert [s.issueId for s in page.items] == ["back", "old-open", "fresh-fix", "wont"], \
+        "open ones first (newest opened first), then closed ones, most recently closed first"
     assert hidden == 1
+    page, _ = select_issues(states, IssueFilter(window_days=90), now_ms=now, newest_first=False)
+    assert [s.issueId for s in page.items] == ["old-open", "back", "fresh-fix", "wont"], "open ones oldest first"
     page, hidden = select_issues(states, IssueFilter(window_days=0), now_ms=now)
-    assert [s.issueId for s in page.items] == ["old-open", "back"] and hidden == 3, "window 0: closed issues drop at once"
+    assert [s.issueId for s in page.items] == ["back", "old-open"] and hidden == 3, "window 0: closed issues drop at once"
     page, hidden = select_issues(states, IssueFilter(), now_ms=now)
     assert page.total == 5 and hidden == 0
     page, _ = select_issues(states, IssueFilter.make(state="closed"), now_ms=now)

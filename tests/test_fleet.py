@@ -401,6 +401,30 @@ def _put(dataset: Path, table: str, machine: str, project: str, name: str, t) ->
     return d / name
 
 
+def test_a_fifo_or_a_directory_in_the_dataset_is_skipped_never_waited_on(tmp_path):
+    """Issue 29, item 4: a FIFO named like a part file hung `cybmem fleet search` forever."""
+    from cybmem.errors import StoreError
+
+    dataset = _small_fleet(tmp_path)
+    part = _part(dataset, "records", "laptop", "web")
+    fifo, folder = part.with_name("part-fifo.parquet"), part.with_name("part-dir.parquet")
+    os.mkfifo(fifo)
+    folder.mkdir()
+    p = subprocess.run([sys.executable, "-m", "cybmem.cli", "fleet", "search", "flaky cart drawer test", "--dataset",
+                        str(dataset), "-k", "3", "--scheduler", "inline"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    why = "not a regular file (a FIFO, socket, device or directory)"
+    assert sorted(p.stderr.splitlines()) == [f"warning: skipped {folder}: {why}", f"warning: skipped {fifo}: {why}"]
+    _, want_hits, *_ = _fleet_answers(dataset, tmp_path / "answers")
+    assert [line.split()[4] for line in p.stdout.splitlines()[1:4]] == [h.run_id[:8] for h in want_hits[:3]]
+    # A part file swapped for a FIFO after the scan is refused when it is read, not waited on.
+    with Fleet(dataset, scheduler="inline") as f:
+        part.unlink()
+        os.mkfifo(part)
+        with pytest.raises(StoreError, match="not a regular file"):
+            f.search("flaky cart drawer test", k=3, as_of=NOW)
+
+
 def _fleet_answers(dataset: Path, tmp_path: Path, query: str = "flaky cart drawer test"):
     """Search, issues and the report of the dataset, in this process; the fleet for its notes."""
     with Fleet(dataset, scheduler="inline") as f:

@@ -189,9 +189,19 @@ def test_extras_never_shadow_known_fields(d, extra):
 def test_record_round_trips_through_the_store(tmp_path_factory, d):
     from cybmem.store.memory_store import MemoryStore
 
+    import time
+
+    from cybmem.errors import ValidationError
+    from cybmem.store.records import FUTURE_SLACK_MS
+
     d = {**d, "supersedes": None} if d.get("supersedes") == d["runId"] else d
-    rec = MemoryRecord.from_dict(d)
     store = MemoryStore(tmp_path_factory.mktemp("rt"), "web")
+    now = int(time.time() * 1000)
+    if d["endedAt"] > now + FUTURE_SLACK_MS:  # refused: a run cannot end past the writer's clock
+        with pytest.raises(ValidationError, match="more than a day after this machine's clock"):
+            store.write_record(MemoryRecord.from_dict(d))
+        d = {**d, "endedAt": int(d["endedAt"]) % now}
+    rec = MemoryRecord.from_dict(d)
     store.write_record(rec)
     assert store.read_record(rec.runId) == rec
 

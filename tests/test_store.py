@@ -212,3 +212,28 @@ def test_no_module_reaches_into_a_snapshots_state():
                     isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 reached.append(f"{path.relative_to(pkg)}:{node.lineno}: .{node.attr}")
     assert not reached, reached
+
+
+def test_the_first_write_on_a_store_without_index_json_reads_each_record_once(memory_root, settings, monkeypatch):
+    """Issue 27: the first write on a large store built index.json inline twice over (the lineage
+    lookup, then the index update each read every record). Now once, and the write says so when slow."""
+    from conftest import make_run
+    from cybmem.operations.write import write_run
+
+    for i in range(300):
+        write_run(make_run(f"old-{i:03d}", f"Task {i}", start=T0 + i * 60_000), settings)
+    (memory_root / "web" / "index.json").unlink()
+    reads: list[str] = []
+    real = MemoryStore.read_record_st
+
+    def counted(self, run_id, *args, **kwargs):
+        reads.append(run_id)
+        return real(self, run_id, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryStore, "read_record_st", counted)
+    write_run(make_run("new-1", "Fix the login form", start=T0 + 400 * 60_000), settings)
+    old = [r for r in reads if r.startswith("old-")]
+    assert len(old) == len(set(old)) == 300, "each existing record read once"
+    monkeypatch.undo()
+    index = json.loads((memory_root / "web" / "index.json").read_text())
+    assert index["count"] + len(index.get("archived", [])) == 301

@@ -29,7 +29,7 @@ import typer
 
 from .. import __version__
 from . import _startup
-from ..errors import CybmemError
+from ..errors import WARNING_PREFIX, CybmemError
 from ..store.outcome import printable, printable_json, shorten, subject_line
 from ..store.records import ms_to_utc, parse_time
 from ..settings import Settings
@@ -194,6 +194,12 @@ class _FreeTextCommand(typer.core.TyperCommand):
         return super().parse_args(ctx, args)
 
 
+def _short_help(doc: str | None) -> str:
+    """The first paragraph of a command's help, whole, for `cybmem --help`'s list of commands
+    (Click would cut it to the terminal's width minus the names, ending it in "...")."""
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n", 1)[0].split())
+
+
 def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, filters: bool = False,
             free_text: bool = False, quick: bool = False, group: Optional[typer.Typer] = None):
     """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
@@ -233,7 +239,7 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
         cls = _FreeTextCommand if free_text else typer.core.TyperCommand
         if quick:
             cls = _startup.quick_class(cls, {p.name: c for p in params if (c := _startup.plain_coercion(p.annotation))})
-        (group or app).command(name, cls=cls)(wrapper)
+        (group or app).command(name, cls=cls, short_help=_short_help(fn.__doc__))(wrapper)
         return fn
 
     return deco
@@ -287,8 +293,9 @@ def _whole(text: str, room: int) -> str:
 
 
 def _warn(messages) -> None:
+    """Each message as one warning line on stderr: the one place the prefix is put."""
     for message in messages:
-        _echo(f"warning: {message}", err=True)
+        _echo(f"{WARNING_PREFIX}{message}", err=True)
 
 
 def _write_exact(text: str) -> None:
@@ -469,18 +476,22 @@ def issues_cmd(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most N (0: all).", min=0)] = 50,
     offset: OffsetOpt = 0,
     as_of: Annotated[Optional[str], typer.Option("--as-of", help="The ledger as it was at this moment (ISO or epoch ms); the window is measured from then.", show_default=False)] = None,
+    oldest_first: Annotated[bool, typer.Option("--oldest-first", help="Open issues oldest opened first (default: newest first).")] = False,
 ):
     """List a project's issues (the fold of the issue ledger): open ones, and those closed recently.
 
-    A resolved (or wontfix) issue stays in the view for CYBERINE_MEMORY_ISSUE_WINDOW_DAYS days
-    (default 90) after it closed; --all shows every issue, --events the ledger itself.
+    Open issues come first, newest opened first (--oldest-first: oldest first), then the closed
+    ones, most recently closed first. A resolved (or wontfix) issue stays in the view for
+    CYBERINE_MEMORY_ISSUE_WINDOW_DAYS days (default 90) after it closed; --all shows every issue,
+    --events the ledger itself (in file order).
 
     Example: cybmem issues --state open --grep flaky
     """
     from ..retrieval.filters import IssueFilter, list_issue_events, list_issues
 
-    if events and all_issues:
-        raise typer.BadParameter("--events lists every ledger event already; --all is for the issue view", param_hint="--all")
+    if events and (all_issues or oldest_first):
+        flag = "--all" if all_issues else "--oldest-first"
+        raise typer.BadParameter(f"--events lists every ledger event, in file order; {flag} is for the issue view", param_hint=flag)
     lo, hi = _moment(since, "--since"), _moment(until, "--until", end_of_day=True)
     at = _moment(as_of, "--as-of")
     window = None if all_issues or events else ctx.settings.issue_window_days
@@ -493,7 +504,7 @@ def issues_cmd(
         got = list_issue_events(store, since=lo, until=hi, events_named=f.states, grep=grep, as_of=at,
                                 offset=offset, limit=limit)
     else:
-        got = list_issues(store, f, as_of=at, offset=offset, limit=limit)
+        got = list_issues(store, f, as_of=at, offset=offset, limit=limit, newest_first=not oldest_first)
     _warn(got.warnings)
     page = got.page
     if ctx.json:
@@ -724,7 +735,7 @@ def write_cmd(
         if not hook:
             raise
         message = str(exc) if isinstance(exc, (CybmemError, OSError, ClickException)) else f"unexpected {type(exc).__name__}: {exc}"
-        _echo(f"cybmem: warning: memory record not written: {' '.join(message.split())}", err=True)
+        _warn([f"memory record not written: {' '.join(message.split())}"])
         raise typer.Exit(0) from None
     if result.redacted:
         _echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
@@ -867,13 +878,11 @@ def redact_cmd(
         _echo(f"Export: {line}.")
     if result.remaining:
         shown = result.remaining[:8]
-        for path in shown:
-            _echo(f"warning: a given text is still in {path}", err=True)
+        _warn(f"a given text is still in {path}" for path in shown)
         if len(result.remaining) > len(shown):
-            _echo(f"warning: ... and in {len(result.remaining) - len(shown)} more files (--json lists them all; "
-                  "--everywhere redacts every run that holds it)", err=True)
-    for line in result.unreachable:
-        _echo(f"warning: {line}", err=True)
+            _warn([f"... and in {len(result.remaining) - len(shown)} more files (--json lists them all; "
+                   "--everywhere redacts every run that holds it)"])
+    _warn(result.unreachable)
     _redact_exit(result)
     if texts:
         _echo(f"No file of project {result.project} holds a given text any more.")
@@ -1436,7 +1445,7 @@ export_app = typer.Typer(
     Example: cybmem export parquet --out ~/fleet --all
     """,
 )
-app.add_typer(export_app, name="export")
+app.add_typer(export_app, name="export", short_help=_short_help(export_app.info.help))
 
 AllOpt = Annotated[bool, typer.Option("--all", help="Export every project of the memory root.")]
 TableOpt = Annotated[Optional[str], typer.Option("--table", help="records or issues (default: records for ndjson/csv, both for parquet/sqlite).", show_default=False)]
@@ -1644,7 +1653,7 @@ fleet_app = typer.Typer(
     Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
     """,
 )
-app.add_typer(fleet_app, name="fleet")
+app.add_typer(fleet_app, name="fleet", short_help=_short_help(fleet_app.info.help))
 
 DatasetOpt = Annotated[Optional[Path], typer.Option("--dataset", "-d", help="The Parquet dataset every machine exports to (`cybmem export parquet --out DIR`).", show_default=False)]
 SchedulerOpt = Annotated[str, typer.Option("--scheduler", help="auto: in this process for a small dataset, else a LocalCluster; inline; local (a LocalCluster); or a Dask scheduler's address (tcp://host:8786).")]

@@ -709,7 +709,8 @@ def _read_column(files: list[Path], column: str) -> pa.ChunkedArray | None:
     parts = []
     for f in files:
         try:
-            parts.append(pq.read_table(f, columns=[column]).column(column))
+            with _io.open_regular(f, follow=True) as fh:  # a FIFO here would hang the export
+                parts.append(pq.read_table(fh, columns=[column]).column(column))
         except (pa.ArrowException, OSError) as exc:
             raise StoreError(
                 f"cannot read {f} ({exc}); the dataset holds a file cybmem did not write or a damaged one: "
@@ -922,7 +923,8 @@ def refresh_dataset(
             now = {r[key]: r for r in current.to_pylist()}
             for f in files:
                 try:
-                    rows = pq.ParquetFile(f).read().to_pylist()
+                    with _io.open_regular(f, follow=True) as fh:
+                        rows = pq.ParquetFile(fh).read().to_pylist()
                 except (pa.ArrowException, OSError) as exc:
                     raise StoreError(f"cannot read {f} ({exc}); the dataset holds a file cybmem did not write or a "
                                      "damaged one: move it aside and export again") from None

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import _io
 from ..errors import CybmemError, NotFoundError, StoreError, ValidationError
 from .export import ISSUES_SCHEMA, RECORDS_SCHEMA
 from ..retrieval.search import Hit
@@ -137,7 +138,10 @@ def _part_problem(path: Path, table: str) -> str | None:
     import pyarrow.parquet as pq
 
     try:
-        schema = pq.read_schema(path)
+        with _io.open_regular(path, follow=True) as fh:  # a FIFO here would hang the footer's read
+            schema = pq.read_schema(fh)
+    except StoreError:
+        return "not a regular file (a FIFO, socket, device or directory)"
     except (pa.ArrowException, OSError) as exc:
         why = re.sub(r"^Could not open Parquet input source '[^']*': ", "", " ".join(str(exc).split()))
         return f"not a readable Parquet file ({why[:160]})"
@@ -238,9 +242,15 @@ def _read(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None
     cols = list(columns) if columns is not None else schema.names
     out = pa.schema([schema.field(c) for c in cols] + ([pa.field("__file", pa.int32())] if with_file else []))
     tables = []
+    fmt = ds.ParquetFileFormat()
     for i, f in enumerate(files):
         try:
-            t = ds.dataset(f, schema=schema, format="parquet").to_table(columns=cols)
+            # Opened by the one rule (a file swapped for a FIFO since the scan cannot hang the read);
+            # the export's schema fills the columns an older file lacks.
+            with _io.open_regular(f, follow=True) as fh:
+                t = fmt.make_fragment(fh).to_table(schema=schema, columns=cols)
+        except StoreError:
+            raise  # not a regular file: the one rule's message names it
         except (pa.ArrowException, OSError) as exc:
             raise StoreError(f"cannot read {f} ({' '.join(str(exc).split())[:160]}); a damaged file: move it aside") from None
         if with_file:

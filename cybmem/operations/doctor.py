@@ -26,8 +26,8 @@ from ..store.embeddings import drop_lines, newest_dims, read_rows, superseded
 from ..errors import NotFoundError, StoreError, ValidationError
 from ..store.ledger import event_from_dict
 from ..store.projects import (MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, owning_dir, project_cwd,
-                       project_dirs, select_project, slug_key)
-from ..store.records import ms_to_utc
+                       project_dirs, select_project, slug_key, LOOK_ALIKE_RULE)
+from ..store.records import check_not_future, ms_to_utc
 from ..settings import Settings
 from ..store.memory_store import MAX_LEDGER_BYTES, MemoryStore
 
@@ -286,12 +286,15 @@ def _drop_superseded_vectors(store: MemoryStore) -> int:
         return drop_lines(store.embeddings_path, superseded(rows))
 
 
-def _check_records(store: MemoryStore, stats: ProjectStats, home: str | None = None) -> tuple[list[Finding], set[str]]:
-    """Every record file parses, validates and is named after its runId, and (when the project's
-    directory ``home`` is known) carries a cwd in that project. Returns findings and bad file names."""
+def _check_records(store: MemoryStore, stats: ProjectStats, home: str | None = None, now: float | None = None
+                   ) -> tuple[list[Finding], set[str]]:
+    """Every record file parses, validates and is named after its runId, does not end in the future
+    (:func:`check_not_future`, against ``now`` in seconds) and (when the project's directory ``home``
+    is known) carries a cwd in that project. Returns findings and bad file names."""
     findings: list[Finding] = []
     bad: set[str] = set()
     foreign: dict[str, list[str]] = {}  # a cwd outside the project -> the runs that carry it
+    now_ms = int((time.time() if now is None else now) * 1000)
     try:
         names = sorted(os.listdir(store.records_dir))
     except FileNotFoundError:
@@ -317,6 +320,17 @@ def _check_records(store: MemoryStore, stats: ProjectStats, home: str | None = N
             stats.records += 1
             if home is not None and owning_dir({store.slug: {"cwd": home}}, rec.cwd) is None:
                 foreign.setdefault(rec.cwd, []).append(rec.runId)
+            try:
+                check_not_future(rec.endedAt, now_ms)
+            except ValidationError as exc:
+                when = str(exc).split("; ", 1)[0]
+                findings.append(
+                    Finding("records", "warning", str(path), f"{when}; superseded by {rec.supersededBy}, so it has left "
+                            "search and the MEMORY block (`list` still shows it first, marked *)", store.slug)
+                    if rec.supersededBy else
+                    Finding("records", "error", str(path), f"{when}; it takes full recency and tops every MEMORY block "
+                            f"and `list`: correct it with `cybmem supersede {rec.runId} FIXED.json` (its run.json with "
+                            "the right endedAt)", store.slug))
         except NotFoundError:
             continue
         except (ValidationError, StoreError) as exc:
@@ -559,7 +573,7 @@ def _check_project(store: MemoryStore, settings: Settings, *, secrets: bool, tem
                    home: str | None = None) -> tuple[ProjectStats, list[Finding]]:
     stats = ProjectStats(store.slug)
     findings = _check_dirs(store)
-    rec_findings, bad = _check_records(store, stats, home)
+    rec_findings, bad = _check_records(store, stats, home, now)
     led_findings, events = _check_ledger(store, stats)
     findings += rec_findings + led_findings
     findings += _check_embeddings(store, stats)
@@ -628,10 +642,16 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
         groups.setdefault(slug_key(name), []).append(name)
     for group in sorted(sorted(g) for g in groups.values() if len(g) > 1):
         shown = ", ".join(repr(n) + ("" if n.isascii() else f" ({ascii(n)[1:-1]})") for n in group)
+        if len({slug_key(n, separators=False) for n in group}) == len(group):
+            # Only their separators differ: directories named so get these slugs by the contract's rule.
+            findings.append(Finding("projects", "warning", str(path),
+                                    f"projects {shown} differ only in '-', '_' and '.'; a --project name is held to them "
+                                    "(refused as a look-alike), so each is reached by its exact name or its cwd; if one "
+                                    "was made by a mistyped --project, move its records into the other"))
+            continue
         findings.append(Finding("projects", "error", str(path),
-                                f"projects {shown} look alike (the same after Unicode NFKC, case folding and look-alike "
-                                "letters) and `cybmem projects` shows them the same; keep one: move the others' records "
-                                "into it and remove their entries and directories"))
+                                f"projects {shown} look alike ({LOOK_ALIKE_RULE}) and `cybmem projects` shows them "
+                                "the same; keep one: move the others' records into it and remove their entries and directories"))
     for slug in project_dirs(root):
         if slug in registered:
             continue

@@ -425,7 +425,11 @@ def write_run(
     distilled = _distill_into(rec, events, run, settings, redacted, warnings)
     MemoryStore.validate_write(rec, events)  # before anything is registered: bad input leaves nothing behind
     if not project:
-        store = MemoryStore.open(settings, cwd=given, create=True)
+        # Register the project now that the input is valid; the same store object carries on, so
+        # what build_record read of its records (an index.json rebuilt in memory) is not read again.
+        registered = select_project(root, cwd=given, create=True)
+        if registered != slug:
+            store = MemoryStore(root, registered, index_cap=settings.index_cap)
     since = _size(store.embeddings_path)  # no line for this new record can predate it
     path, written = store.commit(rec, events, corrects=old_id)
     if old_id is None:  # a correction is no new run: it was shown nothing

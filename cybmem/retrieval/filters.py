@@ -309,9 +309,10 @@ class IssueFilter:
 
 
 def select_issues(states: Iterable["IssueState"], f: IssueFilter, *, now_ms: int, offset: int = 0,
-                  limit: int | None = None) -> tuple[Page, int]:
-    """Folded issues that pass ``f``: open ones first (oldest opened first), then closed ones
-    (most recently closed first); one page of them.
+                  limit: int | None = None, newest_first: bool = True) -> tuple[Page, int]:
+    """Folded issues that pass ``f``: open ones first (newest opened first, so a page starts with
+    what is new; oldest first with ``newest_first=False``), then closed ones (most recently closed
+    first); one page of them. The order of `cybmem issues` and of the MCP ``issues`` tool.
 
     Returns:
         The page and the number of closed issues the window left out (they would pass otherwise).
@@ -326,6 +327,8 @@ def select_issues(states: Iterable["IssueState"], f: IssueFilter, *, now_ms: int
         elif f.window_days is not None and unwindowed.keeps(s, now_ms):
             hidden += 1
     open_ = _issues.open_states(kept)
+    if newest_first:
+        open_.reverse()
     closed = sorted((s for s in kept if not s.is_open), key=lambda s: (-s.lastAt, s.issueId))
     ordered = open_ + closed
     return Page(_page(ordered, offset, limit), len(ordered), offset, limit or None), hidden
@@ -377,9 +380,10 @@ class IssueListing:
 
 
 def list_issues(store, f: IssueFilter, *, as_of: int | None = None, offset: int = 0, limit: int | None = 50,
-                now_ms: int | None = None) -> IssueListing:
-    """One page of a project's folded issues that pass ``f`` (:func:`select_issues`), the ledger
-    as it was at ``as_of`` (epoch ms; None: now), its window measured from then (or ``now_ms``)."""
+                now_ms: int | None = None, newest_first: bool = True) -> IssueListing:
+    """One page of a project's folded issues that pass ``f`` (:func:`select_issues`, whose order
+    ``newest_first`` chooses), the ledger as it was at ``as_of`` (epoch ms; None: now), its window
+    measured from then (or ``now_ms``)."""
     import time
 
     from ..store.snapshot import load_snapshot
@@ -387,7 +391,7 @@ def list_issues(store, f: IssueFilter, *, as_of: int | None = None, offset: int 
     snap = load_snapshot(store)  # the fold is cached with the snapshot: a long ledger is not re-read
     folded = _issues.states_from_table(snap.fold(as_of))
     now = as_of if as_of is not None else int(time.time() * 1000) if now_ms is None else now_ms
-    page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit)
+    page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit, newest_first=newest_first)
     ledger = str(store.issues_path)
     warnings = list(dict.fromkeys(p.message for p in [*store.problems, *snap.problems] if p.path.startswith(ledger)))
     return IssueListing(page, hidden, warnings=warnings)

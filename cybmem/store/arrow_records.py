@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from .. import _io
 from .records import LINEAGE_FIELDS, MAX_MS, OUTCOME_FIELDS, RECORD_FIELDS, RUN_ID_PATTERN, RUN_ID_RE, STATES, WORKER_FIELDS
 from .memory_store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
+from .tokens import MAX_TEXT_CHARS
 
 __all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "with_ms_times", "load_records", "parse_files", "keyword_texts",
            "keyword_text_array", "empty_table"]
@@ -342,10 +343,12 @@ def keyword_texts(table: pa.Table, issue_text: dict[str, str]) -> list[str]:
 def keyword_text_array(table: pa.Table, issue_text: dict[str, str]) -> pa.StringArray:
     """:func:`keyword_texts` as an Arrow array, joined by Arrow's string kernels: each row's
     :func:`cybmem.store.embeddings.record_text` (task, summary, then the text of each issue it raised,
-    or the issue's id when ``issue_text`` has none), one line each."""
+    or the issue's id when ``issue_text`` has none), one line each; the task up to
+    :data:`cybmem.store.tokens.MAX_TEXT_CHARS` characters."""
     if not table.num_rows:
         return pa.array([], pa.string())
-    text = pc.binary_join_element_wise(table.column("task"), pc.fill_null(table.column("summary"), ""), "\n")
+    task = pc.utf8_slice_codeunits(table.column("task"), 0, MAX_TEXT_CHARS)
+    text = pc.binary_join_element_wise(task, pc.fill_null(table.column("summary"), ""), "\n")
     ids = table.column("issues").combine_chunks()
     raised = ids.values
     if len(raised) and issue_text:

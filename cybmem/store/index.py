@@ -24,6 +24,7 @@ import orjson
 from .. import _io
 from .._io import append_lines, atomic_write, ensure_dir, locked
 from ..errors import NotFoundError, StoreError, ValidationError
+from ..progress import Notice
 from .ledger import MAX_LEDGER_BYTES
 from .outcome import head_line, shorten
 from .records import MemoryRecord, ms_to_utc
@@ -72,6 +73,9 @@ def _sort_key(entry: dict) -> tuple:
 
 class ProjectIndex:
     """index.json of one project (the index half of MemoryStore, which it is mixed into)."""
+
+    #: What :meth:`_unindexed` read of records/ when index.json was missing (entries, skipped).
+    _fresh: tuple[list[dict], dict[str, str]] | None = None
 
     @contextlib.contextmanager
     def index_lock(self) -> Iterator[None]:
@@ -193,10 +197,14 @@ class ProjectIndex:
             self._problem(str(self.records_dir / f"{rid}.json"), why)
 
     def _current_index(self) -> tuple[list[dict], dict[str, str], dict[str, tuple]]:
-        """The index as stored, checked against records/ (one directory listing) and completed in memory."""
+        """The index as stored, checked against records/ (one directory listing) and completed in memory.
+
+        With no usable index.json, records/ is read whole once per store object: what was read is
+        kept (:meth:`_unindexed`), so the index update of a write that follows merges only what
+        is new instead of reading every record again."""
         doc = self.read_index()
         if doc is None:
-            entries, skipped = self.fresh_index()
+            entries, skipped = self._unindexed()
             archived: dict[str, tuple] = {}
         else:
             entries, skipped, archived, _ = self._merge_index(doc[0], doc[1], self.listing(), doc[2])
@@ -247,6 +255,23 @@ class ProjectIndex:
     def all_entries(self) -> list[dict]:
         """Index entries of every record, archived ones included (read from records/), newest first."""
         return list(self._entries_newest_first())
+
+    def _unindexed(self) -> tuple[list[dict], dict[str, str]]:
+        """The index of records/ when index.json is missing or damaged: read whole the first time
+        (:meth:`fresh_index`, with a line on stderr when that takes a while), then the entries read
+        before, merged with the listing (only records that are new or were replaced are read)."""
+        kept = self._fresh
+        if kept is None:
+            notice = Notice(f"cybmem: indexing the records of project {self.slug} into index.json "
+                           "(once; later writes add only their own)")
+            try:
+                entries, skipped = self.fresh_index()
+            finally:
+                notice.done()
+        else:
+            entries, skipped, _, _ = self._merge_index(list(kept[0]), dict(kept[1]), self.listing())
+        self._fresh = (list(entries), dict(skipped))
+        return entries, skipped
 
     def fresh_index(self) -> tuple[list[dict], dict[str, str]]:
         """Index entries (newest first) and unreadable files (runId -> why), from records/ alone."""
@@ -361,7 +386,7 @@ class ProjectIndex:
                 return
         doc = self.read_index()
         if doc is None:
-            entries, skipped = self.fresh_index()  # missing or damaged: the full truth is records/
+            entries, skipped = self._unindexed()  # missing or damaged: the full truth is records/
             archived: dict[str, tuple] = {}
         else:
             entries, skipped, archived, changed = self._merge_index(doc[0], doc[1], self.listing(), doc[2])

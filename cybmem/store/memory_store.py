@@ -25,11 +25,11 @@ import orjson
 from .. import _io
 from . import embeddings, ledger as issues, supersession
 from .._io import append_lines, atomic_write, locked, publish, stage, sync_path
-from ..errors import AmbiguousError, ConflictError, NotFoundError, StoreError, ValidationError
+from ..errors import WARNING_PREFIX, AmbiguousError, ConflictError, NotFoundError, StoreError, ValidationError
 from .index import ARCHIVE_FILE, ProjectIndex
 from .ledger import MAX_LEDGER_BYTES, IssueState
 from .projects import select_project, validate_slug
-from .records import ISSUE_ID_RE, IssueEvent, MemoryRecord, validate_run_id
+from .records import ISSUE_ID_RE, IssueEvent, MemoryRecord, check_not_future, validate_run_id
 from ..settings import DEFAULT_INDEX_CAP, Settings
 
 __all__ = ["MemoryStore", "ReadProblem", "MAX_RECORD_BYTES", "MAX_LEDGER_BYTES", "parse_record"]
@@ -247,10 +247,10 @@ class MemoryStore(ProjectIndex):
                 self.problems.append(problem)
 
     def report_problems(self, stream=None) -> None:
-        """Print each read problem once to stderr (as ``warning: ...``)."""
+        """Print each read problem once to stderr (as ``warning: ...``, :data:`WARNING_PREFIX`)."""
         stream = stream or sys.stderr
         for p in self.problems:
-            print(f"warning: {p.message}", file=stream)
+            print(f"{WARNING_PREFIX}{p.message}", file=stream)
 
     # --- records -----------------------------------------------------------------
 
@@ -399,6 +399,7 @@ class MemoryStore(ProjectIndex):
         data = rec.to_dict()
         MemoryRecord.from_dict(data)  # validate exactly what goes to disk
         validate_run_id(rec.runId)
+        check_not_future(rec.endedAt, int(time.time() * 1000))
         if rec.supersedes and rec.supersedes == rec.runId:
             raise ValidationError("supersedes: a record cannot supersede itself")
         payload = dumps(data, f"record {rec.runId}", indent=True) + b"\n"

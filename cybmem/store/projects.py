@@ -9,7 +9,9 @@ Rules (in full: USAGE.md, "Which project a run belongs to"):
 - A directory belongs to the nearest registered project at or above it, as git finds its
   repository; the filesystem root and the home directory hold only runs made exactly there.
 - A ``--project`` name that looks like an existing one (NFKC, case folding, accents, invisible
-  characters, Latin look-alike Cyrillic and Greek letters) is refused with the name it resembles;
+  characters, Latin look-alike Cyrillic and Greek letters, the separators ``-``, ``_`` and ``.``
+  or none: ``web_7663e1`` and ``web7663e1`` look like ``web-7663e1``) is refused with the name it
+  resembles;
   a new project's name must be one the slug rule could make.
 """
 
@@ -28,7 +30,7 @@ from ..errors import NotFoundError, StoreError, ValidationError
 __all__ = [
     "slug_base", "hash6", "abs_cwd", "resolve_slug", "peek_slug", "list_projects", "load_projects", "project_dirs",
     "validate_slug", "is_safe_slug", "known_projects", "lookup_slug", "select_project", "check_root", "PROJECTS_FILE", "MAX_PROJECTS_BYTES",
-    "slug_key", "look_alikes", "project_cwd", "owning_dir",
+    "slug_key", "look_alikes", "LOOK_ALIKE_RULE", "project_cwd", "owning_dir",
 ]
 
 PROJECTS_FILE = "projects.json"
@@ -114,13 +116,27 @@ _LOOKS_LATIN = str.maketrans({
 })
 
 
-def slug_key(slug: str) -> str:
+# The separators a slug may hold: read past, ``web_7663e1``, ``web.7663e1`` and ``web7663e1`` are
+# ``web-7663e1`` to the eye (and to an agent typing a name it saw once).
+_SEPARATORS = str.maketrans("", "", "-_.")
+#: What :func:`slug_key` folds, as the messages that refuse a look-alike say it.
+LOOK_ALIKE_RULE = "the same after Unicode NFKC, case folding, look-alike letters and dropping '-', '_' and '.'"
+
+
+def slug_key(slug: str, *, separators: bool = True) -> str:
     """What a slug looks like: Unicode NFKC (full-width and compatibility forms), case folded,
-    accents and invisible format characters dropped, and Cyrillic or Greek letters that look
-    Latin replaced by those. Two names with the same key look alike (``wеb`` with a Cyrillic
-    ``е``, ``ｗｅｂ``, ``WEB`` and ``Web`` all look like ``web``)."""
+    accents and invisible format characters dropped, Cyrillic or Greek letters that look
+    Latin replaced by those, and the separators ``-``, ``_``, ``.`` dropped. Two names with the
+    same key look alike (``wеb`` with a Cyrillic ``е``, ``ｗｅｂ``, ``WEB`` and ``Web`` all look like
+    ``web``; ``web_7663e1``, ``web.7663e1`` and ``web7663e1`` like ``web-7663e1``).
+
+    ``separators=False`` keeps the separators: the slug rule of a cwd (store-format.md, which the
+    orchestrator computes too) gives ``web_7663e1`` to a directory of that name whatever else is
+    registered, so only a name typed with ``--project`` is held to the separators."""
     text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", slug).casefold())
-    return "".join(c for c in text if not unicodedata.combining(c) and unicodedata.category(c) != "Cf").translate(_LOOKS_LATIN)
+    kept = "".join(c for c in text if not unicodedata.combining(c) and unicodedata.category(c) != "Cf")
+    kept = kept.translate(_LOOKS_LATIN)
+    return kept.translate(_SEPARATORS) if separators else kept
 
 
 def look_alikes(slug: str, names) -> list[str]:
@@ -292,8 +308,11 @@ def _lookup(projects: dict[str, dict], path: str, base: str) -> str:
                 return canonical
         return owners[0]
     owner = projects.get(base, {}).get("cwd")
-    # A basename that only looks like a slug already taken (``Web`` beside ``web``) collides too.
-    return base if owner is None and not look_alikes(base, projects) else f"{base}-{hash6(path)}"
+    # A basename that only looks like a slug already taken (``Web`` beside ``web``) collides too;
+    # one that differs in its separators is another directory's name, as the contract gives it.
+    key = slug_key(base, separators=False)
+    taken = owner is not None or any(n != base and slug_key(n, separators=False) == key for n in projects)
+    return f"{base}-{hash6(path)}" if taken else base
 
 
 def project_cwd(root: Path, slug: str, projects: dict[str, dict] | None = None) -> str | None:
@@ -388,8 +407,8 @@ def _named_project(root: Path, project: str, *, create: bool, known: dict[str, d
     if similar:
         shown = f"{project!r}" + (f" ({ascii(project)[1:-1]})" if not project.isascii() else "")
         raise ValidationError(
-            f"project {shown} looks like existing project {similar[0]!r} (the same after Unicode NFKC, case folding "
-            f"and look-alike letters); use --project {similar[0]}, or a name that does not look like it")
+            f"project {shown} looks like existing project {similar[0]!r} ({LOOK_ALIKE_RULE}); "
+            f"use --project {similar[0]}, or a name that does not look like it")
     if not create:
         raise NotFoundError(f"no project {project!r} under {root}; known projects: {', '.join(sorted(names)) or 'none'}")
     if project not in known and not (_RULE_SLUG.fullmatch(project) and not project.endswith("-")):

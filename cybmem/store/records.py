@@ -40,6 +40,8 @@ __all__ = [
     "iso_to_ms",
     "ms_to_utc",
     "parse_time",
+    "FUTURE_SLACK_MS",
+    "check_not_future",
 ]
 
 STATES = ("done", "error", "cancelled")
@@ -153,6 +155,24 @@ def parse_time(value: str | int | None, what: str = "time") -> int | None:
 def ms_to_utc(ms: int) -> str:
     """An epoch-millisecond timestamp as ``YYYY-MM-DD HH:MM`` in UTC (tables and one-liners)."""
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+#: How far past the writer's clock a record may end: a day, room for clocks that disagree and
+#: time zones written as UTC. Later than that is a broken clock or a typed year (3000): such a
+#: record would take full recency and top every MEMORY block and `list` for as long as it stays.
+FUTURE_SLACK_MS = 86_400_000
+
+
+def check_not_future(ended_at: int, now_ms: int, where: str = "endedAt") -> None:
+    """Raise ValidationError when ``ended_at`` is more than :data:`FUTURE_SLACK_MS` past ``now_ms``.
+
+    Refused, not clamped: the writer's clock or the run's time is wrong, and a clamped time would
+    store a moment the run never had; the run.json is left as it is to be fixed and written again.
+    """
+    if ended_at > now_ms + FUTURE_SLACK_MS:
+        raise ValidationError(
+            f"{where} {ms_to_utc(ended_at)} UTC is more than a day after this machine's clock ({ms_to_utc(now_ms)} UTC); "
+            f"a run cannot end in the future: fix the run's {where} or this machine's clock, then write it again")
 
 
 def validate_run_id(value: Any, where: str = "runId") -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -39,6 +38,7 @@ from .keyword_index import IdColumn, KeywordIndex, RunLookup
 from .arrow_records import RECORD_SCHEMA, arrow_indices, empty_table, keyword_text_array, load_records, parse_files, take_rows
 from .embeddings import issue_text
 from ..errors import StoreError
+from ..progress import Notice
 from .memory_store import MAX_LEDGER_BYTES, MemoryStore, ReadProblem
 from .tokens import tokenize_arrow
 
@@ -487,23 +487,6 @@ class Snapshot:
 # --- loading and the cache -------------------------------------------------------------
 
 
-class _Notice:
-    """One line on stderr when a cold load takes longer than a second (the dispatcher's terminal
-    would otherwise sit silent for several seconds on a large store): a timer that the end of the
-    load cancels."""
-
-    def __init__(self, store: MemoryStore, files: int):
-        import threading
-
-        message = (f"cybmem: indexing {files} records of project {store.slug} (once; later reads use the cache)")
-        self._timer = threading.Timer(_PROGRESS_AFTER_S, lambda: print(message, file=sys.stderr, flush=True))
-        self._timer.daemon = True
-        self._timer.start()
-
-    def done(self) -> None:
-        self._timer.cancel()
-
-
 def _concat_indexes(parts: list[KeywordIndex]) -> KeywordIndex:
     return parts[0] if len(parts) == 1 else KeywordIndex.concat(parts)
 
@@ -540,7 +523,9 @@ def _build_full(store: MemoryStore, listing: dict[str, int] | None = None) -> tu
     problems = led_problems + problems
     if listing is None:
         listing = store.listing()
-    notice = _Notice(store, len(listing))
+    later = ("every read of a root with .nocache does this" if _cache.disabled(store.root)
+             else "once; later reads use the cache")
+    notice = Notice(f"cybmem: indexing {len(listing)} records of project {store.slug} ({later})", _PROGRESS_AFTER_S)
     try:
         table, texts, bad, rec_problems = load_records(store, sorted(listing.items()), issue_texts(events))
         index = KeywordIndex.build(tokenize_arrow(texts))
@@ -868,8 +853,10 @@ def _load(store: MemoryStore, use_cache: bool, recheck: list[str]) -> Snapshot:
         try:
             try:
                 snap = None if recheck else _load_warm(store, cache)
-            except (pa.ArrowException, ValueError, KeyError, TypeError):
-                snap = None  # a damaged cache file: rebuild it
+            except (pa.ArrowException, ValueError, KeyError, TypeError, StoreError):
+                # A damaged cache file, or one that is no regular file (a FIFO: _io's one rule
+                # refused it unread): rebuild it.
+                snap = None
                 _cache.discard(cache)
             if snap is not None:
                 return snap
