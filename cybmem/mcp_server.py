@@ -16,11 +16,15 @@ agents mid-run".
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import errno
 import functools
 import inspect
+import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -31,13 +35,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from . import __version__
-from .errors import CybmemError, NotFoundError
+from .errors import CybmemError, NotFoundError, ValidationError
 from .store.ledger import IssueState
 from .store.outcome import printable, printable_json
-from .store.records import parse_time
+from .store.records import RECORD_FIELDS, ms_to_iso, parse_time
 from .settings import Settings
 from .store.snapshot import Snapshot, holding_snapshots, load_snapshot
 from .store.memory_store import MemoryStore
+from .store.projects import list_projects
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -56,15 +61,67 @@ Answer = dict[str, Any]
 
 # --- arguments ------------------------------------------------------------------------
 
-Project = Annotated[str | None, Field(description="Project slug; default: the server's project (its --project, "
-                                                  "else the project of its --cwd or working directory).")]
-RunId = Annotated[str, Field(description="Run id or a unique prefix of it.")]
-AsOf = Annotated[str | int | None, Field(description="Replay memory as of a moment: epoch milliseconds or an ISO "
-                                                     "date or time (UTC unless it says otherwise); later records are "
-                                                     "ignored and recency is measured from then.")]
+Project = Annotated[str | None, Field(description="Project slug, e.g. 'web' (the projects tool lists them). Leave it "
+                                                  "out to use the server's default project; when the server has none, "
+                                                  "the answer is an error that lists the slugs to pass.")]
+RunId = Annotated[str, Field(description="A run id from a search hit (its runId), a chain or an issue, or a unique "
+                                         "prefix of it (8 characters are usually enough).")]
+AsOf = Annotated[str | int | None, Field(description="Replay memory as it was at a moment: an ISO 8601 date or time "
+                                                     "(UTC unless it names a zone, e.g. 2026-10-01 or "
+                                                     "2026-10-01T09:30Z) or epoch milliseconds, from 1970-01-01 to "
+                                                     "9999-12-31; later records are ignored and recency is measured "
+                                                     "from then. Leave it out for now.")]
+#: An ISO 8601 time in UTC with milliseconds (2026-10-01T00:18:00.000Z), as every answer gives times.
+Time = Annotated[str, Field(description="ISO 8601, UTC.")]
 
 
 # --- answers (the library's dicts; fields it adds later pass through) -----------------
+
+
+#: The fields that hold a time: epoch milliseconds in the store and the library's answers, ISO 8601
+#: (UTC) in every answer an agent gets (:func:`_for_agents`). Records, index entries and search hits
+#: (startedAt, endedAt), issues (openedAt, lastAt, resolvedAt), ledger events (at), a search's asOf
+#: and now.
+_TIMES = frozenset({f.name for f in RECORD_FIELDS if f.kind == "ms"} | {"openedAt", "lastAt", "resolvedAt", "at",
+                                                                         "asOf", "now"})
+#: Fields of the library's answers that only mean something inside the store (the index's inode).
+_INTERNAL = frozenset({"inode"})
+
+
+def _for_agents(value: Any, key: str | None = None) -> Any:
+    """An answer as an agent gets it: times as ISO 8601 UTC, internal fields left out, warnings in
+    tool terms."""
+    if isinstance(value, dict):
+        return {k: _for_agents(v, k) for k, v in value.items() if k not in _INTERNAL}
+    if isinstance(value, list):
+        return [_for_agents(v, key) for v in value]
+    if key in _TIMES and type(value) is int:
+        return ms_to_iso(value)
+    if key == "warnings" and isinstance(value, str):
+        return _in_tool_terms(value)
+    return value
+
+
+#: The library words its messages for the command line; an agent passes tool arguments instead.
+_TOOL_TERMS = (
+    (re.compile(r" \(pass --project SLUG or --cwd DIR\)"), "; pass the `project` argument (the projects tool lists "
+                                                           "the projects)"),
+    (re.compile(r"--project ([^\s,;)]+)"), r"project='\1'"),
+    (re.compile(r"see `cybmem issues --all`"), "the issues tool with status='all' lists every issue id"),
+    (re.compile(r"see `cybmem list`"), "the search tool finds a project's run ids"),
+    (re.compile(r"see `cybmem projects`"), "the projects tool lists the projects"),
+    (re.compile(r"use `cybmem supersede (\S+) NEW\.json`"), r"the supersede tool with old_run_id='\1'"),
+    (re.compile(r", pass --run-id or set CYBERINE_RUN_ID"), " or pass the `run_id` argument"),
+    (re.compile(r"--parent / CYBERINE_PARENT_RUN_ID"), "parent_run_id"),
+    (re.compile(r"--as-of"), "as_of"),
+)
+
+
+def _in_tool_terms(message: str) -> str:
+    """A library message with the command line's flags put as the tools' arguments."""
+    for pattern, words in _TOOL_TERMS:
+        message = pattern.sub(words, message)
+    return message
 
 
 class _Answer(BaseModel):
@@ -75,7 +132,7 @@ class SearchHit(_Answer):
     rank: int
     runId: str
     score: float
-    endedAt: int = Field(description="Epoch milliseconds.")
+    endedAt: Time
     state: str
     task: str
     summary: str
@@ -89,8 +146,8 @@ class SearchHit(_Answer):
 class SearchAnswer(_Answer):
     project: str
     query: str
-    asOf: int | None
-    now: int = Field(description="The moment recency was measured from (epoch ms).")
+    asOf: Time | None = Field(description="The moment memory was replayed at (as_of), or null.")
+    now: Time = Field(description="The moment recency was measured from.")
     candidates: int = Field(description="Records that could be returned.")
     weights: dict[str, float]
     hits: list[SearchHit]
@@ -99,7 +156,7 @@ class SearchAnswer(_Answer):
 
 class ShowAnswer(_Answer):
     project: str
-    record: dict[str, Any] = Field(description="The record (as `cybmem show --json` prints it): runId, cwd, "
+    record: dict[str, Any] = Field(description="The whole record: runId, cwd, "
                                                "workflowName, task, state, startedAt, endedAt, lineage, outcome "
                                                "(summary, accomplished, issues, next), workers, verdictSummary, ...")
     supersededChain: list[str] = Field(description="The runs the record shown supersedes, from the one asked for on; "
@@ -120,15 +177,17 @@ class ChainAnswer(_Answer):
     chatSessionId: str | None
     chatRuns: list[str]
     openIssues: list[str] = Field(description="Issues the run raised that are still open.")
-    runs: list[dict[str, Any]] = Field(description="The runs shown, oldest first (index entries).")
+    runs: list[dict[str, Any]] = Field(description="The runs shown, oldest first: runId, startedAt, endedAt, state, "
+                                                   "workflowName, task, summary, issues, previousRunId, rootRunId.")
     warnings: list[str]
 
 
 def _fields_of(cls, *, leave_out: tuple[str, ...] = ()) -> dict:
     """The fields of a library dataclass as pydantic field definitions: an answer that carries its
-    ``to_dict`` gets its schema from the one place the fields are declared."""
+    ``to_dict`` gets its schema from the one place the fields are declared (times as agents get them)."""
     hints = typing.get_type_hints(cls)
-    return {f.name: (hints[f.name], ... if f.default is dataclasses.MISSING else f.default)
+    return {f.name: ((Time | None if f.default is None else Time) if f.name in _TIMES else hints[f.name],
+                     ... if f.default is dataclasses.MISSING else f.default)
             for f in dataclasses.fields(cls) if f.name not in leave_out}
 
 
@@ -151,11 +210,25 @@ class IssuesAnswer(_Answer):
 
 class BlockAnswer(_Answer):
     project: str | None
-    block: str = Field(description="The MEMORY block, exactly as `cybmem inject --system` prints it ('' when none).")
+    block: str = Field(description="The MEMORY block, the text a dispatcher puts ahead of the task ('' when no "
+                                   "prior run relates to it).")
     warnings: list[str]
     runs: list[dict[str, Any]] = Field(description="The prior runs the block shows, with their scores.")
     issues: list[dict[str, Any]] = Field(description="The open issues considered, with where each was listed.")
     openIssues: int
+
+
+class ProjectEntry(_Answer):
+    slug: str = Field(description="What to pass as `project`.")
+    cwd: str | None = Field(description="The project's directory.")
+    runs: int = Field(description="Runs recorded.")
+
+
+class ProjectsAnswer(_Answer):
+    memoryRoot: str
+    defaultProject: str | None = Field(description="The project the tools use when `project` is left out; null: "
+                                                   "none, so every call must pass `project`.")
+    projects: list[ProjectEntry] = Field(description="By slug.")
 
 
 class MarkAnswer(_Answer):
@@ -209,18 +282,36 @@ class Memory:
         self._issue_lists: dict[Path, tuple[Snapshot, dict]] = {}
 
     def store(self, project: str | None) -> MemoryStore:
-        """The store of ``project``, else of the server's project (NotFoundError names the known ones)."""
-        return MemoryStore.open(self.settings, cwd=self.cwd, project=project or self.project)
+        """The store of ``project``, else of the server's project (NotFoundError names the known ones;
+        without a default project, it says to pass ``project``)."""
+        if project or self.project:
+            return MemoryStore.open(self.settings, cwd=self.cwd, project=project or self.project)
+        try:
+            return MemoryStore.open(self.settings, cwd=self.cwd)
+        except (NotFoundError, ValidationError):  # e.g. a desktop client starts its servers in /
+            where = Path(self.cwd or os.getcwd()).absolute()
+            slugs = ", ".join(p["slug"] for p in list_projects(self.settings.memory_dir)) or "none yet"
+            raise NotFoundError(f"no default project: this server was started in {where}, which is no project's "
+                                f"directory under {self.settings.memory_dir}; pass the `project` argument, one of: "
+                                f"{slugs} (the projects tool lists them with their run counts)") from None
+
+    def default_project(self) -> str | None:
+        """The project a call that names none works on, or None when there is none."""
+        try:
+            return self.store(None).slug
+        except CybmemError:
+            return None
 
     def call(self, name: str, arguments: dict, fn: Callable[[], Answer], *, resource: bool = False) -> Answer:
-        """Answer one call: one at a time; a library error becomes the MCP error that carries its
-        message (ToolError: an ``isError`` result; for a resource, a protocol error)."""
+        """Answer one call: one at a time, as agents get answers (:func:`_for_agents`); a library
+        error becomes the MCP error that carries its message in tool terms (ToolError: an
+        ``isError`` result; for a resource, a protocol error)."""
         with self._lock:
             try:
-                answer = fn()
+                answer = _for_agents(fn())
             except CybmemError as exc:
                 kind = (ResourceNotFoundError if isinstance(exc, NotFoundError) else ResourceError) if resource else ToolError
-                raise kind(str(exc)) from None
+                raise kind(_in_tool_terms(str(exc))) from None
             except OSError as exc:  # a store broken in a way the library did not name (as the CLI says it)
                 where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
                 raise (ResourceError if resource else ToolError)(f"{where}{exc.strerror or exc}") from None
@@ -241,9 +332,13 @@ class Memory:
         as_of: AsOf = None,
         explain: Annotated[bool, Field(description="Add each hit's per-axis contributions and values.")] = False,
     ) -> SearchAnswer:
-        """Search a project's past runs: multi-axis scoring (keywords, recency, lineage) as `cybmem search`.
+        """Find the past runs of a project that relate to a text, best first (scored on keywords,
+        recency and lineage).
 
-        Returns the top k runs, best first, with their task, summary, issues raised and next steps.
+        Call it before starting work, and whenever a past run may have met the same problem: a failing
+        test, an error message, a file or feature name. Each hit has its runId, task, summary, the
+        issues it raised and its next steps. Pass a hit's runId to `show` for the whole record, or to
+        `chain` for the runs before and after it. For the known open problems, call `issues`.
         """
         from .retrieval.search import search
 
@@ -258,7 +353,13 @@ class Memory:
         project: Project = None,
         original: Annotated[bool, Field(description="The asked record itself even when a later one corrects it.")] = False,
     ) -> ShowAnswer:
-        """One run's record in full, following corrections to the newest truth, as `cybmem show`."""
+        """The whole record of one run: its task, outcome (summary, accomplished, issues raised,
+        next steps), workers, lineage and times.
+
+        Call it with a runId (or a prefix) from `search`, `chain` or `issues` when a summary is not
+        enough. When a later run corrected the record, the correction is shown and supersededChain
+        names the runs it corrects; original=true shows the asked record itself.
+        """
         from .explore.lineage import show_record
 
         store = self.store(project)
@@ -272,8 +373,13 @@ class Memory:
         context: Annotated[int, Field(ge=0, description="Runs shown each side of the run; 0: the whole chain.")] = 5,
         project: Project = None,
     ) -> ChainAnswer:
-        """A run's place in history, as `cybmem chain`: the runs before and after it (previousRunId),
-        its parent, the runs it dispatched, its chat session and the open issues it raised."""
+        """A run's place in history: the runs before and after it in its project, the run that
+        dispatched it (parentRunId) and the ones it dispatched (children), the runs of its chat
+        session, and the issues it raised that are still open.
+
+        Call it with a runId from `search` or `show` to see what was tried before a run and what
+        followed it. Every run it lists can go to `show`.
+        """
         from .explore.lineage import chain
 
         store = self.store(project)
@@ -290,8 +396,12 @@ class Memory:
         limit: Annotated[int, Field(ge=0, description="At most this many (0: all).")] = 50,
         project: Project = None,
     ) -> IssuesAnswer:
-        """A project's issues from the issue ledger, as `cybmem issues`: open ones oldest first, then
-        closed ones most recently closed first; with a query, the open ones ranked against it."""
+        """A project's issues from its issue ledger: the open ones oldest first (status='all': then
+        the closed ones, most recently closed first); with a query, the open ones ranked against it.
+
+        Call it to learn the known problems before working on something, or to find an issue's
+        issueId (for `mark_issue`). openedBy is the run that raised the issue: pass it to `show`.
+        """
         store = self.store(project)
         snap = load_snapshot(store)
         listed = self._issue_list(snap, status)
@@ -341,13 +451,16 @@ class Memory:
         project: Project = None,
         as_of: AsOf = None,
         parent_run_id: Annotated[str | None, Field(description="Parent run of the run the block is for: it comes first "
-                                                               "(inject --parent; default: the server's "
-                                                               "$CYBERINE_PARENT_RUN_ID).")] = None,
-        chat_session_id: Annotated[str | None, Field(description="Chat session of that run (inject --chat; default: "
+                                                               "(default: the server's $CYBERINE_PARENT_RUN_ID).")] = None,
+        chat_session_id: Annotated[str | None, Field(description="Chat session of that run (default: the server's "
                                                                  "$CYBERINE_CHAT_SESSION_ID).")] = None,
     ) -> BlockAnswer:
-        """The MEMORY block for a task: the most relevant prior runs and open issues, within the token
-        budget, exactly as `cybmem inject --system` prints it."""
+        """The MEMORY block for a task: the most relevant prior runs and open issues within a token
+        budget, as the text a dispatcher puts ahead of a new task.
+
+        Call it once when you start a task and want that overview; to look something specific up
+        mid-task, `search` is more direct. The runs it names can go to `show` and `chain`.
+        """
         from .dispatch.inject import inject_task
 
         store = self.store(project)  # an unknown project is an error here; inject would go on without a block
@@ -366,7 +479,12 @@ class Memory:
         detail: Annotated[str | None, Field(description="Why, in a sentence (secrets in it are redacted).")] = None,
         project: Project = None,
     ) -> MarkAnswer:
-        """Append a state change for an issue to the ledger, as `cybmem mark` (the ledger is never rewritten)."""
+        """Record that an issue was resolved, will not be fixed (wontfix) or came back (reopened): one
+        event appended to the ledger, which is never rewritten.
+
+        Call it when your work fixed or reopened an issue that `issues` lists; pass its issueId, and
+        your own run id as `by` when you know it.
+        """
         store = self.store(project)
         before = store.issue_states_for([issue_id]).get(issue_id)
         written = store.mark_issue(issue_id, event, by=by or self.settings.run_id, detail=detail,
@@ -377,14 +495,18 @@ class Memory:
     def supersede(
         self,
         old_run_id: Annotated[str, Field(description="Run id (or unique prefix) of the record to correct.")],
-        run: Annotated[dict[str, Any], Field(description="The corrected run in the run.json form `cybmem write` "
-                                                         "reads (cwd, workflowName, task, status, startedAt, endedAt, "
-                                                         "workers with their output...), with its own new id.")],
+        run: Annotated[dict[str, Any], Field(description="The corrected run as a JSON object: id (a new run id), "
+                                                         "cwd, workflowName, task, status (done, error or cancelled), "
+                                                         "startedAt and endedAt (epoch milliseconds), workers "
+                                                         "([{agentId, state, output}]).")],
         run_id: Annotated[str | None, Field(description="Run id of the correcting record (default: the run's own).")] = None,
         project: Project = None,
     ) -> SupersedeAnswer:
-        """Correct a record, as `cybmem supersede`: write a new record that supersedes it (the old one
-        gains supersededBy; show and search give the correction from then on)."""
+        """Correct a past run's record: write a new record that supersedes it (the old one gains
+        supersededBy; `show` and `search` give the correction from then on).
+
+        Call it only when a record is wrong; old_run_id comes from `search` or `show`.
+        """
         from .operations.write import write_run
 
         store = self.store(project)
@@ -392,6 +514,17 @@ class Memory:
         result = write_run(run, self.settings, cwd=str(self.cwd) if self.cwd else None, project=store.slug,
                            run_id=run_id, supersedes=old)
         return {**result.to_dict(), "supersedes": old}
+
+    def projects(self) -> ProjectsAnswer:
+        """The projects of this memory, with their directories and how many runs each recorded, and
+        the project the other tools use when `project` is left out (defaultProject; null: none).
+
+        Call it first when you do not know a project's slug, or when a tool answers that there is no
+        default project; then pass a slug as `project` to the other tools.
+        """
+        listed = list_projects(self.settings.memory_dir)
+        return {"memoryRoot": str(self.settings.memory_dir), "defaultProject": self.default_project(),
+                "projects": [{"slug": p["slug"], "cwd": p["cwd"], "runs": p["records"]} for p in listed]}
 
     # --- resources --------------------------------------------------------------------
 
@@ -406,9 +539,9 @@ class Memory:
         return show_record(self.store(project), run_id).to_dict()
 
 
-_READS = ("search", "show", "chain", "issues", "memory_block")
+_READS = ("projects", "search", "show", "chain", "issues", "memory_block")
 _WRITES = ("mark_issue", "supersede")
-_TITLES = {"search": "Search past runs", "show": "Show a run's record", "chain": "A run's chain",
+_TITLES = {"projects": "List projects", "search": "Search past runs", "show": "Show a run's record", "chain": "A run's chain",
            "issues": "Issues", "memory_block": "MEMORY block for a task", "mark_issue": "Mark an issue",
            "supersede": "Correct a record"}
 
@@ -454,8 +587,11 @@ def build_server(memory: Memory) -> MCPServer:
         "cybmem", version=__version__, lifespan=lifespan, log_level="WARNING",
         instructions=(f"Long-term memory of past coding-agent runs under {memory.settings.memory_dir}: what each run "
                       "was asked, what it did, the issues it left open, and how runs follow one another. Search it "
-                      "before starting work and whenever a past run may have met the same problem; show or chain a "
-                      f"run for details; memory_block gives the preamble dispatch would give a task. Writes are {writes}."),
+                      "before starting work and whenever a past run may have met the same problem; pass the runIds "
+                      "it returns to show (the whole record) or chain (the runs around it); issues lists the known "
+                      "problems; memory_block gives the preamble dispatch would give a task. Every tool takes "
+                      "`project`; projects lists them and says which one is used when it is left out. Times are "
+                      f"ISO 8601 in UTC. Writes are {writes}."),
     )
     for name in _READS + (_WRITES if memory.allow_writes else ()):
         _add_tool(server, memory, name)
@@ -477,6 +613,11 @@ def build_server(memory: Memory) -> MCPServer:
     return server
 
 
+#: Connections the kernel queues before the server accepts them (also how many the loop accepts
+#: at a time).
+_BACKLOG = 128
+
+
 def _listen(port: int) -> socket.socket:
     """A socket listening on 127.0.0.1:port (0: a free one); only this machine can connect.
 
@@ -486,7 +627,7 @@ def _listen(port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(("127.0.0.1", port))
-        sock.listen(128)
+        sock.listen(_BACKLOG)
     except OSError as exc:
         sock.close()
         raise CybmemError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (choose another --http PORT, "
@@ -494,10 +635,148 @@ def _listen(port: int) -> socket.socket:
     return sock
 
 
-async def _serve_http(server: MCPServer, sock: socket.socket) -> None:
-    import uvicorn
+#: Seconds an HTTP client has to send a whole request (its headers and its body), counted from
+#: when it connects or its last answer was sent; an idle connection is closed after as long.
+REQUEST_TIMEOUT = 5.0
 
-    config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"), log_level="warning", lifespan="on")
+
+class _Deadlines:
+    """The HTTP server's per-connection deadlines (:data:`REQUEST_TIMEOUT`): a connection that is
+    due a request and has not sent all of it in time is closed (``408`` first when part came).
+
+    Two halves meet here: :meth:`protocol` wraps uvicorn's protocol for each connection (it sees
+    the connection open, bytes arrive and the connection close) and :meth:`app` wraps the ASGI app
+    (it sees the headers complete, the body read and the answer sent), keyed by the client's
+    address. The time the app takes to answer is not bounded: a search may take long, a stream
+    stays open."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.connections: dict[tuple, _Guarded] = {}
+
+    def protocol(self, inner: type[asyncio.Protocol]) -> Callable[..., asyncio.Protocol]:
+        """The protocol factory uvicorn calls (with its keyword arguments) for each connection."""
+        return lambda **kwargs: _Guarded(inner(**kwargs), self)
+
+    def app(self, app: Callable) -> Callable:
+        async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
+            guard = self.connections.get(tuple(scope.get("client") or ())) if scope["type"] == "http" else None
+            if guard is None:
+                return await app(scope, receive, send)
+            guard.in_app = True
+            if not any(name in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"]):
+                guard.met()  # no body to wait for (a GET, e.g. a stream the client listens on)
+
+            async def body() -> dict:
+                message = await receive()
+                if message["type"] == "http.request" and not message.get("more_body"):
+                    guard.met()
+                return message
+
+            async def answer(message: dict) -> None:
+                await send(message)
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    guard.due()  # the next request on this connection has its own deadline
+
+            await app(scope, body, answer)
+
+        return guarded
+
+
+class _Guarded(asyncio.Protocol):
+    """One HTTP connection: uvicorn's protocol, with the deadline of :class:`_Deadlines`."""
+
+    def __init__(self, inner: asyncio.Protocol, deadlines: _Deadlines):
+        self.inner, self.deadlines = inner, deadlines
+        self.transport: asyncio.Transport | None = None
+        self.peer: tuple = ()
+        self.timer: asyncio.TimerHandle | None = None
+        self.in_app = self.partial = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.peer = tuple((transport.get_extra_info("peername") or ())[:2])
+        self.deadlines.connections[self.peer] = self
+        self.due()
+        self.inner.connection_made(transport)
+
+    def due(self) -> None:
+        """A request is due: all of it must arrive within the deadline."""
+        self.met()
+        self.in_app = self.partial = False
+        self.timer = asyncio.get_running_loop().call_later(self.deadlines.seconds, self._expired)
+
+    def met(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expired(self) -> None:
+        self.timer = None
+        if self.partial and not self.in_app:  # headers begun, never ended: the client is told why
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
+                                 b"connection: close\r\ncontent-length: 25\r\n\r\nrequest not sent in time\n")
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.partial = True
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.met()
+        if self.deadlines.connections.get(self.peer) is self:
+            del self.deadlines.connections[self.peer]
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+def _loop_errors(sock: socket.socket) -> Callable[[asyncio.AbstractEventLoop, dict], None]:
+    """The event loop's error handler: running out of file descriptors is one line, once a minute
+    at most (the loop waits a second and accepts again; connections wait in the backlog
+    meanwhile), without the traceback whose printing needs descriptors. The loop's later tries to
+    accept again on ``sock`` once it is closed (at shutdown) are not errors; the rest is said as the
+    loop says it."""
+    said = -60.0
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        nonlocal said
+        exc = context.get("exception")
+        if isinstance(exc, ValueError) and sock.fileno() == -1:
+            return None
+        if not (isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)):
+            return loop.default_exception_handler(context)
+        if time.monotonic() - said >= 60:
+            said = time.monotonic()
+            print(f"cybmem mcp: warning: out of file descriptors ({exc.strerror}); new connections wait until "
+                  "some close", file=sys.stderr, flush=True)
+
+    return handle
+
+
+async def _serve_http(server: MCPServer, sock: socket.socket) -> None:
+    """Serve ``server`` on ``sock``: only its own origin (the scheme, host and port it listens on)
+    is accepted, each request has :data:`REQUEST_TIMEOUT` to arrive, and running out of
+    descriptors makes new connections wait instead of ending the server."""
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    asyncio.get_running_loop().set_exception_handler(_loop_errors(sock))
+    port = sock.getsockname()[1]
+    own = TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
+                                    allowed_origins=[f"http://127.0.0.1:{port}"])
+    deadlines = _Deadlines(REQUEST_TIMEOUT)
+    app = deadlines.app(server.streamable_http_app(host="127.0.0.1", transport_security=own))
+    config = uvicorn.Config(app, http=deadlines.protocol(H11Protocol), log_level="warning", lifespan="on",
+                            timeout_keep_alive=int(REQUEST_TIMEOUT), backlog=_BACKLOG)
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
@@ -510,12 +789,16 @@ def serve(settings: Settings, *, cwd: str | os.PathLike | None = None, project: 
 
     from .dispatch.feedback import mcp_observer
 
+    # Plain lines on stderr, before the SDK would set up its rich handler: printing through that one
+    # imports modules as it goes, which fails (and took the server down) once descriptors run out.
+    logging.basicConfig(level=logging.WARNING, format="cybmem mcp: %(levelname)s: %(name)s: %(message)s")
     memory = Memory(settings, cwd=cwd, project=project, allow_writes=allow_writes)
     memory.observers.append(mcp_observer(settings, memory.store))  # what agents fetch, kept (cybmem.dispatch.feedback)
     server = build_server(memory)
-    default = f"project {project}" if project else f"the project of {Path(cwd or os.getcwd()).resolve()}"
-    what = (f"cybmem mcp: memory root {settings.memory_dir}, default {default}, "
-            f"writes {'on' if allow_writes else 'off'}")
+    where, slug = Path(cwd or os.getcwd()).absolute(), project or memory.default_project()
+    default = (f"default project {project}" if project else f"default project {slug} (of {where})" if slug else
+               f"no default project ({where} is no project's directory: each call names one)")
+    what = f"cybmem mcp: memory root {settings.memory_dir}, {default}, writes {'on' if allow_writes else 'off'}"
     try:
         if http is None:
             print(f"{what}; serving over stdio", file=sys.stderr, flush=True)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ from cybmem.cli.app import app
 from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
 CYBMEM = shutil.which("cybmem")
-READS = {"search", "show", "chain", "issues", "memory_block"}
+READS = {"projects", "search", "show", "chain", "issues", "memory_block"}
 WRITES = {"mark_issue", "supersede"}
 CART = "9b6b1e00-90b4-579e-9d84-2170f292abf9"  # web: "Stabilise the flaky cart drawer e2e test"
 CORRECTED, CORRECTION = "069d3a68-428c-5ee1-a8d3-21a001b0f78b", "4525ac6e-bae3-59c0-86ed-d539832d5a75"  # web
@@ -60,6 +61,34 @@ def cli_json(root: Path, *args: str):
     result = cli(root, *args, "--json")
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
+
+
+TIMES = {"startedAt", "endedAt", "openedAt", "lastAt", "resolvedAt", "at", "asOf", "now"}
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def as_agents_get(value, key=None):
+    """What the CLI prints under --json, as an agent gets it: times in ISO 8601 UTC, no inode."""
+    if isinstance(value, dict):
+        return {k: as_agents_get(v, k) for k, v in value.items() if k != "inode"}
+    if isinstance(value, list):
+        return [as_agents_get(v, key) for v in value]
+    if key in TIMES and isinstance(value, int):
+        return datetime.fromtimestamp(value / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
+    return value
+
+
+def times_in(value, key=None):
+    """Every (key, value) of a time field anywhere in an answer."""
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in times_in(v, k)]
+    if isinstance(value, list):
+        return [t for v in value for t in times_in(v, key)]
+    return [(key, value)] if key in TIMES and value is not None else []
+
+
+def cli_agents(root: Path, *args: str):
+    return as_agents_get(cli_json(root, *args))
 
 
 def write_elsewhere(root: Path, run: Path) -> None:
@@ -164,7 +193,7 @@ def test_tools_are_listed_with_input_and_output_schemas(agent):
     assert set(tools) == (READS | WRITES if hasattr(agent, "url") else READS)
     for name, tool in tools.items():
         assert tool.description and tool.title, name
-        assert tool.input_schema["type"] == "object" and tool.input_schema["properties"], name
+        assert tool.input_schema["type"] == "object" and (tool.input_schema["properties"] or name == "projects"), name
         assert tool.output_schema["type"] == "object" and tool.output_schema["properties"], name
         assert tool.annotations.read_only_hint == (name in READS), name
         assert tool.annotations.open_world_hint is False
@@ -199,26 +228,26 @@ def test_search(agent):
     plain = agent.answer("search", query="flaky cart drawer test", k=1)
     assert "contributions" not in plain["hits"][0] and plain["hits"][0]["runId"] == CART
     past = agent.answer("search", query="flaky cart drawer test", as_of="2026-10-01")
-    assert past["asOf"] == 1790812800000 and CART not in [h["runId"] for h in past["hits"]]
+    assert past["asOf"] == "2026-10-01T00:00:00.000Z" and CART not in [h["runId"] for h in past["hits"]]
 
 
 def test_show_a_prefix(agent):
     answer = agent.answer("show", run_id=CART[:6])
-    assert answer["record"] == cli_json(agent.root, "show", CART[:6], "--project", "web")
+    assert answer["record"] == cli_agents(agent.root, "show", CART[:6], "--project", "web")
     assert answer["record"]["runId"] == CART and answer["supersededChain"] == []
 
 
 def test_show_follows_supersession(agent):
     answer = agent.answer("show", run_id=CORRECTED[:8])
     assert answer["record"]["runId"] == CORRECTION and answer["supersededChain"] == [CORRECTED]
-    shown = cli_json(agent.root, "show", CORRECTED[:8], "--project", "web")
+    shown = cli_agents(agent.root, "show", CORRECTED[:8], "--project", "web")
     assert shown.pop("_supersededChain") == [CORRECTED] and answer["record"] == shown
     assert agent.answer("show", run_id=CORRECTED, original=True)["record"]["runId"] == CORRECTED
 
 
 def test_chain(agent):
     answer = agent.answer("chain", run_id=CART[:8], context=1)
-    expected = cli_json(agent.root, "chain", CART[:8], "--context", "1", "--project", "web")
+    expected = cli_agents(agent.root, "chain", CART[:8], "--context", "1", "--project", "web")
     assert {k: v for k, v in answer.items() if k not in ("project", "warnings")} == expected
     assert answer["runId"] == CART and len(answer["previous"]) == 1 and len(answer["runs"]) == 3
     whole = agent.answer("chain", run_id=CART, context=0)
@@ -227,10 +256,10 @@ def test_chain(agent):
 
 def test_issues(agent):
     answer = agent.answer("issues")
-    expected = cli_json(agent.root, "issues", "--state", "open", "--project", "web")
+    expected = cli_agents(agent.root, "issues", "--state", "open", "--project", "web")
     assert answer["issues"] == expected and answer["total"] == len(expected) == 1
     every = agent.answer("issues", status="all", limit=0)
-    assert every["issues"] == cli_json(agent.root, "issues", "--all", "--project", "web")
+    assert every["issues"] == cli_agents(agent.root, "issues", "--all", "--project", "web")
     assert every["total"] == len(every["issues"]) > 3
     assert len(agent.answer("issues", status="all", limit=3)["issues"]) == 3
     ranked = agent.answer("issues", status="all", query="consent banner analytics", limit=2)
@@ -256,9 +285,9 @@ def test_memory_block_is_what_inject_system_prints(agent):
 
 def test_resources(agent):
     issues = json.loads(agent.read("cybmem://projects/web/issues"))
-    assert issues == cli_json(agent.root, "issues", "--state", "open", "--project", "web")
+    assert issues == cli_agents(agent.root, "issues", "--state", "open", "--project", "web")
     record = json.loads(agent.read(f"cybmem://projects/web/runs/{CORRECTED[:8]}"))
-    assert record == cli_json(agent.root, "show", CORRECTED[:8], "--project", "web")
+    assert record == cli_agents(agent.root, "show", CORRECTED[:8], "--project", "web")
     with pytest.raises(MCPError, match="no project 'nope' under .*; known projects: api, web, web-7663e1"):
         agent.read("cybmem://projects/nope/issues")
     with pytest.raises(MCPError, match="prefix '0' matches 4 records"):
@@ -281,19 +310,130 @@ BAD = [
     ("memory_block", {"task": "x", "project": "nope"}, "no project 'nope' under", None),
     ("memory_block", {"task": "x", "as_of": "soon"}, "as_of 'soon' is neither epoch milliseconds nor an ISO date", None),
     ("memory_block", {}, "task\n  Field required", None),
+    ("search", {"query": "x", "as_of": 10**20}, "as_of 100000000000000000000 is out of range: give a moment from "
+                                                "1970-01-01 to 9999-12-31 (epoch milliseconds 0 to 253402300799999)", None),
+    ("search", {"query": "x", "as_of": "-1"}, "as_of '-1' is out of range: give a moment from 1970-01-01", None),
+    ("memory_block", {"task": "x", "as_of": "99999999999999999999"}, "as_of '99999999999999999999' is out of range", None),
+    ("memory_block", {"task": "x", "as_of": "1e400"}, "as_of '1e400' is neither epoch milliseconds nor an ISO date", None),
+    ("search", {"query": "x", "project": "WEB"}, "looks like existing project 'web' (the same after Unicode NFKC, case "
+                                                 "folding and look-alike letters); use project='web', or a name", None),
+    ("mark_issue", {"issue_id": "nope", "event": "resolved"}, "the issues tool with status='all' lists every issue id",
+     None),
 ]
 
 
 @pytest.mark.parametrize("tool, arguments, expected, cli_args", BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
 def test_bad_argument(agent, tool, arguments, expected, cli_args):
+    if tool in WRITES and not hasattr(agent, "url"):
+        pytest.skip("the write tools are offered with --allow-writes (the http agent)")
     message = agent.error(tool, **arguments)
     assert message.startswith(f"Error executing tool {tool}: ")
+    assert not CLI_WORDS.search(message), message  # tool arguments, never the command line's flags
     if cli_args is None:
         assert expected in message
         return
     printed = cli(agent.root, *cli_args)
     assert printed.exit_code == 1 and printed.stderr.startswith("Error: ")
-    assert message.removeprefix(f"Error executing tool {tool}: ") == printed.stderr.strip().removeprefix("Error: ")
+    said = printed.stderr.strip().removeprefix("Error: ")
+    if "; see `cybmem list`" in said:  # the CLI's pointer, as a tool's
+        said = said.replace("; see `cybmem list`", "; the search tool finds a project's run ids")
+    assert message.removeprefix(f"Error executing tool {tool}: ") == said
+
+
+# --- for a model: descriptions, the projects, times, errors in tool terms --------------
+
+CLI_WORDS = re.compile(r"cybmem [a-z]|--[a-z]")
+
+
+def test_tools_are_described_for_a_model(agent):
+    """Each tool says what it is for, when to call it and what to pass next, in tool terms."""
+    tools = agent.tools()
+    for name, tool in tools.items():
+        for text in [tool.description] + [p["description"] for p in tool.input_schema["properties"].values()]:
+            assert not CLI_WORDS.search(text), (name, text)
+        assert "Call it " in tool.description, name
+    search, show, chain = (tools[n].description for n in ("search", "show", "chain"))
+    assert "Pass a hit's runId to `show`" in search and "or to\n`chain`" in search
+    assert "runId" in show and "`search`" in show and "runId" in chain and "`show`" in chain
+    assert "issueId (for `mark_issue`)" in tools["issues"].description
+    assert "pass a slug as `project`" in tools["projects"].description
+    project = tools["search"].input_schema["properties"]["project"]["description"]
+    assert "the projects tool lists them" in project
+    as_of = tools["search"].input_schema["properties"]["as_of"]["description"]
+    assert "ISO 8601" in as_of and "1970-01-01 to 9999-12-31" in as_of
+    hit = tools["search"].output_schema["$defs"]["SearchHit"]["properties"]["endedAt"]
+    assert hit["type"] == "string" and "ISO 8601" in hit["description"]
+    issue = tools["issues"].output_schema["$defs"]["Issue"]["properties"]
+    assert issue["openedAt"]["type"] == "string" and "string" in [t.get("type") for t in issue["resolvedAt"]["anyOf"]]
+    assert "pass the runIds it returns to show" in agent.client.instructions
+
+
+def test_projects(agent):
+    answer = agent.answer("projects")
+    listed = cli_json(agent.root, "projects")
+    assert [p["slug"] for p in answer["projects"]] == ["api", "web", "web-7663e1"]
+    assert answer["projects"] == [{"slug": p["slug"], "cwd": p["cwd"], "runs": p["records"]} for p in listed]
+    assert all(p["runs"] > 0 for p in answer["projects"])
+    assert answer["defaultProject"] == "web" and answer["memoryRoot"] == str(agent.root)
+
+
+def test_every_time_is_iso_8601_and_no_internal_field_is_shown(agent):
+    answers = {
+        "search": agent.answer("search", query="cart drawer", k=3, as_of="2026-10-28", explain=True),
+        "show": agent.answer("show", run_id=CORRECTED[:8]),
+        "chain": agent.answer("chain", run_id=CART, context=0),
+        "issues": agent.answer("issues", status="all", limit=0),
+        "ranked": agent.answer("issues", query="consent banner"),
+        "memory_block": agent.call("memory_block", task="Fix the cart drawer").structured_content,
+        "open-issues": json.loads(agent.read("cybmem://projects/web/issues")),
+        "run-record": json.loads(agent.read(f"cybmem://projects/web/runs/{CART[:8]}")),
+    }
+    for name, answer in answers.items():
+        times = times_in(answer)
+        assert times and all(isinstance(v, str) and ISO.fullmatch(v) for _, v in times), (name, times)
+        assert '"inode"' not in json.dumps(answer), name
+    assert answers["search"]["asOf"] == "2026-10-28T00:00:00.000Z" and ISO.fullmatch(answers["search"]["now"])
+    assert {k for k, _ in times_in(answers["chain"])} == {"startedAt", "endedAt"}
+    assert {"openedAt", "lastAt", "resolvedAt"} <= {k for k, _ in times_in(answers["issues"])}
+    shown = cli_json(agent.root, "show", CART, "--project", "web")
+    assert answers["run-record"]["endedAt"] == \
+        datetime.fromtimestamp(shown["endedAt"] / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+@pytest.fixture(scope="module")
+def desktop_agent(tmp_path_factory):
+    """README's configuration as written (`cybmem mcp`, nothing else) as a desktop client runs
+    it: from /, with the user's HOME, whose default memory root holds the fixtures."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    config = json.loads(re.search(r"```json\n(\{\n  \"mcpServers\".*?)```", readme, re.S).group(1))["mcpServers"]["cybmem"]
+    assert config["command"] == "cybmem"
+    where = tmp_path_factory.mktemp("desktop")
+    shutil.copytree(_memory(where), where / ".cyberine" / "memory")
+    root, log = where / ".cyberine" / "memory", where / "server.log"
+    params = StdioServerParameters(command=CYBMEM, args=config["args"], env=_env(where), cwd="/")
+    with log.open("w") as errlog:
+        agent = Agent(stdio_client(params, errlog=errlog), root, log)
+        yield agent
+        agent.close()
+
+
+def test_a_server_started_outside_any_project_lists_them_and_searches_one(desktop_agent):
+    agent = desktop_agent
+    assert f"memory root {agent.root}, no default project (/ is no project's directory" in agent.log.read_text()
+    listed = agent.answer("projects")
+    assert listed["defaultProject"] is None and listed["memoryRoot"] == str(agent.root)
+    assert [(p["slug"], p["runs"] > 0) for p in listed["projects"]] == [("api", True), ("web", True),
+                                                                        ("web-7663e1", True)]
+    expected = (f"no default project: this server was started in /, which is no project's directory under "
+                f"{agent.root}; pass the `project` argument, one of: api, web, web-7663e1 (the projects tool lists "
+                "them with their run counts)")
+    for tool, arguments in [("search", {"query": "cart drawer"}), ("show", {"run_id": CART}),
+                            ("chain", {"run_id": CART}), ("issues", {}), ("memory_block", {"task": "x"})]:
+        assert agent.error(tool, **arguments) == f"Error executing tool {tool}: {expected}"
+    hits = agent.answer("search", query="flaky cart drawer test", k=3, project="web")["hits"]
+    assert hits[0]["runId"] == CART and ISO.fullmatch(hits[0]["endedAt"])
+    assert agent.answer("show", run_id=CART[:8], project="web")["record"]["runId"] == CART
+    assert (agent.root / "web" / "shown.jsonl").exists()  # what the agent fetched is kept in its project
 
 
 # --- writes: only with --allow-writes ------------------------------------------------
@@ -320,7 +460,8 @@ def test_writes_with_the_flag(http_agent):
     again = agent.answer("mark_issue", issue_id=issue, event="resolved", project="api")
     assert again["written"] == [] and again["after"] == "resolved"
     assert cli_json(agent.root, "issues", "--state", "open", "--project", "api") == []
-    assert "Error executing tool mark_issue: no issue 'nope' in project api; see `cybmem issues --all`" == \
+    assert "Error executing tool mark_issue: no issue 'nope' in project api; the issues tool with status='all' " \
+        "lists every issue id" == \
         agent.error("mark_issue", issue_id="nope", event="resolved", project="api")
     assert "event\n  Input should be 'resolved', 'wontfix' or 'reopened'" in \
         agent.error("mark_issue", issue_id=issue, event="done", project="api")

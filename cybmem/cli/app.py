@@ -31,7 +31,7 @@ from .. import __version__
 from . import _startup
 from ..errors import WARNING_PREFIX, CybmemError
 from ..store.outcome import printable, printable_json, shorten, subject_line
-from ..store.records import ms_to_utc, parse_time
+from ..store.records import check_moment, ms_to_utc, parse_time
 from ..settings import Settings
 
 # Typer re-exports Click's exceptions (and from 0.20 on ships its own copy of Click), so their
@@ -324,13 +324,16 @@ _PERIOD = re.compile(r"(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?")
 
 
 def _moment(value: Optional[str], param: str, *, end_of_day: bool = False) -> Optional[int]:
-    """--since / --until: epoch ms or ISO; a bare year, month or date (2024, 2024-05, 2024-05-31)
-    means its start, or with ``end_of_day`` (--until) its last millisecond."""
+    """--since / --until / --as-of: epoch ms or ISO; a bare year, month or date (2024, 2024-05,
+    2024-05-31) means its start, or with ``end_of_day`` (--until) its last millisecond. Every one is
+    checked against the range a record's times may hold; a bad one is a usage error naming ``param``."""
     if value is None or not value.strip():
         return None
     text = value.strip()
     period = _PERIOD.fullmatch(text)
-    if period:
+    try:
+        if not period:
+            return parse_time(text, param)
         from datetime import datetime, timezone
 
         y, m, d = int(period[1]), int(period[2] or 1), int(period[3] or 1)
@@ -338,14 +341,13 @@ def _moment(value: Optional[str], param: str, *, end_of_day: bool = False) -> Op
             start = datetime(y, m, d, tzinfo=timezone.utc)
         except ValueError as exc:
             raise typer.BadParameter(f"{text!r}: {exc}", param_hint=param) from None
+        start_ms = check_moment(int(start.timestamp() * 1000), param, text)  # the range of every moment
         if not end_of_day:
-            return int(start.timestamp() * 1000)
+            return start_ms
         nxt = (start.replace(year=y + 1) if not period[2] else
                start.replace(year=y + (m == 12), month=m % 12 + 1) if not period[3] else None)
-        end_ms = int(nxt.timestamp() * 1000) if nxt else int(start.timestamp() * 1000) + 86_400_000
-        return end_ms - 1
-    try:
-        return parse_time(text, param)
+        end_ms = int(nxt.timestamp() * 1000) if nxt else start_ms + 86_400_000
+        return check_moment(end_ms - 1, param, text)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"{param} "), param_hint=param) from None
 
@@ -967,7 +969,7 @@ def search_cmd(
     except NotFoundError as exc:
         _warn([f"no parent run for the lineage axis (--parent / CYBERINE_PARENT_RUN_ID): {exc}"])
         parent = None
-    result = search(snap, query, k=k + offset, settings=ctx.settings, as_of=parse_time(as_of, "--as-of"),
+    result = search(snap, query, k=k + offset, settings=ctx.settings, as_of=_moment(as_of, "--as-of"),
                     parent_run_id=parent, chat_session_id=chat, filter=f)
     result.hits = result.hits[offset:]
     _warn(p.message for p in result.snapshot.problems)
@@ -1068,7 +1070,7 @@ def inject_cmd(
         raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
     try:
         settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
-        result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=parse_time(as_of, "--as-of"),
+        result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=_moment(as_of, "--as-of"),
                              parent_run_id=parent, chat_session_id=chat, strict=strict)
     except (CybmemError, UsageError):
         raise
@@ -1217,7 +1219,7 @@ def tune_cmd(
         return
     kinds = _metric_and_kinds(metric, derive)
     hl = _floats(half_lives, "--half-lives")
-    moment = parse_time(as_of, "--as-of") if as_of is not None else None
+    moment = _moment(as_of, "--as-of") if as_of is not None else None
     store = ctx.store()
     result = tune(store, judgments=judgments, as_of=moment, metric=metric, k=k, steps=steps, half_lives=hl,
                   settings=ctx.settings, kinds=kinds, hold_few=not all_weights, progress=progress)
@@ -1695,7 +1697,7 @@ def fleet_search_cmd(
     if not query:
         raise typer.BadParameter("search needs a QUERY", param_hint="QUERY")
     with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
-        result = fleet.search(query, k=k, as_of=parse_time(as_of, "--as-of"))
+        result = fleet.search(query, k=k, as_of=_moment(as_of, "--as-of"))
         if ctx.json:
             _print_json(result.to_dict(explain=explain_))
             return

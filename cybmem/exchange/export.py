@@ -39,6 +39,7 @@ import pyarrow as pa
 from .. import _io
 from ..errors import StoreError, ValidationError
 from ..store.memory_store import MemoryStore
+from ..store.records import ms_to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -245,10 +246,8 @@ def _frames(store: MemoryStore, warnings: list[str]) -> tuple["pd.DataFrame", "p
 
 
 def _iso(ms: int | None) -> str | None:
-    """Epoch ms as ISO 8601 UTC with milliseconds: ``2026-10-01T00:18:00.000Z`` (sorts as text)."""
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms // 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+    """Epoch ms as ISO 8601 UTC (:func:`cybmem.store.records.ms_to_iso`), None kept."""
+    return None if ms is None else ms_to_iso(ms)
 
 
 def _column_values(df: "pd.DataFrame", name: str) -> list:

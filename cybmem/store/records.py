@@ -38,10 +38,12 @@ __all__ = [
     "IssueEvent",
     "validate_run_id",
     "iso_to_ms",
+    "ms_to_iso",
     "ms_to_utc",
     "parse_time",
     "FUTURE_SLACK_MS",
     "check_not_future",
+    "check_moment",
 ]
 
 STATES = ("done", "error", "cancelled")
@@ -109,6 +111,9 @@ RECORD_FIELDS = (
 )
 #: The largest epoch-millisecond value a record may hold (exclusive).
 MAX_MS = 10**14
+#: The end of the moments an argument may name (exclusive): 10000-01-01T00:00Z, the first an ISO
+#: date cannot write.
+MAX_MOMENT = 253_402_300_800_000
 
 
 def _names(fields: tuple[Field, ...], **match: Any) -> tuple[str, ...]:
@@ -135,21 +140,39 @@ def iso_to_ms(text: str) -> int:
 def parse_time(value: str | int | None, what: str = "time") -> int | None:
     """Epoch milliseconds (as in the store) or an ISO date/time (UTC unless it says otherwise).
 
+    The one validator of a moment given as an argument (``--as-of``, ``--now``, the MCP tools'
+    ``as_of``): :func:`check_moment` holds it to the range an ISO date can write, from the epoch on.
+
     Raises:
-        ValidationError: naming ``what`` (e.g. ``--as-of``) and the accepted forms.
+        ValidationError: naming ``what`` (e.g. ``--as-of``), the accepted forms and range.
     """
     if value is None or value == "":
         return None
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    text = str(value).strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        return iso_to_ms(text)
-    except ValueError:
-        raise ValidationError(f"{what} {value!r} is neither epoch milliseconds nor an ISO date "
-                              "(e.g. 2026-11-01 or 2026-11-01T09:30)") from None
+        ms = value
+    else:
+        text = str(value).strip()
+        try:
+            ms = int(text) if text.lstrip("+-").isdigit() else iso_to_ms(text)
+        except (ValueError, OverflowError):
+            raise ValidationError(f"{what} {value!r} is neither epoch milliseconds nor an ISO date "
+                                  "(e.g. 2026-11-01 or 2026-11-01T09:30)") from None
+    return check_moment(ms, what, value)
+
+
+def check_moment(ms: int, what: str = "time", given: Any = None) -> int:
+    """``ms`` if it is a moment an ISO date can name from the epoch on (0 <= ms <
+    :data:`MAX_MOMENT`), else ValidationError naming ``what``, the value ``given`` (default:
+    ``ms``) and the accepted range."""
+    if not 0 <= ms < MAX_MOMENT:
+        raise ValidationError(f"{what} {ms if given is None else given!r} is out of range: give a moment from "
+                              f"1970-01-01 to 9999-12-31 (epoch milliseconds 0 to {MAX_MOMENT - 1})")
+    return ms
+
+
+def ms_to_iso(ms: int) -> str:
+    """Epoch ms as ISO 8601 UTC with milliseconds: ``2026-10-01T00:18:00.000Z`` (sorts as text)."""
+    return datetime.fromtimestamp(ms // 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
 
 
 def ms_to_utc(ms: int) -> str:

@@ -1,0 +1,187 @@
+"""`cybmem mcp --http`: the server stays up and only its own origin is served (issue 29, item 3).
+
+Real servers (subprocesses of the `cybmem` console script on 127.0.0.1) and real sockets: a server
+under a low RLIMIT_NOFILE (set by a small wrapper that execs it) is given more half-open
+connections than it has descriptors and still answers a normal request; a request that never
+ends is closed after cybmem.mcp_server.REQUEST_TIMEOUT; an Origin of another local port is refused.
+Every loop is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from cybmem.mcp_server import REQUEST_TIMEOUT
+
+from conftest import FIXTURES, LEFTOVERS
+
+CYBMEM = shutil.which("cybmem")
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}).encode()
+#: Runs the command after it with RLIMIT_NOFILE set to the first argument (soft and hard).
+LIMITED = ("import os, resource, sys; n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+           "os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+@contextmanager
+def http_server(where: Path, *, nofile: int | None = None):
+    """A `cybmem mcp --http 0` on a copy of the fixtures; yields (process, port, its stderr file)."""
+    root, log = where / "memory", where / "server.log"
+    shutil.copytree(FIXTURES, root, ignore=LEFTOVERS)
+    command = [CYBMEM, "mcp", "--http", "0", "--memory-dir", str(root), "--project", "web"]
+    if nofile:
+        command = [sys.executable, "-c", LIMITED, str(nofile), *command]
+    with log.open("w") as errlog:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
+    try:
+        deadline, found = time.monotonic() + 60, None
+        while not found and proc.poll() is None and time.monotonic() < deadline:
+            found = re.search(r"serving streamable HTTP at http://127\.0\.0\.1:(\d+)/mcp", log.read_text())
+            time.sleep(0.05)
+        assert found, log.read_text()
+        yield proc, int(found.group(1)), log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def post_initialize(port: int, *, origin: str | None = None, timeout: float = 30) -> int:
+    """POST an MCP initialize request; the HTTP status of the answer."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if origin:
+        headers["Origin"] = origin
+    try:
+        conn.request("POST", "/mcp", body=INITIALIZE, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def half_open(port: int, head: bytes = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") -> socket.socket:
+    """A connection that sent part of a request and nothing more."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+    if head:
+        sock.sendall(head)
+    return sock
+
+
+def closed_after(sock: socket.socket, limit: float) -> tuple[float, bytes]:
+    """Seconds until the server closed ``sock`` (at most ``limit``), and what it sent before."""
+    start, got = time.monotonic(), b""
+    sock.settimeout(0.5)
+    while time.monotonic() - start < limit:
+        try:
+            chunk = sock.recv(4096)
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    return time.monotonic() - start, got
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with http_server(tmp_path_factory.mktemp("http")) as served:
+        yield served
+
+
+def test_a_normal_request_is_answered(server):
+    assert post_initialize(server[1]) == 200
+
+
+@pytest.mark.parametrize("head", [b"", b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"GET /mc"],
+                         ids=["idle", "headers-unfinished", "request-line-unfinished"])
+def test_a_request_that_never_ends_is_closed_after_the_timeout(server, head):
+    sock = half_open(server[1], head)
+    with sock:
+        took, got = closed_after(sock, REQUEST_TIMEOUT + 10)
+    assert REQUEST_TIMEOUT - 0.5 <= took < REQUEST_TIMEOUT + 5, took
+    assert got.startswith(b"HTTP/1.1 408 Request Timeout") if head else got == b""
+
+
+def test_a_body_that_never_ends_is_closed_after_the_timeout(server):
+    port = server[1]
+    head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nContent-Length: {len(INITIALIZE)}\r\n\r\n").encode()
+    sock = half_open(port, head + INITIALIZE[:20])
+    with sock:
+        took, _ = closed_after(sock, REQUEST_TIMEOUT + 10)
+    assert REQUEST_TIMEOUT - 0.5 <= took < REQUEST_TIMEOUT + 5, took
+    assert post_initialize(port) == 200
+
+
+def test_a_slow_client_is_held_to_the_whole_request_not_to_each_byte(server):
+    """A byte every second keeps no request alive past the deadline."""
+    sock = half_open(server[1], b"P")
+    with sock:
+        start, closed = time.monotonic(), False
+        while not closed and time.monotonic() - start < REQUEST_TIMEOUT + 5:
+            try:
+                sock.sendall(b"a")
+                time.sleep(1)
+            except OSError:  # the server closed it
+                closed = True
+    assert closed and time.monotonic() - start > REQUEST_TIMEOUT - 0.5
+
+
+def test_an_idle_connection_between_requests_is_closed(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server[1], timeout=30)
+    conn.request("POST", "/mcp", body=INITIALIZE, headers={"Content-Type": "application/json",
+                                                           "Accept": "application/json, text/event-stream"})
+    response = conn.getresponse()
+    response.read()
+    assert response.status == 200
+    with conn.sock as sock:
+        took, _ = closed_after(sock, REQUEST_TIMEOUT + 10)
+    assert took < REQUEST_TIMEOUT + 5, took
+
+
+def test_only_its_own_origin_is_served(server):
+    port = server[1]
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other_port = other.getsockname()[1]
+    assert post_initialize(port, origin=f"http://127.0.0.1:{port}") == 200
+    for origin in (f"http://127.0.0.1:{other_port}", f"http://127.0.0.1:{port + 1}", f"https://127.0.0.1:{port}",
+                   "http://127.0.0.1", f"http://evil.example:{port}", "null"):
+        assert post_initialize(port, origin=origin) == 403, origin
+
+
+def test_it_survives_running_out_of_descriptors(tmp_path):
+    """More half-open connections than the server has descriptors: it waits for some to close
+    (the deadline closes them) instead of exiting, and answers a normal request after them."""
+    nofile = 96
+    with http_server(tmp_path, nofile=nofile) as (proc, port, log):
+        held, deadline = [], time.monotonic() + 60
+        while len(held) < nofile + 40 and time.monotonic() < deadline:
+            try:
+                held.append(half_open(port))
+            except OSError:  # the backlog is full: enough
+                break
+        try:
+            assert len(held) > nofile, len(held)
+            assert post_initialize(port, timeout=120) == 200
+            assert proc.poll() is None, log.read_text()
+        finally:
+            for sock in held:
+                sock.close()
+        assert post_initialize(port) == 200
+        assert proc.poll() is None
+    assert "out of file descriptors" in log.read_text()

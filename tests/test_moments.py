@@ -1,0 +1,62 @@
+"""A moment given as an argument (--as-of, --since, --until; the MCP tools' as_of) is checked by one
+validator, cybmem.store.records.parse_time / check_moment: a number or date beyond what an ISO
+date can write is a usage error naming the argument and the accepted range, never a traceback
+(issue 29, item 8: a huge --as-of gave an OverflowError in `search`)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from cybmem.cli.app import app
+from cybmem.errors import ValidationError
+from cybmem.store.records import MAX_MOMENT, parse_time
+
+RANGE = "is out of range: give a moment from 1970-01-01 to 9999-12-31 (epoch milliseconds 0 to 253402300799999)"
+NOT_A_MOMENT = "is neither epoch milliseconds nor an ISO date"
+OUT = ["99999999999999999999", "-1", str(MAX_MOMENT), "9999-12-31T23:59:59-01:00", "1969-12-31T23:59:59Z"]
+COMMANDS = [
+    ("search", "cart drawer", "--project", "web"),
+    ("issues", "--project", "web"),
+    ("issues", "--project", "web", "--events"),
+    ("inject", "Fix the cart drawer", "--project", "web"),
+    ("inject", "--system", "Fix the cart drawer", "--project", "web"),
+    ("tune", "--project", "web"),
+]
+
+
+def run(root, *args):
+    return CliRunner().invoke(app, [*args, "--memory-dir", str(root)])
+
+
+@pytest.mark.parametrize("value", OUT)
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_an_as_of_out_of_range_is_a_usage_error(fixture_copy, command, value):
+    result = run(fixture_copy, *command, f"--as-of={value}")
+    assert result.exit_code == 2 and result.exception.__class__ is SystemExit, result.output
+    assert f"Invalid value for --as-of: {value!r} {RANGE}" in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "1e400", "10000-01-01", "soon"])
+def test_an_as_of_that_is_no_moment_is_a_usage_error(fixture_copy, value):
+    result = run(fixture_copy, "search", "cart", "--project", "web", f"--as-of={value}")
+    assert result.exit_code == 2 and f"Invalid value for --as-of: {value!r} {NOT_A_MOMENT}" in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--since", "--until"])
+def test_since_and_until_are_held_to_the_same_range(fixture_copy, option):
+    result = run(fixture_copy, "issues", "--project", "web", "--events", f"{option}=99999999999999999999")
+    assert result.exit_code == 2 and f"Invalid value for {option}: '99999999999999999999' {RANGE}" in result.stderr
+    year = run(fixture_copy, "issues", "--project", "web", "--events", f"{option}=1969")
+    assert year.exit_code == 2 and f"Invalid value for {option}: '1969' {RANGE}" in year.stderr
+
+
+def test_the_ends_of_the_range_are_moments(fixture_copy):
+    assert parse_time(0, "--as-of") == 0 and parse_time("1970-01-01", "--as-of") == 0
+    assert parse_time("9999-12-31T23:59:59.999Z", "as_of") == parse_time(str(MAX_MOMENT - 1)) == MAX_MOMENT - 1
+    for value in ("9999-12-31", "9999", str(MAX_MOMENT - 1)):
+        result = run(fixture_copy, "search", "cart", "--project", "web", "-k", "1", f"--as-of={value}")
+        assert result.exit_code == 0 and result.stdout.startswith("#  SCORE"), result.output
+    with pytest.raises(ValidationError, match=r"^as_of 100000000000000000000 is out of range: give a moment"):
+        parse_time(10**20, "as_of")
