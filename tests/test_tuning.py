@@ -415,14 +415,21 @@ def test_cli_tune_json_and_save(fixture_copy, tmp_path):
     weights_file = fixture_copy / "web" / "weights.json"
     res = runner.invoke(app, args + ["-k", "1", "--save", "--metric", "recall"])
     assert "current" in res.output and "RECALL@1" in res.output
-    # 23 derived judgments, 14 of them answered by the parent shown first: too few, never saved.
-    assert res.exit_code == 1 and not weights_file.exists()
+    # 23 derived judgments, 14 of them answered by the parent shown first: too few, never saved (exit 3: a refusal).
+    assert res.exit_code == 3 and not weights_file.exists()
     assert "Not saved: only 9 judgment(s) test the weights (the other 14 are answered by the parent" in res.stderr
     # A judgment the defaults serve badly: the answer is the newest run, the words match older ones.
     newest = records_frame(snap).sort_values("endedAt")["runId"].iloc[-1]
     J.save_judgments([J.Judgment(query="cart drawer", as_of=int(snap.ended_ms().max()) + 60_000, relevant=(newest,))], judg)
     res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save"])
-    assert res.exit_code == 1 and not weights_file.exists()
+    assert res.exit_code == 3 and not weights_file.exists()
+    res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save", "--json"])
+    assert res.exit_code == 3 and json.loads(res.stdout)["notSaved"].startswith("only 1 judgment(s)")
+    res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save", "--project", "nope"])
+    assert res.exit_code == 1 and "no project 'nope'" in res.stderr, "a failure is not a refusal"
+    res = runner.invoke(app, args + ["-j", str(tmp_path / "missing.jsonl"), "--save"])
+    assert res.exit_code == 1 and "does not exist" in res.stderr
+    res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save"])
     assert "Not saved: only 1 judgment(s) test the weights; at least 30 are needed" in res.stderr
     res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save", "--force"])
     assert res.exit_code == 0, res.output
@@ -507,7 +514,7 @@ def test_weights_saved_on_the_earlier_half_never_lose_on_the_later_half(corpus_1
     monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(root))
     res = runner.invoke(app, ["tune", "--project", "pytest", "-j", str(earlier), "--save", "--steps", "6"])
     saved = root / "pytest" / "weights.json"
-    assert res.exit_code in (0, 1), res.output
+    assert res.exit_code in (0, 3), res.output
     assert saved.exists() == (res.exit_code == 0 and "Saved " in res.stdout)
     store = MemoryStore(root, "pytest")
     production = weights_for(Settings.from_env(), store).weights

@@ -908,16 +908,48 @@ def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", r
     sub = "; ".join(p for p in (fixed, note) if p)
     ax.set_title(title or f"{result.label} over {x} x {y}" + (f"\n({sub})" if sub else ""), fontsize=10)
 
-    def at(vals: np.ndarray, v: float) -> float:
-        return float(np.interp(v, vals, np.arange(len(vals)))) if len(vals) > 1 else 0.0
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
 
-    b, c = result.best, result.current
-    ax.plot([at(xs, getattr(c, x))], [at(ys, getattr(c, y))], marker="o", markersize=13, markerfacecolor="none",
-            markeredgecolor="white", markeredgewidth=2, linestyle="", label=f"current ({result.current_metric:.3f})")
-    ax.plot([at(xs, getattr(b, x))], [at(ys, getattr(b, y))], marker="*", markersize=15, color="#ff4040",
-            markeredgecolor="white", linestyle="", label=f"best ({result.best_metric:.3f})")
-    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.13), ncol=2, fontsize=8, frameon=False)
+    handles = []
+    for who, w, value, color, style in (("best", result.best, result.best_metric, "#ff4040", "-"),
+                                        ("current", result.current, result.current_metric, "white", "--")):
+        cell = _cell_on_slice(result, w, x, y, reduce)
+        if cell is not None:  # an outline around its cell: the cell's value stays readable
+            inset = 0.06 if who == "current" else 0.0
+            ax.add_patch(Rectangle((cell[1] - 0.5 + inset, cell[0] - 0.5 + inset), 1 - 2 * inset, 1 - 2 * inset,
+                                   fill=False, edgecolor=color, linewidth=2.2, linestyle=style, zorder=3))
+            text = f"{who} ({value:.3f})"
+        else:
+            text = f"{who} ({value:.3f}): not on this slice"
+        handles.append(Line2D([], [], color=color if color != "white" else "0.35", linestyle=style, linewidth=2,
+                              label=text))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.13), ncol=2, fontsize=8, frameon=False)
     return fig
+
+
+def _cell_on_slice(result: "GridResult", w: Any, x: str, y: str, reduce: str) -> tuple[int, int] | None:
+    """The (row, column) of the heatmap cell that holds the weights ``w``, or None when the slice
+    does not contain them: their x or y value is no grid value, or (``reduce="best"``) another axis
+    is fixed elsewhere; a ``"max"`` slice holds each cell's best over the other axes, so it contains
+    ``w`` only when those axes have one value, ``w``'s."""
+    def index(axis: str) -> int | None:
+        vals = result.axes[axis]
+        hit = np.flatnonzero(np.isclose(vals, getattr(w, axis), rtol=1e-6, atol=1e-9))
+        return int(hit[0]) if len(hit) else None
+
+    others = [a for a in result.axes if a not in (x, y)]
+    if reduce == "max":
+        if any(len(result.axes[a]) > 1 or index(a) is None for a in others):
+            return None
+    else:
+        best = result.best
+        for a in others:
+            fixed = int(np.argmin(np.abs(result.axes[a] - getattr(best, a))))
+            if index(a) != fixed:
+                return None
+    ix, iy = index(x), index(y)
+    return None if ix is None or iy is None else (iy, ix)
 
 
 # --------------------------------------------------------------------------------------
