@@ -695,3 +695,105 @@ def test_tuning_reads_the_vectors_search_reads_when_a_model_changed_dimension(we
     qv = {embedding_text(j.query): rng.random(4).astype(np.float32) for j in js}
     m = T.axis_matrices(snap, js, k=10, query_vectors=qv, model="m", vectors=True)
     assert m.has_vectors and m.n == len(js) and (m.vector > 0).any()
+
+
+# --- one tuning, wherever it is started (issue 27, part 2) -------------------------------------------
+
+
+def test_the_notebook_the_widget_and_the_cli_report_the_same_score(fixture_copy, tmp_path, monkeypatch):
+    """The same weights on the same store: the same score through `cybmem tune`, `cybmem eval`, the
+    tuning widget and notebook 04 as `cybmem report` runs it, with nothing passed; a qrels.jsonl lying
+    in the memory root (no part of the store) changes none of them."""
+    import html
+    import re
+    import shutil
+
+    from cybmem.explore.widgets import TuningView
+    from cybmem.operations.report import build_report
+
+    from conftest import FIXTURES
+
+    shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "qrels.jsonl")
+    monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(fixture_copy))
+    store = MemoryStore(fixture_copy, "web")
+    tuned = runner.invoke(app, ["tune", "--project", "web", "--json"])
+    assert tuned.exit_code == 0, tuned.output
+    cli = json.loads(tuned.stdout)
+    evaluated = runner.invoke(app, ["eval", "--project", "web", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    ev = json.loads(evaluated.stdout)["rows"]["current"]
+    view = TuningView(store, settings=Settings.from_env(memory_dir=fixture_copy))
+    early, late = view.fold_metrics()
+    page = build_report(store, tmp_path / "report", notebooks=["04-weight-tuning.ipynb"], stream=io.StringIO(),
+                        progress=False).pages[0].read_text()
+    line = re.search(r"current weights: MRR@10 (\d\.\d{4}) on (\d+) judgments; earlier half (\d\.\d{4}), "
+                     r"later half (\d\.\d{4})", html.unescape(page))
+    assert line, "the page prints the current weights' score"
+    notebook = [float(line[1]), float(line[3]), float(line[4])]
+    assert int(line[2]) == cli["judgments"] == view.matrices.n == 23, "the store's own judgments, not the qrels file"
+    assert cli["source"] == "derived from project web (14 parent, 9 resolved)"
+    assert "23 judgments derived from project web (14 parent, 9 resolved): 23 evaluable" in page
+    assert notebook == [round(cli["current"]["value"], 4), round(ev["earlier"], 4), round(ev["later"], 4)]
+    assert [round(ev["all"], 4), round(view.current_metric(), 4), round(early, 4), round(late, 4)] == notebook[:1] + notebook
+    assert f"MRR@10 = {view.current_metric():.3f}</b> over 23 judgments" in view.score.value
+
+
+def test_the_widget_saves_only_what_tune_save_would_with_the_same_evidence(tide, monkeypatch):
+    """The widget's Save wrote weights its own score line showed worse, with no evidence, and inject
+    used them. Now: worse weights are refused (Force saves them, saying so); weights that pass the
+    check are saved with the evidence tune --save writes."""
+    from cybmem.explore.widgets import TuningView
+
+    monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(tide))
+    store = MemoryStore(tide, "tide")
+    path = tide / "tide" / "weights.json"
+    result = T.tune(store, progress=False)
+    view = TuningView(store, settings=Settings.from_env())
+    assert view.production_label() == "default weights (nothing saved)"
+    view.set_weights(Weights(w_kw=1.0, w_rec=0.0, w_lin=0.0))  # recency off: worse on the later judgments here
+    assert view.save() is None and not path.exists()
+    assert "Not saved: the weights tuned on the earlier 35 judgments do not beat the current ones" in view.status.value
+    view.set_weights(result.saves)
+    assert view.save() == path
+    saved = json.loads(path.read_text())
+    ev, cli = saved["tuned"], T.evidence_of(result)
+    assert ev["saved"] == "set by hand in the tuning view, checked on the later 35 judgments"
+    for key in ("source", "kinds", "judgments", "testsWeights", "label", "records", "later"):
+        assert ev[key] == cli[key], key
+    assert view.production_label() == "saved weights" and "saved weights: " in view.score.value
+    explain = runner.invoke(app, ["inject", "Handle the output", "--project", "tide", "--explain"])
+    assert explain.exit_code == 0 and "weights source: tuned " in explain.stderr
+
+
+def test_the_heatmap_marks_the_current_weights_only_where_they_are(web, tmp_path):
+    """The "current" marker was drawn on slices that do not hold the current weights, and the best
+    cell's star covered its value."""
+    from matplotlib.patches import Rectangle
+
+    from cybmem.explore import plots
+
+    store, snap = web
+    m = T.axis_matrices(snap, J.judgments_from_store(snap), k=5)
+    res = T.grid_search(m, k=5, steps=5, half_lives=[3, 30], current=Weights(w_kw=0.5, w_rec=0.25, w_lin=0.25))
+    res.best = Weights(w_kw=0.75, w_rec=0.25, w_lin=0.5, half_life_days=3)  # another w_lin: current is off its slice
+
+    def drawn(fig):
+        ax = fig.axes[0]
+        boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
+        return ax, boxes, [t.get_text() for t in ax.get_legend().get_texts()]
+
+    ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
+    assert ": not on this slice (w_lin=0.25, the slice's w_lin=0.5)" in legend[0] and legend[1].startswith("best (") and len(boxes) == 1
+    assert not boxes[0].get_fill(), "an outline: the best cell's value stays readable"
+    (x0, y0), w = boxes[0].get_xy(), boxes[0].get_width()
+    assert (x0 + w / 2, y0 + w / 2) == (3.0, 1.0), "around the best cell (w_kw=0.75, w_rec=0.25)"
+    value = f"{res.slice2d('w_kw', 'w_rec')[1, 3]:.2f}"
+    assert [t for t in ax.texts if t.get_position() == (3, 1)][0].get_text() == value
+    res.best = Weights(w_kw=0.75, w_rec=0.25, w_lin=0.25, half_life_days=30)  # now the slice holds the current too
+    ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
+    assert len(boxes) == 2 and "not on this slice" not in legend[0]
+    ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_lin", y="half_life_days", reduce="max"))
+    assert len(boxes) == 0 and all("its cells are the best over w_kw, w_rec" in x for x in legend), "a max holds neither"
+    res.current = Weights(w_kw=0.33, w_rec=0.25, w_lin=0.25)  # between grid values: in no cell
+    ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
+    assert "w_kw=0.33 is between grid values" in legend[0] and len(boxes) == 1
