@@ -122,7 +122,7 @@ def test_cybmem_report_cli_writes_every_page(fixture_copy, tmp_path):
     assert issues.index("ticket-10<") < issues.index("ticket-998<") < issues.index("ticket-10001<"), \
         "the issue table sorts ticket-10, ticket-998, ticket-10001; not as text (ticket-10, ticket-10001, ticket-998)"
     tuning = (out / "04-weight-tuning.html").read_text()
-    assert re.search(r"\d+ judgments derived from project web \(", tuning) and "qrels.jsonl" not in tuning, \
+    assert re.search(r"\d+ judgments derived from project web \(", tuning) and "judgments from " not in tuning, \
         "the tuning page never takes a qrels.jsonl lying in the memory root (issue 27): the store's own judgments"
     p = subprocess.run(cmd + ["report", "--out", str(out), "--memory-dir", str(fixture_copy), "--project", "nope"],
                        env=env, capture_output=True, text=True, timeout=120)

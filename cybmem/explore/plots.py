@@ -903,7 +903,7 @@ def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", r
     ax.set_xlabel(x + (" (days)" if x == "half_life_days" else ""))
     ax.set_ylabel(y + (" (days)" if y == "half_life_days" else ""))
     others = [a for a in result.axes if a not in (x, y) and len(result.axes[a]) > 1]
-    fixed = "max over " + ", ".join(others) if reduce == "max" else ", ".join(
+    fixed = ("max over " + ", ".join(others) if others else "") if reduce == "max" else ", ".join(
         f"{a}={result.axes[a][_fixed_index(result, a)]:g}" for a in others)  # the grid values the slice is cut at
     finite = z[np.isfinite(z)]
     ties = int(np.isclose(finite, finite.max()).sum()) if len(finite) else 0
