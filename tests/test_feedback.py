@@ -418,6 +418,17 @@ def test_the_page_reads_the_stores_feedback_else_replays_it_and_says_so(tmp_path
 
 # --- malformed log lines (issue 29, item 7) -----------------------------------------------------
 
+def _shown_then_damaged(tmp_path: Path, run_id: str, log: str, damage: bytes, *, write_first: bool = False) -> Path:
+    """A root where ``run_id`` was shown the block (and, ``write_first``, written), then ``damage`` appended to ``log``."""
+    root = _root(tmp_path)
+    inject_task(TASK, _settings(root, RUN_ID=run_id), project="web")
+    if write_first:
+        _write(root, run_id, f"Used {CART[:8]}.")
+    with (root / "web" / log).open("ab") as fh:
+        fh.write(damage)
+    return root
+
+
 _BAD_USED = [
     b'{"at": 1, "runId": ["r"], "used": []}',
     b'{"at": 1, "runId": "r-judged", "used": [{"runId": ["a"]}]}',
@@ -433,11 +444,7 @@ _BAD_USED = [
 @pytest.mark.parametrize("bad", _BAD_USED)
 def test_a_malformed_used_line_is_skipped_with_one_warning_and_the_rest_kept(tmp_path, bad):
     """One malformed used.jsonl line broke `tune` and `eval` with a traceback (and the detached re-tune died)."""
-    root = _root(tmp_path)
-    inject_task(TASK, _settings(root, RUN_ID="r-judged"), project="web")
-    _write(root, "r-judged", f"Used {CART[:8]}.")
-    with (root / "web" / feedback.USED_FILE).open("ab") as fh:
-        fh.write(bad + b"\n" + bad + b"\n")
+    root = _shown_then_damaged(tmp_path, "r-judged", feedback.USED_FILE, bad + b"\n" + bad + b"\n", write_first=True)
     env = _env(root)
     warning = f"warning: skipped 2 malformed line(s) of {root / 'web' / feedback.USED_FILE}"
     for args in (["tune", "--derive", "used", "--json"], ["eval", "--derive", "used", "--json"]):
@@ -462,10 +469,7 @@ _BAD_SHOWN = [
 @pytest.mark.parametrize("bad", _BAD_SHOWN)
 def test_a_malformed_shown_line_loses_nothing_else_of_the_run(tmp_path, bad):
     """One malformed shown.jsonl line lost the whole run's feedback."""
-    root = _root(tmp_path)
-    inject_task(TASK, _settings(root, RUN_ID="r-torn"), project="web")
-    with (root / "web" / feedback.SHOWN_FILE).open("ab") as fh:
-        fh.write((bad % _now()) + b"\n")
+    root = _shown_then_damaged(tmp_path, "r-torn", feedback.SHOWN_FILE, (bad % _now()) + b"\n")
     result = _write(root, "r-torn", f"Used {CART[:8]}.")
     [used] = _used(root)
     assert used["lines"] == 1 and [u["runId"] for u in used["used"]] == [CART], "the good line still counts"
