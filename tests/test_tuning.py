@@ -792,8 +792,15 @@ def test_the_heatmap_marks_the_current_weights_only_where_they_are(web, tmp_path
     res.best = Weights(w_kw=0.75, w_rec=0.25, w_lin=0.25, half_life_days=30)  # now the slice holds the current too
     ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
     assert len(boxes) == 2 and "not on this slice" not in legend[0]
-    ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_lin", y="half_life_days", reduce="max"))
-    assert len(boxes) == 0 and all("its cells are the best over w_kw, w_rec" in x for x in legend), "a max holds neither"
+    # A max over the other axes holds a grid point's weights where its value is the cell's best.
+    full = T.grid_search(m, k=5, steps=5, half_lives=[3, 30], current=Weights(w_kw=0.25, w_rec=0.25, w_lin=0.0))
+    ax, boxes, legend = drawn(plots.weight_heatmap(full, x="w_lin", y="half_life_days", reduce="max"))
+    z = full.slice2d("w_lin", "half_life_days", reduce="max")
+    at = {"current": (full.current, full.current_metric), "best": (full.best, full.best_metric)}
+    boxed = [who for who, (w, v) in at.items()
+             if np.isclose(z[list(full.axes["half_life_days"]).index(w.half_life_days), list(full.axes["w_lin"]).index(w.w_lin)], v)]
+    assert "best" in boxed and len(boxes) == len(boxed)
+    assert all(("not on this slice" in text) != (who in boxed) for who, text in zip(at, legend))
     res.current = Weights(w_kw=0.33, w_rec=0.25, w_lin=0.25)  # between grid values: in no cell
     ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
     assert "w_kw=0.33 is between grid values" in legend[0] and len(boxes) == 1

@@ -857,8 +857,8 @@ def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", r
     range is one flat block; levels show every difference, and each cell is labelled with its
     value when the grid is small enough to read. The subtitle says how many points tie at the
     best value. The best and the current weights are outlined (so the cell's value stays readable)
-    only on a slice that contains them (:func:`_cell_on_slice`); otherwise the legend says they are
-    not on it.
+    only on a slice that contains them (:func:`_cell_on_slice`: with ``reduce="max"``, a cell whose
+    value is theirs); otherwise the legend says they are not on it, and why.
 
     Args:
         result: from :func:`cybmem.retrieval.tuning.grid_search` / :func:`cybmem.retrieval.tuning.tune`.
@@ -917,7 +917,7 @@ def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", r
     handles = []
     for who, w, value, color, style in (("current", result.current, result.current_metric, "white", "--"),
                                         ("best", result.best, result.best_metric, "#ff4040", "-")):
-        cell, why = _cell_on_slice(result, w, x, y, reduce)
+        cell, why = _cell_on_slice(result, w, x, y, reduce, z=z, value=value)
         if cell is not None:  # an outline around its cell: the cell's value stays readable
             inset = 0.06 if who == "current" else 0.0
             ax.add_patch(Rectangle((cell[1] - 0.5 + inset, cell[0] - 0.5 + inset), 1 - 2 * inset, 1 - 2 * inset,
@@ -937,29 +937,35 @@ def _fixed_index(result: "GridResult", axis: str) -> int:
     return int(np.argmin(np.abs(result.axes[axis] - getattr(result.best, axis))))
 
 
-def _cell_on_slice(result: "GridResult", w: Any, x: str, y: str, reduce: str) -> tuple[tuple[int, int] | None, str]:
+def _cell_on_slice(result: "GridResult", w: Any, x: str, y: str, reduce: str, *, z: np.ndarray | None = None,
+                   value: float | None = None) -> tuple[tuple[int, int] | None, str]:
     """The (row, column) of the heatmap cell that holds the weights ``w`` (None when the slice does
     not contain them), and why not: their x or y value is no grid value, or (``reduce="best"``)
-    another axis is cut elsewhere; a ``"max"`` slice holds each cell's best over the other axes,
-    so it contains ``w`` only when those axes have one value, ``w``'s."""
+    another axis is cut elsewhere. A ``"max"`` cell holds the best over the other axes: it holds
+    ``w`` when ``w`` is a grid point and its ``value`` is that best (``z``: the slice drawn)."""
     def index(axis: str) -> int | None:
         hit = np.flatnonzero(np.isclose(result.axes[axis], getattr(w, axis), rtol=1e-6, atol=1e-9))
         return int(hit[0]) if len(hit) else None
 
-    others = [a for a in result.axes if a not in (x, y)]
-    if reduce == "max":
-        many = [a for a in others if len(result.axes[a]) > 1 or index(a) is None]
-        if many:
-            return None, "its cells are the best over " + ", ".join(many)
-    else:
-        for a in others:
-            cut = result.axes[a][_fixed_index(result, a)]
-            if index(a) is None or not math.isclose(cut, getattr(w, a), rel_tol=1e-6, abs_tol=1e-9):
-                return None, f"{a}={getattr(w, a):g}, the slice's {a}={cut:g}"
     for a in (x, y):
         if index(a) is None:
             return None, f"{a}={getattr(w, a):g} is between grid values"
-    return (index(y), index(x)), ""
+    cell = (index(y), index(x))
+    others = [a for a in result.axes if a not in (x, y)]
+    if reduce == "max":
+        off = [a for a in others if index(a) is None]
+        if off:
+            return None, ", ".join(f"{a}={getattr(w, a):g}" for a in off) + " is no grid value"
+        best_there = None if z is None else float(z[cell])
+        if value is None or best_there is None or not math.isclose(best_there, value, rel_tol=1e-9, abs_tol=1e-9):
+            return None, f"its cell holds the best over {', '.join(others)}, {best_there:.3f}" if best_there is not None \
+                else f"its cells are the best over {', '.join(others)}"
+        return cell, ""
+    for a in others:
+        cut = result.axes[a][_fixed_index(result, a)]
+        if index(a) is None or not math.isclose(cut, getattr(w, a), rel_tol=1e-6, abs_tol=1e-9):
+            return None, f"{a}={getattr(w, a):g}, the slice's {a}={cut:g}"
+    return cell, ""
 
 
 # --------------------------------------------------------------------------------------
