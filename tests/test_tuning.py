@@ -804,3 +804,17 @@ def test_the_heatmap_marks_the_current_weights_only_where_they_are(web, tmp_path
     res.current = Weights(w_kw=0.33, w_rec=0.25, w_lin=0.25)  # between grid values: in no cell
     ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
     assert "w_kw=0.33 is between grid values" in legend[0] and len(boxes) == 1
+
+
+def test_a_re_tune_that_fails_unexpectedly_says_why_where_it_can_be_read(tide, monkeypatch):
+    """The detached re-tune died silently on an unexpected error (a malformed log line's TypeError)."""
+    store = MemoryStore(tide, "tide")
+
+    def broken(*a, **kw):
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(T, "tune", broken)
+    line = T.auto_tune(store, Settings.from_env(memory_dir=tide))
+    assert line == "not re-tuned: unexpected TypeError: unhashable type: 'list'"
+    state = json.loads((tide / "tide" / ".retune.json").read_text())
+    assert state["result"] == line and state["records"] == 0, "the history's mark is left where it was"

@@ -1147,7 +1147,7 @@ def _weights_row(name: str, w, *values: str) -> list[str]:
     return [name] + [f"{getattr(w, a):g}" for a in _W_FIELDS] + list(values)
 
 
-JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (runs that raised, resolved or reopened an issue earlier runs carried; parent runs).", show_default=False)]
+JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (runs that raised, resolved or reopened an issue earlier runs carried; parent runs; what runs used); a file lying in the memory root is never taken unless named here.", show_default=False)]
 MetricOpt = Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")]
 DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: raised, resolved, reopened (a run that raised, resolved or reopened an issue should see the earlier runs that carried it; issue = all three), parent (a dispatched run should see its parent), used (a run should see first the runs it used of those memory showed it: used.jsonl).")]
 
