@@ -641,7 +641,10 @@ def test_refusals_when_the_check_on_later_judgments_fails(tide):
     v.text_tuned_later, v.text_current_later = 0.2, 0.3
     assert "asked as text alone (no parent, no chat)" in result.refusal
     v.text_tuned_later = 0.31
-    assert result.refusal is None
+    assert result.refusal is None and T.evidence_of(result, forced=True)["saved"] == T.evidence_of(result)["saved"]
+    v.interval = (-0.01, 0.05)
+    assert T.evidence_of(result, forced=True)["saved"].startswith(
+        "tuned on the earlier 35 judgments, checked on the later 35; saved with --force although the weights tuned")
     assert T.bootstrap_interval(np.zeros(0)) == (0.0, 0.0)
     lo, hi = T.bootstrap_interval(np.array([0.1] * 20 + [-0.1] * 5))
     assert lo < 0.06 < hi and lo > 0

@@ -1220,7 +1220,7 @@ def tune_cmd(
     refused = result.refusal if save else None
     to_save = result.saves if result.saves is not None else (result.best if force else None)
     if save and to_save is not None and to_save != result.current and (refused is None or force):
-        saved, overridden = save_project_weights(store, to_save, ctx.settings, evidence=evidence_of(result),
+        saved, overridden = save_project_weights(store, to_save, ctx.settings, evidence=evidence_of(result, forced=force),
                                                  expect=result.state)
         refused = None
     if ctx.json:

@@ -1364,13 +1364,15 @@ def evaluate_weights(store: MemoryStore | Snapshot | Bench, weights: Mapping[str
                       rows=rows, warnings=list(bench.judgment_set.warnings))
 
 
-def evidence_of(result: GridResult) -> dict[str, Any]:
+def evidence_of(result: GridResult, *, forced: bool = False) -> dict[str, Any]:
     """What weights.json keeps of the tuning that wrote it (under "tuned"): the judgments used (per
     kind, and the "used" ones left out), the metric before and after on the later half, its bootstrap
-    interval, when, and what was saved."""
+    interval, when, and what was saved (``forced``: saved with --force, and what it overrode)."""
     v = result.validation
     saved = (f"tuned on the earlier {v.earlier} judgments, checked on the later {v.later}" if v is not None else
              "the best on all judgments (too few to check on later ones; saved with --force)")
+    if forced and v is not None and result.refusal:
+        saved += f"; saved with --force although {result.refusal}"
     out = _evidence(result.bench, v, result.metric, result.k, saved, tests=result.tests, judgments=result.judgments,
                     kinds=result.kinds, source=result.source, derived=result.derived, as_of=result.as_of,
                     records=result.records)
