@@ -738,7 +738,8 @@ def test_the_notebook_the_widget_and_the_cli_report_the_same_score(fixture_copy,
     assert "23 judgments derived from project web (14 parent, 9 resolved): 23 evaluable" in page
     assert notebook == [round(cli["current"]["value"], 4), round(ev["earlier"], 4), round(ev["later"], 4)]
     assert [round(ev["all"], 4), round(view.current_metric(), 4), round(early, 4), round(late, 4)] == notebook[:1] + notebook
-    assert f"MRR@10 = {view.current_metric():.3f}</b> over 23 judgments" in view.score.value
+    assert f"MRR@10 = {notebook[0]:.4f}</b> over 23 judgments; earlier half {notebook[1]:.4f}, " \
+        f"<b>later half {notebook[2]:.4f}</b>" in view.score.value.replace(" &middot;", ";"), "the same digits as the CLI's"
 
 
 def test_the_widget_saves_only_what_tune_save_would_with_the_same_evidence(tide, monkeypatch):

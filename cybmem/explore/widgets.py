@@ -268,15 +268,15 @@ class TuningView:
         label = f"{METRICS[self.metric.value]}@{self.metric_k}"
         cur = self.current_metric()
         in_use = self.production().weights
-        cur_s = "n/a (all weights 0)" if cur is None else f"{cur:.3f}"
+        cur_s = "n/a (all weights 0)" if cur is None else f"{cur:.4f}"
         out = f"<b>{label} = {cur_s}</b> over {self.matrices.n} judgments"
         early, late = self.fold_metrics()
         name = html.escape(self.production_label())
         if early is not None and late is not None:
             s_early, s_late = self.fold_metrics(in_use)
-            out += (f" &middot; earlier half {early:.3f}, <b>later half {late:.3f}</b>"
-                    f" ({name}: {s_early:.3f} / {s_late:.3f})")
-        out += f" &middot; {name}: {self._metric_of(in_use):.3f}"
+            out += (f" &middot; earlier half {early:.4f}, <b>later half {late:.4f}</b>"
+                    f" ({name}: {s_early:.4f} / {s_late:.4f})")
+        out += f" &middot; {name}: {self._metric_of(in_use):.4f}"
         if self.matrices.skipped:
             out += f" &middot; {len(self.matrices.skipped)} skipped"
         return out
