@@ -13,7 +13,7 @@ What is timed (time.perf_counter, median of --repeats runs):
 
 Queries: the corpus qrels (shared/corpora/README.md) mapped onto every replica copy that holds
 their runs (run ids and asOf shifted like the records), sampled with replacement to --n-queries
-(seeded), or with --queries derived, cybmem.retrieval.tuning.judgments_from_store on the replicated store.
+(seeded), or with --queries derived, cybmem.retrieval.judgments.judgments_from_store on the replicated store.
 
 Quality (--quality, on by default): MRR@10 / nDCG@10 / recall@10 of the default weights and of the
 grid's best on the real 7,761-record corpus qrels and on judgments derived from data-fixtures/.
@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus as C  # noqa: E402
 
+from cybmem.retrieval import judgments as J  # noqa: E402
 from cybmem.retrieval import tuning as T  # noqa: E402
 from cybmem.store.snapshot import load_snapshot  # noqa: E402
 from cybmem.retrieval.weights import Weights  # noqa: E402
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.queries == "qrels":
         js = qrels_on_copies(snap, args.n_queries, args.seed)
     else:
-        derived = T.judgments_from_store(snap)
+        derived = J.judgments_from_store(snap)
         rng = random.Random(args.seed)
         js = [rng.choice(derived) for _ in range(args.n_queries)]
     print(f"store: {snap.n} records ({load_s:.1f}s to prepare and load); {len(js)} {args.queries} judgments", flush=True)
@@ -146,11 +147,11 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if not args.no_quality:
         real = load_snapshot(MemoryStore(C.ensure_corpus(), C.slug_of(C.ensure_corpus())), use_cache=False)
-        qrels = T.load_judgments(C.ensure_corpus() / "qrels.jsonl")
+        qrels = J.load_judgments(C.ensure_corpus() / "qrels.jsonl")
         fx = load_snapshot(MemoryStore(REPO / "data-fixtures" / "memory", "web"), use_cache=False)
         out["quality"] = [quality(real, qrels, 11, "pytest corpus qrels (7,761 records)"),
-                          quality(real, T.judgments_from_store(real), 11, "pytest corpus, derived judgments"),
-                          quality(fx, T.judgments_from_store(fx), 11, "data-fixtures web, derived judgments")]
+                          quality(real, J.judgments_from_store(real), 11, "pytest corpus, derived judgments"),
+                          quality(fx, J.judgments_from_store(fx), 11, "data-fixtures web, derived judgments")]
         for q in out["quality"]:
             line = ", ".join(f"{T.METRICS[k]}@10 {q[k]['default']:.4f} -> {q[k]['best']:.4f}" for k in T.METRICS)
             print(f"quality, {q['set']} ({q['judgments']} judgments): {line}", flush=True)

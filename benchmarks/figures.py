@@ -8,7 +8,7 @@ The corpus is unpacked once into benchmarks/.data/ (see _corpus.py); the replica
 once too (about 30 s) and its Arrow cache built on first load. Each figure is a PNG a person can
 open; the script prints where they went and how long each took. The figures are the ones the
 report notebooks draw: the lineage view (largest and most recent dispatch trees), one dispatch
-tree, issue ages, runs over time and the weight-tuning heatmaps (on the store's qrels.jsonl when it
+tree, issue ages, runs over time and the weight-tuning heatmaps (on the qrels.jsonl the corpus carries, named, when it
 has one, else on derived judgments).
 """
 
@@ -28,7 +28,6 @@ import _corpus  # noqa: E402
 import cybmem  # noqa: E402
 from cybmem.explore import plots  # noqa: E402
 from cybmem.retrieval import tuning  # noqa: E402
-from cybmem.retrieval.judgments import store_judgments  # noqa: E402
 from cybmem.store.snapshot import load_snapshot  # noqa: E402
 
 OUT = HERE / "out" / "figures"
@@ -76,13 +75,13 @@ def render(store: cybmem.MemoryStore, out: Path, *, heatmaps: bool = True) -> No
     if heatmaps:
         t0 = time.perf_counter()
         settings = cybmem.Settings.from_env(memory_dir=store.root)
-        # The store's own qrels when it has them (what the tuning notebook and the report use):
-        # derived judgments mostly ask for the parent a follow-up is shown first, which every
-        # weighting meets (a flat map).
-        judgments, source = store_judgments(snap)
-        m = tuning.axis_matrices(snap, judgments, k=10)
-        result = tuning.grid_search(m, metric="mrr", k=10, current=cybmem.weights_for(settings, store).weights)
-        print(f"  grid search on {len(judgments)} judgments {source} in {time.perf_counter() - t0:.1f}s")
+        # The corpus's qrels, named (a file lying in the root is never taken on its own): derived
+        # judgments mostly ask for the parent a follow-up is shown first, which every weighting
+        # meets (a flat map).
+        qrels = store.root / "qrels.jsonl"
+        bench = tuning.prepare(snap, judgments=qrels if qrels.is_file() else None, k=10, settings=settings)
+        result = tuning.grid_search(bench.matrices, metric="mrr", k=10, current=cybmem.weights_for(settings, store).weights)
+        print(f"  grid search on {bench.matrices.n} judgments {bench.judgment_set.source} in {time.perf_counter() - t0:.1f}s")
         save("weights-kw-rec.png", lambda: plots.weight_heatmap(result, x="w_kw", y="w_rec"))
         save("weights-lin-half-life.png", lambda: plots.weight_heatmap(result, x="w_lin", y="half_life_days", reduce="max"))
 

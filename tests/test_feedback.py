@@ -414,3 +414,182 @@ def test_the_page_reads_the_stores_feedback_else_replays_it_and_says_so(tmp_path
     assert sum(check.moves().values()) == 16 and check.moves()["higher"] >= 1
     assert check.summary().startswith("16 used judgments: MRR@10 0.9500 with the current weights, 1.0000 with the best")
     assert usage.check_weights(store, [], _settings(root)) is None
+
+
+# --- malformed log lines (issue 29, item 7) -----------------------------------------------------
+
+def _shown_then_damaged(tmp_path: Path, run_id: str, log: str, damage: bytes, *, write_first: bool = False) -> Path:
+    """A root where ``run_id`` was shown the block (and, ``write_first``, written), then ``damage`` appended to ``log``."""
+    root = _root(tmp_path)
+    inject_task(TASK, _settings(root, RUN_ID=run_id), project="web")
+    if write_first:
+        _write(root, run_id, f"Used {CART[:8]}.")
+    with (root / "web" / log).open("ab") as fh:
+        fh.write(damage)
+    return root
+
+
+_BAD_USED = [
+    b'{"at": 1, "runId": ["r"], "used": []}',
+    b'{"at": 1, "runId": "r-judged", "used": [{"runId": ["a"]}]}',
+    b'{"at": 1, "runId": "r-judged", "used": 5}',
+    b'{"at": 1, "runId": "r-judged", "used": [{"runId": "a", "rank": "one"}]}',
+    b'{"at": true, "runId": "r-judged", "used": []}',
+    b'{"at": 1, "runId": "r-judged", "shownAt": "soon", "used": []}',
+    b'{"at": "torn',
+    b"[1, 2]",
+]
+
+
+@pytest.mark.parametrize("bad", _BAD_USED)
+def test_a_malformed_used_line_is_skipped_with_one_warning_and_the_rest_kept(tmp_path, bad):
+    """One malformed used.jsonl line broke `tune` and `eval` with a traceback (and the detached re-tune died)."""
+    root = _shown_then_damaged(tmp_path, "r-judged", feedback.USED_FILE, bad + b"\n" + bad + b"\n", write_first=True)
+    env = _env(root)
+    warning = f"warning: skipped 2 malformed line(s) of {root / 'web' / feedback.USED_FILE}"
+    for args in (["tune", "--derive", "used", "--json"], ["eval", "--derive", "used", "--json"]):
+        done = _run(*args, "--project", "web", env=env)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.count("warning: ") == 1 and done.stderr.startswith(warning), done.stderr
+        assert json.loads(done.stdout)["judgments"] == 1, "the good line still gives its judgment"
+    auto = _run("tune", "--auto", "--project", "web", env=env)
+    assert auto.returncode == 0 and auto.stdout.startswith("Kept the weights of project web"), auto.stdout + auto.stderr
+
+
+_BAD_SHOWN = [
+    b'{"at": %d, "source": "mcp:show", "runId": "r-torn", "runs": [{"runId": ["x"]}], "issues": []}',
+    b'{"at": %d, "source": "mcp:show", "runId": "r-torn", "runs": 7, "issues": []}',
+    b'{"at": %d, "source": "mcp:chain", "runId": "r-torn", "runs": [], "issues": [{"id": 1}]}',
+    b'{"at": %d, "source": "mcp:show", "runId": "r-torn", "runs": [], "issues": [], "fetched": [3]}',
+    b'{"at": %d, "source": ["inject"], "runId": "r-torn", "runs": [], "issues": []}',
+    b'{"at": %d, "source": "inject", "runId": "r-torn", "runs": [{"runId": "x", "rank": [1]}], "issues": []}',
+]
+
+
+@pytest.mark.parametrize("bad", _BAD_SHOWN)
+def test_a_malformed_shown_line_loses_nothing_else_of_the_run(tmp_path, bad):
+    """One malformed shown.jsonl line lost the whole run's feedback."""
+    root = _shown_then_damaged(tmp_path, "r-torn", feedback.SHOWN_FILE, (bad % _now()) + b"\n")
+    result = _write(root, "r-torn", f"Used {CART[:8]}.")
+    [used] = _used(root)
+    assert used["lines"] == 1 and [u["runId"] for u in used["used"]] == [CART], "the good line still counts"
+    assert result.warnings == [f"skipped 1 malformed line(s) of {root / 'web' / feedback.SHOWN_FILE} (not the JSON "
+                               "object the log holds); the rest was read. A torn or hand-edited line can be deleted"]
+
+
+# --- learning from use that cannot be gamed (issue 29, item 1) ------------------------------------
+
+
+def _tide(tmp_path: Path) -> Path:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("time_related", FIXTURES.parent / "time_related.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write(tmp_path / "tide-memory")
+
+
+def _poison(root: Path, n: int, *, backdate: bool) -> None:
+    """``n`` runs that fetch a decoy through the server's read-only `show`, then write their
+    records saying nothing: each makes a "used" judgment that rewards the decoy (an old run that
+    shares the follow-up's words, which the store's own judgments do not reward). Backdated:
+    startedAt just after the follow-up started, where the store's judgment asks for the recent run."""
+    from cybmem.dispatch.feedback import keep_shown, mcp_entry
+    from cybmem.store.memory_store import MemoryStore as Store
+
+    store = Store(root, "tide")
+    recs = {p.stem: json.loads(p.read_text()) for p in (root / "tide" / "records").glob("*.json")}
+    pairs = sorted(r[len("follows-"):] for r, rec in recs.items()
+                   if r.startswith("follows-") and rec["endedAt"] < _now() - 86_400_000)
+    for i in range(n):
+        pair = pairs[i % len(pairs)]
+        decoy, follows = f"decoy-{pair}", recs[f"follows-{pair}"]
+        settings = Settings.from_env({"CYBERINE_RUN_ID": f"poison-{i:03d}"}, memory_dir=root)
+        keep_shown(store.dir, [mcp_entry("show", {"run_id": decoy}, {"record": {"runId": decoy}}, settings)])
+        start = follows["startedAt"] + 60_000 + i if backdate else _now() - 120_000
+        write_run(make_run(f"poison-{i:03d}", follows["task"], start=start, minutes=1, cwd="/home/dev/tide"), settings)
+
+
+def _history_score(root: Path, weights) -> float:
+    from cybmem.retrieval.tuning import evaluate_weights
+
+    ev = evaluate_weights(MemoryStore(root, "tide"), {"w": weights}, kinds=["issue", "parent"], progress=False)
+    return ev.rows["w"]["all"]
+
+
+@pytest.mark.parametrize("backdate", [True, False])
+def test_300_runs_that_fetch_a_shown_run_cannot_steer_the_weights(tmp_path, backdate):
+    """The poisoning replayed through the real write path: the store tunes itself, then ~300 runs
+    whose only act is a read-only `show` of a decoy write their records (backdated: to just after the
+    moment the store's own judgment asks for the recent run; else at their real time). Without the
+    guards `tune --save` saved weights that scored 1.0 -> 0.5 on the store's own judgments. Whatever it
+    (or the automatic re-tune) saves now is no worse there, and weights.json says what it rested on."""
+    from cybmem.retrieval.tuning import auto_tune
+    from cybmem.retrieval.weights import weights_for
+
+    root = _tide(tmp_path)
+    env = _env(root)
+    first = _run("tune", "--project", "tide", "--save", env=env)
+    assert first.returncode == 0, first.stderr
+    settings = Settings.from_env(memory_dir=root)
+    weights_file = root / "tide" / "weights.json"
+    clean = weights_for(settings, MemoryStore(root, "tide")).weights
+    _poison(root, 300, backdate=backdate)
+    assert len(_used(root, "tide")) == 300, "every poisoned run made its used line"
+    before = _history_score(root, clean)
+    tuned = _run("tune", "--project", "tide", "--save", "--json", env=env)
+    assert tuned.returncode in (0, 3), tuned.stderr
+    answer = json.loads(tuned.stdout)
+    assert answer["kinds"].get("used", 0) <= answer["kinds"]["raised"], "used judgments: at most half of the set"
+    left = answer["usedLeftOut"]
+    assert left == ({"clock": 300} if backdate else {"share": 300 - answer["kinds"]["used"]})
+    production = weights_for(settings, MemoryStore(root, "tide")).weights
+    assert _history_score(root, production) >= before, "never worse on the store's own judgments"
+    if production != clean:
+        saved = json.loads(weights_file.read_text())["tuned"]
+        assert saved["kinds"] == answer["kinds"] and saved["usedLeftOut"] == left
+    else:
+        assert tuned.returncode == 3 and answer["notSaved"]
+    line = auto_tune(MemoryStore(root, "tide"), settings)
+    production = weights_for(settings, MemoryStore(root, "tide")).weights
+    assert _history_score(root, production) >= before, line
+
+
+@pytest.mark.parametrize("clock, counts", [
+    ({}, True),
+    ({"startedAt": -3 * 86_400_000}, False),  # backdated: the run would have lasted days
+    ({"endedAt": -2 * 86_400_000, "startedAt": -2 * 86_400_000 - 60_000}, False),  # written long after it ended
+    ({"endedAt": 3_600_000, "startedAt": 3_600_000 - 60_000}, False),  # written before it ended
+    ({"shownAt": [-5 * 86_400_000, -5 * 86_400_000]}, False),  # shown what it used outside its run
+])
+def test_a_used_judgment_counts_only_when_the_runs_clock_is_plausible(tmp_path, clock, counts):
+    root = _root(tmp_path)
+    inject_task(TASK, _settings(root, RUN_ID="r-clock"), project="web")
+    now = _now()
+    start, end = now - 60_000 + clock.get("startedAt", 0), now + 240_000
+    if "endedAt" in clock:
+        start, end = now + clock["startedAt"], now + clock["endedAt"]
+    write_run(make_run("r-clock", TASK, start=start, minutes=1, output=f"Used {CART[:8]}.", endedAt=end),
+              _settings(root, RUN_ID="r-clock"))
+    [line] = _used(root)
+    assert line["startedAt"] == start and line["endedAt"] == end and line["shownAt"][0] <= line["shownAt"][1]
+    if "shownAt" in clock:
+        line["shownAt"] = [now + x for x in clock["shownAt"]]
+    snap = load_snapshot(MemoryStore(root, "web"))
+    left: dict = {}
+    js = feedback.used_judgments(snap, used=[line], left_out=left)
+    assert bool(js) == counts and left == ({} if counts else {"clock": 1})
+
+
+def test_a_run_names_at_most_three_used_runs(tmp_path):
+    root = _root(tmp_path)
+    settings = _settings(root, RUN_ID="r-many", MEMORY_TOPK="8")
+    inj = inject_task(TASK, settings, project="web")
+    shown = [h.run_id for h in inj.runs]
+    assert len(shown) >= 5
+    _write(root, "r-many", "Used " + ", ".join(r[:8] for r in shown) + ".", RUN_ID="r-many")
+    snap = load_snapshot(MemoryStore(root, "web"))
+    left: dict = {}
+    [(_, j)] = feedback.used_judgments(snap, left_out=left)
+    ended = {r: e for r, e in zip(snap.records.column("runId").to_pylist(), snap.ended_ms())}
+    assert len(j.relevant) == 3 and left == {"capped": sum(ended[r] <= j.as_of for r in shown) - 3}

@@ -122,8 +122,8 @@ def test_cybmem_report_cli_writes_every_page(fixture_copy, tmp_path):
     assert issues.index("ticket-10<") < issues.index("ticket-998<") < issues.index("ticket-10001<"), \
         "the issue table sorts ticket-10, ticket-998, ticket-10001; not as text (ticket-10, ticket-10001, ticket-998)"
     tuning = (out / "04-weight-tuning.html").read_text()
-    assert re.search(rf"\d+ judgments from {re.escape(str(fixture_copy / 'qrels.jsonl'))}: \d+ evaluable", tuning), \
-        "the tuning page uses the store's qrels.jsonl and names it"
+    assert re.search(r"\d+ judgments derived from project web \(", tuning) and "judgments from " not in tuning, \
+        "the tuning page never takes a qrels.jsonl lying in the memory root (issue 27): the store's own judgments"
     p = subprocess.run(cmd + ["report", "--out", str(out), "--memory-dir", str(fixture_copy), "--project", "nope"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and p.stderr.startswith("Error: no project 'nope'")
@@ -300,16 +300,18 @@ def test_the_report_runs_the_fleet_page_on_a_dataset(fixture_copy, tmp_path):
     assert not res.left_out
 
 
-def test_store_judgments_prefer_the_stores_qrels(fixture_copy):
-    """What the tuning page and the widget use without JUDGMENTS (the CLI report test checks the page)."""
-    from cybmem.retrieval.judgments import store_judgments
+def test_a_qrels_file_lying_in_the_memory_root_is_never_taken(fixture_copy):
+    """What the tuning page, the widget and `cybmem tune` use without JUDGMENTS: the judgments the store
+    implies; a qrels.jsonl in the root (or the project's folder) is no part of the store (issue 27)."""
+    from cybmem.retrieval.judgments import judgment_set
     from cybmem.store.snapshot import load_snapshot
 
-    js, source = store_judgments(load_snapshot(MemoryStore(fixture_copy, "api")))
-    assert source.startswith("derived from project api (") and js
+    before = judgment_set(load_snapshot(MemoryStore(fixture_copy, "api")))
+    assert before.source.startswith("derived from project api (") and before.judgments
     shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "qrels.jsonl")
-    js, source = store_judgments(load_snapshot(MemoryStore(fixture_copy, "api")))
-    assert source == f"from {fixture_copy / 'qrels.jsonl'}" and [j.kind for j in js] == [None] * len(js)
-    shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "web" / "qrels.jsonl")
-    js, source = store_judgments(load_snapshot(MemoryStore(fixture_copy, "web")))
-    assert source == f"from {fixture_copy / 'web' / 'qrels.jsonl'}", "a project's own file wins over the root's"
+    shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "api" / "qrels.jsonl")
+    after = judgment_set(load_snapshot(MemoryStore(fixture_copy, "api")))
+    assert after.source == before.source and after.judgments == before.judgments
+    named = judgment_set(load_snapshot(MemoryStore(fixture_copy, "api")), fixture_copy / "qrels.jsonl")
+    assert named.source == f"from {fixture_copy / 'qrels.jsonl'}"
+    assert [j.kind for j in named.judgments] == [None] * len(named.judgments)

@@ -415,14 +415,21 @@ def test_cli_tune_json_and_save(fixture_copy, tmp_path):
     weights_file = fixture_copy / "web" / "weights.json"
     res = runner.invoke(app, args + ["-k", "1", "--save", "--metric", "recall"])
     assert "current" in res.output and "RECALL@1" in res.output
-    # 23 derived judgments, 14 of them answered by the parent shown first: too few, never saved.
-    assert res.exit_code == 1 and not weights_file.exists()
+    # 23 derived judgments, 14 of them answered by the parent shown first: too few, never saved (exit 3: a refusal).
+    assert res.exit_code == 3 and not weights_file.exists()
     assert "Not saved: only 9 judgment(s) test the weights (the other 14 are answered by the parent" in res.stderr
     # A judgment the defaults serve badly: the answer is the newest run, the words match older ones.
     newest = records_frame(snap).sort_values("endedAt")["runId"].iloc[-1]
     J.save_judgments([J.Judgment(query="cart drawer", as_of=int(snap.ended_ms().max()) + 60_000, relevant=(newest,))], judg)
     res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save"])
-    assert res.exit_code == 1 and not weights_file.exists()
+    assert res.exit_code == 3 and not weights_file.exists()
+    res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save", "--json"])
+    assert res.exit_code == 3 and json.loads(res.stdout)["notSaved"].startswith("only 1 judgment(s)")
+    res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save", "--project", "nope"])
+    assert res.exit_code == 1 and "no project 'nope'" in res.stderr, "a failure is not a refusal"
+    res = runner.invoke(app, args + ["-j", str(tmp_path / "missing.jsonl"), "--save"])
+    assert res.exit_code == 1 and "does not exist" in res.stderr
+    res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save"])
     assert "Not saved: only 1 judgment(s) test the weights; at least 30 are needed" in res.stderr
     res = runner.invoke(app, args + ["-j", str(judg), "-k", "1", "--save", "--force"])
     assert res.exit_code == 0, res.output
@@ -507,7 +514,7 @@ def test_weights_saved_on_the_earlier_half_never_lose_on_the_later_half(corpus_1
     monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(root))
     res = runner.invoke(app, ["tune", "--project", "pytest", "-j", str(earlier), "--save", "--steps", "6"])
     saved = root / "pytest" / "weights.json"
-    assert res.exit_code in (0, 1), res.output
+    assert res.exit_code in (0, 3), res.output
     assert saved.exists() == (res.exit_code == 0 and "Saved " in res.stdout)
     store = MemoryStore(root, "pytest")
     production = weights_for(Settings.from_env(), store).weights
@@ -634,7 +641,10 @@ def test_refusals_when_the_check_on_later_judgments_fails(tide):
     v.text_tuned_later, v.text_current_later = 0.2, 0.3
     assert "asked as text alone (no parent, no chat)" in result.refusal
     v.text_tuned_later = 0.31
-    assert result.refusal is None
+    assert result.refusal is None and T.evidence_of(result, forced=True)["saved"] == T.evidence_of(result)["saved"]
+    v.interval = (-0.01, 0.05)
+    assert T.evidence_of(result, forced=True)["saved"].startswith(
+        "tuned on the earlier 35 judgments, checked on the later 35; saved with --force although the weights tuned")
     assert T.bootstrap_interval(np.zeros(0)) == (0.0, 0.0)
     lo, hi = T.bootstrap_interval(np.array([0.1] * 20 + [-0.1] * 5))
     assert lo < 0.06 < hi and lo > 0
@@ -688,3 +698,127 @@ def test_tuning_reads_the_vectors_search_reads_when_a_model_changed_dimension(we
     qv = {embedding_text(j.query): rng.random(4).astype(np.float32) for j in js}
     m = T.axis_matrices(snap, js, k=10, query_vectors=qv, model="m", vectors=True)
     assert m.has_vectors and m.n == len(js) and (m.vector > 0).any()
+
+
+# --- one tuning, wherever it is started (issue 27, part 2) -------------------------------------------
+
+
+def test_the_notebook_the_widget_and_the_cli_report_the_same_score(fixture_copy, tmp_path, monkeypatch):
+    """The same weights on the same store: the same score through `cybmem tune`, `cybmem eval`, the
+    tuning widget and notebook 04 as `cybmem report` runs it, with nothing passed; a qrels.jsonl lying
+    in the memory root (no part of the store) changes none of them."""
+    import html
+    import re
+    import shutil
+
+    from cybmem.explore.widgets import TuningView
+    from cybmem.operations.report import build_report
+
+    from conftest import FIXTURES
+
+    shutil.copy(FIXTURES.parent / "inputs" / "judgments.jsonl", fixture_copy / "qrels.jsonl")
+    monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(fixture_copy))
+    store = MemoryStore(fixture_copy, "web")
+    tuned = runner.invoke(app, ["tune", "--project", "web", "--json"])
+    assert tuned.exit_code == 0, tuned.output
+    cli = json.loads(tuned.stdout)
+    evaluated = runner.invoke(app, ["eval", "--project", "web", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    ev = json.loads(evaluated.stdout)["rows"]["current"]
+    view = TuningView(store, settings=Settings.from_env(memory_dir=fixture_copy))
+    early, late = view.fold_metrics()
+    page = build_report(store, tmp_path / "report", notebooks=["04-weight-tuning.ipynb"], stream=io.StringIO(),
+                        progress=False).pages[0].read_text()
+    line = re.search(r"current weights: MRR@10 (\d\.\d{4}) on (\d+) judgments; earlier half (\d\.\d{4}), "
+                     r"later half (\d\.\d{4})", html.unescape(page))
+    assert line, "the page prints the current weights' score"
+    notebook = [float(line[1]), float(line[3]), float(line[4])]
+    assert int(line[2]) == cli["judgments"] == view.matrices.n == 23, "the store's own judgments, not the qrels file"
+    assert cli["source"] == "derived from project web (14 parent, 9 resolved)"
+    assert "23 judgments derived from project web (14 parent, 9 resolved): 23 evaluable" in page
+    assert notebook == [round(cli["current"]["value"], 4), round(ev["earlier"], 4), round(ev["later"], 4)]
+    assert [round(ev["all"], 4), round(view.current_metric(), 4), round(early, 4), round(late, 4)] == notebook[:1] + notebook
+    assert f"MRR@10 = {notebook[0]:.4f}</b> over 23 judgments; earlier half {notebook[1]:.4f}, " \
+        f"<b>later half {notebook[2]:.4f}</b>" in view.score.value.replace(" &middot;", ";"), "the same digits as the CLI's"
+
+
+def test_the_widget_saves_only_what_tune_save_would_with_the_same_evidence(tide, monkeypatch):
+    """The widget's Save wrote weights its own score line showed worse, with no evidence, and inject
+    used them. Now: worse weights are refused (Force saves them, saying so); weights that pass the
+    check are saved with the evidence tune --save writes."""
+    from cybmem.explore.widgets import TuningView
+
+    monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(tide))
+    store = MemoryStore(tide, "tide")
+    path = tide / "tide" / "weights.json"
+    result = T.tune(store, progress=False)
+    view = TuningView(store, settings=Settings.from_env())
+    assert view.production_label() == "default weights (nothing saved)"
+    view.set_weights(Weights(w_kw=1.0, w_rec=0.0, w_lin=0.0))  # recency off: worse on the later judgments here
+    assert view.save() is None and not path.exists()
+    assert "Not saved: the weights tuned on the earlier 35 judgments do not beat the current ones" in view.status.value
+    view.set_weights(result.saves)
+    assert view.save() == path
+    saved = json.loads(path.read_text())
+    ev, cli = saved["tuned"], T.evidence_of(result)
+    assert ev["saved"] == "set by hand in the tuning view, checked on the later 35 judgments"
+    for key in ("source", "kinds", "judgments", "testsWeights", "label", "records", "later"):
+        assert ev[key] == cli[key], key
+    assert view.production_label() == "saved weights" and "saved weights: " in view.score.value
+    explain = runner.invoke(app, ["inject", "Handle the output", "--project", "tide", "--explain"])
+    assert explain.exit_code == 0 and "weights source: tuned " in explain.stderr
+
+
+def test_the_heatmap_marks_the_current_weights_only_where_they_are(web, tmp_path):
+    """The "current" marker was drawn on slices that do not hold the current weights, and the best
+    cell's star covered its value."""
+    from matplotlib.patches import Rectangle
+
+    from cybmem.explore import plots
+
+    store, snap = web
+    m = T.axis_matrices(snap, J.judgments_from_store(snap), k=5)
+    res = T.grid_search(m, k=5, steps=5, half_lives=[3, 30], current=Weights(w_kw=0.5, w_rec=0.25, w_lin=0.25))
+    res.best = Weights(w_kw=0.75, w_rec=0.25, w_lin=0.5, half_life_days=3)  # another w_lin: current is off its slice
+
+    def drawn(fig):
+        ax = fig.axes[0]
+        boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
+        return ax, boxes, [t.get_text() for t in ax.get_legend().get_texts()]
+
+    ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
+    assert ": not on this slice (w_lin=0.25, the slice's w_lin=0.5)" in legend[0] and legend[1].startswith("best (") and len(boxes) == 1
+    assert not boxes[0].get_fill(), "an outline: the best cell's value stays readable"
+    (x0, y0), w = boxes[0].get_xy(), boxes[0].get_width()
+    assert (x0 + w / 2, y0 + w / 2) == (3.0, 1.0), "around the best cell (w_kw=0.75, w_rec=0.25)"
+    value = f"{res.slice2d('w_kw', 'w_rec')[1, 3]:.2f}"
+    assert [t for t in ax.texts if t.get_position() == (3, 1)][0].get_text() == value
+    res.best = Weights(w_kw=0.75, w_rec=0.25, w_lin=0.25, half_life_days=30)  # now the slice holds the current too
+    ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
+    assert len(boxes) == 2 and "not on this slice" not in legend[0]
+    # A max over the other axes holds a grid point's weights where its value is the cell's best.
+    full = T.grid_search(m, k=5, steps=5, half_lives=[3, 30], current=Weights(w_kw=0.25, w_rec=0.25, w_lin=0.0))
+    ax, boxes, legend = drawn(plots.weight_heatmap(full, x="w_lin", y="half_life_days", reduce="max"))
+    z = full.slice2d("w_lin", "half_life_days", reduce="max")
+    at = {"current": (full.current, full.current_metric), "best": (full.best, full.best_metric)}
+    boxed = [who for who, (w, v) in at.items()
+             if np.isclose(z[list(full.axes["half_life_days"]).index(w.half_life_days), list(full.axes["w_lin"]).index(w.w_lin)], v)]
+    assert "best" in boxed and len(boxes) == len(boxed)
+    assert all(("not on this slice" in text) != (who in boxed) for who, text in zip(at, legend))
+    res.current = Weights(w_kw=0.33, w_rec=0.25, w_lin=0.25)  # between grid values: in no cell
+    ax, boxes, legend = drawn(plots.weight_heatmap(res, x="w_kw", y="w_rec"))
+    assert "w_kw=0.33 is between grid values" in legend[0] and len(boxes) == 1
+
+
+def test_a_re_tune_that_fails_unexpectedly_says_why_where_it_can_be_read(tide, monkeypatch):
+    """The detached re-tune died silently on an unexpected error (a malformed log line's TypeError)."""
+    store = MemoryStore(tide, "tide")
+
+    def broken(*a, **kw):
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(T, "tune", broken)
+    line = T.auto_tune(store, Settings.from_env(memory_dir=tide))
+    assert line == "not re-tuned: unexpected TypeError: unhashable type: 'list'"
+    state = json.loads((tide / "tide" / ".retune.json").read_text())
+    assert state["result"] == line and state["records"] == 0, "the history's mark is left where it was"

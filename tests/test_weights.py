@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cybmem.errors import StoreError, ValidationError
-from cybmem.retrieval.weights import ISSUE_REC_SHARE, Weights, load_weights, save_weights
+from cybmem.retrieval.weights import ISSUE_REC_SHARE, RANGES, Weights, load_weights, save_weights
 
 
 # ---------------------------------------------------------------------------------------
@@ -151,3 +151,51 @@ def test_tuning_evidence_is_kept_and_named_as_the_source(tmp_path):
     env = {f"CYBERINE_MEMORY_W_{a}": "0.2" for a in ("KW", "REC", "LIN", "VEC")}
     assert load_weights([p], env=env).tuned is None
     assert tuned_note({"at": "soon"}) == "tuned (evidence unreadable)"
+
+
+# --- ranges: every path that reads weights (issue 29, item 6) ------------------------------------------
+
+_HUGE = [("w_kw", 1e300), ("w_rec", 101.0), ("w_lin", 1e300), ("w_vec", 1e9), ("half_life_days", 1e300),
+         ("half_life_days", 1e-9), ("floor", 1e300)]
+
+
+@pytest.mark.parametrize("name, value", _HUGE)
+def test_weights_out_of_range_are_refused_naming_the_field_and_range(name, value):
+    lo, hi = RANGES[name]
+    with pytest.raises(ValidationError, match=rf"weight {name} must be a finite number from {lo:g} to {hi:g}"):
+        Weights.from_dict({name: value})
+    assert Weights.from_dict({name: hi}).to_dict()[name] == hi, "the ends are inside"
+
+
+@pytest.mark.parametrize("name, value", _HUGE)
+def test_files_and_variables_out_of_range_are_refused_or_skipped(tmp_path, name, value):
+    f = tmp_path / "weights.json"
+    f.write_text(json.dumps({name: value}))
+    with pytest.raises(ValidationError, match=rf"weights.json: weight {name} must be a finite number from"):
+        load_weights([f], env={})
+    var = {"w_kw": "CYBERINE_MEMORY_W_KW", "w_rec": "CYBERINE_MEMORY_W_REC", "w_lin": "CYBERINE_MEMORY_W_LIN",
+           "w_vec": "CYBERINE_MEMORY_W_VEC", "half_life_days": "CYBERINE_MEMORY_HALF_LIFE_DAYS",
+           "floor": "CYBERINE_MEMORY_FLOOR"}[name]
+    with pytest.raises(ValidationError, match=rf"{var}=.* set it to a finite number from"):
+        load_weights([], env={var: repr(value)})
+    lenient = load_weights([f], env={var: repr(value)}, lenient=True)
+    assert lenient.weights == Weights() and len(lenient.problems) == 2
+
+
+def test_huge_weights_never_reach_the_dispatch_path_or_the_cli(fixture_copy, tmp_path):
+    """A weights.json of 1e300 used to turn every score into NaN: the block came back empty."""
+    import subprocess
+    import shutil as sh
+
+    (fixture_copy / "web" / "weights.json").write_text(json.dumps({"w_kw": 1e300, "floor": 1e300}))
+    env = {"CYBERINE_MEMORY_DIR": str(fixture_copy), "PATH": __import__("os").environ["PATH"]}
+    done = subprocess.run([sh.which("cybmem"), "inject", "Fix the flaky cart drawer test", "--project", "web"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "MEMORY (prior runs" in done.stdout and "- run " in done.stdout
+    assert "weight w_kw must be a finite number from 0 to 100" in done.stderr and "overflow" not in done.stderr
+    (fixture_copy / "web" / "weights.json").unlink()
+    for args, needle in ((["eval", "--w-kw", "1e300"], "weight w_kw must be a finite number from 0 to 100"),
+                         (["tune", "--half-lives", "1e300"], "weight half_life_days must be a finite number")):
+        done = subprocess.run([sh.which("cybmem"), *args, "--project", "web"], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode in (1, 2) and needle in done.stderr, (args, done.stderr)

@@ -62,11 +62,13 @@ def test_metric_line_tracks_the_sliders(view):
     assert view.matrices is not None and view.matrices.n > 0
     default = T.evaluate(view.matrices, Weights())
     assert view.current_metric() == pytest.approx(default)
-    assert f"MRR@10 = {default:.3f}" in view.score.value
+    assert f"MRR@10 = {default:.4f}" in view.score.value
     view.sliders["w_lin"].value = 0.0
     view.sliders["w_kw"].value = 0.0
     worse = T.evaluate(view.matrices, view.weights())
-    assert f"MRR@10 = {worse:.3f}" in view.score.value and f"saved weights: {default:.3f}" in view.score.value
+    assert f"MRR@10 = {worse:.4f}" in view.score.value
+    assert f"default weights (nothing saved): {default:.4f}" in view.score.value, "never 'saved weights' when none are"
+    assert "saved weights" not in view.score.value
     view.metric.value = "recall"
     assert "recall@10 = " in view.score.value
     view.sliders["w_rec"].value = 0.0
@@ -85,9 +87,18 @@ def test_save_writes_the_file_that_cybmem_search_then_uses(view, fixture_copy):
     view.sliders["w_rec"].value = 0.05
     view.sliders["w_lin"].value = 0.3
     view.sliders["half_life_days"].value = 7.0
-    view.save_button.click()
     path = fixture_copy / "web" / "weights.json"
+    view.save_button.click()
+    assert not path.exists(), "9 judgments test the weights here: too few, as tune --save refuses"
+    assert "Not saved: only 9 judgment(s) test the weights" in view.status.value and "Tick Force" in view.status.value
+    view.force.value = True  # the twin of --force
+    view.save_button.click()
     saved = json.loads(path.read_text())
+    assert saved["tuned"]["saved"].startswith("set by hand in the tuning view, checked on the later 12 judgments; "
+                                              "saved with Force although only 9 judgment(s)")
+    assert saved["tuned"]["kinds"] == {"parent": 14, "resolved": 9} and saved["tuned"]["label"] == "MRR@10"
+    assert "Forced:" in view.status.value
+    assert f"saved weights: {view.current_metric():.4f}" in view.score.value, "now there are saved weights"
     assert {k: saved[k] for k in ("w_kw", "w_rec", "w_lin", "w_vec")} == {"w_kw": 0.8, "w_rec": 0.05, "w_lin": 0.3, "w_vec": 0.0}
     assert saved["half_life_days"] == pytest.approx(7.0)
     assert "Saved to" in view.status.value
@@ -136,6 +147,6 @@ def test_metric_line_shows_the_later_half_in_time(view):
     """The view says whether weights hold on later judgments (what tune --save checks)."""
     early, late = view.fold_metrics()
     assert view.folds is not None and view.folds[0].n + view.folds[1].n == view.matrices.n
-    assert f"earlier half {early:.3f}, <b>later half {late:.3f}</b>" in view.score.value
+    assert f"earlier half {early:.4f}, <b>later half {late:.4f}</b>" in view.score.value
     view.sliders["w_kw"].value = 0.0
     assert view.fold_metrics() != (early, late)

@@ -1165,9 +1165,13 @@ def _weights_row(name: str, w, *values: str) -> list[str]:
     return [name] + [f"{getattr(w, a):g}" for a in _W_FIELDS] + list(values)
 
 
-JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (runs that raised, resolved or reopened an issue earlier runs carried; parent runs).", show_default=False)]
+JudgmentsOpt = Annotated[Optional[Path], typer.Option("--judgments", "-j", help="Judgments JSONL: one {\"query\", \"asOf\", \"relevant\": [runIds]} a line (qrels.jsonl works). Default: derived from the store (runs that raised, resolved or reopened an issue earlier runs carried; parent runs; what runs used); a file lying in the memory root is never taken unless named here.", show_default=False)]
 MetricOpt = Annotated[str, typer.Option("--metric", help="mrr, ndcg or recall (each cut at -k).")]
 DeriveOpt = Annotated[str, typer.Option("--derive", help="Without --judgments: which judgments to derive, comma-separated: raised, resolved, reopened (a run that raised, resolved or reopened an issue should see the earlier runs that carried it; issue = all three), parent (a dispatched run should see its parent), used (a run should see first the runs it used of those memory showed it: used.jsonl).")]
+
+
+#: The exit code of ``cybmem tune --save`` when it refuses to save (not 0, nor 1: a failure, nor 2: a usage mistake).
+REFUSED_EXIT = 3
 
 
 def _metric_and_kinds(metric: str, derive: str) -> list[str]:
@@ -1191,7 +1195,7 @@ def tune_cmd(
     half_lives: Annotated[Optional[str], typer.Option("--half-lives", help="Comma-separated half-lives in days (default: 1,3,7,14,30,60,120,365 and the current one).", show_default=False)] = None,
     derive: DeriveOpt = "issue,parent,used",
     as_of: Annotated[Optional[str], typer.Option("--as-of", help="Tune as of this moment (ISO date/time or epoch ms): only the runs, ledger events and judgments that existed then, so the result can be checked on what came after.", show_default=False)] = None,
-    save: Annotated[bool, typer.Option("--save", help="Write the weights tuned on the earlier half of the judgments, and checked on the later half, to the project's weights.json with the evidence (refused when they do not beat the current ones there: see --force).")] = False,
+    save: Annotated[bool, typer.Option("--save", help="Write the weights tuned on the earlier half of the judgments, and checked on the later half, to the project's weights.json with the evidence (refused, exit 3, when they do not beat the current ones there: see --force).")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --save: save even weights that do not beat the current ones on the later judgments, switch the keyword axis off, or come from too few judgments.")] = False,
     all_weights: Annotated[bool, typer.Option("--all-weights", help="Search w_kw, w_rec and the half-life even when fewer than 10 judgments test keywords (by default only w_lin is searched then).")] = False,
     auto: Annotated[bool, typer.Option("--auto", help="Tune on the store's own judgments, save only what passes every check, print one line, exit 0 (what CYBERINE_MEMORY_RETUNE runs as the history grows).")] = False,
@@ -1208,6 +1212,12 @@ def tune_cmd(
     judgments they are checked on), with the evidence, and only when they beat the current weights
     there (90% bootstrap interval above 0) and hold up asked as text alone; with fewer than 30
     judgments that test the weights it keeps the current ones. --force saves anyway.
+    "used" judgments (what runs said they used of what memory showed them) count only from runs
+    whose clock is plausible, at most 3 used runs each, and never more than half of the judgments;
+    weights that lose on the store's other judgments alone are not saved either.
+
+    Exit codes: 0 tuned (and saved, with --save), 1 a failure (no project, an unreadable file),
+    2 a usage mistake, 3 --save refused (the reason on stderr; --json: "notSaved").
 
     Example: cybmem tune --project web --as-of 2026-06-01 --save
     """
@@ -1223,18 +1233,19 @@ def tune_cmd(
     store = ctx.store()
     result = tune(store, judgments=judgments, as_of=moment, metric=metric, k=k, steps=steps, half_lives=hl,
                   settings=ctx.settings, kinds=kinds, hold_few=not all_weights, progress=progress)
+    _warn(result.warnings)
     saved, overridden = None, []
     refused = result.refusal if save else None
     to_save = result.saves if result.saves is not None else (result.best if force else None)
     if save and to_save is not None and to_save != result.current and (refused is None or force):
-        saved, overridden = save_project_weights(store, to_save, ctx.settings, evidence=evidence_of(result),
+        saved, overridden = save_project_weights(store, to_save, ctx.settings, evidence=evidence_of(result, forced=force),
                                                  expect=result.state)
         refused = None
     if ctx.json:
         _print_json({**result.to_dict(), "saved": str(saved) if saved else None, "overriddenBy": overridden,
                      "notSaved": refused})
         if refused:
-            raise typer.Exit(1)
+            raise typer.Exit(REFUSED_EXIT)
         return
     shape = " x ".join(str(len(result.axes[a])) for a in ("w_kw", "w_rec", "w_lin"))
     if len(result.axes["w_vec"]) > 1:
@@ -1249,6 +1260,8 @@ def tune_cmd(
         _echo(f"Note: {result.vector_note}.")
     if result.met_note:
         _echo(f"Note: {result.met_note}.")
+    if result.left_out:
+        _echo(f"Note: {_left_out_text(result.left_out)}.")
     _echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
           f"({result.evaluated} distinct rankings) in {result.seconds:.2f}s.")
     _echo("")
@@ -1282,12 +1295,20 @@ def tune_cmd(
             _echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
     elif refused and not force:
         _echo(f"Not saved: {refused}. Add --force to save them anyway.", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED_EXIT)
     elif save:
         _echo("Nothing to save: no weights beat the current ones; weights.json left as it is.")
     else:
         advice = f"add --save to write the checked weights to {target}" if result.refusal is None else f"--save would keep the current weights: {result.refusal}"
         _echo(f"Not saved; {advice}.")
+
+
+def _left_out_text(left_out: dict[str, int]) -> str:
+    """``"used" judgments left out: 12 whose run's clock is implausible, 40 past half of the judgments``."""
+    parts = [f"{left_out['clock']} whose run's clock is implausible" if left_out.get("clock") else "",
+             f"{left_out['share']} past half of the judgments" if left_out.get("share") else "",
+             f"{left_out['capped']} used run(s) past 3 a run" if left_out.get("capped") else ""]
+    return '"used" judgments left out: ' + ", ".join(p for p in parts if p)
 
 
 @command("eval", quick=True)
@@ -1328,6 +1349,7 @@ def eval_cmd(
         base = load_weights([weights_file]).weights if weights_file is not None else current
         candidates["given"] = Weights.from_dict(flags, base=base)
     result = evaluate_weights(store, candidates, judgments=judgments, metric=metric, k=k, kinds=kinds, progress=progress)
+    _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
         return

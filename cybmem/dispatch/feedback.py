@@ -39,7 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["SHOWN_FILE", "USED_FILE", "DEFAULT_SHOWN_CAP", "enabled", "shown_cap", "task_hash", "block_entry",
            "mcp_entry", "keep_shown", "keep_block", "keep_used", "mcp_observer", "read_lines", "parse_lines",
-           "shown_for", "match_used", "note_used", "read_used", "used_judgments", "names_run", "rename_issues"]
+           "shown_for", "match_used", "note_used", "read_used", "used_judgments", "names_run", "rename_issues",
+           "shown_line_ok", "used_line_ok", "skipped_warning", "clock_problem", "CLOCK_SLACK_MS", "MAX_RUN_MS",
+           "WRITE_LAG_MS", "MAX_USED_PER_RUN"]
 
 SHOWN_FILE = "shown.jsonl"
 USED_FILE = "used.jsonl"
@@ -257,17 +259,21 @@ def mcp_observer(settings: "Settings", store_of: Callable[[str | None], "MemoryS
 # --- reading -----------------------------------------------------------------------------
 
 
-def read_lines(path: Path) -> list[dict]:
-    """The JSON objects of a log file, in file order (a line that is not one is skipped; no file: [])."""
+def read_lines(path: Path, *, valid: Callable[[dict], bool] | None = None, bad: list[bytes] | None = None) -> list[dict]:
+    """The JSON objects of a log file, in file order (a line that is not one is skipped; no file: []).
+    ``valid`` and ``bad``: as :func:`parse_lines`."""
     try:
-        return parse_lines(_io.read_file(path))
+        return parse_lines(_io.read_file(path), valid=valid, bad=bad)
     except FileNotFoundError:
         return []
 
 
-def parse_lines(raw: bytes, *, needle: bytes | None = None) -> list[dict]:
+def parse_lines(raw: bytes, *, needle: bytes | None = None, valid: Callable[[dict], bool] | None = None,
+                bad: list[bytes] | None = None) -> list[dict]:
     """The JSON objects (with an integer ``at``) of a log's bytes, in order; a line that is not
-    one is skipped. With ``needle``, only the lines that hold it (found before anything is parsed)."""
+    one, or that ``valid`` rejects (:func:`shown_line_ok`, :func:`used_line_ok`), is skipped and,
+    when ``bad`` is given, appended to it (:func:`skipped_warning` says so in one line). With
+    ``needle``, only the lines that hold it (found before anything is parsed)."""
     out = []
     if needle is None:
         chunks: Iterable[bytes] = raw.split(b"\n")
@@ -285,25 +291,73 @@ def parse_lines(raw: bytes, *, needle: bytes | None = None) -> list[dict]:
         try:
             d = _io.loads(chunk)
         except ValueError:
-            continue
-        if isinstance(d, dict) and isinstance(d.get("at"), int):
+            d = None
+        if isinstance(d, dict) and _is_int(d.get("at")) and (valid is None or valid(d)):
             out.append(d)
+        elif bad is not None:
+            bad.append(chunk)
     return out
 
 
-def shown_for(raw: bytes, run_id: str, hashed: str | None, *, started_at: int, ended_at: int) -> tuple[list[dict], str | None]:
+def skipped_warning(path: Path, bad: list[bytes]) -> str | None:
+    """One line saying that ``bad`` lines of ``path`` were skipped (None: none were)."""
+    if not bad:
+        return None
+    return (f"skipped {len(bad)} malformed line(s) of {path} (not the JSON object the log holds); the rest was read. "
+            "A torn or hand-edited line can be deleted")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _str_or_none(v: Any) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _list_of(v: Any, ok: Callable[[Any], bool], *, optional: bool = True) -> bool:
+    return (optional and v is None) or (isinstance(v, list) and all(ok(x) for x in v))
+
+
+def _run_entry_ok(r: Any) -> bool:
+    return isinstance(r, Mapping) and isinstance(r.get("runId"), str) and (r.get("rank") is None or _is_int(r.get("rank")))
+
+
+def shown_line_ok(d: Mapping[str, Any]) -> bool:
+    """Whether a shown.jsonl object has the shape its writers give it (:func:`block_entry`,
+    :func:`mcp_entry`): the fields :func:`match_used` reads, each of its type."""
+    return (isinstance(d.get("source"), str) and _str_or_none(d.get("runId")) and _str_or_none(d.get("taskHash"))
+            and _list_of(d.get("runs"), _run_entry_ok) and _list_of(d.get("issues"), lambda x: isinstance(x, str))
+            and _list_of(d.get("fetched"), lambda x: isinstance(x, str))
+            and (d.get("weights") is None or isinstance(d.get("weights"), Mapping)))
+
+
+def used_line_ok(d: Mapping[str, Any]) -> bool:
+    """Whether a used.jsonl object has the shape :func:`note_used` gives it (the fields
+    :func:`used_judgments` and the feedback page read, each of its type)."""
+    span = d.get("shownAt")
+    return (isinstance(d.get("runId"), str) and (d.get("startedAt") is None or _is_int(d.get("startedAt")))
+            and _list_of(d.get("used"), _run_entry_ok) and _list_of(d.get("block"), _run_entry_ok)
+            and _list_of(d.get("usedIssues"), lambda x: isinstance(x, Mapping) and isinstance(x.get("issueId"), str))
+            and (span is None or (isinstance(span, list) and len(span) == 2 and all(_is_int(x) for x in span))))
+
+
+def shown_for(raw: bytes, run_id: str, hashed: str | None, *, started_at: int, ended_at: int,
+              bad: list[bytes] | None = None) -> tuple[list[dict], str | None]:
     """The shown.jsonl lines (``raw``) that were for this run, and how they were matched.
 
     By run id: every line that names it. Else by the task's hash, among the lines that name no
     run: the newest inject line with that hash up to the run's end, and the MCP lines with it from
-    then (or from the run's start, when no inject line has it) to the run's end.
+    then (or from the run's start, when no inject line has it) to the run's end. A malformed line
+    among them is skipped (and added to ``bad``); the others still count.
     """
-    mine = [d for d in parse_lines(raw, needle=f'"{run_id}"'.encode()) if d.get("runId") == run_id]
+    mine = [d for d in parse_lines(raw, needle=f'"{run_id}"'.encode(), valid=shown_line_ok, bad=bad)
+            if d.get("runId") == run_id]
     if mine:
         return mine, "runId"
     if not hashed:
         return [], None
-    same = [d for d in parse_lines(raw, needle=hashed.encode())
+    same = [d for d in parse_lines(raw, needle=hashed.encode(), valid=shown_line_ok, bad=bad)
             if d.get("runId") is None and d.get("taskHash") == hashed and d["at"] <= ended_at]
     injects = [d for d in same if d.get("source") == "inject"]
     since = injects[-1]["at"] if injects else started_at
@@ -397,10 +451,13 @@ def match_used(lines: list[dict], *, run_id: str, text: str, issue_events: Itera
 
 def note_used(store: "MemoryStore", settings: "Settings", *, run_id: str, task_hashed: str | None,
               started_at: int, ended_at: int, text: str, issue_events: Iterable[tuple[str, str]] = (),
-              now_ms: int | None = None) -> dict | None:
+              now_ms: int | None = None, warnings: list[str] | None = None) -> dict | None:
     """Match a run just written to what it was shown (:func:`shown_for`, :func:`match_used`) and
     append the result to used.jsonl; returns the line, or None when nothing was shown to it (no
     line is written then). Also cuts shown.jsonl back to its cap once it holds a quarter more.
+    The line keeps the run's clock (``startedAt``, ``endedAt``) and when the lines it matched were
+    shown (``shownAt``: first, last), which :func:`used_judgments` checks against each other.
+    A malformed shown.jsonl line is skipped, with one line in ``warnings``.
 
     Raises:
         OSError / StoreError: a log could not be read or written (the caller reports it).
@@ -414,7 +471,10 @@ def note_used(store: "MemoryStore", settings: "Settings", *, run_id: str, task_h
     if raw.count(b"\n") > cap * _SLACK:
         with _io.locked(store.dir / _LOCK):
             _trim(shown, cap)
-    lines, how = shown_for(raw, run_id, task_hashed, started_at=started_at, ended_at=ended_at)
+    bad: list[bytes] = []
+    lines, how = shown_for(raw, run_id, task_hashed, started_at=started_at, ended_at=ended_at, bad=bad)
+    if warnings is not None and (problem := skipped_warning(shown, bad)):
+        warnings.append(problem)
     if not lines:
         return None
     # The ledger lines this run wrote before its record (an MCP mark_issue during the run).
@@ -428,6 +488,7 @@ def note_used(store: "MemoryStore", settings: "Settings", *, run_id: str, task_h
             events.append((d["issueId"], str(d.get("event"))))
     found = match_used(lines, run_id=run_id, text=text, issue_events=events)
     entry = {"at": now_ms if now_ms is not None else _now_ms(), "runId": run_id, "startedAt": started_at,
+             "endedAt": ended_at, "shownAt": [min(d["at"] for d in lines), max(d["at"] for d in lines)],
              "matchedBy": how, "lines": len(lines), **found}
     keep_used(store.dir, [entry])
     return entry
@@ -438,22 +499,56 @@ def keep_used(directory: Path, entries: Iterable[Mapping[str, Any]]) -> None:
     _io.append_lines(directory / USED_FILE, [_dump(e) for e in entries])
 
 
-def read_used(directory: Path) -> list[dict]:
-    """The lines of ``directory``/used.jsonl, in file order (one per written run that was shown something)."""
-    return [d for d in read_lines(directory / USED_FILE) if isinstance(d.get("runId"), str)]
+def read_used(directory: Path, *, warnings: list[str] | None = None) -> list[dict]:
+    """The lines of ``directory``/used.jsonl, in file order (one per written run that was shown
+    something); a malformed line is skipped, with one line in ``warnings`` for them all."""
+    bad: list[bytes] = []
+    out = read_lines(directory / USED_FILE, valid=used_line_ok, bad=bad)
+    if warnings is not None and (problem := skipped_warning(directory / USED_FILE, bad)):
+        warnings.append(problem)
+    return out
+
+
+#: A "used" judgment counts only when the run's clock is plausible: its record written within
+#: :data:`WRITE_LAG_MS` after it ended (and not before, beyond :data:`CLOCK_SLACK_MS` of skew), the
+#: run no longer than :data:`MAX_RUN_MS`, and what it was shown shown while it ran. write accepts
+#: any startedAt, so a run could otherwise place its judgment at any moment it likes (300 runs
+#: backdated to just after a chosen moment got weights saved that lost on the store's own judgments).
+CLOCK_SLACK_MS = 15 * 60_000
+MAX_RUN_MS = 24 * 3_600_000
+WRITE_LAG_MS = 24 * 3_600_000
+#: Runs one run's "used" judgment names at most (its best-ranked ones): one run cannot outweigh many.
+MAX_USED_PER_RUN = 3
+
+
+def clock_problem(line: Mapping[str, Any], started: int, ended: int) -> str | None:
+    """Why a used.jsonl ``line`` of a run that started and ended then cannot be a judgment (None: it can)."""
+    at, span = line["at"], line.get("shownAt")
+    if not 0 <= ended - started <= MAX_RUN_MS:
+        return "clock"  # ends before it starts, or runs longer than a day
+    if not ended - CLOCK_SLACK_MS <= at <= ended + WRITE_LAG_MS:
+        return "clock"  # written before it ended, or long after
+    if span is not None and not (started - CLOCK_SLACK_MS <= span[0] and span[1] <= ended + CLOCK_SLACK_MS):
+        return "clock"  # shown what it used outside its own run
+    return None
 
 
 def used_judgments(snapshot: "Snapshot", *, as_of: int | None = None,
-                   used: Iterable[Mapping[str, Any]] | None = None) -> list[tuple[int, "Judgment"]]:
+                   used: Iterable[Mapping[str, Any]] | None = None, warnings: list[str] | None = None,
+                   left_out: dict[str, int] | None = None) -> list[tuple[int, "Judgment"]]:
     """The "used" judgments: a run R that used runs it was shown should have been shown them
     first. Query: R's task as its record holds it (as dispatched, less the block); asOf: R's
-    start; relevant: the runs it used that had ended by then; R's chat session, not its parent
-    (asked as text alone, as the issue kinds are: see :func:`cybmem.retrieval.judgments.judgments_from_store`).
+    start; relevant: the runs it used that had ended by then (its best-ranked
+    :data:`MAX_USED_PER_RUN`); R's chat session, not its parent (asked as text alone, as the issue
+    kinds are: see :func:`cybmem.retrieval.judgments.judgments_from_store`). A run whose clock is
+    not plausible (:func:`clock_problem`) gives none.
 
     Args:
         snapshot: the project.
         as_of: only what was known then: lines written and runs ended by then.
         used: the used.jsonl lines (default: the project's file).
+        warnings: gets one line when malformed used.jsonl lines were skipped.
+        left_out: counts what was left out, by why: ``clock`` (judgments), ``capped`` (used runs).
 
     Returns:
         (R's start, the judgment), in file order; runs without a readable record, or whose used
@@ -463,9 +558,12 @@ def used_judgments(snapshot: "Snapshot", *, as_of: int | None = None,
 
     r = snapshot.records
     if used is None:
-        used = read_used(snapshot.store.dir) if snapshot.store is not None else []
+        used = read_used(snapshot.store.dir, warnings=warnings) if snapshot.store is not None else []
+    else:
+        used = [d for d in used if isinstance(d, Mapping) and _is_int(d.get("at")) and used_line_ok(d)]
     if r.num_rows == 0:
         return []
+    left_out = {} if left_out is None else left_out
     ids = r.column("runId").to_pylist()
     row = {rid: i for i, rid in enumerate(ids)}
     tasks, chats = r.column("task").to_pylist(), r.column("chatSessionId").to_pylist()
@@ -473,14 +571,21 @@ def used_judgments(snapshot: "Snapshot", *, as_of: int | None = None,
     ended = r.column("endedAt").cast("int64").to_pylist()
     out = []
     for d in used:
-        i = row.get(d.get("runId"))
-        if i is None or (as_of is not None and (ended[i] > as_of or d.get("at", 0) > as_of)):
+        i = row.get(d["runId"])
+        if i is None or (as_of is not None and (ended[i] > as_of or d["at"] > as_of)):
             continue
-        rel = [u["runId"] for u in d.get("used") or [] if isinstance(u, Mapping) and u.get("runId") in row
+        rel = [u["runId"] for u in d.get("used") or [] if u["runId"] in row
                and u["runId"] != ids[i] and ended[row[u["runId"]]] <= started[i]]
-        if rel:
-            out.append((started[i], Judgment(query=tasks[i], as_of=started[i], relevant=tuple(dict.fromkeys(rel)),
-                                             query_run_id=ids[i], chat_session_id=chats[i], kind="used")))
+        rel = list(dict.fromkeys(rel))
+        if not rel:
+            continue
+        if (why := clock_problem(d, started[i], ended[i])) is not None:
+            left_out[why] = left_out.get(why, 0) + 1
+            continue
+        if len(rel) > MAX_USED_PER_RUN:
+            left_out["capped"] = left_out.get("capped", 0) + len(rel) - MAX_USED_PER_RUN
+        out.append((started[i], Judgment(query=tasks[i], as_of=started[i], relevant=tuple(rel[:MAX_USED_PER_RUN]),
+                                         query_run_id=ids[i], chat_session_id=chats[i], kind="used")))
     return out
 
 

@@ -850,13 +850,15 @@ def _labels(values: np.ndarray) -> list[str]:
 
 def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", reduce: str = "best",
                    title: str | None = None, annotate: bool | None = None) -> Figure:
-    """A retrieval metric over two axes of a weight search, best and current points marked.
+    """A retrieval metric over two axes of a weight search, the best and the current weights outlined.
 
     Colours are levels of the values the slice has (:func:`_level_norm`): with judgments that
     mostly tie (e.g. derived ones, which a lineage weight answers perfectly) a linear colour
     range is one flat block; levels show every difference, and each cell is labelled with its
     value when the grid is small enough to read. The subtitle says how many points tie at the
-    best value.
+    best value. The best and the current weights are outlined (so the cell's value stays readable)
+    only on a slice that contains them (:func:`_cell_on_slice`: with ``reduce="max"``, a cell whose
+    value is theirs); otherwise the legend says they are not on it, and why.
 
     Args:
         result: from :func:`cybmem.retrieval.tuning.grid_search` / :func:`cybmem.retrieval.tuning.tune`.
@@ -901,23 +903,69 @@ def weight_heatmap(result: "GridResult", *, x: str = "w_kw", y: str = "w_rec", r
     ax.set_xlabel(x + (" (days)" if x == "half_life_days" else ""))
     ax.set_ylabel(y + (" (days)" if y == "half_life_days" else ""))
     others = [a for a in result.axes if a not in (x, y) and len(result.axes[a]) > 1]
-    fixed = "max over " + ", ".join(others) if reduce == "max" else ", ".join(f"{a}={getattr(result.best, a):g}" for a in others)
+    fixed = ("max over " + ", ".join(others) if others else "") if reduce == "max" else ", ".join(
+        f"{a}={result.axes[a][_fixed_index(result, a)]:g}" for a in others)  # the grid values the slice is cut at
     finite = z[np.isfinite(z)]
     ties = int(np.isclose(finite, finite.max()).sum()) if len(finite) else 0
     note = f"{ties} of {len(finite)} points tie at the best {finite.max():.3f}" if ties > 1 else ""
     sub = "; ".join(p for p in (fixed, note) if p)
     ax.set_title(title or f"{result.label} over {x} x {y}" + (f"\n({sub})" if sub else ""), fontsize=10)
 
-    def at(vals: np.ndarray, v: float) -> float:
-        return float(np.interp(v, vals, np.arange(len(vals)))) if len(vals) > 1 else 0.0
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
 
-    b, c = result.best, result.current
-    ax.plot([at(xs, getattr(c, x))], [at(ys, getattr(c, y))], marker="o", markersize=13, markerfacecolor="none",
-            markeredgecolor="white", markeredgewidth=2, linestyle="", label=f"current ({result.current_metric:.3f})")
-    ax.plot([at(xs, getattr(b, x))], [at(ys, getattr(b, y))], marker="*", markersize=15, color="#ff4040",
-            markeredgecolor="white", linestyle="", label=f"best ({result.best_metric:.3f})")
-    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.13), ncol=2, fontsize=8, frameon=False)
+    handles = []
+    for who, w, value, color, style in (("current", result.current, result.current_metric, "white", "--"),
+                                        ("best", result.best, result.best_metric, "#ff4040", "-")):
+        cell, why = _cell_on_slice(result, w, x, y, reduce, z=z, value=value)
+        if cell is not None:  # an outline around its cell: the cell's value stays readable
+            inset = 0.06 if who == "current" else 0.0
+            ax.add_patch(Rectangle((cell[1] - 0.5 + inset, cell[0] - 0.5 + inset), 1 - 2 * inset, 1 - 2 * inset,
+                                   fill=False, edgecolor=color, linewidth=2.2, linestyle=style, zorder=3))
+            text = f"{who} ({value:.3f})"
+        else:
+            text = f"{who} ({value:.3f}): not on this slice ({why})"
+        handles.append(Line2D([], [], color=color if color != "white" else "0.35", linestyle=style, linewidth=2,
+                              label=text))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.13), ncol=1, fontsize=8, frameon=False)
     return fig
+
+
+def _fixed_index(result: "GridResult", axis: str) -> int:
+    """Where a ``reduce="best"`` slice cuts ``axis``: the grid value nearest the best weights'
+    (:meth:`cybmem.retrieval.tuning.GridResult.slice2d`)."""
+    return int(np.argmin(np.abs(result.axes[axis] - getattr(result.best, axis))))
+
+
+def _cell_on_slice(result: "GridResult", w: Any, x: str, y: str, reduce: str, *, z: np.ndarray | None = None,
+                   value: float | None = None) -> tuple[tuple[int, int] | None, str]:
+    """The (row, column) of the heatmap cell that holds the weights ``w`` (None when the slice does
+    not contain them), and why not: their x or y value is no grid value, or (``reduce="best"``)
+    another axis is cut elsewhere. A ``"max"`` cell holds the best over the other axes: it holds
+    ``w`` when ``w`` is a grid point and its ``value`` is that best (``z``: the slice drawn)."""
+    def index(axis: str) -> int | None:
+        hit = np.flatnonzero(np.isclose(result.axes[axis], getattr(w, axis), rtol=1e-6, atol=1e-9))
+        return int(hit[0]) if len(hit) else None
+
+    for a in (x, y):
+        if index(a) is None:
+            return None, f"{a}={getattr(w, a):g} is between grid values"
+    cell = (index(y), index(x))
+    others = [a for a in result.axes if a not in (x, y)]
+    if reduce == "max":
+        off = [a for a in others if index(a) is None]
+        if off:
+            return None, ", ".join(f"{a}={getattr(w, a):g}" for a in off) + " is no grid value"
+        best_there = None if z is None else float(z[cell])
+        if value is None or best_there is None or not math.isclose(best_there, value, rel_tol=1e-9, abs_tol=1e-9):
+            return None, f"its cell holds the best over {', '.join(others)}, {best_there:.3f}" if best_there is not None \
+                else f"its cells are the best over {', '.join(others)}"
+        return cell, ""
+    for a in others:
+        cut = result.axes[a][_fixed_index(result, a)]
+        if index(a) is None or not math.isclose(cut, getattr(w, a), rel_tol=1e-6, abs_tol=1e-9):
+            return None, f"{a}={getattr(w, a):g}, the slice's {a}={cut:g}"
+    return cell, ""
 
 
 # --------------------------------------------------------------------------------------

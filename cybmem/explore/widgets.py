@@ -2,9 +2,12 @@
 
 Sliders for every weight and the recency half-life, a query box, the live top-k with each
 hit's per-axis contribution (:func:`cybmem.retrieval.search.search`, the code path dispatch uses), the
-metric of the slider weights against a judgments set, and Save / Reload buttons for the
-project's ``weights.json`` (what ``cybmem search`` and ``cybmem inject`` read). Every callback
-is a plain method, so tests drive the view without a browser: set ``view.sliders[...].value``,
+metric of the slider weights against the judgments ``cybmem tune`` scores on (the same
+judgments, mean and split in time: :class:`cybmem.retrieval.tuning.Bench`), and Save / Reload
+buttons for the project's ``weights.json`` (what ``cybmem search`` and ``cybmem inject`` read).
+Save passes the guard ``cybmem tune --save`` passes (:func:`cybmem.retrieval.tuning.refusal_of`)
+and writes the same evidence, or says why not; the Force box is ``--force``. Every callback is a
+plain method, so tests drive the view without a browser: set ``view.sliders[...].value``,
 ``view.query.value``, or call ``view.save()`` / ``view.load()``.
 """
 
@@ -19,16 +22,17 @@ from typing import Any, Sequence
 
 import ipywidgets as W
 
-from ..errors import CybmemError
+from ..errors import CybmemError, ValidationError
 from ..store.snapshot import Snapshot, load_snapshot
 from ..store.outcome import head_line
 from ..store.records import ms_to_utc
 from ..retrieval.search import SearchResult, search
 from ..settings import Settings
 from ..store.memory_store import MemoryStore
-from ..retrieval.judgments import METRICS, Judgment, store_judgments
-from ..retrieval.tuning import AxisMatrices, axis_matrices, evaluate, save_project_weights, time_folds
-from ..retrieval.weights import Weights, weights_for
+from ..retrieval.judgments import METRICS, Judgment
+from ..retrieval.tuning import (AxisMatrices, Bench, check_evidence, check_weights, evaluate, prepare, refusal_of,
+                                save_project_weights, weights_state)
+from ..retrieval.weights import LoadedWeights, Weights, weights_for
 
 __all__ = ["TuningView", "tuning_view"]
 
@@ -44,26 +48,38 @@ class TuningView:
         query, k, metric: the query Text, the top-k IntSlider and the metric Dropdown.
         table, score, status: HTML outputs (top-k table, metric line, save/load messages).
         save_button, reload_button: the buttons.
+        force: the Force checkbox (``cybmem tune --force``): Save writes weights the guard refuses.
         result: the last :class:`~cybmem.retrieval.search.SearchResult`.
-        matrices: the judgments' :class:`~cybmem.retrieval.tuning.AxisMatrices` (None without judgments;
-            ``judgments=None`` means the store's own, :func:`cybmem.retrieval.judgments.store_judgments`).
+        bench: the judgments as ``cybmem tune`` scores them (:func:`cybmem.retrieval.tuning.prepare`;
+            ``judgments=None``: those the store implies, never a file lying in the memory root); None
+            without judgments, with the reason in ``no_judgments``.
+        matrices: ``bench.matrices`` (None without judgments).
         widget: the whole view (a VBox); displaying the TuningView displays it.
     """
 
     def __init__(self, store: MemoryStore | Snapshot, *, settings: Settings | None = None,
-                 judgments: Sequence[Judgment] | None = None, query: str = "", k: int = 5, metric: str = "mrr",
-                 metric_k: int = 10, now_ms: int | None = None):
+                 judgments: Sequence[Judgment] | str | Path | None = None, query: str = "", k: int = 5,
+                 metric: str = "mrr", metric_k: int = 10, now_ms: int | None = None, bench: Bench | None = None):
         self.snapshot = store if isinstance(store, Snapshot) else load_snapshot(store)
         self.store = self.snapshot.store
         self.settings = settings or Settings.from_env()
         self.now_ms = now_ms
-        js = store_judgments(self.snapshot)[0] if judgments is None else list(judgments)
-        self.matrices: AxisMatrices | None = axis_matrices(self.snapshot, js, k=metric_k, progress=False) if js else None
+        self.bench: Bench | None = bench
+        self.no_judgments = "no judgments given (judgments=[])"
+        if bench is not None:
+            metric_k = bench.matrices.k
+        elif judgments is None or isinstance(judgments, (str, Path)) or len(judgments):
+            try:
+                self.bench = prepare(self.snapshot, judgments=judgments, k=metric_k, settings=self.settings, progress=False)
+            except ValidationError as exc:
+                self.no_judgments = str(exc)
+        self.matrices: AxisMatrices | None = self.bench.matrices if self.bench is not None else None
         # The judgments split in time, so the view shows whether weights that win on the earlier
         # ones also hold on the later ones (what `cybmem tune --save` checks before saving).
-        self.folds = time_folds(self.matrices) if self.matrices is not None and self.matrices.n else None
+        self.folds = self.bench.folds if self.bench is not None else None
         self.metric_k = metric_k
-        saved = weights_for(self.settings, self.store).weights
+        self._state = weights_state(self.store)  # weights.json as this view last saw it
+        saved = self.production().weights
         self._muted = False
         self.sliders: dict[str, W.ValueWidget] = {}
         for name in _WEIGHTS:
@@ -85,12 +101,13 @@ class TuningView:
         self.save_button = W.Button(description="Save", button_style="success", icon="save",
                                     tooltip=f"write {self.weights_path}")
         self.reload_button = W.Button(description="Reload", icon="refresh", tooltip="read the saved weights again")
+        self.force = W.Checkbox(value=False, description="Force (tune --force)", indent=False,
+                                tooltip="save even weights that do not beat the weights in use on the later judgments")
         self.save_button.on_click(lambda _b: self.save())
         self.reload_button.on_click(lambda _b: self.load())
         for w in list(self.sliders.values()) + [self.query, self.k, self.metric]:
             w.observe(self._on_change, names="value")
         self.result: SearchResult | None = None
-        self._saved_metric = self._metric_of(saved)
         self.widget = W.VBox([
             W.HTML(f"<b>Retrieval weights for project {html.escape(self.store.slug)}</b> "
                    f"(saved to <code>{html.escape(str(self.weights_path))}</code>)"),
@@ -99,11 +116,25 @@ class TuningView:
             W.HBox([self.query, self.k]),
             self.score,
             self.table,
-            W.HBox([self.save_button, self.reload_button, self.status]),
+            W.HBox([self.save_button, self.force, self.reload_button, self.status]),
         ])
         self.refresh()
 
     # -- state -----------------------------------------------------------------------
+    def production(self) -> LoadedWeights:
+        """The weights ``cybmem search`` and ``inject`` use for the project now, and their sources."""
+        return weights_for(self.settings, self.store)
+
+    def production_label(self) -> str:
+        """What the weights in use are, for the metric line: "saved weights", or what sets them."""
+        loaded = self.production()
+        sources = set(loaded.sources.values())
+        if str(self.weights_path) in sources:
+            return "saved weights"
+        if all(src.startswith("default") for src in sources):
+            return "default weights (nothing saved)"
+        return "weights in use"
+
     @property
     def weights_path(self) -> Path:
         """The project's weights.json (what Save writes)."""
@@ -115,7 +146,7 @@ class TuningView:
         values = {name: float(s.value) for name, s in self.sliders.items()}
         if not any(values[a] > 0 for a in _WEIGHTS):
             return None
-        return dataclasses.replace(weights_for(self.settings, self.store).weights, **values)
+        return dataclasses.replace(self.production().weights, **values)
 
     def set_weights(self, weights: Weights) -> None:
         """Move the sliders to ``weights`` (one refresh, not one per slider)."""
@@ -157,15 +188,43 @@ class TuningView:
         self.score.value = self.score_html()
 
     def save(self) -> Path | None:
-        """Write the slider weights to the project's weights.json (production reads it); None (and
-        why, in the status line) when they are all 0."""
+        """Write the slider weights to the project's weights.json (production reads it) with the
+        evidence ``cybmem tune --save`` writes, when they pass its guard
+        (:func:`cybmem.retrieval.tuning.refusal_of`: checked against the weights in use on the later
+        judgments) or Force is ticked. None, and why in the status line, when nothing is written."""
         w = self.weights()
         if w is None:
             self.status.value = "<span style='color:#b00'>Not saved: the weights are all 0; give one of them a positive value.</span>"
             return None
-        path, overridden = save_project_weights(self.store, w, self.settings)
-        self._saved_metric = self._metric_of(w)
+        current = self.production().weights
+        if w == current:
+            self.status.value = "Nothing to save: the sliders are the weights in use."
+            return None
+        metric = self.metric.value
+        if self.bench is None:
+            v, refusal = None, f"there are no judgments to check them on ({self.no_judgments})"
+        else:
+            v = check_weights(self.bench, w, current, metric=metric, k=self.metric_k)
+            refusal = refusal_of(self.bench.keyword_tests, self.bench.matrices.n, v, current)
+        if refusal and not self.force.value:
+            self.status.value = (f"<span style='color:#b00'>Not saved: {html.escape(refusal)}. Tick Force to save "
+                                 "them anyway (as <code>cybmem tune --save --force</code>).</span>")
+            return None
+        evidence = None
+        if self.bench is not None:
+            how = (f"set by hand in the tuning view, checked on the later {v.later} judgments" if v is not None
+                   else "set by hand in the tuning view (too few judgments to check on later ones)")
+            evidence = check_evidence(self.bench, v, metric=metric, k=self.metric_k,
+                                      saved=how + (f"; saved with Force although {refusal}" if refusal else ""))
+        try:
+            path, overridden = save_project_weights(self.store, w, self.settings, evidence=evidence, expect=self._state)
+        except CybmemError as exc:
+            self.status.value = f"<span style='color:#b00'>Not saved: {html.escape(str(exc))}</span>"
+            return None
+        self._state = weights_state(self.store)
         msg = f"Saved to <code>{html.escape(str(path))}</code>; <code>cybmem search</code> / <code>inject</code> use it now."
+        if refusal:
+            msg += f" <b>Forced:</b> {html.escape(refusal)}."
         if overridden:
             msg += " <b>Note:</b> still overridden by " + html.escape(", ".join(overridden)) + "."
         self.status.value = msg
@@ -174,9 +233,9 @@ class TuningView:
 
     def load(self) -> Weights:
         """Read the weights production uses for this project and move the sliders there."""
-        w = weights_for(self.settings, self.store).weights
+        w = self.production().weights
+        self._state = weights_state(self.store)
         self.set_weights(w)
-        self._saved_metric = self._metric_of(w)
         self.score.value = self.score_html()
         self.status.value = f"Loaded the weights production uses ({html.escape(str(self.weights_path))} "\
                             f"{'exists' if self.weights_path.is_file() else 'absent: defaults'})."
@@ -187,7 +246,7 @@ class TuningView:
         m = self.matrices if matrices is None else matrices
         if m is None or not m.n or w is None:
             return None
-        return float(evaluate(m, w, metric=self.metric.value if hasattr(self, "metric") else "mrr"))
+        return float(evaluate(m, w, metric=self.metric.value if hasattr(self, "metric") else "mrr", k=self.metric_k))
 
     def fold_metrics(self, w: Weights | None = None) -> tuple[float | None, float | None]:
         """The metric on the earlier and on the later half of the judgments in time (None: too few)."""
@@ -197,25 +256,27 @@ class TuningView:
         return self._metric_of(w, self.folds[0]), self._metric_of(w, self.folds[1])
 
     def current_metric(self) -> float | None:
-        """The metric of the slider weights over the judgments (None without judgments)."""
+        """The metric of the slider weights over the judgments (None without judgments): the number
+        ``cybmem tune`` and ``cybmem eval`` report for the same weights."""
         return self._metric_of(self.weights())
 
     def score_html(self) -> str:
-        """The metric line."""
+        """The metric line: the slider weights on all judgments and on the earlier / later halves,
+        beside the weights in use (named for what they are: saved, or the defaults)."""
         if self.matrices is None or not self.matrices.n:
-            return "<i>No judgments to score against (pass judgments=...).</i>"
+            return f"<i>No judgments to score against: {html.escape(self.no_judgments)}.</i>"
         label = f"{METRICS[self.metric.value]}@{self.metric_k}"
         cur = self.current_metric()
-        saved = self._metric_of(weights_for(self.settings, self.store).weights)
-        cur_s = "n/a (all weights 0)" if cur is None else f"{cur:.3f}"
+        in_use = self.production().weights
+        cur_s = "n/a (all weights 0)" if cur is None else f"{cur:.4f}"
         out = f"<b>{label} = {cur_s}</b> over {self.matrices.n} judgments"
         early, late = self.fold_metrics()
+        name = html.escape(self.production_label())
         if early is not None and late is not None:
-            s_early, s_late = self.fold_metrics(weights_for(self.settings, self.store).weights)
-            out += (f" &middot; earlier half {early:.3f}, <b>later half {late:.3f}</b>"
-                    + (f" (saved weights: {s_early:.3f} / {s_late:.3f})" if s_late is not None else ""))
-        if saved is not None:
-            out += f" &middot; saved weights: {saved:.3f}"
+            s_early, s_late = self.fold_metrics(in_use)
+            out += (f" &middot; earlier half {early:.4f}, <b>later half {late:.4f}</b>"
+                    f" ({name}: {s_early:.4f} / {s_late:.4f})")
+        out += f" &middot; {name}: {self._metric_of(in_use):.4f}"
         if self.matrices.skipped:
             out += f" &middot; {len(self.matrices.skipped)} skipped"
         return out

@@ -454,7 +454,7 @@ def _note_used(store: MemoryStore, rec: MemoryRecord, written: list[IssueEvent],
         text = "\n".join([strip_memory(run.winner_output or ""), run.verdict or "", *o.accomplished, *o.next])
         feedback.note_used(store, settings, run_id=rec.runId, task_hashed=feedback.task_hash(run.task),
                            started_at=rec.startedAt, ended_at=rec.endedAt, text=text,
-                           issue_events=[(e.issueId, e.event) for e in written])
+                           issue_events=[(e.issueId, e.event) for e in written], warnings=warnings)
     except Exception as exc:  # noqa: BLE001 - an optional layer never fails the write
         message = _one_line(exc) if isinstance(exc, (CybmemError, OSError)) else f"unexpected {type(exc).__name__}: {_one_line(exc)}"
         warnings.append(f"what the run used was not noted in {store.dir / feedback.USED_FILE}: {message}")

@@ -8,8 +8,9 @@ A *judgment* says: a run asking ``query`` at moment ``asOf`` should be shown the
 
 (``../shared/corpora/*/qrels.jsonl`` is one; lines sharing a ``queryRunId`` are merged, their
 relevant lists united). :func:`judgments_from_store` derives judgments from a store itself;
-:func:`store_judgments` is what a store is tuned on when no file is named: its own
-``qrels.jsonl`` when it carries one, else the derived ones.
+:func:`judgment_set` is what every front end (``cybmem tune`` and ``eval``, the tuning widget, the
+notebook) tunes and scores on: the file the user names, else the derived ones (never a file found
+lying in the memory root), with the "used" kind bounded.
 
 Metrics (:data:`METRICS`): MRR@k, nDCG@k (binary gains, ideal DCG over the relevant runs that
 existed) and recall@k; :func:`metric_at_k` scores one ranked list (the reference the vectorised
@@ -32,15 +33,13 @@ from ..errors import ValidationError
 from ..store.snapshot import Snapshot
 
 __all__ = ["METRICS", "JUDGMENT_KINDS", "ISSUE_KINDS", "Judgment", "kinds_of", "strip_references", "merge_judgments",
-           "load_judgments", "save_judgments", "judgments_from_store", "store_judgments", "derived_source", "QRELS_FILE", "check_metric",
+           "load_judgments", "save_judgments", "judgments_from_store", "judgment_set", "JudgmentSet", "MAX_USED_SHARE", "derived_source", "check_metric",
            "metric_at_k"]
 
 #: metric name -> label; every metric is cut at k.
 METRICS = {"mrr": "MRR", "ndcg": "nDCG", "recall": "recall"}
 #: what :func:`judgments_from_store` can derive ("used": from the project's used.jsonl, cybmem.dispatch.feedback).
 JUDGMENT_KINDS = ("raised", "resolved", "reopened", "parent", "used")
-#: a store's own judgments file, in its project's folder or at the memory root (as the corpora carry it)
-QRELS_FILE = "qrels.jsonl"
 
 
 @dataclass(frozen=True)
@@ -237,7 +236,8 @@ def strip_references(text: str, issue_ids: Iterable[str]) -> str:
 
 
 def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS,
-                         as_of: int | None = None) -> list[Judgment]:
+                         as_of: int | None = None, warnings: list[str] | None = None,
+                         left_out: dict[str, int] | None = None) -> list[Judgment]:
     """Judgments a store implies about itself, merged per query run.
 
     Kinds (:data:`JUDGMENT_KINDS`; ``issue`` in ``kinds`` stands for the first three):
@@ -266,6 +266,8 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
         snapshot: the project's snapshot.
         kinds: a subset of :data:`JUDGMENT_KINDS` (or ``issue``).
         as_of: only what was known then: query runs that had ended, ledger events up to then.
+        warnings, left_out: what :func:`cybmem.dispatch.feedback.used_judgments` skipped or left out
+            of the "used" kind (malformed used.jsonl lines; runs whose clock is implausible).
 
     Returns:
         Merged judgments, in the order their query runs started.
@@ -329,32 +331,72 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
     if "used" in kinds:
         from ..dispatch.feedback import used_judgments
 
-        out += [(t, j) for t, j in used_judgments(snapshot, as_of=as_of) if not corrections[row[j.query_run_id]]]
+        out += [(t, j) for t, j in used_judgments(snapshot, as_of=as_of, warnings=warnings, left_out=left_out)
+                if not corrections[row[j.query_run_id]]]
     out.sort(key=lambda t: t[0])
     return merge_judgments(j for _, j in out)
 
 
-def store_judgments(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_KINDS) -> tuple[list[Judgment], str]:
-    """The judgments a project is tuned on when none are named, and where they come from.
+#: "used" judgments are at most this share of the judgments a tuning rests on: the rest must come
+#: from the store's own history (the ledger and the lineage), which no run can write by fetching.
+MAX_USED_SHARE = 0.5
 
-    The store's own :data:`QRELS_FILE` (in the project's folder, else at the memory root) when
-    there is one: judgments someone made. Else those the store implies
-    (:func:`judgments_from_store` with ``kinds``). ``cybmem tune`` itself always tunes on the
-    derived ones unless given a file: self-tuning needs nothing but the store.
 
-    Returns:
-        The judgments, and their source for people: ``from <path>`` or ``derived from project
-        <slug> (<n> <kind>, ...)``.
+@dataclass
+class JudgmentSet:
+    """The judgments a tuning, an evaluation, the tuning widget or the notebook rest on (one rule:
+    :func:`judgment_set`), where they came from, and what was left out."""
+
+    judgments: list[Judgment]
+    source: str  # for people: "from <path>", "given" or "derived from project <slug> (<n> <kind>, ...)"
+    derived: bool
+    history: list[Judgment]  # derived: the judgments of the store's own history (every kind but "used")
+    left_out: dict[str, int]  # "used" judgments left out: clock (implausible), share (past MAX_USED_SHARE); capped runs
+    warnings: list[str]  # e.g. malformed used.jsonl lines skipped
+
+
+def judgment_set(snapshot: Snapshot, judgments: Sequence[Judgment] | str | Path | None = None, *,
+                 kinds: Sequence[str] = JUDGMENT_KINDS, as_of: int | None = None) -> JudgmentSet:
+    """The judgments to tune or score on: a list, a JSONL file the user names, or (None) those the
+    store implies (:func:`judgments_from_store` with ``kinds``). Never a file found lying in the
+    store: a ``qrels.jsonl`` in the memory root is no part of the store, so it is used only when named.
+
+    Derived "used" judgments are at most :data:`MAX_USED_SHARE` of the set: when they outnumber
+    the store's other judgments (every kind but "used", derived whatever ``kinds`` asks for), an
+    even spread of them in time is kept, as many as the others.
 
     Raises:
-        ValidationError: the store's qrels file is malformed (naming the line).
+        ValidationError: a named file is missing or malformed (naming the line).
     """
-    store = snapshot.store
-    for path in (store.dir / QRELS_FILE, store.root / QRELS_FILE):
-        if path.is_file():
-            return load_judgments(path), f"from {path}"
-    js = judgments_from_store(snapshot, kinds=kinds)
-    return js, derived_source(store.slug, js)
+    if judgments is not None:
+        if isinstance(judgments, (str, Path)):
+            return JudgmentSet(load_judgments(judgments), f"from {judgments}", False, [], {}, [])
+        return JudgmentSet(merge_judgments(judgments), "given", False, [], {}, [])
+    kinds = kinds_of(kinds)
+    warnings: list[str] = []
+    left_out: dict[str, int] = {}
+    js = judgments_from_store(snapshot, kinds=kinds, as_of=as_of, warnings=warnings, left_out=left_out)
+    history = [j for j in js if j.kind != "used"]
+    if "used" in kinds:
+        others = [k for k in JUDGMENT_KINDS if k != "used"]
+        if set(others) - set(kinds):
+            history = judgments_from_store(snapshot, kinds=others, as_of=as_of)
+        used = [j for j in js if j.kind == "used"]
+        room = int(len(history) * MAX_USED_SHARE / (1 - MAX_USED_SHARE))
+        if len(used) > room:
+            keep = {id(used[int(i)]) for i in _spread(len(used), room)}
+            left_out["share"] = len(used) - room
+            js = [j for j in js if j.kind != "used" or id(j) in keep]
+    return JudgmentSet(js, derived_source(snapshot.store.slug, js), True, history, left_out, warnings)
+
+
+def _spread(n: int, m: int) -> list[int]:
+    """``m`` positions spread evenly over ``range(n)`` (first and last included when m > 1)."""
+    if m <= 0:
+        return []
+    if m == 1:
+        return [n // 2]
+    return sorted({round(i * (n - 1) / (m - 1)) for i in range(m)})
 
 
 def derived_source(slug: str, judgments: Iterable[Judgment]) -> str:

@@ -36,6 +36,7 @@ no re-scoring of the store (benchmarks/bench_tune.py has the figures).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -50,8 +51,7 @@ import numpy as np
 from ..store.keyword_index import RunLookup
 from ..store.embeddings import read_rows
 from ..errors import CybmemError, ValidationError
-from .judgments import (JUDGMENT_KINDS, METRICS, Judgment, check_metric, derived_source, judgments_from_store,
-                        kinds_of, load_judgments, merge_judgments)
+from .judgments import JUDGMENT_KINDS, METRICS, Judgment, JudgmentSet, check_metric, judgment_set, kinds_of
 from ..progress import Progress
 from .scoring import lineage_affinity, normalize_keyword, ranking_order, recency_of_age
 from .search import parent_row, dispatch_context
@@ -59,7 +59,7 @@ from ..settings import Settings
 from ..store.snapshot import Snapshot, load_snapshot
 from ..store.memory_store import MemoryStore
 from ..store.tokens import tokenize
-from .weights import WEIGHTS_FILE, Weights, read_evidence, save_weights, tuned_note, weight_files, weights_for
+from .weights import WEIGHTS_FILE, Weights, check_range, read_evidence, save_weights, tuned_note, weight_files, weights_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -78,6 +78,11 @@ __all__ = [
     "kind_weights",
     "Evaluation",
     "evaluate_weights",
+    "Bench",
+    "prepare",
+    "check_weights",
+    "check_evidence",
+    "refusal_of",
     "save_project_weights",
     "evidence_of",
     "auto_tune",
@@ -688,6 +693,7 @@ class GridResult:
     state: tuple[int, int, int] | None = None  # weights.json when tuning began (weights_state)
     records: int = 0  # runs the tuning saw
     floor_note: str = ""  # how the floor saved with the weights was found
+    bench: "Bench | None" = field(default=None, repr=False)  # what tune() scored on (None: a bare grid_search)
 
     @property
     def saves(self) -> Weights | None:
@@ -697,38 +703,24 @@ class GridResult:
 
     @property
     def refusal(self) -> str | None:
-        """Why ``cybmem tune --save`` will not save :attr:`saves` without --force (None: it will)."""
-        if self.tests < MIN_JUDGMENTS:
-            lineage = f" (the other {self.judgments - self.tests} are answered by the parent dispatch shows first)" \
-                if self.tests < self.judgments else ""
-            return (f"only {self.tests} judgment(s) test the weights{lineage}; at least {MIN_JUDGMENTS} are needed to "
-                    "tell tuned weights from noise, so the current weights stay")
-        if self.keyword_held:
-            return ("too few of these judgments test keywords, and a larger w_lin also lowers what the words count "
-                    f"for, which they cannot measure; give at least {MIN_KEYWORD_JUDGMENTS} judgments that test "
-                    "keywords (e.g. --judgments qrels.jsonl)")
-        v = self.validation
-        if v is None:
-            return (f"too few judgments ({self.judgments}) to check the weights on later ones; "
-                    f"at least {2 * MIN_FOLD} are needed")
-        if v.tuned == self.current:
-            return f"no grid point beats the current weights on the earlier {v.earlier} judgments"
-        if v.tuned.w_kw == 0:
-            return "the tuned weights switch the keyword axis off (w_kw=0): the block would ignore what the task says"
-        lo, hi = v.interval
-        if not lo > 0:
-            return (f"the weights tuned on the earlier {v.earlier} judgments do not beat the current ones on the later "
-                    f"{v.later} ({v.tuned_later:.4f} vs {v.current_later:.4f}; 90% interval of the difference "
-                    f"{lo:+.4f} to {hi:+.4f}): the grid would be fitting these judgments, not learning")
-        if v.text_tuned_later is not None and v.text_tuned_later < (v.text_current_later or 0.0):
-            return (f"asked as text alone (no parent, no chat), the later {v.later} judgments score lower with the tuned "
-                    f"weights ({v.text_tuned_later:.4f} vs {v.text_current_later:.4f}): lineage would be deciding them")
-        return None
+        """Why ``cybmem tune --save`` will not save :attr:`saves` without --force (None: it will):
+        :func:`refusal_of`, the guard every path that saves weights passes."""
+        return refusal_of(self.tests, self.judgments, self.validation, self.current, keyword_held=self.keyword_held)
 
     @property
     def label(self) -> str:
         """e.g. ``MRR@10``."""
         return f"{METRICS[self.metric]}@{self.k}"
+
+    @property
+    def warnings(self) -> list[str]:
+        """What reading the judgments skipped (e.g. malformed used.jsonl lines), one line each."""
+        return list(self.bench.judgment_set.warnings) if self.bench is not None else []
+
+    @property
+    def left_out(self) -> dict[str, int]:
+        """The "used" judgments left out, by why (clock, share) and used runs cut (capped)."""
+        return dict(self.bench.judgment_set.left_out) if self.bench is not None else {}
 
     @property
     def improvement(self) -> float:
@@ -784,7 +776,8 @@ class GridResult:
             "vectorNote": self.vector_note or None, "metNote": self.met_note or None, "refusal": self.refusal,
             "validation": self.validation.to_dict() if self.validation is not None else None,
             "saves": self.saves.to_dict() if self.saves is not None else None, "asOf": self.as_of,
-            "testsWeights": self.tests, "floorNote": self.floor_note or None,
+            "testsWeights": self.tests, "floorNote": self.floor_note or None, "warnings": self.warnings,
+            "usedLeftOut": self.left_out,
             "metric": self.metric, "k": self.k, "label": self.label,
             "current": {**self.current.to_dict(), "value": round(self.current_metric, 6)},
             "best": {**self.best.to_dict(), "value": round(self.best_metric, 6)},
@@ -802,10 +795,8 @@ def _values(v: Iterable[float] | None, default: Sequence[float], name: str) -> n
     arr = np.asarray(sorted(set(round(float(x), 6) for x in (default if v is None else v))), dtype=np.float64)
     if not len(arr):
         raise ValidationError(f"{name}: give at least one value")
-    if not np.all(np.isfinite(arr)) or (arr < 0).any():
-        raise ValidationError(f"{name}: values must be finite and >= 0, got {list(arr)}")
-    if name == "half_life_days" and (arr <= 0).any():
-        raise ValidationError(f"half-lives must be > 0 days, got {list(arr)}")
+    for x in arr:
+        check_range(name, x)  # a weight of 1e300 would turn every score into NaN
     return arr
 
 
@@ -948,6 +939,11 @@ class Validation:
     # judgment names a parent or chat, so the check above already is one.
     text_tuned_later: float | None = None
     text_current_later: float | None = None
+    # With "used" judgments: tuned and current weights on the store's own history alone (every other
+    # kind of judgment, all of them): None when no "used" judgment is in the set.
+    history_judgments: int | None = None
+    history_tuned: float | None = None
+    history_current: float | None = None
 
     @property
     def gain(self) -> float:
@@ -961,7 +957,53 @@ class Validation:
         if self.text_tuned_later is not None:
             out["textOnly"] = {"tunedLater": round(self.text_tuned_later, 6),
                                "currentLater": round(self.text_current_later or 0.0, 6)}
+        if self.history_tuned is not None:
+            out["history"] = {"judgments": self.history_judgments, "tuned": round(self.history_tuned, 6),
+                              "current": round(self.history_current or 0.0, 6)}
         return out
+
+
+def refusal_of(tests: int, judgments: int, v: Validation | None, current: Weights, *,
+               keyword_held: str = "") -> str | None:
+    """Why checked weights (``v.tuned``) must not be saved without --force (None: they may): the
+    one guard of ``cybmem tune --save``, the automatic re-tune and the tuning widget's Save.
+
+    Args:
+        tests: judgments that test the weights (not answered by the parent dispatch shows first).
+        judgments: evaluable judgments.
+        v: the check on time (:func:`check_weights`); None: too few judgments for one.
+        current: the weights in use.
+        keyword_held: why w_kw was not searched (tune only).
+    """
+    if tests < MIN_JUDGMENTS:
+        lineage = f" (the other {judgments - tests} are answered by the parent dispatch shows first)" \
+            if tests < judgments else ""
+        return (f"only {tests} judgment(s) test the weights{lineage}; at least {MIN_JUDGMENTS} are needed to "
+                "tell tuned weights from noise, so the current weights stay")
+    if keyword_held:
+        return ("too few of these judgments test keywords, and a larger w_lin also lowers what the words count "
+                f"for, which they cannot measure; give at least {MIN_KEYWORD_JUDGMENTS} judgments that test "
+                "keywords (e.g. --judgments qrels.jsonl)")
+    if v is None:
+        return (f"too few judgments ({judgments}) to check the weights on later ones; "
+                f"at least {2 * MIN_FOLD} are needed")
+    if v.tuned == current:
+        return f"no grid point beats the current weights on the earlier {v.earlier} judgments"
+    if v.tuned.w_kw == 0:
+        return "the tuned weights switch the keyword axis off (w_kw=0): the block would ignore what the task says"
+    lo, hi = v.interval
+    if not lo > 0:
+        return (f"the weights tuned on the earlier {v.earlier} judgments do not beat the current ones on the later "
+                f"{v.later} ({v.tuned_later:.4f} vs {v.current_later:.4f}; 90% interval of the difference "
+                f"{lo:+.4f} to {hi:+.4f}): the grid would be fitting these judgments, not learning")
+    if v.text_tuned_later is not None and v.text_tuned_later < (v.text_current_later or 0.0):
+        return (f"asked as text alone (no parent, no chat), the later {v.later} judgments score lower with the tuned "
+                f"weights ({v.text_tuned_later:.4f} vs {v.text_current_later:.4f}): lineage would be deciding them")
+    if v.history_tuned is not None and v.history_tuned < (v.history_current or 0.0) - 1e-9:
+        return (f"on the {v.history_judgments} judgments of the store's own history alone (the ledger and the lineage, "
+                f"without what runs said they used) the tuned weights score lower ({v.history_tuned:.4f} vs "
+                f"{v.history_current:.4f}): the runs' feedback would be steering them")
+    return None
 
 
 def bootstrap_interval(diff: np.ndarray, *, weights: np.ndarray | None = None, resamples: int = 2000,
@@ -1009,27 +1051,138 @@ def _without_lineage(js: Sequence[Judgment]) -> list[Judgment]:
     return [dataclasses.replace(j, parent_run_id=None, chat_session_id=None) for j in js]
 
 
-def _validate(m: AxisMatrices, axes: dict[str, Any], metric: str, k: int, current: Weights,
-              text: AxisMatrices | None, progress: bool | None = False) -> Validation | None:
-    """Search on the earlier half of ``m`` (by asOf), score tuned and current weights on the later half."""
-    folds = time_folds(m)
+@dataclass
+class Bench:
+    """A store's judgments made ready to score any weights on: what ``cybmem tune`` and ``eval``,
+    the tuning widget and the notebook share (:func:`prepare`), so that each reports the same score
+    for the same weights: the same judgments (:func:`cybmem.retrieval.judgments.judgment_set`), the
+    same mean (the kinds balanced by :func:`kind_weights`), the same split in time (:func:`time_folds`)."""
+
+    snapshot: Snapshot
+    judgment_set: JudgmentSet
+    matrices: AxisMatrices  # the evaluable judgments, with their weights in the mean
+    text: AxisMatrices | None  # the same asked as text alone (None: no judgment names a parent or chat)
+    history: AxisMatrices | None  # with "used" judgments: the store's other judgments alone (else None)
+    keyword_tests: int  # judgments that test the weights (not answered by the parent shown first)
+    vector_note: str  # why w_vec is not searched although the store has vectors ("" otherwise)
+    as_of: int | None
+    state: tuple[int, int, int] | None  # weights.json when the bench was made (weights_state)
+    records: int  # runs that existed at as_of
+
+    @functools.cached_property
+    def folds(self) -> tuple[AxisMatrices, AxisMatrices] | None:
+        """The judgments split in time (:func:`time_folds`; None: too few)."""
+        return time_folds(self.matrices)
+
+    @property
+    def kinds(self) -> dict[str, int]:
+        """Evaluable judgments per kind."""
+        out: dict[str, int] = {}
+        for j in self.matrices.judgments:
+            out[j.kind or "given"] = out.get(j.kind or "given", 0) + 1
+        return out
+
+    def score(self, weights: Weights, *, metric: str = "mrr", k: int | None = None) -> dict[str, float | None]:
+        """``weights``' metric on all judgments and on the earlier and later halves (None: too few to split)."""
+        folds = self.folds
+        return {"all": float(evaluate(self.matrices, weights, metric=metric, k=k)),
+                "earlier": float(evaluate(folds[0], weights, metric=metric, k=k)) if folds else None,
+                "later": float(evaluate(folds[1], weights, metric=metric, k=k)) if folds else None}
+
+
+def prepare(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str | Path | None = None,
+            kinds: Sequence[str] = JUDGMENT_KINDS, as_of: int | None = None, k: int = 10,
+            settings: Settings | None = None, vectors: bool = True, progress: bool | None = None) -> Bench:
+    """The judgments (:func:`cybmem.retrieval.judgments.judgment_set`: a list, a file the user
+    names, or None for those the store implies) and their axis values, once.
+
+    Args:
+        vectors: embed the queries when the store has vectors (False: score without the vector axis).
+
+    Raises:
+        ValidationError: no judgment, or none that can be evaluated against the store.
+    """
+    snap = store if isinstance(store, Snapshot) else load_snapshot(store)
+    state = weights_state(snap.store) if snap.store is not None else None
+    jset = judgment_set(snap, judgments, kinds=kinds, as_of=as_of)
+    js = jset.judgments
+    if jset.derived and not js:
+        when = f" as of {as_of}" if as_of is not None else ""
+        wanted, why = kinds_of(kinds), []
+        if set(wanted) - {"used"}:
+            why.append("no run raised, resolved or reopened an issue that earlier runs carried, or was dispatched "
+                       "by a finished parent")
+        if "used" in wanted:
+            why.append("no written run used an earlier run it was shown: used.jsonl notes that for runs "
+                       "dispatched through `cybmem inject` or served by `cybmem mcp`")
+        raise ValidationError(f"project {snap.store.slug} implies no judgments yet{when} ({'; '.join(why)}); pass a "
+                              "judgments file with --judgments")
+    if not jset.derived and as_of is not None:
+        js = jset.judgments = [j for j in js if j.as_of <= as_of]
+        if not js:
+            raise ValidationError(f"no judgment was asked by {as_of} (--as-of); give a later moment")
+    qv, vector_note, model = _query_vectors(snap, js, settings, progress) if vectors else (None, "", None)
+    m = axis_matrices(snap, js, k=k, query_vectors=qv, model=model, progress=progress)
+    if not m.n:
+        reasons = sorted({why for _, why in m.skipped})
+        raise ValidationError(f"none of the {len(js)} judgments can be evaluated ({'; '.join(reasons)}); "
+                              "check their asOf and relevant run ids against this project")
+    m.weights, keyword_tests = kind_weights(m.judgments)
+    text = None
+    if any(j.parent_run_id or j.chat_session_id for j in m.judgments):
+        text = axis_matrices(snap, _without_lineage(m.judgments), k=k, query_vectors=qv, model=model, progress=progress)
+        text.weights = m.weights
+        if text.n != m.n:  # a judgment answerable only through its parent: compare like with like
+            text = None
+    history = None
+    if any(j.kind == "used" for j in m.judgments) and jset.history:
+        history = axis_matrices(snap, jset.history, k=k, query_vectors=qv, model=model, progress=progress)
+        history.weights = kind_weights(history.judgments)[0]
+        history = history if history.n else None
+    records = int(snap.candidates(as_of).sum()) if snap.n else 0
+    return Bench(snap, jset, m, text, history, keyword_tests, vector_note, as_of, state, records)
+
+
+def check_weights(bench: Bench, weights: Weights, current: Weights, *, metric: str = "mrr", k: int | None = None,
+                  earlier: float | None = None) -> Validation | None:
+    """Weights chosen on the earlier judgments (the grid's, or set by hand) checked against the
+    current ones on the later judgments, as text alone, and on the store's own history alone
+    (None: too few judgments to split in time). :func:`refusal_of` reads the answer.
+
+    Args:
+        earlier: their metric on the earlier judgments when already known (the grid's).
+    """
+    folds = bench.folds
     if folds is None:
         return None
     early, late = folds
-    g = grid_search(early, metric=metric, k=k, progress=progress, **axes)
-    tuned = g.best
     cur_ok = any(_weight_vector(current, True))
-    per_t = evaluate(late, tuned, metric=metric, k=k, per_query=True)
+    per_t = evaluate(late, weights, metric=metric, k=k, per_query=True)
     per_c = evaluate(late, current, metric=metric, k=k, per_query=True) if cur_ok else np.zeros(late.n)
     mean = lambda v: float((v * late.weights).sum() / late.weights.sum()) if late.weights is not None else float(v.mean())  # noqa: E731
-    v = Validation(earlier=early.n, later=late.n, tuned=tuned, tuned_earlier=g.best_metric,
-                   current_earlier=g.current_metric, tuned_later=mean(per_t), current_later=mean(per_c),
+    v = Validation(earlier=early.n, later=late.n, tuned=weights,
+                   tuned_earlier=float(evaluate(early, weights, metric=metric, k=k)) if earlier is None else earlier,
+                   current_earlier=float(evaluate(early, current, metric=metric, k=k)) if cur_ok else 0.0,
+                   tuned_later=mean(per_t), current_later=mean(per_c),
                    interval=bootstrap_interval(per_t - per_c, weights=late.weights))
-    if text is not None:
-        t_late = time_folds(text)[1]
-        v.text_tuned_later = float(evaluate(t_late, tuned, metric=metric, k=k))
+    if bench.text is not None:
+        t_late = time_folds(bench.text)[1]
+        v.text_tuned_later = float(evaluate(t_late, weights, metric=metric, k=k))
         v.text_current_later = float(evaluate(t_late, current, metric=metric, k=k)) if cur_ok else 0.0
+    if bench.history is not None:
+        v.history_judgments = bench.history.n
+        v.history_tuned = float(evaluate(bench.history, weights, metric=metric, k=k))
+        v.history_current = float(evaluate(bench.history, current, metric=metric, k=k)) if cur_ok else 0.0
     return v
+
+
+def _validate(bench: Bench, axes: dict[str, Any], metric: str, k: int, current: Weights,
+              progress: bool | None = False) -> Validation | None:
+    """Search on the earlier half of the judgments (by asOf), check the best there (:func:`check_weights`)."""
+    if bench.folds is None:
+        return None
+    g = grid_search(bench.folds[0], metric=metric, k=k, progress=progress, **axes)
+    return check_weights(bench, g.best, current, metric=metric, k=k, earlier=g.best_metric)
 
 
 def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str | Path | None = None,
@@ -1038,13 +1191,13 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
          w_rec: Iterable[float] | None = None, w_lin: Iterable[float] | None = None,
          w_vec: Iterable[float] | None = None, current: Weights | None = None, settings: Settings | None = None,
          kinds: Sequence[str] = JUDGMENT_KINDS, hold_few: bool = True, topk: int | None = None,
-         progress: bool | None = None) -> GridResult:
+         progress: bool | None = None, bench: Bench | None = None) -> GridResult:
     """Search the weights for a project: judgments -> axis values -> grid, checked on time.
 
     Args:
         store: the project (or its snapshot).
         judgments: a list, a judgments JSONL path, or None to derive them from the store
-            (:func:`judgments_from_store` with ``kinds``).
+            (:func:`cybmem.retrieval.judgments.judgment_set` with ``kinds``).
         as_of: tune as of this moment (epoch ms): only the runs, ledger events and judgments that
             existed then, so that the result can be checked on what came after.
         metric, k, steps, half_lives, w_kw, w_rec, w_lin, w_vec: see :func:`grid_search`.
@@ -1054,6 +1207,8 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
         topk: the block's size, for the floor learned from the judgments (default: the settings').
         settings: for the production weights (default: from the environment).
         progress: progress bars on stderr (None: when stderr is a TTY).
+        bench: judgments already prepared (:func:`prepare`; ``store``, ``judgments``, ``as_of``
+            and ``kinds`` are then not read again).
 
     Returns:
         :class:`GridResult`: the best weights on all judgments (:attr:`~GridResult.best`), the
@@ -1061,40 +1216,12 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
         what ``--save`` saves) and why they would not be saved (:attr:`~GridResult.refusal`).
     """
     check_metric(metric, k)
-    snap = store if isinstance(store, Snapshot) else load_snapshot(store)
     settings = settings or Settings.from_env()
-    state = weights_state(snap.store) if snap.store is not None else None
-    derived = judgments is None
-    if derived:
-        js = judgments_from_store(snap, kinds=kinds, as_of=as_of)
-        if not js:
-            when = f" as of {as_of}" if as_of is not None else ""
-            wanted, why = kinds_of(kinds), []
-            if set(wanted) - {"used"}:
-                why.append("no run raised, resolved or reopened an issue that earlier runs carried, or was dispatched "
-                           "by a finished parent")
-            if "used" in wanted:
-                why.append("no written run used an earlier run it was shown: used.jsonl notes that for runs "
-                           "dispatched through `cybmem inject` or served by `cybmem mcp`")
-            raise ValidationError(f"project {snap.store.slug} implies no judgments yet{when} ({'; '.join(why)}); pass a judgments "
-                                  "file with --judgments")
-        source = derived_source(snap.store.slug, js)
-    else:
-        js = load_judgments(judgments) if isinstance(judgments, (str, Path)) else merge_judgments(judgments)
-        source = f"from {judgments}" if isinstance(judgments, (str, Path)) else "given"
-        if as_of is not None:
-            js = [j for j in js if j.as_of <= as_of]
-            if not js:
-                raise ValidationError(f"no judgment was asked by {as_of} (--as-of); give a later moment")
+    if bench is None:
+        bench = prepare(store, judgments=judgments, kinds=kinds, as_of=as_of, k=k, settings=settings, progress=progress)
+    snap, m, keyword_tests = bench.snapshot, bench.matrices, bench.keyword_tests
     if current is None:
         current = weights_for(settings, snap.store).weights
-    qv, vector_note, model = _query_vectors(snap, js, settings, progress)
-    m = axis_matrices(snap, js, k=k, query_vectors=qv, model=model, progress=progress)
-    if not m.n:
-        reasons = sorted({why for _, why in m.skipped})
-        raise ValidationError(f"none of the {len(js)} judgments can be evaluated ({'; '.join(reasons)}); "
-                              "check their asOf and relevant run ids against this project")
-    m.weights, keyword_tests = kind_weights(m.judgments)
     held = ""
     if hold_few and keyword_tests < MIN_KEYWORD_JUDGMENTS and all(x is None for x in (w_kw, w_rec, half_lives)):
         # Judgments that lineage decides say nothing about words or time: they tune w_lin only.
@@ -1106,30 +1233,23 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
                 f"{current.half_life_days:g} days (--all-weights searches them anyway)")
     axes = dict(steps=steps, w_kw=w_kw, w_rec=w_rec, w_lin=w_lin, w_vec=w_vec, half_lives=half_lives, current=current)
     result = grid_search(m, metric=metric, k=k, progress=progress, **axes)
-    result.source = source
-    result.derived = derived
-    result.as_of = as_of
+    result.bench = bench
+    result.source = bench.judgment_set.source
+    result.derived = bench.judgment_set.derived
+    result.as_of = bench.as_of
     result.keyword_held = held
-    result.vector_note = vector_note
+    result.vector_note = bench.vector_note
     result.tests = keyword_tests
-    result.state = state
-    result.records = int(snap.candidates(as_of).sum()) if snap.n else 0
+    result.state = bench.state
+    result.records = bench.records
     met = m.pinned_relevant & ((m.n_relevant == 1) | (metric == "mrr"))  # the parent shown first is all they ask
     if m.n and met.all():
         result.met_note = ("every judgment is met whatever the weights (each asks for the run's parent, which dispatch "
                            "shows first), so there is nothing to tune here; tune on judgments of your own "
                            "(--judgments, e.g. qrels.jsonl or ids from `cybmem search --json`)")
-    result.kinds = {}
-    for j in m.judgments:
-        result.kinds[j.kind or "given"] = result.kinds.get(j.kind or "given", 0) + 1
+    result.kinds = bench.kinds
     # Tune for the dispatch runs will get: judgments that name a parent or chat are also checked as text alone.
-    text = None
-    if any(j.parent_run_id or j.chat_session_id for j in m.judgments):
-        text = axis_matrices(snap, _without_lineage(m.judgments), k=k, query_vectors=qv, model=model, progress=progress)
-        text.weights = m.weights
-        if text.n != m.n:  # a judgment answerable only through its parent: compare like with like
-            text = None
-    result.validation = _validate(m, axes, metric, k, current, text, progress)
+    result.validation = _validate(bench, axes, metric, k, current, progress)
     v = result.validation
     if v is not None and result.refusal is None:
         floor, note = learn_floor(snap, m.judgments, v.tuned, topk=topk or settings.topk, progress=progress)
@@ -1195,6 +1315,7 @@ class Evaluation:
     skipped: int
     source: str
     rows: dict[str, dict[str, Any]]  # name -> {"weights", "all", "earlier", "later", "kinds": {kind: value}}
+    warnings: list[str] = field(default_factory=list)  # e.g. malformed used.jsonl lines skipped
 
     @property
     def label(self) -> str:
@@ -1202,76 +1323,94 @@ class Evaluation:
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "k": self.k, "label": self.label, "judgments": self.judgments,
-                "skipped": self.skipped, "source": self.source,
+                "skipped": self.skipped, "source": self.source, "warnings": self.warnings,
                 "rows": {n: {**r, "weights": r["weights"].to_dict()} for n, r in self.rows.items()}}
 
 
-def evaluate_weights(store: MemoryStore | Snapshot, weights: Mapping[str, Weights], *,
+def evaluate_weights(store: MemoryStore | Snapshot | Bench, weights: Mapping[str, Weights], *,
                      judgments: Sequence[Judgment] | str | Path | None = None, metric: str = "mrr", k: int = 10,
                      kinds: Sequence[str] = JUDGMENT_KINDS, progress: bool | None = None) -> Evaluation:
     """Score fixed weights on judgments (what ``cybmem eval`` prints).
 
     Args:
-        store: the project (or its snapshot).
+        store: the project (or its snapshot, or judgments already prepared: :func:`prepare`).
         weights: name -> weights to score, e.g. ``{"current": ..., "given": ...}``.
         judgments: a list, a JSONL path, or None to derive them from the store.
         metric, k: the metric and its cut-off.
 
     Returns:
         :class:`Evaluation`: each weighting's metric over all judgments, per kind, and on the
-        earlier and the later half of the judgments in time.
+        earlier and the later half of the judgments in time: the numbers ``cybmem tune`` reports
+        for the same weights (the same judgments, mean and split: :class:`Bench`).
     """
     check_metric(metric, k)
-    snap = store if isinstance(store, Snapshot) else load_snapshot(store)
-    if judgments is None:
-        js, source = judgments_from_store(snap, kinds=kinds), f"derived from project {snap.store.slug}"
-    elif isinstance(judgments, (str, Path)):
-        js, source = load_judgments(judgments), f"from {judgments}"
-    else:
-        js, source = merge_judgments(judgments), "given"
-    qv, _, model = _query_vectors(snap, js, None, progress) if any(w.w_vec > 0 for w in weights.values()) else (None, "", None)
-    m = axis_matrices(snap, js, k=k, query_vectors=qv, model=model, progress=progress)
-    if not m.n:
-        raise ValidationError(f"none of the {len(js)} judgments can be evaluated against project {snap.store.slug}")
-    folds = time_folds(m)
+    for name, w in weights.items():
+        if not any(_weight_vector(w, True)):
+            raise ValidationError(f"weights {name!r} are all 0; give at least one axis a positive weight")
+    bench = store if isinstance(store, Bench) else prepare(
+        store, judgments=judgments, kinds=kinds, k=k, vectors=any(w.w_vec > 0 for w in weights.values()),
+        progress=progress)
+    m = bench.matrices
     by_kind: dict[str, list[int]] = {}
     for q, j in enumerate(m.judgments):
         by_kind.setdefault(j.kind or "given", []).append(q)
     subsets = {kind: m.subset(qs) for kind, qs in by_kind.items()} if len(by_kind) > 1 else {}
     rows: dict[str, dict[str, Any]] = {}
     for name, w in weights.items():
-        if not any(_weight_vector(w, True)):
-            raise ValidationError(f"weights {name!r} are all 0; give at least one axis a positive weight")
-        row: dict[str, Any] = {"weights": w, "all": float(evaluate(m, w, metric=metric, k=k))}
-        row["earlier"] = float(evaluate(folds[0], w, metric=metric, k=k)) if folds else None
-        row["later"] = float(evaluate(folds[1], w, metric=metric, k=k)) if folds else None
+        row: dict[str, Any] = {"weights": w, **bench.score(w, metric=metric, k=k)}
         row["kinds"] = {kind: float(evaluate(sub, w, metric=metric, k=k)) for kind, sub in subsets.items()}
         rows[name] = row
-    return Evaluation(metric=metric, k=k, judgments=m.n, skipped=len(m.skipped), source=source, rows=rows)
+    return Evaluation(metric=metric, k=k, judgments=m.n, skipped=len(m.skipped), source=bench.judgment_set.source,
+                      rows=rows, warnings=list(bench.judgment_set.warnings))
 
 
-def evidence_of(result: GridResult) -> dict[str, Any]:
-    """What weights.json keeps of the tuning that wrote it (under "tuned"): the judgments used, the
-    metric before and after on the later half, its bootstrap interval, when, and what was saved."""
+def evidence_of(result: GridResult, *, forced: bool = False) -> dict[str, Any]:
+    """What weights.json keeps of the tuning that wrote it (under "tuned"): the judgments used (per
+    kind, and the "used" ones left out), the metric before and after on the later half, its bootstrap
+    interval, when, and what was saved (``forced``: saved with --force, and what it overrode)."""
     v = result.validation
+    saved = (f"tuned on the earlier {v.earlier} judgments, checked on the later {v.later}" if v is not None else
+             "the best on all judgments (too few to check on later ones; saved with --force)")
+    if forced and v is not None and result.refusal:
+        saved += f"; saved with --force although {result.refusal}"
+    out = _evidence(result.bench, v, result.metric, result.k, saved, tests=result.tests, judgments=result.judgments,
+                    kinds=result.kinds, source=result.source, derived=result.derived, as_of=result.as_of,
+                    records=result.records)
+    if result.floor_note:
+        out["floor"] = result.floor_note
+    return out
+
+
+def _evidence(bench: Bench | None, v: Validation | None, metric: str, k: int, saved: str, *, tests: int,
+              judgments: int, kinds: Mapping[str, int], source: str, derived: bool, as_of: int | None,
+              records: int) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "at": int(time.time() * 1000), "asOf": result.as_of, "records": result.records,
-        "source": "derived" if result.derived else result.source.removeprefix("from "),
-        "kinds": dict(result.kinds), "judgments": result.judgments, "testsWeights": result.tests,
-        "metric": result.metric, "k": result.k, "label": result.label,
+        "at": int(time.time() * 1000), "asOf": as_of, "records": records,
+        "source": "derived" if derived else source.removeprefix("from "),
+        "kinds": dict(kinds), "judgments": judgments, "testsWeights": tests,
+        "metric": metric, "k": k, "label": f"{METRICS[metric]}@{k}", "saved": saved,
     }
+    if bench is not None and bench.judgment_set.left_out:
+        out["usedLeftOut"] = dict(sorted(bench.judgment_set.left_out.items()))
     if v is not None:
-        out["saved"] = f"tuned on the earlier {v.earlier} judgments, checked on the later {v.later}"
         out["earlier"] = {"judgments": v.earlier, "before": round(v.current_earlier, 6), "after": round(v.tuned_earlier, 6)}
         out["later"] = {"judgments": v.later, "before": round(v.current_later, 6), "after": round(v.tuned_later, 6),
                         "interval90": [round(v.interval[0], 6), round(v.interval[1], 6)]}
         if v.text_tuned_later is not None:
             out["later"]["textOnly"] = {"before": round(v.text_current_later or 0.0, 6), "after": round(v.text_tuned_later, 6)}
-    else:
-        out["saved"] = "the best on all judgments (too few to check on later ones; saved with --force)"
-    if result.floor_note:
-        out["floor"] = result.floor_note
+        if v.history_tuned is not None:
+            out["history"] = {"judgments": v.history_judgments, "before": round(v.history_current or 0.0, 6),
+                              "after": round(v.history_tuned, 6)}
     return out
+
+
+def check_evidence(bench: Bench, v: Validation | None, *, metric: str, k: int, saved: str) -> dict[str, Any]:
+    """The evidence of weights checked on ``bench`` by :func:`check_weights` (the tuning widget's Save),
+    in the shape :func:`evidence_of` gives ``cybmem tune --save``'s."""
+    jset = bench.judgment_set
+    return _evidence(bench, v, metric, k, saved, tests=bench.keyword_tests, judgments=bench.matrices.n,
+                     kinds=bench.kinds, source=jset.source, derived=jset.derived, as_of=bench.as_of,
+                     records=bench.records)
 
 
 def save_project_weights(store: MemoryStore, weights: Weights, settings: Settings | None = None, *,
@@ -1354,11 +1493,19 @@ def auto_tune(store: MemoryStore, settings: Settings | None = None, *, progress:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return f"not re-tuned: another tuning of project {store.slug} is running"
+        from .. import _io
+
         try:
             result = tune(store, settings=settings, progress=progress)
-        except CybmemError as exc:
-            return f"not re-tuned: {' '.join(str(exc).split())}"
-        from .. import _io
+        except Exception as exc:  # noqa: BLE001 - a detached re-tune has no one to raise to: it says why in .retune.json
+            why = ' '.join(str(exc).split()) if isinstance(exc, CybmemError) else f"unexpected {type(exc).__name__}: {exc}"
+            line = f"not re-tuned: {why}"
+            try:
+                _io.atomic_write(store.dir / _RETUNE_STATE, json.dumps(
+                    {"records": _last_tuned_at(store), "at": int(time.time() * 1000), "result": line}).encode())
+            except OSError:
+                pass
+            return line
 
         # The next check waits for the history to grow again, whatever this one decides.
         _io.atomic_write(store.dir / _RETUNE_STATE, json.dumps({"records": result.records, "at": int(time.time() * 1000)}).encode())

@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..store.memory_store import MemoryStore
 
 __all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
-           "save_weights", "read_evidence", "tuned_note", "AXES", "FLOOR_SHARE", "FLOOR_MIN_RUNS", "ISSUE_REC_SHARE"]
+           "save_weights", "read_evidence", "tuned_note", "AXES", "FLOOR_SHARE", "FLOOR_MIN_RUNS", "ISSUE_REC_SHARE",
+           "RANGES", "check_range"]
 
 ENV_PREFIX = "CYBERINE_MEMORY_"
 WEIGHTS_FILE = "weights.json"
@@ -98,16 +99,10 @@ class Weights:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ValidationError(f"weight {f.name} must be a number, got {v!r}")
-            if not math.isfinite(v) or v < 0:
-                raise ValidationError(f"weight {f.name} must be finite and >= 0, got {v!r}")
-            object.__setattr__(self, f.name, float(v))
-        if self.half_life_days <= 0:
-            raise ValidationError(f"weight half_life_days must be > 0, got {self.half_life_days!r}")
+            object.__setattr__(self, f.name, check_range(f.name, v))
         if not any(getattr(self, a) > 0 for a in AXES):
             raise ValidationError("the weights are all 0 (w_kw, w_rec, w_lin, w_vec), so every run would score 0; "
                                   "give at least one of them a positive value")
-        if self.floor_vec > 1:
-            raise ValidationError(f"weight floor_vec is a cosine and must be <= 1, got {self.floor_vec!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, base: Weights | None = None) -> Weights:
@@ -137,6 +132,29 @@ class Weights:
 
 #: The score axes' weights (at least one must be positive).
 AXES = ("w_kw", "w_rec", "w_lin", "w_vec")
+
+#: The range each field may take, both ends included (half_life_days: above 0). Past them a score
+#: overflows or loses every digit (weights of 1e300 made every score NaN and the block empty), and no
+#: tuning ever asks for more: the grid searches 0 to 1 and half-lives of 1 to 365 days.
+RANGES: dict[str, tuple[float, float]] = {
+    "w_kw": (0.0, 100.0), "w_rec": (0.0, 100.0), "w_lin": (0.0, 100.0), "w_vec": (0.0, 100.0),
+    "half_life_days": (0.01, 36500.0), "floor": (0.0, 100.0), "floor_vec": (0.0, 1.0),
+}
+_WHY = {"half_life_days": " days", "floor_vec": " (a cosine)"}
+
+
+def check_range(name: str, value: float) -> float:
+    """``value`` as a float when it is finite and within :data:`RANGES` for ``name``.
+
+    Raises:
+        ValidationError: naming the field, the value and the range.
+    """
+    lo, hi = RANGES[name]
+    v = float(value)
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ValidationError(f"weight {name} must be a finite number from {lo:g} to {hi:g}{_WHY.get(name, '')}, "
+                              f"got {value!r}")
+    return v
 
 
 _ENV_KEYS = {
@@ -246,7 +264,9 @@ def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str
             val = float(raw)
             Weights.from_dict({key: val})
         except ValueError:
-            bad.append(f"{var}={raw!r} is not a usable weight; set it to a finite number >= 0 (e.g. {var}=0.3) or unset it")
+            lo, hi = RANGES[key]
+            bad.append(f"{var}={raw!r} is not a usable weight; set it to a finite number from {lo:g} to {hi:g} "
+                       f"(e.g. {var}={Weights().to_dict()[key]:g}) or unset it")
             continue
         values[key] = val
         names[key] = var
