@@ -1283,8 +1283,6 @@ def tune_cmd(
             _weights_row("current", result.current, f"{v.current_earlier:.4f}", later[0], *([f"{v.text_current_later:.4f}"] if text else [])),
             _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", later[1], *([f"{v.text_tuned_later:.4f}"] if text else [])),
         ], fit=_whole)
-    if result.floor_note:
-        _echo(f"Floor: {result.floor_note}.")
     _echo("")
     target = store.dir / "weights.json"
     if saved:

@@ -93,7 +93,6 @@ __all__ = [
     "MIN_FOLD",
     "MIN_JUDGMENTS",
     "bootstrap_interval",
-    "learn_floor",
     "weights_state",
 ]
 
@@ -692,7 +691,6 @@ class GridResult:
     tests: int = 0  # judgments whose answer depends on the weights (not the pinned parent's)
     state: tuple[int, int, int] | None = None  # weights.json when tuning began (weights_state)
     records: int = 0  # runs the tuning saw
-    floor_note: str = ""  # how the floor saved with the weights was found
     bench: "Bench | None" = field(default=None, repr=False)  # what tune() scored on (None: a bare grid_search)
 
     @property
@@ -776,7 +774,7 @@ class GridResult:
             "vectorNote": self.vector_note or None, "metNote": self.met_note or None, "refusal": self.refusal,
             "validation": self.validation.to_dict() if self.validation is not None else None,
             "saves": self.saves.to_dict() if self.saves is not None else None, "asOf": self.as_of,
-            "testsWeights": self.tests, "floorNote": self.floor_note or None, "warnings": self.warnings,
+            "testsWeights": self.tests, "warnings": self.warnings,
             "usedLeftOut": self.left_out,
             "metric": self.metric, "k": self.k, "label": self.label,
             "current": {**self.current.to_dict(), "value": round(self.current_metric, 6)},
@@ -913,8 +911,6 @@ MIN_KEYWORD_JUDGMENTS = 10
 #: Fewer judgments that test the weights than this (those lineage decides do not count), and
 #: ``tune --save`` keeps the weights there are: below it the later half is too small to tell.
 MIN_JUDGMENTS = 30
-#: The floor learned from judgments keeps at least this share of the judged runs the block shows without a floor.
-FLOOR_KEEP = 0.9
 #: Each time-ordered fold needs at least this many judgments for the check to mean anything.
 MIN_FOLD = 5
 
@@ -1204,7 +1200,8 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
         current: the weights to compare with (default: what production reads for the project).
         hold_few: with fewer than MIN_KEYWORD_JUDGMENTS judgments that test keywords, search w_lin only
             (False: search every axis anyway).
-        topk: the block's size, for the floor learned from the judgments (default: the settings').
+        topk: accepted for callers of earlier versions; the block has no floor to learn any more
+            (its evidence is judged per run: cybmem.retrieval.evidence).
         settings: for the production weights (default: from the environment).
         progress: progress bars on stderr (None: when stderr is a TTY).
         bench: judgments already prepared (:func:`prepare`; ``store``, ``judgments``, ``as_of``
@@ -1250,49 +1247,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
     result.kinds = bench.kinds
     # Tune for the dispatch runs will get: judgments that name a parent or chat are also checked as text alone.
     result.validation = _validate(bench, axes, metric, k, current, progress)
-    v = result.validation
-    if v is not None and result.refusal is None:
-        floor, note = learn_floor(snap, m.judgments, v.tuned, topk=topk or settings.topk, progress=progress)
-        v.tuned = dataclasses.replace(v.tuned, floor=floor) if floor is not None else v.tuned
-        result.floor_note = note
     return result
-
-
-def learn_floor(snap: Snapshot, judgments: Sequence[Judgment], weights: Weights, *, topk: int,
-                keep: float = FLOOR_KEEP, progress: bool | None = False) -> tuple[float | None, str]:
-    """The highest floor that keeps at least ``keep`` of the judgments whose relevant run the block
-    (its top ``topk``, dispatch's rule) shows: learned from the project's own judgments.
-
-    Returns:
-        (the floor, or None when too few judgments show a relevant run; a line saying how it was found).
-    """
-    from .search import rank_query
-
-    probe = dataclasses.replace(weights, floor=1e-9)  # the share rule on, the task floor off: see every best match
-    best: list[float] = []
-    hits = 0
-    row_of: dict[str, int] | None = None
-    bar = _progress(len(judgments), "floor", progress)
-    for j in judgments:
-        bar.update()
-        ranked = rank_query(snap, j.query, k=topk, weights=probe, as_of=j.as_of, parent_run_id=None,
-                            chat_session_id=j.chat_session_id, exclude=j.query_run_id, floor=True)
-        if ranked.floor is None or not ranked.top:
-            continue
-        if row_of is None:
-            row_of = {rid: i for i, rid in enumerate(snap.records.column("runId").to_pylist())}
-        rel = {row_of[r] for r in j.relevant if r in row_of}
-        if rel & set(ranked.top):
-            best.append(ranked.floor.best)
-        hits += 1
-    bar.close()
-    if len(best) < MIN_JUDGMENTS // 2:
-        return None, (f"the floor stays at {weights.floor:g}: only {len(best)} judgment(s) show a relevant run "
-                      f"without one (at least {MIN_JUDGMENTS // 2} are needed to learn it)")
-    floor = float(np.quantile(np.asarray(best), 1.0 - keep))
-    floor = round(max(floor, 0.0), 2)
-    return floor, (f"floor {floor:g}: the highest that keeps {keep:.0%} of the {len(best)} judgments whose relevant "
-                   f"run the block shows (of {hits}), learned from them")
 
 
 def weights_state(store: MemoryStore) -> tuple[int, int, int] | None:
@@ -1376,8 +1331,6 @@ def evidence_of(result: GridResult, *, forced: bool = False) -> dict[str, Any]:
     out = _evidence(result.bench, v, result.metric, result.k, saved, tests=result.tests, judgments=result.judgments,
                     kinds=result.kinds, source=result.source, derived=result.derived, as_of=result.as_of,
                     records=result.records)
-    if result.floor_note:
-        out["floor"] = result.floor_note
     return out
 
 
