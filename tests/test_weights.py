@@ -176,7 +176,8 @@ def test_files_and_variables_out_of_range_are_refused_or_skipped(tmp_path, name,
     var = {"w_kw": "CYBERINE_MEMORY_W_KW", "w_rec": "CYBERINE_MEMORY_W_REC", "w_lin": "CYBERINE_MEMORY_W_LIN",
            "w_vec": "CYBERINE_MEMORY_W_VEC", "half_life_days": "CYBERINE_MEMORY_HALF_LIFE_DAYS",
            "floor": "CYBERINE_MEMORY_FLOOR"}[name]
-    with pytest.raises(ValidationError, match=rf"{var}=.* set it to a finite number from"):
+    with pytest.raises(ValidationError, match=rf"{var}=.* is not a usable weight: weight {name} must be a finite "
+                                              rf"number from .* set it within that range or unset it"):
         load_weights([], env={var: repr(value)})
     lenient = load_weights([f], env={var: repr(value)}, lenient=True)
     assert lenient.weights == Weights() and len(lenient.problems) == 2

@@ -262,11 +262,13 @@ def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str
             continue
         try:
             val = float(raw)
-            Weights.from_dict({key: val})
         except ValueError:
-            lo, hi = RANGES[key]
-            bad.append(f"{var}={raw!r} is not a usable weight; set it to a finite number from {lo:g} to {hi:g} "
-                       f"(e.g. {var}={Weights().to_dict()[key]:g}) or unset it")
+            bad.append(f"{var}={raw!r} is not a usable weight; set it to a finite number >= 0 (e.g. {var}=0.3) or unset it")
+            continue
+        try:
+            Weights.from_dict({key: val})
+        except ValidationError as exc:  # out of its range (RANGES): the message names it
+            bad.append(f"{var}={raw!r} is not a usable weight: {exc}; set it within that range or unset it")
             continue
         values[key] = val
         names[key] = var
