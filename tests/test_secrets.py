@@ -248,7 +248,7 @@ FAMILY_CASES = [
     # tokens wrapped over lines or escaped inside JSON
     (f"token:\n  ghp_{R[:20]}\n  {R[20:]}abcd", f"{R[20:]}abcd"),
     (f"export GITHUB_TOKEN=ghp_{R[:20]}\\\n{R[20:]}abcd", f"{R[20:]}abcd"),
-    (f'{{"token": "ghp_{R[:20]}\\n{R[20:]}abcd"}}', f"{R[20:]}abcd"),
+    ('{"stripe": "sk_live_51HxYzAbCdEfGh\\nIjKlMnOpQrSt123456"}', "IjKlMnOpQrSt123456"),
     (f'token = "ghp_{R[:20]}" +\n    "{R[20:]}abcd"', f"{R[20:]}abcd"),
 ]
 
