@@ -260,6 +260,30 @@ def test_a_family_issue_29_named_is_redacted(text, secret):
     assert redact(out) == (out, [])
 
 
+def test_the_families_never_reach_the_disk_and_doctor_finds_them_when_redaction_was_off(memory_root, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cybmem.cli.app import app
+    from cybmem.operations.write import write_run
+    from cybmem.settings import Settings
+
+    settings = Settings.from_env({}, memory_dir=memory_root)
+    for i, (text, _) in enumerate(FAMILY_CASES):
+        write_run(make_run(f"f{i}", f"Deploy: {text}", output=text, start=T0 + i * 60_000), settings)
+    stored = "".join(p.read_text(encoding="utf-8", errors="replace") for p in memory_root.rglob("*") if p.is_file())
+    assert [secret for _, secret in FAMILY_CASES if secret in stored] == []
+    res = CliRunner().invoke(app, ["doctor", "--all", "--secrets", "--json"])
+    assert not [f for f in json.loads(res.stdout)["findings"] if f["check"] == "secrets"], res.stdout[:500]
+
+    monkeypatch.setenv("CYBERINE_MEMORY_REDACT", "0")
+    raw = Settings.from_env({"CYBERINE_MEMORY_REDACT": "0"}, memory_dir=memory_root)
+    write_run(make_run("raw", FAMILY_CASES[4][0], start=T0 + 100 * 60_000), raw)  # the prose password
+    monkeypatch.delenv("CYBERINE_MEMORY_REDACT")
+    res = CliRunner().invoke(app, ["doctor", "--all", "--secrets", "--json"])
+    kinds = {f["kind"] for f in json.loads(res.stdout)["findings"] if f["check"] == "secrets"}
+    assert res.exit_code == 1 and kinds == {"prose_password"}
+
+
 FAMILY_LOOKALIKES = [
     "uses: actions/checkout@v4 and docker/login-action@v3",
     "go get golang.org/x/tools/gopls@v0.14.2",

@@ -341,7 +341,7 @@ _SESSION_PAIR = re.compile(
     r"(?<![\w.%-])(?P<n>(?:__(?:Secure|Host)-)?[A-Za-z_.][\w.-]{0,40}?(?i:sessionid|session|sessid|sess|sid|aspxauth))"
     r"=(?P<v>[^\s;,\"'&<>]{16,1024}+)")
 _COOKIE_JAR = re.compile(
-    r"(?m)^(?:#HttpOnly_)?[\w.-]++\t(?:TRUE|FALSE)\t[^\t\n]*+\t(?:TRUE|FALSE)\t\d++\t[^\t\n]++\t(?P<v>[^\t\r\n]{8,}+)$")
+    r"(?m)(?:^|(?<=[\s:]))(?:#HttpOnly_)?[\w.-]++\t(?:TRUE|FALSE)\t[^\t\n]*+\t(?:TRUE|FALSE)\t\d++\t[^\t\n]++\t(?P<v>[^\t\r\n]{8,}+)$")
 
 
 _SESSION_NEEDLES = ("sess", "Sess", "SESS", "sid", "Sid", "SID", "ASPXAUTH")
