@@ -77,11 +77,13 @@ def _messages(corpora, name: str) -> list[str]:
                 if m.isfile() and "/records/" in m.name and m.name.endswith(".json")]
 
 
-@pytest.mark.parametrize("name", ["pytest-memory", "mypy-memory", "sphinx-memory", "pytest-memory-1k"])
-def test_at_most_one_false_alarm_per_10000_real_commit_messages(name, corpora):
+@pytest.mark.parametrize("name", ["pytest-memory", "mypy-memory", "sphinx-memory", "celery-memory", "pytest-memory-1k"])
+def test_at_most_one_false_alarm_per_1000_real_commit_messages(name, corpora):
     texts = _messages(corpora, name)
     alarms = [(f.kind, t[max(0, f.start - 30):f.end + 10]) for t in texts for f in scan(t)[:1]]
-    assert len(alarms) <= len(texts) / 10_000, alarms[:5]
+    assert len(alarms) <= len(texts) / 1_000, alarms[:5]
+    # the only ones today: celery's default broker URL, amqp://guest:guest@localhost (a password in use)
+    assert all(kind == "url_password" and "guest:guest@" in t for kind, t in alarms), alarms[:5]
 
 
 def test_a_github_actions_permission_is_not_a_secret():
@@ -181,6 +183,126 @@ def test_a_word_on_the_next_line_is_not_joined_to_a_token():
     text = f"Done.\n\nACCOMPLISHED:\n- rotated ghp_{R}abcd\nISSUES:\n- Key leaked\n"
     assert redact(text) == (f"Done.\n\nACCOMPLISHED:\n- rotated [REDACTED:github_token]\nISSUES:\n- Key leaked\n",
                             ["github_token"])
+
+
+# -- the families issue 29 found slipping through (item 2) ----------------------------------------------
+
+FAMILIES = REPO / "tests" / "data" / "secret-families.jsonl"
+
+
+def _families() -> list[dict]:
+    return [json.loads(line) for line in FAMILIES.read_text(encoding="utf-8").splitlines()]
+
+
+def test_the_families_file_is_what_its_builder_gives():
+    spec = importlib.util.spec_from_file_location("secret_families", REPO / "benchmarks" / "secret_families.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.dumps(module.build()) == FAMILIES.read_text(encoding="utf-8"), "run python benchmarks/secret_families.py"
+
+
+def test_recall_on_the_public_family_examples():
+    rows = _families()
+    assert {r["family"] for r in rows} >= {"prose", "connection-string", "ini-env", "cookie", "kubeconfig",
+                                           "wrapped-escaped", "unlabelled", "url", "pgpass-shell"}
+    assert all(r["repo"] and r["rule"] and r["split"] in ("dev", "held-out") for r in rows)
+    dev = [r for r in rows if r["split"] == "dev"]
+    assert all(map(_caught, dev)), [r["text"][:60] for r in dev if not _caught(r)]
+    assert sum(map(_caught, rows)) / len(rows) >= 0.9
+    for row in rows:
+        once, _ = redact(row["text"])
+        assert redact(once) == (once, []), row["text"][:80]
+
+
+S = "Xk8mQ2pLv7"  # a password none of the sources hold
+FAMILY_CASES = [
+    # a URL password with an unencoded # or ?
+    (f"DATABASE_URL=postgres://app:{S}#1?x@db.example.com:5432/app", f"{S}#1?x"),
+    (f"redis://:{S}?z@cache:6379/0", f"{S}?z"),
+    # a .pgpass line inside a shell command
+    (f'echo "db.example.com:5432:app:appuser:{S}" >> ~/.pgpass', S),
+    (f"printf 'localhost:5432:*:postgres:{S}\\n' > $HOME/.pgpass", S),
+    # a password stated in prose
+    (f"The password is {S}! for the staging box", S),
+    (f"use password {S} to log in", S),
+    (f"the root pw was set to {S}.", S),
+    # JDBC / Oracle user/password@host
+    (f"jdbc:oracle:thin:scott/{S}@dbhost:1521:ORCL", S),
+    (f"sqlplus system/{S}@//db.example.com:1521/XE", S),
+    (f"connect app_user/{S}@prod.db.internal:1521/ORCLPDB1", S),
+    # snake_case keys in INI and env files
+    (f"[ldap]\nldap_bind_pw = {S}\n", S),
+    (f"PASS = '{S}'", S),
+    # session cookies
+    ("Cookie: sessionid=8f7a6d5c4b3a2918f7e6d5c4b3a29180; lang=en", "8f7a6d5c4b3a2918f7e6d5c4b3a29180"),
+    ("Set-Cookie: JSESSIONID=1A2B3C4D5E6F7A8B9C0D1E2F3A4B5C6D; Path=/; HttpOnly", "1A2B3C4D5E6F7A8B9C0D1E2F3A4B5C6D"),
+    ("PHPSESSID=k9v8u7t6s5r4q3p2o1n0m9l8k7", "k9v8u7t6s5r4q3p2o1n0m9l8k7"),
+    ("curl -b 'session=eyJ1c2VyIjoxfQ.ZxY.abcDEF123' https://x", "eyJ1c2VyIjoxfQ.ZxY.abcDEF123"),
+    ("example.com\tFALSE\t/\tTRUE\t0\tsid\tq7W2e9R4t6Y1u3I8o5P0".replace("\\t", "\t"), "q7W2e9R4t6Y1u3I8o5P0"),
+    # base64 key material in kubeconfig-style files
+    ("users:\n- user:\n    client-key-data: " + base64.b64encode(b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIB" + S.encode()).decode(),
+     base64.b64encode(b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIB" + S.encode()).decode()[24:]),
+    ("ssh_b64=" + base64.b64encode(b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE" + S.encode()).decode(),
+     base64.b64encode(b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE" + S.encode()).decode()[30:]),
+    ('{"kind": "Secret", "data": {"api": "' + base64.b64encode(S.encode()).decode() + '"}}', base64.b64encode(S.encode()).decode()),
+    # tokens wrapped over lines or escaped inside JSON
+    (f"token:\n  ghp_{R[:20]}\n  {R[20:]}abcd", f"{R[20:]}abcd"),
+    (f"export GITHUB_TOKEN=ghp_{R[:20]}\\\n{R[20:]}abcd", f"{R[20:]}abcd"),
+    ('{"stripe": "sk_live_51HxYzAbCdEfGh\\nIjKlMnOpQrSt123456"}', "IjKlMnOpQrSt123456"),
+    (f'token = "ghp_{R[:20]}" +\n    "{R[20:]}abcd"', f"{R[20:]}abcd"),
+]
+
+
+@pytest.mark.parametrize("text, secret", FAMILY_CASES, ids=[t[:40] for t, _ in FAMILY_CASES])
+def test_a_family_issue_29_named_is_redacted(text, secret):
+    out, kinds = redact(text)
+    assert kinds and secret not in out, out
+    assert redact(out) == (out, [])
+
+
+def test_the_families_never_reach_the_disk_and_doctor_finds_them_when_redaction_was_off(memory_root, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cybmem.cli.app import app
+    from cybmem.operations.write import write_run
+    from cybmem.settings import Settings
+
+    settings = Settings.from_env({}, memory_dir=memory_root)
+    for i, (text, _) in enumerate(FAMILY_CASES):
+        write_run(make_run(f"f{i}", f"Deploy: {text}", output=text, start=T0 + i * 60_000), settings)
+    stored = "".join(p.read_text(encoding="utf-8", errors="replace") for p in memory_root.rglob("*") if p.is_file())
+    assert [secret for _, secret in FAMILY_CASES if secret in stored] == []
+    res = CliRunner().invoke(app, ["doctor", "--all", "--secrets", "--json"])
+    assert not [f for f in json.loads(res.stdout)["findings"] if f["check"] == "secrets"], res.stdout[:500]
+
+    monkeypatch.setenv("CYBERINE_MEMORY_REDACT", "0")
+    raw = Settings.from_env({"CYBERINE_MEMORY_REDACT": "0"}, memory_dir=memory_root)
+    write_run(make_run("raw", FAMILY_CASES[4][0], start=T0 + 100 * 60_000), raw)  # the prose password
+    monkeypatch.delenv("CYBERINE_MEMORY_REDACT")
+    res = CliRunner().invoke(app, ["doctor", "--all", "--secrets", "--json"])
+    kinds = {f["kind"] for f in json.loads(res.stdout)["findings"] if f["check"] == "secrets"}
+    assert res.exit_code == 1 and kinds == {"prose_password"}
+
+
+FAMILY_LOOKALIKES = [
+    "uses: actions/checkout@v4 and docker/login-action@v3",
+    "go get golang.org/x/tools/gopls@v0.14.2",
+    "npm i @types/node@18.11.9 lodash/fp@4.17.21",
+    "http://localhost:3000?next=user@example.com",
+    "The password is required; the password is now hashed.",
+    "the password is stored in /etc/app/secret.txt",
+    "password is None when unset, and pw is empty",
+    "Set-Cookie: lang=en-US; Path=/; Domain=example.com",
+    "process_id=12345 and access_count=9876543210123456",
+    "certificate-authority-data: " + base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIC" + b"A" * 40).decode(),
+    "Fix the reader in src/some_long_module_name_here.py\nISSUES: none",
+    "password = os.environ['PW']",
+]
+
+
+@pytest.mark.parametrize("text", FAMILY_LOOKALIKES, ids=range(len(FAMILY_LOOKALIKES)))
+def test_a_family_lookalike_is_left_alone(text):
+    assert redact(text) == (text, [])
 
 
 # -- the high-entropy rule -----------------------------------------------------------------------------

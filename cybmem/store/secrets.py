@@ -332,8 +332,10 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     key_quoted = bool(match.group("kq")) or (key_start > 0 and text[key_start - 1] in "\"'")
     compound = any(c.isalnum() for c in prefix) or prefix == "_"  # _auth= in .npmrc
     if not compound:
-        # "auth" alone only as a quoted key: {"auth": "dXNlcjpwYXNz"} in .docker/config.json
-        if lower not in _BARE_WORDS and not (lower == "auth" and key_quoted):
+        # "auth" alone only as a quoted key: {"auth": "dXNlcjpwYXNz"} in .docker/config.json;
+        # "pass" alone only assigned a quoted value: PASS = '…' (not go test's PASS: TestLogin)
+        assigned_quote = match.groupdict().get("qv") is not None and match.group("sep") in ("=", ":=")
+        if lower not in _BARE_WORDS and not (lower == "auth" and key_quoted) and not (lower == "pass" and assigned_quote):
             return False  # PASS: TestLogin, key: value
     elif prefix[-1].isalnum():
         # Glued to the word before: dbPassword, PGPASSWORD, csrftoken; not monkey, OLDPWD.

@@ -1,0 +1,256 @@
+"""Build tests/data/secret-families.jsonl: the secret families issue 29 found slipping through,
+as public rule sets give them, to measure cybmem's redaction on cases it was not written from.
+
+    python benchmarks/secret_families.py           # rewrites tests/data/secret-families.jsonl
+    python benchmarks/secret_families.py --check   # exit 1 when the file is not what this gives
+
+Each case comes from a public rule set's own examples: Kingfisher's rules (mongodb/kingfisher,
+data/rules/*.yml, ``examples``, Apache-2.0), gitleaks' rules (gitleaks/gitleaks,
+cmd/generate/config/rules/*.go, ``tps``, MIT), detect-secrets' plugin tests (Yelp/detect-secrets,
+tests/plugins/*_test.py, Apache-2.0), and for shapes no rule set carries an example of, the
+specification's own example (RFC 6265 for cookies, PostgreSQL's .pgpass format, Oracle's JDBC
+thin URL). ``form`` says how: ``literal`` is the example as written; a named form (``prose``,
+``shell``, ``wrapped``, ``json-escaped``, ``kubeconfig``, ``url``, ``ini``) puts the example's own
+secret into that shape, with the source's other parts (user, host) where it has them.
+
+``split`` is drawn from the rule id (crc32, even: dev; odd: held-out) before any case was scored:
+the dev part is the one looked at while writing rules, the held-out part is only scored
+(benchmarks/bench_secrets.py prints both).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import zlib
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "secret-families.jsonl"
+
+KF = {"repo": "mongodb/kingfisher", "commit": "339780329b871a5bbba39f9ef949eecab474c846", "licence": "Apache-2.0"}
+GL = {"repo": "gitleaks/gitleaks", "licence": "MIT"}
+DS = {"repo": "Yelp/detect-secrets", "licence": "Apache-2.0"}
+RFC6265 = {"repo": "IETF RFC 6265", "path": "section 3.1 (examples)", "commit": None, "licence": "IETF Trust"}
+PGPASS = {"repo": "PostgreSQL documentation", "path": "libpq-pgpass.html (the file's format)", "commit": None,
+          "licence": "PostgreSQL"}
+ORACLE = {"repo": "Oracle JDBC Developer's Guide", "path": "data-sources-and-URLs (thin driver URL)", "commit": None,
+          "licence": "documentation"}
+
+CASES: list[dict] = []
+
+
+def case(family: str, source: dict, path: str | None, rule: str, text: str, value: str | None, form: str = "literal") -> None:
+    CASES.append({"family": family, "text": text, "value": value, "form": form, "rule": rule,
+                  **source, **({"path": path} if path else {})})
+
+
+# -- provider tokens without a label (Kingfisher's own examples, as written) ------------------------
+K = "data/rules/{}.yml"
+case("unlabelled", KF, K.format("github"), "kingfisher.github.1",
+     "## git developer settings\n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\n", "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")
+case("unlabelled", KF, K.format("github"), "kingfisher.github.1",
+     "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",
+     "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")
+case("unlabelled", KF, K.format("github"), "kingfisher.github.7",
+     "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",
+     "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")
+case("unlabelled", KF, K.format("github"), "kingfisher.github.3",
+     "Example usage:\ngit clone http://ghs_RguXIkihJjwHAP6eXEYxaPNvywurTr5IOAbg@github.com/username/repo.git\n",
+     "ghs_RguXIkihJjwHAP6eXEYxaPNvywurTr5IOAbg")
+case("unlabelled", KF, K.format("slack"), "kingfisher.slack.1",
+     "xapp-1-A05V64V7F2B-5062360157732-9f01726eebe77df2c096a65e95acdd02107b2c1e92ca341cff27ca271b7251b4",
+     "9f01726eebe77df2c096a65e95acdd02107b2c1e92ca341cff27ca271b7251b4")
+case("unlabelled", KF, K.format("slack"), "kingfisher.slack.2",
+     "xoxb-853BAAEE-1B2eDb6A4c75-01bB6Da1CE3E98f6fED5AeC07Dc3E94C", "01bB6Da1CE3E98f6fED5AeC07Dc3E94C")
+case("unlabelled", KF, K.format("slack"), "kingfisher.slack.2",
+     "xoxe-1-My0xLTIxNTE3NzA2MDYtNzE5MDc2ODQ3OTg3Ny03MjE2NDY0MzYxNDcyLTliOWNhYzZhODU3ODc3NjAxZGM4ODg2ZWRkMmE2MTc3ZDA3ODY4ZmUzZDg2NzEyZTU0Zjk2ZTYzMWMxZTVmOTA",
+     "My0xLTIxNTE3NzA2MDYtNzE5MDc2ODQ3OTg3Ny03MjE2NDY0MzYxNDcy")
+case("unlabelled", KF, K.format("slack"), "kingfisher.slack.4",
+     "https://hooks.slack.com/services/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", "CdVQm6KZiMPRxAqiIraNkYBW")
+case("unlabelled", KF, K.format("mongodb"), "kingfisher.mongodb.4",
+     "mdb_sa_sk_BdIX_jLzut2WTgglKzKvSgWMDDj5hEoTqdwOyLOL", "BdIX_jLzut2WTgglKzKvSgWMDDj5hEoTqdwOyLOL")
+case("unlabelled", KF, K.format("anthropic"), "kingfisher.anthropic.1",
+     "sk-ant-api668-Clm512odot9WDD7itfUU9R880nefA1EtYZDbpE-C9b0XQEWpqFKf9DQUo03vOfXl16oSmyar1CLF1SzV3YzpZJ6bahcpLAA",
+     "Clm512odot9WDD7itfUU9R880nefA1EtYZDbpE")
+case("unlabelled", KF, K.format("stripe"), "kingfisher.stripe.1", "sk_live_HQS0j4H75XpthOW", "sk_live_HQS0j4H75XpthOW")
+case("unlabelled", KF, K.format("stripe"), "kingfisher.stripe.2",
+     "sk_live_f01c79xuuug7yodgzj5ws0h1x2kyvho3ft3640n241uqewmael0e66iw91hrob9rl9pt6o",
+     "sk_live_f01c79xuuug7yodgzj5ws0h1x2kyvho3ft3640n241uqewmael0e66iw91hrob9rl9pt6o")
+case("unlabelled", KF, K.format("gitlab"), "kingfisher.gitlab.1", "glpat-kSaPeOD_-T0JxMi3p28B", "glpat-kSaPeOD_-T0JxMi3p28B")
+case("unlabelled", KF, K.format("gitlab"), "kingfisher.gitlab.3",
+     "curl    \\\n-X POST \\\n--fail  \\\n--no-progress-meter \\\n-F token=glptt-0d66598d696a02da33fb65e2a041f607c68ea50d \\\n-F ref=main\n",
+     "glptt-0d66598d696a02da33fb65e2a041f607c68ea50d")
+case("unlabelled", KF, K.format("jwt"), "kingfisher.jwt.1",
+     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJsb2dnZWRJbkFzIjoiYWRtaW4iLCJpYXQiOjE0MjI3Nzk2Mzh9.gzSraSYS8EXBxLN_oWnFSRgCzcmEmMjLiuyu5CSpyHI",
+     "gzSraSYS8EXBxLN_oWnFSRgCzcmEmMjLiuyu5CSpyHI")
+case("unlabelled", KF, K.format("aws"), "kingfisher.aws.1", "ASIAOZW6VBVAZFJHJLQA", "ASIAOZW6VBVAZFJHJLQA")
+
+# -- snake_case and dotted keys in INI, env and properties files -------------------------------------
+case("ini-env", KF, K.format("aws"), "kingfisher.aws.2",
+     "foo.backup.archive.aws.secretkey=sBmHlDFrNcsz35N+LRjwlUxF8/wypT4tiJCQ0wP4", "sBmHlDFrNcsz35N+LRjwlUxF8/wypT4tiJCQ0wP4")
+case("ini-env", KF, K.format("aws"), "kingfisher.aws.4",
+     'export AWS_ACCESS_KEY_ID="I08BCX2ACV45ED1DOC9J"\nexport AWS_SECRET_ACCESS_KEY="0qk+o7XctJMmG6ydO8537c9+TofLJU1K0PiVBXSg"\n',
+     "0qk+o7XctJMmG6ydO8537c9+TofLJU1K0PiVBXSg")
+case("ini-env", KF, K.format("aws"), "kingfisher.aws.4",
+     "[default]\naws_access_key_id = I08BCX2ACV45ED1DOC9J\naws_secret_access_key = 0qk+o7XctJMmG6ydO8537c9+TofLJU1K0PiVBXSg\n",
+     "0qk+o7XctJMmG6ydO8537c9+TofLJU1K0PiVBXSg", "ini")
+case("ini-env", KF, K.format("mongodb"), "kingfisher.mongodb.1",
+     "ATLAS_PRIVATE_KEY=4b18315e-6b7d-4337-b449-5d38f5a189ec", "4b18315e-6b7d-4337-b449-5d38f5a189ec")
+case("ini-env", KF, K.format("github"), "kingfisher.github.6",
+     "GITHUB_CLIENT_ID=ac58d6da7d7a84c039b7\nGITHUB_SECRET=37d02377a3e9d849e18704c3ec883f9c5787d857\n",
+     "37d02377a3e9d849e18704c3ec883f9c5787d857")
+case("ini-env", KF, K.format("github"), "kingfisher.github.6",
+     "[github]\nclient_id = ac58d6da7d7a84c039b7\nclient_secret = 37d02377a3e9d849e18704c3ec883f9c5787d857\n",
+     "37d02377a3e9d849e18704c3ec883f9c5787d857", "ini")
+case("ini-env", KF, K.format("generic"), "kingfisher.generic.4", "user = Aladdin\npassword = open_sesame\n", "open_sesame")
+case("ini-env", KF, K.format("generic"), "kingfisher.generic.1",
+     '    private static String CLIENT_SECRET = "6fb1cff7690db9ac066cadbbde8e3c078efdabcf";',
+     "6fb1cff7690db9ac066cadbbde8e3c078efdabcf")
+case("ini-env", KF, K.format("generic"), "kingfisher.generic.2", 'API_KEY = "951bc382db9abad29c68634761dd6e19"',
+     "951bc382db9abad29c68634761dd6e19")
+case("ini-env", KF, K.format("generic"), "kingfisher.generic.5", 'my_password: "super$ecret"', "super$ecret")
+case("ini-env", KF, K.format("generic"), "kingfisher.generic.5", 'my_password := "super$ecret"', "super$ecret")
+case("ini-env", KF, K.format("generic"), "kingfisher.generic.5",
+     "[mysqld]\nroot_pw = super$ecret\n", "super$ecret", "ini")
+case("ini-env", KF, K.format("generic"), "kingfisher.generic.8",
+     "hostname = '10.11.12.13'\nUSERNAME = 'donjuandemarco@example.com'\n# some comment\n# some other comment\nPASS = '`123QWERasdf'\n",
+     "`123QWERasdf")
+case("ini-env", KF, K.format("generic"), "kingfisher.generic.3",
+     "credential = UsernamePasswordCredential(\n    client_id='da34859b-2ae4-48c3-bfe0-1b28b7cf2eed',\n"
+     "    username='donjuandemarco',\n    password='1qay@WXS????',\n    tenant_id='bc877b20-f135-4c13-a266-8ed26b8f0f4b')\n",
+     "1qay@WXS????")
+
+# -- JDBC, ODBC and other user/password@host strings -------------------------------------------------
+case("connection-string", KF, K.format("odbc"), "kingfisher.odbc.1",
+     "Server=host;Port=5432;User Id=username;Password=secret;Database=databasename;", None)
+case("connection-string", KF, K.format("odbc"), "kingfisher.odbc.1",
+     "Provider=SQLNCLI;Server=myServerName,myPortNumber;Database=myDataBase;Uid=myUsername;Pwd=myPassword;", None)
+case("connection-string", KF, K.format("odbc"), "kingfisher.odbc.1",
+     'adoConn.Open("Provider=SQLOLEDB.1;User ID=specialbill_user; " & "Password =specialbill_user;Initial Catalog=SpecialBill_PROD;Data Source=uszdba01;")',
+     None)
+case("connection-string", KF, K.format("odbc"), "kingfisher.odbc.1",
+     '//Database Info\n$host = "localhost";\n$database = "NHOHVA";\n$user = "mg1021"; $password = "goodspec";\n', "goodspec")
+case("connection-string", ORACLE, None, "jdbc-oracle-thin", "jdbc:oracle:thin:scott/tiger@myhost:1521:orcl", "tiger")
+case("connection-string", ORACLE, None, "jdbc-oracle-thin",
+     'String url = "jdbc:oracle:thin:donjuandemarco/`123QWERasdf@//10.11.12.13:1521/orcl";', "`123QWERasdf", "jdbc")
+case("connection-string", KF, K.format("generic"), "kingfisher.generic.3",
+     "sqlplus abuser/abuser123456@10.11.12.13:1521/ORCL", "abuser123456", "oracle-cli")
+case("connection-string", KF, K.format("generic"), "kingfisher.generic.8",
+     "expdp donjuandemarco/1qayWXS42@//10.11.12.13:1521/XE directory=dump", "1qayWXS42", "oracle-cli")
+
+# -- URLs whose password holds an unencoded # or ?, and the URL rules' own examples -------------------
+case("url", KF, K.format("postgres"), "kingfisher.postgres.1",
+     'CONNECTION_URI="postgres://postgres:s2Tf2k@rLMy@google.com:5434/elephant"', "s2Tf2k@rLMy")
+case("url", KF, K.format("postgres"), "kingfisher.postgres.1",
+     "Connection URI= postgresql://nimda:vg498hwegw1udp6s@db-postgresql-nyc1-64297-do-user-1243723-0.db.ondigitalocean.com:25060/defaultdb?sslmode=require",
+     "vg498hwegw1udp6s")
+case("url", KF, K.format("mongodb"), "kingfisher.mongodb.3",
+     'client = mongoc_client_new ("mongodb+srv://someuser:hunter2@my-atlas-rd941.mongodb.net/test?retryWrites=true&w=majority");',
+     "hunter2")
+case("url", KF, K.format("mongodb"), "kingfisher.mongodb.3", '"mongodb+srv://user:passw0rd@cluster0.something.mongodb.net/"',
+     "passw0rd")
+case("url", KF, K.format("uri"), "kingfisher.uri.1", "https://username:secret@example.com/path", None)
+case("url", KF, K.format("generic"), "kingfisher.generic.3",
+     "DATABASE_URL=postgres://donjuandemarco:1qay@WXS????@10.11.12.13:5432/app", "1qay@WXS????", "url")
+case("url", KF, K.format("generic"), "kingfisher.generic.5",
+     "redis://default:Pass123!@#@10.11.12.13:6379/0", "Pass123!@#", "url")
+case("url", KF, K.format("generic"), "kingfisher.generic.8",
+     "amqp://donjuandemarco:`123QWER#asdf@10.11.12.13:5672/vhost", None, "url")
+
+# -- a .pgpass line written by a shell command ---------------------------------------------------------
+case("pgpass-shell", PGPASS, None, "pgpass",
+     'echo "10.11.12.13:5432:*:abuser:abuser123456" >> ~/.pgpass && chmod 600 ~/.pgpass', "abuser123456", "shell")
+case("pgpass-shell", PGPASS, None, "pgpass",
+     "RUN printf '%s\\n' 'db.internal:5432:app:donjuandemarco:1qayWXS42' > /root/.pgpass", "1qayWXS42", "shell")
+case("pgpass-shell", KF, K.format("generic"), "kingfisher.generic.5",
+     "echo '*:*:*:postgres:super$ecret' | tee $HOME/.pgpass", "super$ecret", "shell")
+
+# -- a password stated in prose -------------------------------------------------------------------------
+case("prose", KF, K.format("generic"), "kingfisher.weak_password.1", "The admin password is p@ssw0rd99 until we rotate it.",
+     "p@ssw0rd99", "prose")
+case("prose", KF, K.format("generic"), "kingfisher.weak_password.1", "staging db: the password was set to letmein42", "letmein42", "prose")
+case("prose", KF, K.format("generic"), "kingfisher.generic.5", "Log in as root; the password is super$ecret", "super$ecret", "prose")
+case("prose", KF, K.format("generic"), "kingfisher.generic.5", "vm_password? It is 'Pass123!@#' for now", None, "prose")
+case("prose", KF, K.format("generic"), "kingfisher.generic.3", "Use password `123QWERasdf for the VPN.", "`123QWERasdf", "prose")
+case("prose", KF, K.format("generic"), "kingfisher.generic.4", "the passphrase is open_sesame", None, "prose")
+case("prose", GL, "cmd/generate/config/rules/generic.go", "generic-api-key",
+     "our jenkins pw is 8ae31cacf141669ddfb5da", "8ae31cacf141669ddfb5da", "prose")
+
+# -- session cookies ----------------------------------------------------------------------------------
+case("cookie", RFC6265, None, "rfc6265-3.1", "Set-Cookie: SID=31d4d96e407aad42", "31d4d96e407aad42")
+case("cookie", RFC6265, None, "rfc6265-3.1", "Set-Cookie: SID=31d4d96e407aad42; Path=/; Domain=example.com", "31d4d96e407aad42")
+case("cookie", RFC6265, None, "rfc6265-3.1", "Cookie: SID=31d4d96e407aad42; lang=en-US", "31d4d96e407aad42")
+case("cookie", RFC6265, None, "rfc6265-3.1",
+     "Set-Cookie: SID=31d4d96e407aad42; Path=/; Secure; HttpOnly\nSet-Cookie: lang=en-US; Path=/; Domain=example.com",
+     "31d4d96e407aad42")
+case("cookie", RFC6265, None, "rfc6265-3.1", "curl -b 'SID=31d4d96e407aad42' https://example.com/", "31d4d96e407aad42", "curl")
+case("cookie", {**GL, "commit": "2c097d4b318b14006be3698115387490051cd1e8"}, "cmd/generate/config/rules/gitlab.go",
+     "gitlab-session-cookie", "Cookie: _gitlab_session=kq2v5m1w8x3c7z9b4n6d0f2h5j8l1p3r", "kq2v5m1w8x3c7z9b4n6d0f2h5j8l1p3r", "header")
+case("cookie", RFC6265, None, "rfc6265-3.1",
+     "# Netscape HTTP Cookie File\nexample.com\tFALSE\t/\tTRUE\t0\tSID\t31d4d96e407aad42\n", "31d4d96e407aad42", "cookie-jar")
+
+# -- base64 key material as kubeconfig and Kubernetes hold it -----------------------------------------
+_PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8QuKUpRKfFLfRYC9AIKjbJTWit+CqvjWYzvQwECAwEAAQJAIJLixBy2qpFoS4DSmoEmo3qGy0t6z09AIJtH+5OeRV1be+N4cDYJKffGzDa88vQENZiRm0GRq6a+HPGQMd2kTQIhAKMSvzIBnni7ot/OSie2TmJLY4SwTQAevXysE2RbFDYdAiEBCUEaRQnMnbp79mxDXDf6AU0cN/RPBjb9qSHDcWZHGzUCIG2Es59z8ugGrDY+pxLQnwfotadxd+Uyv/Ow5T0q5gIJAiEAyS4RaI9YG8EWx/2w0T67ZUVAw8eOMB6BIUg0Xcu+3okCIBOs/5OiPgoTdSy7bcF9IGpSE8ZgGKzgYQVZeN97Y==\n-----END RSA PRIVATE KEY-----\n")
+_PEM64 = base64.b64encode(_PEM.encode()).decode()
+_GLPK = {**GL, "commit": "00639b2ad719a17dab59de304b839b4a30ab05e3"}
+case("kubeconfig", _GLPK, "cmd/generate/config/rules/privatekey.go", "private-key",
+     "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t\n"
+     f"    client-key-data: {_PEM64}\n", _PEM64[20:80], "kubeconfig")
+case("kubeconfig", _GLPK, "cmd/generate/config/rules/privatekey.go", "private-key",
+     f'{{"kind": "Config", "users": [{{"name": "admin", "user": {{"client-key-data": "{_PEM64}"}}}}]}}', _PEM64[20:80],
+     "kubeconfig-json")
+case("kubeconfig", _GLPK, "cmd/generate/config/rules/privatekey.go", "private-key",
+     f"apiVersion: v1\nkind: Secret\ntype: kubernetes.io/tls\ndata:\n  tls.crt: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t\n  tls.key: {_PEM64}\n",
+     _PEM64[20:80], "kubernetes-tls")
+case("kubeconfig", _GLPK, "cmd/generate/config/rules/privatekey.go", "private-key",
+     f"ssh_key_b64={_PEM64}", _PEM64[20:80], "base64")
+_GLK = {**GL, "commit": "1592c1c7987a8d86f4d036e5a8e007c31f409cc3"}
+case("kubeconfig", _GLK, "cmd/generate/config/rules/kubernetes.go", "kubernetes-secret-yaml",
+     '{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-user-pass"}, "type": "Opaque", '
+     '"data": {"password": "UyFCXCpkJHpEc2I9", "username": "YWRtaW4="}}', "UyFCXCpkJHpEc2I9", "json")
+
+# -- tokens wrapped over lines or escaped inside JSON ----------------------------------------------------
+case("wrapped-escaped", KF, K.format("aws"), "kingfisher.aws.2",
+     '"\\"awsSecretKey\\":\\"3lyTWqHMt5UySny2drdPYheRTEzrNux8Cn5JWFHL\\",\" +', "3lyTWqHMt5UySny2drdPYheRTEzrNux8Cn5JWFHL")
+case("wrapped-escaped", KF, K.format("gitlab"), "kingfisher.gitlab.1",
+     "docker build -t tweedledee \\\n-f Dockerfile \\\n--build-arg 'GO_REPO_TOKEN=glpat-tFrjFXD7soVU2fqxuDMh' \\\n",
+     "glpat-tFrjFXD7soVU2fqxuDMh")
+case("wrapped-escaped", KF, K.format("gitlab"), "kingfisher.gitlab.2",
+     'sudo gitlab-runner register \\\n--non-interactive \\\n--url "https://gitlab.com/" \\\n'
+     '--registration-token "GR1348941_iAgdMy7a3NhZaa5oNoH" \\\n--executor "docker"\n', "GR1348941_iAgdMy7a3NhZaa5oNoH")
+case("wrapped-escaped", KF, K.format("github"), "kingfisher.github.1",
+     "token:\n  ghp_XIxB7KMNdAr3zqWtQq\n  hE94qglHqOzn1D1stg\n", "hE94qglHqOzn1D1stg", "wrapped")
+case("wrapped-escaped", KF, K.format("github"), "kingfisher.github.1",
+     "export GITHUB_KEY=ghp_4U3LSowpDx8XvYE7A8\\\nGH56oxU5aWnY2mzIbV\n", "GH56oxU5aWnY2mzIbV", "wrapped")
+case("wrapped-escaped", KF, K.format("github"), "kingfisher.github.3",
+     '{"config": "{\\"token\\": \\"ghu_16C7e42F292c69C2E7C10c838347Ae178B4a\\"}"}', "ghu_16C7e42F292c69C2E7C10c838347Ae178B4a",
+     "json-escaped")
+case("wrapped-escaped", KF, K.format("github"), "kingfisher.github.4",
+     '{"refresh_token": "ghr_1B4a2e77838347a7E420ce178F2E7c6912E1\\n69246c3CE1ccbF66C46812d16D5B1A9Dc86A1498"}',
+     "69246c3CE1ccbF66C46812d16D5B1A9Dc86A1498", "json-escaped")
+case("wrapped-escaped", KF, K.format("slack"), "kingfisher.slack.2",
+     'const token = "xoxb-853BAAEE-1B2eDb6A4c75-" +\n    "01bB6Da1CE3E98f6fED5AeC07Dc3E94C";', "01bB6Da1CE3E98f6fED5AeC07Dc3E94C", "wrapped")
+case("wrapped-escaped", KF, K.format("stripe"), "kingfisher.stripe.2",
+     '{"key": "sk_live_f01c79xuuug7yodgzj5ws0h1x2\\u006byvho3ft3640n241uqewmael0e66iw91hrob9rl9pt6o"}',
+     "yvho3ft3640n241uqewmael0e66iw91hrob9rl9pt6o", "json-escaped")
+
+
+def split(rule: str) -> str:
+    return "dev" if zlib.crc32(rule.encode()) % 2 == 0 else "held-out"
+
+
+def build() -> list[dict]:
+    return [{**c, "split": split(c["rule"])} for c in CASES]
+
+
+def dumps(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    text = dumps(build())
+    if "--check" in sys.argv:
+        sys.exit(0 if OUT.read_text(encoding="utf-8") == text else 1)
+    OUT.write_text(text, encoding="utf-8")
+    print(f"{OUT}: {text.count(chr(10))} cases")
