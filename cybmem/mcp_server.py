@@ -38,7 +38,7 @@ from . import __version__
 from .errors import CybmemError, NotFoundError, ValidationError
 from .store.ledger import IssueState
 from .store.outcome import printable, printable_json
-from .store.records import RECORD_FIELDS, ms_to_iso, parse_time
+from .store.records import MAX_MOMENT, RECORD_FIELDS, ms_to_iso, parse_time
 from .settings import Settings
 from .store.snapshot import Snapshot, holding_snapshots, load_snapshot
 from .store.memory_store import MemoryStore
@@ -79,9 +79,9 @@ Time = Annotated[str, Field(description="ISO 8601, UTC.")]
 
 
 #: The fields that hold a time: epoch milliseconds in the store and the library's answers, ISO 8601
-#: (UTC) in every answer an agent gets (:func:`_for_agents`). Records, index entries and search hits
-#: (startedAt, endedAt), issues (openedAt, lastAt, resolvedAt), ledger events (at), a search's asOf
-#: and now.
+#: (UTC) in every answer an agent gets (:func:`_for_agents`, which also takes any other ``...At``
+#: field for one). Records, index entries and search hits (startedAt, endedAt), issues (openedAt,
+#: lastAt, resolvedAt), ledger events (at), a search's asOf and now.
 _TIMES = frozenset({f.name for f in RECORD_FIELDS if f.kind == "ms"} | {"openedAt", "lastAt", "resolvedAt", "at",
                                                                          "asOf", "now"})
 #: Fields of the library's answers that only mean something inside the store (the index's inode).
@@ -95,7 +95,7 @@ def _for_agents(value: Any, key: str | None = None) -> Any:
         return {k: _for_agents(v, k) for k, v in value.items() if k not in _INTERNAL}
     if isinstance(value, list):
         return [_for_agents(v, key) for v in value]
-    if key in _TIMES and type(value) is int:
+    if (key in _TIMES or key and key.endswith("At")) and type(value) is int and 0 <= value < MAX_MOMENT:
         return ms_to_iso(value)
     if key == "warnings" and isinstance(value, str):
         return _in_tool_terms(value)

@@ -436,6 +436,14 @@ def test_a_server_started_outside_any_project_lists_them_and_searches_one(deskto
     assert (agent.root / "web" / "shown.jsonl").exists()  # what the agent fetched is kept in its project
 
 
+def test_a_tilde_in_memory_dir_is_the_users_home(tmp_path, monkeypatch):
+    """An MCP client starts `cybmem mcp --memory-dir ~/...` without a shell: cybmem expands the ~."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copytree(_memory(tmp_path / "elsewhere"), tmp_path / "mem")
+    listed = CliRunner().invoke(app, ["projects", "--json", "--memory-dir", "~/mem"])
+    assert listed.exit_code == 0 and [p["slug"] for p in json.loads(listed.stdout)] == ["api", "web", "web-7663e1"]
+
+
 # --- writes: only with --allow-writes ------------------------------------------------
 
 

@@ -1636,11 +1636,12 @@ def mcp_cmd(
 ):
     """Serve the memory root to agents over the Model Context Protocol (MCP), on stdio or --http PORT.
 
-    Tools: search, show, chain, issues, memory_block (what inject --system prints); with
+    Tools: projects, search, show, chain, issues, memory_block (what inject --system prints); with
     --allow-writes also mark_issue and supersede. Resources: a project's open issues and a run's
-    record. --project / --cwd choose the default project; each call may name another. Add it to
-    an MCP client's configuration as a command: cybmem mcp --memory-dir DIR (USAGE.md, "The MCP
-    server").
+    record. --project / --cwd choose the default project (none when started outside a project:
+    each call names one); each call may name another. Over HTTP only the origin
+    http://127.0.0.1:PORT is served and a request must arrive whole within 5 seconds. Add it to an
+    MCP client's configuration as the command `cybmem mcp` (USAGE.md, "Memory for agents mid-run").
 
     Example: cybmem mcp --project web
     """

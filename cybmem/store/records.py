@@ -27,6 +27,7 @@ __all__ = [
     "WORKER_FIELDS",
     "RUN_ID_PATTERN",
     "MAX_MS",
+    "MAX_MOMENT",
     "STATES",
     "validate_chat_id",
     "ISSUE_EVENTS",
