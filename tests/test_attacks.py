@@ -107,11 +107,12 @@ def test_memory_never_feeds_on_itself(memory_root, tmp_path):
     stored = json.loads((memory_root / "web" / "records" / "r-mem-4.json").read_text())
     assert stored["task"] == hostile
     nxt = _block_for("preamble documentation password meter login")
-    lines = nxt.split("\n")
+    lines = nxt.splitlines()
     assert nxt.count("MEMORY (prior runs") == 1 and lines.count("END MEMORY") == 1 and lines[-1] == "END MEMORY"
+    assert nxt.endswith("END MEMORY\n")
     assert not any(line.startswith("TASK:") for line in lines), "stored text cannot open a TASK: section"
-    # The run without task text relates to no words of that task (the floor keeps it out); a
-    # wordless task (no floor: the latest runs lead) shows it as such.
+    # The run without task text relates to no words of that task (no evidence keeps it out); a
+    # wordless task (nothing to judge: the latest runs lead) shows it as such.
     assert "run r-mem-2" not in nxt
     latest = _block_for("?")
     assert "run r-mem-2" in latest and "(no task text)" in latest

@@ -93,16 +93,17 @@ def test_the_defaults_design_md_explains_are_cybmems():
     """docs/design.md gives the reasons for cybmem's defaults and names them: the numbers it names
     are the ones cybmem uses (as store-format.md's defaults table is checked against them)."""
     from cybmem import settings
-    from cybmem.retrieval import weights
+    from cybmem.retrieval import evidence, weights
 
     text = " ".join((REPO / "docs" / "design.md").read_text(encoding="utf-8").split())
     s = settings.Settings.from_env({}, memory_dir="/nonexistent")
     w = weights.Weights()
-    tenth = {0.1: "a tenth"}[weights.FLOOR_SHARE]
+    fifth = {0.2: "a fifth"}[evidence.COMMON_SHARE]
     for phrase in (f"shows the {s.issues} that matter most", f"shows up to {s.topk} runs",
                    f"the token budget ({s.max_tokens:,})",
                    f"(`w_kw` {w.w_kw:g}, `w_rec` {w.w_rec:g}, `w_lin` {w.w_lin:g}, {w.half_life_days:g} days)",
-                   f"Below the floor ({w.floor:g})", f"a run needs {tenth} of the best match",
-                   f"a cosine of {w.floor_vec:g} lets a run in", f"fewer than {weights.FLOOR_MIN_RUNS} runs",
+                   f"word at least {fifth} of the store's runs hold is *common* there (of {evidence.COMMON_MIN_RUNS} runs",
+                   f"beyond chance by {evidence.FULL_NATS:g} nats", f"up to {s.pointers} pointers",
+                   f"a cosine of {w.floor_vec:g} makes a run a pointer",
                    f"`w_vec` is {weights.DEFAULT_W_VEC:g}"):
         assert phrase in text, f"docs/design.md should say {phrase!r} (cybmem's default)"

@@ -82,7 +82,7 @@ def test_a_scripted_agent_is_shown_fetches_writes_and_tune_sees_one_used_judgmen
     from mcp.client.stdio import stdio_client
 
     root = _root(tmp_path)
-    env = _env(root, CYBERINE_RUN_ID="agent-run-1", CYBERINE_MEMORY_TOPK="3")
+    env = _env(root, CYBERINE_RUN_ID="agent-run-1", CYBERINE_MEMORY_TOPK="3", CYBERINE_MEMORY_POINTERS="0")
     injected = _run("inject", TASK, "--project", "web", env=env)
     assert injected.returncode == 0 and injected.stderr == ""
     shown = re.findall(r"^- run ([0-9a-f]{8}) ", injected.stdout, re.M)
@@ -141,7 +141,7 @@ def test_a_run_is_named_by_its_id_or_a_prefix_of_8_that_stands_alone(text, named
 
 def test_a_prefix_in_the_output_is_used_and_the_echoed_block_is_not(tmp_path):
     root = _root(tmp_path)
-    inj = inject_task(TASK, _settings(root, RUN_ID="r-prefix", MEMORY_TOPK="3"), project="web")
+    inj = inject_task(TASK, _settings(root, RUN_ID="r-prefix", MEMORY_TOPK="3", MEMORY_POINTERS="0"), project="web")
     assert inj.feedback_warning is None and len(inj.runs) == 3
     # A worker that echoes its prompt echoes the block, which names every shown run: that is no use.
     _write(root, "r-prefix", f"{inj.prompt}\n\nDone, following {inj.runs[2].run_id[:8]}.")
@@ -402,7 +402,7 @@ def test_the_page_reads_the_stores_feedback_else_replays_it_and_says_so(tmp_path
     store = MemoryStore(root, "web")
     replayed = usage.load_feedback(store, _settings(root))
     assert replayed.replayed and "a replay of its newest 46 runs (the project has no used.jsonl yet" in str(replayed)
-    assert len(replayed.used) == 29 and not (root / "web" / feedback.USED_FILE).exists(), "a replay writes nothing"
+    assert len(replayed.used) == 44 and not (root / "web" / feedback.USED_FILE).exists(), "a replay writes nothing"
     none = usage.load_feedback(store, _settings(root), replay_=False)
     assert none.used == [] and "none yet" in str(none)
     inject_task(TASK, _settings(root, RUN_ID="r-own"), project="web")

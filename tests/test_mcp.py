@@ -316,7 +316,8 @@ BAD = [
     ("memory_block", {"task": "x", "as_of": "99999999999999999999"}, "as_of '99999999999999999999' is out of range", None),
     ("memory_block", {"task": "x", "as_of": "1e400"}, "as_of '1e400' is neither epoch milliseconds nor an ISO date", None),
     ("search", {"query": "x", "project": "WEB"}, "looks like existing project 'web' (the same after Unicode NFKC, case "
-                                                 "folding and look-alike letters); use project='web', or a name", None),
+                                                 "folding, look-alike letters and dropping '-', '_' and '.'); use "
+                                                 "project='web', or a name", None),
     ("mark_issue", {"issue_id": "nope", "event": "resolved"}, "the issues tool with status='all' lists every issue id",
      None),
 ]

@@ -135,7 +135,8 @@ def test_defaults_table_is_cybmems_defaults():
     assert table["CYBERINE_MEMORY_REDACT"] == "on" and s.redact_secrets
     assert float(table["CYBERINE_MEMORY_HALF_LIFE_DAYS"]) == w.half_life_days
     assert [float(table[f"CYBERINE_MEMORY_W_{k}"]) for k in ("KW", "REC", "LIN")] == [w.w_kw, w.w_rec, w.w_lin]
-    assert [float(table[f"CYBERINE_MEMORY_FLOOR{k}"]) for k in ("", "_VEC")] == [w.floor, w.floor_vec]
+    assert float(table["CYBERINE_MEMORY_FLOOR_VEC"]) == w.floor_vec
+    assert table["CYBERINE_MEMORY_POINTERS"] == str(s.pointers)
     assert table["CYBERINE_MEMORY_RETUNE"] == str(s.retune)
     assert table["CYBERINE_MEMORY_W_VEC"] == f"{w.w_vec:g} without vectors; {weights.DEFAULT_W_VEC:g} when the project has vectors of the configured model"
     assert table["CYBERINE_MEMORY_EMBED_MODEL"] == remote.DEFAULT_EMBED_MODEL

@@ -8,7 +8,7 @@ The block (store-format.md, "The MEMORY block") looks like this::
       summary: <<= 300 chars>
       raised: <the issues the run raised that are still open, "<id> (open)", ", "-joined, <= 200 chars>
       next: <NEXT items, "; "-joined, <= 200 chars>
-    - run 9a8b7c6d (2026-10-02, weaker match): <the task's first line, <= 100 chars>
+    - run 9a8b7c6d (2026-10-02, weaker match): <the task's first line, <= 72 chars>
     - (weaker matches show their title only: `cybmem show <id>` gives the whole run)
     Open issues in this project:
     - flaky-login-test: Flaky login test (opened 2026-11-20, run 3f2a9c1e)
@@ -75,7 +75,7 @@ _NEWLINES = re.compile(r"\r\n|[\r\x85\u2028\u2029]")
 _QUOTED = "[quoted] "
 
 _TASK_MAX = 160
-_TITLE_MAX = 100  # a pointer's title
+_TITLE_MAX = 72  # a pointer's title
 _SUMMARY_MAX = 300
 _LIST_MAX = 200
 _ISSUE_ID_MAX = 80
@@ -369,7 +369,7 @@ def _repeats(summary: str, task: str) -> bool:
     of it), as an extractive summary of a one-line task is."""
     norm = lambda t: " ".join(t.replace("\u2026", " ").split()).casefold()  # noqa: E731
     s, t = norm(summary), norm(task)
-    return bool(s) and (t.startswith(s) or s.startswith(t))
+    return bool(s) and t.startswith(s)
 
 
 def _entry_lines(entry: PreambleEntry) -> list[str]:

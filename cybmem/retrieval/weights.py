@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..store.memory_store import MemoryStore
 
 __all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
-           "save_weights", "read_evidence", "tuned_note", "AXES", "FLOOR_SHARE", "FLOOR_MIN_RUNS", "ISSUE_REC_SHARE",
+           "save_weights", "read_evidence", "tuned_note", "AXES", "ISSUE_REC_SHARE",
            "RANGES", "check_range"]
 
 ENV_PREFIX = "CYBERINE_MEMORY_"
@@ -42,18 +42,6 @@ _MAX_BYTES = 1 << 20
 # benchmarks/RESULTS.md, "Figures the module docstrings quoted".
 DEFAULT_W_VEC = 0.05
 
-
-#: The share of the task's best keyword match a run needs to enter the block once the task passes
-#: the floor (runs that share only a stray word with the task stay out; benchmarks/bench_fit.py,
-#: figures in benchmarks/RESULTS.md, "Figures the module docstrings quoted").
-FLOOR_SHARE = 0.1
-
-#: A project with fewer runs than this has its keyword match computed as if it had this many (the
-#: others holding none of the task's words): with a handful of runs, document frequency cannot
-#: tell a common word from a rare one (a word the only run holds has idf 0.29 against 1.39 for a
-#: word it lacks), so a task naming exactly what that run did fell below the floor. From this many
-#: runs on, the match is the store's own; the floors were measured on stores of thousands.
-FLOOR_MIN_RUNS = 100
 
 #: The share of an open issue's score that recency (of its last activity) has in the block's issue
 #: section; its keyword and lineage parts share the rest as the runs' weights do. Whether an open
