@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _corpus  # noqa: E402
+import bench_floor  # noqa: E402
 from bench_dispatch import merged_qrels  # noqa: E402
 
 from cybmem.dispatch import inject as dispatch  # noqa: E402
@@ -77,29 +78,13 @@ def public_tasks(name: str) -> list[str]:
     return [json.loads(line)["task"] for line in (DATA / f"{name}.jsonl").read_text().splitlines() if line.strip()]
 
 
-class History:
-    def __init__(self, name: str, sample: int, rng: random.Random):
-        self.name = name
-        root = _corpus.ensure_corpus(name)
-        self.store = MemoryStore(root, _corpus.slug_of(root))
-        self.snap = load_snapshot(self.store)
-        ids = self.snap.records.column("runId").to_pylist()
-        self.ended = dict(zip(ids, self.snap.ended_ms().tolist()))
-        self.issues_of = dict(zip(ids, self.snap.records.column("issues").to_pylist()))
-        self.parent_of = dict(zip(ids, self.snap.records.column("parentRunId").to_pylist()))
-        qs = [q for q in merged_qrels(root) if any(self.ended.get(r, 1 << 62) <= q["asOf"] for r in q["relevant"])]
-        self.queries = qs if len(qs) <= sample else rng.sample(qs, sample)
-        self.settings = Settings.from_env({}, memory_dir=root)
+class History(bench_floor.History):
+    """A dev history and its judged queries (bench_floor's), with the block built either way."""
 
     def relevant(self, q: dict) -> set[str]:
         return {r for r in q["relevant"] if self.ended.get(r, 1 << 62) <= q["asOf"]}
 
-    def judged_open(self, q: dict) -> set[str]:
-        rel = self.relevant(q)
-        judged = set(self.issues_of.get(q["queryRunId"]) or []) & {i for r in rel for i in self.issues_of.get(r) or []}
-        return judged & set(self.snap.open_issues(q["asOf"]).column("issueId").to_pylist()) if judged else set()
-
-    def block(self, task: str, q: dict, *, parent: str | None = None, gate: bool = True) -> dispatch.Injection:
+    def block(self, task: str, q: dict, parent: str | None = None, *, gate: bool = True) -> dispatch.Injection:  # type: ignore[override]
         settings = self.settings if gate else _no_pointers(self.settings)
         return dispatch._build(self.store, task, settings, LoadedWeights(Weights(), {}), as_of=q["asOf"], now_ms=None,
                                parent_run_id=parent, chat_session_id=None, exclude=q["queryRunId"], evidence=gate)

@@ -1,5 +1,8 @@
 """A block that can say nothing: tasks from other projects against real tasks, with and without the floor.
 
+The floor this measured is gone (the block now judges each run's evidence: benchmarks/bench_block.py,
+which reuses this module's History); its rows that set a floor now measure the block as it is.
+
     python benchmarks/bench_floor.py [--corpus pytest-memory,mypy-memory,sphinx-memory,pytest-memory-1k]
                                      [--sample 300] [--floors 0.8,1.0,1.2,1.4,1.6] [--json out.json]
 

@@ -92,11 +92,11 @@ def main() -> None:
             "the corpora's BM25 + recency baseline, the old and new defaults, recency measured in runs or in "
             "the project's typical gap, leave-one-history-out, and `cybmem tune --save` as of the median query "
             "moment scored on the queries after it."),
-        run("A block that can say nothing: the floor", ["benchmarks/bench_floor.py", "--sample", "150",
-                                                         "--floors", "0.3,0.35,0.45,0.5"],
-            "Tasks of the other histories dispatched into each store, beside the store's own judged tasks "
-            "(text alone and as follow-ups): how often a foreign task gets any run, a real task a judged-relevant "
-            "run, and the judged open issue is named; today (old defaults, no floor) against the floor."),
+        run("The block shows what memory found", ["benchmarks/bench_block.py", "--sample", "150"],
+            "Per dev history, each threshold chosen with that history left out: a real task's judged-relevant "
+            "run in the block (in full or as a pointer), the blocks' length, the judged open issue named, "
+            "follow-ups with their parent first, and how often tasks from elsewhere (the other histories, "
+            "react-router's and nginx's changelogs) get the one line; no gate, the old floor and the rule."),
         run("What the dispatch block holds", ["benchmarks/bench_dispatch.py"],
             "The MEMORY block on the corpus qrels, before (top 3, newest issues first) and after (ranked "
             "issues, top k): the share of runs and issues in the block, tokens, how often a judged relevant "
