@@ -427,3 +427,39 @@ def test_neutralize_properties(text):
 @pytest.mark.parametrize("text, tokens", [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("x" * 400, 100)])
 def test_estimate_tokens(text, tokens):
     assert estimate_tokens(text) == tokens
+
+
+# --- tiers and what an agent reads (issue 28) --------------------------------------------------
+
+
+def test_a_pointer_is_one_line_with_its_raised_issues_and_the_hint_comes_once():
+    from cybmem.dispatch.preamble import POINTER_HINT
+
+    uuid = "3f2a9c1e-0000-4000-8000-000000000000"
+    full = entry(0, run_id=uuid)
+    weak = [entry(1, tier="pointer", task="Second task\nwith a body", open_issues=["x-y"]), entry(2, tier="pointer", open_issues=[])]
+    block = render_block([full, *weak], [])
+    lines = block.splitlines()
+    assert lines[1].startswith("- run 3f2a9c1e (2025-11-29 14:02 UTC, done): "), "a UUID shows its first 8 characters"
+    assert "- run 3f2a9c1e0001-rest (2025-11-28, weaker match): Second task; raised: x-y (open)" in lines
+    assert "- run 3f2a9c1e0002-rest (2025-11-27, weaker match): Fix the flaky login test 2" in lines
+    assert lines.count(POINTER_HINT) == 1 and lines[-2] == POINTER_HINT
+    assert POINTER_HINT not in render_block([full], []), "no pointer, no hint"
+
+
+def test_the_parent_is_labelled_and_shown_in_full_even_as_a_pointer():
+    block = render_block([entry(0, tier="pointer", follows=True)], [])
+    assert block.splitlines()[1].startswith("- run 3f2a9c1e0000-rest (the run this task follows up; 2025-11-29 14:02 UTC, done): ")
+    assert "  next: add retries; update docs" in block
+
+
+@pytest.mark.parametrize("summary, shown", [
+    ("Fix the flaky login test 0", None),  # the title again: not printed
+    ("Fix the flaky login", None),  # a cut of the task
+    ("Fix the flaky login test 0. Ended done. Retries added.", "Ended done. Retries added."),  # the rest only
+    ("Retries added to the login helper.", "Retries added to the login helper."),
+])
+def test_the_summary_line_says_only_what_the_title_does_not(summary, shown):
+    block = render_block([entry(0, summary=summary)], [])
+    got = [line[len("  summary: "):] for line in block.splitlines() if line.startswith("  summary: ")]
+    assert got == ([shown] if shown else [])

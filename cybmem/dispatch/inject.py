@@ -289,12 +289,13 @@ def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -
     total = best + rec
     keyword = np.maximum(carrier_kw, own)
     lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
-    # When no run has evidence about the task (the block's one line), an open issue is listed only on
-    # evidence of its own: its title or detail holds a task term that is not common in the store.
-    # Otherwise the issues rank as the runs do, on the same axes (a run with evidence that carries
-    # an issue lends it its keyword part).
-    found = ranked is not None and any(r != ranked.pinned for r in ranked.top)
-    related = own_match | has if judged and not found else None
+    # When no run has strong evidence about the task (the block's one line, or pointers alone), an
+    # open issue is listed only on evidence of its own: its title or detail holds a task term that is
+    # not common in the store, or a run with evidence carries it. Otherwise the issues rank as the
+    # runs do, on the same axes (a run with evidence that carries an issue lends it its keyword part).
+    strong = ranked is not None and any(r != ranked.pinned and t.tier == "full"
+                                        for r, t in zip(ranked.top, ranked.tiers or []))
+    related = own_match | has if judged and not strong else None
     return IssueRanking(folded, rows, total, keyword, lineage, rec, last_at, best_row,
                         snap.records.column("runId"), codes, related)
 
@@ -380,8 +381,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     order = shown_order(result.hits, settings.topk, settings.pointers)
     entries = [
         PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
-                      # a pointer has no raised: line, so its open issues stay free for the section
-                      open_issues=[i for i in h.issues if i in open_ids] if tier == "full" else [], next=h.next, tier=tier,
+                      open_issues=[i for i in h.issues if i in open_ids], next=h.next, tier=tier,
                       follows=h.pinned == "parent")
         for h, tier in order
     ]

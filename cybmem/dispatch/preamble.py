@@ -8,7 +8,7 @@ The block (store-format.md, "The MEMORY block") looks like this::
       summary: <<= 300 chars>
       raised: <the issues the run raised that are still open, "<id> (open)", ", "-joined, <= 200 chars>
       next: <NEXT items, "; "-joined, <= 200 chars>
-    - run 9a8b7c6d (2026-10-02, weaker match): <the task's first line, <= 72 chars>
+    - run 9a8b7c6d (2026-10-02, weaker match): <the task's first line, <= 72 chars>; raised: <as above>
     - (weaker matches show their title only: `cybmem show <id>` gives the whole run)
     Open issues in this project:
     - flaky-login-test: Flaky login test (opened 2026-11-20, run 3f2a9c1e)
@@ -364,12 +364,18 @@ def _run_label(run_id: str) -> str:
     return (label[:8] if _UUID.fullmatch(label) else label[:_RUN_ID_MAX]) or "?"
 
 
-def _repeats(summary: str, task: str) -> bool:
-    """True when a summary says nothing the task line does not: it is the task's title (or a cut
-    of it), as an extractive summary of a one-line task is."""
-    norm = lambda t: " ".join(t.replace("\u2026", " ").split()).casefold()  # noqa: E731
-    s, t = norm(summary), norm(task)
-    return bool(s) and t.startswith(s)
+def _summary_beyond_title(entry: PreambleEntry) -> str:
+    """The summary line's text: what the summary says beyond the task's title. An extractive
+    summary starts with the title (the task line already shows it): that part is dropped, and a
+    summary that is only the title, or a cut of the task, is not printed at all."""
+    summary = " ".join(neutralize(entry.summary or "").split())
+    task = " ".join(neutralize((entry.task or "")[: _SUMMARY_MAX * 4]).split())
+    title = " ".join(neutralize((entry.task or "").strip().split("\n", 1)[0][: _SUMMARY_MAX * 4]).split())
+    if not summary or task.startswith(summary.rstrip("\u2026 ")):
+        return ""
+    if title and summary.startswith(title):
+        summary = summary[len(title):].lstrip(" .:;,-\u2014")
+    return shorten(summary, _SUMMARY_MAX) if summary else ""
 
 
 def _entry_lines(entry: PreambleEntry) -> list[str]:
@@ -377,14 +383,17 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
     if entry.tier == "pointer" and not entry.follows:
         when = _utc(entry.ended_at_ms, "%Y-%m-%d") or "unknown date"
         title = _field((entry.task or "").strip().split("\n", 1)[0], _TITLE_MAX) or "(no task text)"
-        return [_drop_inline_blocks(f"- run {_run_label(entry.run_id)} ({when}, weaker match): {title}")]
+        raised = shorten(", ".join(f"{r} (open)" for r in (_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()) if r),
+                         _LIST_MAX)
+        line = f"- run {_run_label(entry.run_id)} ({when}, weaker match): {title}" + (f"; raised: {raised}" if raised else "")
+        return [_drop_inline_blocks(line)]
     when = _utc(entry.ended_at_ms, "%Y-%m-%d %H:%M UTC") or "unknown time"
     state = _field(entry.state, _STATE_MAX) or "unknown"
     task = _field(entry.task, _TASK_MAX) or "(no task text)"
     label = "the run this task follows up; " if entry.follows else ""
     lines = [f"- run {_run_label(entry.run_id)} ({label}{when}, {state}): {task}"]
-    summary = _field(entry.summary, _SUMMARY_MAX)
-    if summary and not _repeats(summary, _field(entry.task, _SUMMARY_MAX + 40)):
+    summary = _summary_beyond_title(entry)
+    if summary:
         lines.append(f"  summary: {summary}")
     raised = [_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()]
     raised_text = shorten(", ".join(f"{r} (open)" for r in raised if r), _LIST_MAX)
