@@ -1086,8 +1086,7 @@ def inject_cmd(
         _print_json(result.to_dict())
         return
     if system:
-        if result.block:
-            _echo(result.block)
+        _write_exact(result.block)  # the block ends with its own newline
         return
     _write_exact(result.prompt)
 
