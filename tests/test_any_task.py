@@ -104,7 +104,7 @@ def test_system_ranks_for_the_task_on_stdin(fixture_copy):
     assert blank["task"] == "" and [r["runId"] for r in blank["runs"]] != [r["runId"] for r in piped["runs"]]
     p = _cybmem("inject", "--system", "--project", "web", "--as-of", NOW, input=TASK,
                 env={"CYBERINE_MEMORY_DIR": str(fixture_copy)})
-    assert p.returncode == 0 and p.stdout == given["block"] + "\n"
+    assert p.returncode == 0 and p.stdout == given["block"], "the block as it is: it ends with its own newline"
 
 
 def test_system_does_not_wait_on_a_stdin_nobody_writes_to(fixture_copy):

@@ -274,7 +274,7 @@ def test_memory_block_is_what_inject_system_prints(agent):
     result = agent.call("memory_block", task=task)
     answer = result.structured_content
     printed = cli(agent.root, "inject", "--system", task, "--project", "web")
-    assert printed.exit_code == 0 and printed.stdout == answer["block"] + "\n"
+    assert printed.exit_code == 0 and printed.stdout == answer["block"] and answer["block"].endswith("END MEMORY\n")
     assert result.content[0].text == answer["block"] and answer["block"].startswith("MEMORY")
     assert answer["runs"][0]["runId"] == CART and answer["project"] == "web" and answer["warnings"] == []
     follow_up = agent.answer("memory_block", task="Make the drawer faster", parent_run_id=CORRECTION)
