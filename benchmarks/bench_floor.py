@@ -41,7 +41,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -71,30 +70,6 @@ def runs_mix_for_issues(on: bool):
         yield
     finally:
         Weights.for_issues = own  # type: ignore[method-assign]
-
-
-@contextlib.contextmanager
-def shut_block_issues(variant: str):
-    """What a block the floor shut lists of the open issues, for the rows of ``--shut-block-issues``:
-    "all" (as if the task had passed: the issues' own ranking, no floor on them), "recentN" (those
-    whose own text passes the floor, plus the N most recently active). cybmem lists only the first."""
-    own = dispatch._rank
-
-    def rank(result, weights, *, as_of=None):
-        r = own(result, weights, as_of=as_of)
-        fl = result.ranked.floor if result.ranked is not None else None
-        if fl is not None and not fl.passed and len(r.related):
-            keep = np.ones(len(r.related), bool) if variant == "all" else r.related.copy()
-            if variant.startswith("recent"):
-                keep[np.argsort(-r._last_at, kind="stable")[: int(variant[6:])]] = True
-            r.related = keep
-        return r
-
-    dispatch._rank = rank
-    try:
-        yield
-    finally:
-        dispatch._rank = own
 
 
 def short(name: str) -> str:
@@ -166,7 +141,6 @@ def main() -> None:
     ap.add_argument("--corpus", default="pytest-memory,mypy-memory,sphinx-memory,pytest-memory-1k")
     ap.add_argument("--sample", type=int, default=300, help="judged queries per history (seeded sample)")
     ap.add_argument("--floors", default="0.8,1.0,1.2,1.4,1.6", help="floors to sweep (new defaults otherwise)")
-    ap.add_argument("--shut-block-issues", default="", help="also measure other issue sections for a shut block: all, recentN (comma-separated)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     rng = random.Random(7)
@@ -183,12 +157,6 @@ def main() -> None:
         t = time.perf_counter()
         with runs_mix_for_issues(label.startswith("today") or label.endswith("the runs' mix")):
             results[label] = {h.name: measure(h, w, foreign[h.name]) for h in hist}
-        print(f"  {label} ({time.perf_counter() - t:.0f}s)", flush=True)
-    for variant in [v for v in args.shut_block_issues.split(",") if v]:
-        label = f"new defaults, floor {new.floor:g}, shut blocks list issues: {variant}"
-        t = time.perf_counter()
-        with shut_block_issues(variant):
-            results[label] = {h.name: measure(h, new, foreign[h.name]) for h in hist}
         print(f"  {label} ({time.perf_counter() - t:.0f}s)", flush=True)
     print(f"\n{'':<28}" + "".join(f"{short(h.name):>11}" for h in hist) + f"{'mean':>9}")
 
