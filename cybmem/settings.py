@@ -20,7 +20,7 @@ __all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_MAX_TOKENS",
 #: docstrings quoted"); the token budget still bounds the block.
 DEFAULT_TOPK = 8
 #: How many weaker matches the MEMORY block may show as one-line pointers beside its full entries.
-DEFAULT_POINTERS = 6
+DEFAULT_POINTERS = 10
 DEFAULT_MAX_TOKENS = 1500
 #: Open issues in the MEMORY block (their section also keeps to a third of the budget).
 DEFAULT_ISSUES = 5

@@ -110,11 +110,11 @@ def test_inject_json_says_how_the_block_was_made(root):
     assert d["prompt"].endswith(TASK) and d["block"] in d["prompt"]
     assert d["weights"]["w_kw"] == 0.5 and d["weightSources"]["w_kw"] == "default"
     ev = d["evidence"]
-    assert ev["commonShare"] == 0.2 and ev["fullNats"] == 2.0 and "reason" not in ev and ev["specific"]
+    assert ev["commonShare"] == 0.3 and ev["fullNats"] == 2.0 and "reason" not in ev and ev["specific"]
     assert all(r["evidence"]["tier"] in ("full", "pointer") for r in d["runs"])
     assert d["runs"][0]["runId"].startswith("9b6b1e00") and set(d["runs"][0]["contributions"]) == {"keyword", "recency", "lineage", "vector"}
     assert d["tokens"]["block"] <= d["tokens"]["budget"] == 1500 and d["tokens"]["runs"] > 0
-    assert d["settings"] == {"topk": 8, "pointers": 6, "maxTokens": 1500, "issues": 5, "issueShare": 0.3333}
+    assert d["settings"] == {"topk": 8, "pointers": 10, "maxTokens": 1500, "issues": 5, "issueShare": 0.3333}
     assert set(d["cut"]) == {"runs", "issuesOverBudget", "issuesNotShown"}
     for issue in d["issues"]:
         assert issue["listed"] in ("issues", "raised", "no") and set(issue["contributions"]) == {"keyword", "lineage", "recency"}
@@ -132,7 +132,7 @@ def test_inject_explain_goes_to_stderr_and_keeps_stdout_the_prompt(root):
     assert lines[0].startswith("project: web; block ") and "top-k 8, issue cap 5" in lines[0]
     assert lines[1] == "weights: w_kw=0.5, w_rec=0.35, w_lin=0.05, w_vec=0, half_life_days=30, floor_vec=0.6 (default)"
     assert lines[2] == "issues ranked with: w_kw=0.327, w_rec=0.54, w_lin=0.0327 (recency weighs more for an open issue)"
-    assert lines[3].startswith("evidence: ") and "common here (held by >= 20 of " in lines[3]
+    assert lines[3].startswith("evidence: ") and "common here (held by >= 30 of " in lines[3]
     first = next(i for i, line in enumerate(lines) if line.startswith("run "))
     assert lines[first].startswith("run  1. 9b6b1e00  full ") and " nats [" in lines[first]
     assert lines[-1].startswith("cut for the budget:")
@@ -145,7 +145,7 @@ def test_the_parent_named_by_the_dispatcher_comes_first(root):
     args = ("--project", "web", "--as-of", NOW)
     plain = json.loads(_cybmem("inject", TASK, *args, "--json", env=env).stdout)
     shown = [r["runId"] for r in plain["runs"]]
-    assert 0 < len(shown) <= 8 + 6 and not any("pinned" in r for r in plain["runs"])
+    assert 0 < len(shown) <= 8 + 10 and not any("pinned" in r for r in plain["runs"])
     ranked = [h["runId"] for h in json.loads(_cybmem("search", TASK, *args, "-k", "100", "--json", env=env).stdout)["hits"]]
     parent = ranked[-1]  # the candidate the scorer likes least
     assert parent not in shown

@@ -98,7 +98,7 @@ def test_the_defaults_design_md_explains_are_cybmems():
     text = " ".join((REPO / "docs" / "design.md").read_text(encoding="utf-8").split())
     s = settings.Settings.from_env({}, memory_dir="/nonexistent")
     w = weights.Weights()
-    fifth = {0.2: "a fifth"}[evidence.COMMON_SHARE]
+    fifth = {0.2: "a fifth", 0.3: "three tenths"}[evidence.COMMON_SHARE]
     for phrase in (f"shows the {s.issues} that matter most", f"shows up to {s.topk} runs",
                    f"the token budget ({s.max_tokens:,})",
                    f"(`w_kw` {w.w_kw:g}, `w_rec` {w.w_rec:g}, `w_lin` {w.w_lin:g}, {w.half_life_days:g} days)",

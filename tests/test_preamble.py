@@ -441,8 +441,8 @@ def test_a_pointer_is_one_line_with_its_raised_issues_and_the_hint_comes_once():
     block = render_block([full, *weak], [])
     lines = block.splitlines()
     assert lines[1].startswith("- run 3f2a9c1e (2025-11-29 14:02 UTC, done): "), "a UUID shows its first 8 characters"
-    assert "- run 3f2a9c1e0001-rest (2025-11-28, weaker match): Second task; raised: x-y (open)" in lines
-    assert "- run 3f2a9c1e0002-rest (2025-11-27, weaker match): Fix the flaky login test 2" in lines
+    assert "- run 3f2a9c1e0001-rest (2025-11-28): Second task; raised: x-y (open)" in lines
+    assert "- run 3f2a9c1e0002-rest (2025-11-27): Fix the flaky login test 2" in lines
     assert lines.count(POINTER_HINT) == 1 and lines[-2] == POINTER_HINT
     assert POINTER_HINT not in render_block([full], []), "no pointer, no hint"
 

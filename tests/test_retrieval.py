@@ -629,10 +629,10 @@ def test_evidence_is_judged_per_run_against_chance_in_the_store():
     snap = _tiny_snapshot(texts + [f"routine chore {i} fix" for i in range(100)])
     w = Weights(w_kw=0.5, w_rec=0.35, w_lin=0.05)
     now = T0 + 10 * 3_600_000
-    # "fix" is held by 104 of 110 runs (common at 20%): it carries nothing alone; "tokenizer" and
+    # "fix" is held by 104 of 110 runs (common at 30%): it carries nothing alone; "tokenizer" and
     # "unicode identifiers" are specific. The word no run holds ("breaks") counts for nothing.
     ev = specific_terms(snap.index, tokenize("fix: tokenizer breaks on unicode identifiers"))
-    assert ev.common_df == 22 and ev.specific == ["token", "unicod", "identifi"]
+    assert ev.common_df == 33 and ev.specific == ["token", "unicod", "identifi"]
     related = rank_query(snap, "fix: tokenizer breaks on unicode identifiers", k=8, weights=w, now_ms=now, evidence=True)
     assert sorted(related.top) == [0, 1, 9], "only runs holding a term that is not common; recency lets nothing in"
     tiers = dict(zip(related.top, related.tiers))
@@ -645,7 +645,7 @@ def test_evidence_is_judged_per_run_against_chance_in_the_store():
     # A task whose shared words are all common here: no run, and the reason says why.
     foreign = rank_query(snap, "fix the lidar sensor drift", k=8, weights=w, now_ms=now, evidence=True)
     assert foreign.top == [] and foreign.evidence.reason() == (
-        "no earlier run relates to this task: the words runs share with it (1) are common here, each held by at least 22 "
+        "no earlier run relates to this task: the words runs share with it (1) are common here, each held by at least 33 "
         "of this project's 110 runs")
     none = rank_query(snap, "calibrate the lidar sensor", k=8, weights=w, now_ms=now, evidence=True)
     assert none.top == [] and none.evidence.reason() == "no earlier run relates to this task: no run holds any of its words"

@@ -8,8 +8,8 @@ The block (store-format.md, "The MEMORY block") looks like this::
       summary: <<= 300 chars>
       raised: <the issues the run raised that are still open, "<id> (open)", ", "-joined, <= 200 chars>
       next: <NEXT items, "; "-joined, <= 200 chars>
-    - run 9a8b7c6d (2026-10-02, weaker match): <the task's first line, <= 72 chars>; raised: <as above>
-    - (weaker matches show their title only: `cybmem show <id>` gives the whole run)
+    - run 9a8b7c6d (2026-10-02): <the task's first line, <= 48 chars>; raised: <as above>
+    - (one-line runs are weaker matches: `cybmem show <id>` gives the whole run)
     Open issues in this project:
     - flaky-login-test: Flaky login test (opened 2026-11-20, run 3f2a9c1e)
     END MEMORY
@@ -75,7 +75,7 @@ _NEWLINES = re.compile(r"\r\n|[\r\x85\u2028\u2029]")
 _QUOTED = "[quoted] "
 
 _TASK_MAX = 160
-_TITLE_MAX = 72  # a pointer's title
+_TITLE_MAX = 48  # a pointer's title: enough to tell what the run was (bench_block.py: a pointer costs ~70 characters)
 _SUMMARY_MAX = 300
 _LIST_MAX = 200
 _ISSUE_ID_MAX = 80
@@ -100,7 +100,7 @@ class PreambleEntry:
 
 
 #: Shown after the pointers, once: how an agent gets the rest of a pointer's run.
-POINTER_HINT = "- (weaker matches show their title only: `cybmem show <id>` gives the whole run)"
+POINTER_HINT = "- (one-line runs are weaker matches: `cybmem show <id>` gives the whole run)"
 
 
 @dataclass(frozen=True)
@@ -385,7 +385,7 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
         title = _field((entry.task or "").strip().split("\n", 1)[0], _TITLE_MAX) or "(no task text)"
         raised = shorten(", ".join(f"{r} (open)" for r in (_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()) if r),
                          _LIST_MAX)
-        line = f"- run {_run_label(entry.run_id)} ({when}, weaker match): {title}" + (f"; raised: {raised}" if raised else "")
+        line = f"- run {_run_label(entry.run_id)} ({when}): {title}" + (f"; raised: {raised}" if raised else "")
         return [_drop_inline_blocks(line)]
     when = _utc(entry.ended_at_ms, "%Y-%m-%d %H:%M UTC") or "unknown time"
     state = _field(entry.state, _STATE_MAX) or "unknown"

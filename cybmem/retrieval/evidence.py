@@ -26,11 +26,12 @@ look-up of the few ranked rows' postings):
   server's ``show``) when it matched a term that is not common, or its cosine with the task reaches
   the weights' ``floor_vec``; ``out`` otherwise.
 
-:data:`COMMON_SHARE` and :data:`FULL_NATS` were chosen by leaving one history out: the rule fitted
-on three of the four dev histories was scored on the fourth, each in turn
+:data:`COMMON_SHARE` and :data:`FULL_NATS` (with the block's runs in full and pointers) were chosen
+by leaving one history out: the rule fitted on three of the four dev histories was scored on the
+fourth, each in turn
 (benchmarks/bench_block.py; figures in benchmarks/RESULTS.md, "The block shows what memory found").
 A task without a single index term (a chat session's block at its start) has nothing to judge by:
-every run it reaches is shown in full, as before.
+every run it reaches counts as strong (the block's first runs in full, the next as pointers).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from ..store.keyword_index import KeywordIndex
 __all__ = ["COMMON_MIN_RUNS", "COMMON_SHARE", "FULL_NATS", "FULL", "POINTER", "OUT", "Evidence", "RunEvidence", "judge", "specific_terms"]
 
 #: A term at least this share of a store's runs hold is common there: a match on it alone is chance.
-COMMON_SHARE = 0.2
+COMMON_SHARE = 0.3
 #: A store of fewer runs is judged as if it held this many (the others holding none of the task's
 #: terms): in a store of ten runs a word two of them hold is not yet "every project's word", and
 #: two words one run holds are not yet chance.
