@@ -3,8 +3,8 @@
     python benchmarks/bench_mcp.py                    # 7,761 records, 60 queries, 12 CLI runs each
     python benchmarks/bench_mcp.py --queries 200 --cli-runs 20 --json out.json
 
-One `cybmem mcp` subprocess over stdio, driven by the MCP SDK's own client (what an agent's host
-does), is asked `search` (a query's subject line, k 10) and `memory_block` (the whole task) for
+One `cybmem mcp` subprocess over stdio and one over streamable HTTP (`cybmem mcp --http 0`, on
+127.0.0.1), each driven by the MCP SDK's own client (what an agent's host does), are asked `search` (a query's subject line, k 10) and `memory_block` (the whole task) for
 the corpus qrels queries, after a warm-up: the snapshot is held in memory, the cache is fresh.
 In the same run, on the same queries, each call is timed against what it wraps, in process
 (`cybmem.search` and `cybmem.inject_task`, under the same held snapshot, and `cybmem.search` on
@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +39,30 @@ def _ms(ns: list[float]) -> tuple[float, float]:
     """Median and 90th percentile, in ms, of durations in seconds."""
     ordered = sorted(ns)
     return statistics.median(ordered) * 1000, ordered[min(int(0.9 * len(ordered)), len(ordered) - 1)] * 1000
+
+
+@contextmanager
+def _http_server(exe: str, root: Path, env: dict):
+    """A `cybmem mcp --http 0` on ``root``; yields its URL (from the line it prints on stderr)."""
+    import re
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "server.log"
+        with log.open("w") as errlog:
+            proc = subprocess.Popen([exe, "mcp", "--http", "0", "--memory-dir", str(root), "--project", SLUG],
+                                    stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog, env=env)
+        try:
+            deadline, found = time.monotonic() + 60, None
+            while not found and proc.poll() is None and time.monotonic() < deadline:
+                found = re.search(r"serving streamable HTTP at (http://127\.0\.0\.1:\d+/mcp)", log.read_text())
+                time.sleep(0.05)
+            if not found:
+                raise SystemExit(f"cybmem mcp --http did not start: {log.read_text()}")
+            yield found.group(1)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
 
 
 def measure(root: Path, queries: list[dict], cli_runs: int) -> dict[str, list[float]]:
@@ -57,7 +82,8 @@ def measure(root: Path, queries: list[dict], cli_runs: int) -> dict[str, list[fl
     tasks = [q["query"] for q in queries]
     times: dict[str, list[float]] = {name: [] for name in (
         "in-process search (held snapshot)", "in-process search (store: warm cache load)", "mcp search (stdio)",
-        "  of which the client's output-schema check", "cybmem search (CLI)", "in-process memory block (held snapshot)", "mcp memory_block (stdio)",
+        "mcp search (HTTP)", "  of which the client's output-schema check", "cybmem search (CLI)",
+        "in-process memory block (held snapshot)", "mcp memory_block (stdio)", "mcp memory_block (HTTP)",
         "cybmem inject --system (CLI)")}
 
     def timed(name: str, fn) -> object:
@@ -72,28 +98,33 @@ def measure(root: Path, queries: list[dict], cli_runs: int) -> dict[str, list[fl
 
     server = StdioServerParameters(command=exe, args=["mcp", "--memory-dir", str(root), "--project", SLUG], env=env)
 
+    async def call(client, name: str, tool: str, args: dict):
+        t = time.perf_counter()
+        result = await client.call_tool(tool, args)
+        times[name].append(time.perf_counter() - t)
+        assert not result.is_error, result.content[0].text
+        return result
+
     async def run() -> None:
         t = time.perf_counter()
-        async with Client(server) as client:
-            print(f"server up and connected in {time.perf_counter() - t:.2f}s", flush=True)
-            for subject, task in list(zip(subjects, tasks))[:5]:  # warm-up: imports, the held snapshot
-                await client.call_tool("search", {"query": subject})
-                await client.call_tool("memory_block", {"task": task})
-            with holding_snapshots():
-                for subject, task in zip(subjects, tasks):
-                    timed("in-process search (held snapshot)", lambda: search(store, subject, k=10, settings=settings))
-                    t = time.perf_counter()
-                    result = await client.call_tool("search", {"query": subject, "k": 10})
-                    times["mcp search (stdio)"].append(time.perf_counter() - t)
-                    assert not result.is_error, result.content[0].text
-                    t = time.perf_counter()  # what call_tool spent checking the answer against the tool's outputSchema
-                    await client.session.validate_tool_result("search", result)
-                    times["  of which the client's output-schema check"].append(time.perf_counter() - t)
-                    timed("in-process memory block (held snapshot)", lambda: inject_task(task, settings, project=SLUG))
-                    t = time.perf_counter()
-                    result = await client.call_tool("memory_block", {"task": task})
-                    times["mcp memory_block (stdio)"].append(time.perf_counter() - t)
-                    assert not result.is_error, result.content[0].text
+        with _http_server(exe, root, env) as url:
+            async with Client(server) as client, Client(url) as web:
+                print(f"servers up and connected in {time.perf_counter() - t:.2f}s", flush=True)
+                for subject, task in list(zip(subjects, tasks))[:5]:  # warm-up: imports, the held snapshot
+                    for c in (client, web):
+                        await c.call_tool("search", {"query": subject})
+                        await c.call_tool("memory_block", {"task": task})
+                with holding_snapshots():
+                    for subject, task in zip(subjects, tasks):
+                        timed("in-process search (held snapshot)", lambda: search(store, subject, k=10, settings=settings))
+                        result = await call(client, "mcp search (stdio)", "search", {"query": subject, "k": 10})
+                        await call(web, "mcp search (HTTP)", "search", {"query": subject, "k": 10})
+                        t = time.perf_counter()  # what call_tool spent checking the answer against the tool's outputSchema
+                        await client.session.validate_tool_result("search", result)
+                        times["  of which the client's output-schema check"].append(time.perf_counter() - t)
+                        timed("in-process memory block (held snapshot)", lambda: inject_task(task, settings, project=SLUG))
+                        await call(client, "mcp memory_block (stdio)", "memory_block", {"task": task})
+                        await call(web, "mcp memory_block (HTTP)", "memory_block", {"task": task})
             for i, (subject, task) in enumerate(zip(subjects, tasks)):
                 timed("in-process search (store: warm cache load)", lambda: search(store, subject, k=10, settings=settings))
                 if i < cli_runs:
@@ -126,6 +157,10 @@ def main() -> None:
           f"call (the protocol), 1/{f['cybmem search (CLI)'] / f['mcp search (stdio)']:.0f} of a CLI call")
     print(f"mcp memory_block: {f['mcp memory_block (stdio)'] - f['in-process memory block (held snapshot)']:.1f} ms "
           f"over the in-process call, 1/{f['cybmem inject --system (CLI)'] / f['mcp memory_block (stdio)']:.0f} of a CLI call")
+    for what, inproc in (("search", "in-process search (held snapshot)"), ("memory_block", "in-process memory block (held snapshot)")):
+        http = f[f"mcp {what} (HTTP)"]
+        print(f"mcp {what} over HTTP: {http:.1f} ms, {http / f[inproc]:.1f}x the in-process call "
+              f"({http - f[inproc]:.1f} ms of protocol, validation and serialisation; target: within 2x)")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -185,3 +185,31 @@ def test_it_survives_running_out_of_descriptors(tmp_path):
         assert post_initialize(port) == 200
         assert proc.poll() is None
     assert "out of file descriptors" in log.read_text()
+
+
+def test_connections_the_server_accepts_send_without_waiting_for_acks():
+    """The listening socket names its protocol, so asyncio turns Nagle's algorithm off on every
+    connection it accepts: otherwise the end of a chunked answer on a kept-alive connection waits
+    for the client's delayed ACK, 40 ms a call (benchmarks/RESULTS.md, "The MCP server")."""
+    import asyncio
+
+    from cybmem.mcp_server import _listen
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport):
+                sock = transport.get_extra_info("socket")
+                seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        sock = _listen(0)
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        async with server:
+            _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+            value = await asyncio.wait_for(seen, 10)
+            writer.close()
+        return value
+
+    assert asyncio.run(accepted_nodelay()) != 0
