@@ -1394,9 +1394,7 @@ def save_project_weights(store: MemoryStore, weights: Weights, settings: Setting
                                 "run `cybmem tune --save` again to tune on top of them")
         save_weights(weights, path, evidence=evidence)
     over = [str(p) for p in weight_files(settings, store)[2:] if p.is_file()]
-    over += sorted(v for v in settings.env if (v.startswith("CYBERINE_MEMORY_W_") or v in (
-        "CYBERINE_MEMORY_HALF_LIFE_DAYS", "CYBERINE_MEMORY_FLOOR", "CYBERINE_MEMORY_FLOOR_VEC"))
-                   if str(settings.env[v]).strip())
+    over += sorted(name for name, _ in settings.weights.variables)
     return path, over
 
 
