@@ -680,7 +680,7 @@ def rebuild_cmd(
     archived = len(store.archived_ids())
     retuned = None
     if ctx.settings.retune > 0:
-        from ..retrieval.tuning import auto_tune, retune_due
+        from ..operations.retune import auto_tune, retune_due
 
         if retune_due(store, ctx.settings, count):
             retuned = auto_tune(store, ctx.settings)
@@ -1221,7 +1221,8 @@ def tune_cmd(
 
     Example: cybmem tune --project web --as-of 2026-06-01 --save
     """
-    from ..retrieval.tuning import auto_tune, evidence_of, save_project_weights, tune
+    from ..operations.retune import auto_tune
+    from ..retrieval.tuning import evidence_of, save_project_weights, tune
 
     if auto:
         line = auto_tune(ctx.store(), ctx.settings, progress=progress)

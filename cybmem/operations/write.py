@@ -467,11 +467,11 @@ def _note_used(store: MemoryStore, rec: MemoryRecord, written: list[IssueEvent],
 
 def _retune_if_grown(store: MemoryStore, settings: Settings) -> None:
     """CYBERINE_MEMORY_RETUNE: when the history has grown enough since the last tuning, tune it in
-    a detached process (cybmem.retrieval.tuning.spawn_auto_tune); the write never waits for it or fails by it."""
+    a detached process (cybmem.operations.retune.spawn_auto_tune); the write never waits for it or fails by it."""
     if settings.retune <= 0:
         return
     try:
-        from ..retrieval.tuning import retune_due, spawn_auto_tune
+        from .retune import retune_due, spawn_auto_tune
 
         if retune_due(store, settings):
             spawn_auto_tune(store, settings)

@@ -1,4 +1,5 @@
-"""Retrieval weights: the defaults, where production reads them from, and saving them.
+"""Retrieval weights: the defaults, where production reads them from, and saving them (a project's
+``weights.json``, guarded against a tuning that saved meanwhile: :func:`save_project_weights`).
 
 Precedence, lowest first: the defaults (:class:`Weights`), ``<memory root>/weights.json`` (all
 projects), ``<project>/weights.json`` (what ``cybmem tune --save`` and the tuning widget
@@ -22,15 +23,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import orjson
 
 from .. import _io
-from ..errors import StoreError, ValidationError
-from ..settings import WEIGHT_VARIABLES
+from ..errors import ConflictError, StoreError, ValidationError
+from ..settings import WEIGHT_VARIABLES, Settings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..settings import Settings
     from ..store.memory_store import MemoryStore
 
 __all__ = ["WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
-           "save_weights", "read_evidence", "tuned_note", "AXES", "ISSUE_REC_SHARE",
+           "save_weights", "save_project_weights", "weights_state", "read_evidence", "tuned_note", "AXES", "ISSUE_REC_SHARE",
            "RANGES", "check_range"]
 
 WEIGHTS_FILE = "weights.json"
@@ -341,3 +341,42 @@ def save_weights(weights: Weights, path: Path | str, *, evidence: Mapping[str, A
             raise
         raise StoreError(f"cannot save weights to {p}: {exc.strerror or exc}") from None
     return p
+
+
+def weights_state(store: "MemoryStore") -> tuple[int, int, int] | None:
+    """What ``<project>/weights.json`` is now (inode, size, mtime ns; None: no file), to tell
+    whether another tuning saved it since (:func:`save_project_weights`)."""
+    try:
+        st = (store.dir / WEIGHTS_FILE).stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def save_project_weights(store: "MemoryStore", weights: Weights, settings: Settings | None = None, *,
+                         evidence: Mapping[str, Any] | None = None,
+                         expect: tuple[int, int, int] | None | bool = False) -> tuple[Path, list[str]]:
+    """Write ``<project dir>/weights.json`` (what ``cybmem search`` / ``inject`` read for the project).
+
+    Args:
+        evidence: the tuning's evidence (:func:`cybmem.retrieval.tuning.evidence_of`), kept under "tuned".
+        expect: what weights.json was when the tuning began (:func:`weights_state`; None: no file);
+            when it changed since (another ``tune --save`` finished meanwhile) nothing is written
+            and :class:`~cybmem.errors.ConflictError` says so. False: write whatever is there.
+
+    Returns:
+        The path written, and what still overrides it for production (a
+        CYBERINE_MEMORY_WEIGHTS file, CYBERINE_MEMORY_W_* variables), empty when nothing does.
+    """
+    settings = settings or Settings.from_env()
+    path = store.dir / WEIGHTS_FILE
+    with _io.locked(store.dir / ".weights.lock"):
+        if expect is not False and weights_state(store) != expect:
+            ev = read_evidence(path)
+            when = f" (saved {tuned_note(ev)})" if ev else ""
+            raise ConflictError(f"{path} changed while this tuning ran{when}, so these weights were not saved; "
+                                "run `cybmem tune --save` again to tune on top of them")
+        save_weights(weights, path, evidence=evidence)
+    over = [str(p) for p in weight_files(settings, store)[2:] if p.is_file()]
+    over += sorted(name for name, _ in settings.weights.variables)
+    return path, over
