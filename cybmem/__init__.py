@@ -1,6 +1,6 @@
 """cybmem: long-term memory for a coding-agent orchestrator.
 
-Episodic run records and an issue ledger on disk (../shared/spec/store-format.md),
+Episodic run records and an issue ledger on disk (docs/store-format.md in the repository),
 lineage that traces every run, multi-axis retrieval and the MEMORY preamble.
 
 The public API is the names in ``__all__`` (pinned by tests/test_api.py); USAGE.md, "Python

@@ -337,12 +337,19 @@ def append_lines(path: Path, lines: list[bytes], *, sync: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def locked(lock_path: Path, *, shared: bool = False) -> Iterator[None]:
-    """Hold an OS advisory lock (flock) on ``lock_path`` for a read-modify-write."""
+def locked(lock_path: Path, *, shared: bool = False, wait: bool = True) -> Iterator[None]:
+    """Hold an OS advisory lock (flock) on ``lock_path`` for a read-modify-write.
+
+    ``wait=False``: BlockingIOError at once when another process holds it (a job that must not run twice).
+    """
     ensure_dir(lock_path.parent)
     fd = _open_private(lock_path, os.O_RDWR)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

@@ -1,11 +1,14 @@
 """Paths and environment, read once into one object.
 
-Every other module takes a :class:`Settings` instead of reading ``os.environ``;
-tests point ``CYBERINE_MEMORY_DIR`` at a temporary directory.
+Every other module takes a :class:`Settings` (or one of its sub-configurations) instead of
+reading ``os.environ``: this is the one module that reads ``CYBERINE_*`` variables, and the one
+place their defaults and parsers live (tests/test_docs.py holds both rules). Tests point
+``CYBERINE_MEMORY_DIR`` at a temporary directory.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,7 +16,10 @@ from pathlib import Path
 
 from .errors import ValidationError
 
-__all__ = ["Settings", "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS", "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE"]
+__all__ = ["Settings", "EmbeddingSettings", "DistillSettings", "FeedbackSettings", "WeightSettings", "WEIGHT_VARIABLES",
+           "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS",
+           "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE", "DEFAULT_SHOWN_CAP", "DEFAULT_EMBED_MODEL", "EMBED_QUERY_TIMEOUT",
+           "EMBED_WRITE_TIMEOUT", "MODEL_TIMEOUT"]
 
 #: Prior runs in the MEMORY block: the smallest that names a judged-relevant run as often as the
 #: dispatch issue asks (benchmarks/bench_dispatch.py; benchmarks/RESULTS.md, "Figures the module
@@ -32,12 +38,53 @@ DEFAULT_INDEX_CAP = 500
 #: tuning (CYBERINE_MEMORY_RETUNE; 0: never on its own).
 DEFAULT_RETUNE = 0
 
-_FALSE = {"0", "false", "no", "off"}
+#: Lines shown.jsonl keeps (CYBERINE_MEMORY_SHOWN_CAP; cybmem.dispatch.feedback).
+DEFAULT_SHOWN_CAP = 2000
+#: The embeddings layer's defaults (cybmem.clients.model_servers): the model, and the whole budget
+#: of a dispatch-time query and of a written record's embedding, in seconds. Dispatch waits for
+#: the query vector, so its budget is short: a local Ollama with the model loaded answers one short
+#: text in tens of milliseconds; 2 s also covers a busy machine (a cold Ollama falls back to
+#: keyword-only scoring, and the next query finds the model warm). Writes and backfills run off
+#: the dispatch path and may hit a cold model: 30 s per attempt.
+DEFAULT_EMBED_MODEL = "nomic-embed-text"
+EMBED_QUERY_TIMEOUT = 2.0
+EMBED_WRITE_TIMEOUT = 30.0
+#: The whole budget of a distillation call: a chat model on a busy machine writes a few hundred
+#: tokens in seconds; a run's hook waits.
+MODEL_TIMEOUT = 30.0
+
+#: The variable of each retrieval weight (cybmem.retrieval.weights), lowest precedence of none:
+#: a set variable overrides every weights file.
+WEIGHT_VARIABLES = {
+    "w_kw": "CYBERINE_MEMORY_W_KW",
+    "w_rec": "CYBERINE_MEMORY_W_REC",
+    "w_lin": "CYBERINE_MEMORY_W_LIN",
+    "w_vec": "CYBERINE_MEMORY_W_VEC",
+    "half_life_days": "CYBERINE_MEMORY_HALF_LIFE_DAYS",
+    "floor": "CYBERINE_MEMORY_FLOOR",
+    "floor_vec": "CYBERINE_MEMORY_FLOOR_VEC",
+}
+
+#: The words that turn a switch off (any case); anything else set turns it on.
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _text(env: Mapping[str, str], name: str) -> str:
+    """A variable's value without surrounding white space ("" when unset)."""
+    return (env.get(name) or "").strip()
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool = True) -> bool:
+    """A switch: off for 0, false, no or off (any case), ``default`` when unset or empty, on otherwise."""
+    raw = _text(env, name).lower()
+    if not raw:
+        return default
+    return raw not in _FALSE
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int, problems: list[str] | None = None) -> int:
     """An integer variable; with ``problems`` (lenient) a bad value is reported there and the default used."""
-    raw = env.get(name, "").strip()
+    raw = _text(env, name)
     if not raw:
         return default
     try:
@@ -53,11 +100,19 @@ def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int, prob
     return value
 
 
-def _flag(env: Mapping[str, str], name: str, default: bool = True) -> bool:
-    raw = env.get(name, "").strip().lower()
+def _seconds(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
+    """A positive, finite number of seconds; a bad value is reported in ``problems`` and the default used."""
+    raw = _text(env, name)
     if not raw:
         return default
-    return raw not in _FALSE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        problems.append(f"{name}={raw!r} is not a positive number of seconds; set it to e.g. {default:g} or unset it")
+        return default
+    return value
 
 
 def _none_if_empty(value: str | None) -> str | None:
@@ -66,12 +121,123 @@ def _none_if_empty(value: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class EmbeddingSettings:
+    """The embeddings layer as configured: ``CYBERINE_MEMORY_EMBEDDINGS`` (``server``: ``ollama`` or
+    an OpenAI-compatible base URL; empty: off) and its companions. Which form ``server`` takes is
+    checked where it is used (:func:`cybmem.clients.model_servers.embed_config`); ``problem`` holds
+    the first malformed companion's message, raised there too, so that a bad timeout costs only the
+    layer it belongs to."""
+
+    server: str = ""
+    model: str = DEFAULT_EMBED_MODEL  # CYBERINE_MEMORY_EMBED_MODEL
+    key: str | None = field(default=None, repr=False)  # CYBERINE_MEMORY_EMBED_KEY (the URL form only)
+    query_timeout: float = EMBED_QUERY_TIMEOUT  # CYBERINE_MEMORY_EMBED_TIMEOUT
+    write_timeout: float = EMBED_WRITE_TIMEOUT  # CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT
+    ollama_host: str = ""  # OLLAMA_HOST, as Ollama's own clients read it (model_servers.ollama_base_url)
+    problem: str | None = None
+
+    @property
+    def on(self) -> bool:
+        """Whether embeddings are configured at all (without importing the client)."""
+        return bool(self.server)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "EmbeddingSettings":
+        problems: list[str] = []
+        return cls(
+            server=_text(env, "CYBERINE_MEMORY_EMBEDDINGS"),
+            model=_text(env, "CYBERINE_MEMORY_EMBED_MODEL") or DEFAULT_EMBED_MODEL,
+            key=_none_if_empty(env.get("CYBERINE_MEMORY_EMBED_KEY")),
+            query_timeout=_seconds(env, "CYBERINE_MEMORY_EMBED_TIMEOUT", EMBED_QUERY_TIMEOUT, problems),
+            write_timeout=_seconds(env, "CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT", EMBED_WRITE_TIMEOUT, problems),
+            ollama_host=_text(env, "OLLAMA_HOST"),
+            problem=problems[0] if problems else None,
+        )
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    """ADD-only distillation as configured: ``CYBERINE_MEMORY_MODEL`` (``model``: ``ollama:<model>``
+    or a model name; empty: off) and its companions; checked where it is used
+    (:func:`cybmem.clients.model_servers.distill_config`), which raises ``problem`` too."""
+
+    model: str = ""
+    url: str = ""  # CYBERINE_MEMORY_MODEL_URL
+    openai_base_url: str = ""  # OPENAI_BASE_URL, when CYBERINE_MEMORY_MODEL_URL is not set
+    key: str | None = field(default=None, repr=False)  # CYBERINE_MEMORY_MODEL_KEY, else OPENAI_API_KEY
+    timeout: float = MODEL_TIMEOUT  # CYBERINE_MEMORY_MODEL_TIMEOUT
+    redact: bool = True  # CYBERINE_MEMORY_REDACT: the prompt is redacted as the record is
+    ollama_host: str = ""  # OLLAMA_HOST
+    problem: str | None = None
+
+    @property
+    def on(self) -> bool:
+        """Whether distillation is configured at all (without importing the client)."""
+        return bool(self.model)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "DistillSettings":
+        problems: list[str] = []
+        return cls(
+            model=_text(env, "CYBERINE_MEMORY_MODEL"),
+            url=_text(env, "CYBERINE_MEMORY_MODEL_URL"),
+            openai_base_url=_text(env, "OPENAI_BASE_URL"),
+            key=_none_if_empty(env.get("CYBERINE_MEMORY_MODEL_KEY")) or _none_if_empty(env.get("OPENAI_API_KEY")),
+            timeout=_seconds(env, "CYBERINE_MEMORY_MODEL_TIMEOUT", MODEL_TIMEOUT, problems),
+            redact=_flag(env, "CYBERINE_MEMORY_REDACT", True),
+            ollama_host=_text(env, "OLLAMA_HOST"),
+            problem=problems[0] if problems else None,
+        )
+
+
+@dataclass(frozen=True)
+class FeedbackSettings:
+    """The shown / used logs (cybmem.dispatch.feedback): kept unless ``CYBERINE_MEMORY_FEEDBACK``
+    is off; shown.jsonl capped at ``CYBERINE_MEMORY_SHOWN_CAP`` lines (``problem``: why a set
+    cap was not taken)."""
+
+    enabled: bool = True
+    shown_cap: int = DEFAULT_SHOWN_CAP
+    problem: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "FeedbackSettings":
+        raw, problem = _text(env, "CYBERINE_MEMORY_SHOWN_CAP"), None
+        cap = DEFAULT_SHOWN_CAP
+        if raw.isdigit() and int(raw) >= 1:
+            cap = int(raw)
+        elif raw:
+            problem = (f"CYBERINE_MEMORY_SHOWN_CAP={raw!r} is not a whole number of at least 1; set it to e.g. "
+                       f"{DEFAULT_SHOWN_CAP} or unset it (using {DEFAULT_SHOWN_CAP})")
+        return cls(enabled=_flag(env, "CYBERINE_MEMORY_FEEDBACK", True), shown_cap=cap, problem=problem)
+
+
+@dataclass(frozen=True)
+class WeightSettings:
+    """Where retrieval weights come from beyond the weights.json files (cybmem.retrieval.weights):
+    ``file``, the one ``CYBERINE_MEMORY_WEIGHTS`` names, and ``variables``, the
+    :data:`WEIGHT_VARIABLES` that are set, as (variable, its text) pairs (checked against each
+    weight's range where the weights are loaded: :func:`cybmem.retrieval.weights.load_weights`)."""
+
+    file: Path | None = None
+    variables: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "WeightSettings":
+        extra = _text(env, "CYBERINE_MEMORY_WEIGHTS")
+        return cls(file=Path(extra) if extra else None,
+                   variables=tuple((v, env[v]) for v in WEIGHT_VARIABLES.values() if _text(env, v)))
+
+
+@dataclass(frozen=True)
 class Settings:
-    """Everything cybmem reads from the environment, resolved once.
+    """Everything cybmem reads from the environment, resolved once; no other module reads it.
 
     Memory root: ``CYBERINE_MEMORY_DIR``, else ``$CYBERINE_HOME/memory``, else
-    ``~/.cyberine/memory``. The optional layers read their own variables from ``env``
-    (cybmem.clients.model_servers: embeddings and distillation; cybmem.retrieval.weights: retrieval weights).
+    ``~/.cyberine/memory`` (``memory_from`` says which). The optional layers and the weights have
+    sub-configurations of their own: ``embeddings`` and ``distill`` (cybmem.clients.model_servers),
+    ``feedback`` (cybmem.dispatch.feedback), ``weights`` (cybmem.retrieval.weights). Every variable
+    is listed, with its default, in USAGE.md's table under "Set up".
     """
 
     memory_dir: Path
@@ -87,27 +253,39 @@ class Settings:
     issue_window_days: int = DEFAULT_ISSUE_WINDOW_DAYS
     index_cap: int = DEFAULT_INDEX_CAP
     retune: int = DEFAULT_RETUNE
-    env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    #: the project the notebooks and ``cybmem report`` read when none is named (CYBERINE_MEMORY_PROJECT)
+    project: str | None = None
+    embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    distill: DistillSettings = field(default_factory=DistillSettings)
+    feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
+    weights: WeightSettings = field(default_factory=WeightSettings)
+    #: what chose ``memory_dir``: "argument", "CYBERINE_MEMORY_DIR", "CYBERINE_HOME" or "default"
+    memory_from: str = field(default="argument", compare=False)
     problems: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, memory_dir: str | os.PathLike | None = None,
-                 lenient: bool = False) -> "Settings":
+                 lenient: bool = False, relative_to: str | os.PathLike | None = None) -> "Settings":
         """Read settings from ``env`` (default ``os.environ``); ``memory_dir`` overrides the root.
 
         A malformed number raises ValidationError naming the variable, or with ``lenient`` (the
-        dispatch path) falls back to its default and is listed in ``problems``.
+        dispatch path) falls back to its default and is listed in ``problems``. A relative root in
+        the variables is relative to ``relative_to`` when given (the notebooks: where Jupyter was
+        started), else to the current directory.
         """
         problems: list[str] | None = [] if lenient else None
         env = dict(os.environ if env is None else env)
         if memory_dir is not None:
-            root = Path(memory_dir)
-        elif env.get("CYBERINE_MEMORY_DIR", "").strip():
-            root = Path(env["CYBERINE_MEMORY_DIR"].strip())
+            root, memory_from = Path(memory_dir), "argument"
         else:
-            home = env.get("CYBERINE_HOME", "").strip()
-            base = Path(home) if home else Path(env.get("HOME") or Path.home()) / ".cyberine"
-            root = base / "memory"
+            name = next((n for n in ("CYBERINE_MEMORY_DIR", "CYBERINE_HOME") if _text(env, n)), None)
+            if name is None:
+                root, memory_from = Path(env.get("HOME") or Path.home()) / ".cyberine" / "memory", "default"
+            else:
+                root = Path(_text(env, name)).expanduser()
+                if relative_to is not None and not root.is_absolute():
+                    root = Path(relative_to) / root
+                root, memory_from = (root if name == "CYBERINE_MEMORY_DIR" else root / "memory"), name
         return cls(
             memory_dir=root.expanduser().absolute(),
             enabled=_flag(env, "CYBERINE_MEMORY", True),
@@ -122,6 +300,11 @@ class Settings:
             issue_window_days=_int_env(env, "CYBERINE_MEMORY_ISSUE_WINDOW_DAYS", DEFAULT_ISSUE_WINDOW_DAYS, 0),
             index_cap=_int_env(env, "CYBERINE_MEMORY_INDEX_CAP", DEFAULT_INDEX_CAP, 0),
             retune=_int_env(env, "CYBERINE_MEMORY_RETUNE", DEFAULT_RETUNE, 0, problems),
-            env=env,
+            project=_none_if_empty(env.get("CYBERINE_MEMORY_PROJECT")),
+            embeddings=EmbeddingSettings.from_env(env),
+            distill=DistillSettings.from_env(env),
+            feedback=FeedbackSettings.from_env(env),
+            weights=WeightSettings.from_env(env),
+            memory_from=memory_from,
             problems=tuple(problems or ()),
         )

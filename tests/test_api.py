@@ -69,30 +69,6 @@ def test_mark_issue_is_a_library_call(memory_root):
     assert store.issue_states()["flaky-x"].state == "resolved"
 
 
-def test_usage_python_api_section_is_real(tmp_path, monkeypatch):
-    """USAGE.md's "Python API" examples run as doctests on a private copy of the fixtures."""
-    import doctest
-    import re
-    import shutil
-    from pathlib import Path
-
-    from conftest import LEFTOVERS
-
-    usage = Path(__file__).resolve().parent.parent / "USAGE.md"
-    text = usage.read_text()
-    start = text.index("\n## Python API")
-    end = text.index("\n## ", start + 1)
-    blocks = re.findall(r"```python\n(.*?)```\n", text[start:end], re.S)
-    assert len(blocks) >= 3
-    shutil.copytree(usage.parent / "data-fixtures", tmp_path / "data-fixtures", ignore=LEFTOVERS)
-    monkeypatch.chdir(tmp_path)
-    # One doctest over all blocks: they build on each other (doctest copies globals per test).
-    test = doctest.DocTestParser().get_doctest("\n".join(blocks), {}, "USAGE.md Python API", str(usage), 0)
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-    runner.run(test)
-    assert runner.summarize(verbose=False).failed == 0, "USAGE.md Python API examples"
-
-
 def test_the_type_checking_imports_name_the_lazy_ones():
     """Editors see the public API through the TYPE_CHECKING imports of cybmem/__init__.py: the same
     names from the same modules as the lazy table that serves them at run time."""

@@ -7,6 +7,7 @@ a record on disk: the distilled outcome, or the extractive one and one line on s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -181,14 +182,34 @@ def test_sigterm_while_the_model_thinks_writes_the_record_without_it(memory_root
 
 
 def test_the_sigterm_handler_is_put_back_after_distilling(memory_root, chat_server):
+    """The library installs no handler; the CLI's guard (cybmem.cli.signals) is there only while the model thinks."""
+    from cybmem.cli.signals import sigterm_abandons
+
     def mine(signum, frame):  # pragma: no cover - never called
         pass
 
-    chat_server.script = [json.dumps(DISTILLED)]
+    seen = []
+
+    @contextlib.contextmanager
+    def watching():
+        seen.append(signal.getsignal(signal.SIGTERM))
+        yield
+
+    @contextlib.contextmanager
+    def guarded():
+        with sigterm_abandons():
+            seen.append(signal.getsignal(signal.SIGTERM))
+            yield
+
+    chat_server.script = [json.dumps(DISTILLED)] * 3
     settings = Settings.from_env(model_env(chat_server), memory_dir=memory_root)
     before = signal.signal(signal.SIGTERM, mine)
     try:
         res = write_run(make_run("r1", "Fix the flaky login e2e test", output=OUTPUT), settings)
         assert res.distilled and signal.getsignal(signal.SIGTERM) is mine
+        res = write_run(make_run("r2", "Fix the flaky login e2e test again", output=OUTPUT), settings, while_distilling=watching)
+        assert res.distilled and seen == [mine], "write_run itself leaves the handler alone, also while the model thinks"
+        res = write_run(make_run("r3", "Fix the flaky login e2e test once more", output=OUTPUT), settings, while_distilling=guarded)
+        assert res.distilled and seen[1] is not mine and signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, before)

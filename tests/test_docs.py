@@ -107,3 +107,58 @@ def test_the_defaults_design_md_explains_are_cybmems():
                    f"a cosine of {w.floor_vec:g} makes a run a pointer",
                    f"`w_vec` is {weights.DEFAULT_W_VEC:g}"):
         assert phrase in text, f"docs/design.md should say {phrase!r} (cybmem's default)"
+
+
+#: The layers in the doc's order; a module may import from its own layer and the ones before it.
+LAYERS = ("foundations", "store", "clients", "retrieval", "dispatch", "explore", "exchange", "operations", "front")
+FOUNDATIONS = {"errors.py", "_io.py", "settings.py", "progress.py"}
+#: The imports against the flow the doc's last paragraph names.
+AGAINST_THE_FLOW = {("retrieval/judgments.py", "dispatch/feedback.py")}
+
+
+def _layer(module: str) -> str:
+    parts = module.split("/")
+    if len(parts) == 1:
+        return "foundations" if module in FOUNDATIONS else "front"
+    return "front" if parts[0] == "cli" else parts[0]
+
+
+def _imported(module: str, node) -> list[str]:
+    """The modules of the package (paths under cybmem/) that an ``import`` / ``from`` names."""
+    import ast
+
+    if isinstance(node, ast.ImportFrom) and node.level:
+        here = module.split("/")[:-1]
+        base = (here[:len(here) - node.level + 1]) + (node.module.split(".") if node.module else [])
+    else:
+        name = node.module if isinstance(node, ast.ImportFrom) else None
+        names = [name] if name else [a.name for a in node.names]
+        base = next((n.split(".")[1:] for n in names if n and n.split(".")[0] == "cybmem"), None)
+        if base is None:
+            return []
+    found = []
+    for leaf in ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) else [None]):
+        parts = base + ([leaf] if leaf else [])
+        for candidate in ("/".join(parts) + ".py", "/".join(parts + ["__init__.py"]), "/".join(base) + ".py",
+                          "/".join(base + ["__init__.py"])):
+            if (PACKAGE / candidate).is_file():
+                found.append(candidate)
+                break
+    return found
+
+
+def test_no_module_imports_a_later_layer():
+    """The flow the doc draws (files -> store -> retrieval -> dispatch / CLI), held against every
+    import of the package, the lazy ones inside functions included."""
+    import ast
+
+    against = set()
+    for module in sorted(_modules()):
+        for node in ast.walk(ast.parse((PACKAGE / module).read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in _imported(module, node):
+                    if LAYERS.index(_layer(target)) > LAYERS.index(_layer(module)):
+                        against.add((module, target))
+    assert against == AGAINST_THE_FLOW, "an import against the flow: move the code to the layer it belongs to"
+    text = DOC.read_text(encoding="utf-8")
+    assert all(f"`{a}` -> `{b}`" in text for a, b in AGAINST_THE_FLOW), "the doc names each exception"

@@ -524,7 +524,7 @@ def test_300_runs_that_fetch_a_shown_run_cannot_steer_the_weights(tmp_path, back
     moment the store's own judgment asks for the recent run; else at their real time). Without the
     guards `tune --save` saved weights that scored 1.0 -> 0.5 on the store's own judgments. Whatever it
     (or the automatic re-tune) saves now is no worse there, and weights.json says what it rested on."""
-    from cybmem.retrieval.tuning import auto_tune
+    from cybmem.operations.retune import auto_tune
     from cybmem.retrieval.weights import weights_for
 
     root = _tide(tmp_path)

@@ -99,13 +99,13 @@ def test_ollama_embeddings_defaults():
     ],
 )
 def test_ollama_host_is_read_as_ollama_reads_it(host, base):
-    assert ollama_base_url({"OLLAMA_HOST": host}) == base
+    assert ollama_base_url(host) == base
 
 
 @pytest.mark.parametrize("host", ["ftp://gpu-box", "gpu-box:notaport"])
 def test_bad_ollama_host_is_a_config_error(host):
     with pytest.raises(ValidationError, match="OLLAMA_HOST"):
-        ollama_base_url({"OLLAMA_HOST": host})
+        ollama_base_url(host)
 
 
 def test_url_embeddings_take_the_base_url_as_the_openai_sdk_does():

@@ -149,7 +149,7 @@ def _read_by_cybmem() -> set[str]:
         if path.relative_to(REPO / "cybmem").parts[0] == "notebooks":  # a link to notebooks/, not the package's code
             continue
         names.update(re.findall(r"\bCYBERINE_[A-Z_]*[A-Z]\b", path.read_text(encoding="utf-8")))
-    names.update(weights.ENV_PREFIX + suffix for suffix in weights._ENV_KEYS.values())
+    names.update(settings.WEIGHT_VARIABLES.values())
     return names
 
 

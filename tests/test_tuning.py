@@ -11,6 +11,9 @@ from typer.testing import CliRunner
 
 from cybmem.retrieval import judgments as J
 from cybmem.retrieval import tuning as T
+from cybmem.operations import retune as R
+from cybmem.progress import Progress
+from cybmem.retrieval import grid as G
 from cybmem.cli.app import app
 from cybmem.errors import ValidationError
 from cybmem.explore.frames import records_frame
@@ -272,7 +275,7 @@ def test_layers_keep_everything_dominated_fewer_than_k_times():
             vals[rng.random(n) < 0.6] = 0.0
         order = rng.permutation(n)
         k = int(rng.integers(1, 12))
-        got = set(T._layers(order, vals, k).tolist())
+        got = set(G._layers(order, vals, k).tolist())
         v = vals[order]
         need = {int(order[i]) for i in range(n) if (v[:i] >= v[i]).sum() < k}
         assert need <= got
@@ -379,11 +382,11 @@ def test_tune_without_judgments_says_what_to_do(settings):
 
 def test_progress_bar_only_on_a_terminal():
     quiet = io.StringIO()
-    with T.Progress(3, "x", stream=quiet) as bar:
+    with Progress(3, "x", stream=quiet) as bar:
         bar.update(3)
     assert quiet.getvalue() == ""
     loud = io.StringIO()
-    with T.Progress(2, "grid", enabled=True, stream=loud) as bar:
+    with Progress(2, "grid", enabled=True, stream=loud) as bar:
         bar.update(2)
     assert "\rgrid [" in loud.getvalue() and "2/2" in loud.getvalue() and loud.getvalue().endswith("\n")
 
@@ -392,7 +395,7 @@ def test_a_bar_cut_short_leaves_its_line_to_end_line_once():
     from cybmem.progress import end_line
 
     out = io.StringIO()
-    bar = T.Progress(9, "grid", enabled=True, stream=out)
+    bar = Progress(9, "grid", enabled=True, stream=out)
     bar.update(1)  # drawn, then a Ctrl-C: no close()
     end_line(out)
     end_line(out)  # once: the line is finished
@@ -666,7 +669,7 @@ def test_a_store_re_tunes_itself_as_it_grows(tide, monkeypatch):
     assert res.stdout.splitlines()[1].startswith("Re-tuned project tide on 70 judgments (210 runs): MRR@10 on the later 35 ")
     assert json.loads(weights_file.read_text())["tuned"]["records"] == 210
     settings = Settings.from_env()
-    assert not T.retune_due(store, settings, 251) and T.retune_due(store, settings, 252), "20% more than 210"
+    assert not R.retune_due(store, settings, 251) and R.retune_due(store, settings, 252), "20% more than 210"
     again = runner.invoke(app, ["rebuild", "--project", "tide"])
     assert len(again.stdout.splitlines()) == 1, "not grown since: no tuning"
     # A write that takes the history past the mark starts one in the background; the write does not wait.
@@ -678,8 +681,8 @@ def test_a_store_re_tunes_itself_as_it_grows(tide, monkeypatch):
         _time.sleep(0.2)
     assert json.loads(weights_file.read_text())["tuned"]["records"] == 211, "re-tuned by the detached process"
     # A check that keeps the weights waits for the history to grow again too.
-    assert T.auto_tune(store, settings).startswith("kept the weights of project tide: no grid point beats the current")
-    assert json.loads((tide / "tide" / ".retune.json").read_text())["records"] == 211 and not T.retune_due(store, settings)
+    assert R.auto_tune(store, settings).startswith("kept the weights of project tide: no grid point beats the current")
+    assert json.loads((tide / "tide" / ".retune.json").read_text())["records"] == 211 and not R.retune_due(store, settings)
 
 
 def test_tuning_reads_the_vectors_search_reads_when_a_model_changed_dimension(web):
@@ -811,14 +814,33 @@ def test_the_heatmap_marks_the_current_weights_only_where_they_are(web, tmp_path
 
 
 def test_a_re_tune_that_fails_unexpectedly_says_why_where_it_can_be_read(tide, monkeypatch):
-    """The detached re-tune died silently on an unexpected error (a malformed log line's TypeError)."""
-    store = MemoryStore(tide, "tide")
+    """The detached re-tune died silently on an unexpected error (a malformed log line's TypeError).
 
-    def broken(*a, **kw):
+    The real tuning runs (the store loaded, its judgments derived, the bench built) until its grid
+    kernel fails as that bug did; then the real detached process, started as a write starts it, on
+    a store whose tuning fails for real, leaves its reason in .retune.json too."""
+    import time as _time
+
+    store = MemoryStore(tide, "tide")
+    reached = []
+
+    def broken(m, **kw):
+        reached.append(m.n)
         raise TypeError("unhashable type: 'list'")
 
-    monkeypatch.setattr(T, "tune", broken)
-    line = T.auto_tune(store, Settings.from_env(memory_dir=tide))
+    monkeypatch.setattr(T, "grid_search", broken)
+    line = R.auto_tune(store, Settings.from_env(memory_dir=tide))
+    assert reached and reached[0] > 0, "the real tuning got as far as the grid, with the store's judgments"
     assert line == "not re-tuned: unexpected TypeError: unhashable type: 'list'"
     state = json.loads((tide / "tide" / ".retune.json").read_text())
     assert state["result"] == line and state["records"] == 0, "the history's mark is left where it was"
+    # The detached `cybmem tune --auto` a write starts: used.jsonl is a directory, which the real tuning refuses.
+    (tide / "tide" / ".retune.json").unlink()
+    (tide / "tide" / "used.jsonl").mkdir()
+    assert R.spawn_auto_tune(store, Settings.from_env(memory_dir=tide))
+    deadline = _time.monotonic() + 60
+    while not (tide / "tide" / ".retune.json").exists() and _time.monotonic() < deadline:
+        _time.sleep(0.2)
+    state = json.loads((tide / "tide" / ".retune.json").read_text())
+    assert state["result"].startswith("not re-tuned: ") and "used.jsonl is not a regular file" in state["result"]
+    assert state["records"] == 0 and not (tide / "tide" / "weights.json").exists()

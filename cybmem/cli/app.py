@@ -19,7 +19,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from .. import __version__
-from . import _startup
+from . import _startup, signals
 from ..errors import WARNING_PREFIX, CybmemError
 from ..store.outcome import printable, printable_json, shorten, subject_line
 from ..store.records import check_moment, ms_to_utc, parse_time
@@ -103,7 +102,7 @@ class Ctx:
 
 
 def _error(message: str, code: int, as_json: bool) -> None:
-    if _INTERRUPTED:
+    if signals.interrupted():
         return  # what failed because of Ctrl-C: main says "interrupted" instead
     if as_json:
         _echo(json.dumps({"error": message, "exitCode": code}, ensure_ascii=False), err=True)
@@ -681,7 +680,7 @@ def rebuild_cmd(
     archived = len(store.archived_ids())
     retuned = None
     if ctx.settings.retune > 0:
-        from ..retrieval.tuning import auto_tune, retune_due
+        from ..operations.retune import auto_tune, retune_due
 
         if retune_due(store, ctx.settings, count):
             retuned = auto_tune(store, ctx.settings)
@@ -713,7 +712,9 @@ def _write_run(ctx: Ctx, source: str, **kwargs):
     from ..operations.write import load_run_payload, write_run
 
     payload = load_run_payload(_read_input(source))
-    return write_run(payload, ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None, project=ctx.project, **kwargs)
+    # A hook's timeout (SIGTERM) while the model thinks costs the distilled outcome, not the run.
+    return write_run(payload, ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None, project=ctx.project,
+                     while_distilling=signals.sigterm_abandons, **kwargs)
 
 
 @command("write", quick=True)
@@ -1220,7 +1221,8 @@ def tune_cmd(
 
     Example: cybmem tune --project web --as-of 2026-06-01 --save
     """
-    from ..retrieval.tuning import auto_tune, evidence_of, save_project_weights, tune
+    from ..operations.retune import auto_tune
+    from ..retrieval.tuning import evidence_of, save_project_weights, tune
 
     if auto:
         line = auto_tune(ctx.store(), ctx.settings, progress=progress)
@@ -1375,14 +1377,14 @@ def report_cmd(
 
     Example: cybmem report --out reports/web --project web -P metric=ndcg -P k=5
     """
-    from ..operations.report import NOTEBOOKS, PROJECT_ENV, build_report, notebooks_dir, parse_parameters
+    from ..operations.report import NOTEBOOKS, build_report, notebooks_dir, parse_parameters
 
     try:
         params = parse_parameters(parameter or [], [notebooks_dir() / n for n in NOTEBOOKS])
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint="-P") from None
     if not ctx.project and ctx.cwd is None:  # the notebooks' project variable, before the current directory
-        ctx.project = ctx.settings.env.get(PROJECT_ENV, "").strip() or None
+        ctx.project = ctx.settings.project
     result = build_report(ctx.store(), out, parameters=params, with_code=with_code, timeout=timeout, progress=progress)
     if ctx.json:
         _print_json(result.to_dict())
@@ -1818,19 +1820,6 @@ def fleet_report_cmd(
         _echo(f"Ran {fleet.ran_on}.")
 
 
-#: Set by :func:`_on_sigint`: the person pressed Ctrl-C (see :func:`main`).
-_INTERRUPTED = False
-INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C ended
-
-
-def _on_sigint(signum, frame) -> None:
-    """SIGINT: remember it, then raise KeyboardInterrupt as Python's own handler does (a library
-    may turn it into another exception, e.g. asyncio's CancelledError: the flag still says why)."""
-    global _INTERRUPTED
-    _INTERRUPTED = True
-    raise KeyboardInterrupt
-
-
 def main() -> None:
     """Console-script entry point: runs the app and translates Click's usage errors (JSON under --json).
 
@@ -1841,26 +1830,25 @@ def main() -> None:
     more after the line ends the process at once.
     """
     _startup.one_command_process = True
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
-        signal.signal(signal.SIGINT, _on_sigint)
+    signals.catch_sigint()
     try:
         code = _main(sys.argv[1:])
     except KeyboardInterrupt:
-        code = INTERRUPTED_EXIT
+        code = signals.INTERRUPTED_EXIT
     except BaseException:  # noqa: BLE001 - re-raised unless Ctrl-C caused it
-        if not _INTERRUPTED:
+        if not signals.interrupted():
             raise
     # typer turns a KeyboardInterrupt into exit code 130 (no command exits so otherwise); pyarrow's
-    # readers take SIGINT for themselves while they run and raise it, past _on_sigint.
-    if _INTERRUPTED or code == INTERRUPTED_EXIT:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # readers take SIGINT for themselves while they run and raise it, past the handler.
+    if signals.interrupted() or code == signals.INTERRUPTED_EXIT:
+        signals.restore_sigint()
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()
             from ..progress import end_line
 
             end_line()  # a progress bar cut short: the message starts a line of its own
         _echo("cybmem: interrupted", err=True)
-        sys.exit(INTERRUPTED_EXIT)
+        sys.exit(signals.INTERRUPTED_EXIT)
     sys.exit(code)
 
 

@@ -1,9 +1,10 @@
 """httpx clients for the optional layers: embeddings and ADD-only LLM distillation.
 
-Both are off unless configured; configuration is read from a ``Mapping[str, str]`` (pass
-``Settings.env``): ``CYBERINE_MEMORY_EMBEDDINGS`` (``ollama`` or an OpenAI-compatible base URL),
-``CYBERINE_MEMORY_MODEL`` (``ollama:<model>`` or a model name) and their ``_KEY``, ``_URL`` and
-``_TIMEOUT`` companions (USAGE.md, the configuration table). Every budget is a wall-clock deadline
+Both are off unless configured; the configuration is what :class:`~cybmem.settings.Settings`
+read (``settings.embeddings``, ``settings.distill``): ``CYBERINE_MEMORY_EMBEDDINGS`` (``ollama`` or
+an OpenAI-compatible base URL), ``CYBERINE_MEMORY_MODEL`` (``ollama:<model>`` or a model name) and
+their ``_KEY``, ``_URL`` and ``_TIMEOUT`` companions (USAGE.md, the configuration table); here
+those values are checked and turned into where and how to send requests. Every budget is a wall-clock deadline
 for the whole exchange (:mod:`cybmem.clients.transport`), a reply is read up to a size cap, connection
 errors, timeouts, 5xx and 429 are retried with backoff while the budget lasts, and every failure
 is a :class:`RemoteError` with a one-line message. The model only ever refines the outcome of the
@@ -26,6 +27,8 @@ import numpy as np
 import orjson
 
 from ..errors import CybmemError, ValidationError
+from ..settings import (DEFAULT_EMBED_MODEL, EMBED_QUERY_TIMEOUT, EMBED_WRITE_TIMEOUT, MODEL_TIMEOUT, DistillSettings,
+                        EmbeddingSettings)
 
 if TYPE_CHECKING:  # pragma: no cover - httpx is imported when a request is made (below)
     import httpx
@@ -46,19 +49,10 @@ __all__ = [
 ]
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
-DEFAULT_EMBED_MODEL = "nomic-embed-text"
 DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
-
-# Dispatch waits for the query vector, so its budget is short: a local Ollama with the model
-# loaded answers one short text in tens of milliseconds; 2 s also covers a busy machine.
-# A cold Ollama (model not yet loaded) can take longer: that query then falls back to
-# keyword-only scoring, and the next one finds the model warm.
-EMBED_QUERY_TIMEOUT = 2.0
-# Writes and backfills run off the dispatch path and may hit a cold model: 30 s per attempt.
-EMBED_WRITE_TIMEOUT = 30.0
+# The budgets' defaults (EMBED_QUERY_TIMEOUT, EMBED_WRITE_TIMEOUT, MODEL_TIMEOUT) and the default
+# embedding model live with the variables that change them, in cybmem.settings.
 CONNECT_TIMEOUT = 5.0
-# A chat model on a busy machine writes a few hundred tokens in seconds; a run's hook waits.
-MODEL_TIMEOUT = 30.0
 RETRY_AFTER_MAX = 5.0  # never sleep longer than this on a server's Retry-After
 
 # Reply caps. A vector in JSON takes at most ~25 bytes a dimension: 256 KiB holds ~10k
@@ -109,23 +103,6 @@ class RemoteError(CybmemError):
 # Configuration
 
 
-def _env(env: Mapping[str, str], name: str) -> str:
-    return (env.get(name) or "").strip()
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = _env(env, name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value <= 0:
-        raise ValidationError(f"{name}={raw!r} is not a positive number of seconds; set it to e.g. {default:g} or unset it")
-    return value
-
-
 def _http_url(value: str, name: str) -> str:
     """A checked http(s) base URL without a trailing slash."""
     parts = urllib.parse.urlsplit(value)
@@ -136,14 +113,15 @@ def _http_url(value: str, name: str) -> str:
     return value.rstrip("/")
 
 
-def ollama_base_url(env: Mapping[str, str]) -> str:
-    """Ollama's base URL from OLLAMA_HOST, read the way Ollama's own clients read it.
+def ollama_base_url(host: str) -> str:
+    """Ollama's base URL from OLLAMA_HOST's value (``settings.embeddings.ollama_host``), read the
+    way Ollama's own clients read it.
 
     "" -> http://127.0.0.1:11434; "host" -> http://host:11434; ":port" -> http://127.0.0.1:port;
     "https://host" -> https://host:443; a path is kept. The bind-all addresses 0.0.0.0 and [::]
     (a common OLLAMA_HOST for the server) are dialled as 127.0.0.1 / [::1].
     """
-    raw = _env(env, "OLLAMA_HOST").strip("\"'")
+    raw = (host or "").strip().strip("\"'")
     if not raw:
         return DEFAULT_OLLAMA_HOST
     port = 11434
@@ -177,7 +155,7 @@ def ollama_base_url(env: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class EmbedConfig:
-    """Where and how to embed; ``embed_config(env)`` builds one, ``dataclasses.replace`` tunes it.
+    """Where and how to embed; ``embed_config(settings.embeddings)`` builds one, ``dataclasses.replace`` tunes it.
 
     ``query_timeout`` is the whole budget of a dispatch-time query; ``write_timeout`` the whole
     budget of embedding a written record and of each attempt of a backfill batch (wall-clock:
@@ -202,25 +180,29 @@ class EmbedConfig:
         return self.base_url + ("/api/embed" if self.kind == "ollama" else "/embeddings")
 
 
-def embed_config(env: Mapping[str, str]) -> EmbedConfig | None:
+def embed_config(configured: EmbeddingSettings | Mapping[str, str]) -> EmbedConfig | None:
     """The embeddings configuration, or None when CYBERINE_MEMORY_EMBEDDINGS is unset or empty.
+
+    Args:
+        configured: ``settings.embeddings``; a mapping of variables is read as
+            :class:`~cybmem.settings.Settings` reads the environment.
 
     Raises:
         ValidationError: a value is not understood; the message names the accepted forms.
     """
-    value = _env(env, "CYBERINE_MEMORY_EMBEDDINGS")
+    if not isinstance(configured, EmbeddingSettings):
+        configured = EmbeddingSettings.from_env(configured)
+    value = configured.server
     if not value:
         return None
-    common = dict(
-        model=_env(env, "CYBERINE_MEMORY_EMBED_MODEL") or DEFAULT_EMBED_MODEL,
-        query_timeout=_seconds(env, "CYBERINE_MEMORY_EMBED_TIMEOUT", EMBED_QUERY_TIMEOUT),
-        write_timeout=_seconds(env, "CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT", EMBED_WRITE_TIMEOUT),
-    )
+    if configured.problem:
+        raise ValidationError(configured.problem)
+    common = dict(model=configured.model, query_timeout=configured.query_timeout, write_timeout=configured.write_timeout)
     if value.lower() == "ollama":
-        return EmbedConfig(kind="ollama", base_url=ollama_base_url(env), **common)
+        return EmbedConfig(kind="ollama", base_url=ollama_base_url(configured.ollama_host), **common)
     if re.match(r"https?://", value, re.IGNORECASE):
         base = _http_url(value, "CYBERINE_MEMORY_EMBEDDINGS")
-        return EmbedConfig(kind="openai", base_url=base, api_key=_env(env, "CYBERINE_MEMORY_EMBED_KEY") or None, **common)
+        return EmbedConfig(kind="openai", base_url=base, api_key=configured.key, **common)
     raise ValidationError(
         f"CYBERINE_MEMORY_EMBEDDINGS={value!r} is not understood; set it to `ollama` (a local Ollama at "
         "OLLAMA_HOST) or to an OpenAI-compatible base URL such as http://127.0.0.1:11434/v1, or unset it"
@@ -229,7 +211,7 @@ def embed_config(env: Mapping[str, str]) -> EmbedConfig | None:
 
 @dataclass(frozen=True)
 class DistillConfig:
-    """Which chat model refines a new record's outcome; ``distill_config(env)`` builds one.
+    """Which chat model refines a new record's outcome; ``distill_config(settings.distill)`` builds one.
 
     ``timeout`` is the whole budget of the call (both attempts, wall-clock).
     """
@@ -250,36 +232,41 @@ class DistillConfig:
         return self.base_url + ("/api/chat" if self.kind == "ollama" else "/chat/completions")
 
 
-def distill_config(env: Mapping[str, str]) -> DistillConfig | None:
+def distill_config(configured: DistillSettings | Mapping[str, str]) -> DistillConfig | None:
     """The distillation configuration, or None when CYBERINE_MEMORY_MODEL is unset (no default).
+
+    Args:
+        configured: ``settings.distill``; a mapping of variables is read as
+            :class:`~cybmem.settings.Settings` reads the environment.
 
     Raises:
         ValidationError: a value is malformed, or api.openai.com is the target and no key is set.
     """
-    value = _env(env, "CYBERINE_MEMORY_MODEL")
+    if not isinstance(configured, DistillSettings):
+        configured = DistillSettings.from_env(configured)
+    value = configured.model
     if not value:
         return None
-    common = dict(
-        timeout=_seconds(env, "CYBERINE_MEMORY_MODEL_TIMEOUT", MODEL_TIMEOUT),
-        redact=_env(env, "CYBERINE_MEMORY_REDACT").lower() not in ("0", "false", "no", "off"),
-    )
+    if configured.problem:
+        raise ValidationError(configured.problem)
+    common = dict(timeout=configured.timeout, redact=configured.redact)
     if value.lower().startswith("ollama:"):
         model = value[len("ollama:"):].strip()
         if not model:
             raise ValidationError("CYBERINE_MEMORY_MODEL=ollama: names no model; use e.g. ollama:llama3.1:8b")
-        return DistillConfig(kind="ollama", base_url=ollama_base_url(env), model=model, **common)
+        return DistillConfig(kind="ollama", base_url=ollama_base_url(configured.ollama_host), model=model, **common)
     if re.match(r"https?://", value, re.IGNORECASE):
         raise ValidationError(
             f"CYBERINE_MEMORY_MODEL={value!r} is a URL; set it to a model name (or ollama:<model>) "
             "and put the base URL in CYBERINE_MEMORY_MODEL_URL"
         )
-    if _env(env, "CYBERINE_MEMORY_MODEL_URL"):
-        base = _http_url(_env(env, "CYBERINE_MEMORY_MODEL_URL"), "CYBERINE_MEMORY_MODEL_URL")
-    elif _env(env, "OPENAI_BASE_URL"):
-        base = _http_url(_env(env, "OPENAI_BASE_URL"), "OPENAI_BASE_URL")
+    if configured.url:
+        base = _http_url(configured.url, "CYBERINE_MEMORY_MODEL_URL")
+    elif configured.openai_base_url:
+        base = _http_url(configured.openai_base_url, "OPENAI_BASE_URL")
     else:
         base = DEFAULT_OPENAI_BASE
-    key = _env(env, "CYBERINE_MEMORY_MODEL_KEY") or _env(env, "OPENAI_API_KEY") or None
+    key = configured.key
     if key is None and base == DEFAULT_OPENAI_BASE:
         raise ValidationError(
             f"CYBERINE_MEMORY_MODEL={value} goes to {DEFAULT_OPENAI_BASE}, which needs a key: set "
@@ -503,7 +490,7 @@ class Embedder:
     """Turns texts into vectors through Ollama or an OpenAI-compatible embeddings endpoint.
 
     Example:
-        >>> config = embed_config(settings.env)
+        >>> config = embed_config(settings.embeddings)
         >>> if config:
         ...     with Embedder(config) as embedder:
         ...         vectors = embedder.embed(["fix the login form"])   # write path
@@ -814,7 +801,7 @@ def distill(
     """Ask the configured chat model for a new record's outcome (one call, ADD-only).
 
     Args:
-        config: from ``distill_config(env)``.
+        config: from ``distill_config(settings.distill)``.
         run: the finished run: ``task``, ``state``, ``verdictSummary`` (or ``verdict``),
             ``winnerOutput`` and/or ``workers`` (each with ``agentId``, ``state``, ``output``);
             run.json's camelCase names and RunInput's snake_case ones both work. Long texts

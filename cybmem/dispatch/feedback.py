@@ -28,6 +28,7 @@ import orjson
 
 from .. import _io
 from ..errors import StoreError
+from ..settings import DEFAULT_SHOWN_CAP
 from .preamble import strip
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,31 +47,22 @@ __all__ = ["SHOWN_FILE", "USED_FILE", "DEFAULT_SHOWN_CAP", "enabled", "shown_cap
 SHOWN_FILE = "shown.jsonl"
 USED_FILE = "used.jsonl"
 _LOCK = ".feedback.lock"
-#: Lines shown.jsonl keeps (CYBERINE_MEMORY_SHOWN_CAP).
-DEFAULT_SHOWN_CAP = 2000
 #: ``cybmem write`` cuts the shown log back to the cap once it holds this share more.
 _SLACK = 1.25
 #: An appender cuts the log back once it holds this many bytes a line of the cap (a log no write trims).
 _VALVE_BYTES = 4096
-_FALSE = {"0", "false", "no", "off"}
 #: The MCP answers worth keeping: the tools and resources that return runs or issues (writes are not fetches).
 _MCP_READS = ("search", "show", "chain", "issues", "memory_block", "open-issues", "run-record")
 
 
 def enabled(settings: "Settings") -> bool:
     """Whether the logs are kept (``CYBERINE_MEMORY_FEEDBACK``, default on)."""
-    return settings.env.get("CYBERINE_MEMORY_FEEDBACK", "").strip().lower() not in _FALSE
+    return settings.feedback.enabled
 
 
 def shown_cap(settings: "Settings") -> tuple[int, str | None]:
     """The cap of shown.jsonl in lines, and what is wrong with ``CYBERINE_MEMORY_SHOWN_CAP`` (None: nothing)."""
-    raw = settings.env.get("CYBERINE_MEMORY_SHOWN_CAP", "").strip()
-    if not raw:
-        return DEFAULT_SHOWN_CAP, None
-    if raw.isdigit() and int(raw) >= 1:
-        return int(raw), None
-    return DEFAULT_SHOWN_CAP, (f"CYBERINE_MEMORY_SHOWN_CAP={raw!r} is not a whole number of at least 1; set it to e.g. "
-                               f"{DEFAULT_SHOWN_CAP} or unset it (using {DEFAULT_SHOWN_CAP})")
+    return settings.feedback.shown_cap, settings.feedback.problem
 
 
 def task_hash(task: str | None) -> str | None:

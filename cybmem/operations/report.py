@@ -109,16 +109,14 @@ def notebook_memory_dir(memory_dir: str | os.PathLike | None = None, *,
     env = os.environ if env is None else env
     if memory_dir is not None and str(memory_dir).strip():
         return Path(memory_dir).expanduser().absolute(), "from the MEMORY_DIR parameter"
-    for name in ("CYBERINE_MEMORY_DIR", "CYBERINE_HOME"):
-        value = env.get(name, "").strip()
-        if value:
-            raw, started = Path(value).expanduser(), env.get("PWD", "")
-            if not raw.is_absolute() and os.path.isabs(started) and os.path.isdir(started):
-                env = {**env, name: str(Path(started) / raw)}
-            return Settings.from_env(env).memory_dir, f"from {name}"
+    started = env.get("PWD", "")
+    where = started if os.path.isabs(started) and os.path.isdir(started) else None
+    settings = Settings.from_env(env, lenient=True, relative_to=where)
+    if settings.memory_from != "default":
+        return settings.memory_dir, f"from {settings.memory_from}"
     if FIXTURES.is_dir():
         return FIXTURES, "the checkout's fixtures, as neither MEMORY_DIR nor CYBERINE_MEMORY_DIR is set"
-    return Settings.from_env(env).memory_dir, "the default, as neither MEMORY_DIR nor CYBERINE_MEMORY_DIR is set"
+    return settings.memory_dir, "the default, as neither MEMORY_DIR nor CYBERINE_MEMORY_DIR is set"
 
 
 @dataclass(frozen=True)
@@ -157,8 +155,8 @@ def open_notebook_store(memory_dir: str | os.PathLike | None = None, project: st
     settings = Settings.from_env(env, memory_dir=root)
     if project is not None and str(project).strip():
         slug, project_from = str(project).strip(), "from the PROJECT parameter"
-    elif env.get(PROJECT_ENV, "").strip():
-        slug, project_from = env[PROJECT_ENV].strip(), f"from {PROJECT_ENV}"
+    elif settings.project:
+        slug, project_from = settings.project, f"from {PROJECT_ENV}"
     elif root.resolve() == FIXTURES.resolve():
         slug, project_from = _FIXTURES_PROJECT, f"the fixtures' main project, as neither PROJECT nor {PROJECT_ENV} is set"
     else:
@@ -211,7 +209,7 @@ def open_notebook_fleet(dataset: str | os.PathLike | None = None, memory_dir: st
     if dataset is not None and str(dataset).strip():
         return NotebookFleet(Path(dataset).expanduser().absolute(), "from the DATASET parameter", False)
     root, memory_from = notebook_memory_dir(memory_dir, env=env)
-    if project is not None and str(project).strip() or env.get(PROJECT_ENV, "").strip():
+    if project is not None and str(project).strip() or Settings.from_env(env, lenient=True).project:
         chosen = open_notebook_store(memory_dir, project, env=env).store.slug
         machines = {default_machine(): (chosen,)}
     elif root.resolve() == FIXTURES.resolve():

@@ -15,9 +15,11 @@ record as the extractive path makes it and adds one line to ``WriteResult.warnin
 Distillation never holds the record. The outcome lives in the record and a record is never
 rewritten (store-format.md), so the distilled part cannot be added after the record is
 written; instead the write goes on without it: the call has a wall-clock deadline
-(``CYBERINE_MEMORY_MODEL_TIMEOUT``, the whole exchange, kept whatever the server sends), and a
-SIGTERM while it runs (a hook's timeout: Node's child_process sends SIGTERM) abandons it, so
-the record is written with its extractive outcome a moment later instead of being lost.
+(``CYBERINE_MEMORY_MODEL_TIMEOUT``, the whole exchange, kept whatever the server sends), and the
+caller may wrap it in a context of its own (``while_distilling``) that abandons it: the CLI's turns
+a SIGTERM (a hook's timeout) into a record written with its extractive outcome a moment later
+instead of a lost run (:func:`cybmem.cli.signals.sigterm_abandons`). This module installs no
+signal handler.
 """
 
 from __future__ import annotations
@@ -26,10 +28,8 @@ import contextlib
 import dataclasses
 import os
 import re
-import signal
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -388,6 +388,7 @@ def write_run(
     parent_run_id: str | None = None,
     chat_session_id: str | None = None,
     supersedes: str | None = None,
+    while_distilling: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> WriteResult:
     """Build the record of an orchestrator run and write it to its project's store.
 
@@ -395,6 +396,10 @@ def write_run(
     nothing behind. With CYBERINE_MEMORY_MODEL set the outcome is distilled first
     (:func:`_distill_into`); with CYBERINE_MEMORY_EMBEDDINGS set the written record is embedded
     (:func:`_embed_written`). Neither can fail the write: a fallback is one line in ``warnings``.
+
+    ``while_distilling``: a context the model call runs in; a CybmemError raised inside it
+    abandons the call and keeps the extractive outcome (the CLI passes
+    :func:`cybmem.cli.signals.sigterm_abandons`). No signal handler is installed here.
     """
     run = parse_run(run_obj)
     root = settings.memory_dir
@@ -422,7 +427,7 @@ def write_run(
         chat_session_id=chat_session_id, cwd=record_cwd,
     )
     warnings: list[str] = notes
-    distilled = _distill_into(rec, events, run, settings, redacted, warnings)
+    distilled = _distill_into(rec, events, run, settings, redacted, warnings, while_distilling)
     MemoryStore.validate_write(rec, events)  # before anything is registered: bad input leaves nothing behind
     if not project:
         # Register the project now that the input is valid; the same store object carries on, so
@@ -462,11 +467,11 @@ def _note_used(store: MemoryStore, rec: MemoryRecord, written: list[IssueEvent],
 
 def _retune_if_grown(store: MemoryStore, settings: Settings) -> None:
     """CYBERINE_MEMORY_RETUNE: when the history has grown enough since the last tuning, tune it in
-    a detached process (cybmem.retrieval.tuning.spawn_auto_tune); the write never waits for it or fails by it."""
+    a detached process (cybmem.operations.retune.spawn_auto_tune); the write never waits for it or fails by it."""
     if settings.retune <= 0:
         return
     try:
-        from ..retrieval.tuning import retune_due, spawn_auto_tune
+        from .retune import retune_due, spawn_auto_tune
 
         if retune_due(store, settings):
             spawn_auto_tune(store, settings)
@@ -485,31 +490,9 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-class _Stopped(CybmemError):
-    """SIGTERM arrived while the model was being asked."""
-
-
-def _on_sigterm(signum, frame) -> None:
-    raise _Stopped("stopped by SIGTERM before the model answered (a hook's timeout?)")
-
-
-@contextlib.contextmanager
-def _sigterm_abandons():
-    """Inside the block a SIGTERM raises _Stopped instead of ending the process (main thread only:
-    a handler can only be set there); the previous handler is back afterwards."""
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        with contextlib.suppress(ValueError, OSError):
-            previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
 def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, settings: Settings,
-                  redacted: list[str], warnings: list[str]) -> bool:
+                  redacted: list[str], warnings: list[str],
+                  while_distilling: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext) -> bool:
     """Refine the new record's outcome with one CYBERINE_MEMORY_MODEL call (ADD-only); True when it did.
 
     The model sees the run and the extractive outcome as a draft. Its summary replaces the
@@ -517,20 +500,21 @@ def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, se
     issues open ledger events through the trailer's path (split_issue, issue_slug), after the
     extractive ones, and never resolve anything. Existing records and ledger lines are never
     touched. Everything it returns is redacted like the rest of the record. Unset: skipped; a
-    malformed reply, a timeout, an error or a SIGTERM while waiting keeps the extractive outcome
-    and adds one warning (module docstring: distillation never holds the record).
+    malformed reply, a timeout, an error or a CybmemError from ``while_distilling`` (the CLI's
+    SIGTERM) keeps the extractive outcome and adds one warning (module docstring: distillation
+    never holds the record).
     """
-    if not settings.env.get("CYBERINE_MEMORY_MODEL", "").strip():
+    if not settings.distill.on:
         return False
     from ..clients import model_servers as remote  # only a configured layer pays for httpx
 
     try:
-        config = remote.distill_config(settings.env)
+        config = remote.distill_config(settings.distill)
         if config is None:
             return False
         run_view = {"task": rec.task, "workflowName": run.workflow_name, "state": run.state,
                     "verdictSummary": rec.verdictSummary, "winnerOutput": run.winner_output, "workers": run.workers}
-        with _sigterm_abandons():
+        with while_distilling():
             out = remote.distill(config, run_view, rec.outcome.to_dict())
     except CybmemError as exc:
         message = _one_line(exc).removeprefix("distilled outcome: ")
@@ -569,12 +553,12 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
     EMBED_TEXT_CHARS. A failure or timeout leaves the record as written and adds one warning;
     ``cybmem embed`` fills the gap later.
     """
-    if not settings.env.get("CYBERINE_MEMORY_EMBEDDINGS", "").strip():
+    if not settings.embeddings.on:
         return False
     from ..clients import model_servers as remote  # only a configured layer pays for httpx
 
     try:
-        config = remote.embed_config(settings.env)
+        config = remote.embed_config(settings.embeddings)
         if config is None:
             return False
         # The keyword index's issue text: title and detail by the fold's rule (cybmem.store.snapshot.issue_texts).

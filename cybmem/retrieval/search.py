@@ -575,7 +575,7 @@ def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weight
         loaded = weights
     if loaded is not None:
         weights = loaded.weights
-    if not settings.env.get("CYBERINE_MEMORY_EMBEDDINGS", "").strip() or snap.store is None:
+    if not settings.embeddings.on or snap.store is None:
         return weights, None, []
     wanted = weights.w_vec > 0 or (loaded is not None and loaded.sources["w_vec"] == "default")
     if not wanted:

@@ -348,17 +348,17 @@ class VectorQuery:
 
 
 def embed_config_of(settings: Settings):
-    """``remote.embed_config(settings.env)`` without importing httpx when embeddings are off.
+    """``remote.embed_config(settings.embeddings)`` without importing httpx when embeddings are off.
 
     Returns:
         (config or None, warning or None): a value that is not understood is a warning, not an error.
     """
-    if not settings.env.get("CYBERINE_MEMORY_EMBEDDINGS", "").strip():
+    if not settings.embeddings.on:
         return None, None
     from ..clients.model_servers import embed_config
 
     try:
-        return embed_config(settings.env), None
+        return embed_config(settings.embeddings), None
     except ValidationError as exc:
         return None, f"vector axis off: {exc}"
 

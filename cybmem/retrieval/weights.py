@@ -1,4 +1,5 @@
-"""Retrieval weights: the defaults, where production reads them from, and saving them.
+"""Retrieval weights: the defaults, where production reads them from, and saving them (a project's
+``weights.json``, guarded against a tuning that saved meanwhile: :func:`save_project_weights`).
 
 Precedence, lowest first: the defaults (:class:`Weights`), ``<memory root>/weights.json`` (all
 projects), ``<project>/weights.json`` (what ``cybmem tune --save`` and the tuning widget
@@ -22,17 +23,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import orjson
 
 from .. import _io
-from ..errors import StoreError, ValidationError
+from ..errors import ConflictError, StoreError, ValidationError
+from ..settings import WEIGHT_VARIABLES, Settings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..settings import Settings
     from ..store.memory_store import MemoryStore
 
-__all__ = ["ENV_PREFIX", "WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
-           "save_weights", "read_evidence", "tuned_note", "AXES", "ISSUE_REC_SHARE",
+__all__ = ["WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
+           "save_weights", "save_project_weights", "weights_state", "read_evidence", "tuned_note", "AXES", "ISSUE_REC_SHARE",
            "RANGES", "check_range"]
 
-ENV_PREFIX = "CYBERINE_MEMORY_"
 WEIGHTS_FILE = "weights.json"
 _MAX_BYTES = 1 << 20
 # w_vec when the store has vectors for the configured model and nothing sets it: the smallest
@@ -145,15 +145,6 @@ def check_range(name: str, value: float) -> float:
     return v
 
 
-_ENV_KEYS = {
-    "w_kw": "W_KW",
-    "w_rec": "W_REC",
-    "w_lin": "W_LIN",
-    "w_vec": "W_VEC",
-    "half_life_days": "HALF_LIFE_DAYS",
-    "floor": "FLOOR",
-    "floor_vec": "FLOOR_VEC",
-}
 
 
 @dataclass(frozen=True)
@@ -192,9 +183,8 @@ def weight_files(settings: "Settings", store: "MemoryStore | None" = None) -> li
     files = [settings.memory_dir / WEIGHTS_FILE]
     if store is not None:
         files.append(store.dir / WEIGHTS_FILE)
-    extra = settings.env.get("CYBERINE_MEMORY_WEIGHTS", "").strip()
-    if extra:
-        files.append(Path(extra))
+    if settings.weights.file is not None:
+        files.append(settings.weights.file)
     return files
 
 
@@ -243,8 +233,7 @@ def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str
     values: dict[str, float] = {}
     names: dict[str, str] = {}
     bad: list[str] = []
-    for key, suffix in _ENV_KEYS.items():
-        var = ENV_PREFIX + suffix
+    for key, var in WEIGHT_VARIABLES.items():
         raw = env.get(var)
         if raw is None or raw.strip() == "":
             continue
@@ -272,7 +261,8 @@ def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None
 
     Args:
         files: weight files, lowest precedence first (:func:`weight_files`).
-        env: the environment (default: none).
+        env: the variables of :data:`~cybmem.settings.WEIGHT_VARIABLES` that are set, by name
+            (``dict(settings.weights.variables)``; default: none).
         lenient: skip a broken file or variable and say why in ``problems`` (the dispatch path);
             otherwise raise.
         vectors: the store has vectors for the configured embedding model; then a w_vec that no
@@ -326,7 +316,7 @@ def weights_for(settings: "Settings", store: "MemoryStore | None" = None, *, len
 
     ``vectors``: the project has vectors for the configured embedding model (see :func:`load_weights`).
     """
-    return load_weights(weight_files(settings, store), settings.env, lenient=lenient, vectors=vectors)
+    return load_weights(weight_files(settings, store), dict(settings.weights.variables), lenient=lenient, vectors=vectors)
 
 
 def save_weights(weights: Weights, path: Path | str, *, evidence: Mapping[str, Any] | None = None) -> Path:
@@ -351,3 +341,42 @@ def save_weights(weights: Weights, path: Path | str, *, evidence: Mapping[str, A
             raise
         raise StoreError(f"cannot save weights to {p}: {exc.strerror or exc}") from None
     return p
+
+
+def weights_state(store: "MemoryStore") -> tuple[int, int, int] | None:
+    """What ``<project>/weights.json`` is now (inode, size, mtime ns; None: no file), to tell
+    whether another tuning saved it since (:func:`save_project_weights`)."""
+    try:
+        st = (store.dir / WEIGHTS_FILE).stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def save_project_weights(store: "MemoryStore", weights: Weights, settings: Settings | None = None, *,
+                         evidence: Mapping[str, Any] | None = None,
+                         expect: tuple[int, int, int] | None | bool = False) -> tuple[Path, list[str]]:
+    """Write ``<project dir>/weights.json`` (what ``cybmem search`` / ``inject`` read for the project).
+
+    Args:
+        evidence: the tuning's evidence (:func:`cybmem.retrieval.tuning.evidence_of`), kept under "tuned".
+        expect: what weights.json was when the tuning began (:func:`weights_state`; None: no file);
+            when it changed since (another ``tune --save`` finished meanwhile) nothing is written
+            and :class:`~cybmem.errors.ConflictError` says so. False: write whatever is there.
+
+    Returns:
+        The path written, and what still overrides it for production (a
+        CYBERINE_MEMORY_WEIGHTS file, CYBERINE_MEMORY_W_* variables), empty when nothing does.
+    """
+    settings = settings or Settings.from_env()
+    path = store.dir / WEIGHTS_FILE
+    with _io.locked(store.dir / ".weights.lock"):
+        if expect is not False and weights_state(store) != expect:
+            ev = read_evidence(path)
+            when = f" (saved {tuned_note(ev)})" if ev else ""
+            raise ConflictError(f"{path} changed while this tuning ran{when}, so these weights were not saved; "
+                                "run `cybmem tune --save` again to tune on top of them")
+        save_weights(weights, path, evidence=evidence)
+    over = [str(p) for p in weight_files(settings, store)[2:] if p.is_file()]
+    over += sorted(name for name, _ in settings.weights.variables)
+    return path, over

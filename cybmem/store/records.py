@@ -1,4 +1,4 @@
-"""Typed records of the store format (../shared/spec/store-format.md) and their validation.
+"""Typed records of the store format (docs/store-format.md) and their validation.
 
 The record's fields and their rules are declared once, in :data:`RECORD_FIELDS` (with the
 nested :data:`LINEAGE_FIELDS`, :data:`OUTCOME_FIELDS`, :data:`WORKER_FIELDS`): the dataclasses
@@ -94,7 +94,7 @@ WORKER_FIELDS = (
     Field("provider"),
     Field("state", required=True),
 )
-#: A record, in the order written on disk (records/<runId>.json; ../shared/spec/store-format.md).
+#: A record, in the order written on disk (records/<runId>.json; docs/store-format.md).
 RECORD_FIELDS = (
     Field("runId", required=True, rule="run_id"),
     Field("cwd", required=True, rule="nonblank"),
