@@ -45,5 +45,6 @@ def test_bench_peers_prints_its_tables_on_the_fixtures(fixture_copy, tmp_path):
         assert agree["cybmem-kw"]["mean"] == 1  # exact BM25 against itself
         assert agree["tantivy"]["mean"] >= 0.9  # the same BM25, ties counted
         assert agree["cybmem-search"]["mean"] == 1  # search() ranks as the kernel does
+        assert r["held"]  # search() ran on the held snapshot, not a reload per call
         assert {"cybmem", "tantivy", "fts5"} <= set(r["load"]) and {"cybmem", "tantivy", "fts5"} <= set(r["disk_bytes"])
         assert all(q["median_us"] > 0 for q in r["query"].values())
