@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/bench_peers.py                          # the 7.7k store, 10k and 100k
-    python benchmarks/bench_peers.py --sizes 7761,100k,1M --json out.json   # 1M: about 20 minutes
+    python benchmarks/bench_peers.py --sizes 7761,100k,1M --json out.json   # with 1M: about 20 minutes
     python benchmarks/bench_peers.py --root data-fixtures/memory --sizes real,40 --cache-dir /tmp/x
 
 What each engine indexes. At every size the records are a memory store on disk, and cybmem loads
@@ -52,7 +52,8 @@ and lineage per copy, copies > 0 with text of their own made of the corpus's lin
 renumbered per copy; the issue ledger replicated to match) and written once. Both go to
 ``--cache-dir`` (benchmarks/.data: git-ignored, like every benchmark cache) as
 ``peers-<corpus>-<slug>-<n>/`` with a ``.complete`` marker, and are reused by later runs; delete
-the folder to write it again. Writing takes about 15 s at 100k and 3-4 minutes (4 GB) at 1M.
+the folder to write it again. Writing took 22 s at 100k and 2.4 minutes (4.1 GB) at 1M on a busy
+2-core machine; the whole run with 1M, 18.5 minutes (benchmarks/RESULTS.md).
 Progress goes to stderr, the tables to stdout (markdown).
 """
 
