@@ -80,6 +80,12 @@ def main() -> None:
             "cybmem's ranking against bm25s and rank_bm25 on the same records and queries, and against a "
             "scipy sparse-matrix floor (postings of the query terms + one dense re-rank pass). Medians of "
             "200 queries of 3-8 words; systems timed in turn on each query."),
+        run("Against Tantivy and SQLite FTS5", ["benchmarks/bench_peers.py", "--sizes", "7761" if args.quick else "7761,100000"],
+            "cybmem's BM25 kernel, its full ranking and the public `search()` on a held snapshot against Tantivy, "
+            "SQLite FTS5 and bm25s on the same token lists and bench_query.py's queries (300 queries, engines taking "
+            "turns on each, three runs, medians and ratios to Tantivy); top-10 agreement with ties counted; index "
+            "build, size on disk, the load from the record files with its peak memory, and their growth from 10k "
+            "records. 1M records is opt-in (`--sizes 7761,100k,1M`, about 20 minutes)."),
         run("Load, refresh and warm CLI", ["benchmarks/bench_store.py", "--sizes", "7761,100000"],
             "Cold load against read + orjson-parse of the same files; refresh after one new record "
             "against the cold load; warm `cybmem search` / `cybmem inject` wall time against a bare "
