@@ -250,6 +250,13 @@ FAMILY_CASES = [
     (f"export GITHUB_TOKEN=ghp_{R[:20]}\\\n{R[20:]}abcd", f"{R[20:]}abcd"),
     ('{"stripe": "sk_live_51HxYzAbCdEfGh\\nIjKlMnOpQrSt123456"}', "IjKlMnOpQrSt123456"),
     (f'token = "ghp_{R[:20]}" +\n    "{R[20:]}abcd"', f"{R[20:]}abcd"),
+    # a config file's key (env UPPER_SNAKE, properties dotted) is given data: a word or a CamelCase
+    # value there is the password, not a variable (round 4: GHAS' spring / compose examples)
+    ("# with spaces\nspring.datasource.password = tigerking\n", "tigerking"),
+    ("  MYSQL_PASSWORD: MySQLAdminPassword\n", "MySQLAdminPassword"),
+    (f":password => '{S}',", S),  # a Ruby symbol key
+    (f"dbpwd={S}", S),  # pwd glued to db
+    ("DB_PWD=$upp0rt@!#x", "$upp0rt@!#x"),  # no template leaves three symbols
 ]
 
 
@@ -297,6 +304,32 @@ FAMILY_LOOKALIKES = [
     "certificate-authority-data: " + base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIC" + b"A" * 40).decode(),
     "Fix the reader in src/some_long_module_name_here.py\nISSUES: none",
     "password = os.environ['PW']",
+    # round 4: the rule sets' own false-positive examples (gitleaks generic-api-key, Nosey Parker
+    # np.odbc.1 and np.generic.5) and the neighbours of the config-key and qualified-key rules
+    "snowflake.password=\njdbc.snowflake.url=",
+    "GITHUB_API_KEY=\nDYNATRACE_API_KEY=",
+    "PuttyPassword=0",
+    'LLM_SECRET_NAME = "NEXUS-GPT4-API-KEY"',
+    "secret_length = X25519.secret_length",
+    "key_down_event=v_kM_kkOaltsB4X9E_-5xpa61F7=--",
+    "def login(self, user = '', password = '', domain = ''):",
+    'text << "Password=#{password}, "',
+    "pwd = (char *) (p + ulen + 2);",
+    'String password = "password";',
+    'export PGPASSWORD="$gdcapi_db_password"',
+    "- echo 'export DATABASE_PASSWORD=\"'$PRECOMPILE_PASSWORD'\"' >> .env",
+    'IAMUserChangePassword = "arn:aws:iam::aws:policy/IAMUserChangePassword"',
+    "spring.datasource.username=sa\nspring.datasource.password=\nspring.datasource.driverClassName=org.h2.Driver",
+    "spring.datasource.password=${DB_PASSWORD}",
+    "MYSQL_PASSWORD: ${MYSQL_PASSWORD}",
+    "DATABASE_PASSWORD: SecretStr",
+    "self.password = root",
+    "DB_PWD=$DB_USER@$DB_HOST",
+    "DB_PASSWORD_FILE=/run/secrets/db_password",
+    "SECRET_KEY_NAME=my-app-secret",
+    "PASSWORD_RESET_TIMEOUT = 3600",
+    "password_hash = 5f4dcc3b5aa765d61d8327deb882cf99",
+    "token_count = 5000",
 ]
 
 
