@@ -257,6 +257,10 @@ FAMILY_CASES = [
     (f":password => '{S}',", S),  # a Ruby symbol key
     (f"dbpwd={S}", S),  # pwd glued to db
     ("DB_PWD=$upp0rt@!#x", "$upp0rt@!#x"),  # no template leaves three symbols
+    # a secret word with qualifiers after it
+    (f"DB_PASSWORD_PROD={S}w", f"{S}w"),
+    ("todo_token_rotate_me = q8W2e9R4t6Y1u3I8o5P0", "q8W2e9R4t6Y1u3I8o5P0"),
+    ("secret_key_v2 = 9f8e7d6c5b4a39281706f5e4d3c2b1a0ab12cd34", "9f8e7d6c5b4a39281706f5e4d3c2b1a0ab12cd34"),
 ]
 
 

@@ -439,6 +439,56 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     return quoted or not bare_colon or not secret.isalpha()
 
 
+# What a qualifier after a secret word names when the value is no secret (TOKEN_ID, secret_name,
+# api_key_url, password_hash, token_expiry): ids, names, places, sizes, digests and settings.
+_QUALIFIER_STOP = frozenset({
+    "id", "ids", "name", "names", "label", "alias", "arn", "ref", "url", "uri", "urls", "endpoint", "host",
+    "file", "files", "path", "dir", "location", "env", "var", "field", "header", "param", "count", "len",
+    "length", "size", "min", "max", "type", "kind", "format", "mode", "version", "ver", "prefix", "suffix",
+    "hash", "sha", "sha1", "sha256", "md5", "digest", "checksum", "fingerprint", "salt", "iv", "nonce",
+    "rev", "etag", "expiry", "expires", "expire", "expiration", "ttl", "timeout", "age", "date", "time", "at",
+    "hint", "policy", "pattern", "regex", "rule", "rules", "index", "scope", "scopes", "public", "pub", "enabled",
+    "required", "set", "exists", "valid", "is", "has", "reset", "rotation", "provider", "manager", "store",
+    "str", "string", "char", "chars", "alphabet", "charset", "event", "up", "down", "press", "pressed", "code",
+})  # fmt: skip
+# The words strong enough to name a secret with qualifiers after them.
+_QUALIFIED_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "apikey", "key", "credentials",
+                              "creds"})
+
+
+def _qualified_assignment(secret: str, match: re.Match[str]) -> bool:
+    """A secret word with qualifiers after it (todo_secret_do_not_commit, DB_PASSWORD_PROD,
+    api_token_123): the word starts a key part (not monkey_x), no qualifier names what is no
+    secret (_id, _name, _url, _hash, …) nor is a secret word itself (the last one is the key's,
+    the plain rule's), and the value is generated (16+ letters and digits, no words, no counting
+    run), or after a password word has a digit or a symbol among its 8+ characters."""
+    text, word = match.string, match.group("word")
+    lower = word.lower()
+    if lower not in _QUALIFIED_WORDS or match.group("sep") == "==":
+        return False
+    prefix = _key_prefix(text, match.start("word"))
+    if prefix and prefix[-1].isalnum() and not (word[0].isupper() and prefix[-1].islower()):
+        return False  # glued to the word before: monkey_bars, turkey_time
+    if lower == "key" and (_parts(prefix) or [""])[-1] not in _SECRET_KEY_PREFIXES:
+        return False  # a key qualified is a secret only as api_key_*, secret_key_*, … (not key_down_event)
+    qualifiers = _parts(match.group("suffix"))
+    if any(q in _QUALIFIER_STOP or q in _WORDS or q.rstrip("s") in _WORDS for q in qualifiers):
+        return False
+    if (
+        secret.lower() in _LITERALS
+        or _placeholder(secret)
+        or _DOTTED_NAME.fullmatch(secret)
+        or _PATH.match(secret)
+        or _REFERENCE.match(secret)
+        or _names_a_secret(secret)
+        or not _more._not_filler(secret)
+    ):
+        return False
+    if lower in _PASSWORD_WORDS:
+        return len(secret) >= 8 and any(c.isalpha() for c in secret) and any(not c.isalpha() for c in secret)
+    return _random_like(secret)
+
+
 def _alternation(words: list[str]) -> str:
     """A regex matching any of words, with common prefixes factored out (a trie).
 
@@ -467,6 +517,10 @@ def _cases(*words: str) -> str:
 
 
 _KEY_WORD = rf"(?P<word>{_cases(*_WORDS)})"
+# A qualifier after a secret word: a part that is no secret word itself (secret_key_v2 is the
+# key's, found from "key"), after a separator or as a capitalised word (apiSecretProd).
+_QUALIFIER = rf"(?!(?i:{_alternation(sorted(_QUALIFIED_WORDS))})(?![a-z]))"
+_QUALIFIERS = rf"(?P<suffix>(?:[_.-]{_QUALIFIER}[A-Za-z0-9]++|{_QUALIFIER}[A-Z][a-z0-9]++){{1,4}}+)"
 _VALUE = (
     rf"(?:(?P<q>[\"']){_NOT_MARK}(?P<qv>[^\s\"'](?:[^\"'\n]{{2,198}}[^\s\"']|[^\s\"']{{2,}}+))(?P=q)"
     # Possessive: the value is every non-delimiter character, and a value that runs into
@@ -655,6 +709,13 @@ _SHAPES: tuple[_Shape, ...] = (
         ),
         group=("qv", "v", "x"),
         check=_assignment,
+    ),
+    _Shape(
+        "secret_assignment",
+        # A secret word with qualifiers after it: todo_secret_do_not_commit =, DB_PASSWORD_PROD=
+        re.compile(rf"{_KEY_WORD}{_QUALIFIERS}(?P<kq>[\"'])?[ \t]*+(?P<sep>:{{1,2}}=|=>|==|[:=])[ \t]*+{_VALUE}"),
+        group=("qv", "v"),
+        check=_qualified_assignment,
     ),
     _Shape(
         "secret_assignment",
