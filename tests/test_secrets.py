@@ -261,6 +261,8 @@ FAMILY_CASES = [
     (f"DB_PASSWORD_PROD={S}w", f"{S}w"),
     ("todo_token_rotate_me = q8W2e9R4t6Y1u3I8o5P0", "q8W2e9R4t6Y1u3I8o5P0"),
     ("secret_key_v2 = 9f8e7d6c5b4a39281706f5e4d3c2b1a0ab12cd34", "9f8e7d6c5b4a39281706f5e4d3c2b1a0ab12cd34"),
+    # an env file's line whose name says nothing (detect-secrets' test_data/config.env: mimi=…)
+    ("deploy=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5\n", "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5"),
 ]
 
 
@@ -334,6 +336,8 @@ FAMILY_LOOKALIKES = [
     "PASSWORD_RESET_TIMEOUT = 3600",
     "password_hash = 5f4dcc3b5aa765d61d8327deb882cf99",
     "token_count = 5000",
+    "CHECKSUM=9Wq3xZ7kP2mL5vN8bR4tY6uI1oE0aS3dF7gH2jK\n",  # a labelled digest
+    "see https://example.com/cb?state=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5 for the callback",
 ]
 
 

@@ -539,12 +539,23 @@ def _decodes_to_text(token: str) -> bool:
     return printable >= 0.9 * len(data)
 
 
+# An env file's assignment, NAME=value (at a line's start or after a space): any name may hold
+# a secret there (mimi=gX69YO4…), unlike a query string's "=" (?state=, &sig=) or a digest's
+# (sha256=, labelled: _LABEL).
+_ENV_ASSIGNMENT = re.compile(r"(?:^|(?<=\s))[A-Za-z_][A-Za-z0-9_]{0,63}+=$")
+
+
+def _env_value(text: str, start: int) -> bool:
+    return text[start - 1] == "=" and _ENV_ASSIGNMENT.search(text, max(0, start - 65), start) is not None
+
+
 def _high_entropy(text: str) -> Iterator[Candidate]:
     for m in _ENTROPY_CANDIDATE.finditer(text):
         token = m.group(0)
         start, end = m.span()
         if (len(token) > 130 or _HEXISH.fullmatch(token) or token.startswith(("pk_", "pub_"))
-                or (start and text[start - 1] in _ENTROPY_EDGE) or text[end : end + 1] in _ENTROPY_EDGE):
+                or (start and text[start - 1] in _ENTROPY_EDGE and not _env_value(text, start))
+                or text[end : end + 1] in _ENTROPY_EDGE):
             continue  # data, commit hashes, digests, UUIDs, publishable keys, part of a longer run
         if (sum(map(str.isdigit, token)) < 2 or sum(map(str.isupper, token)) < 2
                 or sum(map(str.islower, token)) < 2):
