@@ -263,6 +263,9 @@ FAMILY_CASES = [
     ("secret_key_v2 = 9f8e7d6c5b4a39281706f5e4d3c2b1a0ab12cd34", "9f8e7d6c5b4a39281706f5e4d3c2b1a0ab12cd34"),
     # an env file's line whose name says nothing (detect-secrets' test_data/config.env: mimi=…)
     ("deploy=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5\n", "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5"),
+    # prose: a password quoted whole, whatever word it is; "for" and several words before "is"
+    ('The default password for the admin user is "sunflower".', "sunflower"),
+    (f"The password for the staging admin account is {S}&3 until Monday", f"{S}&3"),
 ]
 
 
@@ -336,6 +339,8 @@ FAMILY_LOOKALIKES = [
     "PASSWORD_RESET_TIMEOUT = 3600",
     "password_hash = 5f4dcc3b5aa765d61d8327deb882cf99",
     "token_count = 5000",
+    'the password is "required" now',
+    "the password for the admin user is hashed with bcrypt",
     "CHECKSUM=9Wq3xZ7kP2mL5vN8bR4tY6uI1oE0aS3dF7gH2jK\n",  # a labelled digest
     "see https://example.com/cb?state=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5 for the callback",
 ]
