@@ -451,6 +451,7 @@ _QUALIFIER_STOP = frozenset({
     "required", "set", "exists", "valid", "is", "has", "reset", "rotation", "provider", "manager", "store",
     "str", "string", "char", "chars", "alphabet", "charset", "event", "up", "down", "press", "pressed", "code",
 })  # fmt: skip
+_COUNTING = re.compile(r"0123456|1234567|(?i:abcdefg)")  # an alphabet or a counting run: a stand-in
 # The words strong enough to name a secret with qualifiers after them.
 _QUALIFIED_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "apikey", "key", "credentials",
                               "creds"})
@@ -481,7 +482,7 @@ def _qualified_assignment(secret: str, match: re.Match[str]) -> bool:
         or _PATH.match(secret)
         or _REFERENCE.match(secret)
         or _names_a_secret(secret)
-        or not _more._not_filler(secret)
+        or _COUNTING.search(secret)
     ):
         return False
     if lower in _PASSWORD_WORDS:
