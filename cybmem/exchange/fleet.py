@@ -43,8 +43,7 @@ from . import fleet_search
 from .fleet_claims import Claim, find_claims, hidden_ids
 from .fleet_dataset import Group, events_part, pack_groups, records_part, scan_dataset, select_groups
 from .fleet_search import FleetHit, FleetSearchResult, Shard
-from .fleet_tables import (LINEAGE_COLUMNS, age_counts_part, age_middle_part, age_range_part, fold_part,
-                           issue_summary_part, lineage_part)
+from .fleet_tables import LINEAGE_COLUMNS, fold_part, issue_age_data, issue_summary_part, lineage_part
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -379,44 +378,11 @@ class Fleet:
     def issue_age_data(self, *, now: "pd.Timestamp | int | None" = None) -> "IssueAgeData":
         """The fleet's issue-age histograms (:class:`cybmem.explore.frames.IssueAgeData`), counted per partition.
 
-        Equal to ``IssueAgeData.of(fleet.issues(now=now))`` without gathering the fold: the
-        ranges, then the counts over the fleet-wide bin edges, then the values of the bin that
-        holds each median are summed over the partitions.
+        Equal to ``IssueAgeData.of(fleet.issues(now=now))`` without gathering the fold: three passes
+        over each partition's fold, kept on the cluster (:func:`cybmem.exchange.fleet_tables.issue_age_data`).
         """
-        from ..explore.frames import AGE_PANELS, Histogram, IssueAgeData, age_edges
-
-        now = _now_ts(now)
-        folds = self._fold_handles(now)
-        ranges = self._on_folds(folds, age_range_part)
-        n = {p: sum(r[p][0] for r in ranges) for p in AGE_PANELS}
-        edges = {p: age_edges(n[p], max(r[p][1] for r in ranges)) for p in AGE_PANELS if n[p]}
-        counts = {p: sum(c[p] for c in self._on_folds(folds, age_counts_part, edges)) for p in edges}
-        # The median: the one or two middle values by rank, found in the bins that hold them.
-        middle: dict[str, tuple[float, float, bool]] = {}
-        ranks: dict[str, tuple[int, int, int]] = {}
-        for p in edges:
-            cum = np.cumsum(counts[p])
-            lo_rank, hi_rank = (n[p] - 1) // 2, n[p] // 2
-            b0, b1 = (int(np.searchsorted(cum, r, side="right")) for r in (lo_rank, hi_rank))
-            before = int(cum[b0 - 1]) if b0 else 0
-            middle[p] = (float(edges[p][b0]), float(edges[p][b1 + 1]), b1 == len(counts[p]) - 1)
-            ranks[p] = (before, lo_rank, hi_rank)
-        values = self._on_folds(folds, age_middle_part, middle) if middle else []
-        reopens: dict[int, int] = {}
-        for r in ranges:
-            for key, c in r["reopens"].items():
-                reopens[int(key)] = reopens.get(int(key), 0) + int(c)
-        hists = {}
-        for p in AGE_PANELS:
-            if p not in edges:
-                hists[p] = Histogram(0, np.zeros(0), np.zeros(0, dtype=np.int64), None, 0)
-                continue
-            mid = np.sort(np.concatenate([v[p] for v in values]))
-            before, lo_rank, hi_rank = ranks[p]
-            median = float(np.mean(mid[[lo_rank - before, hi_rank - before]]) if lo_rank != hi_rank
-                           else mid[lo_rank - before])
-            hists[p] = Histogram(n[p], edges[p], counts[p], median, sum(r[p][2] for r in ranges))
-        return IssueAgeData(sum(r["issues"] for r in ranges), hists["open"], hists["resolved"], dict(sorted(reopens.items())))
+        folds = self._fold_handles(_now_ts(now))
+        return issue_age_data(lambda fn, *args: self._on_folds(folds, fn, *args))
 
     def _fold_handles(self, now: "pd.Timestamp") -> list:
         """The fold of each partition, kept (on the cluster) for the passes over it."""

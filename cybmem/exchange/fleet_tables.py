@@ -4,13 +4,14 @@ Each function takes one partition's frame (:mod:`cybmem.exchange.fleet_dataset`)
 single-process rule to each (machine, project) in it: the issue fold
 (:func:`cybmem.explore.frames.issue_fold`), counts per state, the passes of the issue-age
 histograms (ranges, counts over the fleet's edges, the values around each median) and the lineage
-summary (:func:`cybmem.explore.frames.lineage_edges`). The fleet sums what they return.
+summary (:func:`cybmem.explore.frames.lineage_edges`). The fleet sums what they return;
+:func:`issue_age_data` sums the histograms' passes into the fleet's figure data.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -20,6 +21,8 @@ from .parquet_dataset import ISSUES_SCHEMA
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from ..explore.frames import IssueAgeData
+
 __all__ = [
     "LINEAGE_COLUMNS",
     "fold_part",
@@ -27,6 +30,7 @@ __all__ = [
     "age_range_part",
     "age_counts_part",
     "age_middle_part",
+    "issue_age_data",
     "lineage_part",
 ]
 
@@ -112,6 +116,48 @@ def age_middle_part(fold: "pd.DataFrame", bins: dict[str, tuple[float, float, bo
         c = np.clip(x, SHORTEST_AGE_S, None)
         out[p] = x[(c >= lo) & ((c <= hi) if last else (c < hi))]
     return out
+
+
+def issue_age_data(on_folds: Callable[..., list]) -> "IssueAgeData":
+    """The fleet's issue-age histograms from three passes over its partitions' folds.
+
+    ``on_folds(fn, *args)`` runs ``fn(fold, *args)`` on every partition's fold (here or on the
+    cluster) and returns the results. The ranges give the fleet-wide bin edges, the counts over
+    them are summed, then the values of the bins that hold each median give it exactly; equal to
+    ``IssueAgeData.of`` of the whole fold.
+    """
+    from ..explore.frames import AGE_PANELS, Histogram, IssueAgeData, age_edges
+
+    ranges = on_folds(age_range_part)
+    n = {p: sum(r[p][0] for r in ranges) for p in AGE_PANELS}
+    edges = {p: age_edges(n[p], max(r[p][1] for r in ranges)) for p in AGE_PANELS if n[p]}
+    counts = {p: sum(c[p] for c in on_folds(age_counts_part, edges)) for p in edges}
+    # The median: the one or two middle values by rank, found in the bins that hold them.
+    middle: dict[str, tuple[float, float, bool]] = {}
+    ranks: dict[str, tuple[int, int, int]] = {}
+    for p in edges:
+        cum = np.cumsum(counts[p])
+        lo_rank, hi_rank = (n[p] - 1) // 2, n[p] // 2
+        b0, b1 = (int(np.searchsorted(cum, r, side="right")) for r in (lo_rank, hi_rank))
+        before = int(cum[b0 - 1]) if b0 else 0
+        middle[p] = (float(edges[p][b0]), float(edges[p][b1 + 1]), b1 == len(counts[p]) - 1)
+        ranks[p] = (before, lo_rank, hi_rank)
+    values = on_folds(age_middle_part, middle) if middle else []
+    reopens: dict[int, int] = {}
+    for r in ranges:
+        for key, c in r["reopens"].items():
+            reopens[int(key)] = reopens.get(int(key), 0) + int(c)
+    hists = {}
+    for p in AGE_PANELS:
+        if p not in edges:
+            hists[p] = Histogram(0, np.zeros(0), np.zeros(0, dtype=np.int64), None, 0)
+            continue
+        mid = np.sort(np.concatenate([v[p] for v in values]))
+        before, lo_rank, hi_rank = ranks[p]
+        median = float(np.mean(mid[[lo_rank - before, hi_rank - before]]) if lo_rank != hi_rank
+                       else mid[lo_rank - before])
+        hists[p] = Histogram(n[p], edges[p], counts[p], median, sum(r[p][2] for r in ranges))
+    return IssueAgeData(sum(r["issues"] for r in ranges), hists["open"], hists["resolved"], dict(sorted(reopens.items())))
 
 
 def lineage_part(records: "pd.DataFrame") -> "pd.DataFrame":
