@@ -2,6 +2,17 @@
 
 Tables ``records`` (with the FTS5 index ``records_fts``), ``issue_events`` and ``issues``; see
 :func:`export_sqlite` and USAGE.md, "SQLite for Datasette".
+
+Written with the stdlib, in sqlite-utils' conventions, not by sqlite-utils (issue 30; figures:
+benchmarks/RESULTS.md, "The SQLite export beside sqlite-utils"). sqlite-utils writes the same
+database (tables, columns, keys, indexes, rows, rowids, FTS; only the quoting of the stored schema
+text differs), but its ``upsert_all`` converts every value in Python: on the 7.7k-run corpus a
+first export takes 1.2-1.7x as long, and a re-export that passes it every row (rewriting each row
+and its FTS entry) 1.5-1.7x. Letting it write only the DDL keeps the speed, but would make this
+stdlib-only export, and the redaction's update of exported databases (:func:`refresh_sqlite`),
+need an optional package that must join this module's one transaction (sqlite-utils 4 does), for
+some forty lines of fixed DDL that tests/test_export.py holds to sqlite-utils' own reading
+(``detect_fts``, keys, triggers).
 """
 
 from __future__ import annotations
