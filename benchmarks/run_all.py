@@ -134,6 +134,10 @@ def main() -> None:
             "Per-call latency of `cybmem mcp` over stdio, driven by the MCP SDK's client, for `search` and "
             "`memory_block` on the 7.7k corpus (warm: the snapshot held in the server), beside the same calls "
             "in process and the CLI (`cybmem search`, `cybmem inject --system` subprocesses) on the same queries."),
+        run("The SQLite export beside sqlite-utils", ["benchmarks/bench_sqlite_export.py"],
+            "`cybmem export sqlite` against sqlite-utils writing the same database (its upsert of every row, "
+            "and of the new and changed rows only) on the fixtures and the 7.7k corpus: the format compared, "
+            "then a first export and a re-export with nothing new."),
         run("Index compaction", ["benchmarks/bench_compaction.py", "--sizes", "7761,100000"],
             "index.json compacted to 500 entries against the full index: its size, the check against records/ "
             "every reader of the index makes, the write path's latest_run_id, and `cybmem chain` (it walks the "

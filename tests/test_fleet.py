@@ -27,7 +27,8 @@ from cybmem.store.keyword_index import KeywordIndex, QueryStats
 from cybmem.cli.app import app
 from cybmem.errors import NotFoundError, ValidationError
 from cybmem.exchange.export import PARTITION_SCHEMA, all_stores, export_parquet, read_dataset
-from cybmem.exchange.fleet import Fleet, FleetError, _Shard, scan_dataset
+from cybmem.exchange.fleet import Fleet, FleetError, scan_dataset
+from cybmem.exchange.fleet_search import Shard
 from cybmem.explore.frames import issue_fold, lineage_edges, records_frame
 from cybmem.explore.frames import IssueAgeData
 from cybmem.retrieval.scoring import keyword_max, normalize_keyword
@@ -207,7 +208,7 @@ def test_search_of_one_machine_and_project_equals_search_of_its_store(data):
 
 
 def test_a_shard_survives_pickling_between_workers(data):
-    shard = _Shard.build(str(data["dataset"]), tuple(scan_dataset(data["dataset"])[:2]))
+    shard = Shard.build(str(data["dataset"]), tuple(scan_dataset(data["dataset"])[:2]))
     back = pickle.loads(pickle.dumps(shard))
     tokens = tokenize("cart drawer postgres")
     for (_, _, a), (_, _, b) in zip(shard.snapshots(), back.snapshots()):

@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "cybmem"
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 #: Parts of cybmem that only an extra installs what they import: module -> the extra.
-OPTIONAL = {"exchange/fleet.py": "fleet", "exchange/prov.py": "export", "store/secret_shapes.py": "secrets"}
+OPTIONAL = {"exchange/fleet.py": "fleet", "exchange/fleet_search.py": "fleet", "exchange/prov.py": "export",
+            "store/secret_shapes.py": "secrets"}
 
 
 def _name(requirement: str) -> str:

@@ -294,7 +294,8 @@ def export_prov(
     device, a path inside the memory root, an existing file without ``force``) is
     :func:`cybmem.exchange.export.check_out`'s rule, checked for both files before either is written.
     """
-    from .export import Sink, check_out, note_export  # one atomic-file writer for every export
+    from .destination import Sink, check_out  # one atomic-file writer for every export
+    from .export_log import note_export
 
     started = time.perf_counter()
     stores = [stores] if isinstance(stores, MemoryStore) else list(stores)
