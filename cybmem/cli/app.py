@@ -960,19 +960,9 @@ def search_cmd(
     """
     from ..retrieval.search import search
 
-    from ..errors import NotFoundError
-    from ..store.snapshot import load_snapshot
-
     store = ctx.store()
-    snap = load_snapshot(store)
-    try:  # a prefix as the MEMORY block prints it, as inject takes it
-        parent = snap.resolve_link(parent or ctx.settings.parent_run_id)
-    except NotFoundError as exc:
-        _warn([f"no parent run for the lineage axis (--parent / CYBERINE_PARENT_RUN_ID): {exc}"])
-        parent = None
-    result = search(snap, query, k=k + offset, settings=ctx.settings, as_of=_moment(as_of, "--as-of"),
+    result = search(store, query, k=k, offset=offset, settings=ctx.settings, as_of=_moment(as_of, "--as-of"),
                     parent_run_id=parent, chat_session_id=chat, filter=f)
-    result.hits = result.hits[offset:]
     _warn(p.message for p in result.snapshot.problems)
     _warn(result.warnings)
     if ctx.json:
