@@ -377,10 +377,8 @@ def list_cmd(
     Example: cybmem list --since 2024-01-01 --grep fixture --limit 20
     """
     from ..retrieval.filters import list_records
-    from ..store.snapshot import load_snapshot
 
-    snap = load_snapshot(ctx.store())
-    page = list_records(snap, f, offset=offset, limit=limit)
+    page = list_records(ctx.store(), f, offset=offset, limit=limit)
     snap = page.snapshot  # a fresh load when a shown record changed in place
     _warn(p.message for p in snap.problems)
     if ctx.json:
@@ -551,29 +549,6 @@ def _context(value: str) -> Optional[int]:
     return n or None
 
 
-def _tasks(store, ids: list[str], snap=None) -> dict[str, str]:
-    """The whole task of each run (index entries hold only its first line): a table shows the
-    subject line, which for a merge commit is on a later line. A few records are read; for
-    many, the snapshot."""
-    if snap is None and len(ids) <= 200:
-        out = {}
-        for rid in ids:
-            try:
-                out[rid] = store.read_record(rid).task
-            except CybmemError:
-                continue
-        return out
-    if snap is None:
-        from ..store.snapshot import load_snapshot
-
-        snap = load_snapshot(store)
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    rows = snap.records.filter(pc.is_in(snap.records.column("runId"), value_set=pa.array(ids, pa.string())))
-    return dict(zip(rows.column("runId").to_pylist(), rows.column("task").to_pylist()))
-
-
 @command("chain", filters=True, quick=True)
 def chain_cmd(
     ctx: Ctx,
@@ -590,26 +565,16 @@ def chain_cmd(
 
     Example: cybmem chain 3f2a --context 10 --grep fixture
     """
-    from ..explore.lineage import chain
-    from ..store.snapshot import load_snapshot
+    from ..explore.lineage import chain_view
 
     n_context = _context(context)
     store = ctx.store()
-    rid = store.resolve_run_id(run_id)
-    snap = load_snapshot(store)
-    full = chain(store, rid, snap)
-    keep = None
-    if f.active:
-        from ..retrieval.filters import record_mask
-
-        ids = snap.records.column("runId").to_numpy(zero_copy_only=False)
-        keep = set(ids[record_mask(snap, f)].tolist())
-    result = full.window(keep=keep, context=n_context, offset=offset, limit=limit).verified(store)
+    result = chain_view(store, run_id, filter=f, context=n_context, offset=offset, limit=limit, whole_tasks=not ctx.json)
     _warn(p.message for p in store.problems)
     if ctx.json:
         _print_json(result.to_dict())
         return
-    tasks = _tasks(store, [e["runId"] for e in result.runs], snap if f.active else None)  # a few: read from their files
+    tasks = result.tasks
     room = max(_width() - 42, 24)
     if result.omitted_before:
         _echo(f"   ... {_count(result.omitted_before, 'earlier run')}")
