@@ -639,27 +639,21 @@ def rebuild_cmd(
 
     Example: cybmem rebuild --project web
     """
-    store = ctx.store()
-    count = store.rebuild_index(full=full)
-    _warn(p.message for p in store.problems)
-    archived = len(store.archived_ids())
-    retuned = None
-    if ctx.settings.retune > 0:
-        from ..operations.retune import auto_tune, retune_due
+    from ..operations.doctor import rebuild
 
-        if retune_due(store, ctx.settings, count):
-            retuned = auto_tune(store, ctx.settings)
+    done = rebuild(ctx.store(), ctx.settings, full=full)
+    _warn(done.warnings)
     if ctx.json:
-        _print_json({"project": store.slug, "records": count, "entries": count - archived, "archived": archived,
-                     "index": str(store.index_path), **({"retuned": retuned} if retuned else {})})
+        _print_json(done.to_dict())
         return
-    if archived:
-        typer.echo(f"Rebuilt {store.index_path} from {count} records: {count - archived} entries, {archived} archived "
-                   f"(older than the newest {store.index_cap}; listed in {store.archive_path.name}).")
+    store = done.store
+    if done.archived:
+        typer.echo(f"Rebuilt {store.index_path} from {done.records} records: {done.entries} entries, {done.archived} "
+                   f"archived (older than the newest {store.index_cap}; listed in {store.archive_path.name}).")
     else:
-        _echo(f"Rebuilt {store.index_path} from {count} records.")
-    if retuned:
-        _echo(retuned[0].upper() + retuned[1:] + ".")
+        _echo(f"Rebuilt {store.index_path} from {done.records} records.")
+    if done.retuned:
+        _echo(done.retuned[0].upper() + done.retuned[1:] + ".")
 
 
 def _read_input(source: str, hint: str = "RUN_JSON") -> bytes:
@@ -673,13 +667,11 @@ def _read_input(source: str, hint: str = "RUN_JSON") -> bytes:
         raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
-def _write_run(ctx: Ctx, source: str, **kwargs):
-    from ..operations.write import load_run_payload, write_run
+def _run_payload(source: str):
+    """The run a RUN_JSON argument names (a path, or - for stdin), decoded."""
+    from ..operations.write import load_run_payload
 
-    payload = load_run_payload(_read_input(source))
-    # A hook's timeout (SIGTERM) while the model thinks costs the distilled outcome, not the run.
-    return write_run(payload, ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None, project=ctx.project,
-                     while_distilling=signals.sigterm_abandons, **kwargs)
+    return load_run_payload(_read_input(source))
 
 
 @command("write", quick=True)
@@ -697,8 +689,13 @@ def write_cmd(
     """
     if run_json is None and not hook:
         raise typer.BadParameter("give a run.json path, - for stdin, or --hook", param_hint="RUN_JSON")
+    from ..operations.write import write_run
+
     try:
-        result = _write_run(ctx, run_json or "-", run_id=run_id, parent_run_id=parent, chat_session_id=chat)
+        # A hook's timeout (SIGTERM) while the model thinks costs the distilled outcome, not the run.
+        result = write_run(_run_payload(run_json or "-"), ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None,
+                           project=ctx.project, run_id=run_id, parent_run_id=parent, chat_session_id=chat,
+                           while_distilling=signals.sigterm_abandons)
     except Exception as exc:  # noqa: BLE001 - hook mode: a memory failure must never take the run down
         if not hook:
             raise
@@ -732,13 +729,15 @@ def supersede_cmd(
 
     Example: cybmem supersede 3f2a fixed-run.json --run-id 3f2a-fix
     """
+    from ..operations.write import supersede_run
+
     store = ctx.store()
-    old = store.resolve_run_id(old_run_id)
-    ctx.project = store.slug
-    result = _write_run(ctx, run_json, run_id=run_id, supersedes=old)
+    result = supersede_run(store, old_run_id, _run_payload(run_json), ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None,
+                           run_id=run_id, while_distilling=signals.sigterm_abandons)
     if ctx.json:
-        _print_json({**result.to_dict(), "supersedes": old})
+        _print_json(result.to_dict())
     else:
+        old = result.supersedes
         _echo(f"Wrote {result.record.runId}, superseding {old}; `cybmem show {old}` now renders the correction.")
 
 
@@ -756,16 +755,15 @@ def mark_cmd(
     """
     if event not in ("resolved", "wontfix", "reopened"):
         raise typer.BadParameter(f"{event!r} is not one of resolved, wontfix, reopened", param_hint="EVENT")
-    store = ctx.store()
-    before = store.issue_states_for([issue_id]).get(issue_id)
-    written = store.mark_issue(issue_id, event, by=by or ctx.settings.run_id, detail=detail,
-                               redact_secrets=ctx.settings.redact_secrets)
+    from ..operations.write import mark_issue
+
+    marked = mark_issue(ctx.store(), issue_id, event, ctx.settings, by=by, detail=detail)
     if ctx.json:
-        _print_json([e.to_dict() for e in written])
-    elif written:
-        _echo(f"{issue_id}: {before.state} -> {event}")
+        _print_json([e.to_dict() for e in marked.written])
+    elif marked.written:
+        _echo(f"{issue_id}: {marked.before} -> {marked.after}")
     else:
-        _echo(f"{issue_id} is already {before.state}; nothing appended.")
+        _echo(f"{issue_id} is already {marked.before}; nothing appended.")
 
 
 @command("redact")
@@ -804,8 +802,7 @@ def redact_cmd(
         raise typer.BadParameter("give the texts to remove (--secret or --secrets-from)",
                                  param_hint="--everywhere" if everywhere else "--no-patterns")
     store = ctx.store()
-    result = scrub_runs(store, None if everywhere else [store.resolve_run_id(run_id)], secrets=texts,
-                        patterns=not no_patterns)
+    result = scrub_runs(store, None if everywhere else [run_id], secrets=texts, patterns=not no_patterns)
     if ctx.json:
         _print_json(result.to_dict())
         _redact_exit(result)
