@@ -1173,8 +1173,7 @@ def tune_cmd(
 
     Example: cybmem tune --project web --as-of 2026-06-01 --save
     """
-    from ..operations.retune import auto_tune
-    from ..retrieval.tuning import evidence_of, save_project_weights, tune
+    from ..operations.retune import auto_tune, tune_and_save
 
     if auto:
         line = auto_tune(ctx.store(), ctx.settings, progress=progress)
@@ -1184,22 +1183,36 @@ def tune_cmd(
     hl = _floats(half_lives, "--half-lives")
     moment = _moment(as_of, "--as-of") if as_of is not None else None
     store = ctx.store()
-    result = tune(store, judgments=judgments, as_of=moment, metric=metric, k=k, steps=steps, half_lives=hl,
-                  settings=ctx.settings, kinds=kinds, hold_few=not all_weights, progress=progress)
-    _warn(result.warnings)
-    saved, overridden = None, []
-    refused = result.refusal if save else None
-    to_save = result.saves if result.saves is not None else (result.best if force else None)
-    if save and to_save is not None and to_save != result.current and (refused is None or force):
-        saved, overridden = save_project_weights(store, to_save, ctx.settings, evidence=evidence_of(result, forced=force),
-                                                 expect=result.state)
-        refused = None
+    done = tune_and_save(store, ctx.settings, save=save, force=force, judgments=judgments, as_of=moment,
+                         metric=metric, k=k, steps=steps, half_lives=hl, kinds=kinds, hold_few=not all_weights,
+                         progress=progress)
+    _warn(done.result.warnings)
     if ctx.json:
-        _print_json({**result.to_dict(), "saved": str(saved) if saved else None, "overriddenBy": overridden,
-                     "notSaved": refused})
-        if refused:
+        _print_json(done.to_dict())
+        if done.refused:
             raise typer.Exit(REFUSED_EXIT)
         return
+    _render_tuning(done.result)
+    target = store.dir / "weights.json"
+    if done.saved:
+        what = ("the weights tuned on the earlier judgments and checked on the later ones" if done.result.saves is not None
+                else "the best weights on all judgments (not checked on later ones)")
+        _echo(f"Saved {what} to {done.saved}, with the evidence; `cybmem search` and `cybmem inject` use them from now on.")
+        if done.overridden:
+            _echo(f"Note: still overridden by {', '.join(done.overridden)}.", err=True)
+    elif done.refused and not force:
+        _echo(f"Not saved: {done.refused}. Add --force to save them anyway.", err=True)
+        raise typer.Exit(REFUSED_EXIT)
+    elif save:
+        _echo("Nothing to save: no weights beat the current ones; weights.json left as it is.")
+    else:
+        refusal = done.result.refusal
+        advice = f"add --save to write the checked weights to {target}" if refusal is None else f"--save would keep the current weights: {refusal}"
+        _echo(f"Not saved; {advice}.")
+
+
+def _render_tuning(result) -> None:
+    """What a tuning found, for people: the judgments, the notes, the grid, the weights and their check on time."""
     shape = " x ".join(str(len(result.axes[a])) for a in ("w_kw", "w_rec", "w_lin"))
     if len(result.axes["w_vec"]) > 1:
         shape += f" x {len(result.axes['w_vec'])}"
@@ -1207,12 +1220,9 @@ def tune_cmd(
     when = f" as of {_when(result.as_of)}" if result.as_of is not None else ""
     _echo(f"Judgments: {result.judgments} {result.source.split(' (')[0]}{when} ({kinds_text})"
           + (f"; {result.skipped} skipped (no relevant run existed yet)" if result.skipped else "") + ".")
-    if result.keyword_held:
-        _echo(f"Note: {result.keyword_held}.")
-    if result.vector_note:
-        _echo(f"Note: {result.vector_note}.")
-    if result.met_note:
-        _echo(f"Note: {result.met_note}.")
+    for note in (result.keyword_held, result.vector_note, result.met_note):
+        if note:
+            _echo(f"Note: {note}.")
     if result.left_out:
         _echo(f"Note: {_left_out_text(result.left_out)}.")
     _echo(f"Grid: {shape} weights x {len(result.axes['half_life_days'])} half-lives = {result.points} points "
@@ -1237,21 +1247,6 @@ def tune_cmd(
             _weights_row("tuned on earlier", v.tuned, f"{v.tuned_earlier:.4f}", later[1], *([f"{v.text_tuned_later:.4f}"] if text else [])),
         ], fit=_whole)
     _echo("")
-    target = store.dir / "weights.json"
-    if saved:
-        what = ("the weights tuned on the earlier judgments and checked on the later ones" if result.saves is not None
-                else "the best weights on all judgments (not checked on later ones)")
-        _echo(f"Saved {what} to {saved}, with the evidence; `cybmem search` and `cybmem inject` use them from now on.")
-        if overridden:
-            _echo(f"Note: still overridden by {', '.join(overridden)}.", err=True)
-    elif refused and not force:
-        _echo(f"Not saved: {refused}. Add --force to save them anyway.", err=True)
-        raise typer.Exit(REFUSED_EXIT)
-    elif save:
-        _echo("Nothing to save: no weights beat the current ones; weights.json left as it is.")
-    else:
-        advice = f"add --save to write the checked weights to {target}" if result.refusal is None else f"--save would keep the current weights: {result.refusal}"
-        _echo(f"Not saved; {advice}.")
 
 
 def _left_out_text(left_out: dict[str, int]) -> str:
@@ -1285,21 +1280,16 @@ def eval_cmd(
 
     Example: cybmem eval -j qrels.jsonl --w-kw 0.6 --w-rec 0.3 --project web
     """
-    from ..retrieval.tuning import evaluate_weights
-    from ..retrieval.weights import Weights, load_weights, weights_for
+    from ..retrieval.tuning import compare_weights
 
     kinds = _metric_and_kinds(metric, derive)
     store = ctx.store()
-    current = weights_for(ctx.settings, store).weights
-    candidates = {"current": current}
-    flags = {name: v for name, v in (("w_kw", w_kw), ("w_rec", w_rec), ("w_lin", w_lin), ("w_vec", w_vec),
+    given = {name: v for name, v in (("w_kw", w_kw), ("w_rec", w_rec), ("w_lin", w_lin), ("w_vec", w_vec),
                                      ("half_life_days", half_life)) if v is not None}
     if weights_file is not None and not weights_file.is_file():
         raise typer.BadParameter(f"no such file: {weights_file}", param_hint="--weights")
-    if weights_file is not None or flags:
-        base = load_weights([weights_file]).weights if weights_file is not None else current
-        candidates["given"] = Weights.from_dict(flags, base=base)
-    result = evaluate_weights(store, candidates, judgments=judgments, metric=metric, k=k, kinds=kinds, progress=progress)
+    result = compare_weights(store, ctx.settings, given=given, weights_file=weights_file, judgments=judgments,
+                             metric=metric, k=k, kinds=kinds, progress=progress)
     _warn(result.warnings)
     if ctx.json:
         _print_json(result.to_dict())
