@@ -1,4 +1,4 @@
-"""``cybmem mcp``: the command that starts the MCP server, the second front (:mod:`cybmem.mcp_server`)."""
+"""``cybmem mcp``: the command that starts the MCP server, the second front (:mod:`cybmem.mcp.server`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def mcp_cmd(
 
     Example: cybmem mcp --project web
     """
-    from ..mcp_server import serve
+    from ..mcp.server import serve
 
     serve(ctx.settings, cwd=ctx.cwd, project=ctx.project, http=http, allow_writes=allow_writes)
 

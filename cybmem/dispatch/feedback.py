@@ -2,7 +2,7 @@
 
 ``<project>/shown.jsonl``: one line per answer memory gave (the block ``cybmem inject`` built,
 through :func:`cybmem.dispatch.inject.inject_task`; each MCP tool's answer, through
-:attr:`cybmem.mcp_server.Memory.observers`), naming the run it was for (``CYBERINE_RUN_ID``, else
+:attr:`cybmem.mcp.tools.Memory.observers`), naming the run it was for (``CYBERINE_RUN_ID``, else
 a hash of the task) and holding only ids and numbers, so nothing needs redacting.
 ``<project>/used.jsonl``: one line per written run (:func:`cybmem.operations.write.write_run`) that was shown
 something, saying which shown runs and issues it used; :func:`used_judgments` turns these into the
@@ -220,7 +220,7 @@ def _why(exc: BaseException, path: Path) -> str:
 
 
 def mcp_observer(settings: "Settings", store_of: Callable[[str | None], "MemoryStore"]) -> Callable[[str, dict, Any], None]:
-    """An observer for :attr:`cybmem.mcp_server.Memory.observers` that keeps each answer's
+    """An observer for :attr:`cybmem.mcp.tools.Memory.observers` that keeps each answer's
     :func:`mcp_entry` in its project's shown.jsonl (``store_of(project)`` finds the project). A
     failure to keep one is one line on stderr, once per file; the answer goes out regardless."""
     warned: set[str] = set()
