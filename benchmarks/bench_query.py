@@ -71,6 +71,20 @@ def make_queries(token_lists: list[list[str]], n: int, seed: int = 0) -> list[li
     return out
 
 
+#: The seed of the query set: bench_peers.py draws the same queries (:func:`query_set`).
+QUERY_SEED = 1
+
+
+def corpus_tokens(records) -> list[list[str]]:
+    """Each record's benchmark text (_corpus.record_text), tokenized as cybmem indexes text."""
+    return text.tokenize_many(C.record_text(r) for r in records)
+
+
+def query_set(base_tokens: list[list[str]], n: int) -> list[list[str]]:
+    """The benchmark's n queries (the first n of any longer set are the same)."""
+    return make_queries(base_tokens, n, seed=QUERY_SEED)
+
+
 def _lineage_columns(cols: dict):
     """Id columns as the frame layer would hand them over: Arrow string run ids (plus a
     RunLookup), dictionary-encoded root/chat ids, object parent ids, float64 endedAt."""
@@ -116,7 +130,7 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     print(f"IPC write {res['cybmem_ipc_write_s']:.2f}s, file {res['ipc_file_mb']:.0f} MiB, "
           f"mmap load median {res['cybmem_ipc_load_ms']:.2f} ms", flush=True)
 
-    queries = make_queries(base_tokens, args.queries, seed=1)
+    queries = query_set(base_tokens, args.queries)
     # cold first query on the memory-mapped index (page cache warm, process state cold)
     t0 = time.perf_counter_ns()
     S.top_k(loaded.scores(queries[0]), K)
@@ -253,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     root = C.ensure_corpus()
     base_recs = C.load_records(root)
-    base_tokens = text.tokenize_many(C.record_text(r) for r in base_recs)
+    base_tokens = corpus_tokens(base_recs)
     print(f"corpus: {len(base_recs)} records, tokenized in {time.perf_counter() - t0:.1f}s "
           f"({sum(map(len, base_tokens)) / len(base_tokens):.1f} tokens/doc)")
     for n in (int(x) for x in args.sizes.split(",") if x.strip()):

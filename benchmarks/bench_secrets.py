@@ -5,6 +5,7 @@ false alarms on real commit messages, cost per record, and secret-scanning libra
     python benchmarks/bench_secrets.py --compare detect-secrets=/tmp/ds --compare kingfisher=/tmp/kf
     python benchmarks/bench_secrets.py --json out.json
     python benchmarks/bench_secrets.py --quick --against REF   # recall, false alarms, speed only
+    python benchmarks/bench_secrets.py --quick --families-at REF   # and the families' recall at REF beside
 
 1. Recall on data-fixtures/secret-examples.jsonl: the true-positive examples of gitleaks' rules
    (MIT) and detect-secrets' plugin tests (Apache-2.0), as those projects wrote or generate
@@ -15,7 +16,8 @@ false alarms on real commit messages, cost per record, and secret-scanning libra
    The rules' false-positive examples are counted as look-alike alarms.
    Then recall on the secret families issue 29 named (tests/data/secret-families.jsonl, built by
    benchmarks/secret_families.py from Kingfisher's, gitleaks' and detect-secrets' examples), for
-   its dev part (looked at while writing rules) and its held-out part (only scored).
+   its dev part (looked at while writing rules) and its held-out part (only scored); with
+   --families-at REF, the pass at REF on the same examples beside.
 2. False alarms: every commit message (the record ``task``) of the four real histories in
    ../shared/corpora (pytest, mypy, sphinx, celery; and the pytest-memory-1k slice, not counted
    in the total); every finding is a false alarm. Targets: recall >= 0.9, false alarms <= 1 per
@@ -69,8 +71,9 @@ def load_examples() -> list[dict]:
     return [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()]
 
 
-def caught(row: dict) -> bool:
-    from cybmem.store.secrets import redact
+def caught(row: dict, redact=None) -> bool:
+    if redact is None:
+        from cybmem.store.secrets import redact
 
     out, kinds = redact(row["text"])
     return bool(kinds) and not (row["value"] and row["value"] in out)
@@ -118,23 +121,29 @@ def print_recall(rows: list[dict]) -> dict:
             "rules_fully_caught": full, "lookalikes": len(lookalike), "lookalike_alarms": len(alarms)}
 
 
-def print_families() -> dict:
-    """Recall on the families issue 29 named (tests/data/secret-families.jsonl), by split."""
+def print_families(refs: list[str] = ()) -> dict:
+    """Recall on the families issue 29 named (tests/data/secret-families.jsonl), by split; and
+    the pass at each of refs on the same examples (what a change of the rules gained)."""
+    import tempfile
+
     rows = [json.loads(line) for line in FAMILIES.read_text(encoding="utf-8").splitlines()]
     print(f"\n== Recall on the secret families: {FAMILIES.relative_to(REPO)} (public rule examples) ==")
     out: dict = {}
-    for split in ("dev", "held-out"):
-        part = [r for r in rows if r["split"] == split]
-        hits = [caught(r) for r in part]
-        print(f"{split + ' (' + ('looked at' if split == 'dev' else 'only scored') + ')':<42} {_rate(hits)}")
-        by: dict[str, list[bool]] = defaultdict(list)
-        for r, h in zip(part, hits):
-            by[r["family"]].append(h)
-        print("    " + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(by.items())))
-        out[split] = {"cases": len(part), "recall": sum(hits) / len(hits)}
-    hits = [caught(r) for r in rows]
-    print(f"{'all':<42} {_rate(hits)}")
-    out["all"] = {"cases": len(rows), "recall": sum(hits) / len(hits)}
+    with tempfile.TemporaryDirectory() as tmp:
+        before = {ref: _baseline(ref, Path(tmp), f"secrets_at_{i}").redact for i, ref in enumerate(refs)}
+        for split in ("dev", "held-out", "all"):
+            part = [r for r in rows if r["split"] == split or split == "all"]
+            hits = [caught(r) for r in part]
+            label = {"dev": "dev (looked at)", "held-out": "held-out (only scored)"}.get(split, split)
+            print(f"{label:<42} {_rate(hits)}"
+                  + "".join(f"   at {ref}: {_rate([caught(r, f) for r in part])}" for ref, f in before.items()))
+            if split != "all":
+                by: dict[str, list[bool]] = defaultdict(list)
+                for r, h in zip(part, hits):
+                    by[r["family"]].append(h)
+                print("    " + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(by.items())))
+            out[split] = {"cases": len(part), "recall": sum(hits) / len(hits)}
+            out[split].update({f"recall_at_{ref}": sum(caught(r, f) for r in part) / len(part) for ref, f in before.items()})
     return out
 
 
@@ -188,20 +197,20 @@ def _import_ms(statement: str, path: str | None = None, runs: int = 5) -> float:
     return (statistics.median(once(statement) for _ in range(runs)) - bare) * 1000
 
 
-def _baseline(ref: str, tmp: Path):
+def _baseline(ref: str, tmp: Path, name: str = "secrets_at_ref"):
     """cybmem.store.secrets as it was at git ref, importable beside today's (its two modules
-    import nothing else of cybmem's at import time)."""
+    import nothing else of cybmem's at import time) as the package name."""
     import importlib
 
-    pkg = tmp / "secrets_at_ref"
+    pkg = tmp / name
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text("")
-    for name in ("secrets.py", "secret_shapes.py"):
-        source = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:cybmem/store/{name}"], check=True,
+    for module in ("secrets.py", "secret_shapes.py"):
+        source = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:cybmem/store/{module}"], check=True,
                                 capture_output=True, text=True).stdout
-        (pkg / name).write_text(source)
+        (pkg / module).write_text(source)
     sys.path.insert(0, str(tmp))
-    return importlib.import_module("secrets_at_ref.secrets")
+    return importlib.import_module(f"{name}.secrets")
 
 
 def print_speed_against(ref: str, messages: list[str]) -> dict:
@@ -339,10 +348,12 @@ def main() -> None:
     ap.add_argument("--against", metavar="REF", default=BEFORE_FAMILIES,
                     help="a git ref whose redaction pass to time beside today's "
                          f"(default {BEFORE_FAMILIES}: the pass before issue 29's families)")
+    ap.add_argument("--families-at", action="append", default=[], metavar="REF",
+                    help="also the recall on the secret families of the pass at git ref REF (repeatable)")
     ap.add_argument("--quick", action="store_true", help="recall, false alarms and speed only (no cost, no libraries)")
     args = ap.parse_args()
     rows = load_examples()
-    results = {"recall": print_recall(rows), "families": print_families()}
+    results = {"recall": print_recall(rows), "families": print_families(args.families_at)}
     messages = {name: commit_messages(name) for name in (*HISTORIES, SLICE)}
     results["false_alarms"] = print_false_alarms(messages)
     history = [m for name in HISTORIES for m in messages[name]]

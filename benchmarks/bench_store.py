@@ -230,18 +230,20 @@ def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
 
 
 def bench_feedback(root: Path, store: MemoryStore, env: dict, exe: str, repeat: int, cli_repeat: int) -> dict:
-    """What keeping what was shown costs (cybmem.dispatch.feedback): the append inject makes, in process; a
-    warm inject with the log on and off (interleaved, so drift hits both); the write path's
-    matching against a shown.jsonl at its cap."""
+    """What keeping what was shown costs (cybmem.dispatch.feedback, cybmem.store.feedback_log): the
+    append inject makes, in process; a warm inject with the log on and off (interleaved, so drift
+    hits both); the write path's matching against a shown.jsonl at its cap."""
     from cybmem.dispatch import feedback
     from cybmem.dispatch.inject import inject_task
-    from cybmem.settings import Settings
+    from cybmem.settings import DEFAULT_SHOWN_CAP, Settings
+    from cybmem.store import feedback_log
+    from cybmem.store.feedback_match import note_used
 
     settings = Settings.from_env({"CYBERINE_RUN_ID": "bench-feedback"}, memory_dir=root)
     inj = inject_task(QUERY, settings, project=SLUG, keep=False)
-    shown = store.dir / feedback.SHOWN_FILE
+    shown = store.dir / feedback_log.SHOWN_FILE
     keep_t = median_time(lambda: feedback.keep_block(store, inj, settings), max(repeat, 301))
-    lines = len(feedback.read_lines(shown))
+    lines = len(feedback_log.read_lines(shown))
     on, off = [], []
     off_env = {**env, "CYBERINE_MEMORY_FEEDBACK": "0"}
     argv = [exe, "inject", QUERY, "--project", SLUG]
@@ -252,14 +254,14 @@ def bench_feedback(root: Path, store: MemoryStore, env: dict, exe: str, repeat: 
     saved = shown.read_bytes()
     entry = feedback.block_entry(inj, settings)
     shown.write_bytes(b"")
-    feedback.keep_shown(store.dir, [dict(entry, runId=f"other-{i}") for i in range(feedback.DEFAULT_SHOWN_CAP - 1)]
-                        + [entry], cap=feedback.DEFAULT_SHOWN_CAP)
-    at_cap = len(feedback.read_lines(shown))
-    used = store.dir / feedback.USED_FILE
+    feedback_log.keep_shown(store.dir, [dict(entry, runId=f"other-{i}") for i in range(DEFAULT_SHOWN_CAP - 1)]
+                            + [entry], cap=DEFAULT_SHOWN_CAP)
+    at_cap = len(feedback_log.read_lines(shown))
+    used = store.dir / feedback_log.USED_FILE
 
     def note() -> None:
-        feedback.note_used(store, settings, run_id="bench-feedback", task_hashed=None, started_at=0,
-                           ended_at=2**62, text="as run 0000abcd did")
+        note_used(store, settings, run_id="bench-feedback", task_hashed=None, started_at=0, ended_at=2**62,
+                  text="as run 0000abcd did")
 
     note_t = median_time(note, max(repeat, 21))
     shown.write_bytes(saved)

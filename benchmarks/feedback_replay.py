@@ -31,7 +31,7 @@ import _corpus  # noqa: E402
 
 from cybmem import MemoryStore, Settings, load_snapshot  # noqa: E402
 from cybmem.explore import plots, usage  # noqa: E402
-from cybmem.dispatch.feedback import SHOWN_FILE, USED_FILE  # noqa: E402
+from cybmem.store.feedback_log import SHOWN_FILE, USED_FILE  # noqa: E402
 
 OUT = HERE / "out" / "figures" / "feedback"
 

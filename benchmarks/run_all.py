@@ -80,6 +80,12 @@ def main() -> None:
             "cybmem's ranking against bm25s and rank_bm25 on the same records and queries, and against a "
             "scipy sparse-matrix floor (postings of the query terms + one dense re-rank pass). Medians of "
             "200 queries of 3-8 words; systems timed in turn on each query."),
+        run("Against Tantivy and SQLite FTS5", ["benchmarks/bench_peers.py", "--sizes", "7761" if args.quick else "7761,100000"],
+            "cybmem's BM25 kernel, its full ranking and the public `search()` on a held snapshot against Tantivy, "
+            "SQLite FTS5 and bm25s on the same token lists and bench_query.py's queries (300 queries, engines taking "
+            "turns on each, three runs, medians and ratios to Tantivy); top-10 agreement with ties counted; index "
+            "build, size on disk, the load from the record files with its peak memory, and their growth from 10k "
+            "records. 1M records is opt-in (`--sizes 7761,100k,1M`, about 20 minutes)."),
         run("Load, refresh and warm CLI", ["benchmarks/bench_store.py", "--sizes", "7761,100000"],
             "Cold load against read + orjson-parse of the same files; refresh after one new record "
             "against the cold load; warm `cybmem search` / `cybmem inject` wall time against a bare "
@@ -109,7 +115,8 @@ def main() -> None:
             "messages and synthetic worker output, throughput."),
         run("Secret detection on shapes cybmem was not written from", ["benchmarks/bench_secrets.py"],
             "Recall on gitleaks' and detect-secrets' own examples (data-fixtures/secret-examples.jsonl), "
-            "false alarms on every commit message of pytest, mypy and sphinx, cost per record, and "
+            "recall on the issue 29 secret families (tests/data/secret-families.jsonl: dev and held-out), "
+            "false alarms on every commit message of the four dev histories, cost per record, and "
             "detect-secrets and Kingfisher on the same examples when installed (the bench extra)."),
         run("Weight search", ["benchmarks/bench_tune.py"],
             "Grid search over w_kw, w_rec, w_lin on the corpus replicated to 20k records, 500 queries."),

@@ -254,7 +254,7 @@ def test_issues_are_ranked_over_the_snapshot_the_hits_came_from(fixture_copy):
     ArrowIndexError under 8 writers and a reader)."""
     from conftest import make_run
 
-    from cybmem.dispatch.inject import rank_issues
+    from cybmem.retrieval.issue_ranking import rank_issues
     from cybmem.retrieval.search import search
     from cybmem.operations.write import write_run
     from cybmem.settings import Settings
@@ -302,7 +302,7 @@ def test_the_top_of_the_issue_ranking_is_the_prefix_of_its_full_order(seed):
     import numpy as np
     import pyarrow as pa
 
-    from cybmem.dispatch.inject import IssueRanking
+    from cybmem.retrieval.issue_ranking import IssueRanking
 
     rng = np.random.default_rng(seed)
     m = 3000

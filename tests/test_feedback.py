@@ -1,5 +1,6 @@
-"""What memory showed a run and what the run used (cybmem.dispatch.feedback): shown.jsonl, used.jsonl and
-the "used" judgments of `cybmem tune`.
+"""What memory showed a run and what the run used: shown.jsonl (cybmem.dispatch.feedback), used.jsonl
+(cybmem.store.feedback_log, feedback_match) and the "used" judgments of `cybmem tune`
+(cybmem.retrieval.judgments).
 
 The loop test is a scripted agent with real processes: `cybmem inject` with CYBERINE_RUN_ID, the
 MCP server started by the SDK's client (as tests/test_mcp.py does) fetching a shown run, `cybmem
@@ -21,7 +22,9 @@ import pytest
 
 from cybmem.dispatch import feedback
 from cybmem.dispatch.inject import inject_task
-from cybmem.retrieval.judgments import judgments_from_store
+from cybmem.retrieval.judgments import judgments_from_store, used_judgments
+from cybmem.store import feedback_log
+from cybmem.store.feedback_match import names_run
 from cybmem.operations.write import write_run
 from cybmem.settings import Settings
 from cybmem.store.snapshot import load_snapshot
@@ -56,11 +59,11 @@ def _settings(root: Path, **env: str) -> Settings:
 
 
 def _shown(root: Path, project: str = "web") -> list[dict]:
-    return feedback.read_lines(root / project / feedback.SHOWN_FILE)
+    return feedback_log.read_lines(root / project / feedback_log.SHOWN_FILE)
 
 
 def _used(root: Path, project: str = "web") -> list[dict]:
-    return feedback.read_used(root / project)
+    return feedback_log.read_used(root / project)
 
 
 def _now() -> int:
@@ -90,7 +93,7 @@ def test_a_scripted_agent_is_shown_fetches_writes_and_tune_sees_one_used_judgmen
     [line] = _shown(root)
     assert line["source"] == "inject" and line["runId"] == "agent-run-1" and line["taskHash"] is None
     assert [r["runId"][:8] for r in line["runs"]] == shown and [r["rank"] for r in line["runs"]] == [1, 2, 3]
-    assert TASK not in (root / "web" / feedback.SHOWN_FILE).read_text(), "never the task itself"
+    assert TASK not in (root / "web" / feedback_log.SHOWN_FILE).read_text(), "never the task itself"
 
     # The agent fetches the second shown run through the MCP server (a subprocess of the SDK's client).
     params = StdioServerParameters(command=CYBMEM, args=["mcp", "--memory-dir", str(root), "--project", "web"], env=env)
@@ -136,7 +139,7 @@ def test_a_scripted_agent_is_shown_fetches_writes_and_tune_sees_one_used_judgmen
     ("9b6b1e0", False),  # too short
 ])
 def test_a_run_is_named_by_its_id_or_a_prefix_of_8_that_stands_alone(text, named):
-    assert feedback.names_run(text, CART) is named
+    assert names_run(text, CART) is named
 
 
 def test_a_prefix_in_the_output_is_used_and_the_echoed_block_is_not(tmp_path):
@@ -163,7 +166,7 @@ def test_an_issue_it_resolved_is_used(tmp_path):
     root = _root(tmp_path)
     inj = inject_task("Fix analytics firing before the consent banner is answered", _settings(root, RUN_ID="r-fix"),
                       project="web")
-    assert CONSENT in feedback.read_lines(root / "web" / feedback.SHOWN_FILE)[0]["issues"]
+    assert CONSENT in feedback_log.read_lines(root / "web" / feedback_log.SHOWN_FILE)[0]["issues"]
     _write(root, "r-fix", f"Gated the script.\n\nACCOMPLISHED:\n- resolved {CONSENT}\nISSUES:\n- none\nNEXT:\n- none",
            task=inj.task)
     [used] = _used(root)
@@ -199,8 +202,8 @@ def test_without_a_run_id_the_task_hash_matches(tmp_path):
     assert used["matchedBy"] == "taskHash" and used["used"][0]["runId"] == inj.runs[0].run_id
     # The same task dispatched only after a run ended is not what that run was shown.
     before = _now() - 3_600_000
-    shutil.copy(root / "web" / feedback.SHOWN_FILE, tmp_path / "kept")
-    (root / "web" / feedback.SHOWN_FILE).write_text("")
+    shutil.copy(root / "web" / feedback_log.SHOWN_FILE, tmp_path / "kept")
+    (root / "web" / feedback_log.SHOWN_FILE).write_text("")
     inject_task(TASK, late, project="web")
     run = make_run("r-early", TASK, start=before - 600_000, minutes=5, output=f"Used {inj.runs[0].run_id[:8]}.")
     write_run(run, late, project="web")
@@ -210,10 +213,11 @@ def test_without_a_run_id_the_task_hash_matches(tmp_path):
 def test_nothing_shown_notes_nothing(tmp_path):
     root = _root(tmp_path)
     _write(root, "r-alone", f"Used {CART[:8]}.")
-    assert not (root / "web" / feedback.USED_FILE).exists() and not (root / "web" / feedback.SHOWN_FILE).exists()
+    web = root / "web"
+    assert not (web / feedback_log.USED_FILE).exists() and not (web / feedback_log.SHOWN_FILE).exists()
     inject_task(TASK, _settings(root, RUN_ID="someone-else"), project="web")
     _write(root, "r-alone-2", f"Used {CART[:8]}.")
-    assert not (root / "web" / feedback.USED_FILE).exists(), "shown to another run only"
+    assert not (root / "web" / feedback_log.USED_FILE).exists(), "shown to another run only"
     inject_task(TASK, _settings(root, RUN_ID="r-nothing-used"), project="web")
     _write(root, "r-nothing-used", "Done.")
     [used] = _used(root)
@@ -224,7 +228,7 @@ def test_nothing_shown_notes_nothing(tmp_path):
 def test_a_replay_with_as_of_and_the_mcp_block_are_not_kept_as_inject(tmp_path):
     root = _root(tmp_path)
     inject_task(TASK, _settings(root, RUN_ID="r"), project="web", as_of=1_792_000_000_000)
-    assert not (root / "web" / feedback.SHOWN_FILE).exists()
+    assert not (root / "web" / feedback_log.SHOWN_FILE).exists()
     from cybmem.mcp.tools import Memory
 
     settings = _settings(root, RUN_ID="r")
@@ -267,7 +271,7 @@ def test_a_write_cuts_the_shown_log_back_to_its_cap(tmp_path):
 def test_an_appender_trims_a_log_that_no_write_trims(tmp_path):
     root = _root(tmp_path)
     settings = _settings(root, RUN_ID="r", MEMORY_SHOWN_CAP="2")
-    path = root / "web" / feedback.SHOWN_FILE
+    path = root / "web" / feedback_log.SHOWN_FILE
     seen = []  # (lines, bytes) after each inject
     for _ in range(30):
         inject_task(TASK, settings, project="web")
@@ -294,7 +298,7 @@ def test_a_broken_log_never_changes_what_inject_prints(tmp_path, args):
     root = _root(tmp_path)
     off = _run("inject", TASK, "--project", "web", *args, env=_env(root, CYBERINE_MEMORY_FEEDBACK="0"))
     assert off.returncode == 0 and off.stderr == "" and "MEMORY" in off.stdout
-    (root / "web" / feedback.SHOWN_FILE).mkdir()
+    (root / "web" / feedback_log.SHOWN_FILE).mkdir()
     broken = _run("inject", TASK, "--project", "web", *args, env=_env(root))
     assert broken.returncode == 0
     if "--json" in args:  # recency moves with the clock between two processes: the scores may differ at 1e-6
@@ -304,7 +308,7 @@ def test_a_broken_log_never_changes_what_inject_prints(tmp_path, args):
     else:
         assert broken.stdout == off.stdout
     assert broken.stderr.count("\n") == 1 and broken.stderr.startswith(
-        f"warning: what was shown was not kept in {root / 'web' / feedback.SHOWN_FILE}: Is a directory")
+        f"warning: what was shown was not kept in {root / 'web' / feedback_log.SHOWN_FILE}: Is a directory")
 
 
 def test_a_log_that_cannot_be_locked_never_changes_inject(tmp_path):
@@ -317,25 +321,26 @@ def test_a_log_that_cannot_be_locked_never_changes_inject(tmp_path):
 def test_damaged_logs_never_fail_a_write(tmp_path):
     root = _root(tmp_path)
     inject_task(TASK, _settings(root, RUN_ID="r-damaged"), project="web")
-    with (root / "web" / feedback.SHOWN_FILE).open("ab") as fh:
+    with (root / "web" / feedback_log.SHOWN_FILE).open("ab") as fh:
         fh.write(b'{"at": "torn\n\xff\xfe not json\n[1, 2]\n{"runId": "r-damaged"}\n')
     _write(root, "r-damaged", f"Used {CART[:8]}.")
     [used] = _used(root)
     assert used["lines"] == 1 and used["used"][0]["runId"] == CART, "bad lines skipped"
     inject_task(TASK, _settings(root, RUN_ID="r-unwritable"), project="web")
-    (root / "web" / feedback.USED_FILE).unlink()
-    (root / "web" / feedback.USED_FILE).mkdir()
+    (root / "web" / feedback_log.USED_FILE).unlink()
+    (root / "web" / feedback_log.USED_FILE).mkdir()
     result = _write(root, "r-unwritable", f"Used {CART[:8]}.")
     assert result.path.exists() and result.warnings == [
-        f"what the run used was not noted in {root / 'web' / feedback.USED_FILE}: [Errno 21] Is a directory: "
-        f"'{root / 'web' / feedback.USED_FILE}'"]
+        f"what the run used was not noted in {root / 'web' / feedback_log.USED_FILE}: [Errno 21] Is a directory: "
+        f"'{root / 'web' / feedback_log.USED_FILE}'"]
 
 
 def test_off_keeps_nothing(tmp_path):
     root = _root(tmp_path)
     inject_task(TASK, _settings(root, RUN_ID="r", MEMORY_FEEDBACK="0"), project="web")
     _write(root, "r", f"Used {CART[:8]}.", MEMORY_FEEDBACK="0")
-    assert not {feedback.SHOWN_FILE, feedback.USED_FILE, ".feedback.lock"} & {p.name for p in (root / "web").iterdir()}
+    logs = {feedback_log.SHOWN_FILE, feedback_log.USED_FILE, ".feedback.lock"}
+    assert not logs & {p.name for p in (root / "web").iterdir()}
 
 
 # --- redaction reaches the logs ------------------------------------------------------------------
@@ -352,9 +357,9 @@ def test_redact_renames_an_issue_id_in_the_logs(tmp_path):
     assert leaked in _shown(root)[0]["issues"]
     p = _run("redact", "r-leak", "--secret", secret, "--project", "web", env=_env(root))
     assert p.returncode == 0, p.stderr
-    assert secret not in (root / "web" / feedback.SHOWN_FILE).read_text()
+    assert secret not in (root / "web" / feedback_log.SHOWN_FILE).read_text()
     assert "the-redacted-phrase-leaks" in _shown(root)[0]["issues"]
-    assert str(root / "web" / feedback.SHOWN_FILE) not in p.stdout, "not named as still holding it"
+    assert str(root / "web" / feedback_log.SHOWN_FILE) not in p.stdout, "not named as still holding it"
 
 
 # --- what the feedback says (cybmem.explore.usage, the notebook's functions) -----------------------------
@@ -402,7 +407,7 @@ def test_the_page_reads_the_stores_feedback_else_replays_it_and_says_so(tmp_path
     store = MemoryStore(root, "web")
     replayed = usage.load_feedback(store, _settings(root))
     assert replayed.replayed and "a replay of its newest 46 runs (the project has no used.jsonl yet" in str(replayed)
-    assert len(replayed.used) == 44 and not (root / "web" / feedback.USED_FILE).exists(), "a replay writes nothing"
+    assert len(replayed.used) == 44 and not (root / "web" / feedback_log.USED_FILE).exists(), "a replay writes nothing"
     none = usage.load_feedback(store, _settings(root), replay_=False)
     assert none.used == [] and "none yet" in str(none)
     inject_task(TASK, _settings(root, RUN_ID="r-own"), project="web")
@@ -444,9 +449,10 @@ _BAD_USED = [
 @pytest.mark.parametrize("bad", _BAD_USED)
 def test_a_malformed_used_line_is_skipped_with_one_warning_and_the_rest_kept(tmp_path, bad):
     """One malformed used.jsonl line broke `tune` and `eval` with a traceback (and the detached re-tune died)."""
-    root = _shown_then_damaged(tmp_path, "r-judged", feedback.USED_FILE, bad + b"\n" + bad + b"\n", write_first=True)
+    root = _shown_then_damaged(tmp_path, "r-judged", feedback_log.USED_FILE, bad + b"\n" + bad + b"\n",
+                               write_first=True)
     env = _env(root)
-    warning = f"warning: skipped 2 malformed line(s) of {root / 'web' / feedback.USED_FILE}"
+    warning = f"warning: skipped 2 malformed line(s) of {root / 'web' / feedback_log.USED_FILE}"
     for args in (["tune", "--derive", "used", "--json"], ["eval", "--derive", "used", "--json"]):
         done = _run(*args, "--project", "web", env=env)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
@@ -469,11 +475,11 @@ _BAD_SHOWN = [
 @pytest.mark.parametrize("bad", _BAD_SHOWN)
 def test_a_malformed_shown_line_loses_nothing_else_of_the_run(tmp_path, bad):
     """One malformed shown.jsonl line lost the whole run's feedback."""
-    root = _shown_then_damaged(tmp_path, "r-torn", feedback.SHOWN_FILE, (bad % _now()) + b"\n")
+    root = _shown_then_damaged(tmp_path, "r-torn", feedback_log.SHOWN_FILE, (bad % _now()) + b"\n")
     result = _write(root, "r-torn", f"Used {CART[:8]}.")
     [used] = _used(root)
     assert used["lines"] == 1 and [u["runId"] for u in used["used"]] == [CART], "the good line still counts"
-    assert result.warnings == [f"skipped 1 malformed line(s) of {root / 'web' / feedback.SHOWN_FILE} (not the JSON "
+    assert result.warnings == [f"skipped 1 malformed line(s) of {root / 'web' / feedback_log.SHOWN_FILE} (not the JSON "
                                "object the log holds); the rest was read. A torn or hand-edited line can be deleted"]
 
 
@@ -494,7 +500,8 @@ def _poison(root: Path, n: int, *, backdate: bool) -> None:
     records saying nothing: each makes a "used" judgment that rewards the decoy (an old run that
     shares the follow-up's words, which the store's own judgments do not reward). Backdated:
     startedAt just after the follow-up started, where the store's judgment asks for the recent run."""
-    from cybmem.dispatch.feedback import keep_shown, mcp_entry
+    from cybmem.dispatch.feedback import mcp_entry
+    from cybmem.store.feedback_log import keep_shown
     from cybmem.store.memory_store import MemoryStore as Store
 
     store = Store(root, "tide")
@@ -577,7 +584,7 @@ def test_a_used_judgment_counts_only_when_the_runs_clock_is_plausible(tmp_path, 
         line["shownAt"] = [now + x for x in clock["shownAt"]]
     snap = load_snapshot(MemoryStore(root, "web"))
     left: dict = {}
-    js = feedback.used_judgments(snap, used=[line], left_out=left)
+    js = used_judgments(snap, used=[line], left_out=left)
     assert bool(js) == counts and left == ({} if counts else {"clock": 1})
 
 
@@ -590,6 +597,6 @@ def test_a_run_names_at_most_three_used_runs(tmp_path):
     _write(root, "r-many", "Used " + ", ".join(r[:8] for r in shown) + ".", RUN_ID="r-many")
     snap = load_snapshot(MemoryStore(root, "web"))
     left: dict = {}
-    [(_, j)] = feedback.used_judgments(snap, left_out=left)
+    [(_, j)] = used_judgments(snap, left_out=left)
     ended = {r: e for r, e in zip(snap.records.column("runId").to_pylist(), snap.ended_ms())}
     assert len(j.relevant) == 3 and left == {"capped": sum(ended[r] <= j.as_of for r in shown) - 3}

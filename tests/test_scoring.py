@@ -89,15 +89,15 @@ def test_ranking_order_is_the_tie_rule_of_top_k():
 
 
 def test_recency_and_the_ranking_order_are_written_once():
-    """dispatch's issue ranking and tuning's grid call scoring's kernel and order, they do not
-    write their own (issue 19: a copy kept equal only by equivalence tests)."""
+    """The issue ranking and tuning's grid call scoring's kernel and order, they do not write their
+    own (issue 19: a copy kept equal only by equivalence tests)."""
     import ast
     from pathlib import Path
 
     import cybmem
 
     pkg = Path(cybmem.__file__).parent
-    for name in ("dispatch/inject.py", "retrieval/tuning.py", "retrieval/search.py"):
+    for name in ("retrieval/issue_ranking.py", "dispatch/inject.py", "retrieval/tuning.py", "retrieval/search.py"):
         tree = ast.parse((pkg / name).read_text())
         calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
         assert not calls & {"exp", "lexsort"}, f"{name} computes recency or the ranking order itself"

@@ -201,13 +201,20 @@ def test_the_families_file_is_what_its_builder_gives():
     assert module.dumps(module.build()) == FAMILIES.read_text(encoding="utf-8"), "run python benchmarks/secret_families.py"
 
 
+# The dev examples the pass is known to miss, and why (docs/secrets.md): detect-secrets' Db2 plugin
+# reads "pwd::x!" as pwd = ":x!"; here a bare "pwd:" is the shell's "pwd: command not found" and a
+# value that starts with ":" a Sphinx role (:term:), neither a secret.
+DEV_MISSES = ["pwd::anothersyntax!"]
+
+
 def test_recall_on_the_public_family_examples():
     rows = _families()
     assert {r["family"] for r in rows} >= {"prose", "connection-string", "ini-env", "cookie", "kubeconfig",
                                            "wrapped-escaped", "unlabelled", "url", "pgpass-shell"}
     assert all(r["repo"] and r["rule"] and r["split"] in ("dev", "held-out") for r in rows)
     dev = [r for r in rows if r["split"] == "dev"]
-    assert all(map(_caught, dev)), [r["text"][:60] for r in dev if not _caught(r)]
+    missed = [r["text"] for r in dev if not _caught(r)]
+    assert missed == DEV_MISSES, missed
     assert sum(map(_caught, rows)) / len(rows) >= 0.9
     for row in rows:
         once, _ = redact(row["text"])
@@ -250,6 +257,22 @@ FAMILY_CASES = [
     (f"export GITHUB_TOKEN=ghp_{R[:20]}\\\n{R[20:]}abcd", f"{R[20:]}abcd"),
     ('{"stripe": "sk_live_51HxYzAbCdEfGh\\nIjKlMnOpQrSt123456"}', "IjKlMnOpQrSt123456"),
     (f'token = "ghp_{R[:20]}" +\n    "{R[20:]}abcd"', f"{R[20:]}abcd"),
+    # a config file's key (env UPPER_SNAKE, properties dotted) is given data: a word or a CamelCase
+    # value there is the password, not a variable (round 4: GHAS' spring / compose examples)
+    ("# with spaces\nspring.datasource.password = tigerking\n", "tigerking"),
+    ("  MYSQL_PASSWORD: MySQLAdminPassword\n", "MySQLAdminPassword"),
+    (f":password => '{S}',", S),  # a Ruby symbol key
+    (f"dbpwd={S}", S),  # pwd glued to db
+    ("DB_PWD=$upp0rt@!#x", "$upp0rt@!#x"),  # no template leaves three symbols
+    # a secret word with qualifiers after it
+    (f"DB_PASSWORD_PROD={S}w", f"{S}w"),
+    ("todo_token_rotate_me = q8W2e9R4t6Y1u3I8o5P0", "q8W2e9R4t6Y1u3I8o5P0"),
+    ("secret_key_v2 = 9f8e7d6c5b4a39281706f5e4d3c2b1a0ab12cd34", "9f8e7d6c5b4a39281706f5e4d3c2b1a0ab12cd34"),
+    # an env file's line whose name says nothing (detect-secrets' test_data/config.env: mimi=…)
+    ("deploy=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5\n", "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5"),
+    # prose: a password quoted whole, whatever word it is; "for" and several words before "is"
+    ('The default password for the admin user is "sunflower".', "sunflower"),
+    (f"The password for the staging admin account is {S}&3 until Monday", f"{S}&3"),
 ]
 
 
@@ -297,6 +320,36 @@ FAMILY_LOOKALIKES = [
     "certificate-authority-data: " + base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIC" + b"A" * 40).decode(),
     "Fix the reader in src/some_long_module_name_here.py\nISSUES: none",
     "password = os.environ['PW']",
+    # round 4: the rule sets' own false-positive examples (gitleaks generic-api-key, Nosey Parker
+    # np.odbc.1 and np.generic.5) and the neighbours of the config-key and qualified-key rules
+    "snowflake.password=\njdbc.snowflake.url=",
+    "GITHUB_API_KEY=\nDYNATRACE_API_KEY=",
+    "PuttyPassword=0",
+    'LLM_SECRET_NAME = "NEXUS-GPT4-API-KEY"',
+    "secret_length = X25519.secret_length",
+    "key_down_event=v_kM_kkOaltsB4X9E_-5xpa61F7=--",
+    "def login(self, user = '', password = '', domain = ''):",
+    'text << "Password=#{password}, "',
+    "pwd = (char *) (p + ulen + 2);",
+    'String password = "password";',
+    'export PGPASSWORD="$gdcapi_db_password"',
+    "- echo 'export DATABASE_PASSWORD=\"'$PRECOMPILE_PASSWORD'\"' >> .env",
+    'IAMUserChangePassword = "arn:aws:iam::aws:policy/IAMUserChangePassword"',
+    "spring.datasource.username=sa\nspring.datasource.password=\nspring.datasource.driverClassName=org.h2.Driver",
+    "spring.datasource.password=${DB_PASSWORD}",
+    "MYSQL_PASSWORD: ${MYSQL_PASSWORD}",
+    "DATABASE_PASSWORD: SecretStr",
+    "self.password = root",
+    "DB_PWD=$DB_USER@$DB_HOST",
+    "DB_PASSWORD_FILE=/run/secrets/db_password",
+    "SECRET_KEY_NAME=my-app-secret",
+    "PASSWORD_RESET_TIMEOUT = 3600",
+    "password_hash = 5f4dcc3b5aa765d61d8327deb882cf99",
+    "token_count = 5000",
+    'the password is "required" now',
+    "the password for the admin user is hashed with bcrypt",
+    "CHECKSUM=9Wq3xZ7kP2mL5vN8bR4tY6uI1oE0aS3dF7gH2jK\n",  # a labelled digest
+    "see https://example.com/cb?state=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5 for the callback",
 ]
 
 

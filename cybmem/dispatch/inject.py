@@ -12,13 +12,10 @@ The block (:func:`cybmem.dispatch.preamble.layout`; in full: USAGE.md, "``cybmem
   evidence) and up to ``CYBERINE_MEMORY_POINTERS`` as one-line pointers (weaker evidence), full
   entries first; the parent the dispatcher names (``CYBERINE_PARENT_RUN_ID``) first, in full and
   labelled as the run the task follows up, whatever its score (``pinned: parent``).
-- **Issues**: every open issue scored on the runs' axes, ``w_kw * keyword + w_lin * lineage + w_rec
-  * recency`` with recency at :data:`~cybmem.retrieval.weights.ISSUE_REC_SHARE` of the weights
-  (:meth:`~cybmem.retrieval.weights.Weights.for_issues`): keyword the better of its own title and detail and
-  the runs that raised or carry it, lineage from that best run, recency from its last activity. Only issues with
-  evidence are listed, by the runs' rule: their own title or detail holds a task term that is not
-  common in the store, or a run with evidence carries them. At most ``CYBERINE_MEMORY_ISSUES``,
-  in at most :data:`ISSUE_SHARE` of the token budget, none already on a shown run's ``raised:``.
+- **Issues**: the open issues with evidence about the task, ranked on the runs' axes
+  (:mod:`cybmem.retrieval.issue_ranking`), one line per distinct title (the ids of a repeated title
+  join it). At most ``CYBERINE_MEMORY_ISSUES``, in at most :data:`ISSUE_SHARE` of the token budget,
+  none already on a shown run's ``raised:``.
 """
 
 from __future__ import annotations
@@ -26,51 +23,24 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import CybmemError, NotFoundError
 from .preamble import Layout, OpenIssue, PreambleEntry, estimate_tokens, inject, layout
 from ..store.projects import known_projects
 from ..retrieval.evidence import Evidence
+from ..retrieval.issue_ranking import ChosenIssue, score_issues
 from ..retrieval.search import Hit, SearchResult, search
-from ..retrieval.scoring import normalize_keyword, ranking_order, recency
 from ..settings import Settings
-from ..store.snapshot import load_snapshot, opened_in
+from ..store.snapshot import load_snapshot
 from ..store.memory_store import MemoryStore
-from ..store.tokens import tokenize
 from ..retrieval.weights import LoadedWeights, Weights, weights_for
 
-__all__ = ["ISSUE_SHARE", "ChosenIssue", "Injection", "inject_task", "memory_block", "rank_issues", "shown_order"]
+__all__ = ["ISSUE_SHARE", "Injection", "inject_task", "memory_block", "shown_order"]
 
 #: The largest share of the token budget the open-issues section may take.
 ISSUE_SHARE = 1 / 3
-
-
-@dataclass
-class ChosenIssue:
-    """An open issue considered for the block, with why it ranks where it does."""
-
-    ids: list[str]  # the issue id, then any other ids with the same title
-    title: str
-    opened_at_ms: int
-    last_at_ms: int
-    by_run_id: str | None
-    score: float
-    keyword: float  # w_kw * normalised keyword score of its best run
-    lineage: float  # w_lin * lineage affinity of that run
-    recency: float  # w_rec * recency of the issue's last event
-    via: str | None  # the run that raised it and matched best, if any
-    listed: str = "no"  # "issues": in the issues section; "raised": on a shown run's raised line; "no"
-
-    def to_dict(self) -> dict:
-        return {"ids": self.ids, "title": self.title, "openedAt": self.opened_at_ms, "lastAt": self.last_at_ms,
-                "openedBy": self.by_run_id, "score": round(self.score, 6), "listed": self.listed, "via": self.via,
-                "contributions": {"keyword": round(self.keyword, 6), "lineage": round(self.lineage, 6),
-                                  "recency": round(self.recency, 6)}}
 
 
 @dataclass
@@ -148,194 +118,6 @@ class Injection:
         return out
 
 
-class IssueRanking:
-    """Every open issue scored against the task, as arrays over the open rows of the issue fold;
-    :class:`ChosenIssue` objects are made only for the rows a block needs (a store can hold tens
-    of thousands of open issues)."""
-
-    def __init__(self, folded: pa.Table, rows: np.ndarray, total: np.ndarray,
-                 keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
-                 best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray, related: np.ndarray | None = None):
-        self.folded, self.rows, self.total = folded, rows, total
-        # Which open issues have evidence about the task (all of them when none was judged).
-        self.related = np.ones(len(rows), dtype=bool) if related is None else related
-        self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
-        self._run_ids = run_ids
-        self._keys = title_codes
-        self._order: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def _sorted(self, at: np.ndarray) -> np.ndarray:
-        """``at`` (positions in :attr:`rows`, ascending) best first: score, then latest activity."""
-        return at[ranking_order(self.total[at], self._last_at[at])]
-
-    @property
-    def order(self) -> np.ndarray:
-        """Every open issue's position in :attr:`rows`, best first."""
-        if self._order is None:
-            self._order = self._sorted(np.arange(len(self.rows)))
-        return self._order
-
-    def top(self, count: int, skip: np.ndarray | None = None) -> np.ndarray:
-        """The first ``count`` of :attr:`order` leaving out ``skip`` (a mask), without sorting the
-        rest (tens of thousands of open issues, a handful shown)."""
-        ok = np.arange(len(self.rows)) if skip is None else np.flatnonzero(~skip)
-        if count < len(ok):
-            t = self.total[ok]
-            kth = np.partition(t, len(t) - count)[len(t) - count]
-            ok = ok[t >= kth]  # every tie of the last place too: the exact prefix of the order
-        return self._sorted(ok)[:count]
-
-    def _cell(self, name: str, i: int) -> Any:
-        return self.folded.column(name)[int(self.rows[i])].as_py()
-
-    def issue_id(self, i: int) -> str:
-        return self._cell("issueId", i)
-
-    def issue(self, i: int) -> ChosenIssue:
-        """Open issue ``i`` (a position in :attr:`rows`) as a :class:`ChosenIssue`."""
-        r = int(self._best_row[i])
-        opened = self.folded.column("openedAt")[int(self.rows[i])].cast(pa.int64()).as_py()
-        return ChosenIssue(ids=[self.issue_id(i)], title=self._cell("title", i), opened_at_ms=int(opened),
-                           last_at_ms=int(self._last_at[i]), by_run_id=self._cell("openedBy", i),
-                           score=float(self.total[i]), keyword=float(self._kw[i]), lineage=float(self._lin[i]),
-                           recency=float(self._rec[i]), via=self._run_ids[r].as_py() if r >= 0 else None)
-
-    def title_keys(self) -> np.ndarray:
-        """A code per open issue; issues with the same :func:`cybmem.store.ledger.title_key` share it."""
-        return self._keys
-
-    def with_ids(self, ids: set[str]) -> np.ndarray:
-        """A mask of the open issues whose id is in ``ids``."""
-        if not ids or not len(self.rows):
-            return np.zeros(len(self), dtype=bool)
-        col = self.folded.column("issueId")
-        hit = pc.is_in(col, value_set=pa.array(sorted(ids), pa.string())).to_numpy(zero_copy_only=False)
-        return hit[self.rows]
-
-
-def _rank(result: SearchResult, weights: Weights, *, as_of: int | None = None) -> IssueRanking:
-    weights = weights.for_issues()  # recency weighs more for an open issue than for a run
-    snap = result.snapshot  # the one the hits were ranked over (search may have read the store again)
-    folded = snap.fold(as_of)
-    ranked = result.ranked
-    n = snap.n
-    mask = ranked.mask if ranked is not None else np.zeros(n, dtype=bool)
-    # Last activity, title codes and the open rows do not depend on the task: cached with the snapshot.
-    activity = snap.activity(as_of, mask)
-    rows = opened_in(activity)
-    m = len(rows)
-    kw = np.zeros(n, dtype=np.float32)
-    if ranked is not None and ranked.keyword is not None and weights.w_kw > 0:
-        kw = normalize_keyword(ranked.keyword, mask, scale=weights.w_kw)
-    lin = np.zeros(n, dtype=np.float32)
-    if ranked is not None and ranked.lineage is not None and weights.w_lin > 0:
-        lin = ranked.lineage.astype(np.float32) * np.float32(weights.w_lin)
-    # The issue's own title and detail against the task (the issue index is row-aligned with the
-    # current fold; a past fold maps into it by id), normalised like the runs' keyword axis.
-    own = np.zeros(m, dtype=np.float32)
-    ev = ranked.evidence if ranked is not None else None
-    judged = ev is not None and ev.judged
-    own_match = np.zeros(m, dtype=bool)  # the issue's own text holds a task term that is not common
-    if (weights.w_kw > 0 or judged) and m:
-        tokens = tokenize(result.query)
-        raw = snap.issue_index().scores(tokens)
-        if as_of is None:
-            def pick(a: np.ndarray) -> np.ndarray:
-                return a[rows].astype(np.float32)
-        else:
-            ids = folded.column("issueId").take(pa.array(rows))
-            at = pc.fill_null(pc.index_in(ids, value_set=snap.fold().column("issueId")), -1).to_numpy().astype(np.int64)
-
-            def pick(a: np.ndarray) -> np.ndarray:
-                return np.where(at >= 0, a[np.maximum(at, 0)], 0).astype(np.float32)
-        own = pick(raw)
-        # not common among the runs (a word only the issue holds counts: another tool may have opened it)
-        own_terms = [t for t, d in zip(ev.terms, ev.df.tolist()) if d < ev.common_df] if judged else []
-        if own_terms:
-            own_match = pick(snap.issue_index().scores(own_terms)) > 0
-        own = normalize_keyword(own, scale=weights.w_kw) if weights.w_kw > 0 else np.zeros(m, np.float32)
-    best = np.zeros(m, dtype=np.float32)
-    best_row = np.full(m, -1, dtype=np.int64)
-    last_at = activity.column("lastActivity").to_numpy()[rows] if m else np.zeros(0, np.int64)
-    codes = activity.column("titleKey").to_numpy()[rows] if m else np.zeros(0, np.int32)
-    # The best run per open issue: among the runs the task scored, the one that carries it
-    # (which record carries which fold row is cached with the snapshot: no id matching here).
-    val = kw + lin
-    if m and n:
-        record, fold_row = snap.carriers(as_of)
-        where = np.full(folded.num_rows + 1, -1, dtype=np.int64)  # fold row -> place among the open (-1: not open)
-        where[rows] = np.arange(m)
-        pos = where[fold_row]
-        take = np.flatnonzero((pos >= 0) & mask[record] & (val[record] > 0))
-        carrier, pos = record[take], pos[take]
-        cval = val[carrier]
-        np.maximum.at(best, pos, cval)
-        top = np.flatnonzero(cval == best[pos])  # each issue's best runs; of equals, the last one
-        last = np.full(m, -1, dtype=np.int64)
-        np.maximum.at(last, pos[top], top)
-        found = last >= 0
-        best_row[found] = carrier[last[found]]
-    # The issue's keyword part: its own text or its best run, whichever matches better.
-    has = best_row >= 0
-    at_row = np.maximum(best_row, 0)
-    carrier_kw = np.where(has, kw[at_row] if n else 0, 0).astype(np.float32)
-    best = best + np.maximum(own - carrier_kw, 0)
-    now = ranked.now_ms if ranked is not None else result.now_ms
-    rec = recency(last_at, now, weights.half_life_days, weight=weights.w_rec) if weights.w_rec > 0 \
-        else np.zeros(m, dtype=np.float32)
-    total = best + rec
-    keyword = np.maximum(carrier_kw, own)
-    lineage = np.where(has, lin[at_row] if n else 0, 0).astype(np.float32)
-    # When no run has evidence about the task (the block's one line), an open issue is listed only on
-    # evidence of its own: its title or detail holds a task term that is not common in the store.
-    # Otherwise the issues rank as the runs do, on the same axes (a run with evidence that carries
-    # an issue lends it its keyword part). Listing only issues of their own evidence beside pointers
-    # alone named the judged open issue less often (bench_block: 87 against 94 of 122 on pytest).
-    found = ranked is not None and any(r != ranked.pinned for r in ranked.top)
-    related = own_match | has if judged and not found else None
-    return IssueRanking(folded, rows, total, keyword, lineage, rec, last_at, best_row,
-                        snap.records.column("runId"), codes, related)
-
-
-def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None,
-                limit: int | None = None) -> list[ChosenIssue]:
-    """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best
-    first; only the first ``limit`` when given (a store can hold tens of thousands of open issues)."""
-    ranking = _rank(result, weights, as_of=as_of)
-    return [ranking.issue(i) for i in (ranking.order if limit is None else ranking.top(limit)).tolist()]
-
-
-def _dedupe(ranking: IssueRanking, skip: np.ndarray, cap: int) -> tuple[list[ChosenIssue], int]:
-    """The first ``cap`` distinct titles among the related ranked rows not in ``skip`` (ids of a
-    repeated title join the first), and how many open issues not in ``skip`` are left beyond them."""
-    left = int((~skip).sum())
-    out = skip | ~ranking.related  # what may not be chosen
-    available = int((~out).sum())
-    if not left or cap <= 0 or not available:
-        return [], left
-    all_keys = ranking.title_keys()
-    size = 4 * cap
-    while True:  # a prefix of the order long enough to hold `cap` distinct titles
-        order = ranking.top(size, out)
-        keys = all_keys[order]
-        _, first = np.unique(keys, return_index=True)
-        if len(first) >= cap or len(order) >= available:
-            break
-        size *= 4
-    leaders = np.sort(first)[:cap]  # positions in `order` of each chosen title's best row
-    lead_keys = keys[leaders]
-    members = np.isin(all_keys, lead_keys) & ~skip  # every open issue under a chosen title, in rank order
-    chosen = {int(k): ranking.issue(int(order[p])) for k, p in zip(lead_keys.tolist(), leaders.tolist())}
-    for i in ranking._sorted(np.flatnonzero(members)).tolist():
-        c = chosen[int(all_keys[i])]
-        if ranking.issue_id(i) != c.ids[0]:
-            c.ids.append(ranking.issue_id(i))
-    return list(chosen.values()), left - int(members.sum())
-
-
 def shown_order(hits: list[Hit], topk: int, pointers: int) -> list[tuple[Hit, str]]:
     """The hits a block shows and how, in its order: the pinned parent (in full), then up to
     ``topk`` runs with strong evidence in full, then up to ``pointers`` weaker ones as pointers
@@ -367,7 +149,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         inj.weights = LoadedWeights(weights, {**loaded.sources, "w_vec": "default (embeddings)"}, loaded.problems)
     snap = result.snapshot  # a hit edited in place since it was cached makes search read the store again
     inj.evidence = result.ranked.evidence if result.ranked is not None else None
-    ranking = _rank(result, weights, as_of=as_of) if settings.issues else None
+    ranking = score_issues(result, weights, as_of=as_of) if settings.issues else None
     inj.open_issues = len(ranking) if ranking is not None else len(snap.open_rows(as_of))
     open_ids: set[str] = set()  # of the issues the hits raised, those still open
     if ranking is not None:
@@ -393,7 +175,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         named = {i for e in entries[:shown_runs] for i in e.open_issues}
         beyond = 0
         if ranking is not None:
-            chosen, beyond = _dedupe(ranking, ranking.with_ids(named), settings.issues)
+            chosen, beyond = ranking.distinct_titles(ranking.with_ids(named), settings.issues)
         shown_issues = [OpenIssue(issue_id=c.ids[0], title=c.title, opened_at_ms=c.opened_at_ms,
                                   by_run_id=c.by_run_id or "", also=tuple(c.ids[1:])) for c in chosen]
         lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, issue_share=ISSUE_SHARE,

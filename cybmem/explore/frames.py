@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 __all__ = [
-    "records_frame", "issue_events_frame", "issue_fold", "lineage_edges", "natural_key", "period_starts",
+    "records_frame", "issue_events_frame", "issue_fold", "lineage_edges", "tree_roots", "lineage_lanes", "dispatch_trees",
+    "tree_members", "resolve_run", "epoch_days", "natural_key", "period_starts",
     "SHORTEST_AGE_S", "AGE_PANELS", "age_edges", "age_counts", "Histogram", "issue_age_values", "IssueAgeData",
 ]
 
@@ -305,3 +306,122 @@ class IssueAgeData:
     def to_dict(self) -> dict:
         return {"issues": self.issues, "open": self.open.to_dict(), "resolved": self.resolved.to_dict(),
                 "reopens": {str(k): v for k, v in self.reopens.items()}}
+
+
+# -- dispatch trees: a run and everything dispatched from it (parentRunId, transitively) --------------
+
+def epoch_days(ts: "pd.Series") -> np.ndarray:
+    """tz-aware timestamps -> days since 1970-01-01 (matplotlib's date numbers)."""
+    import pandas as pd
+
+    ms = (ts - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "ms")
+    return ms.to_numpy(dtype=np.float64) / 86_400_000
+
+
+def tree_roots(records: "pd.DataFrame") -> "pd.Series":
+    """The root of each run's dispatch tree (follow parentRunId up while the parent is in ``records``)."""
+    import pandas as pd
+
+    ids = records["runId"].astype(str).tolist()
+    known = set(ids)
+    parent = {r: (p if isinstance(p, str) and p in known else None) for r, p in zip(ids, records["parentRunId"].tolist())}
+    root: dict[str, str] = {}
+    for r in ids:
+        path, cur = [], r
+        while cur not in root and parent.get(cur) and cur not in path and len(path) < 10_000:
+            path.append(cur)
+            cur = parent[cur]
+        top = root.get(cur, cur)
+        for x in path + [cur]:
+            root[x] = top
+    return pd.Series([root[r] for r in ids], index=records.index)
+
+
+def lineage_lanes(records: "pd.DataFrame") -> "pd.DataFrame":
+    """One row per run: its dispatch-tree root and the lane it is drawn in.
+
+    A dispatch tree is a run plus everything dispatched from it (parentRunId, transitively).
+    Runs that neither have nor are a parent share lane 0; each tree gets a lane of its own,
+    re-used by later trees that start after it ended (interval packing), so hundreds of runs
+    stay within a few lanes.
+
+    Returns:
+        DataFrame indexed like ``records`` with columns ``treeRoot`` and ``lane``.
+    """
+    import pandas as pd
+
+    roots = tree_roots(records)
+    sizes = roots.value_counts()
+    start = epoch_days(records["startedAt"])
+    end = epoch_days(records["endedAt"])
+    span = pd.DataFrame({"root": roots, "start": start, "end": end})
+    trees = span[span["root"].map(sizes) > 1].groupby("root").agg(start=("start", "min"), end=("end", "max"))
+    trees = trees.sort_values(["start", "end"])
+    gap = max((np.nanmax(end) - np.nanmin(start)) * 0.01, 1e-6) if len(records) else 0.0
+    lane_end: list[float] = []
+    lane_of: dict[str, int] = {}
+    for r, row in trees.iterrows():
+        for i, e in enumerate(lane_end):
+            if e + gap < row["start"]:
+                lane_end[i] = row["end"]
+                lane_of[r] = i + 1
+                break
+        else:
+            lane_end.append(row["end"])
+            lane_of[r] = len(lane_end)
+    lanes = roots.map(lambda x: lane_of.get(x, 0)).astype("int64")
+    return pd.DataFrame({"treeRoot": roots.astype("string"), "lane": lanes}, index=records.index)
+
+
+def dispatch_trees(records: "pd.DataFrame", *, by: str = "largest") -> "pd.DataFrame":
+    """The project's dispatch trees (a run and everything it dispatched, at least two runs).
+
+    Args:
+        records: a records DataFrame.
+        by: ``"largest"`` (most runs first, then the most recent) or ``"recent"`` (latest
+            run ended first).
+
+    Returns:
+        One row per tree: ``root`` (run id), ``runs``, ``first`` and ``last`` (when its first
+        run started and its last ended), ``task`` (the root's task).
+    """
+    import pandas as pd
+
+    if by not in ("largest", "recent"):
+        from ..errors import ValidationError
+
+        raise ValidationError(f"by must be 'largest' or 'recent', not {by!r}")
+    roots = tree_roots(records)
+    df = pd.DataFrame({"root": roots.astype(str), "start": records["startedAt"], "end": records["endedAt"]})
+    trees = df.groupby("root").agg(runs=("root", "size"), first=("start", "min"), last=("end", "max")).reset_index()
+    trees = trees[trees["runs"] > 1]
+    tasks = dict(zip(records["runId"].astype(str), records["task"]))
+    trees["task"] = trees["root"].map(tasks)
+    keys = (["runs", "last", "root"], [False, False, True]) if by == "largest" else (["last", "runs", "root"], [False, False, True])
+    return trees.sort_values(keys[0], ascending=keys[1], kind="stable").reset_index(drop=True)
+
+
+def tree_members(records: "pd.DataFrame", run_id: str) -> set[str]:
+    """The runs drawn with ``run_id``: its dispatch tree and every run of the chat sessions in it."""
+    lanes = lineage_lanes(records)
+    root = lanes.loc[records["runId"] == run_id, "treeRoot"]
+    members = set(records.loc[lanes["treeRoot"] == root.iloc[0], "runId"]) if len(root) else {run_id}
+    chats = set(records.loc[records["runId"].isin(members), "chatSessionId"].dropna())
+    if chats:
+        members |= set(records.loc[records["chatSessionId"].isin(chats), "runId"])
+    return members
+
+
+def resolve_run(records: "pd.DataFrame", run: str | None) -> str | None:
+    """The one run id of ``records`` that starts with ``run`` (None for none asked)."""
+    if not run:
+        return None
+    ids = records["runId"].astype(str)
+    hit = ids[ids.str.startswith(run)]
+    if len(hit) != 1:
+        from ..errors import AmbiguousError, NotFoundError
+
+        if len(hit) == 0:
+            raise NotFoundError(f"no run starts with {run!r} in these records")
+        raise AmbiguousError(f"run prefix {run!r} matches {len(hit)} runs: {', '.join(hit.str[:8].head(5))}…; give more characters")
+    return str(hit.iloc[0])

@@ -19,7 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
-from .frames import SHORTEST_AGE_S, Histogram, IssueAgeData, period_starts
+from .frames import (SHORTEST_AGE_S, Histogram, IssueAgeData, dispatch_trees, epoch_days, lineage_lanes, period_starts,
+                     resolve_run, tree_members, tree_roots)
 from ..store.outcome import head_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,7 +50,6 @@ _EDGE_STYLE = {
     "superseded": {"color": "#d62728", "linewidth": 1.2, "linestyle": ":", "label": "superseded by (correction)"},
 }
 _CHAT_COLORS = ["#fdd49e", "#c6dbef", "#d9f0a3", "#fcc5c0", "#dadaeb", "#ccebc5", "#fee391", "#c7e9b4"]
-_MS_PER_DAY = 86_400_000
 
 
 class _Figure(Figure):
@@ -65,14 +65,6 @@ def _head(text: Any, limit: int) -> str:
     return head_line(str(text or ""), limit)
 
 
-def _datenum(ts: "pd.Series") -> np.ndarray:
-    """tz-aware timestamps -> matplotlib date numbers (days since 1970-01-01)."""
-    import pandas as pd
-
-    ms = (ts - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "ms")
-    return ms.to_numpy(dtype=np.float64) / _MS_PER_DAY
-
-
 def _date_axis(ax) -> None:
     loc = mdates.AutoDateLocator()
     ax.xaxis.set_major_locator(loc)
@@ -82,113 +74,6 @@ def _date_axis(ax) -> None:
 # --------------------------------------------------------------------------------------
 # Lineage graph
 # --------------------------------------------------------------------------------------
-
-
-def _tree_roots(records: "pd.DataFrame") -> "pd.Series":
-    """The root of each run's dispatch tree (follow parentRunId up while the parent is in ``records``)."""
-    import pandas as pd
-
-    ids = records["runId"].astype(str).tolist()
-    known = set(ids)
-    parent = {r: (p if isinstance(p, str) and p in known else None) for r, p in zip(ids, records["parentRunId"].tolist())}
-    root: dict[str, str] = {}
-    for r in ids:
-        path, cur = [], r
-        while cur not in root and parent.get(cur) and cur not in path and len(path) < 10_000:
-            path.append(cur)
-            cur = parent[cur]
-        top = root.get(cur, cur)
-        for x in path + [cur]:
-            root[x] = top
-    return pd.Series([root[r] for r in ids], index=records.index)
-
-
-def lineage_lanes(records: "pd.DataFrame") -> "pd.DataFrame":
-    """One row per run: its dispatch-tree root and the lane it is drawn in.
-
-    A dispatch tree is a run plus everything dispatched from it (parentRunId, transitively).
-    Runs that neither have nor are a parent share lane 0; each tree gets a lane of its own,
-    re-used by later trees that start after it ended (interval packing), so hundreds of runs
-    stay within a few lanes.
-
-    Returns:
-        DataFrame indexed like ``records`` with columns ``treeRoot`` and ``lane``.
-    """
-    import pandas as pd
-
-    roots = _tree_roots(records)
-    sizes = roots.value_counts()
-    start = _datenum(records["startedAt"])
-    end = _datenum(records["endedAt"])
-    span = pd.DataFrame({"root": roots, "start": start, "end": end})
-    trees = span[span["root"].map(sizes) > 1].groupby("root").agg(start=("start", "min"), end=("end", "max"))
-    trees = trees.sort_values(["start", "end"])
-    gap = max((np.nanmax(end) - np.nanmin(start)) * 0.01, 1e-6) if len(records) else 0.0
-    lane_end: list[float] = []
-    lane_of: dict[str, int] = {}
-    for r, row in trees.iterrows():
-        for i, e in enumerate(lane_end):
-            if e + gap < row["start"]:
-                lane_end[i] = row["end"]
-                lane_of[r] = i + 1
-                break
-        else:
-            lane_end.append(row["end"])
-            lane_of[r] = len(lane_end)
-    lanes = roots.map(lambda x: lane_of.get(x, 0)).astype("int64")
-    return pd.DataFrame({"treeRoot": roots.astype("string"), "lane": lanes}, index=records.index)
-
-
-def dispatch_trees(records: "pd.DataFrame", *, by: str = "largest") -> "pd.DataFrame":
-    """The project's dispatch trees (a run and everything it dispatched, at least two runs).
-
-    Args:
-        records: a records DataFrame.
-        by: ``"largest"`` (most runs first, then the most recent) or ``"recent"`` (latest
-            run ended first).
-
-    Returns:
-        One row per tree: ``root`` (run id), ``runs``, ``first`` and ``last`` (when its first
-        run started and its last ended), ``task`` (the root's task).
-    """
-    import pandas as pd
-
-    if by not in ("largest", "recent"):
-        from ..errors import ValidationError
-
-        raise ValidationError(f"by must be 'largest' or 'recent', not {by!r}")
-    roots = _tree_roots(records)
-    df = pd.DataFrame({"root": roots.astype(str), "start": records["startedAt"], "end": records["endedAt"]})
-    trees = df.groupby("root").agg(runs=("root", "size"), first=("start", "min"), last=("end", "max")).reset_index()
-    trees = trees[trees["runs"] > 1]
-    tasks = dict(zip(records["runId"].astype(str), records["task"]))
-    trees["task"] = trees["root"].map(tasks)
-    keys = (["runs", "last", "root"], [False, False, True]) if by == "largest" else (["last", "runs", "root"], [False, False, True])
-    return trees.sort_values(keys[0], ascending=keys[1], kind="stable").reset_index(drop=True)
-
-
-def _tree_members(records: "pd.DataFrame", run_id: str) -> set[str]:
-    lanes = lineage_lanes(records)
-    root = lanes.loc[records["runId"] == run_id, "treeRoot"]
-    members = set(records.loc[lanes["treeRoot"] == root.iloc[0], "runId"]) if len(root) else {run_id}
-    chats = set(records.loc[records["runId"].isin(members), "chatSessionId"].dropna())
-    if chats:
-        members |= set(records.loc[records["chatSessionId"].isin(chats), "runId"])
-    return members
-
-
-def _resolve(records: "pd.DataFrame", run: str | None) -> str | None:
-    if not run:
-        return None
-    ids = records["runId"].astype(str)
-    hit = ids[ids.str.startswith(run)]
-    if len(hit) != 1:
-        from ..errors import AmbiguousError, NotFoundError
-
-        if len(hit) == 0:
-            raise NotFoundError(f"no run starts with {run!r} in these records")
-        raise AmbiguousError(f"run prefix {run!r} matches {len(hit)} runs: {', '.join(hit.str[:8].head(5))}…; give more characters")
-    return str(hit.iloc[0])
 
 
 def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: str = "project",
@@ -236,16 +121,16 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
 
         raise ValidationError(f"x must be 'time' or 'order', not {x!r}")
     df = records.sort_values(["endedAt", "runId"], kind="stable").reset_index(drop=True)
-    focus_id = _resolve(df, focus)
+    focus_id = resolve_run(df, focus)
     if scope == "tree":
         if focus_id is None:
             from ..errors import ValidationError
 
             raise ValidationError("scope='tree' needs focus=<run id>")
-        df = df[df["runId"].isin(_tree_members(df, focus_id))].reset_index(drop=True)
+        df = df[df["runId"].isin(tree_members(df, focus_id))].reset_index(drop=True)
     if scope == "project" and len(df) > max_runs:
         return lineage_trees(df, n=max_trees, by=trees, highlight=highlight or focus, title=title)
-    hl = _resolve(df, highlight) if highlight else focus_id
+    hl = resolve_run(df, highlight) if highlight else focus_id
     n = len(df)
     lanes = lineage_lanes(df) if n else None
     alone_lane: int | None = 0
@@ -261,7 +146,7 @@ def lineage_graph(records: "pd.DataFrame", *, focus: str | None = None, scope: s
     if not n:
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
         return fig
-    ended = _datenum(df["endedAt"])
+    ended = epoch_days(df["endedAt"])
     x = ended if x_mode == "time" else np.arange(n, dtype=float)
     y = lanes["lane"].to_numpy(dtype=float)
     pos = {rid: (xx, yy) for rid, xx, yy in zip(df["runId"].astype(str), x, y)}
@@ -411,7 +296,7 @@ def lineage_trees(records: "pd.DataFrame", *, n: int = 12, by: str = "largest", 
     df = records.sort_values(["endedAt", "runId"], kind="stable").reset_index(drop=True)
     all_trees = dispatch_trees(df, by=by)
     chosen = all_trees.head(n).reset_index(drop=True)
-    roots = _tree_roots(df).astype(str)
+    roots = tree_roots(df).astype(str)
     in_tree = roots.isin(all_trees["root"]).to_numpy()
     rows_of_trees = len(chosen)
     what = "largest" if by == "largest" else "most recent"
@@ -440,7 +325,7 @@ def lineage_trees(records: "pd.DataFrame", *, n: int = 12, by: str = "largest", 
         ax.text(0.5, 0.5, "no dispatch trees: no run was dispatched by another run of this project",
                 ha="center", va="center", transform=ax.transAxes, color="#555555")
         return fig
-    hl = _resolve(df, highlight) if highlight else None
+    hl = resolve_run(df, highlight) if highlight else None
     state_of = dict(zip(df["runId"].astype(str), df["state"].astype(str)))
     sup_of = dict(zip(df["runId"].astype(str), df["superseded"].astype(bool))) if "superseded" in df else {}
     parent_of = dict(zip(df["runId"].astype(str), df["parentRunId"]))

@@ -1,7 +1,7 @@
 """What memory's feedback says, for notebooks and reports: how often the runs the MEMORY block
 showed were used, by rank and over time, and which weights would have put the used runs higher.
 
-It reads a project's used.jsonl (:mod:`cybmem.dispatch.feedback`: one line per written run that was shown
+It reads a project's used.jsonl (:mod:`cybmem.store.feedback_log`: one line per written run that was shown
 something). :func:`replay` makes the same lines for a history that has none yet, through the same
 functions dispatch and the write path use, with a simulated agent: each past run is dispatched
 again as of its start, and it uses the shown runs the store's own judgments say it should have
@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..dispatch import feedback
-from ..retrieval.judgments import ISSUE_KINDS, Judgment, judgments_from_store
+from ..retrieval.judgments import ISSUE_KINDS, Judgment, judgments_from_store, used_judgments
+from ..store import feedback_log
+from ..store.feedback_match import match_used
 from ..store.outcome import head_line
-from ..settings import Settings
+from ..settings import DEFAULT_SHOWN_CAP, Settings
 from ..store.snapshot import Snapshot, load_snapshot
 from ..store.memory_store import MemoryStore
 
@@ -59,16 +61,16 @@ def load_feedback(source: MemoryStore | Snapshot, settings: Settings | None = No
     never replays. :attr:`Feedback.described` says which.
     """
     snap = _snap(source)
-    have = feedback.read_used(snap.store.dir)
+    have = feedback_log.read_used(snap.store.dir)
     slug = snap.store.slug
     if have and replay_ is not True:
         return Feedback(snap, have, False, f"Feedback of project {slug}: {len(have)} written runs matched to what "
-                                           f"they were shown ({snap.store.dir / feedback.USED_FILE})")
+                                           f"they were shown ({snap.store.dir / feedback_log.USED_FILE})")
     if replay_ is False:
-        return Feedback(snap, [], False, f"Feedback of project {slug}: none yet (no {feedback.USED_FILE}: no written "
-                                         "run has been matched to what it was shown)")
+        return Feedback(snap, [], False, f"Feedback of project {slug}: none yet (no {feedback_log.USED_FILE}: no "
+                                         "written run has been matched to what it was shown)")
     used = replay(snap, settings or Settings.from_env(memory_dir=snap.store.root), last=last)
-    why = "asked for" if replay_ else f"the project has no {feedback.USED_FILE} yet"
+    why = "asked for" if replay_ else f"the project has no {feedback_log.USED_FILE} yet"
     runs = sum(1 for x in snap.records.column("supersedes").to_pylist() if not x)  # corrections are not replayed
     runs = min(last, runs) if last is not None else runs
     return Feedback(snap, used, True, f"Feedback of project {slug}: a replay of its newest {runs} runs ({why}; "
@@ -86,7 +88,7 @@ def replay(source: MemoryStore | Snapshot, settings: Settings, *, last: int | No
     session as dispatch would have named them), kept as :func:`cybmem.dispatch.feedback.block_entry`
     keeps it; its "output" names the shown runs in ``relevant`` (default: what the store's issue
     and parent judgments say it should have seen) by the 8 characters the block prints, and its
-    issue events are its ledger lines; :func:`cybmem.dispatch.feedback.match_used` then decides what it
+    issue events are its ledger lines; :func:`cybmem.store.feedback_match.match_used` then decides what it
     used, as the write path does.
 
     Args:
@@ -134,13 +136,13 @@ def replay(source: MemoryStore | Snapshot, settings: Settings, *, last: int | No
             continue
         wanted = set(relevant.get(rid, ()))
         text = "\n".join(f"as run {h.run_id[:8]} did" for h in inj.runs if h.run_id in wanted)
-        found = feedback.match_used([entry], run_id=rid, text=text, issue_events=events.get(rid, []))
+        found = match_used([entry], run_id=rid, text=text, issue_events=events.get(rid, []))
         shown_lines.append(entry)
         out.append({"at": int(cols["endedAt"][i]), "runId": rid, "startedAt": start, "matchedBy": "runId", "lines": 1,
                     **found})
     if into is not None:
-        feedback.keep_shown(into, shown_lines, cap=max(len(shown_lines), feedback.DEFAULT_SHOWN_CAP))
-        feedback.keep_used(into, out)
+        feedback_log.keep_shown(into, shown_lines, cap=max(len(shown_lines), DEFAULT_SHOWN_CAP))
+        feedback_log.keep_used(into, out)
     return out
 
 
@@ -249,7 +251,7 @@ def check_weights(source: MemoryStore | Snapshot, used: Sequence[Mapping[str, An
     from ..retrieval.tuning import axis_matrices, tune
 
     snap = _snap(source)
-    js = [j for _, j in feedback.used_judgments(snap, used=used)]
+    js = [j for _, j in used_judgments(snap, used=used)]
     if not js:
         return None
     result = tune(snap, judgments=js, metric=metric, k=k, settings=settings, hold_few=not all_weights, progress=False)

@@ -182,7 +182,7 @@ class Memory:
         if not query:
             items = [s.to_dict() for s in (listed[:limit] if limit else listed)]
         else:
-            from ..dispatch.inject import rank_issues
+            from ..retrieval.issue_ranking import rank_issues
             from ..retrieval.search import search
 
             result = search(snap, query, k=1, settings=self.settings)

@@ -384,9 +384,9 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
                 change)
         elif step == "relink" and renamed:
             # 2b. other runs' records that name a renamed issue: only that list changes; and the
-            # shown / used logs, which hold issue ids (cybmem.dispatch.feedback)
+            # shown / used logs, which hold issue ids (cybmem.store.feedback_log)
             result.records_relinked = _relink_records(store, wanted_runs, renamed)
-            from ..dispatch.feedback import rename_issues
+            from ..store.feedback_log import rename_issues
 
             rename_issues(store.dir, renamed)
         elif step == "archive":

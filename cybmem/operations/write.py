@@ -498,22 +498,24 @@ def mark_issue(store: MemoryStore, issue_id: str, event: str, settings: Settings
 
 def _note_used(store: MemoryStore, rec: MemoryRecord, written: list[IssueEvent], run: RunInput, settings: Settings,
                warnings: list[str]) -> None:
-    """What the run used of what memory showed it (cybmem.dispatch.feedback.note_used: the runs its output
+    """What the run used of what memory showed it (cybmem.store.feedback_match.note_used: the runs its output
     names, those it fetched, the issues it resolved), noted in used.jsonl; the write never fails by it."""
     from ..dispatch import feedback
+    from ..store.feedback_log import SHOWN_FILE, USED_FILE
+    from ..store.feedback_match import note_used
 
-    if not feedback.enabled(settings) or not (store.dir / feedback.SHOWN_FILE).exists():
+    if not feedback.enabled(settings) or not (store.dir / SHOWN_FILE).exists():
         return
     try:
         o = rec.outcome
         # What the run said, not what it was asked: the task (and the summary made from it) may name runs too.
         text = "\n".join([strip_memory(run.winner_output or ""), run.verdict or "", *o.accomplished, *o.next])
-        feedback.note_used(store, settings, run_id=rec.runId, task_hashed=feedback.task_hash(run.task),
-                           started_at=rec.startedAt, ended_at=rec.endedAt, text=text,
-                           issue_events=[(e.issueId, e.event) for e in written], warnings=warnings)
+        note_used(store, settings, run_id=rec.runId, task_hashed=feedback.task_hash(run.task),
+                  started_at=rec.startedAt, ended_at=rec.endedAt, text=text,
+                  issue_events=[(e.issueId, e.event) for e in written], warnings=warnings)
     except Exception as exc:  # noqa: BLE001 - an optional layer never fails the write
         message = _one_line(exc) if isinstance(exc, (CybmemError, OSError)) else f"unexpected {type(exc).__name__}: {_one_line(exc)}"
-        warnings.append(f"what the run used was not noted in {store.dir / feedback.USED_FILE}: {message}")
+        warnings.append(f"what the run used was not noted in {store.dir / USED_FILE}: {message}")
 
 
 def _retune_if_grown(store: MemoryStore, settings: Settings) -> None:

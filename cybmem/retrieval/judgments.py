@@ -7,7 +7,8 @@ A *judgment* says: a run asking ``query`` at moment ``asOf`` should be shown the
      "queryRunId": "...", "parentRunId": "...", "chatSessionId": "..."}   # last three optional
 
 (``../shared/corpora/*/qrels.jsonl`` is one; lines sharing a ``queryRunId`` are merged, their
-relevant lists united). :func:`judgments_from_store` derives judgments from a store itself;
+relevant lists united). :func:`judgments_from_store` derives judgments from a store itself (its
+ledger, its lineage, and what runs used of what memory showed them: :func:`used_judgments`);
 :func:`judgment_set` is what every front end (``cybmem tune`` and ``eval``, the tuning widget, the
 notebook) tunes and scores on: the file the user names, else the derived ones (never a file found
 lying in the memory root), with the "used" kind bounded.
@@ -30,15 +31,17 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import ValidationError
+from ..store.feedback_log import read_used, valid_used
 from ..store.snapshot import Snapshot
 
 __all__ = ["METRICS", "JUDGMENT_KINDS", "ISSUE_KINDS", "Judgment", "kinds_of", "strip_references", "merge_judgments",
            "load_judgments", "save_judgments", "judgments_from_store", "judgment_set", "JudgmentSet", "MAX_USED_SHARE", "derived_source", "check_metric",
-           "metric_at_k"]
+           "metric_at_k", "used_judgments", "clock_problem", "CLOCK_SLACK_MS", "MAX_RUN_MS", "WRITE_LAG_MS",
+           "MAX_USED_PER_RUN"]
 
 #: metric name -> label; every metric is cut at k.
 METRICS = {"mrr": "MRR", "ndcg": "nDCG", "recall": "recall"}
-#: what :func:`judgments_from_store` can derive ("used": from the project's used.jsonl, cybmem.dispatch.feedback).
+#: what :func:`judgments_from_store` can derive ("used": from the project's used.jsonl, :func:`used_judgments`).
 JUDGMENT_KINDS = ("raised", "resolved", "reopened", "parent", "used")
 
 
@@ -253,7 +256,7 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
       parent first (:func:`cybmem.retrieval.search.rank_query`'s ``pin_parent``), and tuning replays
       that, so these judgments are always met: they check the pin and move no weight.
     - ``"used"``: a run that used runs memory showed it (its output names them, it fetched them
-      through ``cybmem mcp``: the project's used.jsonl, :func:`cybmem.dispatch.feedback.used_judgments`)
+      through ``cybmem mcp``: the project's used.jsonl, :func:`used_judgments`)
       should have been shown them first; asked with its task, as text alone.
 
     The issue kinds leave the parent out: where a parent is the run that carried the same issue
@@ -266,7 +269,7 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
         snapshot: the project's snapshot.
         kinds: a subset of :data:`JUDGMENT_KINDS` (or ``issue``).
         as_of: only what was known then: query runs that had ended, ledger events up to then.
-        warnings, left_out: what :func:`cybmem.dispatch.feedback.used_judgments` skipped or left out
+        warnings, left_out: what :func:`used_judgments` skipped or left out
             of the "used" kind (malformed used.jsonl lines; runs whose clock is implausible).
 
     Returns:
@@ -329,12 +332,88 @@ def judgments_from_store(snapshot: Snapshot, *, kinds: Sequence[str] = JUDGMENT_
             if p and known[i]:
                 add(i, [p], "parent", tasks[i], p)
     if "used" in kinds:
-        from ..dispatch.feedback import used_judgments
-
         out += [(t, j) for t, j in used_judgments(snapshot, as_of=as_of, warnings=warnings, left_out=left_out)
                 if not corrections[row[j.query_run_id]]]
     out.sort(key=lambda t: t[0])
     return merge_judgments(j for _, j in out)
+
+
+#: A "used" judgment counts only when the run's clock is plausible: its record written within
+#: :data:`WRITE_LAG_MS` after it ended (and not before, beyond :data:`CLOCK_SLACK_MS` of skew), the
+#: run no longer than :data:`MAX_RUN_MS`, and what it was shown shown while it ran. write accepts
+#: any startedAt, so a run could otherwise place its judgment at any moment it likes (300 runs
+#: backdated to just after a chosen moment got weights saved that lost on the store's own judgments).
+CLOCK_SLACK_MS = 15 * 60_000
+MAX_RUN_MS = 24 * 3_600_000
+WRITE_LAG_MS = 24 * 3_600_000
+#: Runs one run's "used" judgment names at most (its best-ranked ones): one run cannot outweigh many.
+MAX_USED_PER_RUN = 3
+
+
+def clock_problem(line: Mapping[str, Any], started: int, ended: int) -> str | None:
+    """Why a used.jsonl ``line`` of a run that started and ended then cannot be a judgment (None: it can)."""
+    at, span = line["at"], line.get("shownAt")
+    if not 0 <= ended - started <= MAX_RUN_MS:
+        return "clock"  # ends before it starts, or runs longer than a day
+    if not ended - CLOCK_SLACK_MS <= at <= ended + WRITE_LAG_MS:
+        return "clock"  # written before it ended, or long after
+    if span is not None and not (started - CLOCK_SLACK_MS <= span[0] and span[1] <= ended + CLOCK_SLACK_MS):
+        return "clock"  # shown what it used outside its own run
+    return None
+
+
+def used_judgments(snapshot: Snapshot, *, as_of: int | None = None,
+                   used: Iterable[Mapping[str, Any]] | None = None, warnings: list[str] | None = None,
+                   left_out: dict[str, int] | None = None) -> list[tuple[int, Judgment]]:
+    """The "used" judgments: a run R that used runs it was shown should have been shown them
+    first. Query: R's task as its record holds it (as dispatched, less the block); asOf: R's
+    start; relevant: the runs it used that had ended by then (its best-ranked
+    :data:`MAX_USED_PER_RUN`); R's chat session, not its parent (asked as text alone, as the issue
+    kinds are: see :func:`judgments_from_store`). A run whose clock is
+    not plausible (:func:`clock_problem`) gives none.
+
+    Args:
+        snapshot: the project.
+        as_of: only what was known then: lines written and runs ended by then.
+        used: the used.jsonl lines (default: the project's file).
+        warnings: gets one line when malformed used.jsonl lines were skipped.
+        left_out: counts what was left out, by why: ``clock`` (judgments), ``capped`` (used runs).
+
+    Returns:
+        (R's start, the judgment), in file order; runs without a readable record, or whose used
+        runs had not ended when they started, give none.
+    """
+    r = snapshot.records
+    if used is None:
+        used = read_used(snapshot.store.dir, warnings=warnings) if snapshot.store is not None else []
+    else:
+        used = valid_used(used)
+    if r.num_rows == 0:
+        return []
+    left_out = {} if left_out is None else left_out
+    ids = r.column("runId").to_pylist()
+    row = {rid: i for i, rid in enumerate(ids)}
+    tasks, chats = r.column("task").to_pylist(), r.column("chatSessionId").to_pylist()
+    started = r.column("startedAt").cast("int64").to_pylist()
+    ended = r.column("endedAt").cast("int64").to_pylist()
+    out = []
+    for d in used:
+        i = row.get(d["runId"])
+        if i is None or (as_of is not None and (ended[i] > as_of or d["at"] > as_of)):
+            continue
+        rel = [u["runId"] for u in d.get("used") or [] if u["runId"] in row
+               and u["runId"] != ids[i] and ended[row[u["runId"]]] <= started[i]]
+        rel = list(dict.fromkeys(rel))
+        if not rel:
+            continue
+        if (why := clock_problem(d, started[i], ended[i])) is not None:
+            left_out[why] = left_out.get(why, 0) + 1
+            continue
+        if len(rel) > MAX_USED_PER_RUN:
+            left_out["capped"] = left_out.get("capped", 0) + len(rel) - MAX_USED_PER_RUN
+        out.append((started[i], Judgment(query=tasks[i], as_of=started[i], relevant=tuple(rel[:MAX_USED_PER_RUN]),
+                                         query_run_id=ids[i], chat_session_id=chats[i], kind="used")))
+    return out
 
 
 #: "used" judgments are at most this share of the judgments a tuning rests on: the rest must come

@@ -311,14 +311,24 @@ _PROSE_NUMBER = re.compile(r"[0-9]{1,5}|[0-9][0-9.,:x%-]*[a-z]{0,2}")  # 8, 64-b
 _PROSE_PATH = re.compile(r"[/~\\$<%{(\[]|[A-Za-z]:\\|\w+://|.*\.(?:py|txt|json|ya?ml|cfg|ini|env|conf|toml|md|rst)$")
 
 
+_PROSE_LITERALS = frozenset({"required", "optional", "none", "null", "empty", "blank", "hidden", "unset", "set",
+                             "correct", "wrong", "invalid", "incorrect", "expired", "changed", "stored", "hashed",
+                             "encrypted", "masked", "redacted", "true", "false", "missing", "ignored", "secure"})
+_CLOSING = {"\"": "\"", "'": "'", "`": "`", "\u201c": "\u201d", "\u2018": "\u2019"}
+
+
 def _prose_value(secret: str, m: re.Match[str]) -> bool:
     """A password a sentence states: a digit or a symbol among letters, or case changing inside
-    it (Hunter2!, Tr0ub4dor&3, tiger123, s3cret), 6+ digits; never a word or an identifier
-    (required, None, is_valid, hashed), a number with a unit (8, 64-bit), a path, a variable,
-    a dotted name (config.password) nor a stand-in."""
+    it (Hunter2!, Tr0ub4dor&3, tiger123, s3cret), 6+ digits, or any word quoted as the password
+    (the password is "centipede"); never a word or an identifier unquoted (required, None,
+    is_valid, hashed), a literal quoted ("required"), a number with a unit (8, 64-bit), a path,
+    a variable, a dotted name (config.password) nor a stand-in."""
     if (not _not_stand_in(secret, m) or _PROSE_PATH.match(secret) or _DOTTED.fullmatch(secret)
             or re.search(r"\w[(\[]", secret)):  # code: os.environ[, get_password()
         return False
+    quote = m.group("q")
+    if quote and m.string[m.end("v"):m.end("v") + 1] == _CLOSING[quote] and secret.lower() not in _PROSE_LITERALS:
+        return True  # quoted whole: the sentence names this text as the password
     if secret.isdigit():
         return len(secret) >= 6
     if _PROSE_NUMBER.fullmatch(secret) or not any(c.isalpha() for c in secret):
@@ -442,7 +452,7 @@ _FAMILIES: list[Rule] = [
         group="v", check=_pgpass_value),
     # a password stated in a sentence: "the password is Hunter2!", "admin's pw was tiger123"
     Rule("prose_password", _lazy(
-        r"(?i:\b(?:pass(?:word|wd|phrase|code)|pwd|pw))(?:'s)?(?:[ \t]++(?i:for|of|on|to)[ \t]++[^\s]{1,40}?)?"
+        r"(?i:\b(?:pass(?:word|wd|phrase|code)|pwd|pw))(?:'s)?(?:[ \t]++(?i:for|of|on|to)(?:[ \t]++[^\s]{1,40}?){1,5}?)?"
         r"[ \t]++(?i:is|was|will[ \t]+be|remains|becomes|set[ \t]+to|changed[ \t]+to|reset[ \t]+to|now)[ \t]++"
         r"(?:(?i:now|still|just|simply|literally|set[ \t]+to)[ \t]++)?[:\-]?[ \t]*+"
         r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
@@ -539,12 +549,23 @@ def _decodes_to_text(token: str) -> bool:
     return printable >= 0.9 * len(data)
 
 
+# An env file's assignment, NAME=value (at a line's start or after a space): any name may hold
+# a secret there (mimi=gX69YO4…), unlike a query string's "=" (?state=, &sig=) or a digest's
+# (sha256=, labelled: _LABEL).
+_ENV_ASSIGNMENT = re.compile(r"(?:^|(?<=\s))[A-Za-z_][A-Za-z0-9_]{0,63}+=$")
+
+
+def _env_value(text: str, start: int) -> bool:
+    return text[start - 1] == "=" and _ENV_ASSIGNMENT.search(text, max(0, start - 65), start) is not None
+
+
 def _high_entropy(text: str) -> Iterator[Candidate]:
     for m in _ENTROPY_CANDIDATE.finditer(text):
         token = m.group(0)
         start, end = m.span()
         if (len(token) > 130 or _HEXISH.fullmatch(token) or token.startswith(("pk_", "pub_"))
-                or (start and text[start - 1] in _ENTROPY_EDGE) or text[end : end + 1] in _ENTROPY_EDGE):
+                or (start and text[start - 1] in _ENTROPY_EDGE and not _env_value(text, start))
+                or text[end : end + 1] in _ENTROPY_EDGE):
             continue  # data, commit hashes, digests, UUIDs, publishable keys, part of a longer run
         if (sum(map(str.isdigit, token)) < 2 or sum(map(str.isupper, token)) < 2
                 or sum(map(str.islower, token)) < 2):

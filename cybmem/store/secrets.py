@@ -241,6 +241,8 @@ _LONG_DIGITS = re.compile(r"[0-9]{16,}")  # discordToken="893064019486956120": a
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 _WORDY = re.compile(r"(?:^|[/_.:-])[a-z]{4,}(?=[/_.:-]|$)")
 _PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "pw"})
+# What a glued "pwd" ends besides a password: OLDPWD, chpwd; these name a database password.
+_PWD_OWNERS = ("db", "sql", "admin", "root", "user", "usr", "sys", "ftp", "smtp", "mail", "ldap", "vnc", "wifi")
 
 
 def _parts(name: str) -> list[str]:
@@ -316,10 +318,36 @@ def _key_prefix(text: str, word_start: int) -> str:
     return text[start:word_start]
 
 
+_SHELL_REFERENCE = re.compile(r"\$(?:\{[^}]*\}|\([^)]*\)|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])")
+
+
 def _literal_dollar(secret: str, match: re.Match[str]) -> bool:
-    """'$uperS3cret' in single quotes (dotenv, shell): literal text, not a $VARIABLE."""
-    return (match.groupdict().get("q") == "'" and secret.startswith("$") and secret[1:2] not in ("{", "(")
-            and not re.fullmatch(r"\$[A-Z_][A-Z0-9_]*", secret))
+    """'$uperS3cret' in single quotes (dotenv, shell): literal text, not a $VARIABLE; and a value
+    that, its $references taken out, still holds three or more of !@#%^&* ($omespeci@!ch@r$):
+    no template leaves that many symbols ($user@$host, ${HOME}/.pw, $PASSWORD! leave one)."""
+    if not secret.startswith("$") or secret[1:2] in ("{", "("):
+        return False
+    if match.groupdict().get("q") == "'":
+        return not re.fullmatch(r"\$[A-Z_][A-Z0-9_]*", secret)
+    return sum(c in "!@#%^&*" for c in _SHELL_REFERENCE.sub("", secret)) >= 3
+
+
+# A config file's key: UPPER_SNAKE (MYSQL_ROOT_PASSWORD, an env var's name) or, at the start of a
+# line (indented, after "- ", export, ENV or ARG), dotted lower case (spring.datasource.password,
+# jdbc.password; not self.* / this.* / cls.*, which are code). Its value is data, not a variable.
+_ENV_KEY = re.compile(r"[A-Z][A-Z0-9]*+(?:_[A-Z0-9]++)*+_?")
+_DOTTED_KEY = re.compile(r"(?!(?:self|this|cls)\.)[a-z][a-z0-9_-]*+(?:\.[a-z][a-z0-9_-]*+)++\.?")
+_LINE_HEAD = re.compile(r"(?:^|\n)[ \t]*+(?:-[ \t]++|(?:export|ENV|ARG)[ \t]++)?$")
+_TYPE_SUFFIX = re.compile(r"(?:Str|String|Bytes|Type|Field|Int|Bool|Dict|List|Any)$")
+
+
+def _config_key(text: str, key_start: int, word_end: int) -> bool:
+    """The key (prefix and secret word) is a config file's own: an env var's name not glued to
+    what comes before ($X, obj.X), or a dotted key at the start of its line."""
+    if _ENV_KEY.fullmatch(text, key_start, word_end):
+        return key_start == 0 or text[key_start - 1] not in "$.@\\" and not text[key_start - 1].isalnum()
+    return bool(_DOTTED_KEY.fullmatch(text, key_start, word_end)
+                and _LINE_HEAD.search(text, max(0, key_start - 40), key_start))
 
 
 def _assignment(secret: str, match: re.Match[str]) -> bool:
@@ -338,9 +366,9 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         if lower not in _BARE_WORDS and not (lower == "auth" and key_quoted) and not (lower == "pass" and assigned_quote):
             return False  # PASS: TestLogin, key: value
     elif prefix[-1].isalnum():
-        # Glued to the word before: dbPassword, PGPASSWORD, csrftoken; not monkey, OLDPWD.
+        # Glued to the word before: dbPassword, PGPASSWORD, csrftoken, dbpwd; not monkey, OLDPWD.
         camel = word[0].isupper() and word[1:].islower()
-        if not (camel or lower in _GLUED_WORDS):
+        if not (camel or lower in _GLUED_WORDS or (lower == "pwd" and prefix.lower().endswith(_PWD_OWNERS))):
             return False
     if lower == "creds" and not compound:
         return _random_like(secret)  # creds = 07DDRPsVSy3VycEgPS6TzfhJHTTcTo, not creds: none
@@ -349,12 +377,14 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     last = parts[-1]
     if last in _PLAIN_PREFIXES or "public" in parts:
         return False  # SORT_KEY, PUBLIC_KEY, NextToken, publicKeyToken
-    if text.endswith((":", "://"), 0, key_start) and not text.endswith("/:", 0, key_start):
+    sep = match.group("sep") or match.groupdict().get("xml") or ""
+    if (text.endswith((":", "://"), 0, key_start) and not text.endswith("/:", 0, key_start)
+            and not (sep == "=>" and (key_start == 1 or text[key_start - 2] in " \t\n{(,["))):
         # A URL user name (https://x-access-token:…@host: url_password's job) or a part of a
         # colon path (arn:aws:secretsmanager:…:secret:name, AWS::ApiGateway::ApiKey); an
-        # .npmrc line (//registry.npmjs.org/:_authToken=…) is neither.
+        # .npmrc line (//registry.npmjs.org/:_authToken=…) is neither, nor is a Ruby symbol
+        # key (:password => '…').
         return False
-    sep = match.group("sep") or match.groupdict().get("xml") or ""
     flag = sep.isspace()  # --password VALUE
     sep = sep.strip()
     if sep == ">" and not text.endswith("<", 0, key_start):
@@ -363,23 +393,30 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     if sep == ":" and not compound and glued:
         return False  # "passwd:gecos": a name with a colon, not a key and a value
     folded = secret.lower()
+    # A config file's key (MYSQL_PASSWORD:, spring.datasource.password =) is given data, not a
+    # variable: a CamelCase value there (MySQLPassword) is no name of a secret nor a type, and an
+    # identifier after a spaced "=" is no code; a snake_case or UPPER name still is one
+    # (DB_PASSWORD=db_password, API_KEY=API_KEY), and a type keeps its suffix (SecretStr).
+    data = sep in ("=", ":") and _config_key(text, key_start, match.end("word"))
+    named = _names_a_secret(secret) and not (data and not re.fullmatch(r"[a-z_-]+|[A-Z_-]+", secret))
     if (
         folded in _LITERALS
         or (_placeholder(secret) and not _literal_dollar(secret, match))
         or _DOTTED_NAME.fullmatch(secret)
         or _PATH.match(secret)
         or _REFERENCE.match(secret)
-        or _names_a_secret(secret)
+        or named
     ):
         return False
     if _COORDINATE.search(secret):
         return False  # io.jsonwebtoken:jjwt-jackson-0.11.2: a package and its version
-    if (sep == ":" or flag) and _type_name(secret):
+    if (sep == ":" or flag) and _type_name(secret) and not (
+            data and folded not in _TYPE_WORDS and not _TYPE_SUFFIX.search(secret)):
         return False  # a type: api_key: SecretStr, password: string, key: PKCS7PrivateKeyTypes
     quoted = match.groupdict().get("qv") is not None
     if quoted and any(c.isspace() for c in secret) and (lower not in _PASSWORD_WORDS or len(secret.split()) > 6):
         return False  # token: "a sentence"; a passphrase in quotes follows a password word
-    if not quoted and _code_value(secret, match, sep, flag):
+    if not quoted and not data and _code_value(secret, match, sep, flag):
         return False
     if sep == "==" and lower not in _PASSWORD_WORDS:
         return False  # if token == "integer": a parser, not a secret
@@ -400,6 +437,57 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     # A short value: after a bare key and a colon it must not read as a word (Password: reset).
     bare_colon = sep == ":" and not compound and not key_quoted
     return quoted or not bare_colon or not secret.isalpha()
+
+
+# What a qualifier after a secret word names when the value is no secret (TOKEN_ID, secret_name,
+# api_key_url, password_hash, token_expiry): ids, names, places, sizes, digests and settings.
+_QUALIFIER_STOP = frozenset({
+    "id", "ids", "name", "names", "label", "alias", "arn", "ref", "url", "uri", "urls", "endpoint", "host",
+    "file", "files", "path", "dir", "location", "env", "var", "field", "header", "param", "count", "len",
+    "length", "size", "min", "max", "type", "kind", "format", "mode", "version", "ver", "prefix", "suffix",
+    "hash", "sha", "sha1", "sha256", "md5", "digest", "checksum", "fingerprint", "salt", "iv", "nonce",
+    "rev", "etag", "expiry", "expires", "expire", "expiration", "ttl", "timeout", "age", "date", "time", "at",
+    "hint", "policy", "pattern", "regex", "rule", "rules", "index", "scope", "scopes", "public", "pub", "enabled",
+    "required", "set", "exists", "valid", "is", "has", "reset", "rotation", "provider", "manager", "store",
+    "str", "string", "char", "chars", "alphabet", "charset", "event", "up", "down", "press", "pressed", "code",
+})  # fmt: skip
+_COUNTING = re.compile(r"0123456|1234567|(?i:abcdefg)")  # an alphabet or a counting run: a stand-in
+# The words strong enough to name a secret with qualifiers after them.
+_QUALIFIED_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "apikey", "key", "credentials",
+                              "creds"})
+
+
+def _qualified_assignment(secret: str, match: re.Match[str]) -> bool:
+    """A secret word with qualifiers after it (todo_secret_do_not_commit, DB_PASSWORD_PROD,
+    api_token_123): the word starts a key part (not monkey_x), no qualifier names what is no
+    secret (_id, _name, _url, _hash, …) nor is a secret word itself (the last one is the key's,
+    the plain rule's), and the value is generated (16+ letters and digits, no words, no counting
+    run), or after a password word has a digit or a symbol among its 8+ characters."""
+    text, word = match.string, match.group("word")
+    lower = word.lower()
+    if lower not in _QUALIFIED_WORDS or match.group("sep") == "==":
+        return False
+    prefix = _key_prefix(text, match.start("word"))
+    if prefix and prefix[-1].isalnum() and not (word[0].isupper() and prefix[-1].islower()):
+        return False  # glued to the word before: monkey_bars, turkey_time
+    if lower == "key" and (_parts(prefix) or [""])[-1] not in _SECRET_KEY_PREFIXES:
+        return False  # a key qualified is a secret only as api_key_*, secret_key_*, … (not key_down_event)
+    qualifiers = _parts(match.group("suffix"))
+    if any(q in _QUALIFIER_STOP or q in _WORDS or q.rstrip("s") in _WORDS for q in qualifiers):
+        return False
+    if (
+        secret.lower() in _LITERALS
+        or _placeholder(secret)
+        or _DOTTED_NAME.fullmatch(secret)
+        or _PATH.match(secret)
+        or _REFERENCE.match(secret)
+        or _names_a_secret(secret)
+        or _COUNTING.search(secret)
+    ):
+        return False
+    if lower in _PASSWORD_WORDS:
+        return len(secret) >= 8 and any(c.isalpha() for c in secret) and any(not c.isalpha() for c in secret)
+    return _random_like(secret)
 
 
 def _alternation(words: list[str]) -> str:
@@ -430,6 +518,10 @@ def _cases(*words: str) -> str:
 
 
 _KEY_WORD = rf"(?P<word>{_cases(*_WORDS)})"
+# A qualifier after a secret word: a part that is no secret word itself (secret_key_v2 is the
+# key's, found from "key"), after a separator or as a capitalised word (apiSecretProd).
+_QUALIFIER = rf"(?!(?i:{_alternation(sorted(_QUALIFIED_WORDS))})(?![a-z]))"
+_QUALIFIERS = rf"(?P<suffix>(?:[_.-]{_QUALIFIER}[A-Za-z0-9]++|{_QUALIFIER}[A-Z][a-z0-9]++){{1,4}}+)"
 _VALUE = (
     rf"(?:(?P<q>[\"']){_NOT_MARK}(?P<qv>[^\s\"'](?:[^\"'\n]{{2,198}}[^\s\"']|[^\s\"']{{2,}}+))(?P=q)"
     # Possessive: the value is every non-delimiter character, and a value that runs into
@@ -618,6 +710,13 @@ _SHAPES: tuple[_Shape, ...] = (
         ),
         group=("qv", "v", "x"),
         check=_assignment,
+    ),
+    _Shape(
+        "secret_assignment",
+        # A secret word with qualifiers after it: todo_secret_do_not_commit =, DB_PASSWORD_PROD=
+        re.compile(rf"{_KEY_WORD}{_QUALIFIERS}(?P<kq>[\"'])?[ \t]*+(?P<sep>:{{1,2}}=|=>|==|[:=])[ \t]*+{_VALUE}"),
+        group=("qv", "v"),
+        check=_qualified_assignment,
     ),
     _Shape(
         "secret_assignment",

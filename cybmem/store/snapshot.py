@@ -388,7 +388,7 @@ class Snapshot:
 
     def issue_index(self) -> KeywordIndex:
         """A keyword index over every issue's title and detail, row-aligned with :meth:`fold`
-        (cached with the snapshot; the open-issue ranking of cybmem.dispatch.inject uses it)."""
+        (cached with the snapshot; the open-issue ranking of cybmem.retrieval.issue_ranking uses it)."""
         return self._issue_index
 
     def open_rows(self, as_of: int | None = None) -> np.ndarray:

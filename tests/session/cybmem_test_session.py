@@ -226,7 +226,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
 
+    # The work goes out in the order pytest_collection_modifyitems below gives (xdist's own reorder
+    # sorts by the number of tests, which put USAGE.md's sections, one test each and the longest
+    # units of the suite, last: the run ended with one worker idle while the other ran them).
+    config.option.loadscopereorder = False
     return FileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order work is handed out in (the longest units first, so that the two workers end
+    together): SPREAD files' tests, then the other files by their number of tests, most first
+    (xdist's own order). Tests keep their order within a file."""
+    if not getattr(config.option, "dist", "no") or config.option.dist == "no":
+        return
+    count: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        count[path] = count.get(path, 0) + 1
+    first = {path: i for i, path in enumerate(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))}
+
+    def key(item: pytest.Item) -> tuple:
+        path = item.nodeid.split("::", 1)[0]
+        return (path not in SPREAD, -count[path], first[path])
+
+    items.sort(key=key)  # stable: a file's tests stay in their order
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,0 +1,50 @@
+"""benchmarks/bench_peers.py (issue 31) runs end to end on the bundled fixtures, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytest.importorskip("tantivy", reason="bench_peers compares with Tantivy: pip install -e '.[test]' installs it")
+
+
+def test_bench_peers_prints_its_tables_on_the_fixtures(fixture_copy, tmp_path):
+    """The real store (the fixtures' first project, 15 records) and one synthesised from it: every
+    engine's latency against Tantivy, the top-10 agreement computed, builds, sizes and loads."""
+    out = tmp_path / "peers.json"
+    p = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_peers.py"), "--root", str(fixture_copy), "--sizes", "real,40",
+         "--cache-dir", str(tmp_path / "cache"), "--queries", "12", "--runs", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "40: synthesising 40 records from 15" in p.stderr  # per-stage progress on stderr
+    tables = [t for t in re.split(r"\n\s*\n", p.stdout) if t.startswith("|")]
+    assert len(tables) == 4, p.stdout  # latency, agreement, build and size, load (no growth below 10k)
+    for table in tables:
+        lines = table.splitlines()
+        assert lines[0] == "|  | 15 records | 40 records |"
+        assert all(line.count("|") == 4 for line in lines), table
+    latency = tables[0]
+    for name in ("cybmem BM25 only", "cybmem full ranking", "cybmem `search()`", "Tantivy (BM25)", "SQLite FTS5"):
+        assert name in latency
+    assert re.search(r"\| Tantivy \(BM25\) \| [\d,.]+ us \(1\.00x\) \| [\d,.]+ us \(1\.00x\) \|", latency), latency
+
+    result = json.loads(out.read_text())
+    assert [r["records"] for r in result["results"]] == [15, 40]
+    for r in result["results"]:
+        agree = r["agreement"]
+        for engine in ("cybmem-kw", "tantivy", "fts5"):
+            assert 0 <= agree[engine]["mean"] <= 1
+        assert agree["cybmem-kw"]["mean"] == 1  # exact BM25 against itself
+        assert agree["tantivy"]["mean"] >= 0.9  # the same BM25, ties counted
+        assert agree["cybmem-search"]["mean"] == 1  # search() ranks as the kernel does
+        assert r["held"]  # search() ran on the held snapshot, not a reload per call
+        assert {"cybmem", "tantivy", "fts5"} <= set(r["load"]) and {"cybmem", "tantivy", "fts5"} <= set(r["disk_bytes"])
+        assert all(q["median_us"] > 0 for q in r["query"].values())
