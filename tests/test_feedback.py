@@ -174,7 +174,7 @@ def test_an_issue_it_resolved_is_used(tmp_path):
 
 
 def test_a_run_fetched_through_the_server_is_used(tmp_path):
-    from cybmem.mcp_server import Memory
+    from cybmem.mcp.tools import Memory
 
     root = _root(tmp_path)
     settings = _settings(root, RUN_ID="r-fetch")
@@ -229,7 +229,7 @@ def test_a_replay_with_as_of_and_the_mcp_block_are_not_kept_as_inject(tmp_path):
     root = _root(tmp_path)
     inject_task(TASK, _settings(root, RUN_ID="r"), project="web", as_of=1_792_000_000_000)
     assert not (root / "web" / feedback_log.SHOWN_FILE).exists()
-    from cybmem.mcp_server import Memory
+    from cybmem.mcp.tools import Memory
 
     settings = _settings(root, RUN_ID="r")
     memory = Memory(settings, project="web")

@@ -178,9 +178,9 @@ def agent(request) -> Agent:
 def test_the_http_socket_takes_connections_before_the_app_serves():
     """The URL line is printed once the socket listens: a client that connects at once (before
     uvicorn has started) is queued, not refused (found as a rare ConnectError of the http agent)."""
-    from cybmem.mcp_server import _listen
+    from cybmem.mcp.http import listen
 
-    sock = _listen(0)
+    sock = listen(0)
     try:
         with socket.create_connection(sock.getsockname(), timeout=5):
             pass
@@ -541,7 +541,7 @@ def test_every_answer_goes_through_one_place(tmp_path):
     import anyio
 
     from cybmem import Settings
-    from cybmem.mcp_server import Memory, build_server
+    from cybmem.mcp.server import Memory, build_server
 
     memory = Memory(Settings.from_env(memory_dir=_memory(tmp_path)), project="web")
     seen = []

@@ -3,7 +3,7 @@
 Real servers (subprocesses of the `cybmem` console script on 127.0.0.1) and real sockets: a server
 under a low RLIMIT_NOFILE (set by a small wrapper that execs it) is given more half-open
 connections than it has descriptors and still answers a normal request; a request that never
-ends is closed after cybmem.mcp_server.REQUEST_TIMEOUT; an Origin of another local port is refused.
+ends is closed after cybmem.mcp.http.REQUEST_TIMEOUT; an Origin of another local port is refused.
 Every loop is bounded by a deadline.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from cybmem.mcp_server import REQUEST_TIMEOUT
+from cybmem.mcp.http import REQUEST_TIMEOUT
 
 from conftest import FIXTURES, LEFTOVERS
 
@@ -193,7 +193,7 @@ def test_connections_the_server_accepts_send_without_waiting_for_acks():
     for the client's delayed ACK, 40 ms a call (benchmarks/RESULTS.md, "The MCP server")."""
     import asyncio
 
-    from cybmem.mcp_server import _listen
+    from cybmem.mcp.http import listen
 
     async def accepted_nodelay() -> int:
         seen: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -204,7 +204,7 @@ def test_connections_the_server_accepts_send_without_waiting_for_acks():
                 seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
                 transport.close()
 
-        sock = _listen(0)
+        sock = listen(0)
         server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
         async with server:
             _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])

@@ -3,7 +3,7 @@ answer memory gave, and when it is kept.
 
 A line for each MEMORY block ``cybmem inject`` built (:func:`keep_block`, through
 :func:`cybmem.dispatch.inject.inject_task`) and each MCP tool's answer (:func:`mcp_observer`, one of
-:attr:`cybmem.mcp_server.Memory.observers`), naming the run it was for (``CYBERINE_RUN_ID``, else a
+:attr:`cybmem.mcp.tools.Memory.observers`), naming the run it was for (``CYBERINE_RUN_ID``, else a
 hash of the task: :func:`task_hash`, which the write path takes the same way) and holding only ids
 and numbers, so nothing needs redacting. The shown log is capped (``CYBERINE_MEMORY_SHOWN_CAP``);
 ``CYBERINE_MEMORY_FEEDBACK=0`` turns it and used.jsonl off. Keeping a line is not on the failure
@@ -191,7 +191,7 @@ def _why(exc: BaseException, path: Path) -> str:
 
 
 def mcp_observer(settings: "Settings", store_of: Callable[[str | None], "MemoryStore"]) -> Callable[[str, dict, Any], None]:
-    """An observer for :attr:`cybmem.mcp_server.Memory.observers` that keeps each answer's
+    """An observer for :attr:`cybmem.mcp.tools.Memory.observers` that keeps each answer's
     :func:`mcp_entry` in its project's shown.jsonl (``store_of(project)`` finds the project). A
     failure to keep one is one line on stderr, once per file; the answer goes out regardless."""
     warned: set[str] = set()

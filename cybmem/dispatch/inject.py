@@ -139,11 +139,6 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         return inj
     snap = load_snapshot(store)
     store.note_problems(snap.problems)  # reported by the caller
-    try:  # the id form the block prints (8 characters) names the parent too
-        parent_run_id = snap.resolve_link(parent_run_id or settings.parent_run_id)
-    except NotFoundError as exc:
-        inj.warnings.append(f"no parent run shown first (--parent / CYBERINE_PARENT_RUN_ID): {exc}")
-        parent_run_id = None
     weights = loaded.weights
     # CYBERINE_MEMORY_TOPK=0: no runs at all (the issues alone), pointers included.
     result = search(snap, task, k=settings.topk + settings.pointers if settings.topk else 0, weights=loaded, settings=settings, as_of=as_of,
@@ -295,8 +290,8 @@ def inject_task(
         warnings += loaded.problems
         inj = _build(store, task, settings, loaded, as_of=as_of, now_ms=now_ms, parent_run_id=parent_run_id,
                      chat_session_id=chat_session_id)
-        inj.warnings = warnings + [p.message for p in store.problems] + inj.warnings  # then the parent's
-        inj.warnings += inj.result.warnings if inj.result is not None else []  # e.g. the vector axis fell back
+        # then the search's: a parent that names no run, the vector axis that fell back
+        inj.warnings = warnings + [p.message for p in store.problems] + (inj.result.warnings if inj.result is not None else [])
         if strict and inj.warnings:
             from ..errors import StoreError
 

@@ -1,10 +1,12 @@
 """Chains: previous / next along previousRunId, parent and children, chat sessions, supersession;
-and one record as ``cybmem show`` shows it (:func:`show_record`: the newest truth of a run)."""
+a run's chain as ``cybmem chain`` and the MCP chain tool show it (:func:`chain_view`); and one
+record as ``cybmem show`` shows it (:func:`show_record`: the newest truth of a run)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +19,10 @@ from ..store.snapshot import Snapshot, load_snapshot, verified
 from ..store.index import entry_of, index_entry
 from ..store.memory_store import MemoryStore
 
-__all__ = ["ChainResult", "Shown", "chain", "show_record"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ..retrieval.filters import RecordFilter
+
+__all__ = ["ChainResult", "Shown", "chain", "chain_view", "show_record"]
 
 _MAX_WALK = 100_000  # guards against cycles written by other tools
 
@@ -42,6 +47,10 @@ class ChainResult:
     omitted_after: int = 0  # ... after those shown
     unmatched: int = 0  # runs of the chain a filter left out
     ids: list[str] | None = field(default=None, repr=False)  # the runs' ids (None: read from runs)
+    #: The whole task of each run shown (:func:`chain_view` with ``whole_tasks``): an entry holds
+    #: only the task's first line, and a table shows its subject line, which for a merge commit is
+    #: on a later one.
+    tasks: dict[str, str] = field(default_factory=dict, repr=False)
 
     def run_ids(self) -> list[str]:
         """The ids of :attr:`runs`, in order (without making the entries)."""
@@ -220,6 +229,51 @@ def chain(store: MemoryStore, run_id: str, snap: Snapshot | None = None) -> Chai
         chat_runs=linked("chatSessionId", chat),
         open_issues=[i for i in mine.get("issues", []) if states.get(i) and states[i].state in ("opened", "reopened")],
     )
+
+
+def chain_view(store: MemoryStore, run_id: str, *, filter: "RecordFilter | None" = None, context: int | None = 5,
+               offset: int = 0, limit: int | None = None, whole_tasks: bool = False) -> ChainResult:
+    """A run's chain as ``cybmem chain`` and the MCP chain tool show it: the part around the run
+    (or one page), its shown runs checked against their files (:meth:`ChainResult.verified`).
+
+    Args:
+        store: the project.
+        run_id: the run (an id or a unique prefix).
+        filter: keep only the chain's runs it selects (the run itself always shows).
+        context, offset, limit: see :meth:`ChainResult.window`.
+        whole_tasks: also read the whole task of each run shown (:attr:`ChainResult.tasks`).
+
+    Raises:
+        NotFoundError / AmbiguousError: no run, or several, match the prefix.
+    """
+    snap = load_snapshot(store)
+    full = chain(store, snap.resolve_run_id(run_id), snap)
+    keep = None
+    if filter is not None and filter.active:
+        from ..retrieval.filters import record_mask
+
+        ids = snap.records.column("runId").to_numpy(zero_copy_only=False)
+        keep = set(ids[record_mask(snap, filter)].tolist())
+    result = full.window(keep=keep, context=context, offset=offset, limit=limit).verified(store)
+    if whole_tasks:  # a few: read from their files; a filtered chain from the snapshot it was read from
+        result.tasks = _whole_tasks(store, [e["runId"] for e in result.runs], snap if keep is not None else None)
+    return result
+
+
+def _whole_tasks(store: MemoryStore, ids: list[str], snap: Snapshot | None = None) -> dict[str, str]:
+    """The whole task of each run: a few records are read; for many, the snapshot."""
+    if snap is None and len(ids) <= 200:
+        out = {}
+        for rid in ids:
+            try:
+                out[rid] = store.read_record(rid).task
+            except CybmemError:
+                continue
+        return out
+    if snap is None:
+        snap = load_snapshot(store)
+    rows = snap.records.filter(pc.is_in(snap.records.column("runId"), value_set=pa.array(ids, pa.string())))
+    return dict(zip(rows.column("runId").to_pylist(), rows.column("task").to_pylist()))
 
 
 class _Walk:

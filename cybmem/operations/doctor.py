@@ -1,4 +1,5 @@
-"""Check a memory store and rebuild what is derived: ``cybmem doctor``.
+"""Check a memory store and rebuild what is derived: ``cybmem doctor`` (and ``cybmem rebuild``,
+index.json alone: :func:`rebuild`).
 
 One check per kind of file, per project (records, the ledger, embeddings.jsonl, index.json, the
 Arrow cache, cwd paths, symbolic links, temp files, an unfinished ``cybmem redact``) and per
@@ -31,7 +32,7 @@ from ..store.records import check_not_future, ms_to_utc
 from ..settings import Settings
 from ..store.memory_store import MAX_LEDGER_BYTES, MemoryStore
 
-__all__ = ["Finding", "ProjectStats", "DoctorReport", "doctor", "DEFAULT_TEMP_AGE"]
+__all__ = ["Finding", "ProjectStats", "DoctorReport", "doctor", "DEFAULT_TEMP_AGE", "Rebuilt", "rebuild"]
 
 DEFAULT_TEMP_AGE = 60  # seconds; a younger temp file may belong to a writer at work
 SEVERITIES = ("error", "repairable", "warning")
@@ -783,3 +784,38 @@ def doctor(
         repaired = _repair(root, findings, stores)
         stats, findings, stores = run()
     return DoctorReport(str(root), stats, findings, repaired, secrets)
+
+
+@dataclass
+class Rebuilt:
+    """What ``cybmem rebuild`` did: index.json regenerated from ``records`` records, ``archived`` of
+    them listed compactly; the re-tune's line when the history had grown enough for one."""
+
+    store: MemoryStore
+    records: int
+    archived: int
+    warnings: list[str] = field(default_factory=list)  # what the rebuild could not read
+    retuned: str | None = None
+
+    @property
+    def entries(self) -> int:
+        return self.records - self.archived
+
+    def to_dict(self) -> dict:
+        return {"project": self.store.slug, "records": self.records, "entries": self.entries, "archived": self.archived,
+                "index": str(self.store.index_path), **({"retuned": self.retuned} if self.retuned else {})}
+
+
+def rebuild(store: MemoryStore, settings: Settings, *, full: bool = False) -> Rebuilt:
+    """Regenerate index.json from records/ alone, compacted to CYBERINE_MEMORY_INDEX_CAP entries
+    unless ``full``; with CYBERINE_MEMORY_RETUNE=N and a history grown N% since its last tuning, the
+    weights are re-tuned too (:func:`cybmem.operations.retune.auto_tune`)."""
+    count = store.rebuild_index(full=full)
+    done = Rebuilt(store, count, 0, [p.message for p in store.problems])
+    done.archived = len(store.archived_ids())
+    if settings.retune > 0:
+        from .retune import auto_tune, retune_due
+
+        if retune_due(store, settings, count):
+            done.retuned = auto_tune(store, settings)
+    return done

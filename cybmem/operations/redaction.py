@@ -286,14 +286,17 @@ def scrub_run(store: MemoryStore, run_id: str, *, secrets: list[str] = (), patte
         NotFoundError / AmbiguousError: no such run, or a prefix of several.
         ValidationError: a given text shorter than 4 characters.
     """
-    return scrub_runs(store, [store.resolve_run_id(run_id)], secrets=secrets, patterns=patterns)
+    return scrub_runs(store, [run_id], secrets=secrets, patterns=patterns)
 
 
 def scrub_runs(store: MemoryStore, run_ids: list[str] | None, *, secrets: list[str] = (),
                patterns: bool = True) -> ScrubResult:
-    """:func:`scrub_run` for several runs at once (one lock, one rebuild); ``run_ids=None``: every
-    run whose record holds a given text (a leaked password quoted by many runs), and with no such
-    record, every other file of the project and its exports that still holds one."""
+    """:func:`scrub_run` for several runs at once (ids or unique prefixes; one lock, one rebuild);
+    ``run_ids=None``: every run whose record holds a given text (a leaked password quoted by many
+    runs), and with no such record, every other file of the project and its exports that still
+    holds one."""
+    if run_ids is not None:
+        run_ids = [store.resolve_run_id(r) for r in run_ids]
     given = _secrets(list(secrets))
     if run_ids is None and not given:
         raise ValidationError("to redact every run that holds a text, give the text (--secret or --secrets-from)")

@@ -1,8 +1,9 @@
-"""A store that re-tunes itself (``CYBERINE_MEMORY_RETUNE``): whether its history has grown enough
+"""Tuning a store and saving what passes: ``cybmem tune [--save]`` (:func:`tune_and_save`), and a
+store that re-tunes itself (``CYBERINE_MEMORY_RETUNE``): whether its history has grown enough
 since the last tuning, the tuning itself run on the store's own judgments and saved only when it
 passes every check (:func:`auto_tune`, what ``cybmem tune --auto`` and ``rebuild`` run), and the
-detached ``cybmem tune --auto`` a write starts (:func:`spawn_auto_tune`). One tuning of a store at a
-time: ``.retune.lock``, held with the project's lock helper (:func:`cybmem._io.locked`).
+detached ``cybmem tune --auto`` a write starts (:func:`spawn_auto_tune`). One automatic tuning of a
+store at a time: ``.retune.lock``, held with the project's lock helper (:func:`cybmem._io.locked`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from .. import _io
 from ..errors import CybmemError
@@ -18,12 +22,47 @@ from ..retrieval.weights import WEIGHTS_FILE, read_evidence, save_project_weight
 from ..settings import Settings
 from ..store.memory_store import MemoryStore
 
-__all__ = ["RETUNE_MIN_RECORDS", "retune_due", "auto_tune", "spawn_auto_tune"]
+__all__ = ["Tuning", "tune_and_save", "RETUNE_MIN_RECORDS", "retune_due", "auto_tune", "spawn_auto_tune"]
 
 #: Fewer runs than this and a store is not re-tuned on its own (CYBERINE_MEMORY_RETUNE).
 RETUNE_MIN_RECORDS = 50
 _RETUNE_LOCK = ".retune.lock"
 _RETUNE_STATE = ".retune.json"
+
+
+@dataclass
+class Tuning:
+    """A tuning (:func:`cybmem.retrieval.tuning.tune`) and what saving it did."""
+
+    result: tuning.GridResult
+    saved: Path | None = None  # the weights.json written
+    overridden: list[str] = field(default_factory=list)  # what still overrides it for production
+    refused: str | None = None  # why --save saved nothing (None: saved, or not asked to)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``cybmem tune --json`` prints."""
+        return {**self.result.to_dict(), "saved": str(self.saved) if self.saved else None,
+                "overriddenBy": self.overridden, "notSaved": self.refused}
+
+
+def tune_and_save(store: MemoryStore, settings: Settings, *, save: bool = False, force: bool = False,
+                  **kwargs: Any) -> Tuning:
+    """Tune the weights of ``store`` (:func:`cybmem.retrieval.tuning.tune` with ``kwargs``) and, with
+    ``save``, write the weights tuned on the earlier judgments and checked on the later ones to its
+    weights.json, with the evidence, when they beat the current ones there (``force``: whatever the
+    check says, and the best on all judgments when there were too few to check).
+
+    Raises:
+        ConflictError: weights.json changed while the tuning ran (nothing is saved).
+    """
+    result = tuning.tune(store, settings=settings, **kwargs)
+    done = Tuning(result, refused=result.refusal if save else None)
+    to_save = result.saves if result.saves is not None else (result.best if force else None)
+    if save and to_save is not None and to_save != result.current and (done.refused is None or force):
+        done.saved, done.overridden = save_project_weights(store, to_save, settings, expect=result.state,
+                                                           evidence=tuning.evidence_of(result, forced=force))
+        done.refused = None
+    return done
 
 
 def retune_due(store: MemoryStore, settings: Settings, records: int | None = None) -> bool:

@@ -1,4 +1,5 @@
-"""The write path: an orchestrator's run (run.json or a hook payload) -> one episodic record.
+"""The write path: an orchestrator's run (run.json or a hook payload) -> one episodic record; and
+the corrections written after it: a record that supersedes another, an issue marked.
 
 Accepted run shape (see USAGE.md, "The run.json shape"): a JSON object with the
 run's id, cwd, workflow, task, state, times, workers (with their final
@@ -45,7 +46,8 @@ from ..store.records import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, 
 from ..settings import Settings
 from ..store.memory_store import MemoryStore
 
-__all__ = ["RunInput", "parse_run", "read_run_file", "load_run_payload", "build_record", "write_run", "WriteResult", "MAX_RUN_BYTES"]
+__all__ = ["RunInput", "parse_run", "read_run_file", "load_run_payload", "build_record", "write_run", "WriteResult",
+           "supersede_run", "IssueMark", "mark_issue", "MAX_RUN_BYTES"]
 
 MAX_RUN_BYTES = 256 * 1024 * 1024
 
@@ -252,6 +254,7 @@ class WriteResult:
     notes: list[str] = field(default_factory=list)  # one line per optional layer that fell back
     distilled: bool = False  # the outcome was refined by CYBERINE_MEMORY_MODEL
     embedded: bool = False  # a vector was appended to embeddings.jsonl
+    supersedes: str | None = None  # the run the record corrects (:func:`supersede_run`)
 
     @property
     def warnings(self) -> list[str]:
@@ -269,6 +272,7 @@ class WriteResult:
             "distilled": self.distilled,
             "embedded": self.embedded,
             "warnings": self.warnings,
+            **({"supersedes": self.supersedes} if self.supersedes else {}),
         }
 
 
@@ -442,7 +446,54 @@ def write_run(
     embedded = _embed_written(store, rec, settings, since, warnings)
     _retune_if_grown(store, settings)
     return WriteResult(record=rec, events=written, path=path, redacted=redacted, store=store, notes=warnings,
-                       distilled=distilled, embedded=embedded)
+                       distilled=distilled, embedded=embedded, supersedes=old_id)
+
+
+def supersede_run(store: MemoryStore, old_run_id: str, run_obj: Any, settings: Settings, *, cwd: str | None = None,
+                  run_id: str | None = None,
+                  while_distilling: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+                  ) -> WriteResult:
+    """Correct a record of ``store``: write ``run_obj`` (the corrected run, with a new run id) as
+    a record that supersedes ``old_run_id`` (an id or a unique prefix), which gains supersededBy
+    (``cybmem supersede``, the MCP supersede tool).
+
+    Raises:
+        NotFoundError / AmbiguousError: no record, or several, match ``old_run_id`` (before the
+            run is read); what :func:`write_run` raises.
+    """
+    old = store.resolve_run_id(old_run_id)
+    return write_run(run_obj, settings, cwd=cwd, project=store.slug, run_id=run_id, supersedes=old,
+                     while_distilling=while_distilling)
+
+
+@dataclass
+class IssueMark:
+    """What marking an issue did: its state before and after, the ledger events appended."""
+
+    project: str
+    issue_id: str
+    before: str
+    after: str
+    written: list[IssueEvent]
+
+    def to_dict(self) -> dict:
+        return {"project": self.project, "issueId": self.issue_id, "before": self.before, "after": self.after,
+                "written": [e.to_dict() for e in self.written]}
+
+
+def mark_issue(store: MemoryStore, issue_id: str, event: str, settings: Settings, *, by: str | None = None,
+               detail: str | None = None) -> IssueMark:
+    """Append a state change (resolved, wontfix or reopened) of an issue to the ledger, by run
+    ``by`` (default: CYBERINE_RUN_ID), ``detail`` redacted unless CYBERINE_MEMORY_REDACT=0
+    (``cybmem mark``, the MCP mark_issue tool); nothing is appended when it is already so.
+
+    Raises:
+        ValidationError: an event that is none of those; NotFoundError: no such issue.
+    """
+    before = store.issue_states_for([issue_id]).get(issue_id)
+    written = store.mark_issue(issue_id, event, by=by or settings.run_id, detail=detail,
+                               redact_secrets=settings.redact_secrets)
+    return IssueMark(store.slug, issue_id, before.state, event if written else before.state, written)
 
 
 def _note_used(store: MemoryStore, rec: MemoryRecord, written: list[IssueEvent], run: RunInput, settings: Settings,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
     from ..store.ledger import IssueState
+    from ..store.memory_store import MemoryStore
     from ..store.records import IssueEvent
     from ..store.snapshot import Snapshot
 
@@ -219,12 +220,12 @@ def _entry(row: dict, superseded_by: str | None) -> dict:
     return out
 
 
-def list_records(snap: "Snapshot", f: RecordFilter | None = None, *, offset: int = 0,
+def list_records(snap: "Snapshot | MemoryStore", f: RecordFilter | None = None, *, offset: int = 0,
                  limit: int | None = None) -> Page:
     """Records that pass ``f``, newest first, one page of them (what ``cybmem list`` shows).
 
     Args:
-        snap: the project's snapshot.
+        snap: the project (its snapshot is loaded), or its snapshot.
         f: the filter (default: none).
         offset: records to skip from the newest.
         limit: records on the page (None or 0: all).
@@ -237,8 +238,10 @@ def list_records(snap: "Snapshot", f: RecordFilter | None = None, *, offset: int
     import numpy as np
 
     from ..store.arrow_records import take_rows, with_ms_times
-    from ..store.snapshot import verified
+    from ..store.snapshot import Snapshot, load_snapshot, verified
 
+    if not isinstance(snap, Snapshot):
+        snap = load_snapshot(snap)
     for attempt in range(2):
         mask = record_mask(snap, f or RecordFilter())
         order = snap.newest_first()

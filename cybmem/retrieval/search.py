@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
-from ..errors import CybmemError
+from ..errors import CybmemError, NotFoundError, ValidationError
 from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, recency, score, top_k_candidates, totals
 from ..settings import Settings
 from ..store.snapshot import Snapshot, load_snapshot, verified
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..store.keyword_index import KeywordIndex
     from .vectors import VectorQuery
 
-__all__ = ["Hit", "Ranked", "SearchResult", "dispatch_context", "rank_query", "search"]
+__all__ = ["Hit", "Ranked", "SearchResult", "dispatch_context", "dispatch_parent", "rank_query", "search"]
 
 
 @dataclass
@@ -108,6 +108,25 @@ class SearchResult:
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out
+
+
+def dispatch_parent(snap: Snapshot, parent_run_id: str | None, settings: Settings, *,
+                    pinned: bool = False) -> tuple[str | None, str | None]:
+    """The parent of the run being dispatched, the one rule search and inject (and so every front
+    end) take it by: the id given, else CYBERINE_PARENT_RUN_ID, an abbreviation of it (the 8
+    characters the MEMORY block prints) resolved among the project's runs
+    (:meth:`~cybmem.store.snapshot.Snapshot.resolve_link`).
+
+    Returns:
+        The parent's run id (None: none given, or it names no run) and, when it names no run of
+        the project or several, the warning that says so (``pinned``: the parent was to be shown
+        first, else it only fed the lineage axis).
+    """
+    try:
+        return snap.resolve_link(parent_run_id or settings.parent_run_id), None
+    except NotFoundError as exc:
+        use = "shown first" if pinned else "for the lineage axis"
+        return None, f"no parent run {use} (--parent / CYBERINE_PARENT_RUN_ID): {exc}"
 
 
 def dispatch_context(snap: Snapshot, mask: np.ndarray, parent: str | None, chat: str | None) -> LineageContext:
@@ -490,6 +509,7 @@ def search(
     query: str,
     *,
     k: int = 10,
+    offset: int = 0,
     weights: Weights | LoadedWeights | None = None,
     settings: Settings | None = None,
     as_of: int | None = None,
@@ -508,12 +528,16 @@ def search(
         store: the project (or an already loaded snapshot).
         query: free text (task of the new run).
         k: how many hits.
+        offset: hits to skip first (the next page starts at the last one shown); the hits keep
+            their ranks (``offset + 1`` on).
         weights: axis weights; default: what production reads (:func:`weights_for`).
         settings: for the default weights and paths.
         as_of: only records that existed then count, and recency is measured from then.
         now_ms: the moment recency is measured from when ``as_of`` is not given.
         parent_run_id / chat_session_id: lineage of the run being dispatched (default:
-            CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID from ``settings``).
+            CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID from ``settings``); the parent may be
+            an abbreviation (:func:`dispatch_parent`; one that names no run is left out with a
+            warning).
         exclude: a run id never to return (e.g. the query's own run).
         filter: only records that pass it are ranked (:func:`cybmem.retrieval.filters.record_mask`).
         query_vector: the query's embedding, if already known (else it is embedded when the
@@ -525,16 +549,19 @@ def search(
 
     Returns:
         A :class:`SearchResult` whose hits carry rank, score and per-axis contributions, and a
-        warning when the vector axis had to be left out.
+        warning when the parent names no run or the vector axis had to be left out.
     """
+    if offset < 0:
+        raise ValidationError("offset must be 0 or more")
     snap = store if isinstance(store, Snapshot) else load_snapshot(store)
     settings = settings or Settings.from_env()
+    parent_run_id, no_parent = dispatch_parent(snap, parent_run_id, settings, pinned=pin_parent)
     weights, vector, warnings = _vector_axis(snap, query, settings, weights, query_vector)
-    parent_run_id = parent_run_id or settings.parent_run_id
+    warnings = [no_parent, *warnings] if no_parent else warnings
     chat_session_id = chat_session_id or settings.chat_session_id
     for attempt in range(2):
         where = record_mask(snap, filter) if filter is not None and filter.active else None
-        ranked = rank_query(snap, query, k=k, weights=weights, as_of=as_of, now_ms=now_ms,
+        ranked = rank_query(snap, query, k=k + offset, weights=weights, as_of=as_of, now_ms=now_ms,
                             parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude,
                             where=where, vector=vector, pin_parent=pin_parent, evidence=evidence)
         # A hit whose file was edited in place since it was cached is read again, and the
@@ -547,8 +574,8 @@ def search(
             weights, vector, more = _vector_axis(snap, query, settings, weights, vector.vector)
             warnings = list(dict.fromkeys([*warnings, *more]))
     hits: list[Hit] = []
-    rows = snap.rows(ranked.top, ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
-    for pos, (local, row) in enumerate(zip(ranked.local, rows), 1):
+    rows = snap.rows(ranked.top[offset:], ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
+    for pos, (local, row) in enumerate(zip(ranked.local[offset:], rows), offset + 1):
         ex = explain(ranked.scored, local)
         hits.append(Hit(
             rank=pos, run_id=row["runId"], score=float(ex["total"]), contributions=ex["contributions"],

@@ -31,7 +31,7 @@ from .grid import (DEFAULT_HALF_LIVES, AxisMatrices, GridResult, axis_matrices, 
 from .judgments import JUDGMENT_KINDS, METRICS, Judgment, JudgmentSet, check_metric, judgment_set, kinds_of
 from .validation import (MIN_FOLD, MIN_JUDGMENTS, MIN_KEYWORD_JUDGMENTS, Validation, bootstrap_interval, kind_weights,
                          refusal_of, time_folds)
-from .weights import Weights, save_project_weights, weights_for, weights_state
+from .weights import Weights, load_weights, save_project_weights, weights_for, weights_state
 
 __all__ = [
     "DEFAULT_HALF_LIVES",
@@ -47,6 +47,7 @@ __all__ = [
     "kind_weights",
     "Evaluation",
     "evaluate_weights",
+    "compare_weights",
     "Bench",
     "prepare",
     "check_weights",
@@ -327,6 +328,19 @@ def evaluate_weights(store: MemoryStore | Snapshot | Bench, weights: Mapping[str
         rows[name] = row
     return Evaluation(metric=metric, k=k, judgments=m.n, skipped=len(m.skipped), source=bench.judgment_set.source,
                       rows=rows, warnings=list(bench.judgment_set.warnings))
+
+
+def compare_weights(store: MemoryStore, settings: Settings, *, given: Mapping[str, float] | None = None,
+                    weights_file: str | Path | None = None, **kwargs: Any) -> Evaluation:
+    """The weights production uses for ``store`` ("current") beside the ones given ("given": read
+    from ``weights_file`` and/or set in ``given``, the others production's), scored on judgments
+    by :func:`evaluate_weights` with ``kwargs`` (what ``cybmem eval`` prints)."""
+    current = weights_for(settings, store).weights
+    candidates = {"current": current}
+    if weights_file is not None or given:
+        base = load_weights([weights_file]).weights if weights_file is not None else current
+        candidates["given"] = Weights.from_dict(dict(given or {}), base=base)
+    return evaluate_weights(store, candidates, **kwargs)
 
 
 def evidence_of(result: GridResult, *, forced: bool = False) -> dict[str, Any]:

@@ -1,0 +1,34 @@
+"""``cybmem mcp``: the command that starts the MCP server, the second front (:mod:`cybmem.mcp.server`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .framework import Ctx, command
+
+__all__ = ["mcp_cmd"]
+
+
+@command("mcp", as_json=False)
+def mcp_cmd(
+    ctx: Ctx,
+    http: Annotated[Optional[int], typer.Option("--http", metavar="PORT", help="Serve streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio (0: a free port, named on stderr).", min=0, max=65535, show_default=False)] = None,
+    allow_writes: Annotated[bool, typer.Option("--allow-writes", help="Also offer the write tools: mark_issue and supersede (off: the server never writes a record or a ledger line).")] = False,
+):
+    """Serve the memory root to agents over the Model Context Protocol (MCP), on stdio or --http PORT.
+
+    Tools: projects, search, show, chain, issues, memory_block (what inject --system prints); with
+    --allow-writes also mark_issue and supersede. Resources: a project's open issues and a run's
+    record. --project / --cwd choose the default project (none when started outside a project:
+    each call names one); each call may name another. Over HTTP only the origin
+    http://127.0.0.1:PORT is served and a request must arrive whole within 5 seconds. Add it to an
+    MCP client's configuration as the command `cybmem mcp` (USAGE.md, "Memory for agents mid-run").
+
+    Example: cybmem mcp --project web
+    """
+    from ..mcp.server import serve
+
+    serve(ctx.settings, cwd=ctx.cwd, project=ctx.project, http=http, allow_writes=allow_writes)
+
