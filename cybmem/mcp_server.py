@@ -6,7 +6,7 @@ when it needs to, mid-run. Built on the official MCP Python SDK (``mcp`` 2.x, it
 is a thin call of the library that answers with what the CLI prints under ``--json``, as
 structured content and as JSON text (:func:`cybmem.store.outcome.printable_json`); the write tools are
 offered only with ``--allow-writes``. The server reads under
-:func:`cybmem.store.snapshot.holding_snapshots` (snapshots stay warm between calls while the cache is
+:func:`cybmem.store.loading.holding_snapshots` (snapshots stay warm between calls while the cache is
 fresh). Every call goes through :meth:`Memory.call`: one at a time, on the event loop (a worker
 thread's switches cost more than a call: benchmarks/bench_mcp.py), a library error becomes an MCP
 error with the CLI's message, and ``observers`` see each answer (:func:`serve` keeps it in
@@ -40,7 +40,8 @@ from .store.ledger import IssueState
 from .store.outcome import printable, printable_json
 from .store.records import MAX_MOMENT, RECORD_FIELDS, ms_to_iso, parse_time
 from .settings import Settings
-from .store.snapshot import Snapshot, holding_snapshots, load_snapshot
+from .store.loading import holding_snapshots, load_snapshot
+from .store.snapshot import Snapshot
 from .store.memory_store import MemoryStore
 from .store.projects import list_projects
 

@@ -377,7 +377,7 @@ def list_cmd(
     Example: cybmem list --since 2024-01-01 --grep fixture --limit 20
     """
     from ..retrieval.filters import list_records
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     snap = load_snapshot(ctx.store())
     page = list_records(snap, f, offset=offset, limit=limit)
@@ -564,7 +564,7 @@ def _tasks(store, ids: list[str], snap=None) -> dict[str, str]:
                 continue
         return out
     if snap is None:
-        from ..store.snapshot import load_snapshot
+        from ..store.loading import load_snapshot
 
         snap = load_snapshot(store)
     import pyarrow as pa
@@ -591,7 +591,7 @@ def chain_cmd(
     Example: cybmem chain 3f2a --context 10 --grep fixture
     """
     from ..explore.lineage import chain
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     n_context = _context(context)
     store = ctx.store()
@@ -961,7 +961,7 @@ def search_cmd(
     from ..retrieval.search import search
 
     from ..errors import NotFoundError
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     store = ctx.store()
     snap = load_snapshot(store)

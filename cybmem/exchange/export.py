@@ -237,7 +237,7 @@ def _progress(total: int, label: str, progress: bool | None):
 def _frames(store: MemoryStore, warnings: list[str]) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """The records and issue-event frames of a project; unreadable files become warnings."""
     from ..explore.frames import issue_events_frame, records_frame
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     snap = load_snapshot(store)  # loads (and caches) once; the frames below reuse it warm
     for p in getattr(snap, "problems", ()):
@@ -896,7 +896,7 @@ def refresh_dataset(
     """
     import pyarrow.parquet as pq
 
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     out_dir = Path(out_dir)
     machine = validate_machine(machine)

@@ -533,7 +533,7 @@ class _Shard:
     """The snapshots of one partition's (machine, project)s, as search loads a store.
 
     Each group's snapshot is built by the same steps as a store's first load
-    (:mod:`cybmem.store.snapshot`): issue texts (title and detail) from the fold of its ledger, keyword texts, tokens, one
+    (:mod:`cybmem.store.refresh`): issue texts (title and detail) from the fold of its ledger, keyword texts, tokens, one
     :class:`KeywordIndex`. Pickles its indexes as Arrow (a worker may hand a shard to another).
     """
 
@@ -546,7 +546,7 @@ class _Shard:
     def build(cls, dataset: str, groups: tuple[Group, ...]) -> "_Shard":
         from ..store.keyword_index import KeywordIndex
         from ..store.arrow_records import keyword_text_array
-        from ..store.snapshot import issue_texts
+        from ..store.issue_tables import issue_texts
         from ..store.tokens import tokenize_arrow
 
         parts = []

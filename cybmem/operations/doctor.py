@@ -408,7 +408,7 @@ def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[F
         return []  # _check_dirs names it; nothing is read through it
     verdict = _cache.check(store.records_dir, store.issues_path, cache, store.listing(), bad, ledger_whole)
     if verdict.state in ("ok", "behind"):
-        from ..store.snapshot import cache_problem
+        from ..store.refresh import cache_problem
 
         problem = cache_problem(store)  # files that read but are not what the manifest lists
         if problem:
@@ -417,7 +417,7 @@ def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[F
         return [Finding("cache", "repairable", str(cache), "cache disagrees with the store: " + ", ".join(verdict.reasons),
                         store.slug)]
     if verdict.state == "ok":
-        from ..store.snapshot import cached_snapshot
+        from ..store.refresh import cached_snapshot
 
         snap = cached_snapshot(store)
         stale = snap.stale_rows(range(snap.n)) if snap is not None else []
@@ -682,7 +682,7 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
 
 def _refresh_cache(store: MemoryStore) -> None:
     """Throw the cache away and load once: a full, fresh cache."""
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     _cache.discard(_cache.cache_dir(store.dir))
     load_snapshot(store)
