@@ -677,7 +677,7 @@ def rebuild_cmd(
     store = ctx.store()
     count = store.rebuild_index(full=full)
     _warn(p.message for p in store.problems)
-    archived = len(store.archived_ids())
+    archived = len(store.index.archived_ids())
     retuned = None
     if ctx.settings.retune > 0:
         from ..operations.retune import auto_tune, retune_due

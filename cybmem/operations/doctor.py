@@ -357,14 +357,14 @@ def _count(n: int, what: str) -> str:
 def _check_index(store: MemoryStore) -> list[Finding]:
     """index.json against a rebuild from records/; a compacted index (entries past the cap moved
     to its archived rows and archive-summary.md) is as good as a full one."""
-    fresh, fresh_skipped = store.fresh_index()
+    fresh, fresh_skipped = store.index.fresh_index()
     path = str(store.index_path)
     if not store.index_path.exists():
         if fresh or fresh_skipped:
             return [Finding("index", "repairable", path, "index.json is missing (readers rebuild it in memory each time)", store.slug)]
         return []
     probe = MemoryStore(store.root, store.slug)  # its own problem list
-    doc = probe.read_index()
+    doc = probe.index.read_index()
     if doc is None:
         return [Finding("index", "repairable", path, "index.json is unreadable or damaged", store.slug)]
     # The inode numbers are a cache key, not content: a copied store (cp -r, a restore, a git
