@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # what editors and type checkers see; at run time each name i
     from .operations.write import write_run
     from .store.records import IssueEvent, Lineage, MemoryRecord, Outcome, Worker
     from .settings import Settings
-    from .store.snapshot import Snapshot, load_snapshot
+    from .store.loading import load_snapshot
+    from .store.snapshot import Snapshot
     from .store.memory_store import MemoryStore
     from .retrieval.tuning import tune
     from .retrieval.weights import Weights, weights_for
@@ -57,7 +58,7 @@ _LAZY = {
     # reading and lineage
     "chain": "explore.lineage",
     "show_record": "explore.lineage",
-    "load_snapshot": "store.snapshot",
+    "load_snapshot": "store.loading",
     "Snapshot": "store.snapshot",
     "records_frame": "explore.frames",
     "issue_events_frame": "explore.frames",

@@ -470,16 +470,16 @@ def test_a_slow_cold_load_says_so_after_a_second(populated, monkeypatch, cmd):
     """A cold load of a large store takes seconds: a timer prints one notice while it parses."""
     import time as _time
 
-    from cybmem.store import snapshot
+    from cybmem.store import refresh
 
-    real = snapshot.load_records
+    real = refresh.load_records
 
     def slow(*args, **kwargs):
         _time.sleep(0.4)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(snapshot, "load_records", slow)
-    monkeypatch.setattr(snapshot, "_PROGRESS_AFTER_S", 0.1)
+    monkeypatch.setattr(refresh, "load_records", slow)
+    monkeypatch.setattr(refresh, "_PROGRESS_AFTER_S", 0.1)
     res = run(*cmd, "--cwd", "/home/dev/web")
     assert res.exit_code == 0
     assert res.stderr == "cybmem: indexing 3 records of project web (once; later reads use the cache)\n"

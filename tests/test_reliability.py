@@ -194,7 +194,7 @@ def _index_ok(store, run_ids: set[str]) -> None:
     assert set(entries) | set(archived) == run_ids and not set(entries) & set(archived)
     assert data["count"] == len(entries) and not data.get("skipped")
     assert len(entries) == min(len(run_ids), store.index_cap or len(run_ids)), "compacted to the cap"
-    fresh, skipped = store.fresh_index()
+    fresh, skipped = store.index.fresh_index()
     by_id = {e["runId"]: e for e in fresh}
     assert data["entries"] == [by_id[r] for r in entries] and not skipped, "index.json differs from a fresh rebuild"
     assert entries == [e["runId"] for e in fresh if e["runId"] not in archived], "newest first"

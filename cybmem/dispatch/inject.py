@@ -33,7 +33,7 @@ from ..retrieval.evidence import Evidence
 from ..retrieval.issue_ranking import ChosenIssue, score_issues
 from ..retrieval.search import Hit, SearchResult, search
 from ..settings import Settings
-from ..store.snapshot import load_snapshot
+from ..store.loading import load_snapshot
 from ..store.memory_store import MemoryStore
 from ..retrieval.weights import LoadedWeights, Weights, weights_for
 

@@ -50,7 +50,7 @@ class Shard:
     def build(cls, dataset: str, groups: tuple[Group, ...]) -> "Shard":
         from ..store.keyword_index import KeywordIndex
         from ..store.arrow_records import keyword_text_array
-        from ..store.snapshot import issue_texts
+        from ..store.issue_tables import issue_texts
         from ..store.tokens import tokenize_arrow
 
         parts = []

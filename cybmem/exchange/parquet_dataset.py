@@ -334,7 +334,7 @@ def refresh_dataset(
     """
     import pyarrow.parquet as pq
 
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     out_dir = Path(out_dir)
     machine = validate_machine(machine)

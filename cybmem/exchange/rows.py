@@ -97,7 +97,7 @@ def progress_bar(total: int, label: str, progress: bool | None):
 def project_frames(store: MemoryStore, warnings: list[str]) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """The records and issue-event frames of a project; unreadable files become warnings."""
     from ..explore.frames import issue_events_frame, records_frame
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     snap = load_snapshot(store)  # loads (and caches) once; the frames below reuse it warm
     for p in getattr(snap, "problems", ()):

@@ -1,6 +1,6 @@
 """pandas views of a project's memory, for people and notebooks.
 
-Every view comes from the Arrow snapshot (:func:`cybmem.store.snapshot.load_snapshot`) and the shared
+Every view comes from the Arrow snapshot (:func:`cybmem.store.loading.load_snapshot`) and the shared
 rules (the issue fold of :mod:`cybmem.store.ledger`, supersession of :mod:`cybmem.store.supersession`); none
 computes a rule of its own. Each takes the project (a store or its snapshot) first. Timestamps
 are tz-aware UTC, lists are Arrow-backed, text columns are pandas strings and a run's ``state`` is
@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from ..store import ledger as issues, supersession
 from ..store.records import STATES
-from ..store.snapshot import Snapshot, load_snapshot
+from ..store.loading import load_snapshot
+from ..store.snapshot import Snapshot
 from ..store.memory_store import MemoryStore
 
 if TYPE_CHECKING:  # pragma: no cover

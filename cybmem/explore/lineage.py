@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 from ..errors import CybmemError, NotFoundError
 from ..store.arrow_records import take_rows, with_ms_times
 from ..store.records import MemoryRecord
-from ..store.snapshot import Snapshot, load_snapshot, verified
+from ..store.loading import load_snapshot, verified
+from ..store.snapshot import Snapshot
 from ..store.index import entry_of, index_entry
 from ..store.memory_store import MemoryStore
 

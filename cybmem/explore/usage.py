@@ -25,7 +25,8 @@ from ..store import feedback_log
 from ..store.feedback_match import match_used
 from ..store.outcome import head_line
 from ..settings import DEFAULT_SHOWN_CAP, Settings
-from ..store.snapshot import Snapshot, load_snapshot
+from ..store.loading import load_snapshot
+from ..store.snapshot import Snapshot
 from ..store.memory_store import MemoryStore
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -23,7 +23,8 @@ from typing import Any, Sequence
 import ipywidgets as W
 
 from ..errors import CybmemError, ValidationError
-from ..store.snapshot import Snapshot, load_snapshot
+from ..store.loading import load_snapshot
+from ..store.snapshot import Snapshot
 from ..store.outcome import head_line
 from ..store.records import ms_to_utc
 from ..retrieval.search import SearchResult, search

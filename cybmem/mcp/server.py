@@ -6,7 +6,7 @@ when it needs to, mid-run. Built on the official MCP Python SDK (``mcp`` 2.x, it
 (:mod:`cybmem.mcp.http`). Each tool is a method of :class:`cybmem.mcp.tools.Memory` that answers
 with what the CLI prints under ``--json``, as structured content and as JSON text
 (:func:`cybmem.store.outcome.printable_json`); the write tools are offered only with
-``--allow-writes``. The server reads under :func:`cybmem.store.snapshot.holding_snapshots`
+``--allow-writes``. The server reads under :func:`cybmem.store.loading.holding_snapshots`
 (snapshots stay warm between calls while the cache is fresh). Calls are answered on the event loop
 (a worker thread's switches cost more than a call: benchmarks/bench_mcp.py), and :func:`serve`
 keeps each answer in shown.jsonl (:func:`cybmem.dispatch.feedback.mcp_observer`). Tools and
@@ -28,7 +28,7 @@ from typing import Annotated
 from .. import __version__
 from ..settings import Settings
 from ..store.outcome import printable_json
-from ..store.snapshot import holding_snapshots
+from ..store.loading import holding_snapshots
 from .http import listen, serve_http
 from .schema import Answer
 from .tools import Memory

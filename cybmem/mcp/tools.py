@@ -21,7 +21,8 @@ from ..store.memory_store import MemoryStore
 from ..store.outcome import printable
 from ..store.projects import list_projects
 from ..store.records import parse_time
-from ..store.snapshot import Snapshot, load_snapshot
+from ..store.loading import load_snapshot
+from ..store.snapshot import Snapshot
 
 try:
     from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError

@@ -358,14 +358,14 @@ def _count(n: int, what: str) -> str:
 def _check_index(store: MemoryStore) -> list[Finding]:
     """index.json against a rebuild from records/; a compacted index (entries past the cap moved
     to its archived rows and archive-summary.md) is as good as a full one."""
-    fresh, fresh_skipped = store.fresh_index()
+    fresh, fresh_skipped = store.index.fresh_index()
     path = str(store.index_path)
     if not store.index_path.exists():
         if fresh or fresh_skipped:
             return [Finding("index", "repairable", path, "index.json is missing (readers rebuild it in memory each time)", store.slug)]
         return []
     probe = MemoryStore(store.root, store.slug)  # its own problem list
-    doc = probe.read_index()
+    doc = probe.index.read_index()
     if doc is None:
         return [Finding("index", "repairable", path, "index.json is unreadable or damaged", store.slug)]
     # The inode numbers are a cache key, not content: a copied store (cp -r, a restore, a git
@@ -409,7 +409,7 @@ def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[F
         return []  # _check_dirs names it; nothing is read through it
     verdict = _cache.check(store.records_dir, store.issues_path, cache, store.listing(), bad, ledger_whole)
     if verdict.state in ("ok", "behind"):
-        from ..store.snapshot import cache_problem
+        from ..store.refresh import cache_problem
 
         problem = cache_problem(store)  # files that read but are not what the manifest lists
         if problem:
@@ -418,7 +418,7 @@ def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[F
         return [Finding("cache", "repairable", str(cache), "cache disagrees with the store: " + ", ".join(verdict.reasons),
                         store.slug)]
     if verdict.state == "ok":
-        from ..store.snapshot import cached_snapshot
+        from ..store.refresh import cached_snapshot
 
         snap = cached_snapshot(store)
         stale = snap.stale_rows(range(snap.n)) if snap is not None else []
@@ -683,7 +683,7 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
 
 def _refresh_cache(store: MemoryStore) -> None:
     """Throw the cache away and load once: a full, fresh cache."""
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     _cache.discard(_cache.cache_dir(store.dir))
     load_snapshot(store)

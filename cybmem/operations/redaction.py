@@ -391,7 +391,7 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
             rename_issues(store.dir, renamed)
         elif step == "archive":
             # 3. archive-summary.md (compaction's one-liners; writers append there under the index lock)
-            with store.index_lock():
+            with store.index.index_lock():
                 result.archive_lines = _rewrite_text_lines(store.archive_path, wanted_runs, given, clean)
         elif step == "vectors":
             # 4. the vectors of the runs whose record changed (made from the old text)

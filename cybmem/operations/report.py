@@ -40,7 +40,7 @@ from .._io import atomic_file
 from ..errors import CybmemError, NotFoundError, ValidationError
 from ..store.projects import project_dirs
 from ..settings import Settings
-from ..store.snapshot import load_snapshot
+from ..store.loading import load_snapshot
 from ..store.memory_store import MemoryStore
 from ..progress import Progress
 

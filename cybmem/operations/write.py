@@ -614,7 +614,7 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
         config = remote.embed_config(settings.embeddings)
         if config is None:
             return False
-        # The keyword index's issue text: title and detail by the fold's rule (cybmem.store.snapshot.issue_texts).
+        # The keyword index's issue text: title and detail by the fold's rule (cybmem.store.issue_tables.issue_texts).
         texts = {k: issue_text(v.title, v.detail) for k, v in store.issue_states_for(rec.outcome.issues).items()}
         text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts))
         if text is None:

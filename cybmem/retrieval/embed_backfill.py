@@ -13,7 +13,9 @@ from ..store.embeddings import embedding_text
 from ..errors import ValidationError
 from ..progress import Progress
 from ..settings import Settings
-from ..store.snapshot import Snapshot, issue_texts, load_snapshot
+from ..store.issue_tables import issue_texts
+from ..store.loading import load_snapshot
+from ..store.snapshot import Snapshot
 from ..store.memory_store import MemoryStore
 from .vector_cache import load_index
 from .vectors import VectorIndex, embed_config_of

@@ -238,7 +238,8 @@ def list_records(snap: "Snapshot | MemoryStore", f: RecordFilter | None = None, 
     import numpy as np
 
     from ..store.arrow_records import take_rows, with_ms_times
-    from ..store.snapshot import Snapshot, load_snapshot, verified
+    from ..store.loading import load_snapshot, verified
+    from ..store.snapshot import Snapshot
 
     if not isinstance(snap, Snapshot):
         snap = load_snapshot(snap)
@@ -389,7 +390,7 @@ def list_issues(store, f: IssueFilter, *, as_of: int | None = None, offset: int 
     measured from then (or ``now_ms``)."""
     import time
 
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     snap = load_snapshot(store)  # the fold is cached with the snapshot: a long ledger is not re-read
     folded = _issues.states_from_table(snap.fold(as_of))
@@ -405,7 +406,7 @@ def list_issue_events(store, *, since: int | None = None, until: int | None = No
                       limit: int | None = 50) -> IssueListing:
     """One page of a project's ledger events in file order (:func:`select_events`), streamed, as
     the ledger was at ``as_of``; ``titles`` gives each issue's folded title for the events that carry none."""
-    from ..store.snapshot import load_snapshot
+    from ..store.loading import load_snapshot
 
     folded = load_snapshot(store).fold()
     titles = dict(zip(folded.column("issueId").to_pylist(), folded.column("title").to_pylist()))

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..store.snapshot import opened_in
+from ..store.issue_tables import opened_in
 from ..store.tokens import tokenize
 from .scoring import normalize_keyword, ranking_order, recency
 from .search import SearchResult

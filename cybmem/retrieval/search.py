@@ -33,7 +33,8 @@ from .filters import RecordFilter, record_mask
 from ..errors import CybmemError, NotFoundError, ValidationError
 from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, recency, score, top_k_candidates, totals
 from ..settings import Settings
-from ..store.snapshot import Snapshot, load_snapshot, verified
+from ..store.loading import load_snapshot, verified
+from ..store.snapshot import Snapshot
 from ..store.memory_store import MemoryStore
 from ..store.tokens import tokenize
 from .evidence import Evidence, RunEvidence, judge, specific_terms

@@ -25,7 +25,8 @@ import numpy as np
 from ..errors import ValidationError
 from ..settings import Settings
 from ..store.memory_store import MemoryStore
-from ..store.snapshot import Snapshot, load_snapshot
+from ..store.loading import load_snapshot
+from ..store.snapshot import Snapshot
 from .grid import (DEFAULT_HALF_LIVES, AxisMatrices, GridResult, axis_matrices, comparison_frame, evaluate, grid_search,
                    query_vectors, weight_vector)
 from .judgments import JUDGMENT_KINDS, METRICS, Judgment, JudgmentSet, check_metric, judgment_set, kinds_of

@@ -36,8 +36,8 @@ from .._io import atomic_write, locked
 from .tokens import VERSION as TOKENIZER_VERSION
 
 __all__ = [
-    "CACHE_VERSION", "MAX_SEGMENTS", "RACY_NS", "Manifest", "cache_dir", "write_table", "read_table",
-    "ledger_stat", "is_fresh", "dir_mtime_for_manifest", "listing_changes", "discard", "CacheCheck", "check",
+    "CACHE_VERSION", "MAX_SEGMENTS", "RACY_NS", "Manifest", "cache_dir", "usable_dir", "write_table", "write_tables",
+    "read_table", "read_tables", "ledger_stat", "is_fresh", "dir_mtime_for_manifest", "listing_changes", "discard", "CacheCheck", "check",
 ]
 
 CACHE_VERSION = "10-" + TOKENIZER_VERSION  # 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
@@ -60,6 +60,11 @@ def disabled(memory_root: Path) -> bool:
     return (Path(memory_root) / NO_CACHE_FILE).exists()
 
 
+def usable_dir(project_dir: Path, memory_root: Path) -> Path | None:
+    """The project's cache dir, or None when the memory root asks for no cache (:func:`disabled`)."""
+    return None if disabled(memory_root) else cache_dir(project_dir)
+
+
 def write_table(path: Path, table: pa.Table) -> None:
     """Write an Arrow table as an IPC file, atomically (readers see the old file or the new one)."""
     sink = pa.BufferOutputStream()
@@ -77,6 +82,18 @@ def read_table(path: Path) -> pa.Table:
         # mmap cannot map an empty file; an empty buffer fails the IPC read as a damaged file does.
         data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
     return ipc.open_file(pa.py_buffer(data)).read_all()
+
+
+def write_tables(cache: Path, tables: dict[str, pa.Table]) -> None:
+    """Write several tables into the cache dir (file name -> table), each by :func:`write_table`."""
+    for name, table in tables.items():
+        write_table(cache / name, table)
+
+
+def read_tables(cache: Path, names: list[str], *, missing_ok: tuple[str, ...] = ()) -> list[pa.Table | None]:
+    """Memory-map several files of the cache dir (:func:`read_table`), in the order named; a file
+    named in ``missing_ok`` that does not exist is None (any other raises FileNotFoundError)."""
+    return [None if name in missing_ok and not (cache / name).exists() else read_table(cache / name) for name in names]
 
 
 @dataclass
@@ -106,13 +123,21 @@ class Manifest:
         except (OSError, ValueError, TypeError, AttributeError):
             return None
 
+    @classmethod
+    def read_fresh(cls, cache: Path, records_dir: Path, issues_path: Path) -> "tuple[Manifest | None, bool]":
+        """The manifest (:meth:`read`) and whether it is fresh (:func:`is_fresh`), in one call."""
+        manifest = cls.read(cache)
+        return manifest, manifest is not None and is_fresh(records_dir, issues_path, manifest)
+
     def write(self, cache: Path) -> None:
         atomic_write(cache / "manifest.json", self.to_bytes(), durable=False)
 
-    def publish(self, cache: Path, records_dir: Path, scanned_at_ns: int) -> None:
-        """Make this manifest the cache's state: records/' mtime as it may be trusted next time
+    def publish(self, cache: Path, records_dir: Path, scanned_at_ns: int, tables: dict[str, pa.Table] | None = None) -> None:
+        """Make this manifest the cache's state: the new files it names written first (``tables``,
+        file name -> table: :func:`write_tables`), records/' mtime as it may be trusted next time
         (:func:`dir_mtime_for_manifest`), the manifest written, the segment files it no longer
         names deleted (:func:`remove_unlisted`)."""
+        write_tables(cache, tables or {})
         self.dir_mtime_ns = dir_mtime_for_manifest(records_dir, scanned_at_ns)
         self.write(cache)
         remove_unlisted(cache, self)
@@ -121,6 +146,10 @@ class Manifest:
         name = f"{kind}-{self.next_id}.arrow"
         self.next_id += 1
         return name
+
+    def new_files(self, *kinds: str) -> list[str]:
+        """:meth:`new_file` of each kind, in order."""
+        return [self.new_file(kind) for kind in kinds]
 
     def files(self) -> set[str]:
         return ({s[k] for s in self.segments for k in ("rec", "kw")} | {"events.arrow", "fold.arrow", "kwi.arrow"}

@@ -55,6 +55,11 @@ def issue_text(title: str, detail: str | None) -> str:
     return title if not detail else f"{title}\n{detail}"
 
 
+def issue_texts_of(titles: Iterable[str], details: Iterable[str | None]) -> list[str]:
+    """:func:`issue_text` of each (title, detail) pair: a fold's column at once."""
+    return [title if not detail else f"{title}\n{detail}" for title, detail in zip(titles, details)]
+
+
 def embedding_text(text: str) -> str | None:
     """``text`` cut to :data:`EMBED_TEXT_CHARS` for an embedding model; None when nothing is left to embed."""
     text = text.strip()[:EMBED_TEXT_CHARS]

@@ -1,9 +1,10 @@
 """index.json and compaction: the derived projection of a project's records, kept newest first.
 
-:class:`ProjectIndex` is the index half of :class:`~cybmem.store.memory_store.MemoryStore` (which
-inherits it): reading, checking against records/, merging, writing and compacting index.json, and
-the one-line ``archive-summary.md`` of the runs compaction moved out. It uses the record half's
-listing, record reads and problem notes.
+:class:`ProjectIndex` is the index of one :class:`~cybmem.store.memory_store.MemoryStore`, which holds
+it (``store.index``): reading, checking against records/, merging, writing and compacting
+index.json, and the one-line ``archive-summary.md`` of the runs compaction moved out. It reads
+the records through what it is given (:class:`IndexedRecords`: the listing and one record's read)
+and reports what it cannot read through the callback it is given.
 
 index.json is one projection per record, rebuilt from records/ alone and checked against the
 directory listing (names and inode numbers) on every read. Compaction keeps the newest
@@ -16,8 +17,11 @@ links). ``rebuild_index(full=True)`` (``cybmem rebuild --full``) writes the full
 from __future__ import annotations
 
 import contextlib
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Protocol
 
 import orjson
 
@@ -29,7 +33,7 @@ from .ledger import MAX_LEDGER_BYTES
 from .outcome import head_line, shorten
 from .records import MemoryRecord, ms_to_utc
 
-__all__ = ["ProjectIndex", "index_entry", "entry_of", "ARCHIVE_FILE", "INDEX_VERSION"]
+__all__ = ["ProjectIndex", "IndexedRecords", "index_entry", "entry_of", "ARCHIVE_FILE", "INDEX_VERSION"]
 
 ARCHIVE_FILE = "archive-summary.md"
 INDEX_LOCK_FILE = ".index.lock"
@@ -71,11 +75,34 @@ def _sort_key(entry: dict) -> tuple:
     return (entry["endedAt"], entry["runId"])
 
 
-class ProjectIndex:
-    """index.json of one project (the index half of MemoryStore, which it is mixed into)."""
+class IndexedRecords(Protocol):
+    """What a :class:`ProjectIndex` reads its project's records through (a MemoryStore)."""
 
-    #: What :meth:`_unindexed` read of records/ when index.json was missing (entries, skipped).
-    _fresh: tuple[list[dict], dict[str, str]] | None = None
+    slug: str
+    dir: Path
+    records_dir: Path
+    index_cap: int  # entries index.json keeps (0: no cap); read when it compacts
+
+    def listing(self) -> dict[str, int]: ...
+
+    def read_record_st(self, run_id: str) -> tuple[MemoryRecord, os.stat_result]: ...
+
+
+class ProjectIndex:
+    """index.json of one project, held by its store (``store.index``).
+
+    Args:
+        records: the project's records (:class:`IndexedRecords`).
+        report: called with (path, message) for each file it cannot read (the store notes it once).
+    """
+
+    def __init__(self, records: IndexedRecords, report: Callable[[str, str], None]):
+        self.records = records
+        self._problem = report
+        self.index_path = records.dir / "index.json"
+        self.archive_path = records.dir / ARCHIVE_FILE
+        #: What :meth:`_unindexed` read of records/ when index.json was missing (entries, skipped).
+        self._fresh: tuple[list[dict], dict[str, str]] | None = None
 
     @contextlib.contextmanager
     def index_lock(self) -> Iterator[None]:
@@ -86,7 +113,7 @@ class ProjectIndex:
         have yet, its own and those of writers that linked meanwhile; the writers queued behind
         it find nothing left to do and skip the rewrite (group commit).
         """
-        with locked(self.dir / INDEX_LOCK_FILE):
+        with locked(self.records.dir / INDEX_LOCK_FILE):
             yield
 
     # --- the derived index -------------------------------------------------------
@@ -147,7 +174,7 @@ class ProjectIndex:
         for name in names:
             rid = name[:-5]
             try:
-                rec, st = self.read_record_st(rid)
+                rec, st = self.records.read_record_st(rid)
             except NotFoundError:
                 continue
             except (ValidationError, StoreError) as exc:
@@ -194,9 +221,9 @@ class ProjectIndex:
 
     def _report_skipped(self, skipped: dict[str, str]) -> None:
         for rid, why in sorted(skipped.items()):
-            self._problem(str(self.records_dir / f"{rid}.json"), why)
+            self._problem(str(self.records.records_dir / f"{rid}.json"), why)
 
-    def _current_index(self) -> tuple[list[dict], dict[str, str], dict[str, tuple]]:
+    def current(self) -> tuple[list[dict], dict[str, str], dict[str, tuple]]:
         """The index as stored, checked against records/ (one directory listing) and completed in memory.
 
         With no usable index.json, records/ is read whole once per store object: what was read is
@@ -207,7 +234,7 @@ class ProjectIndex:
             entries, skipped = self._unindexed()
             archived: dict[str, tuple] = {}
         else:
-            entries, skipped, archived, _ = self._merge_index(doc[0], doc[1], self.listing(), doc[2])
+            entries, skipped, archived, _ = self._merge_index(doc[0], doc[1], self.records.listing(), doc[2])
         self._report_skipped(skipped)
         return entries, skipped, archived
 
@@ -219,11 +246,11 @@ class ProjectIndex:
         damaged index is rebuilt in memory. Unreadable record files are reported once in
         ``self.problems``. Archived runs are not among them (see :meth:`all_entries`).
         """
-        return self._current_index()[0]
+        return self.current()[0]
 
     def archived_ids(self) -> list[str]:
         """Run ids compaction moved out of index.json, newest first (their records stay in records/)."""
-        archived = self._current_index()[2]
+        archived = self.current()[2]
         return [rid for rid, _ in sorted(archived.items(), key=lambda kv: (kv[1][0], kv[0]), reverse=True)]
 
     def _entries_newest_first(self, _index: tuple | None = None) -> Iterator[dict]:
@@ -232,7 +259,7 @@ class ProjectIndex:
         Entries newer than every archived run (the usual case: compaction archives the oldest)
         come first without sorting the archived ones, so a short listing reads nothing more.
         """
-        entries, _, archived = _index or self._current_index()
+        entries, _, archived = _index or self.current()
         newest = max(((row[0], rid) for rid, row in archived.items()), default=None)
         i = 0
         while i < len(entries) and (newest is None or (entries[i]["endedAt"], entries[i]["runId"]) > newest):
@@ -262,21 +289,21 @@ class ProjectIndex:
         before, merged with the listing (only records that are new or were replaced are read)."""
         kept = self._fresh
         if kept is None:
-            notice = Notice(f"cybmem: indexing the records of project {self.slug} into index.json "
+            notice = Notice(f"cybmem: indexing the records of project {self.records.slug} into index.json "
                            "(once; later writes add only their own)")
             try:
                 entries, skipped = self.fresh_index()
             finally:
                 notice.done()
         else:
-            entries, skipped, _, _ = self._merge_index(list(kept[0]), dict(kept[1]), self.listing())
+            entries, skipped, _, _ = self._merge_index(list(kept[0]), dict(kept[1]), self.records.listing())
         self._fresh = (list(entries), dict(skipped))
         return entries, skipped
 
     def fresh_index(self) -> tuple[list[dict], dict[str, str]]:
         """Index entries (newest first) and unreadable files (runId -> why), from records/ alone."""
         skipped: dict[str, str] = {}
-        entries = self._project(sorted(self.listing()), skipped)
+        entries = self._project(sorted(self.records.listing()), skipped)
         entries.sort(key=_sort_key, reverse=True)
         return entries, skipped
 
@@ -284,10 +311,10 @@ class ProjectIndex:
         """Regenerate index.json from records/ alone; returns the record count.
 
         Compacted to ``index_cap`` entries (older ones archived, archive-summary.md appended
-        with those it does not list yet), or with ``full`` every record as an entry.
+        with those it does not list yet), or with ``full`` every record as an entry. The store
+        checks first that it may write there (:meth:`MemoryStore.rebuild_index`).
         """
-        self._check_not_symlinked()
-        ensure_dir(self.dir)
+        ensure_dir(self.records.dir)
         with self.index_lock():
             entries, skipped = self.fresh_index()
             self._report_skipped(skipped)
@@ -334,9 +361,9 @@ class ProjectIndex:
         so a writer killed in between leaves an entry that the next compaction archives without
         a second line.
         """
-        if not self.index_cap or len(entries) <= self.index_cap:
+        if not self.records.index_cap or len(entries) <= self.records.index_cap:
             return entries, archived
-        keep, leave = entries[: self.index_cap], entries[self.index_cap:]
+        keep, leave = entries[: self.records.index_cap], entries[self.records.index_cap:]
         archived = dict(archived)
         for e in leave:
             archived[e["runId"]] = _archived_row(e)
@@ -344,7 +371,7 @@ class ProjectIndex:
         lines = [_summary_line(e) for e in reversed(leave) if e["runId"] not in listed]
         if lines:
             if not self.archive_path.exists():
-                lines[:0] = [f"# Archived index entries of project {self.slug}".encode(), b"",
+                lines[:0] = [f"# Archived index entries of project {self.records.slug}".encode(), b"",
                              b"Entries compaction moved out of index.json, oldest first as they left it: ended (UTC), "
                              b"state, run id, task. The records stay in records/ (`cybmem show`, `cybmem chain`, "
                              b"`cybmem search` reach them); `cybmem rebuild --full` puts them back into index.json.", b""]
@@ -365,7 +392,7 @@ class ProjectIndex:
         listed = {m.group(1).decode() for m in _SUMMARY_ID.finditer(raw)}
         return listed & set(run_ids)
 
-    def _update_index_locked(self, run_id: str | None = None) -> None:
+    def update_locked(self, run_id: str | None = None) -> None:
         """Bring index.json up to date with records/ (call with :meth:`index_lock` held).
 
         The directory is listed after the lock is taken, so every record linked before this
@@ -389,7 +416,7 @@ class ProjectIndex:
             entries, skipped = self._unindexed()  # missing or damaged: the full truth is records/
             archived: dict[str, tuple] = {}
         else:
-            entries, skipped, archived, changed = self._merge_index(doc[0], doc[1], self.listing(), doc[2])
+            entries, skipped, archived, changed = self._merge_index(doc[0], doc[1], self.records.listing(), doc[2])
             if not changed:
                 return
         entries, archived = self._compact_locked(entries, archived)
@@ -397,7 +424,7 @@ class ProjectIndex:
 
     def latest_run_id(self, *, before_ms: int | None = None, exclude: str | None = None) -> str | None:
         """The latest record (by endedAt, then runId) that ended at or before ``before_ms``, archived ones too."""
-        entries, _, archived = self._current_index()
+        entries, _, archived = self.current()
         best: tuple[int, str] | None = None
         for entry in entries:  # newest first: the first that qualifies is the newest of them
             if entry["runId"] != exclude and (before_ms is None or entry["endedAt"] <= before_ms):

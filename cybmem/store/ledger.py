@@ -211,6 +211,11 @@ def title_key(title: str | None) -> str:
     return " ".join((title or "").casefold().split())
 
 
+def title_keys(titles: Iterable[str | None]) -> list[str]:
+    """:func:`title_key` of each title: a fold's column at once."""
+    return [" ".join((title or "").casefold().split()) for title in titles]
+
+
 def open_states(states: Iterable[IssueState]) -> list[IssueState]:
     """The open ones, oldest opened first (ties by id)."""
     return sorted((s for s in states if s.is_open), key=lambda s: (s.openedAt, s.issueId))

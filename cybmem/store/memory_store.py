@@ -3,8 +3,8 @@
 Records are written once (temp file, fsync, hard link: an existing runId can never be replaced);
 the one later change the write path makes is adding ``supersededBy`` when a correction is written
 (cybmem.store.supersession), the only rewrite a person's ``cybmem redact``. The ledger is appended
-whole lines at a time under an OS lock. The derived index.json and its compaction are the index
-half, :mod:`cybmem.store.index`, which MemoryStore inherits.
+whole lines at a time under an OS lock. The derived index.json and its compaction are the store's
+index (``store.index``, a :class:`~cybmem.store.index.ProjectIndex` it holds and reads records for).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .. import _io
 from . import embeddings, ledger as issues, supersession
 from .._io import append_lines, atomic_write, locked, publish, stage, sync_path
 from ..errors import WARNING_PREFIX, AmbiguousError, ConflictError, NotFoundError, StoreError, ValidationError
-from .index import ARCHIVE_FILE, ProjectIndex
+from .index import ProjectIndex
 from .ledger import MAX_LEDGER_BYTES, IssueState
 from .projects import select_project, validate_slug
 from .records import ISSUE_ID_RE, IssueEvent, MemoryRecord, check_not_future, validate_run_id
@@ -189,8 +189,9 @@ def _with_superseded_by(raw: bytes, new_id: str) -> bytes:
     return body[:-1].rstrip() + b',"supersededBy":' + value + b"}"
 
 
-class MemoryStore(ProjectIndex):
-    """One project's memory: ``<root>/<slug>/`` (its index.json and compaction: :class:`~cybmem.store.index.ProjectIndex`)."""
+class MemoryStore:
+    """One project's memory: ``<root>/<slug>/`` (its index.json and compaction: :attr:`index`, a
+    :class:`~cybmem.store.index.ProjectIndex`)."""
 
     def __init__(self, root: str | os.PathLike, slug: str, *, index_cap: int = DEFAULT_INDEX_CAP):
         validate_slug(slug)
@@ -199,11 +200,12 @@ class MemoryStore(ProjectIndex):
         self.dir = self.root / slug
         self.records_dir = self.dir / "records"
         self.issues_path = self.dir / "issues.jsonl"
-        self.index_path = self.dir / "index.json"
         self.embeddings_path = self.dir / "embeddings.jsonl"
-        self.archive_path = self.dir / ARCHIVE_FILE
         self.index_cap = max(int(index_cap), 0)  # 0: no cap
         self.problems: list[ReadProblem] = []
+        #: index.json and its compaction, over this store's records (read problems noted here)
+        self.index = ProjectIndex(self, self._problem)
+        self.index_path, self.archive_path = self.index.index_path, self.index.archive_path
 
     def __repr__(self) -> str:
         return f"MemoryStore({str(self.root)!r}, {self.slug!r})"
@@ -251,6 +253,26 @@ class MemoryStore(ProjectIndex):
         stream = stream or sys.stderr
         for p in self.problems:
             print(f"{WARNING_PREFIX}{p.message}", file=stream)
+
+    # --- the index (store.index), its reads the callers use most ---------------------
+
+    def index_entries(self) -> list[dict]:
+        """:meth:`ProjectIndex.index_entries <cybmem.store.index.ProjectIndex.index_entries>`."""
+        return self.index.index_entries()
+
+    def all_entries(self) -> list[dict]:
+        """:meth:`ProjectIndex.all_entries <cybmem.store.index.ProjectIndex.all_entries>`."""
+        return self.index.all_entries()
+
+    def latest_run_id(self, *, before_ms: int | None = None, exclude: str | None = None) -> str | None:
+        """:meth:`ProjectIndex.latest_run_id <cybmem.store.index.ProjectIndex.latest_run_id>`."""
+        return self.index.latest_run_id(before_ms=before_ms, exclude=exclude)
+
+    def rebuild_index(self, *, full: bool = False) -> int:
+        """Regenerate index.json from records/ alone (:meth:`ProjectIndex.rebuild_index
+        <cybmem.store.index.ProjectIndex.rebuild_index>`), never through a symlinked project dir."""
+        self._check_not_symlinked()
+        return self.index.rebuild_index(full=full)
 
     # --- records -----------------------------------------------------------------
 
@@ -376,8 +398,8 @@ class MemoryStore(ProjectIndex):
                 sync_path(self.issues_path)
             sync_path(self.records_dir)
             try:
-                with self.index_lock():
-                    self._update_index_locked(rec.runId)
+                with self.index.index_lock():
+                    self.index.update_locked(rec.runId)
             except OSError as exc:
                 # The record and its events are committed; the index is derived and every reader
                 # merges what it lacks, so this is a warning, never a failed write.
@@ -443,7 +465,7 @@ class MemoryStore(ProjectIndex):
     def link_rows(self, _index: tuple | None = None) -> tuple[list[supersession.Link], dict[str, int]]:
         """(runId, endedAt, supersedes, supersededBy) of every indexed and archived record, and the
         endedAt of each (no archived record file is read)."""
-        entries, _, archived = _index or self._current_index()
+        entries, _, archived = _index or self.index.current()
         rows = [(e["runId"], e["endedAt"], e.get("supersedes"), e.get("supersededBy")) for e in entries]
         rows += [(rid, a[0], a[2], a[3]) for rid, a in archived.items()]
         return rows, {rid: ended for rid, ended, _, _ in rows}
