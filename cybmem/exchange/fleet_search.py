@@ -37,7 +37,7 @@ class Shard:
     """The snapshots of one partition's (machine, project)s, as search loads a store.
 
     Each group's snapshot is built by the same steps as a store's first load
-    (:mod:`cybmem.store.snapshot`): issue texts (title and detail) from the fold of its ledger, keyword texts, tokens, one
+    (:mod:`cybmem.store.refresh`): issue texts (title and detail) from the fold of its ledger, keyword texts, tokens, one
     :class:`KeywordIndex`. Pickles its indexes as Arrow (a worker may hand a shard to another).
     """
 

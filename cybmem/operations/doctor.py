@@ -812,7 +812,7 @@ def rebuild(store: MemoryStore, settings: Settings, *, full: bool = False) -> Re
     weights are re-tuned too (:func:`cybmem.operations.retune.auto_tune`)."""
     count = store.rebuild_index(full=full)
     done = Rebuilt(store, count, 0, [p.message for p in store.problems])
-    done.archived = len(store.archived_ids())
+    done.archived = len(store.index.archived_ids())
     if settings.retune > 0:
         from .retune import auto_tune, retune_due
 
