@@ -197,6 +197,25 @@ def test_issues_filters_and_paging(populated, tmp_path):
     assert run("issues", "--events", "--oldest-first", "--cwd", "/home/dev/web").exit_code == 2
 
 
+def test_issues_ranked_against_a_query(populated, tmp_path):
+    for i, title in enumerate(["Login form rejects valid passwords", "Slow build on CI", "Login page flickers"]):
+        out = f"Done.\n\nACCOMPLISHED:\n- x\nISSUES:\n- {title}: seen twice\nNEXT:\n- none\n"
+        path = write_json(tmp_path / f"q{i}.json", make_run(f"dddd000{i}", f"Task {i}", start=T0 + (100 + i) * MIN, output=out))
+        assert run("write", path).exit_code == 0
+    ranked = json.loads(run("issues", "--query", "login password rejected", "--json", "--limit", "0", "--cwd", "/home/dev/web").output)
+    assert ranked[0]["issueId"] == "login-form-rejects-valid-passwords", "the issue whose words match comes first"
+    assert [r["score"] for r in ranked] == sorted((r["score"] for r in ranked), reverse=True)
+    assert {r["issueId"] for r in ranked} == {i["issueId"] for i in json.loads(run("issues", "--state", "open", "--json", "--cwd", "/home/dev/web").output)}
+    assert set(ranked[0]["contributions"]) == {"keyword", "lineage", "recency"} and ranked[0]["state"] == "opened"
+    text = run("issues", "--query", "login password rejected", "--limit", "2", "--offset", "1", "--cwd", "/home/dev/web").output.splitlines()
+    assert text[0].split() == ["#", "SCORE", "ISSUE", "OPENED", "(UTC)", "BY", "TITLE"]
+    assert [line.split()[2] for line in text[1:3]] == [r["issueId"] for r in ranked[1:3]], "a page of the same order"
+    assert text[3] == f"Showing 2-3 of {len(ranked)} open issues; --offset 3 for the next page, --limit 0 for all."
+    refused = run("issues", "--query", "login", "--state", "closed", "--cwd", "/home/dev/web")
+    assert refused.exit_code == 2 and "--query ranks the open issues; --state is for the issue view" in refused.output
+    assert run("issues", "--query", "  ", "--cwd", "/home/dev/web").exit_code == 2
+
+
 def test_chain_both_directions(populated):
     res = run("chain", "aaaa2222", "--cwd", "/home/dev/web")
     lines = res.output.splitlines()

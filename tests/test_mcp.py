@@ -267,6 +267,9 @@ def test_issues(agent):
     assert first["issueId"] == "analytics-fires-before-the-consent-banner-is-answered-on-first"
     assert first["score"] > 0 and set(first["contributions"]) == {"keyword", "lineage", "recency"}
     assert ranked["issues"][1]["state"] == "resolved" and "score" not in ranked["issues"][1]  # closed: after, unranked
+    # The CLI's `issues --query` is the same library call: the same ranked open issues, the same scores.
+    open_ranked = agent.answer("issues", query="consent banner analytics", limit=0)["issues"]
+    assert open_ranked == cli_agents(agent.root, "issues", "--query", "consent banner analytics", "--limit", "0", "--project", "web")
 
 
 def test_memory_block_is_what_inject_system_prints(agent):

@@ -127,6 +127,7 @@ def issues_cmd(
     offset: OffsetOpt = 0,
     as_of: Annotated[Optional[str], typer.Option("--as-of", help="The ledger as it was at this moment (ISO or epoch ms); the window is measured from then.", show_default=False)] = None,
     oldest_first: Annotated[bool, typer.Option("--oldest-first", help="Open issues oldest opened first (default: newest first).")] = False,
+    query: Annotated[Optional[str], typer.Option("--query", help="Rank the open issues against this text with the scorer the MEMORY block uses: best first, each with its score.", show_default=False)] = None,
 ):
     """List a project's issues (the fold of the issue ledger): open ones, and those closed recently.
 
@@ -139,6 +140,10 @@ def issues_cmd(
     """
     from ..retrieval.filters import IssueFilter, list_issue_events, list_issues
 
+    if query is not None:
+        return _ranked_issues(ctx, query, at=moment(as_of, "--as-of"), offset=offset, limit=limit,
+                              refused=[flag for flag, on in (("--events", events), ("--all", all_issues), ("--state", state),
+                                       ("--since", since), ("--until", until), ("--grep", grep), ("--oldest-first", oldest_first)) if on])
     if events and (all_issues or oldest_first):
         flag = "--all" if all_issues else "--oldest-first"
         raise typer.BadParameter(f"--events lists every ledger event, in file order; {flag} is for the issue view", param_hint=flag)
@@ -186,6 +191,36 @@ def issues_cmd(
     for line in (page.footer(noun), hint):
         if line:
             echo(line)
+
+
+def _ranked_issues(ctx: Ctx, query: str, *, at: Optional[int], offset: int, limit: int, refused: list[str]) -> None:
+    """`cybmem issues --query`: the open issues ranked against the text (the MCP issues tool's answer)."""
+    from ..retrieval.filters import Page
+    from ..retrieval.issue_ranking import rank_open_issues
+    from ..store.loading import load_snapshot
+
+    if refused:
+        raise typer.BadParameter(f"--query ranks the open issues; {refused[0]} is for the issue view (leave one of them out)",
+                                 param_hint=refused[0])
+    if not query.strip():
+        raise typer.BadParameter("give the text to rank the open issues against", param_hint="--query")
+    store = ctx.store()
+    ranked, total, found = rank_open_issues(load_snapshot(store), query, settings=ctx.settings, as_of=at,
+                                            offset=offset, limit=limit or None)
+    warn(found)
+    if ctx.json:
+        print_json([issue.to_dict() for issue in ranked])
+        return
+    if not total:
+        echo(f"No open issues in project {store.slug}.")
+        return
+    rows = [[f"{offset + i + 1}", f"{r.chosen.score:.3f}", r.state.issueId, _day(r.state.openedAt), (r.state.openedBy or "-")[:8],
+             _title(r.state.issueId, r.state.title)] for i, r in enumerate(ranked)]
+    if rows:
+        table(["#", "SCORE", "ISSUE", "OPENED (UTC)", "BY", "TITLE"], rows, fit=shorten)
+    footer = Page(ranked, total, offset, limit or None).footer("open issues")
+    if footer:
+        echo(footer)
 
 
 def _context(value: str) -> Optional[int]:

@@ -183,18 +183,12 @@ class Memory:
         if not query:
             items = [s.to_dict() for s in (listed[:limit] if limit else listed)]
         else:
-            from ..retrieval.issue_ranking import rank_issues
-            from ..retrieval.search import search
+            from ..retrieval.issue_ranking import rank_open_issues
 
-            result = search(snap, query, k=1, settings=self.settings)
-            warnings.append(result.warnings)
-            by_id = self._issue_list(snap, "by id")
-            items = []
-            for issue in rank_issues(result, result.weights, limit=limit or None):
-                if issue.ids[0] in by_id:
-                    scored = issue.to_dict()
-                    items.append({**by_id[issue.ids[0]].to_dict(), "score": scored["score"],
-                                  "contributions": scored["contributions"], "via": scored["via"]})
+            ranked, _, found = rank_open_issues(snap, query, settings=self.settings, limit=limit or None,
+                                                states=self._issue_list(snap, "by id"))
+            warnings.append(found)
+            items = [issue.to_dict() for issue in ranked]
             if status == "all":  # the closed ones after them, in the order listed
                 items += [s.to_dict() for s in listed if not s.is_open][:max(limit - len(items), 0) if limit else None]
         return {"project": store.slug, "status": status, "query": query, "total": len(listed), "issues": items,

@@ -7,8 +7,8 @@ and the runs that raised or carry it (:func:`cybmem.retrieval.search.search` sco
 that best run, recency from its last activity; the kernels and the order are the runs' own
 (:mod:`cybmem.retrieval.scoring`). Only issues with evidence are listed, by the runs' rule: their own
 title or detail holds a task term that is not common in the store, or a run with evidence carries
-them. Dispatch (:mod:`cybmem.dispatch.inject`) lists the first distinct titles; the MCP ``issues``
-tool, :func:`rank_issues`.
+them. Dispatch (:mod:`cybmem.dispatch.inject`) lists the first distinct titles; `cybmem issues
+--query` and the MCP ``issues`` tool, :func:`rank_open_issues`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import pyarrow.compute as pc
 from ..store.issue_tables import opened_in
 from ..store.tokens import tokenize
 from .scoring import normalize_keyword, ranking_order, recency
-from .search import SearchResult
+from .search import SearchResult, search
 from .weights import Weights
 
-__all__ = ["ChosenIssue", "IssueRanking", "score_issues", "rank_issues"]
+__all__ = ["ChosenIssue", "IssueRanking", "RankedIssue", "score_issues", "rank_issues", "rank_open_issues"]
 
 
 @dataclass
@@ -248,3 +248,43 @@ def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = N
     first; only the first ``limit`` when given (a store can hold tens of thousands of open issues)."""
     ranking = score_issues(result, weights, as_of=as_of)
     return [ranking.issue(i) for i in (ranking.order if limit is None else ranking.top(limit)).tolist()]
+
+
+@dataclass
+class RankedIssue:
+    """An open issue as the issue view lists it (:class:`~cybmem.store.ledger.IssueState`), with its
+    score against a query and why (:class:`ChosenIssue`)."""
+
+    state: Any  # IssueState
+    chosen: ChosenIssue
+
+    def to_dict(self) -> dict:
+        scored = self.chosen.to_dict()
+        return {**self.state.to_dict(), "score": scored["score"], "contributions": scored["contributions"], "via": scored["via"]}
+
+
+def rank_open_issues(snap: Any, query: str, *, settings: Any = None, as_of: int | None = None, offset: int = 0,
+                     limit: int | None = None, states: dict | None = None) -> tuple[list[RankedIssue], int, list[str]]:
+    """A project's open issues ranked against ``query``, best first: what `cybmem issues --query` and
+    the MCP ``issues`` tool answer.
+
+    Args:
+        snap: the project's snapshot.
+        query: the text to rank against (a task, a question).
+        settings: the weights' source and the vector axis (:class:`~cybmem.settings.Settings`).
+        as_of: the ledger and the runs as they were then (epoch ms; None: now).
+        offset / limit: the page (None: every open issue; a store can hold tens of thousands).
+        states: issue id -> IssueState of the same snapshot, when the caller holds them already.
+
+    Returns:
+        The page, the number of open issues in all, and the search's warnings.
+    """
+    from ..store.ledger import states_from_table
+
+    result = search(snap, query, k=1, settings=settings, as_of=as_of)
+    if states is None:
+        states = {s.issueId: s for s in states_from_table(snap.fold(as_of))}
+    ranking = score_issues(result, result.weights, as_of=as_of)
+    order = ranking.order if limit is None else ranking.top(offset + limit)
+    page = [ranking.issue(i) for i in order.tolist()[offset:]]
+    return [RankedIssue(states[c.ids[0]], c) for c in page if c.ids[0] in states], len(ranking), list(result.warnings)
