@@ -419,7 +419,7 @@ def rank_query(
     pin = parent_row(snap, mask, parent_run_id, as_of) if pin_parent and k > 0 else None
     with_vec = vector is not None and weights.w_vec > 0
     if ev is not None:
-        ev.candidates = int(mask.sum())
+        ev.candidates = int(np.count_nonzero(mask))
     if ev is not None and ev.judged:
         if with_vec and not isinstance(vector, np.ndarray):
             vector = vector.index.exact(vector.vector)  # every row's cosine: a run only the vectors relate can qualify
@@ -558,7 +558,7 @@ def search(
             evidence=ranked.tiers[pos - 1] if ranked.tiers else None,
         ))
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
-                        candidates=int(ranked.mask.sum()), context=ranked.context, snapshot=snap,
+                        candidates=int(np.count_nonzero(ranked.mask)), context=ranked.context, snapshot=snap,
                         ranked=ranked, warnings=warnings, vector=vector is not None)
 
 

@@ -107,7 +107,11 @@ class Weights:
         return cls(**merged)
 
     def to_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in _NAMES}
+        d = self.__dict__.get("_as_dict")  # kept: explain() asks once per hit
+        if d is None:
+            d = {name: getattr(self, name) for name in _NAMES}
+            object.__setattr__(self, "_as_dict", d)
+        return dict(d)
 
     def for_issues(self) -> Weights:
         """The weights open issues are ranked by: recency :data:`ISSUE_REC_SHARE` of the sum of
