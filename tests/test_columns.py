@@ -234,6 +234,8 @@ def test_cells_read_what_to_pylist_gives(data):
     cells = columns.Cells(col)
     expect = col.to_pylist()
     assert [cells[i] for i in range(len(col))] == expect
+    backwards = list(range(len(col)))[::-1]
+    assert cells.take(backwards) == [expect[i] for i in backwards]
     if pa.types.is_timestamp(t):
         assert [c.tzinfo for c in (cells[i] for i in range(len(col))) if c is not None] == \
                [c.tzinfo for c in expect if c is not None]

@@ -469,9 +469,10 @@ def rank_query(
     idx = _pool(snap, mask, kw, lin, k, weights, now, vec=cos)
     if pin is not None:
         idx = np.union1d(idx, [pin])
-    sub = lambda a: None if a is None else a[idx]  # noqa: E731
+    # Distinct ascending rows: as many as there are records is every row, taken as it is (no copies).
+    sub = (lambda a: a) if len(idx) == snap.n else (lambda a: None if a is None else a[idx])  # noqa: E731
     # Every pool row is a candidate (the pinned parent was made one above): no mask to apply.
-    scored = score(keyword_raw=sub(kw), ended_at_ms=snap.ended_ms()[idx], now_ms=now, lineage=sub(lin),
+    scored = score(keyword_raw=sub(kw), ended_at_ms=sub(snap.ended_ms()), now_ms=now, lineage=sub(lin),
                    vector_cos=sub(cos), weights=weights)
     local = _pin_first(rank(scored, k), None if pin is None else int(np.searchsorted(idx, pin)), k)
     return _judged(Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, ev), snap, cos, weights)

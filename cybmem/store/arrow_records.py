@@ -103,9 +103,19 @@ class Cells:
 
     def __getitem__(self, row: int) -> Any:
         """The value at ``row`` (0 <= row < the column's length)."""
-        at = bisect.bisect_right(self._starts, row) - 1
-        kind, bits, off, bufs, chunk = self._chunks[at]
-        local = row - self._starts[at]
+        at = bisect.bisect_right(self._starts, row) - 1 if len(self._starts) > 1 else 0
+        return self._cell(self._chunks[at], row - self._starts[at])
+
+    def take(self, rows: list[int]) -> list:
+        """The values at ``rows``, in their order."""
+        if len(self._chunks) == 1:
+            chunk = self._chunks[0]
+            return [self._cell(chunk, r) for r in rows]
+        return [self[r] for r in rows]
+
+    @staticmethod
+    def _cell(reader: tuple, local: int) -> Any:
+        kind, bits, off, bufs, chunk = reader
         if kind == "any":
             return chunk[local].as_py()
         j = off + local

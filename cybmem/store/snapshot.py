@@ -501,7 +501,7 @@ class Snapshot:
                     return [None] * len(rows)
                 raise KeyError(column)
             cells = self._cells[column] = Cells(self.records.column(column))
-        return [cells[r] for r in rows]
+        return cells.take(rows)
 
 
 # --- loading and the cache -------------------------------------------------------------
