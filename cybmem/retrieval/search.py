@@ -229,7 +229,7 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
     # Records with no score but recency: the k newest (they are most records); then the linked ones.
     parts.append(newest((lambda r: ~scored(r) & (lin[r] <= 0)) if lin is not None else lambda r: ~scored(r), k))
     if lin is not None:
-        linked = np.flatnonzero(lin > 0)
+        linked = _linked(snap, lin)
         linked = linked[~scored(linked) & mask[linked]]
         if len(linked) <= step:
             parts.append(linked)
@@ -483,18 +483,37 @@ def rank_query(
 #: identity; a held one lives as long as the files are unchanged). One client's searches share
 #: their context (the parent and chat it dispatches from, the newest candidate), so a held
 #: snapshot walks the lineage once for them, not on every call (~10% of a query at 100k).
-_AFFINITY: "weakref.WeakKeyDictionary[Snapshot, tuple[LineageContext, np.ndarray]]" = weakref.WeakKeyDictionary()
+#: Kept with it: the rows it is positive on (:func:`_pool` asks for them; a pass over every record).
+_AFFINITY: "weakref.WeakKeyDictionary[Snapshot, _Affinity]" = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class _Affinity:
+    context: LineageContext
+    values: np.ndarray
+    linked: np.ndarray | None = None
 
 
 def _affinity(snap: Snapshot, ctx: LineageContext) -> np.ndarray:
     """:func:`lineage_affinity` of ``snap``'s records for ``ctx`` (read-only: it may be shared)."""
     kept = _AFFINITY.get(snap)
-    if kept is not None and kept[0] == ctx:
-        return kept[1]
+    if kept is not None and kept.context == ctx:
+        return kept.values
     lin = lineage_affinity(*snap.lineage_columns(), ctx, lookup=snap.run_lookup())
     lin.flags.writeable = False
-    _AFFINITY[snap] = (ctx, lin)
+    _AFFINITY[snap] = _Affinity(ctx, lin)
     return lin
+
+
+def _linked(snap: Snapshot, lin: np.ndarray) -> np.ndarray:
+    """The rows ``lin`` (a lineage affinity of ``snap``'s records) is positive on, ascending."""
+    kept = _AFFINITY.get(snap)
+    if kept is None or kept.values is not lin:
+        return np.flatnonzero(lin > 0)
+    if kept.linked is None:
+        kept.linked = np.flatnonzero(lin > 0)
+        kept.linked.flags.writeable = False
+    return kept.linked
 
 
 def _judged(ranked: Ranked, snap: Snapshot, cos: np.ndarray | None, weights: Weights) -> Ranked:
