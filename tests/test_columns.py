@@ -38,6 +38,7 @@ PATHS = st.sampled_from([
 def _mutate(record: dict, changes) -> dict:
     d = json.loads(json.dumps(record))
     for path, value in changes:
+        value = json.loads(json.dumps(value))  # ODD_VALUES' {} and [] are one object each: never share it
         target = d
         for key in path[:-1]:
             if isinstance(target, dict) and key in target and isinstance(target[key], (dict, list)):
