@@ -54,9 +54,9 @@ _INT_FORMATS = {pa.int64(): "q", pa.uint64(): "Q", pa.int32(): "i", pa.uint32():
 
 class Cells:
     """One column's values at a few rows as ``to_pylist`` gives them, read straight from the
-    column's Arrow buffers: a string, a list of strings, an integer or a timestamp in ms costs a slice and a decode
-    (about 0.5 us), where ``take`` + ``to_pylist`` costs 7-10 us a column whatever the rows
-    (what a search's ten hits paid, several columns over). Other types (timestamps, say) are
+    column's Arrow buffers: a string, a list of strings, an integer or a ms timestamp costs a
+    slice and a decode (about 0.5 us), where ``take`` + ``to_pylist`` costs 7-10 us a column
+    whatever the rows (what a search's ten hits paid, several columns over). Other types are
     read one scalar at a time. Build one per column of a table that does not change (a
     snapshot's) and keep it."""
 
