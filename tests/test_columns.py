@@ -7,6 +7,7 @@ import json
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+import pyarrow as pa
 
 from cybmem.store import arrow_records as columns
 from cybmem.errors import ValidationError
@@ -37,6 +38,7 @@ PATHS = st.sampled_from([
 def _mutate(record: dict, changes) -> dict:
     d = json.loads(json.dumps(record))
     for path, value in changes:
+        value = json.loads(json.dumps(value))  # ODD_VALUES' {} and [] are one object each: never share it
         target = d
         for key in path[:-1]:
             if isinstance(target, dict) and key in target and isinstance(target[key], (dict, list)):
@@ -200,3 +202,41 @@ def test_keyword_text_array_is_record_text(rows, titles, cut):
     chunked = pa.concat_tables([table.slice(0, cut), table.slice(cut)])
     assert columns.keyword_text_array(chunked, titles).to_pylist() == want
     assert columns.keyword_text_array(table.slice(cut), titles).to_pylist() == want[cut:]
+
+
+# --- Cells: a few rows' values from the buffers, as to_pylist gives them (issue 31) ---------------
+
+
+_CELL_TYPES = [
+    (pa.string(), st.one_of(st.none(), st.text(max_size=12))),
+    (pa.list_(pa.string()), st.one_of(st.none(), st.lists(st.text(max_size=6), max_size=4))),
+    (pa.list_(pa.string()), st.one_of(st.none(), st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=4))),
+    (pa.uint64(), st.one_of(st.none(), st.integers(0, 2**64 - 1))),
+    (pa.int64(), st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))),
+    (pa.timestamp("ms", tz="UTC"), st.one_of(st.none(), st.integers(-2_000_000_000_000, 4_000_000_000_000))),
+    (pa.timestamp("ms"), st.one_of(st.none(), st.integers(0, 4_000_000_000_000))),
+    (pa.float64(), st.one_of(st.none(), st.floats(allow_nan=False))),  # read one scalar at a time
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_cells_read_what_to_pylist_gives(data):
+    """Every supported type, nulls, several chunks, chunks that are slices of larger arrays."""
+    t, values = data.draw(st.sampled_from(_CELL_TYPES))
+    chunks = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        vals = data.draw(st.lists(values, min_size=0, max_size=8))
+        skip = data.draw(st.integers(0, 2))
+        pad = data.draw(st.lists(values, min_size=skip, max_size=skip))
+        arr = pa.array(pad + vals + pad, t)
+        chunks.append(arr.slice(skip, len(vals)))  # a slice: its offset is not 0
+    col = pa.chunked_array(chunks, t)
+    cells = columns.Cells(col)
+    expect = col.to_pylist()
+    assert [cells[i] for i in range(len(col))] == expect
+    backwards = list(range(len(col)))[::-1]
+    assert cells.take(backwards) == [expect[i] for i in backwards]
+    if pa.types.is_timestamp(t):
+        assert [c.tzinfo for c in (cells[i] for i in range(len(col))) if c is not None] == \
+               [c.tzinfo for c in expect if c is not None]

@@ -216,6 +216,10 @@ def test_pool_ranking_equals_scoring_every_record(fixture_copy, weights):
             dense = score(keyword_raw=kw, ended_at_ms=snap.ended_ms(), now_ms=NOW, lineage=lin, vector_cos=None,
                           weights=weights, mask=mask)
             assert ranked.top == rank(dense, 10), (query, parent)
+            if lin is not None:  # the affinity kept per snapshot is this context's, and reused for it
+                assert (ranked.lineage == lin).all()
+                again = rank_query(snap, query, k=10, weights=weights, now_ms=NOW, parent_run_id=parent)
+                assert again.lineage is ranked.lineage and again.top == ranked.top
 
 
 def _issue_lines(block: str) -> list[str]:

@@ -200,3 +200,107 @@ def test_huge_weights_never_reach_the_dispatch_path_or_the_cli(fixture_copy, tmp
         done = subprocess.run([sh.which("cybmem"), *args, "--project", "web"], env=env, capture_output=True,
                               text=True, timeout=120)
         assert done.returncode in (1, 2) and needle in done.stderr, (args, done.stderr)
+
+
+# --- the kept results of load_weights (a held process stats the files, issue 31) ----------------------
+
+
+def _aged(p, seconds: float = 3600.0) -> None:
+    """``p``'s mtime set back, out of the racy window in which a read result is not kept."""
+    import os
+    import time
+
+    t = time.time_ns() - int(seconds * 1e9)
+    os.utime(p, ns=(t, t))
+
+
+def _counting_reads(monkeypatch) -> list:
+    """The files load_weights actually reads from here on (a kept result reads none)."""
+    import cybmem.retrieval.weights as W
+
+    reads: list = []
+    real = W._file_values
+
+    def counted(p):
+        reads.append(p)
+        return real(p)
+
+    monkeypatch.setattr(W, "_file_values", counted)
+    return reads
+
+
+def test_a_kept_result_is_used_until_the_file_changes(tmp_path, monkeypatch):
+    f = tmp_path / "weights.json"
+    missing = tmp_path / "project.json"
+    f.write_text(json.dumps({"w_kw": 0.7}))
+    _aged(f)
+    reads = _counting_reads(monkeypatch)
+    first = load_weights([f, missing], env={})
+    assert first.weights.w_kw == 0.7 and len(reads) == 2
+    again = load_weights([f, missing], env={})
+    assert again.weights.w_kw == 0.7 and len(reads) == 2, "a second load reads no file"
+    # A caller changing its result does not change the kept one.
+    again.sources["w_kw"] = "changed"
+    again.problems.append("changed")
+    assert load_weights([f, missing], env={}).sources["w_kw"] == str(f)
+    assert load_weights([f, missing], env={}).problems == []
+    # Rewritten in place (same inode): the new weights, read at once.
+    f.write_text(json.dumps({"w_kw": 0.2}))
+    assert load_weights([f, missing], env={}).weights.w_kw == 0.2
+    # Rewritten within the racy window, each load reads it again (an edit in the same clock tick is seen).
+    n = len(reads)
+    load_weights([f, missing], env={})
+    assert len(reads) == n + 2
+    # Replaced atomically (a new inode) and its mtime set back to the old value: still seen.
+    _aged(f, 7200)
+    assert load_weights([f, missing], env={}).weights.w_kw == 0.2
+    before = f.stat().st_mtime_ns
+    save_weights(Weights(w_kw=0.9), f)
+    import os
+
+    os.utime(f, ns=(before, before))
+    assert load_weights([f, missing], env={}).weights.w_kw == 0.9
+    # A file that appears where there was none, and one that goes away.
+    missing.write_text(json.dumps({"w_kw": 0.3}))
+    _aged(missing)
+    assert load_weights([f, missing], env={}).weights.w_kw == 0.3
+    missing.unlink()
+    assert load_weights([f, missing], env={}).weights.w_kw == 0.9
+    # Other variables, another result.
+    assert load_weights([f, missing], env={"CYBERINE_MEMORY_W_KW": "0.4"}).weights.w_kw == 0.4
+    assert load_weights([f, missing], env={}).weights.w_kw == 0.9
+
+
+def test_a_broken_file_is_never_kept(tmp_path, monkeypatch):
+    f = tmp_path / "weights.json"
+    f.write_text("{not json")
+    _aged(f)
+    lenient = load_weights([f], env={}, lenient=True)
+    assert lenient.weights == Weights() and len(lenient.problems) == 1
+    assert len(load_weights([f], env={}, lenient=True).problems) == 1
+    with pytest.raises(ValidationError, match="not valid JSON"):
+        load_weights([f], env={})  # the lenient result is not what a strict load returns
+    f.write_text(json.dumps({"w_rec": 0.1}))
+    _aged(f, 10)
+    assert load_weights([f], env={}).weights.w_rec == 0.1
+
+
+def test_a_held_search_uses_weights_saved_meanwhile(fixture_copy):
+    """What a held process (``cybmem mcp``) ranks with follows ``cybmem tune --save`` at once."""
+    from cybmem.retrieval.search import search
+    from cybmem.retrieval.weights import save_project_weights
+    from cybmem.settings import Settings
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.snapshot import holding_snapshots
+
+    store = MemoryStore(fixture_copy, "web")
+    settings = Settings.from_env({}, memory_dir=fixture_copy)
+    with holding_snapshots():
+        assert search(store, "cart drawer", settings=settings).weights == Weights()
+        path, _ = save_project_weights(store, Weights(w_kw=0.8, w_rec=0.1), settings)
+        _aged(path)
+        first = search(store, "cart drawer", settings=settings)
+        assert first.weights == Weights(w_kw=0.8, w_rec=0.1)
+        assert search(store, "cart drawer", settings=settings).weights == first.weights
+        save_project_weights(store, Weights(w_kw=0.3, w_rec=0.6), settings)  # a tuning saves again
+        assert search(store, "cart drawer", settings=settings).weights == Weights(w_kw=0.3, w_rec=0.6)

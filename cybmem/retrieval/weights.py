@@ -15,6 +15,9 @@ applies (source ``"default (embeddings)"``), a value measured on the corpus qrel
 from __future__ import annotations
 
 import math
+import os
+import stat as _stat
+import threading
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -104,7 +107,11 @@ class Weights:
         return cls(**merged)
 
     def to_dict(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        d = self.__dict__.get("_as_dict")  # kept: explain() asks once per hit
+        if d is None:
+            d = {name: getattr(self, name) for name in _NAMES}
+            object.__setattr__(self, "_as_dict", d)
+        return dict(d)
 
     def for_issues(self) -> Weights:
         """The weights open issues are ranked by: recency :data:`ISSUE_REC_SHARE` of the sum of
@@ -117,6 +124,8 @@ class Weights:
         keep = (1.0 - ISSUE_REC_SHARE) * total / rest
         return replace(self, w_kw=self.w_kw * keep, w_lin=self.w_lin * keep, w_rec=ISSUE_REC_SHARE * total)
 
+
+_NAMES = tuple(f.name for f in fields(Weights))  # to_dict's keys (dataclasses.fields() costs ~3 us a call)
 
 #: The score axes' weights (at least one must be positive).
 AXES = ("w_kw", "w_rec", "w_lin", "w_vec")
@@ -252,9 +261,48 @@ def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str
     return values, names, bad
 
 
+#: A weights file whose mtime is this close to the moment it was read may be rewritten within the
+#: same clock tick unseen (cybmem.store.cache.RACY_NS): its weights are not kept.
+_RACY_NS = 2_000_000_000
+#: :func:`load_weights`' results kept by what they were read from: (files, variables, lenient,
+#: vectors) -> (each file's stat, the result). A search reads its weights on every call; a long-lived
+#: process (``cybmem mcp``) then stats the files instead of reading and parsing them.
+_LOADED: dict[tuple, tuple[tuple, LoadedWeights]] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _files_state(files: Sequence[str]) -> tuple | None:
+    """Each file's (inode, size, mtime ns, device), or None for one that does not exist; None in
+    all when a file is no regular file or was modified too close to now to be trusted (then it is
+    read every time)."""
+    out = []
+    racy = time.time_ns() - _RACY_NS
+    for f in files:
+        try:
+            st = os.lstat(f)
+        except FileNotFoundError:
+            out.append(None)
+            continue
+        except OSError:
+            return None
+        if not _stat.S_ISREG(st.st_mode) or st.st_mtime_ns >= racy:
+            return None
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_dev))
+    return tuple(out)
+
+
+def _copy(loaded: LoadedWeights) -> LoadedWeights:
+    """A result of :func:`load_weights` a caller may change without changing the kept one."""
+    return replace(loaded, sources=dict(loaded.sources), problems=list(loaded.problems),
+                   tuned=None if loaded.tuned is None else dict(loaded.tuned))
+
+
 def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None = None, *,
                  lenient: bool = False, vectors: bool = False) -> LoadedWeights:
     """Defaults, then each existing JSON file in order, then CYBERINE_MEMORY_W_* variables.
+
+    A result is kept while every file has the inode, size and mtime it had when it was read (and
+    was not modified within 2 s of that read): then the files are stat()ed, not read again.
 
     Files may carry "savedAt" and "tuned" (the evidence of ``cybmem tune --save``) keys (written by
     :func:`save_weights`); they set no weight. Missing files are skipped.
@@ -271,6 +319,25 @@ def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None
     Raises:
         ValidationError: a malformed file or variable, named, with the fix (unless ``lenient``).
     """
+    key = (tuple(str(f) for f in files), tuple(sorted((env or {}).items())), lenient, vectors)
+    state = _files_state(key[0])
+    if state is not None:
+        kept = _LOADED.get(key)
+        if kept is not None and kept[0] == state:
+            return _copy(kept[1])
+    loaded = _load_weights(files, env, lenient=lenient, vectors=vectors)
+    # Kept only when the files are as they were before the read (none changed during it).
+    if state is not None and _files_state(key[0]) == state:
+        with _LOADED_LOCK:
+            if len(_LOADED) >= 64:
+                _LOADED.clear()
+            _LOADED[key] = (state, _copy(loaded))
+    return loaded
+
+
+def _load_weights(files: Sequence[Path | str], env: Mapping[str, str] | None, *, lenient: bool,
+                  vectors: bool) -> LoadedWeights:
+    """:func:`load_weights`, read from the files."""
     merged: dict[str, Any] = Weights().to_dict()
     sources = {name: "default" for name in merged}
     if vectors:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import cache as _cache, ledger, supersession
-from .arrow_records import RECORD_SCHEMA, parse_files, take_rows
+from .arrow_records import RECORD_SCHEMA, FEW_ROWS, Cells, parse_files, take_rows
 from .issue_tables import (ACTIVITY_SCHEMA, CARRIERS_SCHEMA, carrier_arrays, issue_activity, issue_carriers, issue_index,
                            issue_texts, open_rows, opened_in)
 from .keyword_index import IdColumn, KeywordIndex, RunLookup
@@ -96,6 +96,7 @@ class Snapshot:
     _block_newest: tuple[int, np.ndarray] | None = field(default=None, init=False, repr=False)  # (block size, maxima)
     _ended: np.ndarray | None = field(default=None, init=False, repr=False)  # ended_ms()
     _newest: np.ndarray | None = field(default=None, init=False, repr=False)  # newest_first()
+    _cells: dict[str, Cells] = field(default_factory=dict, init=False, repr=False)  # by column: :meth:`rows`
 
     @property
     def n(self) -> int:
@@ -354,9 +355,12 @@ class Snapshot:
         rows = np.asarray(list(rows), dtype=np.int64)
         if not len(rows):
             return []
-        picked = take_rows(self.records.select([c for c in ("runId", "inode") if c in self.records.column_names]), rows)
-        ids = picked.column("runId").to_pylist()
-        inodes = picked.column("inode").to_pylist() if "inode" in picked.column_names else [None] * len(rows)
+        if len(rows) <= FEW_ROWS:  # the hits a verb shows: from the buffers, no Arrow call
+            ids, inodes = self._values(rows.tolist(), "runId"), self._values(rows.tolist(), "inode")
+        else:
+            picked = take_rows(self.records.select([c for c in ("runId", "inode") if c in self.records.column_names]), rows)
+            ids = picked.column("runId").to_pylist()
+            inodes = picked.column("inode").to_pylist() if "inode" in picked.column_names else [None] * len(rows)
         since = built[np.searchsorted(starts, rows, side="right") - 1] - _cache.RACY_NS  # when each row was read
         out = []
         maybe: list[tuple[int, str, int]] = []  # (row, file name, inode): touched around or after the read
@@ -379,7 +383,23 @@ class Snapshot:
         return sorted(out)
 
     def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
-        """Some rows as dicts, only the given columns (cheap for a top-k)."""
+        """Some rows as dicts, only the given columns (cheap for a top-k: a few rows are read
+        cell by cell from the columns' buffers, :class:`~cybmem.store.arrow_records.Cells`)."""
         if not indices:
             return []
-        return take_rows(self.records.select(columns), indices).to_pylist()
+        if len(indices) > FEW_ROWS:
+            return take_rows(self.records.select(columns), indices).to_pylist()
+        rows = [int(i) for i in indices]
+        values = [self._values(rows, c) for c in columns]
+        return [dict(zip(columns, cells)) for cells in zip(*values)]
+
+    def _values(self, rows: list[int], column: str) -> list:
+        """``column``'s values at ``rows`` (None each when the table has no such column)."""
+        cells = self._cells.get(column)
+        if cells is None:
+            if column not in self.records.column_names:
+                if column == "inode":  # a table written before inodes were kept
+                    return [None] * len(rows)
+                raise KeyError(column)
+            cells = self._cells[column] = Cells(self.records.column(column))
+        return cells.take(rows)
