@@ -41,7 +41,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -52,7 +52,7 @@ from ..store.embeddings import read_rows
 from ..store.keyword_index import RunLookup
 from ..store.snapshot import Snapshot
 from ..store.tokens import tokenize
-from .judgments import METRICS, Judgment, check_metric
+from .judgments import METRICS, Judgment, JudgmentSet, check_metric
 from .scoring import lineage_affinity, normalize_keyword, ranking_order, recency_of_age
 from .search import dispatch_context, parent_row
 from .validation import refusal_of
@@ -61,7 +61,6 @@ from .weights import Weights, check_range
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from .tuning import Bench
     from .validation import Validation
 
 __all__ = ["DEFAULT_HALF_LIVES", "AxisMatrices", "axis_matrices", "embed_queries", "query_vectors", "weight_vector",
@@ -633,6 +632,12 @@ def comparison_frame(m: AxisMatrices, weights: Mapping[str, Weights], *,
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
+class ScoredOn(Protocol):
+    """What a grid was scored on, as far as its result reads it (:class:`cybmem.retrieval.tuning.Bench`)."""
+
+    judgment_set: JudgmentSet
+
+
 @dataclass
 class GridResult:
     """A weight search: the whole grid of metric values, the best point and the current one."""
@@ -663,7 +668,7 @@ class GridResult:
     tests: int = 0  # judgments whose answer depends on the weights (not the pinned parent's)
     state: tuple[int, int, int] | None = None  # weights.json when tuning began (weights_state)
     records: int = 0  # runs the tuning saw
-    bench: "Bench | None" = field(default=None, repr=False)  # what tune() scored on (None: a bare grid_search)
+    bench: "ScoredOn | None" = field(default=None, repr=False)  # what tune() scored on, a tuning.Bench (None: a bare grid_search)
 
     @property
     def saves(self) -> Weights | None:

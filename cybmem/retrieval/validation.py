@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .judgments import Judgment
 from .weights import Weights
 
-if TYPE_CHECKING:  # pragma: no cover - the grid imports this module's guard
-    from .grid import AxisMatrices
 
 __all__ = ["MIN_KEYWORD_JUDGMENTS", "MIN_JUDGMENTS", "MIN_FOLD", "Validation", "refusal_of", "bootstrap_interval",
            "time_folds", "kind_weights"]
@@ -130,7 +128,18 @@ def bootstrap_interval(diff: np.ndarray, *, weights: np.ndarray | None = None, r
     return float(lo), float(hi)
 
 
-def time_folds(m: "AxisMatrices") -> "tuple[AxisMatrices, AxisMatrices] | None":
+class Split(Protocol):
+    """What :func:`time_folds` splits: the grid's axis matrices (:class:`cybmem.retrieval.grid.AxisMatrices`)."""
+
+    judgments: list[Judgment]
+
+    @property
+    def n(self) -> int: ...
+
+    def subset(self, keep: Sequence[int]) -> "Split": ...
+
+
+def time_folds(m: Split) -> "tuple[Split, Split] | None":
     """The judgments split in time: the earlier half by asOf and the later half (None: too few)."""
     if m.n < 2 * MIN_FOLD:
         return None
