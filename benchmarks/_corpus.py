@@ -84,6 +84,16 @@ def ensure_corpus(name: str = "pytest-memory") -> Path:
     return dest
 
 
+def commit_messages(name: str) -> list[str]:
+    """Every record's task (the commit message) of a corpus archive, or [] when it is absent."""
+    archive = corpora_dir() / f"{name}.tar.gz"
+    if not archive.is_file():
+        return []
+    with tarfile.open(archive) as tar:
+        return [orjson.loads(tar.extractfile(m).read())["task"] for m in tar
+                if m.isfile() and "/records/" in m.name and m.name.endswith(".json")]
+
+
 def slug_of(root: Path) -> str:
     """The project of a corpus memory root (the first one projects.json names)."""
     projects = orjson.loads((root / "projects.json").read_bytes())

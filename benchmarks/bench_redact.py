@@ -107,7 +107,7 @@ def print_corpus(result: dict) -> dict:
 @functools.cache
 def commit_messages() -> list[str]:
     """Every task (commit message) of the pytest corpus archive, or [] when it is absent."""
-    from bench_secrets import commit_messages as messages
+    from _corpus import commit_messages as messages
 
     return messages("pytest-memory")
 

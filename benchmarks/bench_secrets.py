@@ -39,7 +39,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -48,23 +47,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _corpus import corpora_dir  # noqa: E402
+from _corpus import commit_messages, corpora_dir  # noqa: E402
 
 EXAMPLES = REPO / "data-fixtures" / "secret-examples.jsonl"
 FAMILIES = REPO / "tests" / "data" / "secret-families.jsonl"
 HISTORIES = ("pytest-memory", "mypy-memory", "sphinx-memory", "celery-memory")
 SLICE = "pytest-memory-1k"
 BEFORE_FAMILIES = "8000388"  # the last commit before the issue 29 families (speed is compared with it)
-
-
-def commit_messages(name: str) -> list[str]:
-    """Every record's task (the commit message) of a corpus archive, or [] when it is absent."""
-    archive = corpora_dir() / f"{name}.tar.gz"
-    if not archive.is_file():
-        return []
-    with tarfile.open(archive) as tar:
-        return [json.load(tar.extractfile(m))["task"] for m in tar
-                if m.isfile() and "/records/" in m.name and m.name.endswith(".json")]
 
 
 def load_examples() -> list[dict]:
