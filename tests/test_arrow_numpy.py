@@ -1,10 +1,15 @@
 """cybmem/arrow_numpy.py: Arrow arrays to numpy and back through their buffers give what pyarrow's own
 conversions give (value for value, and byte for byte once written as Arrow IPC, as the cache
-writes them)."""
+writes them); and a load and a search in a fresh interpreter import no pandas."""
 
 from __future__ import annotations
 
 import datetime
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pyarrow as pa
@@ -195,3 +200,66 @@ def test_pylist_of_a_table_is_to_pylist():
         ours, theirs = pylist(case), case.to_pylist()
         assert ours == theirs and [repr(r) for r in ours] == [repr(r) for r in theirs]
     assert isinstance(pylist(table)[0]["endedAt"], datetime.datetime)
+
+
+# --- no pandas, in a fresh interpreter -------------------------------------------------------------
+
+_FRESH = textwrap.dedent("""
+    import json, os, shutil, sys
+    root = sys.argv[1]
+    os.environ["CYBERINE_MEMORY_DIR"] = root
+    from cybmem.store import arrow_records
+    from cybmem.store.loading import holding_snapshots, load_snapshot
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.retrieval.filters import RecordFilter
+    from cybmem.retrieval.search import search
+
+    seen = []
+    for slug, bulk in (("web", False), ("api", True)):
+        arrow_records._BULK_MIN = 1 if bulk else 256  # "api": Arrow's JSON reader path, as for a large store
+        store = MemoryStore(root, slug)
+        cold = load_snapshot(store)
+        warm = load_snapshot(store)
+        assert cold.parsed and not warm.parsed and warm.from_cache, (cold.parsed, warm.parsed)
+        hits = search(warm, "fix the flaky test", k=5)
+        seen.append((slug, "load and search", "pandas" in sys.modules))
+        # A record and a ledger line added, then loaded again (the cache refreshed), and searches
+        # with every option dispatch and the read commands use.
+        first = sorted(store.records_dir.iterdir())[0]
+        record = json.loads(first.read_text())
+        new_id = "ffffffff-0000-4000-8000-00000000000" + str(int(bulk))
+        record.update(runId=new_id, lineage={"rootRunId": new_id, "parentRunId": record["runId"]})
+        record["outcome"]["issues"] = ["a-new-issue"]
+        (store.records_dir / (new_id + ".json")).write_text(json.dumps(record))
+        with open(store.issues_path, "a") as f:
+            f.write(json.dumps({"issueId": "a-new-issue", "at": record["endedAt"], "event": "opened",
+                                "byRunId": new_id, "title": "A new issue"}) + "\\n")
+        with holding_snapshots():
+            snap = load_snapshot(store)
+            assert snap.parsed == 1, snap.parsed
+            search(snap, "fix the flaky test", k=5, parent_run_id=record["runId"][:8], chat_session_id="c",
+                   exclude=new_id, evidence=True, pin_parent=True)
+            search(snap, "a new issue", k=3, offset=1, as_of=record["endedAt"])
+            search(snap, "a new issue", filter=RecordFilter(since=1, states=("done", "error"), grep="fix",
+                                                              agent="impl-1", issue="a-new-issue"))
+            snap.open_issues()
+        seen.append((slug, "refresh and searches", "pandas" in sys.modules))
+    print(json.dumps(seen))
+""")
+
+
+def test_a_load_and_a_search_in_a_fresh_interpreter_import_no_pandas(fixture_copy):
+    """Cold and warm loads of a copy of the fixtures (both ways of parsing records), a refresh after a
+    write, and searches, in a fresh interpreter without the console script's refusal of pandas
+    (cybmem/cli/_startup.py): pyarrow would import pandas, installed here, on its first conversion."""
+    import importlib.util
+
+    assert importlib.util.find_spec("pandas") is not None, "the test means something only with pandas installed"
+    (fixture_copy / ".nocache").unlink()
+    p = subprocess.run([sys.executable, "-c", _FRESH, str(fixture_copy)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "CYBERINE_MEMORY_DIR": str(fixture_copy)})
+    assert p.returncode == 0, p.stderr
+    seen = json.loads(p.stdout)
+    assert [s[:2] for s in seen] == [["web", "load and search"], ["web", "refresh and searches"],
+                                     ["api", "load and search"], ["api", "refresh and searches"]]
+    assert not [s for s in seen if s[2]], f"pandas was imported: {seen}"
