@@ -107,14 +107,17 @@ class RecordFilter:
 def _list_contains(column, value: str, n: int) -> "np.ndarray":
     """Rows of a list<string> column that hold ``value`` (vectorised)."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
+
+    from ..arrow_numpy import numpy_of, scalar  # not to_numpy / a str argument: they import pandas
 
     col = column.combine_chunks() if hasattr(column, "combine_chunks") else column
     flat = pc.list_flatten(col)
     hit = np.zeros(n, dtype=bool)
     if len(flat):
-        where = pc.fill_null(pc.equal(flat, value), False).to_numpy(zero_copy_only=False)
-        parents = pc.list_parent_indices(col).to_numpy()
+        where = numpy_of(pc.fill_null(pc.equal(flat, scalar(value, flat.type)), scalar(False, pa.bool_())))
+        parents = numpy_of(pc.list_parent_indices(col))
         hit[parents[where]] = True
     return hit
 
@@ -128,6 +131,8 @@ def record_mask(snap: "Snapshot", f: RecordFilter) -> "np.ndarray":
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from ..arrow_numpy import numpy_of, scalar, strings  # not pa.array / to_numpy: they import pandas
+
     n = snap.n
     mask = np.ones(n, dtype=bool)
     if not n or not f.active:
@@ -140,12 +145,12 @@ def record_mask(snap: "Snapshot", f: RecordFilter) -> "np.ndarray":
         if f.until is not None:
             mask &= ended <= f.until
     if f.states:
-        mask &= pc.is_in(r.column("state"), value_set=pa.array(list(f.states), pa.string())).to_numpy(zero_copy_only=False)
+        mask &= numpy_of(pc.is_in(r.column("state"), value_set=strings(list(f.states))))
     if f.grep:
         hit = np.zeros(n, dtype=bool)
         for name in ("task", "summary"):
             m = pc.match_substring(r.column(name), f.grep, ignore_case=True)
-            hit |= pc.fill_null(m, False).to_numpy(zero_copy_only=False)
+            hit |= numpy_of(pc.fill_null(m, scalar(False, pa.bool_())))
         mask &= hit
     if f.agent:
         mask &= _list_contains(r.column("workerAgents"), f.agent, n)
@@ -153,9 +158,9 @@ def record_mask(snap: "Snapshot", f: RecordFilter) -> "np.ndarray":
         carried = _list_contains(r.column("issues"), f.issue, n)
         ev = snap.events
         if ev.num_rows:
-            by = ev.filter(pc.equal(ev.column("issueId"), f.issue)).column("byRunId").drop_null()
+            by = ev.filter(pc.equal(ev.column("issueId"), scalar(f.issue, pa.string()))).column("byRunId").drop_null()
             if len(by):
-                carried |= pc.is_in(r.column("runId"), value_set=pc.unique(by)).to_numpy(zero_copy_only=False)
+                carried |= numpy_of(pc.is_in(r.column("runId"), value_set=pc.unique(by)))
         mask &= carried
     return mask
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..arrow_numpy import numpy_of, scalar  # not pa.scalar / to_numpy: they import pandas
 from ..store.keyword_index import IdColumn, RunLookup
 from .weights import Weights
 
@@ -197,8 +198,8 @@ def _eq_mask(ids: Any, value: str) -> np.ndarray:
         if idx.null_count:
             import pyarrow.compute as pc
 
-            idx = pc.fill_null(idx, -1)
-        icodes = idx.to_numpy(zero_copy_only=False)
+            idx = pc.fill_null(idx, scalar(-1, idx.type))
+        icodes = numpy_of(idx)
         if len(codes) == 1:
             return icodes == int(codes[0])  # a Python int keeps the compare in the codes' width (int64 would widen them first)
         return np.isin(icodes, codes.astype(icodes.dtype))
@@ -210,11 +211,11 @@ def _eq_mask(ids: Any, value: str) -> np.ndarray:
 def _pa_equal(arr: pa.Array, value: str) -> np.ndarray:
     import pyarrow.compute as pc
 
-    # A typed scalar: a bare str makes pyarrow probe for pandas (and import dateutil) on the dispatch path.
-    eq = pc.equal(arr, pa.scalar(value, arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type))
+    # An Arrow scalar built from buffers: a str, or pa.scalar, makes pyarrow import pandas.
+    eq = pc.equal(arr, scalar(value, arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type))
     if eq.null_count:
-        eq = pc.fill_null(eq, False)
-    return eq.to_numpy(zero_copy_only=False)
+        eq = pc.fill_null(eq, scalar(False, pa.bool_()))
+    return numpy_of(eq)
 
 
 def _id_at(ids: Any, i: int) -> str | None:

@@ -34,6 +34,7 @@ from .filters import RecordFilter, record_mask
 from ..errors import CybmemError, NotFoundError, ValidationError
 from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, recency, score, top_k_candidates, totals
 from ..settings import Settings
+from ..arrow_numpy import numpy_of, scalar  # not pa.scalar / to_numpy: they import pandas
 from ..store.loading import load_snapshot, verified
 from ..store.snapshot import Snapshot
 from ..store.memory_store import MemoryStore
@@ -363,7 +364,8 @@ def parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None, as_of: int 
     lookup = snap.run_lookup()
 
     def find(rid: str) -> int:
-        return lookup.find(rid) if lookup is not None else pc.index(snap.records.column("runId"), rid).as_py()
+        ids = snap.records.column("runId")
+        return lookup.find(rid) if lookup is not None else pc.index(ids, scalar(rid, ids.type)).as_py()
 
     row, seen = find(parent), {parent}
     while row >= 0 and not mask[row]:
@@ -423,7 +425,8 @@ def rank_query(
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
     mask = snap.candidates(as_of)
     if exclude is not None and snap.n:
-        mask &= ~pc.equal(snap.records.column("runId"), exclude).to_numpy(zero_copy_only=False)
+        ids = snap.records.column("runId")
+        mask &= ~numpy_of(pc.equal(ids, scalar(exclude, ids.type)))
     ctx = dispatch_context(snap, mask, parent_run_id, chat_session_id)
     if where is not None:
         mask = mask & where

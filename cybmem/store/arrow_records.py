@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _io
+from ..arrow_numpy import array_of, numpy_of, scalar, string_lists, strings
 from .records import LINEAGE_FIELDS, MAX_MS, OUTCOME_FIELDS, RECORD_FIELDS, RUN_ID_PATTERN, RUN_ID_RE, STATES, WORKER_FIELDS
 from .memory_store import MAX_RECORD_BYTES, MemoryStore, ReadProblem, parse_record
 from .tokens import MAX_TEXT_CHARS
@@ -30,9 +31,8 @@ __all__ = ["RECORD_SCHEMA", "arrow_indices", "take_rows", "Cells", "with_ms_time
 
 def arrow_indices(rows: np.ndarray) -> pa.Array:
     """Row numbers as an Arrow int64 array for ``take``, zero-copy. ``pa.array`` of a numpy array
-    imports numpy.ma to rule out masked arrays: too much for the dispatch path."""
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+    imports numpy.ma to rule out masked arrays, and pandas: too much for the dispatch path."""
+    return array_of(np.ascontiguousarray(rows, dtype=np.int64), pa.int64())
 
 
 #: Up to this many rows :func:`take_rows` slices instead of taking.
@@ -288,10 +288,15 @@ class _Columns:
         arrays = []
         for f in RECORD_SCHEMA:
             values = self.cols[f.name]
+            # From buffers: pa.array imports pandas (cybmem.arrow_numpy).
             if f.type == _TS:
-                arrays.append(pa.array(values, type=pa.int64()).cast(_TS))
+                arrays.append(array_of(values, pa.int64()).cast(_TS))
+            elif f.type == _STR_LIST:
+                arrays.append(string_lists(values, f.type))
+            elif f.type == pa.string():
+                arrays.append(strings(values, f.type))
             else:
-                arrays.append(pa.array(values, type=f.type))
+                arrays.append(array_of(values, f.type))
         return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
 
 
@@ -324,8 +329,13 @@ _BULK_MIN = 256  # below this many files the per-file path is cheaper than a bul
 _ID_PATTERN = f"^{RUN_ID_PATTERN}$"  # validate_run_id's rule, for Arrow's RE2
 
 
+# Compute calls are given Arrow scalars: a Python value would be converted by pa.scalar, which
+# imports pandas (cybmem.arrow_numpy).
+_EMPTY, _NEWLINE, _FALSE = scalar("", pa.string()), scalar("\n", pa.string()), scalar(False, pa.bool_())
+
+
 def _empty_to_null(arr: pa.ChunkedArray) -> pa.ChunkedArray:
-    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+    return pc.if_else(pc.equal(arr, _EMPTY), scalar(None, pa.string()), arr)
 
 
 def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple[pa.Table, np.ndarray] | None:
@@ -359,45 +369,42 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
     def field(struct, name):
         return pc.struct_field(struct, name)
 
-    ok = pc.and_kleene(pc.equal(t.column("runId"), pa.array(names, pa.string())), pc.is_in(t.column("state"), value_set=pa.array(STATES)))
+    ok = pc.and_kleene(pc.equal(t.column("runId"), strings(names)), pc.is_in(t.column("state"), value_set=strings(STATES)))
     for name in _REQUIRED:
         ok = pc.and_kleene(ok, pc.is_valid(t.column(name)))
     ok = pc.and_kleene(ok, pc.starts_with(t.column("cwd"), "/"))  # absolute, so not blank (others: per file)
     for name in _MS:
         col = t.column(name)
-        ok = pc.and_kleene(ok, pc.and_kleene(pc.greater_equal(col, 0), pc.less(col, MAX_MS)))
+        ok = pc.and_kleene(ok, pc.and_kleene(pc.greater_equal(col, scalar(0, pa.int64())), pc.less(col, scalar(MAX_MS, pa.int64()))))
     for col in [field(lin, name) for name in _LINEAGE_LINKS] + [t.column(name) for name in _RUN_LINKS]:
-        ok = pc.and_kleene(ok, pc.or_kleene(pc.is_null(col), pc.or_kleene(pc.equal(col, ""), pc.match_substring_regex(col, _ID_PATTERN))))
+        ok = pc.and_kleene(ok, pc.or_kleene(pc.is_null(col), pc.or_kleene(pc.equal(col, _EMPTY), pc.match_substring_regex(col, _ID_PATTERN))))
     flat = pc.list_flatten(workers)
     if len(flat):
         bad_worker = pc.is_null(field(flat, _WORKER_REQUIRED[0]))
         for name in _WORKER_REQUIRED[1:]:
             bad_worker = pc.or_(bad_worker, pc.is_null(field(flat, name)))
-        parents = pc.list_parent_indices(workers).to_numpy()
-        bad_rows = np.unique(parents[bad_worker.to_numpy(zero_copy_only=False)])
+        parents = numpy_of(pc.list_parent_indices(workers))
+        bad_rows = np.unique(parents[numpy_of(bad_worker)])
     else:
         bad_rows = np.zeros(0, dtype=np.int64)
-    mask = pc.fill_null(ok, False).to_numpy(zero_copy_only=False).copy()
+    mask = numpy_of(pc.fill_null(ok, _FALSE)).copy()
     mask[bad_rows] = False
     for name in _OUTCOME_LISTS:
         col = field(out, name)
         if pc.any(pc.is_null(pc.list_flatten(col))).as_py():  # a null inside a list of strings
-            inner = pc.is_null(pc.list_flatten(col)).to_numpy(zero_copy_only=False)
-            mask[np.unique(pc.list_parent_indices(col).to_numpy()[inner])] = False
-
-    def strings(arr):
-        return arr if arr.type == _STR_LIST else arr
+            inner = numpy_of(pc.is_null(pc.list_flatten(col)))
+            mask[np.unique(numpy_of(pc.list_parent_indices(col))[inner])] = False
 
     def list_of(struct_list, name):
         return pa.ListArray.from_arrays(
-            pc.fill_null(struct_list.offsets, 0) if struct_list.null_count else struct_list.offsets,
+            pc.fill_null(struct_list.offsets, scalar(0, pa.int32())) if struct_list.null_count else struct_list.offsets,
             field(struct_list.values, name), type=_STR_LIST,
         )
 
     w = workers.chunk(0) if isinstance(workers, pa.ChunkedArray) else workers
     if w.null_count:
-        w = pc.fill_null(w, pa.scalar([], w.type))
-    empty_list = pa.scalar([], _STR_LIST)
+        w = pc.fill_null(w, scalar([], w.type))
+    empty_list = scalar([], _STR_LIST)
     columns = {
         "runId": t.column("runId"), "cwd": t.column("cwd"), "workflowName": t.column("workflowName"),
         "task": t.column("task"), "state": t.column("state"),
@@ -406,7 +413,7 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
         "chatSessionId": _empty_to_null(field(lin, "chatSessionId")),
         "previousRunId": _empty_to_null(field(lin, "previousRunId")),
         "rootRunId": _empty_to_null(field(lin, "rootRunId")),
-        "summary": pc.fill_null(field(out, "summary"), ""),
+        "summary": pc.fill_null(field(out, "summary"), _EMPTY),
         "accomplished": pc.fill_null(field(out, "accomplished"), empty_list),
         "issues": pc.fill_null(field(out, "issues"), empty_list),
         "next": pc.fill_null(field(out, "next"), empty_list),
@@ -414,7 +421,7 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
         "verdictSummary": t.column("verdictSummary"),
         "supersededBy": _empty_to_null(t.column("supersededBy")),
         "supersedes": _empty_to_null(t.column("supersedes")),
-        "inode": pa.array(inodes, pa.uint64()),
+        "inode": array_of(inodes, pa.uint64()),
     }
     table = pa.Table.from_arrays([pa.chunked_array([c]) if isinstance(c, pa.Array) else c for c in columns.values()], schema=RECORD_SCHEMA)
     return table, mask
@@ -431,17 +438,17 @@ def keyword_text_array(table: pa.Table, issue_text: dict[str, str]) -> pa.String
     or the issue's id when ``issue_text`` has none), one line each; the task up to
     :data:`cybmem.store.tokens.MAX_TEXT_CHARS` characters."""
     if not table.num_rows:
-        return pa.array([], pa.string())
+        return strings([])
     task = pc.utf8_slice_codeunits(table.column("task"), 0, MAX_TEXT_CHARS)
-    text = pc.binary_join_element_wise(task, pc.fill_null(table.column("summary"), ""), "\n")
+    text = pc.binary_join_element_wise(task, pc.fill_null(table.column("summary"), _EMPTY), _NEWLINE)
     ids = table.column("issues").combine_chunks()
     raised = ids.values
     if len(raised) and issue_text:
-        at = pc.index_in(raised, value_set=pa.array(list(issue_text), pa.string()))
-        raised = pc.if_else(pc.is_null(at), raised, pa.array(list(issue_text.values()), pa.string()).take(at))
-    issues = pc.binary_join(pa.ListArray.from_arrays(ids.offsets, raised), "\n")
-    has = pc.fill_null(pc.greater(pc.list_value_length(ids), 0), False)
-    text = pc.if_else(has, pc.binary_join_element_wise(text, issues, "\n"), text)
+        at = pc.index_in(raised, value_set=strings(list(issue_text)))
+        raised = pc.if_else(pc.is_null(at), raised, strings(list(issue_text.values())).take(at))
+    issues = pc.binary_join(pa.ListArray.from_arrays(ids.offsets, raised), _NEWLINE)
+    has = pc.fill_null(pc.greater(pc.list_value_length(ids), scalar(0, pa.int32())), _FALSE)
+    text = pc.if_else(has, pc.binary_join_element_wise(text, issues, _NEWLINE), text)
     return text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
 
 
@@ -450,7 +457,7 @@ def _by_time(table: pa.Table, texts: pa.Array) -> tuple[pa.Table, pa.Array]:
     if table.num_rows < 2:
         return table, texts
     order = pc.sort_indices(table, sort_keys=[("endedAt", "ascending"), ("runId", "ascending")])
-    idx = order.to_numpy()
+    idx = numpy_of(order)
     if (np.diff(idx) == 1).all():
         return table, texts
     return table.take(order), texts.take(order)
@@ -490,7 +497,7 @@ def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], 
                 bulk = _bulk_table(raws, names, inodes) if raws else None
         if bulk is not None:
             table, mask = bulk
-            good = table.filter(pa.array(mask)) if not mask.all() else table
+            good = table.filter(array_of(mask, pa.bool_())) if not mask.all() else table
             rest = [e for e, m in zip(kept, mask) if not m] + missing
             cols, bad, problems = _parse_records(store, rest)
             if len(cols):
@@ -498,7 +505,7 @@ def _load_records_unordered(store: MemoryStore, entries: list[tuple[str, int]], 
                 # Same row order as the per-file path: by file name.
                 names_now = [r + ".json" for r in good.column("runId").to_pylist()]
                 order = sorted(range(len(names_now)), key=names_now.__getitem__)
-                good = good.take(pa.array(order, pa.int64()))
+                good = good.take(array_of(order, pa.int64()))
             return good, keyword_text_array(good, issue_text), bad, problems
     cols, bad, problems = _parse_records(store, entries)
     table = cols.table()

@@ -33,6 +33,7 @@ import pyarrow.ipc as ipc
 
 from .. import _io
 from .._io import atomic_write, locked
+from ..arrow_numpy import array_of, scalar, strings  # not pa.array / pa.scalar: they import pandas
 from .tokens import VERSION as TOKENIZER_VERSION
 
 __all__ = [
@@ -201,9 +202,9 @@ class ListingChanges:
 
 def listing_changes(records: pa.Table, listing: dict[str, int]) -> ListingChanges:
     """Compare cached rows (runId, inode) with a listing (name -> inode), vectorised."""
-    names = pa.array(list(listing), pa.string())
-    inodes = pa.array(list(listing.values()), pa.uint64())
-    cached = pc.binary_join_element_wise(records.column("runId"), ".json", "")
+    names = strings(list(listing))
+    inodes = array_of(list(listing.values()), pa.uint64())
+    cached = pc.binary_join_element_wise(records.column("runId"), scalar(".json", pa.string()), scalar("", pa.string()))
     cached = cached.combine_chunks() if isinstance(cached, pa.ChunkedArray) else cached
     pos = pc.index_in(cached, value_set=names)
     vanished: list[str] = []
@@ -211,9 +212,9 @@ def listing_changes(records: pa.Table, listing: dict[str, int]) -> ListingChange
     if pos.null_count:
         vanished = records.column("runId").filter(pc.is_null(pos)).to_pylist()
     if records.num_rows:
-        listed_ino = inodes.take(pc.fill_null(pos, 0))
+        listed_ino = inodes.take(pc.fill_null(pos, scalar(0, pos.type)))
         differs = pc.and_(pc.is_valid(pos), pc.not_equal(listed_ino, records.column("inode")))
-        differs = pc.fill_null(differs, False)
+        differs = pc.fill_null(differs, scalar(False, pa.bool_()))
         if pc.any(differs).as_py():
             rows = pc.indices_nonzero(differs).to_pylist()
             replaced = [(r, cached[r].as_py(), listing[cached[r].as_py()]) for r in rows]

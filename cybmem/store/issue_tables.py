@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import ledger
+from ..arrow_numpy import array_of, numpy_of, scalar, strings  # not pa.array / to_numpy: they import pandas
 from .arrow_records import arrow_indices
 from .embeddings import issue_texts_of
 from .keyword_index import KeywordIndex
@@ -27,7 +28,7 @@ def issue_texts(events: pa.Table, ids: list[str] | None = None) -> dict[str, str
     if ids is not None:
         if not ids or not events.num_rows:
             return {}
-        events = events.filter(pc.is_in(events.column("issueId"), value_set=pa.array(sorted(set(ids)), pa.string())))
+        events = events.filter(pc.is_in(events.column("issueId"), value_set=strings(sorted(set(ids)))))
     folded = ledger.fold_table(events)
     texts = issue_texts_of(folded.column("title").to_pylist(), folded.column("detail").to_pylist())
     return dict(zip(folded.column("issueId").to_pylist(), texts))
@@ -47,14 +48,14 @@ def issue_carriers(records: pa.Table, folded: pa.Table) -> pa.Table:
     if not records.num_rows or not len(flat := pc.list_flatten(col)):
         return CARRIERS_SCHEMA.empty_table()
     rows = pc.list_parent_indices(col).cast(pa.int32())
-    at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), -1).cast(pa.int32())
+    at = pc.fill_null(pc.index_in(flat, value_set=folded.column("issueId")), scalar(-1, pa.int32())).cast(pa.int32())
     return pa.table({"record": rows, "foldRow": at}, schema=CARRIERS_SCHEMA)
 
 
 def carrier_arrays(carried: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """An :func:`issue_carriers` table as two int64 arrays: carrying record row, fold row (or -1)."""
-    return (carried.column("record").to_numpy().astype(np.int64),
-            carried.column("foldRow").to_numpy().astype(np.int64))
+    return (numpy_of(carried.column("record")).astype(np.int64),
+            numpy_of(carried.column("foldRow")).astype(np.int64))
 
 
 def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray, ended: np.ndarray,
@@ -66,27 +67,28 @@ def issue_activity(records: pa.Table, folded: pa.Table, carriers_ok: np.ndarray,
     the same code, the same title) and ``openOrder`` (:func:`open_rows`, then -1 to the length).
     ``carried``: :func:`issue_carriers` of the same two tables, as arrays (:meth:`cybmem.store.snapshot.Snapshot.carriers`)."""
     m = folded.num_rows
-    last = folded.column("lastAt").cast(pa.int64()).to_numpy().copy() if m else np.zeros(0, np.int64)
+    last = numpy_of(folded.column("lastAt").cast(pa.int64())).copy() if m else np.zeros(0, np.int64)
     if m:
         rows, at = carried if carried is not None else carrier_arrays(issue_carriers(records, folded))
         ok = (at >= 0) & carriers_ok[rows]
         np.maximum.at(last, at[ok], ended[rows[ok]])
     codes = np.zeros(m, np.int32)
     if m:
-        enc = pc.dictionary_encode(pc.fill_null(folded.column("title"), "")).combine_chunks()
+        enc = pc.dictionary_encode(pc.fill_null(folded.column("title"), scalar("", pa.string()))).combine_chunks()
         by_key: dict[str, int] = {}
         per_title = np.array([by_key.setdefault(k, len(by_key)) for k in ledger.title_keys(enc.dictionary.to_pylist())],
                              dtype=np.int32)
-        codes = per_title[enc.indices.to_numpy(zero_copy_only=False)]
+        codes = per_title[numpy_of(enc.indices)]
     order = np.full(m, -1, np.int32)  # the open rows, newest opened first (open_rows), then -1s
     opened = open_rows(folded)
     order[: len(opened)] = opened
-    return pa.table({"lastActivity": last, "titleKey": codes, "openOrder": order}, schema=ACTIVITY_SCHEMA)
+    return pa.table({"lastActivity": array_of(last, pa.int64()), "titleKey": array_of(codes, pa.int32()),
+                     "openOrder": array_of(order, pa.int32())}, schema=ACTIVITY_SCHEMA)
 
 
 def opened_in(activity: pa.Table) -> np.ndarray:
     """:func:`open_rows` as an :func:`issue_activity` table holds them (its ``openOrder``)."""
-    order = activity.column("openOrder").to_numpy()
+    order = numpy_of(activity.column("openOrder"))
     return order[: int((order >= 0).sum())].astype(np.int64)
 
 
@@ -95,12 +97,12 @@ def open_rows(folded: pa.Table) -> np.ndarray:
     columns only: the fold's text columns stay on disk."""
     if not folded.num_rows:
         return np.zeros(0, dtype=np.int64)
-    is_open = pc.is_in(folded.column("state"), value_set=pa.array(ledger.OPEN, pa.string()))
-    rows = np.flatnonzero(is_open.to_numpy(zero_copy_only=False))
+    is_open = pc.is_in(folded.column("state"), value_set=strings(ledger.OPEN))
+    rows = np.flatnonzero(numpy_of(is_open))
     at = arrow_indices(rows)
     keys = pa.table({"openedAt": folded.column("openedAt").take(at), "issueId": folded.column("issueId").take(at)})
     order = pc.sort_indices(keys, sort_keys=[("openedAt", "descending"), ("issueId", "ascending")])
-    return rows[order.to_numpy(zero_copy_only=False)]
+    return rows[numpy_of(order)]
 
 
 def issue_index(folded: pa.Table) -> KeywordIndex:

@@ -17,6 +17,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
+# Arrays built and read through their buffers: pa.array, pa.scalar and to_numpy import pandas.
+from ..arrow_numpy import array_of, numpy_of, scalar, string_lists, strings
+
 __all__ = ["IdColumn", "KeywordIndex", "QueryStats", "RunLookup", "TermHits"]
 
 _K1 = 1.2
@@ -146,7 +149,7 @@ def _map_terms(src: _Segment, dst: _Segment) -> np.ndarray:
     import pyarrow.compute as pc
 
     pos = pc.index_in(src.vocab, value_set=dst.vocab)
-    return pc.fill_null(pos, -1).to_numpy().astype(np.int64)
+    return numpy_of(pc.fill_null(pos, scalar(-1, pos.type))).astype(np.int64)
 
 
 def _bm25_tf(tf: np.ndarray, dl: np.ndarray, avgdl: float, k1: float, b: float) -> np.ndarray:
@@ -173,7 +176,7 @@ def _as_list_array(docs: Any) -> pa.Array:
         docs = docs.combine_chunks()
     if isinstance(docs, (pa.ListArray, pa.LargeListArray)):
         return docs
-    return pa.array(docs if isinstance(docs, list) else list(docs), type=pa.large_list(pa.string()))
+    return string_lists(docs if isinstance(docs, list) else list(docs), pa.large_list(pa.string()))
 
 
 def _segment_from_tokens(docs: Any) -> _Segment:
@@ -182,27 +185,27 @@ def _segment_from_tokens(docs: Any) -> _Segment:
 
     la = _as_list_array(docs)
     n = len(la)
-    loff = la.offsets.to_numpy().astype(np.int64)
+    loff = numpy_of(la.offsets).astype(np.int64)
     doc_len = np.diff(loff).astype(np.int32)
-    flat = la.values.slice(int(loff[0]), int(loff[-1] - loff[0])) if n else pa.array([], pa.string())
+    flat = la.values.slice(int(loff[0]), int(loff[-1] - loff[0])) if n else strings([])
     if len(flat) == 0:
-        vocab = pa.array([], type=pa.string())
+        vocab = strings([])
         seg = _Segment(vocab, np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int32),
                        np.zeros(0, np.uint16), doc_len)
         return seg
     enc = pc.dictionary_encode(flat)
     uniq = enc.dictionary.cast(pa.string())
-    order = pc.sort_indices(uniq).to_numpy()  # byte-wise order for strings
+    order = numpy_of(pc.sort_indices(uniq))  # byte-wise order for strings
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order), dtype=np.int64)
-    term = rank[enc.indices.to_numpy()]
+    term = rank[numpy_of(enc.indices)]
     doc = np.repeat(np.arange(n, dtype=np.int64), doc_len)
     # One sort of packed (term << 32 | doc) keys groups postings by term, docs ascending.
     key = np.sort((term << 32) | doc)
     starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
     ukey = key[starts]
     tf = np.diff(np.append(starts, len(key)))
-    vocab = uniq.take(pa.array(order))
+    vocab = uniq.take(array_of(order))
     V = len(vocab)
     indptr = np.zeros(V + 1, dtype=np.int64)
     np.cumsum(np.bincount(ukey >> 32, minlength=V), out=indptr[1:])
@@ -222,7 +225,7 @@ def _merge_segments(segs: Sequence[_Segment]) -> _Segment:
     uniq = pc.unique(allv)
     gvocab = uniq.take(pc.sort_indices(uniq))
     G = len(gvocab)
-    gmaps = [pc.index_in(s.vocab, value_set=gvocab).to_numpy().astype(np.int64) for s in segs]
+    gmaps = [numpy_of(pc.index_in(s.vocab, value_set=gvocab)).astype(np.int64) for s in segs]
     df = np.zeros(G, dtype=np.int64)
     for s, gm in zip(segs, gmaps):
         df[gm] += np.diff(s.indptr)  # gm is injective per segment
@@ -667,23 +670,23 @@ class KeywordIndex:
             rows["impact_n_docs"].append(self.n_docs)
             rows["impact_total_len"].append(self.total_len)
             cols["vocab"].append(seg.vocab.cast(pa.string()))
-            cols["term_keys"].append(pa.array(seg.keys, type=pa.uint64()))
-            cols["indptr"].append(pa.array(seg.indptr, type=pa.int64()))
-            cols["doc_ids"].append(pa.array(seg.doc_ids, type=pa.int32()))
-            cols["tfs"].append(pa.array(seg.tfs, type=pa.uint16()))
-            cols["doc_len"].append(pa.array(seg.doc_len, type=pa.int32()))
-            cols["impact"].append(pa.array(imp, type=pa.float32()))
+            cols["term_keys"].append(array_of(seg.keys, pa.uint64()))
+            cols["indptr"].append(array_of(seg.indptr, pa.int64()))
+            cols["doc_ids"].append(array_of(seg.doc_ids, pa.int32()))
+            cols["tfs"].append(array_of(seg.tfs, pa.uint16()))
+            cols["doc_len"].append(array_of(seg.doc_len, pa.int32()))
+            cols["impact"].append(array_of(imp, pa.float32()))
             rem = self._removed if (i == 0 and self._removed is not None) else np.zeros(0, np.int64)
-            cols["removed"].append(pa.array(rem, type=pa.int64()))
-        arrays = [pa.array(rows[name], pa.int64()) for name in ("n_docs", "impact_n_docs", "impact_total_len")]
+            cols["removed"].append(array_of(rem, pa.int64()))
+        arrays = [array_of(rows[name], pa.int64()) for name in ("n_docs", "impact_n_docs", "impact_total_len")]
         for name in cols:
             vals = cols[name]
             typ = self._ARROW_SCHEMA.field(name).type
             lens = np.array([len(v) for v in vals], dtype=np.int64)
             offs = np.zeros(len(vals) + 1, dtype=np.int64)
             np.cumsum(lens, out=offs[1:])
-            flat = pa.concat_arrays(vals) if vals else pa.array([], typ.value_type)
-            arrays.append(pa.LargeListArray.from_arrays(pa.array(offs), flat, type=typ))
+            flat = pa.concat_arrays(vals) if vals else strings([]) if typ.value_type == pa.string() else array_of([], typ.value_type)
+            arrays.append(pa.LargeListArray.from_arrays(array_of(offs), flat, type=typ))
         meta = {b"cybmem.kind": b"keyword-index", b"cybmem.version": _SCHEMA_VERSION.encode(),
                 b"k1": repr(self.k1).encode(), b"b": repr(self.b).encode()}
         return pa.Table.from_arrays(arrays, schema=self._ARROW_SCHEMA.with_metadata(meta))
@@ -707,14 +710,14 @@ class KeywordIndex:
         base = 0
         for batch in batches:
             c = {name: batch.column(name) for name in batch.schema.names}
-            nd = c["n_docs"].to_numpy()
+            nd = numpy_of(c["n_docs"])
             ikey = list(zip(c["impact_n_docs"].to_pylist(), c["impact_total_len"].to_pylist()))
             views = {}
             for name in ("term_keys", "indptr", "doc_ids", "tfs", "doc_len", "impact", "removed"):
                 la = c[name]
-                views[name] = (la.offsets.to_numpy(), la.values.to_numpy(zero_copy_only=True))
+                views[name] = (numpy_of(la.offsets), numpy_of(la.values))
             vl = c["vocab"]
-            voffs = vl.offsets.to_numpy()
+            voffs = numpy_of(vl.offsets)
             for r in range(len(batch)):
                 def part(name, r=r):
                     o, v = views[name]
@@ -769,7 +772,7 @@ class RunLookup:
         order = order.slice(0, len(ids) - ids.null_count)
         sorted_ids = ids.take(order)
         off, _, data = _string_buffers(sorted_ids)
-        return cls(sorted_ids, _prefix_keys(off, data), order.to_numpy().astype(np.int64))
+        return cls(sorted_ids, _prefix_keys(off, data), numpy_of(order).astype(np.int64))
 
     def find(self, run_id: str) -> int:
         """Row of ``run_id``, or -1 (one id: scalar searches, no arrays built)."""
@@ -801,7 +804,7 @@ class IdColumn:
         col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         enc = pc.dictionary_encode(col)
         values = enc.dictionary.to_pylist()
-        codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+        codes = numpy_of(pc.fill_null(enc.indices, scalar(-1, enc.indices.type))).astype(np.int32)
         if "" in values:  # an empty id is a missing one
             codes[codes == values.index("")] = -1
         self.codes, self.values = codes, values

@@ -248,6 +248,8 @@ def events_table(events: Iterable[tuple[int, IssueEvent]]) -> "pa.Table":
     """(line, event) pairs as the Arrow events table (schema: :data:`EVENT_COLUMNS`)."""
     import pyarrow as pa
 
+    from ..arrow_numpy import array_of, strings
+
     schema, _ = schemas()
     cols: dict[str, list] = {name: [] for name in EVENT_COLUMNS}
     for line, ev in events:
@@ -258,7 +260,9 @@ def events_table(events: Iterable[tuple[int, IssueEvent]]) -> "pa.Table":
         cols["title"].append(ev.title)
         cols["detail"].append(ev.detail)
         cols["line"].append(line)
-    arrays = [pa.array(cols[f.name], type=pa.int64()).cast(f.type) if f.name == "at" else pa.array(cols[f.name], type=f.type)
+    # Built from buffers: pa.array would import pandas (cybmem.arrow_numpy).
+    arrays = [array_of(cols[f.name], pa.int64()).cast(f.type) if f.name == "at"
+              else array_of(cols[f.name], f.type) if f.name == "line" else strings(cols[f.name], f.type)
               for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -290,14 +294,16 @@ def fold_table(events: "pa.Table", *, as_of_ms: int | None = None) -> "pa.Table"
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from ..arrow_numpy import array_of, numpy_of, scalar, strings  # not pa.array / to_numpy: they import pandas
+
     _, schema = schemas()
     if as_of_ms is not None and events.num_rows:
-        events = events.filter(pc.less_equal(events.column("at"), pa.scalar(as_of_ms, pa.timestamp("ms", tz="UTC"))))
+        events = events.filter(pc.less_equal(events.column("at"), scalar(as_of_ms, pa.timestamp("ms", tz="UTC"))))
     n = events.num_rows
     if not n:
         return schema.empty_table()
     enc = pc.dictionary_encode(events.column("issueId")).combine_chunks()
-    codes = enc.indices.to_numpy().astype(np.int64)
+    codes = numpy_of(enc.indices).astype(np.int64)
     m = len(enc.dictionary)
     first = _first_where(codes, np.ones(n, dtype=bool), m)
     last = n - 1 - _first_where(codes[::-1], np.ones(n, dtype=bool), m)
@@ -307,32 +313,32 @@ def fold_table(events: "pa.Table", *, as_of_ms: int | None = None) -> "pa.Table"
     def text_first(name: str) -> pa.Array:
         """The first non-empty value of a text column per issue (null where there is none)."""
         col = events.column(name)
-        ok = pc.fill_null(pc.not_equal(col, ""), False).to_numpy(zero_copy_only=False)
+        ok = numpy_of(pc.fill_null(pc.not_equal(col, scalar("", pa.string())), scalar(False, pa.bool_())))
         rows = _first_where(codes, ok, m)[order]
-        taken = col.take(pa.array(np.where(rows >= 0, rows, 0)))
-        return pc.if_else(pa.array(rows >= 0), taken, pa.scalar(None, pa.string()))
+        taken = col.take(array_of(np.where(rows >= 0, rows, 0), pa.int64()))
+        return pc.if_else(array_of(rows >= 0, pa.bool_()), taken, scalar(None, pa.string()))
 
-    ids = enc.dictionary.take(pa.array(order))
+    ids = enc.dictionary.take(array_of(order, pa.int64()))
     event_col = events.column("event")
-    state = event_col.take(pa.array(last))
-    closed = pc.is_in(state, value_set=pa.array(CLOSED))
+    state = event_col.take(array_of(last, pa.int64()))
+    closed = pc.is_in(state, value_set=strings(CLOSED))
     at, by = events.column("at"), events.column("byRunId")
-    last_at, last_by = at.take(pa.array(last)), by.take(pa.array(last))
-    reopened = pc.equal(event_col, "reopened").to_numpy(zero_copy_only=False)
+    last_at, last_by = at.take(array_of(last, pa.int64())), by.take(array_of(last, pa.int64()))
+    reopened = numpy_of(pc.equal(event_col, scalar("reopened", pa.string())))
     counts = np.bincount(codes, minlength=m)[order]
     reopens = np.bincount(codes, weights=reopened, minlength=m).astype(np.int64)[order]
     table = pa.table({
         "issueId": ids,
         "title": pc.coalesce(text_first("title"), ids),
         "state": state,
-        "openedAt": at.take(pa.array(first)),
-        "openedBy": by.take(pa.array(first)),
+        "openedAt": at.take(array_of(first, pa.int64())),
+        "openedBy": by.take(array_of(first, pa.int64())),
         "lastAt": last_at,
         "lastBy": last_by,
-        "resolvedAt": pc.if_else(closed, last_at, pa.scalar(None, last_at.type)),
-        "resolvedBy": pc.if_else(closed, last_by, pa.scalar(None, pa.string())),
-        "reopenCount": pa.array(reopens, pa.int64()),
-        "events": pa.array(counts.astype(np.int64), pa.int64()),
+        "resolvedAt": pc.if_else(closed, last_at, scalar(None, last_at.type)),
+        "resolvedBy": pc.if_else(closed, last_by, scalar(None, pa.string())),
+        "reopenCount": array_of(reopens, pa.int64()),
+        "events": array_of(counts.astype(np.int64), pa.int64()),
         "detail": text_first("detail"),
     })
     return table.cast(schema)

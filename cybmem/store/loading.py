@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from . import cache as _cache, refresh
+from ..arrow_numpy import array_of
 from .memory_store import MemoryStore
 from .snapshot import Snapshot
 
@@ -90,5 +91,5 @@ def verified(snap: Snapshot, rows: Iterable[int]) -> Snapshot:
     stale = snap.stale_rows(rows)
     if not stale:
         return snap
-    ids = snap.records.column("runId").take(pa.array(stale, pa.int64())).to_pylist()
+    ids = snap.records.column("runId").take(array_of(stale, pa.int64())).to_pylist()
     return load_snapshot(snap.store, use_cache=not snap.uncached, recheck=ids)

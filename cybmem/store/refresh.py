@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from .. import _io
 from . import cache as _cache, ledger
 from .._io import ensure_dir, locked
+from ..arrow_numpy import array_of, strings  # not pa.array: it imports pandas
 from .arrow_records import RECORD_SCHEMA, empty_table, keyword_text_array, load_records, parse_files
 from ..errors import StoreError
 from .issue_tables import carrier_arrays, issue_activity, issue_carriers, issue_index, issue_texts
@@ -300,11 +301,11 @@ def _patch_replaced(store: MemoryStore, cache: Path, manifest: _cache.Manifest, 
     """
     names = [(name, ino) for _, name, ino in replaced]
     rows = [row for row, _, _ in replaced]
-    titles = issue_texts(events, sorted({i for lst in records.take(pa.array(rows)).column("issues").to_pylist() for i in lst or ()}))
+    titles = issue_texts(events, sorted({i for lst in records.take(array_of(rows, pa.int64())).column("issues").to_pylist() for i in lst or ()}))
     new, texts, bad, _ = parse_files(store, names, titles)
     if bad or new.num_rows != len(names):
         return None
-    if not keyword_text_array(records.take(pa.array(rows)), titles).equals(texts):
+    if not keyword_text_array(records.take(array_of(rows, pa.int64())), titles).equals(texts):
         return None
     starts = np.cumsum([0] + [s["rows"] for s in manifest.segments])
     by_segment: dict[int, list[tuple[int, int]]] = {}
@@ -318,7 +319,7 @@ def _patch_replaced(store: MemoryStore, cache: Path, manifest: _cache.Manifest, 
         take = np.arange(table.num_rows, dtype=np.int64)
         for local, j in hits:
             take[local] = table.num_rows + j
-        tables[seg] = pa.concat_tables([table, new]).take(pa.array(take))
+        tables[seg] = pa.concat_tables([table, new]).take(array_of(take))
         name = manifest.new_file("rec")
         patched[name] = tables[seg]
         manifest.segments[seg] = {**manifest.segments[seg], "rec": name}
@@ -347,7 +348,7 @@ def _refresh(store: MemoryStore, cache: Path, recheck: Sequence[str] = ()) -> Sn
             return _start_over(store, cache, scanned_at, listing)  # a record vanished: append-only was broken
         if recheck:  # edited in place (same inode): read again like a replaced file
             known = {row for row, _, _ in changes.replaced}
-            at = pc.index_in(pa.array(list(recheck), pa.string()), value_set=records.column("runId")).to_pylist()
+            at = pc.index_in(strings(list(recheck)), value_set=records.column("runId")).to_pylist()
             changes.replaced += [(row, f"{rid}.json", listing[f"{rid}.json"]) for rid, row in zip(recheck, at)
                                  if row is not None and row not in known and f"{rid}.json" in listing]
 

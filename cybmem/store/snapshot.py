@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import cache as _cache, ledger, supersession
+from ..arrow_numpy import array_of, numpy_of, pylist, scalar, strings  # not pa.array / to_numpy: they import pandas
 from .arrow_records import RECORD_SCHEMA, FEW_ROWS, Cells, parse_files, take_rows
 from .issue_tables import (ACTIVITY_SCHEMA, CARRIERS_SCHEMA, carrier_arrays, issue_activity, issue_carriers, issue_index,
                            issue_texts, open_rows, opened_in)
@@ -112,7 +113,7 @@ class Snapshot:
 
     def _ended_of(self, ids: list[str]) -> list[int | None]:
         """endedAt of each run id (None for ids with no record)."""
-        pos = pc.index_in(pa.array(ids, pa.string()), value_set=self.records.column("runId")).to_pylist()
+        pos = pc.index_in(strings(ids), value_set=self.records.column("runId")).to_pylist()
         ended = self.ended_ms()
         return [None if p is None else int(ended[p]) for p in pos]
 
@@ -130,8 +131,8 @@ class Snapshot:
         mapping = self.supersession(as_of)
         mask = np.ones(self.n, dtype=bool) if as_of is None else self.ended_ms() <= as_of
         if mapping:
-            hidden = pc.is_in(self.records.column("runId"), value_set=pa.array(list(mapping), pa.string()))
-            mask &= ~hidden.to_numpy(zero_copy_only=False)
+            hidden = pc.is_in(self.records.column("runId"), value_set=strings(list(mapping)))
+            mask &= ~numpy_of(hidden)
             if as_of is None:
                 self._visible_now = mask.copy()
         return mask
@@ -143,7 +144,7 @@ class Snapshot:
     def ended_ms(self) -> np.ndarray:
         """endedAt as int64 epoch ms (computed once per snapshot)."""
         if self._ended is None:  # a memo field, not a cached_property: the hot path calls it directly
-            self._ended = self.records.column("endedAt").cast(pa.int64()).to_numpy() if self.n else np.zeros(0, np.int64)
+            self._ended = numpy_of(self.records.column("endedAt").cast(pa.int64())) if self.n else np.zeros(0, np.int64)
         return self._ended
 
     def newest_first(self) -> np.ndarray:
@@ -206,7 +207,7 @@ class Snapshot:
         text = (prefix or "").strip()
         if text and self.n:
             ids = self.records.column("runId")
-            if pc.any(pc.equal(ids, text)).as_py():
+            if pc.any(pc.equal(ids, scalar(text, ids.type))).as_py():
                 return text
             hits = ids.filter(pc.starts_with(ids, text))
             if len(hits) == 1:
@@ -302,7 +303,7 @@ class Snapshot:
 
     def open_issues(self, as_of: int | None = None) -> pa.Table:
         """Open issues of :meth:`fold`, newest opened first (ties by id)."""
-        return self.fold(as_of).take(pa.array(self.open_rows(as_of)))
+        return self.fold(as_of).take(array_of(self.open_rows(as_of), pa.int64()))
 
     def activity(self, as_of: int | None = None, carriers_ok: np.ndarray | None = None) -> pa.Table:
         """:func:`issue_activity` of :meth:`fold` (``as_of``), runs counted where ``carriers_ok``
@@ -377,8 +378,8 @@ class Snapshot:
                 maybe.append((r, f"{rid}.json", st.st_ino))
         if maybe:
             fresh, _texts, _bad, _problems = parse_files(self.store, [(name, ino) for _, name, ino in maybe], {})
-            now = {row["runId"]: row for row in fresh.to_pylist()}
-            then = take_rows(self.records, [r for r, _, _ in maybe]).to_pylist()
+            now = {row["runId"]: row for row in pylist(fresh)}
+            then = pylist(take_rows(self.records, [r for r, _, _ in maybe]))
             out += [r for (r, name, _), row in zip(maybe, then) if now.get(name[:-5]) != row]
         return sorted(out)
 
@@ -388,7 +389,7 @@ class Snapshot:
         if not indices:
             return []
         if len(indices) > FEW_ROWS:
-            return take_rows(self.records.select(columns), indices).to_pylist()
+            return pylist(take_rows(self.records.select(columns), indices))
         rows = [int(i) for i in indices]
         values = [self._values(rows, c) for c in columns]
         return [dict(zip(columns, cells)) for cells in zip(*values)]

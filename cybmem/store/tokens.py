@@ -172,32 +172,35 @@ def tokenize_arrow(texts: Iterable[str] | pa.Array | pa.ChunkedArray) -> pa.Larg
     """
     import pyarrow.compute as pc  # lazy: a slow import, only paid when building an index
 
-    arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.string())
+    # Arrays built and read through their buffers: pa.array, pa.scalar and to_numpy import pandas.
+    from ..arrow_numpy import array_of, numpy_of, scalar, strings
+
+    arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else strings(list(texts))
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     if arr.null_count:
-        arr = pc.fill_null(arr, "")
+        arr = pc.fill_null(arr, scalar("", arr.type))
     n = len(arr)
     is_ascii = pc.string_is_ascii(arr)
-    wide = np.flatnonzero(~is_ascii.to_numpy(zero_copy_only=False))
-    words, counts = _ascii_words(arr if not len(wide) else pc.if_else(is_ascii, arr, ""))
+    wide = np.flatnonzero(~numpy_of(is_ascii))
+    words, counts = _ascii_words(arr if not len(wide) else pc.if_else(is_ascii, arr, scalar("", arr.type)))
     if len(wide):
-        found = [_WORD_RE.findall(unicodedata.normalize("NFKC", t)) for t in arr.take(pa.array(wide)).to_pylist()]
+        found = [_WORD_RE.findall(unicodedata.normalize("NFKC", t)) for t in arr.take(array_of(wide, pa.int64())).to_pylist()]
         # The wide texts' words go after the others; `order` puts every text's words back in place.
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         counts[wide] = [len(f) for f in found]
         starts[wide] = len(words) + np.concatenate(([0], np.cumsum(counts[wide])[:-1]))
         order = _ranges(starts, counts)
-        words = pa.concat_arrays([words, pa.array([w for f in found for w in f], pa.large_string())])
+        words = pa.concat_arrays([words, strings([w for f in found for w in f], pa.large_string())])
     else:
         order = None
     enc = pc.dictionary_encode(words)
     # The tokens of each distinct word: `lens` of them from `first` on in `flat` (ids into `vocab`).
     per_distinct = [_tokens_of(word) for word in enc.dictionary.to_pylist()]
     lens = np.fromiter(map(len, per_distinct), np.int64, len(per_distinct))
-    tokens_enc = pc.dictionary_encode(pa.array([t for toks in per_distinct for t in toks], pa.string()))
-    flat, vocab = tokens_enc.indices.to_numpy(), tokens_enc.dictionary
-    ids = enc.indices.to_numpy()
+    tokens_enc = pc.dictionary_encode(strings([t for toks in per_distinct for t in toks]))
+    flat, vocab = numpy_of(tokens_enc.indices), tokens_enc.dictionary
+    ids = numpy_of(enc.indices)
     if order is not None:
         ids = ids[order]
     first = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else lens
@@ -205,8 +208,8 @@ def tokenize_arrow(texts: Iterable[str] | pa.Array | pa.ChunkedArray) -> pa.Larg
     tokens = flat[_ranges(first[ids], per_word)]
     token_ends = np.concatenate(([0], np.cumsum(per_word)))  # tokens before each word
     token_offsets = token_ends[np.concatenate(([0], np.cumsum(counts)))]
-    values = vocab.take(pa.array(tokens))
-    return pa.LargeListArray.from_arrays(pa.array(token_offsets), values)
+    values = vocab.take(array_of(tokens, pa.from_numpy_dtype(tokens.dtype)))
+    return pa.LargeListArray.from_arrays(array_of(token_offsets, pa.int64()), values)
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
