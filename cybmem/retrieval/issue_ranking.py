@@ -246,8 +246,14 @@ def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = N
                 limit: int | None = None) -> list[ChosenIssue]:
     """Every open issue (as of ``as_of``) scored against the task (rule: module docstring), best
     first; only the first ``limit`` when given (a store can hold tens of thousands of open issues)."""
-    ranking = score_issues(result, weights, as_of=as_of)
-    return [ranking.issue(i) for i in (ranking.order if limit is None else ranking.top(limit)).tolist()]
+    return _page(score_issues(result, weights, as_of=as_of), 0, limit)
+
+
+def _page(ranking: IssueRanking, offset: int, limit: int | None) -> list[ChosenIssue]:
+    """The issues of ``ranking`` from ``offset`` on, at most ``limit`` (None: all), best first; only
+    the page is sorted when a limit is given."""
+    order = ranking.order if limit is None else ranking.top(offset + limit)
+    return [ranking.issue(i) for i in order.tolist()[offset:]]
 
 
 @dataclass
@@ -285,6 +291,5 @@ def rank_open_issues(snap: Any, query: str, *, settings: Any = None, as_of: int 
     if states is None:
         states = {s.issueId: s for s in states_from_table(snap.fold(as_of))}
     ranking = score_issues(result, result.weights, as_of=as_of)
-    order = ranking.order if limit is None else ranking.top(offset + limit)
-    page = [ranking.issue(i) for i in order.tolist()[offset:]]
+    page = _page(ranking, offset, limit)
     return [RankedIssue(states[c.ids[0]], c) for c in page if c.ids[0] in states], len(ranking), list(result.warnings)
