@@ -23,6 +23,9 @@ TMP_PREFIX = ".tmp-"
 TMP_SUFFIX = ".part"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+#: An mtime this close to the moment a file or directory was read (2 s: the coarsest clock tick of
+#: the file systems we meet) may hide a write in the same tick: what was read then is not trusted to be current.
+RACY_NS = 2_000_000_000
 
 # Never follow a symlink planted where a store file should be: an append or a lock
 # must not land outside the memory root.

@@ -261,9 +261,6 @@ def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str
     return values, names, bad
 
 
-#: A weights file whose mtime is this close to the moment it was read may be rewritten within the
-#: same clock tick unseen (cybmem.store.cache.RACY_NS): its weights are not kept.
-_RACY_NS = 2_000_000_000
 #: :func:`load_weights`' results kept by what they were read from: (files, variables, lenient,
 #: vectors) -> (each file's stat, the result). A search reads its weights on every call; a long-lived
 #: process (``cybmem mcp``) then stats the files instead of reading and parsing them.
@@ -276,7 +273,7 @@ def _files_state(files: Sequence[str]) -> tuple | None:
     all when a file is no regular file or was modified too close to now to be trusted (then it is
     read every time)."""
     out = []
-    racy = time.time_ns() - _RACY_NS
+    racy = time.time_ns() - _io.RACY_NS  # modified within a clock tick of now: may change unseen, not kept
     for f in files:
         try:
             st = os.lstat(f)

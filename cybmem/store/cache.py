@@ -43,7 +43,7 @@ __all__ = [
 
 CACHE_VERSION = "10-" + TOKENIZER_VERSION  # 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
 MAX_SEGMENTS = 8
-RACY_NS = 2_000_000_000  # 2 s: a directory mtime this close to the scan may hide a same-tick write
+RACY_NS = _io.RACY_NS  # a directory mtime this close to the scan may hide a same-tick write
 _MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 
 
