@@ -657,6 +657,50 @@ def test_console_script_streams_ndjson_to_a_pipe(fixture_copy):
     assert len(lines) == 33 and json.loads(lines[0])["project"] == "api"
 
 
+def test_every_parquet_read_of_the_package_goes_through_read_part():
+    """CI run of stop 33: an exporter that read the parts its peer had written aborted at exit
+    ("terminate called without an active exception"): Arrow's thread pools decoding through a
+    Python file handle (apache/arrow#34314, #50482). read_part decodes in the calling thread from
+    a memory map (benchmarks/exit_aborts.py measures both ways); no other reader may come back."""
+    import ast
+
+    import cybmem
+
+    readers = {"read_table", "ParquetFile", "make_fragment", "read_pandas", "ParquetDataset", "read_parquet"}
+    pkg = Path(cybmem.__file__).parent
+    found = []
+    for path in sorted(pkg.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "read_part":
+                continue
+            for node in ast.walk(fn):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                owner = node.func.value.id if isinstance(node.func.value, ast.Name) else "?"
+                # the store's cache reads Arrow IPC files (store.cache.read_table), not Parquet
+                if node.func.attr in readers and not (node.func.attr == "read_table" and owner not in ("pq", "parquet")):
+                    found.append(f"{path.relative_to(pkg)}:{node.lineno}: {owner}.{node.func.attr}")
+    assert not found, found
+
+
+def test_read_part_reads_a_part_and_fills_what_an_older_file_lacks(tmp_path):
+    from cybmem.exchange.parquet_dataset import RECORDS_SCHEMA, read_part
+
+    old = pa.table({"runId": ["r1", "r2"]})
+    pq.write_table(old, tmp_path / "old.parquet")
+    assert read_part(tmp_path / "old.parquet").to_pylist() == [{"runId": "r1"}, {"runId": "r2"}]
+    t = read_part(tmp_path / "old.parquet", schema=RECORDS_SCHEMA, columns=["runId", "task"])
+    assert t.schema.field("task").type == RECORDS_SCHEMA.field("task").type
+    assert t.to_pylist() == [{"runId": "r1", "task": None}, {"runId": "r2", "task": None}]
+    (tmp_path / "empty.parquet").write_bytes(b"")
+    with pytest.raises(pa.ArrowException):
+        read_part(tmp_path / "empty.parquet")
+    os.mkfifo(tmp_path / "fifo.parquet")
+    with pytest.raises(StoreError, match="not a regular file"):
+        read_part(tmp_path / "fifo.parquet")
+
+
 def test_concurrent_exporters_of_one_machine_write_each_row_once(fixture_copy, tmp_path):
     env = {**os.environ, "CYBERINE_MEMORY_DIR": str(fixture_copy)}
     cmd = [sys.executable, "-m", "cybmem.cli", "export", "parquet", "--all", "--out", str(tmp_path / "fleet"),

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from .. import _io
 from ..errors import NotFoundError, StoreError, ValidationError
-from .parquet_dataset import ISSUES_SCHEMA, RECORDS_SCHEMA, part_files
+from .parquet_dataset import ISSUES_SCHEMA, RECORDS_SCHEMA, part_files, read_part
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -190,18 +190,12 @@ def pack_groups(groups: list[Group], limit: int) -> list[tuple[Group, ...]]:
 
 def _read(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None, *, with_file: bool = False) -> pa.Table:
     """The rows of ``files`` in file order (``with_file``: plus ``__file``, the index of each row's file)."""
-    import pyarrow.dataset as ds
-
     cols = list(columns) if columns is not None else schema.names
     out = pa.schema([schema.field(c) for c in cols] + ([pa.field("__file", pa.int32())] if with_file else []))
     tables = []
-    fmt = ds.ParquetFileFormat()
     for i, f in enumerate(files):
         try:
-            # Opened by the one rule (a file swapped for a FIFO since the scan cannot hang the read);
-            # the export's schema fills the columns an older file lacks.
-            with _io.open_regular(f, follow=True) as fh:
-                t = fmt.make_fragment(fh).to_table(schema=schema, columns=cols)
+            t = read_part(f, schema=schema, columns=cols)  # the export's schema fills what an older file lacks
         except StoreError:
             raise  # not a regular file: the one rule's message names it
         except (pa.ArrowException, OSError) as exc:
