@@ -317,3 +317,34 @@ def test_the_top_of_the_issue_ranking_is_the_prefix_of_its_full_order(seed):
         assert ranking.top(count).tolist() == full[:count].tolist()
         assert ranking.top(count, skip).tolist() == [i for i in full.tolist() if not skip[i]][:count]
     assert ranking.order.tolist() == full.tolist()
+
+
+def test_an_open_issue_is_in_full_only_with_evidence(settings):
+    """Issue 28, item 3: the issue section follows the runs' rule. An issue whose own text holds a
+    task word that is not common, or whose run is shown in full, gets its whole line; one that is
+    listed for recency alone gets a pointer line (its title cut, no run); its id is named either way."""
+    from conftest import T0, make_run
+    from cybmem.operations.write import write_run
+
+    def out(issue: str) -> str:
+        return f"Did it.\n\nACCOMPLISHED:\n- it\nISSUES:\n- {issue}\nNEXT:\n- none"
+
+    drawer = "The cart drawer flickers when it closes on a slow phone over a throttled connection"
+    footer = "The footer newsletter form posts twice when the button is pressed quickly on mobile Safari"
+    write_run(make_run("run-drawer", "Animate the cart drawer"), settings)  # the run the task relates to
+    write_run(make_run("run-footer", "Add a newsletter form to the footer", start=T0 + 3_600_000, output=out(footer)), settings)
+    # An issue another tool opened (no run carries it) whose own text names the drawer.
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.records import IssueEvent
+
+    MemoryStore(settings.memory_dir, "web").append_issue_events(
+        [IssueEvent("the-cart-drawer-flickers", T0 + 1_800_000, "opened", "qa-bot", drawer)])
+    for i in range(6):  # more runs, so that the words above are not common in the store
+        write_run(make_run(f"run-{i}", f"Refactor module {i} of the checkout service", start=T0 - (i + 1) * 3_600_000), settings)
+    block = inject_task("Fix the cart drawer animation", settings, cwd="/home/dev/web", now_ms=T0 + 86_400_000).block
+    lines = block.splitlines()
+    drawer_line = next(line for line in lines if line.startswith("- the-cart-drawer-flickers"))
+    footer_line = next(line for line in lines if line.startswith("- the-footer-newsletter"))
+    assert ", run qa-bot)" in drawer_line and "throttled connection" in drawer_line
+    assert "the… (opened " in footer_line and ", run " not in footer_line and "Safari" not in footer_line
+    assert len(footer_line) < len(drawer_line)

@@ -447,6 +447,18 @@ def test_a_pointer_is_one_line_with_its_raised_issues_and_the_hint_comes_once():
     assert POINTER_HINT not in render_block([full], []), "no pointer, no hint"
 
 
+def test_an_issue_without_evidence_is_a_pointer_line():
+    """Issue 28, item 3: the open-issue section follows the runs' rule: an issue line is in full
+    (title up to 160 characters, the run that opened it) only with evidence, else a pointer
+    (the title cut as a run pointer's, no run); the id is always whole."""
+    title = "Analytics fires before the consent banner is answered on first load of the page"
+    strong = OpenIssue("consent-banner", title, 1796000000000, "3f2a9c1e-0000-4000-8000-000000000000")
+    weak = OpenIssue("consent-banner-2", title, 1796000000000, "3f2a9c1e-0000-4000-8000-000000000000", tier="pointer")
+    lines = render_block([], [strong, weak]).splitlines()
+    assert f"- consent-banner: {title} (opened 2026-11-30, run 3f2a9c1e)" in lines
+    assert "- consent-banner-2: Analytics fires before the consent banner is… (opened 2026-11-30)" in lines
+
+
 def test_the_parent_is_labelled_and_shown_in_full_even_as_a_pointer():
     block = render_block([entry(0, tier="pointer", follows=True)], [])
     assert block.splitlines()[1].startswith("- run 3f2a9c1e0000-rest (the run this task follows up; 2025-11-29 14:02 UTC, done): ")

@@ -133,6 +133,8 @@ def _explain_lines(result) -> list[str]:
     for issue in d["issues"]:
         c = issue["contributions"]
         mark = {"issues": "listed", "raised": "raised", "no": "next  "}[issue["listed"]]
+        if issue["listed"] == "issues":
+            mark += f" {issue['tier']:<7}"  # its line in full, or a pointer (no evidence of its own)
         via = f" via run {issue['via'][:8]}" if issue["via"] else ""
         lines.append(f"issue {mark} {', '.join(issue['ids'])}  kw={c['keyword']:.3f} lin={c['lineage']:.3f} "
                      f"rec={c['recency']:.3f}  = {issue['score']:.3f}{via}")

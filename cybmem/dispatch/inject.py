@@ -176,8 +176,12 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         beyond = 0
         if ranking is not None:
             chosen, beyond = ranking.distinct_titles(ranking.with_ids(named), settings.issues)
+        # An issue line in full only on evidence: its own text, or the run that carries it shown in full.
+        in_full = {e.run_id for e in entries[:shown_runs] if e.tier != "pointer" or e.follows}
+        for c in chosen:
+            c.tier = "full" if c.own_evidence or c.via in in_full else "pointer"
         shown_issues = [OpenIssue(issue_id=c.ids[0], title=c.title, opened_at_ms=c.opened_at_ms,
-                                  by_run_id=c.by_run_id or "", also=tuple(c.ids[1:])) for c in chosen]
+                                  by_run_id=c.by_run_id or "", also=tuple(c.ids[1:]), tier=c.tier) for c in chosen]
         lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, issue_share=ISSUE_SHARE,
                      more_issues=beyond, nothing=nothing)
         if lay.runs >= shown_runs:

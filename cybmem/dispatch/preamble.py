@@ -112,6 +112,7 @@ class OpenIssue:
     opened_at_ms: int
     by_run_id: str
     also: tuple[str, ...] = ()
+    tier: str = "full"  # "pointer": no evidence about the task of its own: the short line
 
 
 @dataclass(frozen=True)
@@ -407,11 +408,14 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
 
 
 def _issue_line(issue: OpenIssue) -> str:
-    """The line of one open issue (several ids when one title stands for them)."""
+    """The line of one open issue (several ids when one title stands for them): in full, or as a
+    pointer (its title cut as a run pointer's, without the run that opened it) when it has no
+    evidence about the task."""
     issue_id = ", ".join(x for x in (_field(i, _ISSUE_ID_MAX) for i in (issue.issue_id, *issue.also)) if x) or "?"
-    title = _field(issue.title, _ISSUE_TITLE_MAX)
+    pointer = issue.tier == "pointer"
+    title = _field(issue.title, _TITLE_MAX if pointer else _ISSUE_TITLE_MAX)
     when = _utc(issue.opened_at_ms, "%Y-%m-%d") or "unknown date"
-    by = f", run {_run_label(issue.by_run_id)}" if (issue.by_run_id or "").strip() else ""
+    by = f", run {_run_label(issue.by_run_id)}" if (issue.by_run_id or "").strip() and not pointer else ""
     label = f"{issue_id}: {title}" if title else issue_id
     return _drop_inline_blocks(f"- {label} (opened {when}{by})")
 

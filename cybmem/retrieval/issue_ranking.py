@@ -44,10 +44,13 @@ class ChosenIssue:
     recency: float  # w_rec * recency of the issue's last event
     via: str | None  # the run that raised it and matched best, if any
     listed: str = "no"  # "issues": in the issues section; "raised": on a shown run's raised line; "no"
+    own_evidence: bool = True  # its own title or detail holds a task term that is not common (or none was judged)
+    tier: str = "full"  # how the block's issue section shows it: "full", or "pointer" (no evidence about the task)
 
     def to_dict(self) -> dict:
         return {"ids": self.ids, "title": self.title, "openedAt": self.opened_at_ms, "lastAt": self.last_at_ms,
                 "openedBy": self.by_run_id, "score": round(self.score, 6), "listed": self.listed, "via": self.via,
+                "ownEvidence": self.own_evidence, "tier": self.tier,
                 "contributions": {"keyword": round(self.keyword, 6), "lineage": round(self.lineage, 6),
                                   "recency": round(self.recency, 6)}}
 
@@ -60,10 +63,13 @@ class IssueRanking:
 
     def __init__(self, folded: pa.Table, rows: np.ndarray, total: np.ndarray,
                  keyword: np.ndarray, lineage: np.ndarray, recency: np.ndarray, last_at: np.ndarray,
-                 best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray, related: np.ndarray | None = None):
+                 best_row: np.ndarray, run_ids: Any, title_codes: np.ndarray, related: np.ndarray | None = None,
+                 own_evidence: np.ndarray | None = None):
         self.folded, self.rows, self.total = folded, rows, total
         # Which open issues have evidence about the task (all of them when none was judged).
         self.related = np.ones(len(rows), dtype=bool) if related is None else related
+        # Which hold a task term that is not common in their own text (all when none was judged).
+        self.own_evidence = np.ones(len(rows), dtype=bool) if own_evidence is None else own_evidence
         self._kw, self._lin, self._rec, self._last_at, self._best_row = keyword, lineage, recency, last_at, best_row
         self._run_ids = run_ids
         self._keys = title_codes
@@ -106,7 +112,8 @@ class IssueRanking:
         return ChosenIssue(ids=[self.issue_id(i)], title=self._cell("title", i), opened_at_ms=int(opened),
                            last_at_ms=int(self._last_at[i]), by_run_id=self._cell("openedBy", i),
                            score=float(self.total[i]), keyword=float(self._kw[i]), lineage=float(self._lin[i]),
-                           recency=float(self._rec[i]), via=self._run_ids[r].as_py() if r >= 0 else None)
+                           recency=float(self._rec[i]), via=self._run_ids[r].as_py() if r >= 0 else None,
+                           own_evidence=bool(self.own_evidence[i]))
 
     def title_keys(self) -> np.ndarray:
         """A code per open issue; issues with the same :func:`cybmem.store.ledger.title_key` share it."""
@@ -239,7 +246,7 @@ def score_issues(result: SearchResult, weights: Weights, *, as_of: int | None = 
     found = ranked is not None and any(r != ranked.pinned for r in ranked.top)
     related = own_match | has if judged and not found else None
     return IssueRanking(folded, rows, total, keyword, lineage, rec, last_at, best_row,
-                        snap.records.column("runId"), codes, related)
+                        snap.records.column("runId"), codes, related, own_match if judged else None)
 
 
 def rank_issues(result: SearchResult, weights: Weights, *, as_of: int | None = None,
