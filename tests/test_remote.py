@@ -647,11 +647,13 @@ def test_a_dripping_reply_ends_within_the_query_budget(embed_server, form, heade
     config = embed_config(form(embed_server, CYBERINE_MEMORY_EMBED_TIMEOUT="0.6"))
     with Embedder(config) as embedder:
         start = time.monotonic()
-        with pytest.raises(RemoteError, match="no complete reply within 0.6 s") as err:
+        # On a loaded machine the budget can run out before the connection is made (CI, stop 33's
+        # session: "connecting timed out after 0.6 s"): the same deadline, met earlier.
+        with pytest.raises(RemoteError, match=r"(no complete reply within|connecting timed out after) 0.6 s") as err:
             embedder.embed_query("login bug")
         elapsed = time.monotonic() - start
-    assert 0.55 <= elapsed < 0.6 + 0.4, elapsed
-    assert embed_server.count == 1 and "CYBERINE_MEMORY_EMBED_TIMEOUT" in str(err.value)
+    assert 0.55 <= elapsed < 0.6 + 0.9, elapsed  # not the 20 s and more of the whole reply
+    assert embed_server.count <= 1 and "CYBERINE_MEMORY_EMBED_TIMEOUT" in str(err.value)
 
 
 def test_a_whole_call_budget_covers_every_attempt_of_a_dripping_server(embed_server):
