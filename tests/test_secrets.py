@@ -303,6 +303,15 @@ FAMILY_CASES = [
     (f"Use {S} as the password.", S),
     (f"Login: admin / {S}", S),
     (f"Default credentials are admin:{S}", S),
+    # Oracle's tools without a connect identifier, a password holding "@", SQL Server's, MongoDB's
+    # and Db2's command lines
+    ("sqlplus scott/tiger", "tiger"),
+    (f"exp userid=app/{S} file=app.dmp", S),
+    ("CONNECT scott/Tiger42", "Tiger42"),
+    ("jdbc:oracle:thin:app/p@ss42@db.example.com:1521/ORCL", "p@ss42"),
+    (f"sqlcmd -S db.example.com -U sa -P {S}", S),
+    (f'mongosh "mongodb://db.example.com" -u app -p {S}', S),
+    (f"db2 connect to SAMPLE user db2inst1 using {S}", S),
 ]
 
 
@@ -403,6 +412,11 @@ FAMILY_LOOKALIKES = [
     "Login: fix redirect loop",
     "login/signup page",
     "log in with email/password",
+    "we connect api/v2 routes",
+    "Connect frontend/backend via grpc",
+    "connect client/server",
+    "sqlplus / as sysdba",
+    "mongosh --eval 'db.stats()' -p",
 ]
 
 
