@@ -9,7 +9,9 @@ data/rules/*.yml, ``examples``, Apache-2.0), gitleaks' rules (gitleaks/gitleaks,
 cmd/generate/config/rules/*.go, ``tps``, MIT), detect-secrets' plugin tests (Yelp/detect-secrets,
 tests/plugins/*_test.py, Apache-2.0), and for shapes no rule set carries an example of, the
 specification's own example (RFC 6265 for cookies, PostgreSQL's .pgpass format, Oracle's JDBC
-thin URL). ``form`` says how: ``literal`` is the example as written; a named form (``prose``,
+thin URL); round 5 adds the test inputs of Microsoft's sarif-pattern-matcher (SEC101 connection-string
+rules, MIT) and secretlint's database-connection-string rule (MIT), Nosey Parker's MongoDB rule, and
+proselint's security.password check (BSD-3-Clause). ``form`` says how: ``literal`` is the example as written; a named form (``prose``,
 ``shell``, ``wrapped``, ``json-escaped``, ``kubeconfig``, ``url``, ``ini``) puts the example's own
 secret into that shape, with the source's other parts (user, host) where it has them.
 
@@ -405,6 +407,196 @@ case("url", {**GHAS, "commit": "03adafcca2c22c849cc6581ec336a5b8757b38aa"}, "uri
      "app.config['SQLALCHEMY_DATABASE_URI'] = 'mysql://python:HelloSecretScanning@myhost1:1111/db'", "HelloSecretScanning")
 case("url", {**DS, "commit": "16a19153cf95c507f6217a93cadd2cfed38af5e3"}, "test_data/each_secret.py", "ds.each_secret",
      "basic_auth = 'http://username:whywouldyouusehttpforpasswords@example.com'", "whywouldyouusehttpforpasswords")
+
+# -- round 5: new sources for the weakest families (connection strings, config keys, prose) ---------
+# Every example of the files below that states a credential of these families is taken as written,
+# except, as in round 4, one whose secret is a documented stand-in (secret, password, mypass,
+# myPassword, your-password, {your_password}, <password>, foo, bar, ######), one the source marks as
+# not to be found (a localhost server its rule ignores, a malformed string, a negative example), a
+# value that is a variable in code (password: password_6), and one already above. Files that repeat
+# another's examples (SEC101_046 / SEC101_037, SEC101_047 / SEC101_036, SEC101_045 and SEC101_114 /
+# SEC101_038, secretlint's ng.mysql / additional.cases) are taken once, from the fuller file. The
+# rule id names the file (its split drawn from it like every other: crc32, above).
+SPM = {"repo": "microsoft/sarif-pattern-matcher", "licence": "MIT"}
+SPMI = "Src/Plugins/Tests.Security/TestData/SecurePlaintextSecrets/Inputs/{}.ps1"
+_SQL = {**SPM, "commit": "86152e58226bd5327147474afbf80f980cad67fd"}
+_SQLP, _SQLR = SPMI.format("SEC101_037.SqlConnectionString"), "spm.SEC101_037.SqlConnectionString"
+
+
+def _xml_add(conn: str) -> str:
+    return ('    <add name="YourConnectionStringKey" \n        providerName="System.Data.SqlClient"\n'
+            f'        connectionString="{conn}" />')
+
+
+for _text, _secret in (
+        ("jdbc:sqlserver://servername1.database.windows.net:1433;database=database1;user=username1@some-database-name;"
+         "password=password1;encrypt=true;trustServerCertificate=false;hostNameInCertificate=*.database.windows.net;"
+         "loginTimeout=30;", "password1"),
+        ("Driver={ODBC Driver 13 for SQL Server};Server=tcp:servername2.database.windows.net,1433;Database=database2;"
+         "Uid=username2;Pwd=password2;Encrypt=yes;TrustServerCertificate=no;Connection Timeout=30;", "password2"),
+        ('new PDO("sqlsrv:server = tcp:servername3.database.windows.net,1433; Database = databse3", "username3", '
+         '"password3");', "password3"),
+        (_xml_add("Data Source=servername4;Initial Catalog=database4;User ID=username4;Password=password4;"), "password4"),
+        (_xml_add("Password=password5;User ID=username5;Initial Catalog=database5;Data Source=database5;"), "password5"),
+        (_xml_add("Initial Catalog=database6;Data Source=servername6;Password=password6;User ID=username6;"), "password6"),
+        ("<Connection>\n    <SqlServer>Data Source=servername15;Initial Catalog=database15;User ID=username15;"
+         "Password=password15</SqlServer>\n</Connection>", "password15"),
+        ('  <add key="ConnectionString" value="Data Source=servername8;Initial Catalog=database8;User ID=username8;'
+         'Password=password8;" />', "password8"),
+        ('  <add key="ConnectionString" value="Password=password9;User ID=username9;Initial Catalog=database9;'
+         'Data Source=servername9;" />', "password9"),
+        ('  <add key="ConnectionString" value="Initial Catalog=database10;Data Source=servername10;Password=password10;'
+         'User ID=username10;" />', "password10"),
+        ('  <add key="ConnectionString" value="Data Source=servername17;Initial Catalog=database17;User ID=username17;'
+         'Password=password17" />', "password17"),
+        ('[global::System.Configuration.DefaultSettingValueAttribute("Data Source=servername14;Initial Catalog=database14;'
+         'User ID=username14;Password=password14")]\n        public string ELSConnectionString {', "password14"),
+        ('{\n    "connectionString" : "Data Source=servername16;Initial Catalog=database16;User ID=username16;'
+         'Password=password16",\n    "propertyA": "propertyA"\n    "propertyB": "propertyB"\n}', "password16"),
+        ("Data Source=(local);Initial Catalog=AdventureWorks;User ID=ab;Password= a1Pass@@11\n    Modified: Data Source=(local);",
+         "a1Pass@@11"),
+        ("connect('DRIVER={SQL Server};SERVER=servername18;DATABASE=database18;PWD=password18;UID=username18') ",
+         "password18"),
+        ("DRIVER=SQL server;SERVER=servername19;UID=username19;PWD=password19;APP=Microsoft ODBC SDK;DATABASE=database19\n"
+         "some random text", "password19")):
+    case("connection-string", _SQL, _SQLP, _SQLR, _text, _secret)
+
+_MY = {**SPM, "commit": "5b1077f834fb1b38912c57a023890166a10016e4"}
+_MYP, _MYR = SPMI.format("SEC101_036.MySqlCredentials"), "spm.SEC101_036.MySqlCredentials"
+for _text, _secret in (
+        ("Server=some-database-name.mysql.database.azure.com; Port=3306; Database=catalog_db; "
+         "Uid=username@some-database-name; Pwd=password_1; SslMode=Preferred;", "password_1"),
+        ("Port=3306; Server=some-database-name.mysql.database.azure.com; Database=catalog_db; "
+         "Uid=username@some-database-name; Pwd=password_2; SslMode=Preferred;", "password_2"),
+        ("Server=some-database-name.mysql.database.azure.com; Database=catalog_db; Uid=username@some-database-name; "
+         "Pwd=password_3; SslMode=Preferred;Port=3306; ", "password_3"),
+        ("Server=some-database-name.mysql.database.azure.com;Database=catalog_db; SslMode=Preferred; Pwd=password_4; "
+         "Uid=username@some-database-name;", "password_4"),
+        ('String url ="jdbc:mysql://some-database-name.mysql.database.azure.com:3306/catalog_db?useSSL=true&requireSSL=false"; '
+         'myDbConn = DriverManager.getConnection(url, "username@some-database-name", "PASSword_5");', "PASSword_5"),
+        ("Database=catalog_db; Data Source=some-database-name.mysql.database.azure.com; User Id=username@some-database-name; "
+         "Password=password_10", "password_10"),
+        ('string connection = "Server=your-host; Port=3306; Database=your-database; Uid=username@servername; '
+         'Pwd=password_11; SslMode=Preferred;";', "password_11"),
+        ('Server= "mydemoserver.mariadb.database.azure.com"; Port=3306; Database= "wpdb"; Uid= "WPAdmin@mydemoserver"; '
+         'Pwd="mypassword!2"; SslMode=Required;', "mypassword!2"),
+        ('String dbUrl = "jdbc:mysql://" + dbUri.getHost() + dbUri.getPath();\n'
+         'return DriverManager.getConnection(dbUrl, "cleardbusername1", "cleardb_PASSWORD1");', "cleardb_PASSWORD1")):
+    case("connection-string", _MY, _MYP, _MYR, _text, _secret)
+
+_PG = {**SPM, "commit": "2ff5df4e7dfe4a890c5c4c1e453d9e4ba87e27eb"}
+_PGP, _PGR = SPMI.format("SEC101_038.PostgreSqlCredentials"), "spm.SEC101_038.PostgreSqlCredentials"
+for _conn, _secret in (("host=my_host;Port=5555;Database=my_db;Username=my_user;Password=my_pw_1", "my_pw_1"),
+                       ("host=my_host;Database=my_db;Username=my_user;Password=my_pw_2;Port=5555", "my_pw_2"),
+                       ("Host=my_host;Port=5555;UsErname=my_user;Password=my_pw_3", "my_pw_3"),
+                       ("Password=my_pw_4;Host=my_host;Port=5555;Username=my_user;Pooling=true", "my_pw_4"),
+                       ("Port=5555;Password=my_pw_5;Connection Pruning Interval=doodle;Host=my_host;Username=my_user;"
+                        "Pooling=true", "my_pw_5"),
+                       ("Port=5555;Password=my_pw_6;Connection Pruning Interval=doodle;Host=my_host;Username=my_user;"
+                        "Pooling=true;Port=5555", "my_pw_6"),
+                       ("Database=my_db;Port=5555;Password=my_pw_7;Connection Pruning Interval=doodle;Host=my_host;"
+                        "Username=my_user;Pooling=true; Port=5555", "my_pw_7")):
+    case("connection-string", _PG, _PGP, _PGR, f'<add name="BlogDbContext" connectionString="{_conn}">', _secret)
+for _family, _text, _secret in (
+        ("connection-string", '{\n    "ConnectionString" : "host=my_host;Port=5555;Database=my_db;Username=my_user;'
+         'Password=my_pw_8",\n    "PropertyA": "This should not be caught"\n}', "my_pw_8"),
+        ("connection-string", "<Connections>\n    <Postgres>host=my_host;Port=5555;Database=my_db;Username=my_user;"
+         "Password=my_pw_9</Postgres>\n</Connections>", "my_pw_9"),
+        ("ini-env", "PGUSER=dbuser \\\nPGHOST=database.server.com \\\nPGPASSWORD=secretpassword_1 \\\nPGDATABASE=mydb \\\n"
+         "PGPORT=3211 \\\nnode script.js", "secretpassword_1"),
+        ("ini-env", "const pool = new Pool({\n  user: 'dbuser',\n  host: 'database.server.com',\n  database: 'mydb',\n"
+         "  password: 'secretpassword_2',\n  port: 3211,\n})", "secretpassword_2"),
+        ("ini-env", "const pool = new Pool({ user: 'dbuser', host: 'database.server.com', database: 'mydb', "
+         "password: 'secretpassword_3', port: 3211,})", "secretpassword_3"),
+        ("ini-env", "const client = new Client({\n  user: 'dbuser',\n  host: 'database.server.com',\n  database: 'mydb',\n"
+         "  password: 'secretpassword_4',\n  port: 3211,\n})", "secretpassword_4"),
+        ("ini-env", "const client = new Client({ user: 'dbuser', host: 'database.server.com', database: 'mydb', "
+         "password: 'secretpassword_5', port: 3211,})", "secretpassword_5"),
+        ("connection-string", 'conn = psycopg2.connect("dbname=suppliers user=postgres password=postgres")', None),
+        ("ini-env", 'conn = psycopg2.connect(\n    host="localhost",\n    database="suppliers",\n    user="postgres",\n'
+         '    password="Abcd1234")', "Abcd1234"),
+        ("ini-env", 'conn = psycopg2.connect(host="localhost",database="suppliers",user="postgres",password="Abcd12345")',
+         "Abcd12345"),
+        ("ini-env", "con = PG.connect :dbname => 'testdb', :user => 'janbodnar', :password => 'pswd37'", "pswd37")):
+    case(_family, _PG, _PGP, _PGR, _text, _secret)
+
+# secretlint's database-connection-string rule: its test inputs (MIT)
+_SL = {"repo": "secretlint/secretlint", "commit": "571e930a962e35af43eb2d006d26eb59d813104f", "licence": "MIT"}
+_SLP = "packages/@secretlint/secretlint-rule-database-connection-string/test/snapshots/{}/input.txt"
+_SLR = "secretlint.database-connection-string"
+for _text, _secret in (
+        ('const MONGO_URI = "mongodb://realuser:s3cr3tP4ss@db1.example.net:27017/production";', "s3cr3tP4ss"),
+        ('const MONGO_SRV = "mongodb+srv://appuser:myR3alP@ssw0rd@cluster0.mongodb.net/mydb?retryWrites=true";',
+         "myR3alP@ssw0rd"),
+        ('const MYSQL_URI = "mysql://dbuser:compl3xPwd@mysql.server.com:3306/database";', "compl3xPwd"),
+        ('const MYSQL_JDBC = "jdbc:mysql://admin:str0ngP4ss@db.company.com:3306/app_db";', "str0ngP4ss"),
+        ('const PG_URI = "postgresql://pguser:secur3Pass@postgres.example.com:5432/production_db";', "secur3Pass"),
+        ('const POSTGRES_URI = "postgres://api_user:myC0mpl3xPwd@db.internal.com:5432/api_db";', "myC0mpl3xPwd")):
+    case("url", _SL, _SLP.format("ng.secret"), _SLR, _text, _secret)
+for _family, _text, _secret in (
+        ("url", 'CONECTION_URI="mongodb://root:m42ploz2wd@google.com:5434/thegift"', "m42ploz2wd"),
+        ("url", "mongodb+srv://testuser:hub24aoeu@gg-is-awesome-xm273.mongodb.net/test?retryWrites=true&w=majority",
+         "hub24aoeu"),
+        ("url", 'CONNECTION_URI="mysql://root:m42ploz2wd@google.com:5434/thegift"', "m42ploz2wd"),
+        ("connection-string", "mysql --user=doadmin --password=strongp@55! "
+         "--host=db-mysql-ams3-23775-do-user-7772205-0.a.db.ondigitalocean.com", "strongp@55!"),
+        ("url", 'CONNECTION_URI="postgres://postgres:m42p! o@2wd@google.com:5434/thegift"', "m42p! o@2wd"),
+        ("ini-env", "PG_USERNAME=root. PG_PASSWORD=m42ploz2wd", "m42ploz2wd"),
+        ("ini-env", "PGPASSWORD=strongp@ss psql -hdb-postgresql-ams3-58486-do-user-7772205-0.b.db.ondigitalocean.com "
+         "-Udoadmin -p 25060", "strongp@ss"),
+        ("url", "create_engine('postgresql://postgres:m42ploz2wd@google.com:5432/mydb')", "m42ploz2wd")):
+    case(_family, _SL, _SLP.format("additional.cases"), _SLR, _text, _secret)
+
+# Nosey Parker's MongoDB rule and Kingfisher's: their examples not above
+_NPM = {**NP, "commit": "83750401318a09c3656a89e559751f913ef8d049"}
+case("url", _NPM, NPR.format("mongo"), "np.mongodb.1",
+     'spring:\n  application:\n    name: Prince\n  data:\n    mongodb:\n      uri: "mongodb+srv://servicelogin:'
+     'CPCdZH5k0F6dxQ9V@example-prince.mongodb.net/?retryWrites=true&w=majority"\n      database: prince\n',
+     "CPCdZH5k0F6dxQ9V")
+for _text in ("mongodb://myDatabaseUser:D1fficult@localhost", "mongodb://myDatabaseUser:D1fficult@localhost/database"):
+    case("url", _NPM, NPR.format("mongo"), "np.mongodb.1", _text, "D1fficult")
+for _rest in ("localhost", "localhost/records", "cluster0.example.mongodb.net/?retryWrites=true&w=majority",
+              "mongodb0.example.com/?authSource=admin&replicaSet=myRepl",
+              "mongodb0.example.com:27017,mongodb1.example.com:27017,mongodb2.example.com:27017/?authSource=admin&replicaSet=myRepl",
+              "localhost,localhost:27018,localhost:27019/?replicaSet=test",
+              "example1.com,example2.com,example3.com/?replicaSet=test&readPreference=secondary",
+              "router1.example.com:27017,router2.example2.com:27017,router3.example3.com:27017/",
+              "example1.com,example2.com,example3.com/?replicaSet=test&w=majority&wtimeoutMS=2000"):
+    _scheme = "mongodb+srv" if _rest.startswith(("cluster0", "mongodb0.example.com/")) else "mongodb"
+    case("url", _NPM, NPR.format("mongo"), "np.mongodb.1", f"{_scheme}://myDatabaseUser:D1fficultP%40ssw0rd@{_rest}",
+         "D1fficultP%40ssw0rd")
+case("url", _NPM, NPR.format("mongo"), "np.mongodb.1",
+     "var store = new MongoDBStore({\n  uri: 'mongodb+srv://somethingrotten:Zxcvbnm@12345)@cluster0-cnc84.mongodb.net/"
+     "e-commerce?retryWrites=true',\n  collection: 'mySessions',\n});\n", "Zxcvbnm@12345)")
+case("url", _NPM, NPR.format("mongo"), "np.mongodb.1", "mongodb+srv://hpapp:bria@pass135!@briaserver.7xsu17j.mongodb.net/test",
+     "bria@pass135!")
+case("url", KF, K.format("mongodb"), "kingfisher.mongodb.3", '"mongodb://mongoadmin:contoso@something.foo.mongodb.net/myFirstDatabase"',
+     "contoso")
+
+# Kingfisher's generic password rules: the examples not above (round 1 took some, or put them in other forms)
+for _rule, _text, _secret in (
+        ("kingfisher.generic.3", "hostname = '10.11.12.13'\nusername = 'donjuandemarco@example.com'\npassword = '`123QWERasdf'\n",
+         "`123QWERasdf"),
+        ("kingfisher.generic.3", "user = 'abuser'  # some comment\npassword = 'abuser123456'  # some other comment\n",
+         "abuser123456"),
+        ("kingfisher.generic.3", "user = 'Aladdin'\npassword = 'open sesame'\n", "open sesame"),
+        ("kingfisher.generic.4", "user = Aladdin\n// some comment\n// some other comment\npassword = open_sesame\n", "open_sesame"),
+        ("kingfisher.generic.5", 'password = "super$ecret"\n', "super$ecret"),
+        ("kingfisher.generic.5", 'password="super$ecret"\n', "super$ecret"),
+        ("kingfisher.generic.5", '"password": "super$ecret",\n', "super$ecret"),
+        ("kingfisher.generic.5", 'password   =>   "super$ecret"\n', "super$ecret"),
+        ("kingfisher.generic.5", '"ApplicationServicesConnection" : {\n    "ServiceAddress" : "https://services-dev.examples.com",\n'
+         '    "AdminPassword" : "thisismypassword"\n}\n', "thisismypassword"),
+        ("kingfisher.generic.5", 'private const string DevFolkoosComPfxPassword = "thisismypassword";\n', "thisismypassword"),
+        ("kingfisher.generic.5", "create_random_name('sfrp-cli-cert2', 24),\n            'cluster_name': "
+         "self.create_random_name('sfrp-cli-', 24),\n            'vm_password': \"Pass123!@#\",\n            'policy_path': "
+         "os.path.join(TEST_DIR, 'policy.json')\n        })\n", "Pass123!@#")):
+    case("ini-env", KF, K.format("generic"), _rule, _text, _secret)
+
+# a password stated in prose: proselint's security.password check, its test's own failing example
+case("prose", {"repo": "amperser/proselint", "commit": "3da41d8f6e6627884f6e05f9d3314745cdafb6e5", "licence": "BSD-3-Clause"},
+     "tests/test_security_password.py", "proselint.security.password", "The password is 123456.", "123456")
+
 
 def split(rule: str) -> str:
     return "dev" if zlib.crc32(rule.encode()) % 2 == 0 else "held-out"

@@ -203,8 +203,10 @@ def test_the_families_file_is_what_its_builder_gives():
 
 # The dev examples the pass is known to miss, and why (docs/secrets.md): detect-secrets' Db2 plugin
 # reads "pwd::x!" as pwd = ":x!"; here a bare "pwd:" is the shell's "pwd: command not found" and a
-# value that starts with ":" a Sphinx role (:term:), neither a secret.
-DEV_MISSES = ["pwd::anothersyntax!"]
+# value that starts with ":" a Sphinx role (:term:), neither a secret. secretlint's test has a URL
+# password with a space in it (m42p! o@2wd), which no URL parser takes as one password: a URL's
+# user info ends at the first space here, so that prose after "http://host:" is not read as one.
+DEV_MISSES = ["pwd::anothersyntax!", 'CONNECTION_URI="postgres://postgres:m42p! o@2wd@google.com:5434/thegift"']
 
 
 def test_recall_on_the_public_family_examples():
@@ -273,6 +275,43 @@ FAMILY_CASES = [
     # prose: a password quoted whole, whatever word it is; "for" and several words before "is"
     ('The default password for the admin user is "sunflower".', "sunflower"),
     (f"The password for the staging admin account is {S}&3 until Monday", f"{S}&3"),
+    # round 5 (sarif-pattern-matcher's SEC101 inputs, secretlint's; the shapes cut from them)
+    # a value before a closing tag: <Postgres>…;Password=my_pw_9</Postgres>
+    ("<Postgres>host=db;Username=app;Password=app_pw_9</Postgres>", "app_pw_9"),
+    # a database connection call's password argument
+    ('new PDO("sqlsrv:server = tcp:db.example.com,1433; Database = app", "app", "pdo_pw3");', "pdo_pw3"),
+    (f'conn = DriverManager.getConnection(url, "app", "{S}");', S),
+    (f'$link = mysqli_connect("db.example.com", "app", "{S}", "app");', S),
+    (f'new NetworkCredential("builder@example.com", "{S}")', S),
+    # a brace-quoted connection-string value (SQL Server JDBC / ODBC)
+    (f"jdbc:sqlserver://db:1433;databaseName=app;user=sa;password={{{S};x}}", f"{S};x"),
+    # a setting given as a name and a value
+    (f'<property name="hibernate.connection.password" value="{S}"/>', S),
+    (f'<entry key="db.password">{S}</entry>', S),
+    (f"define('DB_PASSWORD', '{S}');", S),
+    (f"env:\n  - name: POSTGRES_PASSWORD\n    value: {S}\n", S),
+    (f"ENV DB_PASSWORD {S}\n", S),
+    (f"setenv DB_PASSWORD {S}\n", S),
+    (f"[postgres]\nuser = app\npass = {S}\n", S),
+    # a subscript's key, and PowerShell's $env:
+    (f"$cfg['Servers'][$i]['password'] = '{S}';", S),
+    (f'os.environ["DB_PASSWORD"] = "{S}"', S),
+    (f'$env:DB_PASSWORD = "{S}"', S),
+    # prose: "password to", "and password", "as the password", a stated login
+    (f"I changed the root password to {S}", S),
+    (f"log in with user admin and password {S}", S),
+    (f"Use {S} as the password.", S),
+    (f"Login: admin / {S}", S),
+    (f"Default credentials are admin:{S}", S),
+    # Oracle's tools without a connect identifier, a password holding "@", SQL Server's, MongoDB's
+    # and Db2's command lines
+    ("sqlplus scott/tiger", "tiger"),
+    (f"exp userid=app/{S} file=app.dmp", S),
+    ("CONNECT scott/Tiger42", "Tiger42"),
+    ("jdbc:oracle:thin:app/p@ss42@db.example.com:1521/ORCL", "p@ss42"),
+    (f"sqlcmd -S db.example.com -U sa -P {S}", S),
+    (f'mongosh "mongodb://db.example.com" -u app -p {S}', S),
+    (f"db2 connect to SAMPLE user db2inst1 using {S}", S),
 ]
 
 
@@ -350,6 +389,34 @@ FAMILY_LOOKALIKES = [
     "the password for the admin user is hashed with bcrypt",
     "CHECKSUM=9Wq3xZ7kP2mL5vN8bR4tY6uI1oE0aS3dF7gH2jK\n",  # a labelled digest
     "see https://example.com/cb?state=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj5 for the callback",
+    # round 5: the neighbours of the new shapes
+    "if (a < b && c</b>) return",  # a comparison stays code
+    'new PDO($dsn, $user, $pass);',
+    'DriverManager.getConnection(url, "sa", "");',
+    "Password={0};User ID={1}",
+    "password={password};",
+    '<property name="password" value="${db.password}"/>',
+    '<property name="passwordEncoder" value="bcrypt"/>',
+    '<add key="ClearTextPassword" value="abc" />',  # gitleaks' nuget-config-password look-alike
+    "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef:\n      name: db\n",
+    "- name: GITHUB_TOKEN\n  value: ${{ secrets.GH }}\n",
+    "define('DB_PASSWORD', getenv('DB_PASSWORD'));",
+    "ENV DB_PASSWORD_FILE /run/secrets/db\n",
+    "setenv DB_PASSWORD $DB_PASS\n",
+    "user: root\npass: true\n",
+    "session['token'] = token",
+    "I changed the password to something stronger",
+    "Use bcrypt as the password hasher",
+    "Use $TOKEN as the password",
+    "sign in with github/oauth2",
+    "Login: fix redirect loop",
+    "login/signup page",
+    "log in with email/password",
+    "we connect api/v2 routes",
+    "Connect frontend/backend via grpc",
+    "connect client/server",
+    "sqlplus / as sysdba",
+    "mongosh --eval 'db.stats()' -p",
 ]
 
 

@@ -338,6 +338,17 @@ def _prose_value(secret: str, m: re.Match[str]) -> bool:
     return digit_or_symbol or (inner_case and not re.fullmatch(r"[A-Z]+[a-z]*|[A-Z][a-z]+(?:[A-Z][a-z]+)+", secret))
 
 
+def _login_value(secret: str, m: re.Match[str]) -> bool:
+    """The password of a stated login (admin / Hunter2!): as a password in a sentence, and not the
+    user name again, a URL's or a path's part (login: https://…, sign in with github/oauth2)."""
+    user = m.group("u")
+    if m.string[m.end("u"):m.start("v")].strip("\"'`\u201c\u2018") == "/" and re.fullmatch(r"[a-z0-9_.-]+", secret):
+        return False  # sign in with sso/saml2, github/oauth2: a choice of methods, not a login
+    if secret.lower() == user.lower() or user.lower() in ("http", "https", "ssh", "git", "ftp", "with", "via"):
+        return False
+    return _prose_value(secret, m)
+
+
 _COOKIE_NOT_SECRET = frozenset({"path", "domain", "expires", "max-age", "samesite", "_ga", "_gid", "_gat", "_fbp",
                                 "__utma", "__utmb", "__utmz", "lang", "locale", "theme", "tz"})
 _SESSION_NAME = re.compile(
@@ -434,6 +445,20 @@ _ORACLE_NEEDLES = ("jdbc:oracle", "JDBC:ORACLE", "sqlplus", "SQLPLUS", "sqlcl", 
 _USER_BEFORE = re.compile(r"[A-Za-z_][\w$#.-]{0,40}$")
 
 
+def _oracle_local(secret: str, m: re.Match[str]) -> bool:
+    """user/password after an Oracle tool: any password but a stand-in or the user again; after a
+    bare CONNECT / CONN (a word of prose too: connect client/server) only one that reads as a
+    password in a sentence (Tiger42, not server)."""
+    if not _not_stand_in(secret, m) or secret.lower() == m.group("u").lower() or _DOTTED.fullmatch(secret):
+        return False
+    tool = (m.group("tool") or "").strip().lower()
+    if not tool.startswith("conn"):
+        return True
+    symbol = any(c.isdigit() or not (c.isalnum() or c in "_-.") for c in secret)
+    inner_case = any(c.isupper() for c in secret[1:]) and any(c.islower() for c in secret)
+    return len(secret) >= 5 and not re.fullmatch(r"v?[\d.]+", secret) and (symbol or inner_case)
+
+
 def _user_pass_at(secret: str, m: re.Match[str]) -> bool:
     """user/password@host: a user name before the "/" (a word start, not a path's or a
     package's part), and a password that is not a stand-in nor the user name again."""
@@ -442,6 +467,26 @@ def _user_pass_at(secret: str, m: re.Match[str]) -> bool:
     if user is None or (user.start() > 0 and re.match(r"[\w./@:%+-]", m.string[user.start() - 1])):
         return False
     return _not_stand_in(secret, m) and secret.lower() != user.group().lower()
+
+
+_SECRET_NAME = r"[\w.:-]{0,60}?(?i:password|passwd|passphrase|pwd|pass|secret|token|api[_-]?key|credentials?)"
+_NAMED_LITERALS = frozenset({"true", "false", "none", "null", "nil", "yes", "no", "on", "off", "empty", "required",
+                             "optional", "changeme", "change_me", "redacted", "hidden", "masked"})
+
+
+def _named_value(secret: str, m: re.Match[str]) -> bool:
+    """The value of a setting a secret word names: not a stand-in, a reference (${X}, %X%, #{x},
+    {{x}}), a literal (true, none), a number of up to 5 digits, nor a dotted name or an expression;
+    and 4 characters or more (value="abc" is a test's stand-in)."""
+    folded = secret.strip().lower()
+    return (len(secret) >= 4 and _not_stand_in(secret, m) and folded not in _NAMED_LITERALS and not _DOTTED.fullmatch(secret)
+            and not re.search(r"[$%#]\{|\{\{|^%[A-Za-z_]+%$|\w\(", secret) and not re.fullmatch(r"\d{1,5}", secret)
+            and len(set(secret)) > 2)
+
+
+def _braced_value(secret: str, m: re.Match[str]) -> bool:
+    """A brace-quoted connection-string value, not a template field ({0}, {password}, {your_pwd})."""
+    return _named_value(secret, m) and not re.fullmatch(r"[A-Za-z_]+|\d+", secret)
 
 
 _FAMILIES: list[Rule] = [
@@ -458,21 +503,141 @@ _FAMILIES: list[Rule] = [
         r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
         _PROSE_NEEDLES, group="v", check=_prose_value),
     Rule("prose_password", _lazy(
-        r"(?i:\b(?:use|using|with|enter|type|try)[ \t]++(?:the[ \t]++)?(?:pass(?:word|wd|phrase|code)|pwd|pw))"
+        r"(?i:\b(?:use|using|with|enter|type|try|and)[ \t]++(?:the[ \t]++)?(?:pass(?:word|wd|phrase|code)|pwd|pw))"
         r"[ \t]++(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
         _PROSE_NEEDLES, group="v", check=_prose_value),
     # Oracle and JDBC: jdbc:oracle:thin:scott/tiger@host, sqlplus user/pass@db, CONNECT u/p@tns
     Rule("db_password", _lazy(
         r"(?:(?i:jdbc:oracle:[a-z0-9]+):|(?i:\b(?:sqlplus|sqlcl|sql|expdp|impdp|exp|imp|rman|sqlldr|dgmgrl|"
         r"connect|conn|userid=)\b)[ \t]*+(?:-[A-Za-z]++[ \t]++)*+(?:(?i:target|auxiliary|catalog)[ \t]++)?)"
-        r"[\"']?(?P<u>[A-Za-z_$#][\w$#.]{0,40})/(?P<v>[^\s/@\"']{1,128}+)@"), _ORACLE_NEEDLES, group="v",
-        check=_not_stand_in),
+        # the password may hold an "@" when another follows before the host (p@ss@db, as URLs)
+        r"[\"']?(?P<u>[A-Za-z_$#][\w$#.]{0,40})/(?P<v>(?:[^\s/@\"']|@(?=[^\s/\"'@]*+@)){1,128}+)@"), _ORACLE_NEEDLES,
+        group="v", check=_not_stand_in),
     # user/password@host:port or @//host: a connect string anywhere
     Rule("db_password", _lazy(
         # from the "/" (a literal start is fast to search for); the check finds the user before it
         r"/(?P<v>[^\s/@\"'<>()]{3,128}+)@(?://[\w.-]|[A-Za-z0-9][\w.-]*:\d{2,5}(?![\w.])|\(DESCRIPTION)"),
         ("@",), group="v", check=_user_pass_at),
 ]
+
+
+# Rules whose needles are lower case, searched for in the text lower-cased (once per text): the
+# shapes below need a cue next to their key word ("password to", "as the password", "login",
+# "value=\"") in any case, and a handful of lower-case needles cost less than every case of each.
+_FAMILIES_LOWER: list[Rule] = [
+    # the Oracle tools' user/password without a connect identifier (the local database):
+    # sqlplus scott/tiger, exp userid=app/tiger, CONNECT scott/Tiger42
+    Rule("db_password", _lazy(
+        r"(?P<tool>(?i:\b(?:sqlplus|sqlcl|expdp|impdp|rman|sqlldr|dgmgrl|connect|conn)\b)[ \t]++(?:-[A-Za-z]++[ \t]++)*+"
+        r"(?:(?i:target|auxiliary|catalog)[ \t]++)?|(?i:\buserid=))"
+        r"[\"']?(?P<u>[A-Za-z_$#][\w$#.]{0,40})/(?P<v>[^\s/@\"';,)]{1,128}+)(?=[\"']?(?:[ \t\r\n;,)]|$))"),
+        ("sqlplus", "sqlcl", "expdp", "impdp", "rman", "sqlldr", "dgmgrl", "connect ", "conn ", "userid="), group="v",
+        check=_oracle_local),
+    # SQL Server's and Sybase's tools take the password as -P, MongoDB's shells as -p
+    Rule("cli_password", _lazy(rf"\b(?:sqlcmd|bcp|isql|osql)\b[^\n|;&]{{0,200}}?[ \t]-P[ \t]*+{_ARG}"),
+         ("sqlcmd", "bcp ", "isql", "osql"), group="v", check=_not_stand_in),
+    Rule("cli_password", _lazy(rf"\bmongo(?:sh)?\b[^\n|;&]{{0,200}}?[ \t]-p[ \t]++{_ARG}"), ("mongo",), group="v",
+         check=_not_stand_in),
+    # Db2's CLP: connect to SAMPLE user db2inst1 using …
+    Rule("cli_password", _lazy(
+        rf"(?i:\bconnect[ \t]++to[ \t]++[\w.$#@-]++[ \t]++user[ \t]++[\w.$#@\\-]++[ \t]++using)[ \t]++{_ARG}"),
+        ("connect to",), group="v", check=_not_stand_in),
+    # "changed the root password to …", "reset my pw to …"
+    Rule("prose_password", _lazy(
+        r"(?i:\b(?:chang(?:e|ed|ing)|set(?:ting)?|reset(?:ting)?|updat(?:e|ed|ing))[ \t]++(?:[\w'-]{1,20}[ \t]++){0,3}?"
+        r"(?:pass(?:word|wd|phrase|code)|pwd|pw)[ \t]++to)[ \t]++(?:[:\-][ \t]*+)?"
+        r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
+        ("password to", "passwd to", "passphrase to", "passcode to", "pw to", "pwd to"), group="v", check=_prose_value),
+    # "use Hunter2! as the password"
+    Rule("prose_password", _lazy(
+        r"(?i:\b(?:use|using|set|chose|choose|pick|picked)[ \t]++)"
+        r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])(?P=q)"
+        r"[ \t]++(?i:as[ \t]++(?:the[ \t]++|your[ \t]++|my[ \t]++|a[ \t]++)?(?:pass(?:word|wd|phrase|code)|pwd|pw))"
+        # the password itself, not a password hasher, policy or field
+        r"(?=[ \t]*+(?:[.,;:!)]|$|\n|[ \t](?i:for|to|on|of|and|when|in|at|until|here)\b))"),
+        (" as the pass", " as pass", " as your pass", " as my pass", " as a pass", " as the pw", " as pw"),
+        group="v", check=_prose_value),
+    # a login stated as user and password: "Login: admin / Hunter2!", "credentials are admin:tiger123"
+    Rule("prose_password", _lazy(
+        r"(?i:\b(?:log[ -]?in|sign[ -]?in|credentials?|creds)\b)(?:[ \t]++(?i:is|are|with|as|using|was))?[ \t]*+[:=]?[ \t]*+"
+        r"(?P<u>[A-Za-z][A-Za-z0-9_.@-]{0,40}?)(?:[ \t]++/[ \t]++|/|:)"
+        r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s/\"'`\u201d\u2019]{3,63}[^\s/\"'`\u201d\u2019.,;:)])(?=[\"'`\u201d\u2019]?(?:[\s.,;:)]|$))"),
+        ("login", "log in", "log-in", "sign in", "sign-in", "signin", "credential", "creds"), group="v",
+        check=_login_value),
+    # SQL Server / ODBC brace-quoted values: password={p;w};  PWD={…}
+    Rule("db_password", _lazy(
+        r"(?i:\b(?:password|pwd))[ \t]*=[ \t]*\{(?P<v>[^{}\s]{4,128}+)\}(?=[ \t]*(?:;|$|[\"'<]))"),
+        ("={", "= {"), group="v", check=_braced_value),
+    # a setting given as a name and a value: <property name="db.password" value="…"/>,
+    # <entry key="password">…</entry>, define('DB_PASSWORD', '…'), a Kubernetes env entry
+    # (- name: DB_PASSWORD / value: …), Dockerfile's ENV KEY value and csh's setenv / fish's set -x
+    Rule("config_password", _lazy(
+        rf"<[A-Za-z][\w:.-]*+[ \t\r\n]++(?:[\w:.-]++=\"[^\"\n]{{0,80}}\"[ \t\r\n]++){{0,3}}?(?:name|key)=\"{_SECRET_NAME}\""
+        rf"[ \t\r\n]++value=\"{_NOT_MARK}(?P<v>[^\"\n]{{3,200}}+)\""), ("value=\"",), group="v", check=_named_value),
+    Rule("config_password", _lazy(
+        rf"<(?P<tag>[A-Za-z][\w:.-]*+)[ \t]++(?:name|key)=\"{_SECRET_NAME}\"[ \t]*+>{_NOT_MARK}(?P<v>[^<>\s]{{3,200}}+)</(?P=tag)>"),
+        ("key=\"", "name=\""), group="v", check=_named_value),
+    Rule("config_password", _lazy(
+        rf"\bdefine[ \t]*+\([ \t]*+(?P<kq>[\"']){_SECRET_NAME}(?P=kq)[ \t]*+,[ \t]*+(?P<q>[\"']){_NOT_MARK}"
+        r"(?P<v>[^\"'\n]{3,200}+)(?P=q)[ \t]*+\)"), ("define(", "define ("), group="v", check=_named_value),
+    Rule("config_password", _lazy(
+        rf"(?m)^[ \t]*+-?[ \t]*+name:[ \t]*+(?P<kq>[\"']?){_SECRET_NAME}(?P=kq)[ \t]*+\r?\n[ \t]*+value:[ \t]*+"
+        rf"(?P<q>[\"']?){_NOT_MARK}(?P<v>[^\s\"'#]{{3,200}}+)(?P=q)[ \t]*+$"), ("value:",), group="v", check=_named_value),
+    Rule("config_password", _lazy(
+        r"(?m)(?:^|(?<=[\s`;&|(]))(?:ENV|setenv|set[ \t]++-[a-z]*x[a-z]*)[ \t]++[A-Z][A-Z0-9_]{0,60}"
+        r"(?:PASSWORD|PASSWD|PASS|PWD|SECRET|TOKEN)"
+        rf"[ \t]++(?P<q>[\"']?){_NOT_MARK}(?P<v>[^\s\"'=;&|`)]{{3,200}}+)(?P=q)[ \t]*+(?:$|(?=[;&|`)]))"),
+        ("env ", "setenv", "set -"), group="v", check=_named_value),
+    # a bare "pass" key on the line after a user key: [db] user = app / pass = …, YAML user: / pass:
+    Rule("config_password", _lazy(
+        r"(?im)^(?P<i>[ \t]*+)(?:user(?:name)?|login|uid)[ \t]*+[:=][ \t]*+[^\s]++[ \t]*+\r?\n(?P=i)pass[ \t]*+[:=][ \t]*+"
+        rf"(?P<q>[\"']?){_NOT_MARK}(?P<v>[^\s\"'#;]{{3,200}}+)(?P=q)[ \t]*+(?:$|#)"),
+        ("\npass", "\n pass", "\n  pass", "\n    pass", "\n\tpass"), group="v", check=_named_value),
+]
+# Two levels: a short needle every rule of a group needs (most texts have none), then the rules'
+# own. One level of all the rules' needles cost a tenth of redact()'s time on a commit message.
+_LOWER_GATES = ("sql", "rman", "dgmgrl", "dp", "conn", "userid=", "bcp ", "mongo", "pass", "pw", "log", "sign", "cred",
+                "={", "= {", '="', "define", "value:", "env", "set -")
+
+
+def _gates(rule: Rule) -> tuple[str, ...]:
+    """The gates one of which each of rule's needles holds (every needle is behind one)."""
+    gates = tuple(g for g in _LOWER_GATES if any(g in n for n in rule.needles))
+    assert all(any(g in n for g in gates) for n in rule.needles), rule.needles
+    return gates
+
+
+_LOWER_NEEDLES = {gate: tuple((n, rule) for rule in _FAMILIES_LOWER if gate in _gates(rule) for n in rule.needles
+                              if gate in n) for gate in _LOWER_GATES}
+
+_CONNECT_CALL = re.compile(
+    r"(?:\bnew[ \t]++PDO|\bDriverManager\.getConnection|\bmysqli?_connect|\bnew[ \t]++mysqli|\bmysqli_real_connect"
+    r"|\bNetworkCredential)[ \t]*+\(")
+# the password's place among the call's arguments (0-based)
+_CONNECT_PASSWORD_ARG = {"NetworkCredential": 1, "mysqli_real_connect": 3}
+_ARGUMENT = re.compile(r"[ \t\r\n]*+(?:\"(?P<d>[^\"\n]{0,300}+)\"|'(?P<s>[^'\n]{0,300}+)'|[^,()\"'\n]{1,100}+(?:\([^()\n]{0,100}+\))?)"
+                       r"[ \t\r\n]*+(?:,|(?=\)))")
+
+
+def _connect_calls(text: str) -> Iterator[Candidate]:
+    """A database connection call given the password as a string literal: new PDO(dsn, user,
+    "…"), DriverManager.getConnection(url, user, "…"), mysqli_connect(host, user, "…"),
+    mysqli_real_connect($link, host, user, "…"), new NetworkCredential(user, "…")."""
+    if "onnect" not in text and "PDO" not in text and "mysqli" not in text and "NetworkCredential" not in text:
+        return  # getConnection, mysqli_connect, new PDO, new mysqli, NetworkCredential
+    for call in _CONNECT_CALL.finditer(text):
+        name = next((k for k in _CONNECT_PASSWORD_ARG if k in call.group(0)), "")
+        want = _CONNECT_PASSWORD_ARG.get(name, 2)
+        pos = call.end()
+        for index in range(want + 1):
+            arg = _ARGUMENT.match(text, pos)
+            if arg is None:
+                break
+            pos = arg.end()
+            if index == want:
+                group = "d" if arg.group("d") is not None else "s" if arg.group("s") is not None else None
+                if group and _named_value(arg.group(group), arg):
+                    yield arg.start(group), arg.end(group), "db_password"
 
 
 # -- blocks: Kubernetes secrets, PuTTY keys, headerless PEM bodies -------------------------------
@@ -604,9 +769,18 @@ def find(text: str) -> list[Candidate]:
             secret = text[start:end]
             if secret and (rule.check is None or rule.check(secret, m)):
                 out.append((start, end, rule.kind))
+    low = text.lower()
+    rules = {rule for gate in _LOWER_GATES if gate in low for n, rule in _LOWER_NEEDLES[gate] if n in low}
+    for rule in rules:
+        for m in rule.regex.finditer(text):
+            start, end = _span(m, rule.group)
+            secret = text[start:end]
+            if secret and (rule.check is None or rule.check(secret, m)):
+                out.append((start, end, rule.kind))
     out.extend(_blocks(text))
     # a marker is never a value: redacting it again would keep redact from settling
-    out.extend(c for c in (*_cookies(text), *_key_material(text)) if "[REDACTED:" not in text[c[0]:c[1]])
+    out.extend(c for c in (*_cookies(text), *_key_material(text), *_connect_calls(text))
+               if "[REDACTED:" not in text[c[0]:c[1]])
     out.extend(_high_entropy(text))
     return out
 

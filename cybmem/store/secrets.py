@@ -305,8 +305,10 @@ def _code_value(secret: str, match: re.Match[str], sep: str, flag: bool) -> bool
         return True
     text, end = match.string, match.end()
     spaced = sep in ("=", ":=", "=>") and text[match.start("sep") - 1] in (" ", "\t")
-    after = text[end : end + 4].lstrip(" \t")[:1]
-    # Not & or |: DB_PASSWORD=changeme && ./run is shell, and its value a password.
+    rest = text[end : end + 4].lstrip(" \t")
+    # Not & or |: DB_PASSWORD=changeme && ./run is shell, and its value a password; nor "</",
+    # which closes an element (<Postgres>…;Password=my_pw_9</Postgres>), not a comparison.
+    after = "" if rest.startswith("</") else rest[:1]
     return spaced or (after != "" and after in ",)+-*/%<>=!?^")
 
 
@@ -379,7 +381,8 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         return False  # SORT_KEY, PUBLIC_KEY, NextToken, publicKeyToken
     sep = match.group("sep") or match.groupdict().get("xml") or ""
     if (text.endswith((":", "://"), 0, key_start) and not text.endswith("/:", 0, key_start)
-            and not (sep == "=>" and (key_start == 1 or text[key_start - 2] in " \t\n{(,["))):
+            and not (sep == "=>" and (key_start == 1 or text[key_start - 2] in " \t\n{(,["))
+            and text[max(0, key_start - 5) : key_start].lower() != "$env:"):
         # A URL user name (https://x-access-token:…@host: url_password's job) or a part of a
         # colon path (arn:aws:secretsmanager:…:secret:name, AWS::ApiGateway::ApiKey); an
         # .npmrc line (//registry.npmjs.org/:_authToken=…) is neither, nor is a Ruby symbol
@@ -701,7 +704,8 @@ _SHAPES: tuple[_Shape, ...] = (
         "secret_assignment",
         re.compile(
             # a typed declaration between key and value: var apiToken string = "…"
-            rf"{_KEY_WORD}(?P<kq>[\"'])?(?:[ \t]*+:?[ \t]*+(?:string|String|str)(?![\w:]))?"
+            # and a subscript's key: cfg['password'] = …, os.environ["DB_PASSWORD"] = …
+            rf"{_KEY_WORD}(?P<kq>[\"'])?(?(kq)\]?)(?:[ \t]*+:?[ \t]*+(?:string|String|str)(?![\w:]))?"
             rf"[ \t]*+(?:(?P<sep>:{{1,3}}=|[?]=|=>|==|[:=])[ \t]*+"
             # a YAML block scalar: password: |\n  hunter22
             rf"(?:[|>][-+]?[ \t]*+\r?\n[ \t]++)?{_VALUE}"
