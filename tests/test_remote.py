@@ -660,9 +660,10 @@ def test_a_whole_call_budget_covers_every_attempt_of_a_dripping_server(embed_ser
     embed_server.delivery = Drip(interval=0.1)
     with Embedder(embed_config(_ollama_env(embed_server))) as embedder:  # write_timeout 30 s per attempt
         start = time.monotonic()
-        with pytest.raises(RemoteError, match=r"\(time budget used up\): no complete reply within 0.8 s"):
+        # (a loaded machine may spend the budget before the connection is made: the same deadline)
+        with pytest.raises(RemoteError, match=r"\(time budget used up\): (no complete reply within|connecting timed out after) 0.8 s"):
             embedder.embed(["a"], timeout=0.8)
-        assert time.monotonic() - start < 0.8 + 0.4
+        assert time.monotonic() - start < 0.8 + 0.9
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
@@ -812,9 +813,10 @@ def test_a_dripping_chat_server_ends_within_the_distillation_budget(chat_server,
     chat_server.delivery = Drip(interval=0.1, headers=headers)
     config = _chat_config(chat_server, form, timeout=0.8, backoff=0.05)
     start = time.monotonic()
-    with pytest.raises(RemoteError, match=r"\(time budget used up\): no complete reply within 0.8 s.*CYBERINE_MEMORY_MODEL_TIMEOUT"):
+    with pytest.raises(RemoteError, match=r"\(time budget used up\): (no complete reply within|connecting timed out after) 0.8 s.*"
+                                          r"CYBERINE_MEMORY_MODEL_TIMEOUT"):
         distill(config, RUN, EXTRACTIVE)
-    assert time.monotonic() - start < 0.8 + 0.4
+    assert time.monotonic() - start < 0.8 + 0.9
 
 
 def test_a_huge_chat_reply_is_refused(chat_server):
