@@ -7,6 +7,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import mmap
 import os
 import re
 import stat
@@ -72,6 +73,14 @@ def open_regular(path: str | os.PathLike, *, follow: bool = False) -> BinaryIO:
     file object (Parquet and Arrow readers); the caller closes it."""
     fd, _ = _open_regular(path, follow=follow)
     return os.fdopen(fd, "rb")
+
+
+def map_regular(path: str | os.PathLike, *, follow: bool = False) -> mmap.mmap | bytes:
+    """A regular file's bytes, memory-mapped read-only, opened by the rule of :func:`_open_regular`
+    (``b""`` for an empty file, which mmap cannot map: readers fail on it as on a damaged file).
+    For the Arrow readers that take a buffer (the cache's IPC files, a dataset's Parquet parts)."""
+    with open_regular(path, follow=follow) as fh:
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
 
 
 def read_file_st(path: str | os.PathLike, *, limit: int | None = None, offset: int = 0) -> tuple[bytes, os.stat_result]:

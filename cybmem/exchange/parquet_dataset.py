@@ -12,7 +12,6 @@ then renamed, so many machines append to one DIR side by side. What the dataset 
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import re
 import socket
@@ -144,8 +143,8 @@ def read_part(path: str | os.PathLike, *, columns: list[str] | None = None,
               schema: pa.Schema | None = None) -> pa.Table:
     """One part file (or any Parquet file), the one way every reader of a dataset reads it.
 
-    Opened by the one rule (:func:`cybmem._io.open_regular`: a file swapped for a FIFO cannot hang
-    the read), mapped into memory and decoded in this thread. A read that Arrow's thread pools
+    Mapped into memory by the one rule (:func:`cybmem._io.map_regular`: a file swapped for a FIFO
+    cannot hang the read) and decoded in this thread. A read that Arrow's thread pools
     decode makes the process abort at exit now and then ("terminate called without an active
     exception", apache/arrow#34314 and #50482): under load, 32 of 100 processes that read a part
     through a file handle that way, 17 of 100 through a buffer, none of 100 read this way
@@ -159,10 +158,7 @@ def read_part(path: str | os.PathLike, *, columns: list[str] | None = None,
         StoreError: not a regular file.
         pyarrow.ArrowException, OSError: not a readable Parquet file (the caller says which file).
     """
-    with _io.open_regular(path, follow=True) as fh:
-        # mmap cannot map an empty file; an empty buffer fails the read as a damaged file does.
-        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
-    source = pa.BufferReader(pa.py_buffer(data))
+    source = pa.BufferReader(pa.py_buffer(_io.map_regular(path, follow=True)))
     if schema is None:
         import pyarrow.parquet as pq
 

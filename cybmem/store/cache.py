@@ -21,7 +21,6 @@ consistency check doctor uses.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,12 +76,9 @@ def write_table(path: Path, table: pa.Table) -> None:
 def read_table(path: Path) -> pa.Table:
     """Memory-map an IPC file written by :func:`write_table` (zero-copy).
 
-    Opened by the one rule (:func:`cybmem._io.open_regular`): a FIFO, socket or device where a
+    Mapped by the one rule (:func:`cybmem._io.map_regular`): a FIFO, socket or device where a
     cache file should be raises StoreError (an OSError) at once, as a damaged file would."""
-    with _io.open_regular(path) as fh:
-        # mmap cannot map an empty file; an empty buffer fails the IPC read as a damaged file does.
-        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
-    return ipc.open_file(pa.py_buffer(data)).read_all()
+    return ipc.open_file(pa.py_buffer(_io.map_regular(path))).read_all()
 
 
 def write_tables(cache: Path, tables: dict[str, pa.Table]) -> None:
