@@ -333,9 +333,16 @@ def _prose_value(secret: str, m: re.Match[str]) -> bool:
         return len(secret) >= 6
     if _PROSE_NUMBER.fullmatch(secret) or not any(c.isalpha() for c in secret):
         return False
+    digit_or_symbol, inner_case = _symbol_and_case(secret)
+    return digit_or_symbol or (inner_case and not re.fullmatch(r"[A-Z]+[a-z]*|[A-Z][a-z]+(?:[A-Z][a-z]+)+", secret))
+
+
+def _symbol_and_case(secret: str) -> tuple[bool, bool]:
+    """Whether ``secret`` holds a digit or a symbol (beyond _ - .), and whether its case changes
+    inside it: what makes a word read as a password (Hunter2!, Tiger42, tiger123)."""
     digit_or_symbol = any(c.isdigit() or not (c.isalnum() or c in "_-.") for c in secret)
     inner_case = any(c.isupper() for c in secret[1:]) and any(c.islower() for c in secret)
-    return digit_or_symbol or (inner_case and not re.fullmatch(r"[A-Z]+[a-z]*|[A-Z][a-z]+(?:[A-Z][a-z]+)+", secret))
+    return digit_or_symbol, inner_case
 
 
 def _login_value(secret: str, m: re.Match[str]) -> bool:
@@ -454,9 +461,7 @@ def _oracle_local(secret: str, m: re.Match[str]) -> bool:
     tool = (m.group("tool") or "").strip().lower()
     if not tool.startswith("conn"):
         return True
-    symbol = any(c.isdigit() or not (c.isalnum() or c in "_-.") for c in secret)
-    inner_case = any(c.isupper() for c in secret[1:]) and any(c.islower() for c in secret)
-    return len(secret) >= 5 and not re.fullmatch(r"v?[\d.]+", secret) and (symbol or inner_case)
+    return len(secret) >= 5 and not re.fullmatch(r"v?[\d.]+", secret) and any(_symbol_and_case(secret))
 
 
 def _user_pass_at(secret: str, m: re.Match[str]) -> bool:
@@ -755,6 +760,15 @@ def _span(match: re.Match[str], group: int | str) -> tuple[int, int]:
     return match.span(group)
 
 
+def _hits(rule: Rule, text: str) -> Iterator[Candidate]:
+    """Where ``rule`` matches ``text`` and its check takes the secret."""
+    for m in rule.regex.finditer(text):
+        start, end = _span(m, rule.group)
+        secret = text[start:end]
+        if secret and (rule.check is None or rule.check(secret, m)):
+            yield start, end, rule.kind
+
+
 def find(text: str) -> list[Candidate]:
     """Every candidate secret these tables find in text, overlapping ones included (the caller
     resolves overlaps together with cybmem.store.secrets's core table)."""
@@ -764,19 +778,12 @@ def find(text: str) -> list[Candidate]:
         # one needle (most rules): a plain test, without a generator per rule and text
         if (needles[0] not in text) if len(needles) == 1 else not any(n in text for n in needles):
             continue
-        for m in rule.regex.finditer(text):
-            start, end = _span(m, rule.group)
-            secret = text[start:end]
-            if secret and (rule.check is None or rule.check(secret, m)):
-                out.append((start, end, rule.kind))
+        out.extend(_hits(rule, text))
     low = text.lower()
-    rules = {rule for gate in _LOWER_GATES if gate in low for n, rule in _LOWER_NEEDLES[gate] if n in low}
-    for rule in rules:
-        for m in rule.regex.finditer(text):
-            start, end = _span(m, rule.group)
-            secret = text[start:end]
-            if secret and (rule.check is None or rule.check(secret, m)):
-                out.append((start, end, rule.kind))
+    met = {rule for gate in _LOWER_GATES if gate in low for n, rule in _LOWER_NEEDLES[gate] if n in low}
+    for rule in _FAMILIES_LOWER:  # in the table's order, as the rules above
+        if rule in met:
+            out.extend(_hits(rule, text))
     out.extend(_blocks(text))
     # a marker is never a value: redacting it again would keep redact from settling
     out.extend(c for c in (*_cookies(text), *_key_material(text), *_connect_calls(text))
