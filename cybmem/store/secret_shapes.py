@@ -781,9 +781,10 @@ def find(text: str) -> list[Candidate]:
         out.extend(_hits(rule, text))
     low = text.lower()
     met = {rule for gate in _LOWER_GATES if gate in low for n, rule in _LOWER_NEEDLES[gate] if n in low}
-    for rule in _FAMILIES_LOWER:  # in the table's order, as the rules above
-        if rule in met:
-            out.extend(_hits(rule, text))
+    if met:  # rare: most texts meet no gate
+        for rule in _FAMILIES_LOWER:  # in the table's order, as the rules above
+            if rule in met:
+                out.extend(_hits(rule, text))
     out.extend(_blocks(text))
     # a marker is never a value: redacting it again would keep redact from settling
     out.extend(c for c in (*_cookies(text), *_key_material(text), *_connect_calls(text))
