@@ -348,3 +348,30 @@ def test_an_open_issue_is_in_full_only_with_evidence(settings):
     assert ", run qa-bot)" in drawer_line and "throttled connection" in drawer_line
     assert "the… (opened " in footer_line and ", run " not in footer_line and "Safari" not in footer_line
     assert len(footer_line) < len(drawer_line)
+
+
+def test_an_open_issue_is_as_fresh_whatever_the_runs_evidence(settings):
+    """An open issue's last activity counts every run the moment allows, not only the runs with
+    evidence about the task: a run that shares no word with the task but raised the issue again
+    yesterday keeps it fresh (the block's issue recency once came from the evidence runs alone, and
+    an issue touched yesterday ranked as if last seen months ago)."""
+    from conftest import MIN, T0, make_run
+    from cybmem.operations.write import write_run
+
+    DAY = 1440 * MIN
+
+    def out(issue: str) -> str:
+        return f"Did it.\n\nACCOMPLISHED:\n- it\nISSUES:\n- {issue}\nNEXT:\n- none"
+
+    footer = "The footer newsletter form posts twice when the button is pressed quickly"
+    write_run(make_run("run-drawer", "Animate the cart drawer", start=T0), settings)
+    write_run(make_run("run-footer-1", "Add a newsletter form to the footer", start=T0 - 90 * DAY, output=out(footer)), settings)
+    write_run(make_run("run-footer-2", "Style the newsletter form in the footer", start=T0 + 5 * DAY, output=out(footer)), settings)
+    for i in range(6):  # more runs, so that the task's words are not common in the store
+        write_run(make_run(f"run-{i}", f"Refactor module {i} of the checkout service", start=T0 - (i + 1) * DAY), settings)
+    now = T0 + 6 * DAY
+    with_evidence = inject_task("Fix the cart drawer animation", settings, cwd="/home/dev/web", now_ms=now)
+    ended = T0 + 5 * DAY + 10 * MIN
+    issue = next(i for i in with_evidence.issues if i.title == footer)
+    assert issue.last_at_ms == ended
+    assert "run-drawer" in with_evidence.block and "run-footer-2" not in with_evidence.block  # no evidence: not shown

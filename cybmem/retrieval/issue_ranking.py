@@ -173,7 +173,10 @@ def score_issues(result: SearchResult, weights: Weights, *, as_of: int | None = 
     n = snap.n
     mask = ranked.mask if ranked is not None else np.zeros(n, dtype=bool)
     # Last activity, title codes and the open rows do not depend on the task: cached with the snapshot.
-    activity = snap.activity(as_of, mask)
+    # Every run the moment allows counts for an issue's last activity, evidence or not (a run only
+    # lends an issue its keyword score on evidence, below): an issue touched yesterday by a run that
+    # shares no word with the task is as fresh as it is for any other task.
+    activity = snap.activity(as_of, ranked.allowed if ranked is not None else mask)
     rows = opened_in(activity)
     m = len(rows)
     kw = np.zeros(n, dtype=np.float32)

@@ -353,6 +353,13 @@ class Ranked:
     pinned: int | None = None  # the row put first whatever its score (the parent of the run dispatched)
     evidence: Evidence | None = None  # the task's terms in this store (rank_query(evidence=True))
     tiers: list[RunEvidence] | None = None  # each of ``top``'s evidence and tier (rank_query(evidence=True))
+    candidates: np.ndarray | None = None  # the rows the moment and filters allow, before evidence narrowed ``mask`` (None: ``mask``)
+
+    @property
+    def allowed(self) -> np.ndarray:
+        """Every row the query may see (its moment, its filters), evidence or not: what an issue's
+        last activity counts, while only ``mask``'s rows lend an issue their keyword score."""
+        return self.mask if self.candidates is None else self.candidates
 
 
 def parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None, as_of: int | None = None) -> int | None:
@@ -450,13 +457,15 @@ def rank_query(
         ok = snap.index.scores(ev.specific) > 0 if ev.specific else np.zeros(snap.n, dtype=bool)
         if with_vec and weights.floor_vec > 0:
             ok |= vector >= np.float32(weights.floor_vec)
-        mask = mask & ok
+        allowed, mask = mask, mask & ok
         if pin is not None:
             mask[pin] = True
         if not mask.any():
-            return Ranked([], [], None, mask, ctx, now, kw, lin, evidence=ev, tiers=[])
+            return Ranked([], [], None, mask, ctx, now, kw, lin, evidence=ev, tiers=[], candidates=allowed)
+    else:
+        allowed = None
     if k <= 0:
-        return Ranked([], [], None, mask, ctx, now, kw, lin, evidence=ev, tiers=[])  # no runs asked for; the axes still serve issues
+        return Ranked([], [], None, mask, ctx, now, kw, lin, evidence=ev, tiers=[], candidates=allowed)  # no runs asked for; the axes still serve issues
     cos = None
     if vector is not None and weights.w_vec > 0:
         dense: list[Scored] = []
@@ -488,7 +497,7 @@ def rank_query(
             at = None if pin is None else (pin if reach is None else int(np.searchsorted(reach, pin)))
             local = _pin_first(rank(scored, k), at, k)
             top = list(local) if reach is None else [int(reach[i]) for i in local]
-            return _judged(Ranked(top, local, scored, mask, ctx, now, kw, lin, pin, ev), snap, cos, weights)
+            return _judged(Ranked(top, local, scored, mask, ctx, now, kw, lin, pin, ev, candidates=allowed), snap, cos, weights)
     # Rows with a vector score join the pool like keyword hits (see _pool).
     idx = _pool(snap, mask, kw, lin, k, weights, now, vec=cos)
     if pin is not None:
@@ -499,7 +508,8 @@ def rank_query(
     scored = score(keyword_raw=sub(kw), ended_at_ms=sub(snap.ended_ms()), now_ms=now, lineage=sub(lin),
                    vector_cos=sub(cos), weights=weights)
     local = _pin_first(rank(scored, k), None if pin is None else int(np.searchsorted(idx, pin)), k)
-    return _judged(Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, ev), snap, cos, weights)
+    return _judged(Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, ev, candidates=allowed),
+                   snap, cos, weights)
 
 
 #: The last lineage affinity computed on each snapshot, with its context (a snapshot is hashed by
