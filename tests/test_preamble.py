@@ -447,6 +447,24 @@ def test_a_pointer_is_one_line_with_its_raised_issues_and_the_hint_comes_once():
     assert POINTER_HINT not in render_block([full], []), "no pointer, no hint"
 
 
+def test_a_pointers_title_is_cut_around_the_words_that_make_its_evidence():
+    """A pointer's title shows where the run matched the task: the head of a long first line when
+    the matched words are there (or none are known), else the window of whole words that holds
+    most of them, an ellipsis on each cut side, never longer than a title may be."""
+    from cybmem.dispatch.preamble import _TITLE_MAX, _title_around
+    from cybmem.store.tokens import tokenize
+
+    merge = "Merge pull request #3072 from jakobandersen/multiline-signatures Make rendering of multiline signatures better in html."
+    terms = tuple(tokenize("signatures html"))
+    cut = _title_around(merge, terms, _TITLE_MAX)
+    assert cut == "\u2026of multiline signatures better in html." and len(cut) <= _TITLE_MAX, "both words, the line's end"
+    assert _title_around(merge, (), _TITLE_MAX) == "Merge pull request #3072 from\u2026", "no terms: the head"
+    assert _title_around(merge, tuple(tokenize("merge")), _TITLE_MAX) == "Merge pull request #3072 from\u2026", "the head holds them"
+    assert _title_around("Short title", terms, _TITLE_MAX) == "Short title", "a title that fits is whole"
+    block = render_block([entry(0, tier="pointer", task=merge, terms=terms)], [])
+    assert f"): {cut}" in block
+
+
 def test_an_issue_without_evidence_is_a_pointer_line():
     """Issue 28, item 3: the open-issue section follows the runs' rule: an issue line is in full
     (title up to 160 characters, the run that opened it) only with evidence, else a pointer

@@ -97,6 +97,7 @@ class PreambleEntry:
     next: list[str]
     tier: str = "full"  # "full": every line; "pointer": one line (id, date, title) an agent can fetch
     follows: bool = False  # the run the task being dispatched follows up (its pinned parent)
+    terms: tuple[str, ...] = ()  # the task's index terms that make this run's evidence: a pointer's title is cut around them
 
 
 #: Shown after the pointers, once: how an agent gets the rest of a pointer's run.
@@ -346,6 +347,41 @@ def _field(text: str | None, max_chars: int) -> str:
     return shorten(neutralize(text[:window]) + " …", max_chars)
 
 
+_WORD_SPAN_RE = re.compile(r"\S+")
+
+
+def _title_around(text: str | None, terms: Sequence[str], max_chars: int) -> str:
+    """A pointer's title: the first ``max_chars`` of the line, or, when the words that make the run's
+    evidence (``terms``, index terms) fall beyond them, the window of whole words that holds most of
+    them, an ellipsis marking each cut side ("Merge pull request #3072 from…" tells an agent
+    nothing; "…multiline signatures better in html." does)."""
+    head = _field(text, max_chars)
+    if not terms or not head.endswith("\u2026"):
+        return head
+    from ..store.tokens import tokenize  # the index's own words (stemmed), for a pointer line only
+
+    line = " ".join(neutralize((text or "")[: max_chars * _FIELD_READ + 64]).split())
+    want = set(terms)
+    words = [(m.start(), m.end(), bool(want.intersection(tokenize(m.group())))) for m in _WORD_SPAN_RE.finditer(line)]
+    room = max_chars - 2  # an ellipsis on either side
+    best = (0, 0)  # (matched words, -start index)
+    for i, (start, _, _) in enumerate(words):
+        got = 0
+        for _s, end, hit in words[i:]:
+            if end - start > room:
+                break
+            got += hit
+        if got > best[0]:
+            best = (got, i)
+    if best[1] == 0:  # the head holds as many of them as any window does
+        return head
+    start = words[best[1]][0]
+    end = max((e for _s, e, _h in words[best[1]:] if e - start <= room), default=start)
+    if end <= start:
+        return head
+    return "\u2026" + line[start:end] + ("\u2026" if end < len(line) else "")
+
+
 def _utc(ms: int, fmt: str) -> str | None:
     """Format epoch milliseconds in UTC; None when the value is not a usable time."""
     try:
@@ -383,7 +419,7 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
     """The lines of one prior run: all of them, or its one pointer line."""
     if entry.tier == "pointer" and not entry.follows:
         when = _utc(entry.ended_at_ms, "%Y-%m-%d") or "unknown date"
-        title = _field((entry.task or "").strip().split("\n", 1)[0], _TITLE_MAX) or "(no task text)"
+        title = _title_around((entry.task or "").strip().split("\n", 1)[0], entry.terms, _TITLE_MAX) or "(no task text)"
         raised = shorten(", ".join(f"{r} (open)" for r in (_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()) if r),
                          _LIST_MAX)
         line = f"- run {_run_label(entry.run_id)} ({when}): {title}" + (f"; raised: {raised}" if raised else "")
