@@ -25,8 +25,9 @@ the defaults). Then the leave-one-history-out check: for each history, the grid 
 on the other dev histories (a slice of one history is never trained on with it), and the setting
 chosen there by the targets in their order (on every training history: the hit at least no gate's
 less one point; then the relevant run in full in at least half of the hits; then blocks at most 60%
-of no gate's length; then the shorter blocks, then most foreign one-liners) is scored on the one
-left out. ``--dispatch-only`` skips the sweep and runs the defaults through inject's own path.
+of no gate's length; then a margin on the first two: the relevant run in full in 60% of the hits
+and no hit lost, on the worst training history; then the shorter blocks, then most foreign
+one-liners) is scored on the one left out. ``--dispatch-only`` skips the sweep and runs the defaults through inject's own path.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ TOPKS = (1, 2, 3, 4, 8)
 POINTERS = (6, 8, 10, 12)
 POOL = 48  # ranked runs judged offline per query (the evidence rule keeps at most topk + pointers of them)
 OLD_FLOOR, OLD_SHARE = 0.4, 0.1
+FULL_MARGIN = 0.6  # the share of hits in full a setting is asked for on its training histories (the target: 0.5)
 
 
 def short(name: str) -> str:
@@ -223,12 +225,19 @@ def choose(res: dict, train: list[str]) -> tuple[float, float, int, int]:
         return defaults()
     def key(p):
         # In the issue's order: never hide what was found (the hit on every training history),
-        # then the relevant run in full, then the length target; then the shorter blocks, then
+        # then the relevant run in full, then the length target. Then a margin on the first two
+        # (FULL_MARGIN of the hits in full and no hit lost, on the worst training history, as far
+        # as a setting gets there): a setting that only just meets a target where it was chosen
+        # misses it on the history left out (before the margin, pytest's fold chose 4 in full and
+        # got 48% of its hits in full, sphinx's FULL_NATS 5 and 41%). Then the shorter blocks, then
         # more foreign tasks with the one line.
         ms = [met(res[t][0], res[t][1][p]) for t in train]
         ratio = np.mean([res[t][1][p]["chars"] / res[t][0]["chars"] for t in train])
         one = np.mean([np.mean([res[t][1][p][k] for k in ("dev", "js", "ops")]) for t in train])
-        return (sum(m[0] for m in ms), sum(m[1] for m in ms), sum(m[2] for m in ms), -round(float(ratio), 2), round(float(one), 3))
+        full = min(res[t][1][p]["full"] for t in train)
+        hit = min(res[t][1][p]["hit"] - res[t][0]["hit"] for t in train)
+        return (sum(m[0] for m in ms), sum(m[1] for m in ms), sum(m[2] for m in ms),
+                round(min(full, FULL_MARGIN), 3), round(min(hit, 0.0), 3), -round(float(ratio), 2), round(float(one), 3))
     return max(res[train[0]][1], key=key)
 
 
