@@ -4,9 +4,9 @@ The MEMORY block reaches an agent once, at dispatch; through MCP an agent can lo
 when it needs to, mid-run. Built on the official MCP Python SDK (``mcp`` 2.x, its
 :class:`~mcp.server.mcpserver.MCPServer`), over stdio, or streamable HTTP on 127.0.0.1
 (:mod:`cybmem.mcp.http`). Each tool is a method of :class:`cybmem.mcp.tools.Memory` that answers
-with what the CLI prints under ``--json``, as structured content and as JSON text
-(:func:`cybmem.store.outcome.printable_json`); the write tools are offered only with
-``--allow-writes``. The server reads under :func:`cybmem.store.loading.holding_snapshots`
+with what the CLI prints under ``--json``, as structured content and as JSON text (:func:`_json`:
+the layout of :func:`cybmem.store.outcome.printable_json`, written by orjson); the write tools are
+offered only with ``--allow-writes``. The server reads under :func:`cybmem.store.loading.holding_snapshots`
 (snapshots stay warm between calls while the cache is fresh). Calls are answered on the event loop
 (a worker thread's switches cost more than a call: benchmarks/bench_mcp.py), and :func:`serve`
 keeps each answer in shown.jsonl (:func:`cybmem.dispatch.feedback.mcp_observer`). Tools and
