@@ -567,6 +567,21 @@ def test_every_answer_goes_through_one_place(tmp_path):
     assert seen[0][2] == hits.structured_content and seen[1][2]["runId"] == CART
 
 
+def test_an_answer_text_is_the_json_the_cli_prints():
+    """An answer's text is written by orjson: the JSON --json prints (controls escaped as it escapes
+    them), but for a float in exponent form (1e-6 where --json prints 1e-06); what orjson cannot
+    write (an integer past 64 bits, a lone surrogate) is written by the standard library."""
+    from cybmem.mcp.server import _json
+    from cybmem.store.outcome import printable_json
+
+    answer = {"text": "".join(map(chr, range(0xa5))) + "\u2028\u00e9\U0001F600", "hits": [1, 2.5, None, True, {}, []],
+              "runId": CART, "warnings": []}
+    assert _json(answer) == printable_json(answer) and "\\u009b" in _json(answer)
+    assert _json({"recency": 1e-06}) == '{\n  "recency": 1e-6\n}' and json.loads(_json({"recency": 1e-06})) == {"recency": 1e-06}
+    for other in ({"big": 2 ** 70}, {"text": "\ud800"}):
+        assert _json(other) == printable_json(other)
+
+
 # --- the command -----------------------------------------------------------------------
 
 

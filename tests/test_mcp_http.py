@@ -153,6 +153,43 @@ def test_an_idle_connection_between_requests_is_closed(server):
     assert took < REQUEST_TIMEOUT + 5, took
 
 
+def test_a_tool_call_is_answered_with_one_json_body_on_a_kept_alive_connection(server):
+    """The server answers POSTs with a JSON body, not an event stream (json_response: less work per
+    call, benchmarks/RESULTS.md, "The MCP server"), in a session opened by the initialize handshake
+    and to a self-contained 2026-07-28 request, one after another on one connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", server[1], timeout=30)
+    base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+    def post(message: dict, headers: dict) -> tuple[http.client.HTTPResponse, bytes]:
+        conn.request("POST", "/mcp", body=json.dumps(message).encode(), headers=base | headers)
+        response = conn.getresponse()
+        return response, response.read()
+
+    def searched(response: http.client.HTTPResponse, body: bytes, call_id: int) -> None:
+        assert (response.status, response.getheader("Content-Type")) == (200, "application/json"), body
+        message = json.loads(body)
+        assert message["id"] == call_id and not message["result"]["isError"], body
+        answer = message["result"]["structuredContent"]
+        assert answer["project"] == "web" and answer["query"] == "login"
+        assert json.loads(message["result"]["content"][0]["text"]) == answer
+
+    try:
+        response, body = post(json.loads(INITIALIZE), {})
+        assert (response.status, response.getheader("Content-Type")) == (200, "application/json"), body
+        assert json.loads(body)["result"]["serverInfo"]["name"] == "cybmem"
+        sock = conn.sock
+        session = {"Mcp-Session-Id": response.getheader("Mcp-Session-Id"), "Mcp-Protocol-Version": "2025-06-18"}
+        assert post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)[0].status == 202
+        call = {"name": "search", "arguments": {"query": "login", "k": 3}}
+        searched(*post({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}, session), 2)
+        modern = {"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "search"}
+        envelope = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+        searched(*post({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": call | {"_meta": envelope}}, modern), 3)
+        assert conn.sock is sock  # kept alive throughout
+    finally:
+        conn.close()
+
+
 def test_only_its_own_origin_is_served(server):
     port = server[1]
     with socket.socket() as other:

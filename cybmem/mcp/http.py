@@ -176,7 +176,13 @@ def _loop_errors(sock: socket.socket) -> Callable[[asyncio.AbstractEventLoop, di
 async def serve_http(server: MCPServer, sock: socket.socket) -> None:
     """Serve ``server`` on ``sock``: only its own origin (the scheme, host and port it listens on)
     is accepted, each request has :data:`REQUEST_TIMEOUT` to arrive, and running out of
-    descriptors makes new connections wait instead of ending the server."""
+    descriptors makes new connections wait instead of ending the server.
+
+    A POST is answered with one JSON body rather than an event stream (the SDK's
+    ``json_response``): no tool sends progress or log messages mid-call, and the stream cost a
+    call 0.1-0.6 ms more (a task, a channel and a watcher of the connection for each request;
+    benchmarks/RESULTS.md, "The MCP server"). A client may still open the GET stream of a
+    session. No access log is written."""
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -186,8 +192,8 @@ async def serve_http(server: MCPServer, sock: socket.socket) -> None:
     own = TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
                                     allowed_origins=[f"http://127.0.0.1:{port}"])
     deadlines = _Deadlines(REQUEST_TIMEOUT)
-    app = deadlines.app(server.streamable_http_app(host="127.0.0.1", transport_security=own))
+    app = deadlines.app(server.streamable_http_app(host="127.0.0.1", transport_security=own, json_response=True))
     config = uvicorn.Config(app, http=deadlines.protocol(H11Protocol), log_level="warning", lifespan="on",
-                            timeout_keep_alive=int(REQUEST_TIMEOUT), backlog=_BACKLOG)
+                            timeout_keep_alive=int(REQUEST_TIMEOUT), backlog=_BACKLOG, access_log=False)
     await uvicorn.Server(config).serve(sockets=[sock])
 

@@ -4,9 +4,9 @@ The MEMORY block reaches an agent once, at dispatch; through MCP an agent can lo
 when it needs to, mid-run. Built on the official MCP Python SDK (``mcp`` 2.x, its
 :class:`~mcp.server.mcpserver.MCPServer`), over stdio, or streamable HTTP on 127.0.0.1
 (:mod:`cybmem.mcp.http`). Each tool is a method of :class:`cybmem.mcp.tools.Memory` that answers
-with what the CLI prints under ``--json``, as structured content and as JSON text
-(:func:`cybmem.store.outcome.printable_json`); the write tools are offered only with
-``--allow-writes``. The server reads under :func:`cybmem.store.loading.holding_snapshots`
+with what the CLI prints under ``--json``, as structured content and as JSON text (:func:`_json`:
+the layout of :func:`cybmem.store.outcome.printable_json`, written by orjson); the write tools are
+offered only with ``--allow-writes``. The server reads under :func:`cybmem.store.loading.holding_snapshots`
 (snapshots stay warm between calls while the cache is fresh). Calls are answered on the event loop
 (a worker thread's switches cost more than a call: benchmarks/bench_mcp.py), and :func:`serve`
 keeps each answer in shown.jsonl (:func:`cybmem.dispatch.feedback.mcp_observer`). Tools and
@@ -25,9 +25,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
+import orjson
+
 from .. import __version__
 from ..settings import Settings
-from ..store.outcome import printable_json
+from ..store.outcome import json_controls_escaped, printable_json
 from ..store.loading import holding_snapshots
 from .http import listen, serve_http
 from .schema import Answer
@@ -47,10 +49,23 @@ _TITLES = {"projects": "List projects", "search": "Search past runs", "show": "S
            "supersede": "Correct a record"}
 
 
+def _json(answer: Answer) -> str:
+    """An answer as the indented JSON --json prints (:func:`printable_json`), written by orjson: the
+    standard library's encoder indents in Python, a tenth of a millisecond for a search's answer,
+    which this cuts to a hundredth (benchmarks/RESULTS.md, "The MCP server"). The same fields, values
+    and layout; a float in exponent form reads ``1e-6`` where --json prints ``1e-06``. What orjson
+    does not write (an integer past 64 bits, a lone surrogate) goes through the standard library."""
+    try:
+        text = orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return printable_json(answer)
+    return json_controls_escaped(text)
+
+
 def _text(name: str, answer: Answer) -> str:
     """The text of an answer: the block itself for memory_block, else the JSON that --json prints."""
     if name != "memory_block":
-        return printable_json(answer)
+        return _json(answer)
     if answer["block"]:
         return answer["block"]
     return "\n".join([f"No MEMORY block for this task in project {answer['project']}."] + answer["warnings"])

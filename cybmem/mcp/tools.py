@@ -59,12 +59,24 @@ class Memory:
         self.observers: list[Callable[[str, dict, Answer], None]] = []
         self._lock = threading.Lock()
         self._issue_lists: dict[Path, tuple[Snapshot, dict]] = {}
+        #: The stores the call being answered opened, by the project asked (None: the default one):
+        #: its observers find the project without looking it up on disk again.
+        self._opened: dict[str | None, MemoryStore] | None = None
 
     def store(self, project: str | None) -> MemoryStore:
         """The store of ``project``, else of the server's project (NotFoundError names the known ones;
-        without a default project, it says to pass ``project``)."""
-        if project or self.project:
-            return MemoryStore.open(self.settings, cwd=self.cwd, project=project or self.project)
+        without a default project, it says to pass ``project``). Looked up on disk once a call."""
+        key = project or self.project
+        if self._opened is not None and key in self._opened:
+            return self._opened[key]
+        store = self._open(key)
+        if self._opened is not None:
+            self._opened[key] = store
+        return store
+
+    def _open(self, project: str | None) -> MemoryStore:
+        if project:
+            return MemoryStore.open(self.settings, cwd=self.cwd, project=project)
         try:
             return MemoryStore.open(self.settings, cwd=self.cwd)
         except (NotFoundError, ValidationError):  # e.g. a desktop client starts its servers in /
@@ -86,16 +98,21 @@ class Memory:
         error becomes the MCP error that carries its message in tool terms (ToolError: an
         ``isError`` result; for a resource, a protocol error)."""
         with self._lock:
+            self._opened = {}
             try:
                 answer = for_agents(fn())
             except (CybmemError, OSError) as exc:  # OSError: a store broken in a way the library did not name
                 kind = (ResourceNotFoundError if isinstance(exc, NotFoundError) else ResourceError) if resource else ToolError
                 raise kind(in_tool_terms(error_message(exc))) from None
-            for observe in self.observers:
-                try:
-                    observe(name, arguments, answer)
-                except Exception as exc:  # noqa: BLE001 - keeping a log never fails the answer
-                    print(f"cybmem mcp: warning: observer {observe!r} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            else:
+                for observe in self.observers:
+                    try:
+                        observe(name, arguments, answer)
+                    except Exception as exc:  # noqa: BLE001 - keeping a log never fails the answer
+                        print(f"cybmem mcp: warning: observer {observe!r} failed: {type(exc).__name__}: {exc}",
+                              file=sys.stderr)
+            finally:
+                self._opened = None
         return answer
 
     # --- tools ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ __all__ = [
     "extractive_summary",
     "head_line",
     "issue_slug",
+    "json_controls_escaped",
     "parse_trailer",
     "printable",
     "printable_json",
@@ -112,8 +113,13 @@ def printable_json(data) -> str:
     """``data`` as indented JSON text (what ``--json`` prints), with DEL and C1 characters
     escaped like C0 ones (``\\u009b``), so no raw control reaches a terminal; decoded, it is
     ``data`` unchanged."""
-    text = json.dumps(data, indent=2, ensure_ascii=False)
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return json_controls_escaped(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def json_controls_escaped(text: str) -> str:
+    """JSON text with its DEL and C1 characters escaped as ``\\u00XX``, as JSON encoders escape
+    the C0 ones (:func:`printable_json`); decoded, it holds the same values."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_UNSAFE.search(text) else text
 
 
 def _collapse(text: str) -> str:
