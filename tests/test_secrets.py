@@ -312,6 +312,15 @@ FAMILY_CASES = [
     (f"sqlcmd -S db.example.com -U sa -P {S}", S),
     (f'mongosh "mongodb://db.example.com" -u app -p {S}', S),
     (f"db2 connect to SAMPLE user db2inst1 using {S}", S),
+    # round 6: a stand-in in a connection string's key=value list or after a config key is the
+    # password the string connects with (Password=secret, Pwd=myPassword, DB_PASSWORD=secret)
+    ("Server=db01;Database=app;User Id=sa;Password=secret;", "secret;"),
+    ("Driver={ODBC Driver 18};Server=db01;Uid=app;Pwd=myPassword;", "myPassword"),
+    ("jdbc:sqlserver://db:1433;databaseName=app;user=sa;password=MY-PASSWORD;encrypt=false", "MY-PASSWORD"),
+    ("Host=db;Username=app;Password=pass;Database=app", "pass;"),
+    ('psycopg2.connect("dbname=app user=app password=password")', "password\")"),
+    ("DB_PASSWORD=secret\n", "=secret"),
+    ("environment:\n  POSTGRES_PASSWORD: password\n", "PASSWORD: password"),
 ]
 
 
@@ -417,6 +426,13 @@ FAMILY_LOOKALIKES = [
     "connect client/server",
     "sqlplus / as sysdba",
     "mongosh --eval 'db.stats()' -p",
+    # round 6: what a stand-in in a strong context is not: code's keyword arguments, a key's own
+    # name as its value (a template), a password: in YAML or prose
+    "login(username=username, password=password)",
+    "connect(host=host, user=user, password=password)",
+    "DB_PASSWORD=db_password",
+    "password: secret",
+    "the password is secret",
 ]
 
 
