@@ -321,6 +321,28 @@ FAMILY_CASES = [
     ('psycopg2.connect("dbname=app user=app password=password")', "password\")"),
     ("DB_PASSWORD=secret\n", "=secret"),
     ("environment:\n  POSTGRES_PASSWORD: password\n", "PASSWORD: password"),
+    # round 6, general shapes of the named families beyond the examples: a URL password holding
+    # "@" and then "#", a session id as a dict's or a query's value, a bare pass / pw given a
+    # generated password, a user and its pass on one line
+    (f"redis://:p@ss#{S}@cache.internal:6379/0", f"ss#{S}"),
+    ("cookies = {'sessionid': 'k2Jd8sLq0pWmZx7vNc4bTr6yUe1iOa3h'}", "k2Jd8sLq0pWmZx7vNc4bTr6yUe1iOa3h"),
+    ("GET /app?sessionid=k2Jd8sLq0pWmZx7vNc4bTr6yUe1iOa3h", "k2Jd8sLq0pWmZx7vNc4bTr6yUe1iOa3h"),
+    (f"PASS={S}", S),
+    (f"pw={S}", S),
+    (f"user: admin pass: {S}", S),
+    (f"login=admin, pw={S}", S),
+    # prose: more verbs, "for <whom>:", a plural, a quoted or bracketed value after the word, and
+    # the password named after it
+    (f"The password was changed to {S}", S),
+    (f"the password has been reset to {S}", S),
+    (f"the password should be {S}", S),
+    (f"the password is: {S}", S),
+    (f"the password for prod db: {S}", S),
+    (f"passwords are {S} and Zx8cVb7nM6", S),
+    (f'admin password "{S}"', S),
+    (f"the db password ({S})", S),
+    (f"{S} is the password for root", S),
+    (f"`{S}` is the admin password.", S),
 ]
 
 
@@ -433,6 +455,16 @@ FAMILY_LOOKALIKES = [
     "DB_PASSWORD=db_password",
     "password: secret",
     "the password is secret",
+    "the password field (optional)",
+    'password "field"',
+    "password (sha256)",
+    "fix password (v2) handling",
+    "password for foo: see docs",
+    "Bcrypt12 is the password hasher",
+    "PASS=1",
+    "pass=test_1",
+    "user: admin pass: true",
+    '{"sid": "S-1-5-21-3623811015-3361044348-30300820-1013"}',  # a Windows security id
 ]
 
 

@@ -382,6 +382,14 @@ def _spells_key(value: str, key: str, prefix: str) -> bool:
     return bool(fold(prefix)) and fold(value) == fold(key)
 
 
+def _password_like(value: str) -> bool:
+    """6+ characters with a letter and a digit, and mixed case or a symbol (Vq7wZp2Lx9,
+    s3cr3t!x): not a word, a number, a test id (test_1) nor a version."""
+    return (len(value) >= 6 and any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
+            and ((any(c.isupper() for c in value) and any(c.islower() for c in value))
+                 or any(not (c.isalnum() or c in "_-.") for c in value)))
+
+
 def _assignment(secret: str, match: re.Match[str]) -> bool:
     """Decide whether the value after a secret-looking key is a secret (see module docstring)."""
     text, word = match.string, match.group("word")
@@ -395,7 +403,10 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         # "auth" alone only as a quoted key: {"auth": "dXNlcjpwYXNz"} in .docker/config.json;
         # "pass" alone only assigned a quoted value: PASS = '…' (not go test's PASS: TestLogin)
         assigned_quote = match.groupdict().get("qv") is not None and match.group("sep") in ("=", ":=")
-        if lower not in _BARE_WORDS and not (lower == "auth" and key_quoted) and not (lower == "pass" and assigned_quote):
+        # or unquoted, a value that reads as a generated password: PASS=Vq7wZp2Lx9 (not PASS=1)
+        assigned_password = match.group("sep") in ("=", ":=") and _password_like(secret)
+        if lower not in _BARE_WORDS and not (lower == "auth" and key_quoted) and not (
+                lower == "pass" and (assigned_quote or assigned_password)) and not (lower == "pw" and assigned_password):
             return False  # PASS: TestLogin, key: value
     elif prefix[-1].isalnum():
         # Glued to the word before: dbPassword, PGPASSWORD, csrftoken, dbpwd; not monkey, OLDPWD.
@@ -705,7 +716,8 @@ _SHAPES: tuple[_Shape, ...] = (
             # unencoded "?" or "#" when an "@" and a host follow (p#ss?w0rd@db: libpq and most
             # drivers split at the last "@"); it is bounded so that many "x://a:" without an "@"
             # cost linear time.
-            rf"{_NOT_MARK}((?:[^\s@?#]|@(?=[^\s/?#@]*@)|[?#](?=[^\s@]*@[A-Za-z0-9\[]))"
+            # (an "@" may have a "#" after it before the next: p@ss#w0rd@db)
+            rf"{_NOT_MARK}((?:[^\s@?#]|@(?=[^\s/?@]*@)|[?#](?=[^\s@]*@[A-Za-z0-9\[]))"
             r"{1,256}+)@"
         ),
         group=1,
