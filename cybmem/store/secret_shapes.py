@@ -350,26 +350,23 @@ def _generated_word(secret: str) -> bool:
             and (inner_case or any(not (c.isalnum() or c in "_-.") for c in secret)))
 
 
-_REVERSED = re.compile(
-    r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63})(?P=q)[ \t]++(?i:is|was|will[ \t]+be)[ \t]++"
-    r"(?i:the|my|your|our|its|his|her|their)[ \t]++(?:[\w-]{1,20}[ \t]++){0,2}?$")
-
-
-# the password itself ends the phrase, not a password hasher, policy or field
-_PASSWORD_END = re.compile(r"[ \t]*+(?:[.,;:!)]|$|\n)|[ \t]++(?i:for|to|on|of|and|when|in|at|until|here|now)\b")
+# "is the admin password": found forward (a word start is quick to search for), then the value
+# just before it
+_NAMED_AFTER = re.compile(
+    r"\b(?i:is|was|will[ \t]+be)[ \t]++(?i:the|my|your|our|its|his|her|their)[ \t]++(?:[\w-]{1,20}[ \t]++){0,2}?"
+    r"(?i:password)(?:[ \t]*+(?:[.,;:!)]|$|\n)|[ \t]++(?i:for|to|on|of|and|when|in|at|until|here|now)\b)")
+_VALUE_BEFORE = re.compile(r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63})(?P=q)[ \t]++$")
 
 
 def _reversed_prose(text: str) -> Iterator[Candidate]:
     """A password named after it: "Hunter22x is the admin password" (a word that reads as a
-    generated password, or quoted whole)."""
-    low = text.lower()
-    pos = low.find("password")
-    while pos >= 0:
-        m = _REVERSED.search(text, max(0, pos - 120), pos)
-        if m and m.end() == pos and _PASSWORD_END.match(text, pos + 8) and _not_stand_in(m.group("v"), m) and (
-                _generated_word(m.group("v")) or (m.group("q") and m.group("v").lower() not in _PROSE_LITERALS)):
-            yield m.start("v"), m.end("v"), "prose_password"
-        pos = low.find("password", pos + 8)
+    generated password, or quoted whole), before the sentence ends or goes on (for, to, …;
+    not "X is the password hasher")."""
+    for m in _NAMED_AFTER.finditer(text):
+        v = _VALUE_BEFORE.search(text, max(0, m.start() - 70), m.start())
+        if v and _not_stand_in(v.group("v"), v) and (
+                _generated_word(v.group("v")) or (v.group("q") and v.group("v").lower() not in _PROSE_LITERALS)):
+            yield v.start("v"), v.end("v"), "prose_password"
 
 
 def _symbol_and_case(secret: str) -> tuple[bool, bool]:
