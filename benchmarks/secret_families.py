@@ -597,6 +597,101 @@ for _rule, _text, _secret in (
 case("prose", {"repo": "amperser/proselint", "commit": "3da41d8f6e6627884f6e05f9d3314745cdafb6e5", "licence": "BSD-3-Clause"},
      "tests/test_security_password.py", "proselint.security.password", "The password is 123456.", "123456")
 
+# -- round 6: more of the thinnest families (kubeconfig, JDBC, unlabelled tokens, config files) -------
+# As round 5: every example of the files below that states a credential of these families, taken as
+# written, except a documented stand-in (pass, secret, mypass, mypassword, MY-PASSWORD), one the
+# source marks as not to be found (trufflehog's "no host" cases, a negative example, a filler token
+# xoxb-0000…), and one already above. gitleaks' kubernetes-secret-yaml true positives (the one
+# round 1 took, as JSON, aside): each file's data value (the password where a Secret has two).
+for _text, _secret in (
+        ("\napiVersion: v1\nkind: Secret\nmetadata:\n  name: heketi-secret\n  namespace: default\ndata:\n"
+         '  # base64 encoded password. E.g.: echo -n "mypassword" | base64\n  key: bXlwYXNzd29yZA==', "bXlwYXNzd29yZA=="),
+        ("apiVersion: v1\n data:\n \textra: YWRtaW46cGFzc3dvcmQ=\n kind: secret\n metadata:\n\t name: secret-sa-sample\n"
+         "\t annotations:\n\t \tkubernetes.io/service-account.name: 'sa-name'", "YWRtaW46cGFzc3dvcmQ="),
+        ("apiVersion: v1\ndata:\n\tpassword: UyFCXCpkJHpEc2I9\n\tusername: YWRtaW4=\nkind: Secret\nmetadata:\n"
+         "\tcreationTimestamp: '2022-06-28T17:44:13Z'\n\tname: db-user-pass\n\tnamespace: default\ntype: Opaque",
+         "UyFCXCpkJHpEc2I9"),
+        ("apiVersion: v1\ndata:\n\t# the data is abbreviated in this example\n\tpassword: UyFCXCpkJHpEc2I9\n\tusername: YWRtaW4=\n"
+         "kind: Secret\nmetadata:\n\tcreationTimestamp: '2022-06-28T17:44:13Z'\n\tname: db-user-pass\n\tnamespace: default\n"
+         "type: Opaque", "UyFCXCpkJHpEc2I9"),
+        ("apiVersion: 'v1'\ndata:\n\textra: 'YWRtaW46cGFzc3dvcmQ='\nkind: 'Secret'\nmetadata:\n\tname: 'secret-sa-sample'\n"
+         "\tannotations:\n\t\tkubernetes.io/service-account.name: 'sa-name'", "YWRtaW46cGFzc3dvcmQ="),
+        ('apiVersion: "v1"\ndata:\n\textra: "YWRtaW46cGFzc3dvcmQ="\nkind: "secret"\nmetadata:\n\tname: "secret-sa-sample"\n'
+         '\tannotations:\n\t\tkubernetes.io/service-account.name: "sa-name"', "YWRtaW46cGFzc3dvcmQ="),
+        ("apiVersion: v1\ndata:\n  .dockercfg: |\n    eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo=\n"
+         "metadata:\n  name: secret-dockercfg\ntype: kubernetes.io/dockercfg\nkind: Secret\n",
+         "eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo="),
+        ("apiVersion: v1\ndata:\n  .dockercfg: >\n    eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo=\n"
+         "metadata:\n  name: secret-dockercfg\ntype: kubernetes.io/dockercfg\nkind: Secret",
+         "eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo="),
+        ("apiVersion: v1\nkind: secret\ndata:\n\textra: YWRtaW46cGFzc3dvcmQ=\nmetadata:\n\tname: secret-sa-sample\n"
+         "\tannotations:\n\t\tkubernetes.io/service-account.name: 'sa-name'", "YWRtaW46cGFzc3dvcmQ="),
+        ("apiVersion: v1\nkind: Secret\nmetadata:\n\tcreationTimestamp: '2022-06-28T17:44:13Z'\n\tname: db-user-pass\n"
+         "\tnamespace: default\ntype: Opaque\ndata:\n\t# the data is abbreviated in this example\n\tpassword: UyFCXCpkJHpEc2I9\n"
+         "\tusername: YWRtaW4=\n", "UyFCXCpkJHpEc2I9"),
+        ("apiVersion: 'v1'\nkind: 'Secret'\ndata:\n\tpassword: 'UyFCXCpkJHpEc2I9'\n\tusername: 'YWRtaW4='\nmetadata:\n"
+         "\tname: 'db-user-pass'\n\tnamespace: 'default'\ntype: 'Opaque'", "UyFCXCpkJHpEc2I9"),
+        ('apiVersion: "v1"\nkind: "Secret"\ndata:\n\tpassword: "UyFCXCpkJHpEc2I9"\n\tusername: "YWRtaW4="\nmetadata:\n'
+         '\tname: "db-user-pass"\n\tnamespace: "default"\ntype: "Opaque"', "UyFCXCpkJHpEc2I9"),
+        ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: secret-dockercfg\ntype: kubernetes.io/dockercfg\ndata:\n"
+         "  .dockercfg: |\n    eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo=\n",
+         "eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo="),
+        ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: secret-dockercfg\ntype: kubernetes.io/dockercfg\ndata:\n"
+         "  .dockercfg: >\n    eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo=",
+         "eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo=")):
+    case("kubeconfig", _GLK, "cmd/generate/config/rules/kubernetes.go", "kubernetes-secret-yaml", _text, _secret)
+
+# trufflehog's JDBC detector tests (AGPL-3.0; test inputs as data): the URLs with a password, each
+# given its "jdbc:<driver>:" head where the test passes only what follows it (form "jdbc")
+TH = {"repo": "trufflesecurity/trufflehog", "licence": "AGPL-3.0"}
+_THJ = "pkg/detectors/jdbc/{}"
+for _text, _secret in (
+        ("<jdbc-url>jdbc:mysql://testuser:testpassword@tcp(localhost:1521)/testdb</jdbc-url>", "testpassword"),
+        ("<jdbc-url>jdbc:postgresql://localhost:1521/testdb?sslmode=disable&password=testpassword&user=testuser&</jdbc-url>",
+         "testpassword")):
+    case("connection-string", {**TH, "commit": "0007a1e0d0dd6d50a0d5a4af5baefb80d278674c"}, _THJ.format("jdbc_test.go"),
+         "trufflehog.jdbc", _text, _secret)
+for _rule, _file, _commit, _driver, _subnames in (
+        ("trufflehog.jdbc.mysql", "mysql_test.go", "49f8269918b615238af0862052e34027eb47173c", "mysql",
+         ("//examplehost.net:3306/dbname?user=root&password=secret123", "//root:secret123@tcp(examplehost.net:3306)/dbname",
+          "//localhost/dbname?user=root&password=secret123", "//myuser:secret123@tcp(localhost:3306)/dbname")),
+        ("trufflehog.jdbc.postgres", "postgres_test.go", "4b4a9f532dbc7dbf348b05d9b47cbbce32ec4172", "postgresql",
+         ("//examplehost.net:5432/dbname?user=admin&password=secret123", "//localhost/dbname?user=postgres&password=secret123")),
+        ("trufflehog.jdbc.sqlserver", "sqlserver_test.go", "0007a1e0d0dd6d50a0d5a4af5baefb80d278674c", "sqlserver",
+         ("//examplehost.net;password=secret123", "//examplehost.net:1433;password=secret123",
+          "//odbc:server=localhost;port=1433;database=testdb;password=testpassword"))):
+    for _sub in _subnames:
+        case("connection-string", {**TH, "commit": _commit}, _THJ.format(_file), _rule, f"jdbc:{_driver}:{_sub}",
+             "testpassword" if "testpassword" in _sub else "secret123", "jdbc")
+
+# Nosey Parker's Slack and GitHub rules: the examples that give the token with no label
+_NPS = {**NP, "commit": "1b57a9fe4a451e751c4d219f5a9c64fb8d0e8c11"}
+case("unlabelled", _NPS, NPR.format("slack"), "np.slack.4",
+     'python log_announce.py xoxp-513768634356-513201028496-513937500594-185e196ace562dd6443b5d29b1d817c2 "This is a test run. Ignore"',
+     "xoxp-513768634356-513201028496-513937500594-185e196ace562dd6443b5d29b1d817c2")
+case("unlabelled", _NPS, NPR.format("slack"), "np.slack.6",
+     "this is the api token to connect to the bot user\n\nxoxb-153445930147-Tjy11gGxUW6Cf99YOYwtzG0K\n",
+     "Tjy11gGxUW6Cf99YOYwtzG0K")
+case("unlabelled", _NPS, NPR.format("slack"), "np.slack.3",
+     "#notifications_marcus: https://hooks.slack.com/services/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",
+     "nzk0zace5iLKP35eWcfKE7JA")
+case("unlabelled", _NPS, NPR.format("slack"), "np.slack.3",
+     "// Import and Configure Console.Slack (Thanks David <3)\n// const slack = require('console-slack');\n// slack.options = {\n"
+     '//   webhook : "https://hooks.slack.com/services/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",\n'
+     '//   username: "console.slack.bot",\n//   emoji : ":trollface:",\n//   channel : "#payx-logs"\n// };\n',
+     "NdQoKsZuvI1IDRace5wBljhI")
+case("unlabelled", {**NP, "commit": "93085591ed21a78575ee0d8d920d657a4524ff3e"}, NPR.format("github"), "np.github.2",
+     '    "url": "git+https://FelipeMestre:gho_psT9pqNFsehnc4se0ZzzR0HBxapxZD35hNHi@github.com/gontarz/PW_2021_Website-FelipeMestre.git"',
+     "gho_psT9pqNFsehnc4se0ZzzR0HBxapxZD35hNHi")
+
+# Nosey Parker's .netrc rule (a config file's credential, as ini-env's keys are)
+_NPN = {**NP, "commit": "841be7191f3d10d473a1cd90a0e0707885616e0d"}
+for _text, _secret in (("machine api.github.com login ziggy^stardust password 012345abcdef", "012345abcdef"),
+                       ("```\nmachine raw.github.com\n  login visionmedia\n  password pass123\n```\n", "pass123"),
+                       ('"""\nmachine api.wandb.ai\n  login user\n  password 7cc938e45e63e9014f88f811be240ba0395c02dd\n"""\n',
+                        "7cc938e45e63e9014f88f811be240ba0395c02dd")):
+    case("ini-env", _NPN, NPR.format("netrc"), "np.netrc.1", _text, _secret)
+
 
 def split(rule: str) -> str:
     return "dev" if zlib.crc32(rule.encode()) % 2 == 0 else "held-out"

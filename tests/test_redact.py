@@ -312,6 +312,15 @@ ADVERSARIAL = {
     "snake value": "token = " + "a_" * N + "A",
     "dotted value": "token=" + "a." * N + "!",
     "digits": "1" * (10 * N) + ":AA",
+    # round 6's shapes: a password named after it, a user and pass on one line, a value in
+    # brackets, a session dict key, a connection string's list, a URL password with "@" and "#"
+    "is the password": "x1Y is the password " * N,
+    "user pass": "user: a pass: " * N,
+    "password (": "password (" * N,
+    "session dict": "'sessionid': '" * N,
+    "connection list": "Server=a;Password=" * N,
+    "url @#": "x://:a@#" * N,
+    "password for": "password for a b: " * N,
 }
 
 

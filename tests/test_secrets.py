@@ -312,6 +312,37 @@ FAMILY_CASES = [
     (f"sqlcmd -S db.example.com -U sa -P {S}", S),
     (f'mongosh "mongodb://db.example.com" -u app -p {S}', S),
     (f"db2 connect to SAMPLE user db2inst1 using {S}", S),
+    # round 6: a stand-in in a connection string's key=value list or after a config key is the
+    # password the string connects with (Password=secret, Pwd=myPassword, DB_PASSWORD=secret)
+    ("Server=db01;Database=app;User Id=sa;Password=secret;", "secret;"),
+    ("Driver={ODBC Driver 18};Server=db01;Uid=app;Pwd=myPassword;", "myPassword"),
+    ("jdbc:sqlserver://db:1433;databaseName=app;user=sa;password=MY-PASSWORD;encrypt=false", "MY-PASSWORD"),
+    ("Host=db;Username=app;Password=pass;Database=app", "pass;"),
+    ('psycopg2.connect("dbname=app user=app password=password")', "password\")"),
+    ("DB_PASSWORD=secret\n", "=secret"),
+    ("environment:\n  POSTGRES_PASSWORD: password\n", "PASSWORD: password"),
+    # round 6, general shapes of the named families beyond the examples: a URL password holding
+    # "@" and then "#", a session id as a dict's or a query's value, a bare pass / pw given a
+    # generated password, a user and its pass on one line
+    (f"redis://:p@ss#{S}@cache.internal:6379/0", f"ss#{S}"),
+    ("cookies = {'sessionid': 'k2Jd8sLq0pWmZx7vNc4bTr6yUe1iOa3h'}", "k2Jd8sLq0pWmZx7vNc4bTr6yUe1iOa3h"),
+    ("GET /app?sessionid=k2Jd8sLq0pWmZx7vNc4bTr6yUe1iOa3h", "k2Jd8sLq0pWmZx7vNc4bTr6yUe1iOa3h"),
+    (f"PASS={S}", S),
+    (f"pw={S}", S),
+    (f"user: admin pass: {S}", S),
+    (f"login=admin, pw={S}", S),
+    # prose: more verbs, "for <whom>:", a plural, a quoted or bracketed value after the word, and
+    # the password named after it
+    (f"The password was changed to {S}", S),
+    (f"the password has been reset to {S}", S),
+    (f"the password should be {S}", S),
+    (f"the password is: {S}", S),
+    (f"the password for prod db: {S}", S),
+    (f"passwords are {S} and Zx8cVb7nM6", S),
+    (f'admin password "{S}"', S),
+    (f"the db password ({S})", S),
+    (f"{S} is the password for root", S),
+    (f"`{S}` is the admin password.", S),
 ]
 
 
@@ -417,6 +448,23 @@ FAMILY_LOOKALIKES = [
     "connect client/server",
     "sqlplus / as sysdba",
     "mongosh --eval 'db.stats()' -p",
+    # round 6: what a stand-in in a strong context is not: code's keyword arguments, a key's own
+    # name as its value (a template), a password: in YAML or prose
+    "login(username=username, password=password)",
+    "connect(host=host, user=user, password=password)",
+    "DB_PASSWORD=db_password",
+    "password: secret",
+    "the password is secret",
+    "the password field (optional)",
+    'password "field"',
+    "password (sha256)",
+    "fix password (v2) handling",
+    "password for foo: see docs",
+    "Bcrypt12 is the password hasher",
+    "PASS=1",
+    "pass=test_1",
+    "user: admin pass: true",
+    '{"sid": "S-1-5-21-3623811015-3361044348-30300820-1013"}',  # a Windows security id
 ]
 
 

@@ -329,12 +329,44 @@ def _prose_value(secret: str, m: re.Match[str]) -> bool:
     quote = m.group("q")
     if quote and m.string[m.end("v"):m.end("v") + 1] == _CLOSING[quote] and secret.lower() not in _PROSE_LITERALS:
         return True  # quoted whole: the sentence names this text as the password
+    return _prose_word(secret)
+
+
+def _prose_word(secret: str) -> bool:
+    """A word that reads as a password unquoted: 6+ digits, or a digit or a symbol among
+    letters, or case changing inside it (not a number with a unit nor a CamelCase name)."""
     if secret.isdigit():
         return len(secret) >= 6
     if _PROSE_NUMBER.fullmatch(secret) or not any(c.isalpha() for c in secret):
         return False
     digit_or_symbol, inner_case = _symbol_and_case(secret)
     return digit_or_symbol or (inner_case and not re.fullmatch(r"[A-Z]+[a-z]*|[A-Z][a-z]+(?:[A-Z][a-z]+)+", secret))
+
+
+def _generated_word(secret: str) -> bool:
+    """A letter and a digit, and mixed case or a symbol (Hunter22x, s3cr3t!x; not sha256, v2)."""
+    digit_or_symbol, inner_case = _symbol_and_case(secret)
+    return (any(c.isalpha() for c in secret) and any(c.isdigit() for c in secret)
+            and (inner_case or any(not (c.isalnum() or c in "_-.") for c in secret)))
+
+
+# "is the admin password": found forward (a word start is quick to search for), then the value
+# just before it
+_NAMED_AFTER = re.compile(
+    r"\b(?i:is|was|will[ \t]+be)[ \t]++(?i:the|my|your|our|its|his|her|their)[ \t]++(?:[\w-]{1,20}[ \t]++){0,2}?"
+    r"(?i:password)(?:[ \t]*+(?:[.,;:!)]|$|\n)|[ \t]++(?i:for|to|on|of|and|when|in|at|until|here|now)\b)")
+_VALUE_BEFORE = re.compile(r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63})(?P=q)[ \t]++$")
+
+
+def _reversed_prose(text: str) -> Iterator[Candidate]:
+    """A password named after it: "Hunter22x is the admin password" (a word that reads as a
+    generated password, or quoted whole), before the sentence ends or goes on (for, to, …;
+    not "X is the password hasher")."""
+    for m in _NAMED_AFTER.finditer(text):
+        v = _VALUE_BEFORE.search(text, max(0, m.start() - 70), m.start())
+        if v and _not_stand_in(v.group("v"), v) and (
+                _generated_word(v.group("v")) or (v.group("q") and v.group("v").lower() not in _PROSE_LITERALS)):
+            yield v.start("v"), v.end("v"), "prose_password"
 
 
 def _symbol_and_case(secret: str) -> tuple[bool, bool]:
@@ -366,7 +398,7 @@ _COOKIE_LINE = re.compile(
     r"(?i:\b(?:set-)?cookie2?)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<pairs>[^\n\"'{}]{1,2048})|"
     r"(?:[ \t](?:-b|--cookie)[ \t]+)(?P<q>[\"']?)(?P<curl>[^\n\"']{1,2048}?)(?P=q)(?=[\s]|$)")
 _SESSION_PAIR = re.compile(
-    r"(?<![\w.%-])(?P<n>(?:__(?:Secure|Host)-)?[A-Za-z_.][\w.-]{0,40}?(?i:sessionid|session|sessid|sess|sid|aspxauth))"
+    r"(?<![\w.%-])(?P<n>(?:__(?:Secure|Host)-)?(?:[A-Za-z_.][\w.-]{0,40}?)?(?i:sessionid|session|sessid|sess|sid|aspxauth))"
     r"=(?P<v>[^\s;,\"'&<>]{16,1024}+)")
 _COOKIE_JAR = re.compile(
     r"(?m)(?:^|(?<=[\s:]))(?:#HttpOnly_)?[\w.-]++\t(?:TRUE|FALSE)\t[^\t\n]*+\t(?:TRUE|FALSE)\t\d++\t[^\t\n]++\t(?P<v>[^\t\r\n]{8,}+)$")
@@ -375,10 +407,18 @@ _COOKIE_JAR = re.compile(
 _SESSION_NEEDLES = ("sess", "Sess", "SESS", "sid", "Sid", "SID", "ASPXAUTH")
 
 
+# A session-named key of a dict or JSON object given a quoted value: cookies={'sessionid': '…'}
+_SESSION_QUOTED = re.compile(
+    r"(?P<kq>[\"'])(?P<n>(?:__(?:Secure|Host)-)?(?:[A-Za-z_.][\w.-]{0,40}?)?(?i:sessionid|session|sessid|sess|sid|aspxauth))"
+    r"(?P=kq)[ \t]*:[ \t]*(?P<q>[\"'])(?P<v>[^\s\"'\\;,&<>]{16,1024}+)(?P=q)")
+
+
 def _cookie_value(value: str) -> bool:
-    """A session id or a signed cookie: generated (digits, or mixed case), not a word."""
+    """A session id or a signed cookie: generated (digits, or mixed case), not a word nor a
+    Windows security id (S-1-5-21-…)."""
     body = value[4:] if value.lower().startswith("s%3a") else value
-    return len(body) >= 8 and _random(body) and not re.fullmatch(r"[0-9.]+|GA\d[.\d]+", body)
+    return (len(body) >= 8 and _random(body) and not re.fullmatch(r"[0-9.]+|GA\d[.\d]+", body)
+            and not re.match(r"S-1-\d", body))
 
 
 def _cookies(text: str) -> Iterator[Candidate]:
@@ -396,6 +436,9 @@ def _cookies(text: str) -> Iterator[Candidate]:
                     yield base + pair.start("v"), base + pair.end("v"), "session_cookie"
     if any(n in text for n in _SESSION_NEEDLES):
         for pair in _SESSION_PAIR.finditer(text):
+            if _SESSION_NAME.fullmatch(pair.group("n")) and _cookie_value(pair.group("v")):
+                yield pair.start("v"), pair.end("v"), "session_cookie"
+        for pair in _SESSION_QUOTED.finditer(text):
             if _SESSION_NAME.fullmatch(pair.group("n")) and _cookie_value(pair.group("v")):
                 yield pair.start("v"), pair.end("v"), "session_cookie"
     if "\tTRUE\t" in text or "\tFALSE\t" in text:
@@ -502,8 +545,13 @@ _FAMILIES: list[Rule] = [
         group="v", check=_pgpass_value),
     # a password stated in a sentence: "the password is Hunter2!", "admin's pw was tiger123"
     Rule("prose_password", _lazy(
-        r"(?i:\b(?:pass(?:word|wd|phrase|code)|pwd|pw))(?:'s)?(?:[ \t]++(?i:for|of|on|to)(?:[ \t]++[^\s]{1,40}?){1,5}?)?"
-        r"[ \t]++(?i:is|was|will[ \t]+be|remains|becomes|set[ \t]+to|changed[ \t]+to|reset[ \t]+to|now)[ \t]++"
+        r"(?i:\b(?:pass(?:word|wd|phrase|code)|pwd|pw))(?:s|'s)?(?P<for>[ \t]++(?i:for|of|on|to)(?:[ \t]++[^\s]{1,40}?){1,5}?)?"
+        # is / was / has been / should be …, then maybe changed / reset / set … to / as;
+        # or after "for <whom>" a colon: "the password for prod db: …"
+        r"(?:[ \t]++(?i:(?:is|was|are|were|(?:has|have|had)[ \t]+been|(?:will|would|should|must)[ \t]+be|remains|becomes)"
+        r"(?:[ \t]++(?:now|still|also))?(?:[ \t]++(?:changed|reset|set|updated)(?:[ \t]++(?:to|as))?)?"
+        r"|(?:set|changed|reset|updated)[ \t]++(?:to|as)|now)(?:[ \t]++|(?=:))"
+        r"|(?(for)(?<=[^\s:])(?=:[ \t])|(?!)))"
         r"(?:(?i:now|still|just|simply|literally|set[ \t]+to)[ \t]++)?[:\-]?[ \t]*+"
         r"(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
         _PROSE_NEEDLES, group="v", check=_prose_value),
@@ -511,6 +559,13 @@ _FAMILIES: list[Rule] = [
         r"(?i:\b(?:use|using|with|enter|type|try|and)[ \t]++(?:the[ \t]++)?(?:pass(?:word|wd|phrase|code)|pwd|pw))"
         r"[ \t]++(?P<q>[\"'`\u201c\u2018]?)(?P<v>[^\s\"'`\u201d\u2019]{3,63}[^\s\"'`\u201d\u2019.,;:)])"),
         _PROSE_NEEDLES, group="v", check=_prose_value),
+    # a value quoted or in parentheses right after the word: password "Hunter2!", password (tiger42)
+    # (only one that reads as a password: password "field", password (optional) are words)
+    Rule("prose_password", _lazy(
+        r"(?i:\b(?:pass(?:word|wd|phrase|code)|pwd|pw))[ \t]*+(?:(?P<q>[\"'`\u201c\u2018])|\()"
+        r"(?P<v>[^\s\"'`\u201d\u2019()]{3,63}[^\s\"'`\u201d\u2019.,;:()])(?(q)[\"'`\u201d\u2019]|\))"),
+        _PROSE_NEEDLES, group="v", check=lambda s, m: _not_stand_in(s, m) and _generated_word(s)
+        and not _PROSE_PATH.match(s)),
     # Oracle and JDBC: jdbc:oracle:thin:scott/tiger@host, sqlplus user/pass@db, CONNECT u/p@tns
     Rule("db_password", _lazy(
         r"(?:(?i:jdbc:oracle:[a-z0-9]+):|(?i:\b(?:sqlplus|sqlcl|sql|expdp|impdp|exp|imp|rman|sqlldr|dgmgrl|"
@@ -593,6 +648,12 @@ _FAMILIES_LOWER: list[Rule] = [
         r"(?:PASSWORD|PASSWD|PASS|PWD|SECRET|TOKEN)"
         rf"[ \t]++(?P<q>[\"']?){_NOT_MARK}(?P<v>[^\s\"'=;&|`)]{{3,200}}+)(?P=q)[ \t]*+(?:$|(?=[;&|`)]))"),
         ("env ", "setenv", "set -"), group="v", check=_named_value),
+    # a bare pass / pw / pwd key after a user key on the same line: "user: admin pass: …",
+    # "login=admin, pw=…" (a value that reads as a password, or quoted whole)
+    Rule("config_password", _lazy(
+        r"(?i:\b(?:user(?:name)?|login|uid))[ \t]*+[:=][ \t]*+[\"']?[\w.@+-]{1,64}+[\"']?(?:[ \t]*+[,;])?[ \t]++"
+        r"(?i:pass|pwd?)[ \t]*+[:=][ \t]*+(?P<q>[\"']?)(?P<v>[^\s\"',;]{3,128}+)(?P=q)"),
+        ("pass", "pw"), group="v", check=_prose_value),
     # a bare "pass" key on the line after a user key: [db] user = app / pass = …, YAML user: / pass:
     Rule("config_password", _lazy(
         r"(?im)^(?P<i>[ \t]*+)(?:user(?:name)?|login|uid)[ \t]*+[:=][ \t]*+[^\s]++[ \t]*+\r?\n(?P=i)pass[ \t]*+[:=][ \t]*+"
@@ -787,6 +848,8 @@ def find(text: str) -> list[Candidate]:
                 out.extend(_hits(rule, text))
     out.extend(_blocks(text))
     # a marker is never a value: redacting it again would keep redact from settling
+    if met and "password" in low:
+        out.extend(_reversed_prose(text))
     out.extend(c for c in (*_cookies(text), *_key_material(text), *_connect_calls(text))
                if "[REDACTED:" not in text[c[0]:c[1]])
     out.extend(_high_entropy(text))

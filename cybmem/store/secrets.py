@@ -352,6 +352,44 @@ def _config_key(text: str, key_start: int, word_end: int) -> bool:
                 and _LINE_HEAD.search(text, max(0, key_start - 40), key_start))
 
 
+# The other keys of a connection string (ADO.NET, ODBC, JDBC, libpq): one of them near a password
+# key makes its key=value list a connection string.
+_CONNECTION_KEY = re.compile(
+    r"(?i)(?<![\w-])(?:server|data[ \t]source|host(?:name)?|address|addr|database|initial[ \t]catalog|dbname|uid"
+    r"|user(?:[ \t]?id|name)?|port|provider|driver|dsn)[ \t]*=[^=]")
+# (a libpq pair's value ends at a space, not at "," or ")": login(username=username, password=…) is code)
+_LIST_BEFORE = re.compile(r"(?:[;?&][ \t]*|(?i:user(?:name)?|dbname|host|port)=[^\s=;,()]+[ \t]+)$")
+
+
+def _connection_list(text: str, key_start: int, value_end: int) -> bool:
+    """The key at key_start is one of a connection string's: after a ";", "?", "&" (or a
+    libpq "user=app " pair) or before a ";", with another connection key within its line."""
+    line_start = text.rfind("\n", 0, key_start) + 1
+    lo = max(line_start, key_start - 300)
+    before = text[lo:key_start]
+    if not (_LIST_BEFORE.search(before) or text[value_end:value_end + 3].lstrip(" \t\"'")[:1] == ";"):
+        return False
+    line_end = text.find("\n", value_end)
+    hi = min(value_end + 300, len(text) if line_end < 0 else line_end)
+    return _CONNECTION_KEY.search(before) is not None or _CONNECTION_KEY.search(text, value_end, hi) is not None
+
+
+def _spells_key(value: str, key: str, prefix: str) -> bool:
+    """DB_PASSWORD=db_password, apiPassword=API_PASSWORD: the value is the key's own name
+    (a template's), not a stand-in password (a bare PASSWORD=password is one)."""
+    def fold(s: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", s.lower())
+    return bool(fold(prefix)) and fold(value) == fold(key)
+
+
+def _password_like(value: str) -> bool:
+    """6+ characters with a letter and a digit, and mixed case or a symbol (Vq7wZp2Lx9,
+    s3cr3t!x): not a word, a number, a test id (test_1) nor a version."""
+    return (len(value) >= 6 and any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
+            and ((any(c.isupper() for c in value) and any(c.islower() for c in value))
+                 or any(not (c.isalnum() or c in "_-.") for c in value)))
+
+
 def _assignment(secret: str, match: re.Match[str]) -> bool:
     """Decide whether the value after a secret-looking key is a secret (see module docstring)."""
     text, word = match.string, match.group("word")
@@ -365,7 +403,10 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
         # "auth" alone only as a quoted key: {"auth": "dXNlcjpwYXNz"} in .docker/config.json;
         # "pass" alone only assigned a quoted value: PASS = '…' (not go test's PASS: TestLogin)
         assigned_quote = match.groupdict().get("qv") is not None and match.group("sep") in ("=", ":=")
-        if lower not in _BARE_WORDS and not (lower == "auth" and key_quoted) and not (lower == "pass" and assigned_quote):
+        # or unquoted, a value that reads as a generated password: PASS=Vq7wZp2Lx9 (not PASS=1)
+        assigned_password = match.group("sep") in ("=", ":=") and _password_like(secret)
+        if lower not in _BARE_WORDS and not (lower == "auth" and key_quoted) and not (
+                lower == "pass" and (assigned_quote or assigned_password)) and not (lower == "pw" and assigned_password):
             return False  # PASS: TestLogin, key: value
     elif prefix[-1].isalnum():
         # Glued to the word before: dbPassword, PGPASSWORD, csrftoken, dbpwd; not monkey, OLDPWD.
@@ -401,7 +442,15 @@ def _assignment(secret: str, match: re.Match[str]) -> bool:
     # identifier after a spaced "=" is no code; a snake_case or UPPER name still is one
     # (DB_PASSWORD=db_password, API_KEY=API_KEY), and a type keeps its suffix (SecretStr).
     data = sep in ("=", ":") and _config_key(text, key_start, match.end("word"))
+    # A password in a connection string's key=value list (Server=…;User ID=…;Password=…) is
+    # data as well; and there, as after a config key, a stand-in (Password=secret,
+    # DB_PASSWORD=changeme, Pwd=myPassword) is the password the string connects with; only a
+    # value that spells the key again (DB_PASSWORD=db_password) stays a template's name.
+    conn = sep == "=" and lower in _PASSWORD_WORDS and _connection_list(text, key_start, match.end())
+    data = data or conn
     named = _names_a_secret(secret) and not (data and not re.fullmatch(r"[a-z_-]+|[A-Z_-]+", secret))
+    if named and (conn or (data and lower in _PASSWORD_WORDS)) and not _spells_key(secret, prefix + word, prefix):
+        named = False
     if (
         folded in _LITERALS
         or (_placeholder(secret) and not _literal_dollar(secret, match))
@@ -667,7 +716,8 @@ _SHAPES: tuple[_Shape, ...] = (
             # unencoded "?" or "#" when an "@" and a host follow (p#ss?w0rd@db: libpq and most
             # drivers split at the last "@"); it is bounded so that many "x://a:" without an "@"
             # cost linear time.
-            rf"{_NOT_MARK}((?:[^\s@?#]|@(?=[^\s/?#@]*@)|[?#](?=[^\s@]*@[A-Za-z0-9\[]))"
+            # (an "@" may have a "#" after it before the next: p@ss#w0rd@db)
+            rf"{_NOT_MARK}((?:[^\s@?#]|@(?=[^\s/?@]*@)|[?#](?=[^\s@]*@[A-Za-z0-9\[]))"
             r"{1,256}+)@"
         ),
         group=1,
