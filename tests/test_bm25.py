@@ -187,12 +187,37 @@ def test_arrow_round_trip_through_ipc_memory_map(tmp_path):
     _assert_same_index(idx, back, [["w1", "w2"], ["w7", "pytestcollectionmodifyitems"]])
     seg = back._segments[0]
     # zero-copy: the numpy arrays are views of the mapped file, not copies
-    for arr in (seg.doc_ids, seg.impact, seg.indptr, seg.tfs, seg.keys):
+    for arr in (seg.doc_ids, seg.indptr, seg.tfs, seg.keys):
         assert not arr.flags.owndata
         assert not arr.flags.writeable
+    # impacts are not on disk (4 of a posting's 10 bytes), tfs take a byte when they fit
+    assert seg.impact is None and seg.tfs.dtype == np.uint8 and "impact" not in table.schema.names
+    q = ["w1", "w2"]
+    first = back.scores(q)  # from tf and doc length
+    back.scores(q)  # the second query computes the impacts once (a held index)
+    assert back._segment_impacts(0, seg) is not None and np.array_equal(back.scores(q), first)
+    assert np.array_equal(first, idx.scores(q))
     # a loaded index can still be extended
     ext = back.extend([["w1"]])
     _assert_same_index(ext, KeywordIndex.build(docs + [["w1"]]), [["w1"]])
+
+
+def test_a_term_frequency_over_a_byte_round_trips(tmp_path):
+    """A segment whose tfs do not all fit a byte keeps them in two bytes on disk."""
+    docs = [["w1"] * 300 + ["w2"], ["w1", "w3"], ["w2"] * 7]
+    idx = KeywordIndex.build(docs)
+    table = idx.to_arrow()
+    back = KeywordIndex.from_arrow(table)
+    assert back._segments[0].tfs.dtype == np.uint16 and int(back._segments[0].tfs.max()) == 300
+    assert len(table.column("tfs8")[0]) == 0
+    _assert_same_index(idx, back, [["w1"], ["w2", "w3"]])
+    narrow = KeywordIndex.from_arrow(KeywordIndex.build(docs[1:]).to_arrow())
+    assert narrow._segments[0].tfs.dtype == np.uint8
+    # a table whose tfs do not match its postings is refused, not read wrong
+    bad = table.set_column(table.schema.get_field_index("tfs16"), "tfs16",
+                           pa.array([[1, 2]], type=pa.large_list(pa.uint16())))
+    with pytest.raises(ValueError, match="term frequencies"):
+        KeywordIndex.from_arrow(bad)
 
 
 def test_from_arrow_rejects_foreign_tables():

@@ -29,7 +29,7 @@ _TF_MAX = np.iinfo(np.uint16).max
 #: index refreshed one record at a time keeps a bounded number of segments (main + 1 delta
 #: after each merge); the main segment is only rewritten by :meth:`KeywordIndex.compact`.
 _MAX_DELTA_SEGMENTS = 8
-_SCHEMA_VERSION = "2"
+_SCHEMA_VERSION = "3"  # 3: no impacts on disk; tfs in one byte when they fit
 
 
 def _prefix_keys(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
@@ -295,7 +295,10 @@ class KeywordIndex:
     impacts ``idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))`` per posting, valid for the
     index statistics (N, total length) they were computed under. A query looks up its terms
     by binary search (no dict is ever built) and adds their impacts into one dense float32
-    array of length ``n_docs`` (idf and avgdl are over the union of segments).
+    array of length ``n_docs`` (idf and avgdl are over the union of segments). The impacts live
+    in memory only (:meth:`to_arrow` leaves them out: 4 of a posting's 10 bytes on disk): a loaded
+    index scores its query terms' postings from tf and doc length, the same floats, and a held one
+    computes every impact once, on its second query.
 
     Doc ids are global: segment offset + local id, in the order documents were added (the
     caller orders records oldest -> newest). :meth:`extend` appends a delta segment and
@@ -641,44 +644,41 @@ class KeywordIndex:
     # -- Arrow serialisation --------------------------------------------------------------
     _ARROW_SCHEMA = pa.schema([
         ("n_docs", pa.int64()),
-        ("impact_n_docs", pa.int64()),  # index statistics the impacts are valid for
-        ("impact_total_len", pa.int64()),
         ("vocab", pa.large_list(pa.string())),
         ("term_keys", pa.large_list(pa.uint64())),
         ("indptr", pa.large_list(pa.int64())),
         ("doc_ids", pa.large_list(pa.int32())),
-        ("tfs", pa.large_list(pa.uint16())),
+        ("tfs8", pa.large_list(pa.uint8())),  # a segment's tfs when every one fits a byte (tfs16 empty) ...
+        ("tfs16", pa.large_list(pa.uint16())),  # ... else here (tfs8 empty)
         ("doc_len", pa.large_list(pa.int32())),
-        ("impact", pa.large_list(pa.float32())),
         ("removed", pa.large_list(pa.int64())),
     ])
 
     def to_arrow(self) -> pa.Table:
         """One row per segment (list columns) plus schema metadata (k1, b, version).
 
-        Impacts are written for the current statistics, so a reloaded index is warm. Write
-        it with ``pyarrow.ipc.new_file`` and read it back memory-mapped with :meth:`from_arrow`.
+        Impacts are not written: they are 4 of a posting's 10 bytes, and what a fresh process
+        reads of them is the few query terms' postings, which it scores from tf and doc length
+        as fast (a held index computes them once, on its second query). A segment's tfs take one
+        byte each when they fit. Write it with ``pyarrow.ipc.new_file`` and read it back
+        memory-mapped with :meth:`from_arrow`.
         """
-        rows: dict[str, list] = {f.name: [] for f in self._ARROW_SCHEMA}
-        list_cols = ("vocab", "term_keys", "indptr", "doc_ids", "tfs", "doc_len", "impact", "removed")
+        rows: dict[str, list] = {"n_docs": []}
+        list_cols = ("vocab", "term_keys", "indptr", "doc_ids", "tfs8", "tfs16", "doc_len", "removed")
         cols: dict[str, list[pa.Array]] = {n: [] for n in list_cols}
         for i, seg in enumerate(self._segments):
-            imp = self._segment_impacts(i, seg)
-            if imp is None:
-                imp = self._compute_impacts(i)
             rows["n_docs"].append(seg.n_docs)
-            rows["impact_n_docs"].append(self.n_docs)
-            rows["impact_total_len"].append(self.total_len)
             cols["vocab"].append(seg.vocab.cast(pa.string()))
             cols["term_keys"].append(array_of(seg.keys, pa.uint64()))
             cols["indptr"].append(array_of(seg.indptr, pa.int64()))
             cols["doc_ids"].append(array_of(seg.doc_ids, pa.int32()))
-            cols["tfs"].append(array_of(seg.tfs, pa.uint16()))
+            narrow = not len(seg.tfs) or int(seg.tfs.max()) <= 0xFF
+            cols["tfs8"].append(array_of(seg.tfs.astype(np.uint8) if narrow else np.zeros(0, np.uint8), pa.uint8()))
+            cols["tfs16"].append(array_of(np.zeros(0, np.uint16) if narrow else seg.tfs.astype(np.uint16), pa.uint16()))
             cols["doc_len"].append(array_of(seg.doc_len, pa.int32()))
-            cols["impact"].append(array_of(imp, pa.float32()))
             rem = self._removed if (i == 0 and self._removed is not None) else np.zeros(0, np.int64)
             cols["removed"].append(array_of(rem, pa.int64()))
-        arrays = [array_of(rows[name], pa.int64()) for name in ("n_docs", "impact_n_docs", "impact_total_len")]
+        arrays = [array_of(rows["n_docs"], pa.int64())]
         for name in cols:
             vals = cols[name]
             typ = self._ARROW_SCHEMA.field(name).type
@@ -711,9 +711,8 @@ class KeywordIndex:
         for batch in batches:
             c = {name: batch.column(name) for name in batch.schema.names}
             nd = numpy_of(c["n_docs"])
-            ikey = list(zip(c["impact_n_docs"].to_pylist(), c["impact_total_len"].to_pylist()))
             views = {}
-            for name in ("term_keys", "indptr", "doc_ids", "tfs", "doc_len", "impact", "removed"):
+            for name in ("term_keys", "indptr", "doc_ids", "tfs8", "tfs16", "doc_len", "removed"):
                 la = c[name]
                 views[name] = (numpy_of(la.offsets), numpy_of(la.values))
             vl = c["vocab"]
@@ -723,8 +722,14 @@ class KeywordIndex:
                     o, v = views[name]
                     return v[o[r] : o[r + 1]]
                 vocab = vl.values.slice(int(voffs[r]), int(voffs[r + 1] - voffs[r]))
-                seg = _Segment(vocab, part("term_keys"), part("indptr"), part("doc_ids"),
-                               part("tfs"), part("doc_len"), part("impact"), ikey[r])
+                doc_ids = part("doc_ids")
+                tfs = part("tfs8")
+                if len(tfs) != len(doc_ids):
+                    tfs = part("tfs16")
+                if len(tfs) != len(doc_ids):
+                    raise ValueError(f"keyword index segment {r} is inconsistent ({len(tfs)} term frequencies for "
+                                     f"{len(doc_ids)} postings); rebuild the cache")
+                seg = _Segment(vocab, part("term_keys"), part("indptr"), doc_ids, tfs, part("doc_len"))
                 if seg.n_docs != nd[r]:
                     raise ValueError(f"keyword index segment {r} is inconsistent ({seg.n_docs} doc "
                                      f"lengths for n_docs={nd[r]}); rebuild the cache")
