@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
@@ -650,17 +649,13 @@ def _shown_ended_ms(snap: Snapshot, rows: list[int]) -> list[int] | None:
     """A hit's ``ended_at_ms`` for each of ``rows``, as ``int(endedAt.timestamp() * 1000)`` gives it
     for the UTC datetime :meth:`Snapshot.rows` reads (the float division and product too, not the
     stored ms as they are), from :meth:`Snapshot.ended_ms` without a datetime a hit; None when
-    endedAt is not a UTC ms timestamp without nulls (then the rows' datetimes are read)."""
-    col = snap.records.column("endedAt") if "endedAt" in snap.records.column_names else None
-    if col is None or col.type != _UTC_MS or col.null_count:
+    endedAt is not a UTC ms timestamp without nulls (:attr:`Snapshot.ended_utc`: then the rows'
+    datetimes are read)."""
+    if not snap.ended_utc:
         return None
     # An aware datetime's timestamp() is its timedelta from the epoch in exact microseconds divided
     # by 10**6 (correctly rounded); ms / 1000 is that same quotient.
-    ms = snap.ended_ms()
-    return [int(m / 1000 * 1000) for m in ms[np.asarray(rows, dtype=np.int64)].tolist()]
-
-
-_UTC_MS = pa.timestamp("ms", tz="UTC")
+    return [int(m / 1000 * 1000) for m in snap.ended_ms()[rows].tolist()]
 
 
 def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weights | LoadedWeights | None,
