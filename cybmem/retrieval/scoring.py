@@ -393,13 +393,25 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
         if mask is not None and len(mask) != len(s):
             raise ValueError(f"mask has {len(mask)} entries for {len(s)} scores")
         cand = np.flatnonzero(mask) if mask is not None else np.arange(len(s), dtype=np.int64)
-        v = s[cand] + np.float32(0.0)  # turns -0.0 into +0.0
-        v[np.isnan(v)] = -np.inf
-        return cand[np.lexsort((-cand, -v))[:k]]
+        return _order(s, cand)[:k]
     cand = top_k_candidates(s, k, mask)
     if len(cand) == 0:
         return np.zeros(0, dtype=np.int64)
+    if len(cand) <= _FEW_CANDIDATES:  # a few: the sort above, in fewer steps than _select_top's keys
+        return _order(s, cand)[:k]
     return _select_top(s, cand, min(k, len(cand)))
+
+
+#: Up to this many candidates :func:`top_k` sorts them as they are (the usual case: the blocks
+#: leave some tens); more are selected by :func:`_select_top`'s keys.
+_FEW_CANDIDATES = 256
+
+
+def _order(s: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """``cand`` by (score desc, index desc), NaN counting as -inf and -0.0 as 0.0: :func:`top_k`'s order."""
+    v = s[cand] + np.float32(0.0)  # turns -0.0 into +0.0
+    v[np.isnan(v)] = -np.inf
+    return cand[np.lexsort((-cand, -v))]
 
 
 class ScoreBlocks:

@@ -178,8 +178,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
       totals tie in float32 may rank against recency, and every such record is kept.
     """
     n = snap.n
-    if n < DENSE_BELOW:
-        return np.flatnonzero(mask)
+    if n < DENSE_BELOW:  # every row, when every one is a candidate: no pass to find them
+        return np.arange(n, dtype=np.int64) if mask.all() else np.flatnonzero(mask)
     everyone = bool(mask.all())  # every record is a candidate: no mask to apply below
     by_recency = weights.w_rec > 0
     step = 4 * k + 64
