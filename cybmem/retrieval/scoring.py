@@ -48,6 +48,7 @@ __all__ = [
     "totals",
     "rank",
     "explain",
+    "explain_rows",
 ]
 
 MS_PER_DAY = 86_400_000
@@ -392,13 +393,25 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
         if mask is not None and len(mask) != len(s):
             raise ValueError(f"mask has {len(mask)} entries for {len(s)} scores")
         cand = np.flatnonzero(mask) if mask is not None else np.arange(len(s), dtype=np.int64)
-        v = s[cand] + np.float32(0.0)  # turns -0.0 into +0.0
-        v[np.isnan(v)] = -np.inf
-        return cand[np.lexsort((-cand, -v))[:k]]
+        return _order(s, cand)[:k]
     cand = top_k_candidates(s, k, mask)
     if len(cand) == 0:
         return np.zeros(0, dtype=np.int64)
+    if len(cand) <= _FEW_CANDIDATES:  # a few: the sort above, in fewer steps than _select_top's keys
+        return _order(s, cand)[:k]
     return _select_top(s, cand, min(k, len(cand)))
+
+
+#: Up to this many candidates :func:`top_k` sorts them as they are (the usual case: the blocks
+#: leave some tens); more are selected by :func:`_select_top`'s keys.
+_FEW_CANDIDATES = 256
+
+
+def _order(s: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """``cand`` by (score desc, index desc), NaN counting as -inf and -0.0 as 0.0: :func:`top_k`'s order."""
+    v = s[cand] + np.float32(0.0)  # turns -0.0 into +0.0
+    v[np.isnan(v)] = -np.inf
+    return cand[np.lexsort((-cand, -v))]
 
 
 class ScoreBlocks:
@@ -631,3 +644,24 @@ def explain(scored: Scored, idx: int) -> dict[str, Any]:
         values[axis] = c / wmap[axis] if wmap[axis] > 0 else 0.0
     return {"index": int(idx), "total": float(scored.total[idx]), "contributions": contrib,
             "values": values, "weights": w.to_dict()}
+
+
+def explain_rows(scored: Scored, rows: list[int]) -> list[dict[str, Any]]:
+    """:func:`explain` of each of ``rows`` (the same dicts, the same floats), each axis read at
+    all of them at once: a search's hits, without a pass of numpy scalar reads per hit and axis."""
+    if not rows:
+        return []
+    w = scored.weights
+    wmap = {"keyword": w.w_kw, "recency": w.w_rec, "lineage": w.w_lin, "vector": w.w_vec}
+    at = np.asarray(rows, dtype=np.int64)
+    # tolist() turns float32 into the Python floats float() gives, exactly
+    cols = {axis: (arr[at].tolist() if (arr := getattr(scored, axis)) is not None else [0.0] * len(rows)) for axis in _AXES}
+    totals = scored.total[at].tolist()
+    weights = w.to_dict()
+    out = []
+    for j, idx in enumerate(rows):
+        contrib = {axis: cols[axis][j] for axis in _AXES}
+        values = {axis: (c / wmap[axis] if wmap[axis] > 0 else 0.0) for axis, c in contrib.items()}
+        out.append({"index": int(idx), "total": totals[j], "contributions": contrib, "values": values,
+                    "weights": dict(weights)})
+    return out

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
 from ..errors import CybmemError, NotFoundError, ValidationError
-from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain, lineage_affinity, rank, recency, score, top_k_candidates, totals
+from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain_rows, lineage_affinity, rank, recency, score, top_k_candidates, totals
 from ..settings import Settings
 from ..arrow_numpy import numpy_of, scalar  # not pa.scalar / to_numpy: they import pandas
 from ..store.loading import load_snapshot, verified
@@ -178,8 +178,8 @@ def _pool(snap: Snapshot, mask: np.ndarray, kw: np.ndarray | None, lin: np.ndarr
       totals tie in float32 may rank against recency, and every such record is kept.
     """
     n = snap.n
-    if n < DENSE_BELOW:
-        return np.flatnonzero(mask)
+    if n < DENSE_BELOW:  # every row, when every one is a candidate: no pass to find them
+        return np.arange(n, dtype=np.int64) if mask.all() else np.flatnonzero(mask)
     everyone = bool(mask.all())  # every record is a candidate: no mask to apply below
     by_recency = weights.w_rec > 0
     step = 4 * k + 64
@@ -627,12 +627,15 @@ def search(
             weights, vector, more = _vector_axis(snap, query, settings, weights, vector.vector)
             warnings = list(dict.fromkeys([*warnings, *more]))
     hits: list[Hit] = []
-    rows = snap.rows(ranked.top[offset:], ["runId", "endedAt", "state", "task", "summary", "issues", "next"])
-    for pos, (local, row) in enumerate(zip(ranked.local[offset:], rows), offset + 1):
-        ex = explain(ranked.scored, local)
+    shown = ranked.top[offset:]
+    ended = _shown_ended_ms(snap, shown)
+    rows = snap.rows(shown, ["runId", "state", "task", "summary", "issues", "next"] + (["endedAt"] if ended is None else []))
+    explained = explain_rows(ranked.scored, ranked.local[offset:]) if shown else []
+    for pos, (ex, row) in enumerate(zip(explained, rows), offset + 1):
         hits.append(Hit(
             rank=pos, run_id=row["runId"], score=float(ex["total"]), contributions=ex["contributions"],
-            values=ex["values"], ended_at_ms=int(row["endedAt"].timestamp() * 1000), state=row["state"],
+            values=ex["values"], state=row["state"],
+            ended_at_ms=ended[pos - 1 - offset] if ended is not None else int(row["endedAt"].timestamp() * 1000),
             task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),
             pinned="parent" if ranked.pinned is not None and ranked.top[pos - 1] == ranked.pinned else None,
             evidence=ranked.tiers[pos - 1] if ranked.tiers else None,
@@ -640,6 +643,19 @@ def search(
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
                         candidates=int(np.count_nonzero(ranked.mask)), context=ranked.context, snapshot=snap,
                         ranked=ranked, warnings=warnings, vector=vector is not None)
+
+
+def _shown_ended_ms(snap: Snapshot, rows: list[int]) -> list[int] | None:
+    """A hit's ``ended_at_ms`` for each of ``rows``, as ``int(endedAt.timestamp() * 1000)`` gives it
+    for the UTC datetime :meth:`Snapshot.rows` reads (the float division and product too, not the
+    stored ms as they are), from :meth:`Snapshot.ended_ms` without a datetime a hit; None when
+    endedAt is not a UTC ms timestamp without nulls (:attr:`Snapshot.ended_utc`: then the rows'
+    datetimes are read)."""
+    if not snap.ended_utc:
+        return None
+    # An aware datetime's timestamp() is its timedelta from the epoch in exact microseconds divided
+    # by 10**6 (correctly rounded); ms / 1000 is that same quotient.
+    return [int(m / 1000 * 1000) for m in snap.ended_ms()[rows].tolist()]
 
 
 def _vector_axis(snap: Snapshot, query: str, settings: Settings, weights: Weights | LoadedWeights | None,

@@ -110,8 +110,24 @@ class Cells:
         """The values at ``rows``, in their order."""
         if len(self._chunks) == 1:
             chunk = self._chunks[0]
+            if chunk[1] is None and chunk[0] in ("str", "int", "list"):
+                return self._take_valid(chunk, rows)
             return [self._cell(chunk, r) for r in rows]
         return [self[r] for r in rows]
+
+    @staticmethod
+    def _take_valid(reader: tuple, rows: list[int]) -> list:
+        """:meth:`_cell` of each of ``rows`` for a chunk without nulls of a string, integer or
+        list-of-strings column, in one comprehension (a search's hits: ~70 cells, each a call less)."""
+        kind, _, off, bufs, _ = reader
+        if kind == "str":
+            offsets, data = bufs
+            return [str(data[offsets[j]:offsets[j + 1]], "utf-8") for j in [off + r for r in rows]]
+        if kind == "int":
+            return [bufs[off + r] for r in rows]
+        lists, base, offsets, data = bufs
+        return [[str(data[offsets[i]:offsets[i + 1]], "utf-8") for i in range(base + lists[j], base + lists[j + 1])]
+                for j in [off + r for r in rows]]
 
     @staticmethod
     def _cell(reader: tuple, local: int) -> Any:

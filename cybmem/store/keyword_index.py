@@ -286,6 +286,11 @@ class TermHits:
     held: np.ndarray  # bool, rows x terms
 
 
+#: Query terms whose postings an index keeps found (:meth:`KeywordIndex._postings_of`): a long-lived
+#: reader's vocabulary of queries, a few hundred KB at most.
+_POSTINGS_KEPT = 4096
+
+
 class KeywordIndex:
     """BM25 over append-only segments of postings.
 
@@ -324,6 +329,9 @@ class KeywordIndex:
         self._removed = removed if removed is not None and len(removed) else None
         self._stale_queries = 0
         self._fresh: dict[int, np.ndarray] = {}
+        #: each query term looked up so far -> its postings, ((segment, start, end), ...): an index
+        #: never changes (extend, remove and a refresh make another), so a held one finds a term once
+        self._postings: dict[str, tuple[tuple[int, int, int], ...]] = {}
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -486,6 +494,27 @@ class KeywordIndex:
         terms = tuple(dict.fromkeys(query_tokens))
         return QueryStats(terms, self.n_docs, self.total_len, tuple(self.document_frequency(t) for t in terms))
 
+    def _postings_of(self, terms: list[str]) -> list[tuple[tuple[int, int, int], ...]]:
+        """Each term's postings in each segment that has it: (segment, start, end) into its doc ids,
+        looked up once per index (``_postings``; at most :data:`_POSTINGS_KEPT` terms are kept)."""
+        kept = self._postings
+        out = [kept.get(t) for t in terms]
+        missing = [i for i, got in enumerate(out) if got is None]
+        if missing:
+            if len(kept) + len(missing) > _POSTINGS_KEPT:
+                kept.clear()
+            terms_b = [terms[i].encode() for i in missing]
+            qkeys = _query_keys(terms_b)
+            got: list[list[tuple[int, int, int]]] = [[] for _ in missing]
+            for si, seg in enumerate(self._segments):
+                ip = seg.indptr
+                for j, t in enumerate(seg.lookup(terms_b, qkeys)):
+                    if t >= 0:
+                        got[j].append((si, int(ip[t]), int(ip[t + 1])))
+            for i, posts in zip(missing, got):
+                out[i] = kept[terms[i]] = tuple(posts)
+        return out
+
     def scores(self, query_tokens: Sequence[str], *, out: np.ndarray | None = None,
                stats: QueryStats | None = None) -> np.ndarray:
         """Raw BM25 score of every document, float32 of length ``n_docs``.
@@ -515,19 +544,12 @@ class KeywordIndex:
         terms = list(dict.fromkeys(query_tokens))
         if not terms or N == 0:
             return res
-        terms_b = [t.encode() for t in terms]
-        qkeys = _query_keys(terms_b)
-        hits = []
-        df = np.zeros(len(terms), dtype=np.int64)
-        for si, seg in enumerate(self._segments):
-            ip = seg.indptr
-            for ti, t in enumerate(seg.lookup(terms_b, qkeys)):
-                if t >= 0:
-                    s, e = int(ip[t]), int(ip[t + 1])
-                    df[ti] += e - s
-                    hits.append((si, ti, s, e))
+        found = self._postings_of(terms)
+        # by segment, then in query order: the order the scores are summed in
+        hits = sorted((si, ti, s, e) for ti, posts in enumerate(found) for si, s, e in posts)
         if not hits:
             return res
+        df = [sum(e - s for _, s, e in posts) for posts in found]
         stale = False
         offset = 0
         hi = 0
@@ -543,7 +565,7 @@ class KeywordIndex:
                 else:
                     stale = True
                     if idf is None:  # Lucene idf per distinct query term, as plain floats
-                        idf = [np.float32(math.log1p((N - d + 0.5) / (d + 0.5))) for d in df.tolist()]
+                        idf = [np.float32(math.log1p((N - d + 0.5) / (d + 0.5))) for d in df]
                     w = seg.tf_part(self.avgdl, s, e, self.k1, self.b)
                     w *= idf[ti]
                 # A term's postings hold each doc once, so `view[docs] += w` would be exact

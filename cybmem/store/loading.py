@@ -22,7 +22,7 @@ from .snapshot import Snapshot
 
 __all__ = ["load_snapshot", "holding_snapshots", "verified"]
 
-#: Snapshots kept by :func:`holding_snapshots`: cache dir -> the snapshot last loaded from it.
+#: Snapshots kept by :func:`holding_snapshots`: project dir (one cache dir each) -> the snapshot last loaded from it.
 _HELD: dict = {}
 _HOLDERS = 0
 _HELD_LOCK = threading.Lock()
@@ -69,7 +69,7 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterab
     recheck = sorted(set(recheck))
     if not (_HOLDERS and use_cache):
         return refresh.read(store, use_cache=use_cache, recheck=recheck)
-    key = _cache.cache_dir(store.dir)
+    key = store.dir  # one cache dir per project dir (cache.cache_dir); a Path keeps its hash: no new one a call
     with _HELD_LOCK:
         held = _HELD.get(key)
     if held is not None and not recheck and held.current():

@@ -155,6 +155,16 @@ class Snapshot:
         return self._newest
 
     @functools.cached_property
+    def ended_utc(self) -> bool:
+        """Whether endedAt is a UTC ms timestamp without nulls (a loaded table's always is,
+        :data:`RECORD_SCHEMA`): then :meth:`ended_ms` counts the ms of the datetimes :meth:`rows`
+        gives from the UTC epoch. Asked once per snapshot (a search's hits ask on every call)."""
+        if "endedAt" not in self.records.column_names:
+            return False
+        col = self.records.column("endedAt")
+        return col.type == pa.timestamp("ms", tz="UTC") and not col.null_count
+
+    @functools.cached_property
     def in_time_order(self) -> bool:
         """Whether a higher row never ended earlier (as a load orders them; a table built
         otherwise, or a refresh that appended a run that ended before the last, may not)."""
@@ -357,20 +367,23 @@ class Snapshot:
         file for as long as its segment stays; it is not an edit, and reporting it as one was
         doctor's false "edited in place"."""
         starts, built = self.read_times or (np.zeros(1, np.int64), np.array([time.time_ns()], np.int64))
-        rows = np.asarray(list(rows), dtype=np.int64)
-        if not len(rows):
+        rows = [int(r) for r in rows]
+        if not rows:
             return []
         if len(rows) <= FEW_ROWS:  # the hits a verb shows: from the buffers, no Arrow call
-            ids, inodes = self._values(rows.tolist(), "runId"), self._values(rows.tolist(), "inode")
+            ids, inodes = self._values(rows, "runId"), self._values(rows, "inode")
         else:
             picked = take_rows(self.records.select([c for c in ("runId", "inode") if c in self.records.column_names]), rows)
             ids = picked.column("runId").to_pylist()
             inodes = picked.column("inode").to_pylist() if "inode" in picked.column_names else [None] * len(rows)
-        since = built[np.searchsorted(starts, rows, side="right") - 1] - _cache.RACY_NS  # when each row was read
+        if len(starts) == 1:  # one segment (a compacted cache): every row was read at the same moment
+            since = [int(built[0]) - _cache.RACY_NS] * len(rows)
+        else:  # when each row was read
+            since = (built[np.searchsorted(starts, rows, side="right") - 1] - _cache.RACY_NS).tolist()
         out = []
         maybe: list[tuple[int, str, int]] = []  # (row, file name, inode): touched around or after the read
         records_dir = str(self.store.records_dir)
-        for r, rid, ino, t in zip(rows.tolist(), ids, inodes, since.tolist()):
+        for r, rid, ino, t in zip(rows, ids, inodes, since):
             try:
                 st = os.lstat(f"{records_dir}/{rid}.json")
             except OSError:
