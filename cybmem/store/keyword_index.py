@@ -10,6 +10,7 @@ numerator (rankings unchanged). Scores equal bm25s ``method="lucene"``. See :cla
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -291,6 +292,11 @@ class TermHits:
 _POSTINGS_KEPT = 4096
 
 
+def _df(postings: tuple[tuple[int, int, int], ...]) -> int:
+    """Documents holding a term: the lengths of its postings (:meth:`KeywordIndex._postings_of`) summed."""
+    return sum(e - s for _, s, e in postings)
+
+
 class KeywordIndex:
     """BM25 over append-only segments of postings.
 
@@ -323,6 +329,7 @@ class KeywordIndex:
         self.k1 = float(k1)
         self.b = float(b)
         self.n_docs = sum(s.n_docs for s in self._segments)
+        self._starts = tuple(itertools.accumulate((s.n_docs for s in self._segments[:-1]), initial=0))  # each segment's first doc id
         self.total_len = sum(s.total_len for s in self._segments)
         self.avgdl = self.total_len / self.n_docs if self.n_docs and self.total_len else 1.0
         self._key = (self.n_docs, self.total_len)
@@ -461,14 +468,7 @@ class KeywordIndex:
 
     def document_frequency(self, term: str) -> int:
         """Number of docs containing ``term`` across all segments."""
-        b = term.encode()
-        qk = _query_keys([b])
-        df = 0
-        for s in self._segments:
-            t = s.lookup([b], qk)[0]
-            if t >= 0:
-                df += int(s.indptr[t + 1] - s.indptr[t])
-        return df
+        return _df(self._postings_of([term])[0])
 
     def idf_mass(self, query_tokens: Sequence[str], *, n_docs: int | None = None) -> tuple[float, float]:
         """The sum of the idf of a query's distinct terms, terms no document holds included (at
@@ -549,13 +549,13 @@ class KeywordIndex:
         hits = sorted((si, ti, s, e) for ti, posts in enumerate(found) for si, s, e in posts)
         if not hits:
             return res
-        df = [sum(e - s for _, s, e in posts) for posts in found]
+        df = [_df(posts) for posts in found]
         stale = False
-        offset = 0
         hi = 0
         idf: list[np.float32] | None = None
         for si, seg in enumerate(self._segments):
-            view = res if seg.n_docs == N else res[offset : offset + seg.n_docs]
+            start = self._starts[si]
+            view = res if seg.n_docs == N else res[start : start + seg.n_docs]
             imp = self._segment_impacts(si, seg)
             while hi < len(hits) and hits[hi][0] == si:
                 _, ti, s, e = hits[hi]
@@ -572,7 +572,6 @@ class KeywordIndex:
                 # too, but numpy >= 2's np.add.at fast path is faster than that gather +
                 # scatter (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
                 np.add.at(view, seg.doc_ids[s:e], w)
-            offset += seg.n_docs
         if stale:
             self._stale_queries += 1
             if self._stale_queries >= 2:  # a long-lived process: recompute impacts once
@@ -598,19 +597,13 @@ class KeywordIndex:
             return res
         avgdl = stats.total_len / stats.n_docs if stats.total_len else 1.0
         idf = _bm25_idf(stats.n_docs, np.asarray(stats.df, dtype=np.int64)).astype(np.float32)
-        terms_b = [t.encode() for t in terms]
-        qkeys = _query_keys(terms_b)
-        offset = 0
-        for seg in self._segments:
-            view = res if seg.n_docs == N else res[offset : offset + seg.n_docs]
-            ip = seg.indptr
-            for ti, t in enumerate(seg.lookup(terms_b, qkeys)):
-                if t >= 0:
-                    s, e = int(ip[t]), int(ip[t + 1])
-                    w = seg.tf_part(avgdl, s, e, self.k1, self.b)
-                    w *= idf[ti]
-                    np.add.at(view, seg.doc_ids[s:e], w)
-            offset += seg.n_docs
+        # by segment, then in query order: the order :meth:`scores` sums in
+        for si, ti, s, e in sorted((si, ti, s, e) for ti, posts in enumerate(self._postings_of(terms)) for si, s, e in posts):
+            seg, start = self._segments[si], self._starts[si]
+            view = res if seg.n_docs == N else res[start : start + seg.n_docs]
+            w = seg.tf_part(avgdl, s, e, self.k1, self.b)
+            w *= idf[ti]
+            np.add.at(view, seg.doc_ids[s:e], w)
         if self._removed is not None:
             res[self._removed] = 0.0
         return res
@@ -628,32 +621,22 @@ class KeywordIndex:
         terms = list(dict.fromkeys(query_tokens))
         rows = np.asarray(rows, dtype=np.int64)
         held = np.zeros((len(rows), len(terms)), dtype=bool)
-        df = np.zeros(len(terms), dtype=np.int64)
+        postings = self._postings_of(terms) if terms else []
+        df = np.array([_df(posts) for posts in postings], dtype=np.int64)
         if not terms or not len(rows):
-            if terms:
-                df = np.array([self.document_frequency(t) for t in terms], dtype=np.int64)
             return TermHits(terms, df, held)
-        terms_b = [t.encode() for t in terms]
-        qkeys = _query_keys(terms_b)
-        offset = 0
-        for seg in self._segments:
-            local = rows - offset
-            inside = (local >= 0) & (local < seg.n_docs)
-            ip = seg.indptr
-            for ti, t in enumerate(seg.lookup(terms_b, qkeys)):
-                if t < 0:
-                    continue
-                s, e = int(ip[t]), int(ip[t + 1])
-                df[ti] += e - s
+        for ti, posts in enumerate(postings):
+            for si, s, e in posts:
+                local = rows - self._starts[si]
+                inside = (local >= 0) & (local < self._segments[si].n_docs)
                 if inside.any():
-                    docs = seg.doc_ids[s:e]
+                    docs = self._segments[si].doc_ids[s:e]
                     want = local[inside].astype(docs.dtype)
                     at = np.searchsorted(docs, want)
                     found = np.zeros(len(want), dtype=bool)
                     ok = at < len(docs)
                     found[ok] = docs[at[ok]] == want[ok]
                     held[np.flatnonzero(inside), ti] |= found
-            offset += seg.n_docs
         if self._removed is not None:
             held[np.isin(rows, self._removed)] = False
         return TermHits(terms, df, held)
