@@ -159,7 +159,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
     entries = [
         PreambleEntry(run_id=h.run_id, ended_at_ms=h.ended_at_ms, state=h.state, task=h.task, summary=h.summary,
                       open_issues=[i for i in h.issues if i in open_ids], next=h.next, tier=tier,
-                      follows=h.pinned == "parent", terms=_evidence_terms(h))
+                      follows=h.pinned == "parent", terms=h.evidence.specific if h.evidence else ())
         for h, tier in order
     ]
     inj.shown_order = [h for h, _ in order]
@@ -240,12 +240,6 @@ def _no_memory(settings: Settings, cwd, project: str | None) -> str:
         known = "unreadable projects.json"
     where = f"project {project!r}" if project else f"the project at {os.path.abspath(cwd or os.getcwd())}"
     return f"no memory yet for {where} under {root} (known projects: {known})"
-
-
-def _evidence_terms(hit) -> tuple[str, ...]:
-    """The task's terms a hit holds that are not common in the store (what a pointer's title is cut around)."""
-    ev = hit.evidence
-    return tuple(t for t in ev.terms if t not in ev.common) if ev is not None else ()
 
 
 def inject_task(

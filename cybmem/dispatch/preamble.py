@@ -364,7 +364,7 @@ def _title_around(text: str | None, terms: Sequence[str], max_chars: int) -> str
     want = set(terms)
     words = [(m.start(), m.end(), bool(want.intersection(tokenize(m.group())))) for m in _WORD_SPAN_RE.finditer(line)]
     room = max_chars - 2  # an ellipsis on either side
-    best = (0, 0)  # (matched words, -start index)
+    best = (0, 0)  # (matched words, index of the window's first word)
     for i, (start, _, _) in enumerate(words):
         got = 0
         for _s, end, hit in words[i:]:

@@ -67,6 +67,11 @@ class RunEvidence:
     common: tuple[str, ...]  # those of them that are common in the store
     cosine: float | None = None
 
+    @property
+    def specific(self) -> tuple[str, ...]:
+        """The task terms it holds that are not common: what its evidence rests on."""
+        return tuple(t for t in self.terms if t not in self.common)
+
     def to_dict(self) -> dict:
         out = {"tier": self.tier, "nats": round(self.nats, 3) if math.isfinite(self.nats) else None,
                "terms": list(self.terms), "common": list(self.common)}

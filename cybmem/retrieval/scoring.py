@@ -627,28 +627,18 @@ def rank(scored: Scored, k: int) -> list[int]:
 
 
 def explain(scored: Scored, idx: int) -> dict[str, Any]:
-    """Per-axis breakdown of one record's score.
+    """Per-axis breakdown of one record's score (:func:`explain_rows` of it alone).
 
     Returns:
         {"index", "total", "contributions": {axis: w*value}, "values": {axis: value},
         "weights": {...}} with plain floats (0.0 for an axis that is off).
     """
-    w = scored.weights
-    wmap = {"keyword": w.w_kw, "recency": w.w_rec, "lineage": w.w_lin, "vector": w.w_vec}
-    contrib: dict[str, float] = {}
-    values: dict[str, float] = {}
-    for axis in _AXES:
-        arr = getattr(scored, axis)
-        c = float(arr[idx]) if arr is not None else 0.0
-        contrib[axis] = c
-        values[axis] = c / wmap[axis] if wmap[axis] > 0 else 0.0
-    return {"index": int(idx), "total": float(scored.total[idx]), "contributions": contrib,
-            "values": values, "weights": w.to_dict()}
+    return explain_rows(scored, [idx])[0]
 
 
 def explain_rows(scored: Scored, rows: list[int]) -> list[dict[str, Any]]:
-    """:func:`explain` of each of ``rows`` (the same dicts, the same floats), each axis read at
-    all of them at once: a search's hits, without a pass of numpy scalar reads per hit and axis."""
+    """:func:`explain`'s breakdown of each of ``rows``, each axis read at all of them at once: a
+    search's hits, without a pass of numpy scalar reads per hit and axis."""
     if not rows:
         return []
     w = scored.weights
