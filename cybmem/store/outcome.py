@@ -119,7 +119,7 @@ def printable_json(data) -> str:
 def json_controls_escaped(text: str) -> str:
     """JSON text with its DEL and C1 characters escaped as ``\\u00XX``, as JSON encoders escape
     the C0 ones (:func:`printable_json`); decoded, it holds the same values."""
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_UNSAFE.search(text) else text
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # the text itself when none is there
 
 
 def _collapse(text: str) -> str:
