@@ -19,10 +19,9 @@ COMMANDS = [
     ("search", "cart drawer", "--project", "web"),
     ("issues", "--project", "web"),
     ("issues", "--project", "web", "--events"),
-    ("inject", "Fix the cart drawer", "--project", "web"),
-    ("inject", "--system", "Fix the cart drawer", "--project", "web"),
     ("tune", "--project", "web"),
 ]
+INJECT = [("inject", "Fix the cart drawer", "--project", "web"), ("inject", "--system", "Fix the cart drawer", "--project", "web")]
 
 
 def run(root, *args):
@@ -36,6 +35,22 @@ def test_an_as_of_out_of_range_is_a_usage_error(fixture_copy, command, value):
     assert result.exit_code == 2 and result.exception.__class__ is SystemExit, result.output
     assert f"Invalid value for --as-of: {value!r} {RANGE}" in result.stderr
     assert "Traceback" not in result.output + result.stderr
+
+
+@pytest.mark.parametrize("value", [*OUT, "abc", "2026-13-45", "1e400", "nan"])
+@pytest.mark.parametrize("command", INJECT, ids=lambda c: " ".join(c[:2]))
+def test_inject_with_a_moment_that_is_none_gives_the_task_back_bare(fixture_copy, command, value):
+    """The dispatch path never fails the dispatcher: a bad --as-of is one warning line and the task
+    alone (no block: a replay must not get today's memory), exit 0; --strict keeps the usage error."""
+    result = run(fixture_copy, *command, f"--as-of={value}")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ("" if "--system" in command else "Fix the cart drawer")
+    warning = result.stderr.strip()
+    assert warning.startswith(f"warning: memory not injected: Invalid value for --as-of: {value!r}") and "\n" not in warning
+    as_json = run(fixture_copy, *command, f"--as-of={value}", "--json")
+    assert as_json.exit_code == 0 and '"block": ""' in as_json.stdout and "memory not injected" in as_json.stdout
+    strict = run(fixture_copy, *command, f"--as-of={value}", "--strict")
+    assert strict.exit_code == 2 and f"Invalid value for --as-of: {value!r}" in strict.stderr
 
 
 @pytest.mark.parametrize("value", ["9" * 5000, "1e400", "10000-01-01", "soon"])

@@ -174,9 +174,20 @@ def inject_cmd(
     if not system and not text.strip():
         raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
     try:
-        settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
-        result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=moment(as_of, "--as-of"),
-                             parent_run_id=parent, chat_session_id=chat, strict=strict)
+        when_ms = moment(as_of, "--as-of")
+    except typer.BadParameter as exc:  # a moment that is none: the task goes out bare, never a replay from now
+        if strict:
+            raise
+        when_ms, unusable = None, f"memory not injected: {exc.format_message()}"
+    else:
+        unusable = None
+    try:
+        if unusable:
+            result = Injection(text, "", ctx.project, [unusable])
+        else:
+            settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
+            result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=when_ms,
+                                 parent_run_id=parent, chat_session_id=chat, strict=strict)
     except (CybmemError, UsageError):
         raise
     except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
