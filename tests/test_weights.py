@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cybmem.errors import StoreError, ValidationError
-from cybmem.retrieval.weights import ISSUE_REC_SHARE, RANGES, Weights, load_weights, save_weights
+from cybmem.retrieval.weights import MIN_AXIS_WEIGHT, ISSUE_REC_SHARE, RANGES, Weights, load_weights, save_weights
 
 
 # ---------------------------------------------------------------------------------------
@@ -200,6 +200,39 @@ def test_huge_weights_never_reach_the_dispatch_path_or_the_cli(fixture_copy, tmp
         done = subprocess.run([sh.which("cybmem"), *args, "--project", "web"], env=env, capture_output=True,
                               text=True, timeout=120)
         assert done.returncode in (1, 2) and needle in done.stderr, (args, done.stderr)
+
+
+_TINY = [("w_kw", 1e-300), ("w_rec", 1e-310), ("w_lin", 5e-324), ("w_vec", 1e-7)]
+
+
+@pytest.mark.parametrize("name, value", _TINY)
+def test_an_axis_weight_float32_cannot_hold_is_refused(tmp_path, name, value):
+    """{"w_kw": 1e-310, "w_rec": 0, "w_lin": 0} passed and made every score 0.000 (float32 underflow)
+    in search and inject, while tune and eval refused it: one rule, every path."""
+    with pytest.raises(ValidationError, match=rf"weight {name} must be 0 \(the axis off\) or from 1e-06 to 100, got "):
+        Weights.from_dict({name: value})
+    assert Weights.from_dict({name: MIN_AXIS_WEIGHT}).to_dict()[name] == MIN_AXIS_WEIGHT
+    assert Weights.from_dict({name: 0.0, "w_kw": 0.5}).to_dict()[name] in (0.0, 0.5)
+    f = tmp_path / "weights.json"
+    f.write_text(json.dumps({"w_kw": 0, "w_rec": 0, "w_lin": 0, name: value}))
+    with pytest.raises(ValidationError, match=rf"weights.json: weight {name} must be 0 \(the axis off\)"):
+        load_weights([f], env={})
+    assert load_weights([f], env={}, lenient=True).weights == Weights()
+
+
+def test_tiny_weights_file_leaves_inject_and_search_on_the_defaults(fixture_copy):
+    import subprocess
+    import shutil as sh
+
+    (fixture_copy / "web" / "weights.json").write_text(json.dumps({"w_kw": 1e-310, "w_rec": 0, "w_lin": 0}))
+    env = {"CYBERINE_MEMORY_DIR": str(fixture_copy), "PATH": __import__("os").environ["PATH"]}
+    done = subprocess.run([sh.which("cybmem"), "inject", "Fix the flaky cart drawer test", "--project", "web"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "- run " in done.stdout
+    assert done.stderr.count("weight w_kw must be 0 (the axis off)") == 1, done.stderr
+    search = subprocess.run([sh.which("cybmem"), "search", "cart drawer", "--project", "web", "--json"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert search.returncode == 1 and "weight w_kw must be 0 (the axis off)" in search.stderr, search.stderr
 
 
 # --- the kept results of load_weights (a held process stats the files, issue 31) ----------------------

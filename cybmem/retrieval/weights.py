@@ -139,18 +139,28 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 _WHY = {"half_life_days": " days", "floor_vec": " (a cosine)"}
 
+#: The least positive weight an axis may have: scores are float32, where an axis weighted 1e-300
+#: is 0 (every score 0, the ranking left to tie-breaks) and one of 1e-40 keeps no digits. An axis is
+#: off (0) or at least this, a millionth of the defaults' scale.
+MIN_AXIS_WEIGHT = 1e-6
+
 
 def check_range(name: str, value: float) -> float:
-    """``value`` as a float when it is finite and within :data:`RANGES` for ``name``.
+    """``value`` as a float when it is finite and within :data:`RANGES` for ``name`` (an axis'
+    weight: 0, or from :data:`MIN_AXIS_WEIGHT` on).
 
     Raises:
         ValidationError: naming the field, the value and the range.
     """
     lo, hi = RANGES[name]
     v = float(value)
+    shown = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
     if not (math.isfinite(v) and lo <= v <= hi):
         raise ValidationError(f"weight {name} must be a finite number from {lo:g} to {hi:g}{_WHY.get(name, '')}, "
-                              f"got {value!r}")
+                              f"got {shown!r}")
+    if name in AXES and 0 < v < MIN_AXIS_WEIGHT:
+        raise ValidationError(f"weight {name} must be 0 (the axis off) or from {MIN_AXIS_WEIGHT:g} to {hi:g}, got {shown!r}: "
+                              "scores are float32, where a weight that small is 0")
     return v
 
 
