@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from .. import _io
 from ..errors import NotFoundError, StoreError, ValidationError
-from .parquet_dataset import ISSUES_SCHEMA, RECORDS_SCHEMA, part_files, read_part
+from .parquet_dataset import ISSUES_SCHEMA, NOT_REGULAR, RECORDS_SCHEMA, part_files, read_part
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -92,7 +92,7 @@ def _part_problem(path: Path, table: str) -> str | None:
         with _io.open_regular(path, follow=True) as fh:  # a FIFO here would hang the footer's read
             schema = pq.read_schema(fh)
     except StoreError:
-        return "not a regular file (a FIFO, socket, device or directory)"
+        return NOT_REGULAR
     except (pa.ArrowException, OSError) as exc:
         why = re.sub(r"^Could not open Parquet input source '[^']*': ", "", " ".join(str(exc).split()))
         return f"not a readable Parquet file ({why[:160]})"
@@ -133,7 +133,7 @@ def scan_dataset(dataset: str | os.PathLike, *, skipped: list[str] | None = None
             if not mdir.is_dir():
                 continue
             for pdir in sorted(mdir.glob("project=*")):
-                files = part_files(pdir)
+                files = part_files(pdir, skipped)
                 good = []
                 for f in files:
                     why = _part_problem(f, table)

@@ -44,6 +44,7 @@ __all__ = [
     "PARTITION_SCHEMA",
     "default_machine",
     "validate_machine",
+    "NOT_REGULAR",
     "part_files",
     "read_part",
     "export_parquet",
@@ -131,12 +132,26 @@ def _partition_dir(out_dir: Path, table: str, machine: str, project: str) -> Pat
     return out_dir / table / f"machine={_segment(machine)}" / f"project={_segment(project)}"
 
 
-def part_files(pdir: Path) -> list[Path]:
+#: Why a dataset entry is not read: the one wording of every reader of the dataset.
+NOT_REGULAR = "not a regular file (a FIFO, socket, device or directory)"
+
+
+def part_files(pdir: Path, skipped: list[str] | None = None) -> list[Path]:
     """A partition's part files (``month=*/*.parquet``) in month order; temp and hidden files
-    (``.*``, ``_*``) skipped, as every reader of the dataset skips them."""
+    (``.*``, ``_*``) skipped, as every reader of the dataset skips them, and what is not a regular
+    file (a FIFO, socket, device or directory so named: it holds no rows, and reading a FIFO would
+    wait forever), each with one line in ``skipped`` when given."""
     if not pdir.is_dir():
         return []
-    return sorted(p for p in pdir.glob("month=*/*.parquet") if not p.name.startswith((".", "_")))
+    out = []
+    for p in sorted(pdir.glob("month=*/*.parquet")):
+        if p.name.startswith((".", "_")):
+            continue
+        if p.is_file():  # a symbolic link to a regular file is read as the file (read_part follows it)
+            out.append(p)
+        elif skipped is not None:
+            skipped.append(f"skipped {p}: {NOT_REGULAR}")
+    return out
 
 
 def read_part(path: str | os.PathLike, *, columns: list[str] | None = None,
@@ -288,7 +303,7 @@ def export_parquet(
             if "records" in tables:
                 ts = summary.table("records")
                 pdir = _partition_dir(out_dir, "records", machine, store.slug)
-                have = _read_column(part_files(pdir), "runId")
+                have = _read_column(part_files(pdir, summary.warnings), "runId")
                 table = _records_arrow(records)
                 ts.rows += table.num_rows
                 if have is not None and len(have):
@@ -298,7 +313,7 @@ def export_parquet(
             if "issues" in tables:
                 ts = summary.table("issues")
                 pdir = _partition_dir(out_dir, "issues", machine, store.slug)
-                lines = _read_column(part_files(pdir), "line")
+                lines = _read_column(part_files(pdir, summary.warnings), "line")
                 last = pc.max(lines).as_py() if lines is not None and len(lines) else 0
                 table = _events_arrow(events)
                 ts.rows += table.num_rows
