@@ -260,6 +260,23 @@ def test_fifos_at_the_other_store_files_hang_nothing(memory_root, tmp_path):
     _every_verb_answers(tmp_path, hook_run=False)
 
 
+
+def test_doctor_all_checks_the_other_projects_when_one_records_dir_is_a_fifo(fixture_copy):
+    """records/ itself a FIFO made `doctor --all` stop at that project ("cannot list", exit 1, no
+    project checked); it is one error finding now, and every other project is checked (and repaired)."""
+    import os
+    import shutil
+
+    shutil.rmtree(fixture_copy / "api" / "records")
+    os.mkfifo(fixture_copy / "api" / "records")
+    for extra in ([], ["--repair"]):
+        res = cli("doctor", "--all", "--memory-dir", str(fixture_copy), "--json", *extra)
+        report = json.loads(res.stdout)
+        assert res.exit_code == 1, res.output
+        assert [f["message"] for f in report["findings"] if f.get("project") == "api"] == [
+            f"cannot be checked: cannot list {fixture_copy / 'api' / 'records'}: Not a directory"]
+        assert {p["slug"]: p["records"] for p in report["projects"]} == {"api": 0, "web": 47, "web-7663e1": 6}
+
 # --- 2. symlinks out of the memory root ---------------------------------------------------------
 
 

@@ -481,3 +481,17 @@ def test_doctor_reports_records_already_stored_with_a_future_end(memory_root, tm
     res = runner.invoke(app, ["doctor", "--project", "web"])
     line = next(line for line in res.output.splitlines() if "r-3000.json" in line)
     assert res.exit_code == 0 and line.split()[0] == "warning" and "superseded by r-fixed" in line
+
+
+def test_doctor_reports_a_stored_record_that_starts_after_it_ends(memory_root, tmp_path):
+    """`write` refuses startedAt after endedAt; a record another writer left so (startedAt in the year
+    3000, endedAt now) was not reported by doctor."""
+    assert runner.invoke(app, ["write", str(write_json(tmp_path / "run.json", make_run("r-ok")))]).exit_code == 0
+    records = memory_root / "web" / "records"
+    rec = json.loads((records / "r-ok.json").read_text())
+    (records / "r-late.json").write_text(json.dumps({**rec, "runId": "r-late", "startedAt": 32_503_680_000_000}))
+    res = runner.invoke(app, ["doctor", "--project", "web"])
+    line = next(line for line in res.output.splitlines() if "r-late.json" in line)
+    assert line.split()[0] == "warning" and "startedAt 3000-01-01 00:00 UTC is after endedAt" in line
+    assert "cybmem supersede r-late FIXED.json" in line
+    assert not any("r-ok.json" in line for line in res.output.splitlines())

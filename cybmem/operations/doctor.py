@@ -332,6 +332,11 @@ def _check_records(store: MemoryStore, stats: ProjectStats, home: str | None = N
                     Finding("records", "error", str(path), f"{when}; it takes full recency and tops every MEMORY block "
                             f"and `list`: correct it with `cybmem supersede {rec.runId} FIXED.json` (its run.json with "
                             "the right endedAt)", store.slug))
+            if rec.startedAt > rec.endedAt:  # `write` refuses it; another writer may not
+                findings.append(Finding(
+                    "records", "warning", str(path), f"startedAt {ms_to_utc(rec.startedAt)} UTC is after endedAt "
+                    f"{ms_to_utc(rec.endedAt)} UTC (`cybmem write` refuses such a run): correct it with "
+                    f"`cybmem supersede {rec.runId} FIXED.json`", store.slug))
         except NotFoundError:
             continue
         except (ValidationError, StoreError) as exc:
@@ -701,6 +706,8 @@ def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore])
     for slug, store in sorted(stores.items()):
         if store.symlinked_dirs():
             continue  # nothing is written through a link (an error finding says so)
+        if any(f.check == "paths" and f.path == str(store.dir) and f.project == slug for f in findings):
+            continue  # a project that could not be read at all (its finding says why): nothing to rebuild from
         if any(f.check == "redact" and f.severity == "repairable" and f.project == slug for f in findings):
             from .redaction import complete_pending
 
@@ -770,8 +777,11 @@ def doctor(
         stats, stores = [], {}
         for slug in slugs:
             store = stores[slug] = MemoryStore(root, slug, index_cap=settings.index_cap)
-            st, found = _check_project(store, settings, secrets=secrets, temp_age=temp_age, now=now,
-                                       home=project_cwd(root, slug, backfilled))
+            try:
+                st, found = _check_project(store, settings, secrets=secrets, temp_age=temp_age, now=now,
+                                           home=project_cwd(root, slug, backfilled))
+            except StoreError as exc:  # one project that cannot be read (records/ a FIFO): the others are still checked
+                st, found = ProjectStats(slug), [Finding("paths", "error", str(store.dir), f"cannot be checked: {exc}", slug)]
             stats.append(st)
             findings += found
         return stats, findings, stores
