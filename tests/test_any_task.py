@@ -291,7 +291,8 @@ def test_a_directory_named_like_a_slug_keeps_the_slug_the_contract_gives_it(memo
 def test_an_ascii_look_alike_of_an_existing_slug_is_refused(memory_root, tmp_path, name):
     assert run("write", write_json(tmp_path / "r.json", make_run("r1", cwd="/srv/web-7663e1"))).exit_code == 0
     assert sorted(p.name for p in memory_root.iterdir() if p.is_dir()) == ["web-7663e1"]
-    for args in (["write", write_json(tmp_path / "r2.json", make_run("r2")), "-p", name], ["list", "-p", name]):
+    for args in (["write", write_json(tmp_path / "r2.json", make_run("r2")), "-p", name], ["list", "-p", name],
+                 ["mcp", "-p", name]):  # the server's default project: refused at start, not by every call
         res = run(*args)
         assert res.exit_code == 1, (args, res.output)
         assert "looks like existing project 'web-7663e1'" in res.stderr and "use --project web-7663e1" in res.stderr
