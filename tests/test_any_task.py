@@ -386,6 +386,14 @@ def test_a_huge_task_is_stored_whole_and_an_inject_without_cache_stays_bounded(m
     small = write_json(tmp_path / "small.json", make_run("small-1", "Fix the login form", start=make_run("x")["endedAt"]))
     assert subprocess.run([*cybmem, "write", str(small)], env=env, capture_output=True, timeout=120).returncode == 0
     _, baseline_mb = inject("small-1")  # the same inject before the huge run is in the store
+
+    def search() -> tuple[str, float]:  # a table's task column reads a bounded head too (it split the whole task)
+        p = subprocess.run([sys.executable, "-c", _PEAK, *cybmem, "search", "login form", "-k", "3", "--cwd", "/home/dev/web"],
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        return p.stdout, int(p.stderr.splitlines()[-1]) / 1024
+
+    _, search_baseline_mb = search()
     big = write_json(tmp_path / "big.json", {**make_run("big-1"), "task": task})
     p = subprocess.run([*cybmem, "write", str(big)], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
@@ -396,3 +404,6 @@ def test_a_huge_task_is_stored_whole_and_an_inject_without_cache_stays_bounded(m
     out, peak_mb = inject("big-1")
     assert "- run big-1 (" in out and "Refactor the login form w" in out and "- run small-1 (" in out
     assert peak_mb < baseline_mb + 120, f"inject peaked at {peak_mb:.0f} MB against {baseline_mb:.0f} MB without the huge run"
+    out, peak_mb = search()
+    assert "big-1" in out and "Refactor the login form w" in out
+    assert peak_mb < search_baseline_mb + 120, f"search peaked at {peak_mb:.0f} MB against {search_baseline_mb:.0f} MB"

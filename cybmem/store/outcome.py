@@ -22,6 +22,12 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+#: The characters of a text that anything but the record itself reads (64 Ki): a query's and a task's
+#: tokens (:mod:`cybmem.store.tokens`), a task's one-line views (:func:`subject_line`, :func:`head_line`,
+#: :func:`shorten`). Some 10,000 words, ten times the longest task of the corpora; what lies past it is
+#: kept in the record but not read. A 50 MB task otherwise cost every read tens of seconds and a gigabyte.
+MAX_TEXT_CHARS = 65_536
+
 __all__ = [
     "CONTROL",
     "Trailer",
@@ -260,11 +266,14 @@ def shorten(text: str | None, max_chars: int) -> str:
     Returns:
         The collapsed text, or its cut; "" when max_chars <= 0.
     """
-    text = _collapse(text or "")
-    if len(text) <= max_chars:
+    whole = text or ""
+    text = _collapse(whole[:MAX_TEXT_CHARS])  # what a one-line view reads of a huge text
+    if len(text) <= max_chars and len(whole) <= MAX_TEXT_CHARS:
         return text
     if max_chars <= 0:
         return ""
+    if len(text) < max_chars:  # what was read fits, and the text goes on past it
+        return text.rstrip(" ,;:-–—") + "…"
     room = max_chars - 1  # keep one character for the ellipsis
     head = text[:room]
     if text[room] != " ":
@@ -285,7 +294,7 @@ def head_line(text: str | None, max_chars: int) -> str:
     Returns:
         The shortened first line, or "" when there is none.
     """
-    for line in _lines(text or ""):
+    for line in _lines((text or "")[:MAX_TEXT_CHARS]):
         if line.strip():
             return shorten(line, max_chars)
     return ""
@@ -307,7 +316,7 @@ def subject_line(text: str | None, max_chars: int) -> str:
         text: a task; None counts as "".
         max_chars: the length limit, ellipsis included.
     """
-    lines = [line for line in _lines(text or "") if line.strip()]
+    lines = [line for line in _lines((text or "")[:MAX_TEXT_CHARS]) if line.strip()]
     if not lines:
         return ""
     merge = _MERGE_PR.fullmatch(lines[0].strip())

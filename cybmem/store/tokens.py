@@ -22,8 +22,8 @@
    the module docstrings quoted"). Stemming each distinct word once (the word cache below)
    keeps it off the hot path.
 
-:data:`MAX_TEXT_CHARS` bounds what is read: a query's text is tokenized up to it, and a record's
-task is indexed up to it (:func:`cybmem.store.arrow_records.keyword_text_array`); the record keeps
+:data:`MAX_TEXT_CHARS` (:mod:`cybmem.store.outcome`'s) bounds what is read: a query's text is
+tokenized up to it, and a record's task is indexed up to it (:func:`cybmem.store.arrow_records.keyword_text_array`); the record keeps
 its task whole. A 50 MB task would otherwise cost every read of a store without a cache tens of
 seconds and a gigabyte.
 
@@ -40,14 +40,13 @@ import numpy as np
 import pyarrow as pa
 import Stemmer
 
+from .outcome import MAX_TEXT_CHARS
+
 __all__ = ["VERSION", "STOPWORDS", "MAX_TEXT_CHARS", "tokenize", "tokenize_many", "tokenize_arrow"]
 
 #: Changes whenever the tokens of some text change (the cache keeps the version it was built with).
 VERSION = "4-snowball-english"  # 4: MAX_TEXT_CHARS; 3: issue details join the keyword text
 
-#: The characters of a query, or of a record's task, that are tokenized (64 Ki): some 10,000 words,
-#: ten times the longest task of the corpora; what lies past it is kept but not indexed.
-MAX_TEXT_CHARS = 65_536
 _STEM = Stemmer.Stemmer("english").stemWord
 
 #: Lucene EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (33 words) plus a few pronouns and
