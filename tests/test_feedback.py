@@ -500,21 +500,26 @@ def _poison(root: Path, n: int, *, backdate: bool) -> None:
     records saying nothing: each makes a "used" judgment that rewards the decoy (an old run that
     shares the follow-up's words, which the store's own judgments do not reward). Backdated:
     startedAt just after the follow-up started, where the store's judgment asks for the recent run."""
-    from cybmem.dispatch.feedback import mcp_entry
-    from cybmem.store.feedback_log import keep_shown
-    from cybmem.store.memory_store import MemoryStore as Store
-
-    store = Store(root, "tide")
     recs = {p.stem: json.loads(p.read_text()) for p in (root / "tide" / "records").glob("*.json")}
     pairs = sorted(r[len("follows-"):] for r, rec in recs.items()
                    if r.startswith("follows-") and rec["endedAt"] < _now() - 86_400_000)
     for i in range(n):
         pair = pairs[i % len(pairs)]
         decoy, follows = f"decoy-{pair}", recs[f"follows-{pair}"]
-        settings = Settings.from_env({"CYBERINE_RUN_ID": f"poison-{i:03d}"}, memory_dir=root)
-        keep_shown(store.dir, [mcp_entry("show", {"run_id": decoy}, {"record": {"runId": decoy}}, settings)])
         start = follows["startedAt"] + 60_000 + i if backdate else _now() - 120_000
-        write_run(make_run(f"poison-{i:03d}", follows["task"], start=start, minutes=1, cwd="/home/dev/tide"), settings)
+        _fetch_then_write(root, "tide", make_run(f"poison-{i:03d}", follows["task"], start=start, minutes=1,
+                                                 cwd="/home/dev/tide"), decoy)
+
+
+def _fetch_then_write(root: Path, project: str, run: dict, fetched: str) -> None:
+    """A run that fetches ``fetched`` through the server's read-only `show`, then writes ``run``
+    (its record, saying nothing of it): the fetch alone makes its "used" judgment."""
+    from cybmem.dispatch.feedback import mcp_entry
+    from cybmem.store.feedback_log import keep_shown
+
+    settings = Settings.from_env({"CYBERINE_RUN_ID": run["id"]}, memory_dir=root)
+    keep_shown(root / project, [mcp_entry("show", {"run_id": fetched}, {"record": {"runId": fetched}}, settings)])
+    write_run(run, settings, project=project)
 
 
 def _history_score(root: Path, weights) -> float:
@@ -600,3 +605,111 @@ def test_a_run_names_at_most_three_used_runs(tmp_path):
     [(_, j)] = used_judgments(snap, left_out=left)
     ended = {r: e for r, e in zip(snap.records.column("runId").to_pylist(), snap.ended_ms())}
     assert len(j.relevant) == 3 and left == {"capped": sum(ended[r] <= j.as_of for r in shown) - 3}
+
+
+def _words(rng, n: int = 3) -> str:
+    return " ".join("".join(rng.choice("bcdfghjklmnpqrstvwxz") + rng.choice("aeiou") for _ in range(3)) for _ in range(n))
+
+
+def _parents_then_fetchers(root: Path, n: int = 40) -> None:
+    """Project act: ``n`` runs over the last 20 hours, each dispatched by the one before (the store's
+    only judgments are "parent" ones, met whatever the weights), then ``n`` runs with believable
+    clocks that each fetch one of them with `show` and write a record that shares the first run's words."""
+    import random
+
+    rng, now, minute = random.Random(5), _now(), 60_000
+    decoy = "zorblat quaxion miradel"
+    ids: list[str] = []
+    for i in range(n):
+        end = now - 20 * 60 * minute + i * 25 * minute
+        task = f"Implement the {decoy if i == 0 else _words(rng, 2)} module"
+        run = make_run(f"legit-{i:03d}", task, start=end - 5 * minute, minutes=5, cwd="/home/dev/act",
+                       **({"lineage": {"parentRunId": ids[-1]}} if ids else {}))
+        write_run(run, Settings.from_env(memory_dir=root))
+        ids.append(run["id"])
+    for i, target in enumerate(ids):
+        start = now - 20 * 60 * minute + i * 25 * minute + 12 * minute  # just after ``target`` ended
+        run = make_run(f"fetcher-{i:03d}", f"Fix the {decoy} {_words(rng, 1)} handling", start=start, minutes=1,
+                       cwd="/home/dev/act", endedAt=now)
+        _fetch_then_write(root, "act", run, target)
+
+
+def _web_then_fetchers(root: Path, n: int = 40) -> None:
+    """The fixtures' project web (9 resolved and 14 parent judgments), then ``n`` runs written now
+    that each fetch the same run with `show`, with tasks made of its words and noise."""
+    import random
+
+    rng, words = random.Random(7), ["vite", "react", "skeleton", "typescript", "storefront", "strict"]
+    for i in range(n):
+        run = make_run(f"fetcher-{i:03d}", f"{' '.join(rng.sample(words, 3))} {_words(rng)}",
+                       start=_now() - 10 * 60_000, minutes=10)
+        _fetch_then_write(root, "web", run, "4403ccec-71ea-526d-8201-08eb54a78020")
+
+
+@pytest.mark.parametrize("build, project, kinds, left, own", [
+    (_parents_then_fetchers, "act", {"parent": 39}, {"share": 40}, 0),
+    (_web_then_fetchers, "web", {"parent": 14, "resolved": 9, "used": 9}, {"share": 31}, 9),
+])
+def test_used_judgments_count_only_as_far_as_the_stores_own_judgments_that_test_the_weights(
+        tmp_path, build, project, kinds, left, own):
+    """Issue 29, item 1: parent judgments score 1.0 under any weights, yet the share cap counted
+    them, so (act) 39 fetches filled a store whose own judgments were all parent ones and `tune
+    --save` saved weights they alone had set (the history check, on those parent judgments, could
+    not lose), and (web) 23 fetches were 72% of the judgments that test the weights and lifted the
+    store over the minimum of 30. Now they count up to the store's own judgments that test the
+    weights (0 and 9 here): nothing is saved, and why is on stderr."""
+    root = _root(tmp_path) if project == "web" else tmp_path / "memory"
+    build(root)
+    assert len(_used(root, project)) == 40, "every fetch made its used line"
+    env = _env(root)
+    answer = json.loads(_run("tune", "--project", project, "--json", env=env).stdout)
+    assert answer["kinds"] == kinds and answer["usedLeftOut"] == left
+    assert answer["testsWeights"] == own + kinds.get("used", 0) < 30
+    if kinds.get("used"):
+        assert answer["validation"]["history"]["testsWeights"] == own
+    saved = _run("tune", "--project", project, "--save", env=env)
+    assert saved.returncode == 3, saved.stdout + saved.stderr
+    assert f"Not saved: only {answer['testsWeights']} judgment(s) test the weights" in saved.stderr
+    assert f'"used" judgments left out: {left["share"]} past as many as the store\'s own judgments' in saved.stdout
+    assert not (root / project / "weights.json").exists()
+
+
+def test_used_judgments_still_tune_a_store_with_enough_of_its_own(tmp_path):
+    """A store with its own judgments (tide: 70 raised) and 30 runs that fetched the run the ledger
+    says they needed: all 30 count, and `tune --save` saves what the store's judgments alone teach."""
+    root = _tide(tmp_path)
+    recs = {p.stem: json.loads(p.read_text()) for p in (root / "tide" / "records").glob("*.json")}
+    for i in range(30):
+        run = make_run(f"honest-{i:03d}", recs[f"follows-{i:03d}"]["task"], start=_now() - 120_000, minutes=1,
+                       cwd="/home/dev/tide")
+        _fetch_then_write(root, "tide", run, f"opens-{i:03d}")
+    done = _run("tune", "--project", "tide", "--save", "--json", env=_env(root))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["kinds"] == {"raised": 70, "used": 30} and answer["usedLeftOut"] == {} and answer["refusal"] is None
+    assert answer["validation"]["history"] == {"judgments": 70, "testsWeights": 70, "tuned": 1.0, "current": 0.32619}
+    tuned = json.loads((root / "tide" / "weights.json").read_text())
+    assert {k: tuned[k] for k in ("w_kw", "w_rec", "w_lin", "half_life_days")} == \
+        {"w_kw": 0.9, "w_rec": 0.9, "w_lin": 0.2, "half_life_days": 1.0}
+    assert tuned["tuned"]["history"]["testsWeights"] == 70 and tuned["tuned"]["kinds"] == answer["kinds"]
+
+
+def test_with_used_judgments_the_stores_own_must_be_half_the_minimum():
+    """The backstop of the share cap, which counts the judgments derived: those of the store's own
+    that can be evaluated must still be MIN_OWN_JUDGMENTS, or the history check means nothing."""
+    from cybmem.retrieval.validation import MIN_JUDGMENTS, MIN_OWN_JUDGMENTS, Validation, refusal_of
+    from cybmem.retrieval.weights import Weights
+
+    current = Weights()
+    v = Validation(earlier=15, later=15, tuned=Weights(w_lin=0.5), tuned_earlier=1.0, current_earlier=0.5,
+                   tuned_later=1.0, current_later=0.5, interval=(0.2, 0.4), history_judgments=14,
+                   history_tests=MIN_OWN_JUDGMENTS - 1, history_tuned=1.0, history_current=1.0)
+    assert MIN_OWN_JUDGMENTS == 15 == MIN_JUDGMENTS // 2
+    assert refusal_of(30, 30, v, current) == (
+        "only 14 of the store's own judgments (the ledger and the lineage, without what runs said they used) test "
+        'the weights; with "used" judgments among them at least 15 must, since used ones may be at most half of the '
+        "30 a tuning needs, or the check on the store's own history has too little behind it")
+    v.history_tests = MIN_OWN_JUDGMENTS
+    assert refusal_of(30, 30, v, current) is None
+    v.history_tests = None  # no used judgment in the set
+    assert refusal_of(30, 30, v, current) is None

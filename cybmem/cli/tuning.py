@@ -166,9 +166,10 @@ def _render_tuning(result) -> None:
 
 
 def _left_out_text(left_out: dict[str, int]) -> str:
-    """``"used" judgments left out: 12 whose run's clock is implausible, 40 past half of the judgments``."""
+    """``"used" judgments left out: 12 whose run's clock is implausible, 40 past as many as the store's own ...``."""
     parts = [f"{left_out['clock']} whose run's clock is implausible" if left_out.get("clock") else "",
-             f"{left_out['share']} past half of the judgments" if left_out.get("share") else "",
+             f"{left_out['share']} past as many as the store's own judgments that test the weights"
+             if left_out.get("share") else "",
              f"{left_out['capped']} used run(s) past 3 a run" if left_out.get("capped") else ""]
     return '"used" judgments left out: ' + ", ".join(p for p in parts if p)
 

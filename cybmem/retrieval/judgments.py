@@ -57,6 +57,12 @@ class Judgment:
     chat_session_id: str | None = None
     kind: str | None = None  # informational: "qrels", "issue", "parent", "issue+parent", ...
 
+    @property
+    def tests_weights(self) -> bool:
+        """False for a judgment the pinned parent answers ("parent", "issue+parent", ...): its relevant
+        runs include the run's parent, which dispatch shows first, so it is met whatever the weights."""
+        return "parent" not in (self.kind or "").split("+")
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Judgment":
         """Parse one judgments-file object (camelCase keys; unknown keys are ignored).
@@ -416,8 +422,10 @@ def used_judgments(snapshot: Snapshot, *, as_of: int | None = None,
     return out
 
 
-#: "used" judgments are at most this share of the judgments a tuning rests on: the rest must come
-#: from the store's own history (the ledger and the lineage), which no run can write by fetching.
+#: "used" judgments are at most this share of the judgments that test the weights
+#: (:attr:`Judgment.tests_weights`): the rest must come from the store's own history (the ledger and
+#: the lineage), which no run can write by fetching. Those the pinned parent answers do not count
+#: as the store's: they are met whatever the weights, so they could not hold any weights back.
 MAX_USED_SHARE = 0.5
 
 
@@ -440,9 +448,10 @@ def judgment_set(snapshot: Snapshot, judgments: Sequence[Judgment] | str | Path 
     store implies (:func:`judgments_from_store` with ``kinds``). Never a file found lying in the
     store: a ``qrels.jsonl`` in the memory root is no part of the store, so it is used only when named.
 
-    Derived "used" judgments are at most :data:`MAX_USED_SHARE` of the set: when they outnumber
-    the store's other judgments (every kind but "used", derived whatever ``kinds`` asks for), an
-    even spread of them in time is kept, as many as the others.
+    Derived "used" judgments are at most :data:`MAX_USED_SHARE` of the judgments that test the
+    weights: when they outnumber the store's own judgments that do (every kind but "used", derived
+    whatever ``kinds`` asks for, less those the pinned parent answers: :attr:`Judgment.tests_weights`),
+    an even spread of them in time is kept, as many as those.
 
     Raises:
         ValidationError: a named file is missing or malformed (naming the line).
@@ -461,7 +470,8 @@ def judgment_set(snapshot: Snapshot, judgments: Sequence[Judgment] | str | Path 
         if set(others) - set(kinds):
             history = judgments_from_store(snapshot, kinds=others, as_of=as_of)
         used = [j for j in js if j.kind == "used"]
-        room = int(len(history) * MAX_USED_SHARE / (1 - MAX_USED_SHARE))
+        own = sum(j.tests_weights for j in history)
+        room = int(own * MAX_USED_SHARE / (1 - MAX_USED_SHARE))
         if len(used) > room:
             keep = {id(used[int(i)]) for i in _spread(len(used), room)}
             left_out["share"] = len(used) - room

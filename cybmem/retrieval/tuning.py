@@ -81,6 +81,7 @@ class Bench:
     matrices: AxisMatrices  # the evaluable judgments, with their weights in the mean
     text: AxisMatrices | None  # the same asked as text alone (None: no judgment names a parent or chat)
     history: AxisMatrices | None  # with "used" judgments: the store's other judgments alone (else None)
+    own_tests: int | None  # with "used" judgments: those of the store's own that test the weights (else None)
     keyword_tests: int  # judgments that test the weights (not answered by the parent shown first)
     vector_note: str  # why w_vec is not searched although the store has vectors ("" otherwise)
     as_of: int | None
@@ -152,13 +153,15 @@ def prepare(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | st
         text.weights = m.weights
         if text.n != m.n:  # a judgment answerable only through its parent: compare like with like
             text = None
-    history = None
-    if any(j.kind == "used" for j in m.judgments) and jset.history:
-        history = axis_matrices(snap, jset.history, k=k, query_vectors=qv, model=model, progress=progress)
-        history.weights = kind_weights(history.judgments)[0]
-        history = history if history.n else None
+    history, own_tests = None, None
+    if any(j.kind == "used" for j in m.judgments):
+        own_tests = 0
+        if jset.history:
+            history = axis_matrices(snap, jset.history, k=k, query_vectors=qv, model=model, progress=progress)
+            history.weights, own_tests = kind_weights(history.judgments)
+            history = history if history.n else None
     records = int(snap.candidates(as_of).sum()) if snap.n else 0
-    return Bench(snap, jset, m, text, history, keyword_tests, vector_note, as_of, state, records)
+    return Bench(snap, jset, m, text, history, own_tests, keyword_tests, vector_note, as_of, state, records)
 
 
 def check_weights(bench: Bench, weights: Weights, current: Weights, *, metric: str = "mrr", k: int | None = None,
@@ -187,6 +190,7 @@ def check_weights(bench: Bench, weights: Weights, current: Weights, *, metric: s
         t_late = time_folds(bench.text)[1]
         v.text_tuned_later = float(evaluate(t_late, weights, metric=metric, k=k))
         v.text_current_later = float(evaluate(t_late, current, metric=metric, k=k)) if cur_ok else 0.0
+    v.history_tests = bench.own_tests
     if bench.history is not None:
         v.history_judgments = bench.history.n
         v.history_tuned = float(evaluate(bench.history, weights, metric=metric, k=k))
@@ -377,8 +381,8 @@ def _evidence(bench: Bench | None, v: Validation | None, metric: str, k: int, sa
         if v.text_tuned_later is not None:
             out["later"]["textOnly"] = {"before": round(v.text_current_later or 0.0, 6), "after": round(v.text_tuned_later, 6)}
         if v.history_tuned is not None:
-            out["history"] = {"judgments": v.history_judgments, "before": round(v.history_current or 0.0, 6),
-                              "after": round(v.history_tuned, 6)}
+            out["history"] = {"judgments": v.history_judgments, "testsWeights": v.history_tests,
+                              "before": round(v.history_current or 0.0, 6), "after": round(v.history_tuned, 6)}
     return out
 
 

@@ -10,13 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import math
+
 import numpy as np
 
-from .judgments import Judgment
+from .judgments import MAX_USED_SHARE, Judgment
 from .weights import Weights
 
 
-__all__ = ["MIN_KEYWORD_JUDGMENTS", "MIN_JUDGMENTS", "MIN_FOLD", "Validation", "refusal_of", "bootstrap_interval",
+__all__ = ["MIN_KEYWORD_JUDGMENTS", "MIN_JUDGMENTS", "MIN_OWN_JUDGMENTS", "MIN_FOLD", "Validation", "refusal_of", "bootstrap_interval",
            "time_folds", "kind_weights"]
 
 #: Fewer judgments that test keywords than this, and the keyword weight is not searched.
@@ -24,6 +26,11 @@ MIN_KEYWORD_JUDGMENTS = 10
 #: Fewer judgments that test the weights than this (those lineage decides do not count), and
 #: ``tune --save`` keeps the weights there are: below it the later half is too small to tell.
 MIN_JUDGMENTS = 30
+#: With "used" judgments among them, fewer of the store's own judgments that test the weights than
+#: this (15), and ``tune --save`` keeps the weights there are: "used" judgments may be at most
+#: MAX_USED_SHARE of the MIN_JUDGMENTS a tuning needs, so the store's own must be the rest, or the
+#: check on the store's own history (which no run can write) has too little behind it.
+MIN_OWN_JUDGMENTS = math.ceil(MIN_JUDGMENTS * (1 - MAX_USED_SHARE))
 #: Each time-ordered fold needs at least this many judgments for the check to mean anything.
 MIN_FOLD = 5
 
@@ -51,6 +58,7 @@ class Validation:
     # With "used" judgments: tuned and current weights on the store's own history alone (every other
     # kind of judgment, all of them): None when no "used" judgment is in the set.
     history_judgments: int | None = None
+    history_tests: int | None = None  # those of them that test the weights (0: none can be evaluated)
     history_tuned: float | None = None
     history_current: float | None = None
 
@@ -66,9 +74,10 @@ class Validation:
         if self.text_tuned_later is not None:
             out["textOnly"] = {"tunedLater": round(self.text_tuned_later, 6),
                                "currentLater": round(self.text_current_later or 0.0, 6)}
-        if self.history_tuned is not None:
-            out["history"] = {"judgments": self.history_judgments, "tuned": round(self.history_tuned, 6),
-                              "current": round(self.history_current or 0.0, 6)}
+        if self.history_tests is not None:
+            out["history"] = {"judgments": self.history_judgments or 0, "testsWeights": self.history_tests,
+                              "tuned": None if self.history_tuned is None else round(self.history_tuned, 6),
+                              "current": None if self.history_current is None else round(self.history_current, 6)}
         return out
 
 
@@ -89,6 +98,11 @@ def refusal_of(tests: int, judgments: int, v: Validation | None, current: Weight
             if tests < judgments else ""
         return (f"only {tests} judgment(s) test the weights{lineage}; at least {MIN_JUDGMENTS} are needed to "
                 "tell tuned weights from noise, so the current weights stay")
+    if v is not None and v.history_tests is not None and v.history_tests < MIN_OWN_JUDGMENTS:
+        return (f"only {v.history_tests} of the store's own judgments (the ledger and the lineage, without what runs "
+                f"said they used) test the weights; with \"used\" judgments among them at least {MIN_OWN_JUDGMENTS} "
+                f"must, since used ones may be at most half of the {MIN_JUDGMENTS} a tuning needs, or the check on the "
+                "store's own history has too little behind it")
     if keyword_held:
         return ("too few of these judgments test keywords, and a larger w_lin also lowers what the words count "
                 f"for, which they cannot measure; give at least {MIN_KEYWORD_JUDGMENTS} judgments that test "
@@ -158,7 +172,7 @@ def kind_weights(judgments: Sequence[Judgment]) -> tuple[np.ndarray | None, int]
     Returns:
         (weights, or None when there is one group only; the number of judgments that test keywords).
     """
-    parent = np.array(["parent" in (j.kind or "").split("+") for j in judgments], dtype=bool)
+    parent = np.array([not j.tests_weights for j in judgments], dtype=bool)
     others = int((~parent).sum())
     if not parent.any() or not others:
         return None, others
