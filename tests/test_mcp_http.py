@@ -116,15 +116,34 @@ def test_a_request_that_never_ends_is_closed_after_the_timeout(server, head):
     assert got.startswith(b"HTTP/1.1 408 Request Timeout") if head else got == b""
 
 
-def test_a_body_that_never_ends_is_closed_after_the_timeout(server):
-    port = server[1]
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_that_never_ends_is_answered_408_and_closed_after_the_timeout(server, framing):
+    """As a request cut off in its headers: 408, closed, and nothing on stderr (the SDK's traceback
+    of a ClientDisconnect was printed)."""
+    _, port, log = server
     head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"Accept: application/json, text/event-stream\r\nContent-Length: {len(INITIALIZE)}\r\n\r\n").encode()
-    sock = half_open(port, head + INITIALIZE[:20])
+            f"Accept: application/json, text/event-stream\r\n").encode()
+    part = (b"Content-Length: %d\r\n\r\n" % len(INITIALIZE) + INITIALIZE[:20] if framing == "content-length" else
+            b"Transfer-Encoding: chunked\r\n\r\n14\r\n" + INITIALIZE[:20] + b"\r\n")
+    said = len(log.read_text())
+    sock = half_open(port, head + part)
     with sock:
-        took, _ = closed_after(sock, REQUEST_TIMEOUT + 10)
+        took, got = closed_after(sock, REQUEST_TIMEOUT + 10)
     assert REQUEST_TIMEOUT - 0.5 <= took < REQUEST_TIMEOUT + 5, took
+    assert got.startswith(b"HTTP/1.1 408 Request Timeout"), got
     assert post_initialize(port) == 200
+    assert log.read_text()[said:] == ""
+
+
+def test_a_client_that_leaves_mid_body_leaves_nothing_on_stderr(server):
+    _, port, log = server
+    head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nContent-Length: 500\r\n\r\n").encode()
+    said = len(log.read_text())
+    with half_open(port, head + INITIALIZE[:10]):
+        time.sleep(0.2)
+    assert post_initialize(port) == 200
+    assert log.read_text()[said:] == ""
 
 
 def test_a_slow_client_is_held_to_the_whole_request_not_to_each_byte(server):
