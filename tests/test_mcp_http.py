@@ -220,6 +220,30 @@ def test_only_its_own_origin_is_served(server):
         assert post_initialize(port, origin=origin) == 403, origin
 
 
+def raw_initialize(port: int, headers: str) -> bytes:
+    """The status line of the answer to an initialize request sent with ``headers`` (CRLF-ended
+    lines) as they are, repeated names and all."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(f"POST /mcp HTTP/1.1\r\n{headers}Content-Type: application/json\r\nAccept: application/json, "
+                     f"text/event-stream\r\nContent-Length: {len(INITIALIZE)}\r\nConnection: close\r\n\r\n".encode()
+                     + INITIALIZE)
+        _, got = closed_after(sock, 30)
+    return got.split(b"\r\n", 1)[0]
+
+
+def test_a_second_origin_or_host_is_refused_as_a_foreign_one_is(server):
+    """The SDK reads the first of repeated headers: its own origin first and another after passed."""
+    _, port, log = server
+    own, host = f"Origin: http://127.0.0.1:{port}\r\n", f"Host: 127.0.0.1:{port}\r\n"
+    assert raw_initialize(port, host + own) == b"HTTP/1.1 200 OK"
+    for twice in (own + "Origin: http://evil.example\r\n", "Origin: http://evil.example\r\n" + own, own + own):
+        assert raw_initialize(port, host + twice) == b"HTTP/1.1 403 Forbidden", twice
+    assert "more than one Origin header: http://evil.example, http://127.0.0.1:" in log.read_text()
+    # h11 refuses a second Host before the app (RFC 9112, section 3.2: 400)
+    assert raw_initialize(port, host + "Host: evil.example\r\n" + own) == b"HTTP/1.1 400 Bad Request"
+    assert raw_initialize(port, host + host + own) == b"HTTP/1.1 400 Bad Request"
+
+
 def test_it_survives_running_out_of_descriptors(tmp_path):
     """More half-open connections than the server has descriptors: it waits for some to close
     (the deadline closes them) instead of exiting, and answers a normal request after them."""

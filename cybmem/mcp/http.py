@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import socket
 import sys
 import time
@@ -165,6 +166,23 @@ class _Guarded(asyncio.Protocol):
         self.inner.resume_writing()
 
 
+def _one_origin(app: Callable) -> Callable:
+    """``app`` behind a refusal of requests with more than one ``Origin`` header (403, as a foreign
+    origin is): the SDK reads the first only, so its own origin first and another after passed. A
+    second ``Host`` never gets here: h11 answers it 400 (RFC 9112, section 3.2)."""
+
+    async def checked(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and sum(name == b"origin" for name, _ in scope["headers"]) > 1:
+            origins = ", ".join(value.decode("latin-1") for name, value in scope["headers"] if name == b"origin")
+            logging.getLogger(__name__).warning("more than one Origin header: %s", origins)
+            await send({"type": "http.response.start", "status": 403,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")]})
+            return await send({"type": "http.response.body", "body": b"Invalid Origin header"})
+        return await app(scope, receive, send)
+
+    return checked
+
+
 def _loop_errors(sock: socket.socket) -> Callable[[asyncio.AbstractEventLoop, dict], None]:
     """The event loop's error handler: running out of file descriptors is one line, once a minute
     at most (the loop waits a second and accepts again; connections wait in the backlog
@@ -189,9 +207,9 @@ def _loop_errors(sock: socket.socket) -> Callable[[asyncio.AbstractEventLoop, di
 
 
 async def serve_http(server: MCPServer, sock: socket.socket) -> None:
-    """Serve ``server`` on ``sock``: only its own origin (the scheme, host and port it listens on)
-    is accepted, each request has :data:`REQUEST_TIMEOUT` to arrive, and running out of
-    descriptors makes new connections wait instead of ending the server.
+    """Serve ``server`` on ``sock``: only its own origin (the scheme, host and port it listens on,
+    in one ``Origin`` header) is accepted, each request has :data:`REQUEST_TIMEOUT` to arrive, and
+    running out of descriptors makes new connections wait instead of ending the server.
 
     A POST is answered with one JSON body rather than an event stream (the SDK's
     ``json_response``): no tool sends progress or log messages mid-call, and the stream cost a
@@ -207,7 +225,8 @@ async def serve_http(server: MCPServer, sock: socket.socket) -> None:
     own = TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
                                     allowed_origins=[f"http://127.0.0.1:{port}"])
     deadlines = _Deadlines(REQUEST_TIMEOUT)
-    app = deadlines.app(server.streamable_http_app(host="127.0.0.1", transport_security=own, json_response=True))
+    sdk_app = server.streamable_http_app(host="127.0.0.1", transport_security=own, json_response=True)
+    app = deadlines.app(_one_origin(sdk_app))
     config = uvicorn.Config(app, http=deadlines.protocol(H11Protocol), log_level="warning", lifespan="on",
                             timeout_keep_alive=int(REQUEST_TIMEOUT), backlog=_BACKLOG, access_log=False)
     await uvicorn.Server(config).serve(sockets=[sock])
