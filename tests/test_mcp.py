@@ -318,6 +318,11 @@ BAD = [
     ("search", {"query": "x", "as_of": "-1"}, "as_of '-1' is out of range: give a moment from 1970-01-01", None),
     ("memory_block", {"task": "x", "as_of": "99999999999999999999"}, "as_of '99999999999999999999' is out of range", None),
     ("memory_block", {"task": "x", "as_of": "1e400"}, "as_of '1e400' is neither epoch milliseconds nor an ISO date", None),
+    ("search", {"query": "x", "as_of": True}, "as_of true is neither epoch milliseconds nor an ISO date (e.g. ", None),
+    ("memory_block", {"task": "x", "as_of": True}, "as_of true is neither epoch milliseconds nor an ISO date", None),
+    ("search", {"query": "x", "as_of": 1.5}, "as_of 1.5 is neither epoch milliseconds nor an ISO date (e.g. ", None),
+    ("memory_block", {"task": "x", "as_of": 1.5}, "as_of 1.5 is neither epoch milliseconds nor an ISO date", None),
+    ("search", {"query": "x", "as_of": [1]}, "as_of [1] is neither epoch milliseconds nor an ISO date", None),
     ("search", {"query": "x", "project": "WEB"}, "looks like existing project 'web' (the same after Unicode NFKC, case "
                                                  "folding, look-alike letters and dropping '-', '_' and '.'); use "
                                                  "project='web', or a name", None),
@@ -335,6 +340,7 @@ def test_bad_argument(agent, tool, arguments, expected, cli_args):
     assert not CLI_WORDS.search(message), message  # tool arguments, never the command line's flags
     if cli_args is None:
         assert expected in message
+        assert "as_of" not in arguments or "\n" not in message, message  # one line, not pydantic's report
         return
     printed = cli(agent.root, *cli_args)
     assert printed.exit_code == 1 and printed.stderr.startswith("Error: ")
@@ -365,6 +371,8 @@ def test_tools_are_described_for_a_model(agent):
     assert "the projects tool lists them" in project
     as_of = tools["search"].input_schema["properties"]["as_of"]["description"]
     assert "ISO 8601" in as_of and "1970-01-01 to 9999-12-31" in as_of
+    for tool in ("search", "memory_block"):  # validated by parse_time, still declared as a text or a number
+        assert tools[tool].input_schema["properties"]["as_of"]["anyOf"] == [{"type": t} for t in ("string", "integer", "null")]
     hit = tools["search"].output_schema["$defs"]["SearchHit"]["properties"]["endedAt"]
     assert hit["type"] == "string" and "ISO 8601" in hit["description"]
     issue = tools["issues"].output_schema["$defs"]["Issue"]["properties"]

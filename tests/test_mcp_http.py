@@ -116,15 +116,34 @@ def test_a_request_that_never_ends_is_closed_after_the_timeout(server, head):
     assert got.startswith(b"HTTP/1.1 408 Request Timeout") if head else got == b""
 
 
-def test_a_body_that_never_ends_is_closed_after_the_timeout(server):
-    port = server[1]
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_that_never_ends_is_answered_408_and_closed_after_the_timeout(server, framing):
+    """As a request cut off in its headers: 408, closed, and nothing on stderr (the SDK's traceback
+    of a ClientDisconnect was printed)."""
+    _, port, log = server
     head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"Accept: application/json, text/event-stream\r\nContent-Length: {len(INITIALIZE)}\r\n\r\n").encode()
-    sock = half_open(port, head + INITIALIZE[:20])
+            f"Accept: application/json, text/event-stream\r\n").encode()
+    part = (b"Content-Length: %d\r\n\r\n" % len(INITIALIZE) + INITIALIZE[:20] if framing == "content-length" else
+            b"Transfer-Encoding: chunked\r\n\r\n14\r\n" + INITIALIZE[:20] + b"\r\n")
+    said = len(log.read_text())
+    sock = half_open(port, head + part)
     with sock:
-        took, _ = closed_after(sock, REQUEST_TIMEOUT + 10)
+        took, got = closed_after(sock, REQUEST_TIMEOUT + 10)
     assert REQUEST_TIMEOUT - 0.5 <= took < REQUEST_TIMEOUT + 5, took
+    assert got.startswith(b"HTTP/1.1 408 Request Timeout"), got
     assert post_initialize(port) == 200
+    assert log.read_text()[said:] == ""
+
+
+def test_a_client_that_leaves_mid_body_leaves_nothing_on_stderr(server):
+    _, port, log = server
+    head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nContent-Length: 500\r\n\r\n").encode()
+    said = len(log.read_text())
+    with half_open(port, head + INITIALIZE[:10]):
+        time.sleep(0.2)
+    assert post_initialize(port) == 200
+    assert log.read_text()[said:] == ""
 
 
 def test_a_slow_client_is_held_to_the_whole_request_not_to_each_byte(server):
@@ -199,6 +218,30 @@ def test_only_its_own_origin_is_served(server):
     for origin in (f"http://127.0.0.1:{other_port}", f"http://127.0.0.1:{port + 1}", f"https://127.0.0.1:{port}",
                    "http://127.0.0.1", f"http://evil.example:{port}", "null"):
         assert post_initialize(port, origin=origin) == 403, origin
+
+
+def raw_initialize(port: int, headers: str) -> bytes:
+    """The status line of the answer to an initialize request sent with ``headers`` (CRLF-ended
+    lines) as they are, repeated names and all."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(f"POST /mcp HTTP/1.1\r\n{headers}Content-Type: application/json\r\nAccept: application/json, "
+                     f"text/event-stream\r\nContent-Length: {len(INITIALIZE)}\r\nConnection: close\r\n\r\n".encode()
+                     + INITIALIZE)
+        _, got = closed_after(sock, 30)
+    return got.split(b"\r\n", 1)[0]
+
+
+def test_a_second_origin_or_host_is_refused_as_a_foreign_one_is(server):
+    """The SDK reads the first of repeated headers: its own origin first and another after passed."""
+    _, port, log = server
+    own, host = f"Origin: http://127.0.0.1:{port}\r\n", f"Host: 127.0.0.1:{port}\r\n"
+    assert raw_initialize(port, host + own) == b"HTTP/1.1 200 OK"
+    for twice in (own + "Origin: http://evil.example\r\n", "Origin: http://evil.example\r\n" + own, own + own):
+        assert raw_initialize(port, host + twice) == b"HTTP/1.1 403 Forbidden", twice
+    assert "more than one Origin header: http://evil.example, http://127.0.0.1:" in log.read_text()
+    # h11 refuses a second Host before the app (RFC 9112, section 3.2: 400)
+    assert raw_initialize(port, host + "Host: evil.example\r\n" + own) == b"HTTP/1.1 400 Bad Request"
+    assert raw_initialize(port, host + host + own) == b"HTTP/1.1 400 Bad Request"
 
 
 def test_it_survives_running_out_of_descriptors(tmp_path):

@@ -5,6 +5,8 @@ date can write is a usage error naming the argument and the accepted range, neve
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -75,3 +77,19 @@ def test_the_ends_of_the_range_are_moments(fixture_copy):
         assert result.exit_code == 0 and result.stdout.startswith("#  SCORE"), result.output
     with pytest.raises(ValidationError, match=r"^as_of 100000000000000000000 is out of range: give a moment"):
         parse_time(10**20, "as_of")
+
+
+@pytest.mark.parametrize("value, shown", [(True, "true"), (False, "false"), (1.5, "1.5"), (float("inf"), "Infinity"),
+                                          ([1], "[1]"), ({"a": 1}, '{"a": 1}')])
+def test_what_json_can_send_beyond_a_number_or_a_text_is_no_moment(value, shown):
+    """An MCP client's as_of comes as JSON: true was taken for 1 ms (pydantic's lax int), 1.5 got
+    pydantic's own text; both get the CLI's message now, the value written as JSON writes it."""
+    with pytest.raises(ValidationError, match=rf"^as_of {re.escape(shown)} {NOT_A_MOMENT} \(e\.g\. 2026-11-01"):
+        parse_time(value, "as_of")
+
+
+def test_a_whole_float_is_epoch_milliseconds():
+    """JSON Schema's integer: 1.79e12 as a client's JSON may write it."""
+    assert parse_time(1.79e12, "as_of") == 1_790_000_000_000 and parse_time(0.0, "as_of") == 0
+    with pytest.raises(ValidationError, match=rf"^as_of 1e\+30 {RANGE[:20]}"):
+        parse_time(1e30, "as_of")

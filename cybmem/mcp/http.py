@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import socket
 import sys
 import time
@@ -54,11 +55,12 @@ REQUEST_TIMEOUT = 5.0
 
 class _Deadlines:
     """The HTTP server's per-connection deadlines (:data:`REQUEST_TIMEOUT`): a connection that is
-    due a request and has not sent all of it in time is closed (``408`` first when part came).
+    due a request and has not sent all of it in time is answered ``408`` (when part came) and
+    closed, the same for a request cut off in its headers or in its body.
 
     Two halves meet here: :meth:`protocol` wraps uvicorn's protocol for each connection (it sees
     the connection open, bytes arrive and the connection close) and :meth:`app` wraps the ASGI app
-    (it sees the headers complete, the body read and the answer sent), keyed by the client's
+    (it reads the whole body before the app runs, and sees the answer sent), keyed by the client's
     address. The time the app takes to answer is not bounded: a search may take long, a stream
     stays open."""
 
@@ -71,18 +73,32 @@ class _Deadlines:
         return lambda **kwargs: _Guarded(inner(**kwargs), self)
 
     def app(self, app: Callable) -> Callable:
+        """``app`` called once the request's body has all come (replayed to it as one message): a
+        request whose client leaves or whose deadline passes before then never reaches it, so the
+        SDK has no half-read body to fail on (it printed a traceback of ClientDisconnect)."""
+
         async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
             guard = self.connections.get(tuple(scope.get("client") or ())) if scope["type"] == "http" else None
             if guard is None:
                 return await app(scope, receive, send)
-            guard.in_app = True
-            if not any(name in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"]):
-                guard.met()  # no body to wait for (a GET, e.g. a stream the client listens on)
+            whole = None
+            if any(name in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"]):
+                chunks = []
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":  # gone: the client, or the deadline (408 written)
+                        return None
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body"):
+                        break
+                whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            guard.met()  # all of it came (a GET has no body: e.g. a stream the client listens on)
 
             async def body() -> dict:
-                message = await receive()
-                if message["type"] == "http.request" and not message.get("more_body"):
-                    guard.met()
+                nonlocal whole
+                if whole is None:
+                    return await receive()
+                message, whole = whole, None
                 return message
 
             async def answer(message: dict) -> None:
@@ -103,7 +119,7 @@ class _Guarded(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: tuple = ()
         self.timer: asyncio.TimerHandle | None = None
-        self.in_app = self.partial = False
+        self.partial = False
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -115,7 +131,7 @@ class _Guarded(asyncio.Protocol):
     def due(self) -> None:
         """A request is due: all of it must arrive within the deadline."""
         self.met()
-        self.in_app = self.partial = False
+        self.partial = False
         self.timer = asyncio.get_running_loop().call_later(self.deadlines.seconds, self._expired)
 
     def met(self) -> None:
@@ -125,7 +141,7 @@ class _Guarded(asyncio.Protocol):
 
     def _expired(self) -> None:
         self.timer = None
-        if self.partial and not self.in_app:  # headers begun, never ended: the client is told why
+        if self.partial:  # a request begun, never ended (its headers or its body): the client is told why
             self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
                                  b"connection: close\r\ncontent-length: 25\r\n\r\nrequest not sent in time\n")
         self.transport.close()
@@ -148,6 +164,23 @@ class _Guarded(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.inner.resume_writing()
+
+
+def _one_origin(app: Callable) -> Callable:
+    """``app`` behind a refusal of requests with more than one ``Origin`` header (403, as a foreign
+    origin is): the SDK reads the first only, so its own origin first and another after passed. A
+    second ``Host`` never gets here: h11 answers it 400 (RFC 9112, section 3.2)."""
+
+    async def checked(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and sum(name == b"origin" for name, _ in scope["headers"]) > 1:
+            origins = ", ".join(value.decode("latin-1") for name, value in scope["headers"] if name == b"origin")
+            logging.getLogger(__name__).warning("more than one Origin header: %s", origins)
+            await send({"type": "http.response.start", "status": 403,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")]})
+            return await send({"type": "http.response.body", "body": b"Invalid Origin header"})
+        return await app(scope, receive, send)
+
+    return checked
 
 
 def _loop_errors(sock: socket.socket) -> Callable[[asyncio.AbstractEventLoop, dict], None]:
@@ -174,9 +207,9 @@ def _loop_errors(sock: socket.socket) -> Callable[[asyncio.AbstractEventLoop, di
 
 
 async def serve_http(server: MCPServer, sock: socket.socket) -> None:
-    """Serve ``server`` on ``sock``: only its own origin (the scheme, host and port it listens on)
-    is accepted, each request has :data:`REQUEST_TIMEOUT` to arrive, and running out of
-    descriptors makes new connections wait instead of ending the server.
+    """Serve ``server`` on ``sock``: only its own origin (the scheme, host and port it listens on,
+    in one ``Origin`` header) is accepted, each request has :data:`REQUEST_TIMEOUT` to arrive, and
+    running out of descriptors makes new connections wait instead of ending the server.
 
     A POST is answered with one JSON body rather than an event stream (the SDK's
     ``json_response``): no tool sends progress or log messages mid-call, and the stream cost a
@@ -192,7 +225,8 @@ async def serve_http(server: MCPServer, sock: socket.socket) -> None:
     own = TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
                                     allowed_origins=[f"http://127.0.0.1:{port}"])
     deadlines = _Deadlines(REQUEST_TIMEOUT)
-    app = deadlines.app(server.streamable_http_app(host="127.0.0.1", transport_security=own, json_response=True))
+    sdk_app = server.streamable_http_app(host="127.0.0.1", transport_security=own, json_response=True)
+    app = deadlines.app(_one_origin(sdk_app))
     config = uvicorn.Config(app, http=deadlines.protocol(H11Protocol), log_level="warning", lifespan="on",
                             timeout_keep_alive=int(REQUEST_TIMEOUT), backlog=_BACKLOG, access_log=False)
     await uvicorn.Server(config).serve(sockets=[sock])

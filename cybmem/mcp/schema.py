@@ -10,7 +10,7 @@ import re
 import typing
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation, create_model
 
 from ..store.ledger import IssueState
 from ..store.records import MAX_MOMENT, RECORD_FIELDS, ms_to_iso
@@ -30,11 +30,13 @@ Project = Annotated[str | None, Field(description="Project slug, e.g. 'web' (the
                                                   "the answer is an error that lists the slugs to pass.")]
 RunId = Annotated[str, Field(description="A run id from a search hit (its runId), a chain or an issue, or a unique "
                                          "prefix of it (8 characters are usually enough).")]
-AsOf = Annotated[str | int | None, Field(description="Replay memory as it was at a moment: an ISO 8601 date or time "
-                                                     "(UTC unless it names a zone, e.g. 2026-10-01 or "
-                                                     "2026-10-01T09:30Z) or epoch milliseconds, from 1970-01-01 to "
-                                                     "9999-12-31; later records are ignored and recency is measured "
-                                                     "from then. Leave it out for now.")]
+#: Passed as sent to :func:`cybmem.store.records.parse_time`, the one validator of a moment (the
+#: schema still says string or integer): pydantic took JSON's ``true`` for 1 ms and answered ``1.5``
+#: with its own two-error text.
+AsOf = Annotated[SkipValidation[str | int | None], Field(
+    description="Replay memory as it was at a moment: an ISO 8601 date or time (UTC unless it names a zone, e.g. "
+                "2026-10-01 or 2026-10-01T09:30Z) or epoch milliseconds, from 1970-01-01 to 9999-12-31; later records "
+                "are ignored and recency is measured from then. Leave it out for now.")]
 #: An ISO 8601 time in UTC with milliseconds (2026-10-01T00:18:00.000Z), as every answer gives times.
 Time = Annotated[str, Field(description="ISO 8601, UTC.")]
 

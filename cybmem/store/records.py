@@ -11,6 +11,7 @@ drops what another program wrote.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -138,26 +139,31 @@ def iso_to_ms(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def parse_time(value: str | int | None, what: str = "time") -> int | None:
+def parse_time(value: Any, what: str = "time") -> int | None:
     """Epoch milliseconds (as in the store) or an ISO date/time (UTC unless it says otherwise).
 
     The one validator of a moment given as an argument (``--as-of``, ``--now``, the MCP tools'
     ``as_of``): :func:`check_moment` holds it to the range an ISO date can write, from the epoch on.
+    Anything else (a bool, a fraction, a list: what JSON can send) is refused with the same message.
 
     Raises:
         ValidationError: naming ``what`` (e.g. ``--as-of``), the accepted forms and range.
     """
     if value is None or value == "":
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        ms = value
-    else:
-        text = str(value).strip()
+    ms = None
+    if isinstance(value, str):
+        text = value.strip()
         try:
             ms = int(text) if text.lstrip("+-").isdigit() else iso_to_ms(text)
         except (ValueError, OverflowError):
-            raise ValidationError(f"{what} {value!r} is neither epoch milliseconds nor an ISO date "
-                                  "(e.g. 2026-11-01 or 2026-11-01T09:30)") from None
+            pass
+    elif isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer():
+        ms = int(value)  # a whole float too (1.7e12): JSON Schema's integer
+    if ms is None:  # JSON's true, 1.5 or [1] (from an MCP client) are no moment either
+        shown = repr(value) if isinstance(value, str) else json.dumps(value, default=repr)
+        raise ValidationError(f"{what} {shown} is neither epoch milliseconds nor an ISO date "
+                              "(e.g. 2026-11-01 or 2026-11-01T09:30)")
     return check_moment(ms, what, value)
 
 
