@@ -93,3 +93,25 @@ def test_a_whole_float_is_epoch_milliseconds():
     assert parse_time(1.79e12, "as_of") == 1_790_000_000_000 and parse_time(0.0, "as_of") == 0
     with pytest.raises(ValidationError, match=rf"^as_of 1e\+30 {RANGE[:20]}"):
         parse_time(1e30, "as_of")
+
+
+def test_a_bare_year_month_or_date_is_read_alike_by_the_cli_and_the_mcp_tools():
+    """One reading of a moment: the MCP tools' as_of "2024" was 2024 epoch milliseconds (two seconds
+    after 1970) where the CLI's --as-of 2024 is the year's start; a number stays epoch milliseconds."""
+    from cybmem.cli.framework import moment
+    from cybmem.store.records import parse_moment
+
+    year, may, day = 1704067200000, 1714521600000, 1717113600000
+    for text, start in (("2024", year), ("2024-05", may), (" 2024-05-31 ", day)):
+        assert parse_moment(text, "as_of") == moment(text, "--as-of") == start
+    assert moment("2024-05", "--until", end_of_day=True) == parse_moment("2024-05", "--until", end_of_day=True) == day + 86_400_000 - 1
+    assert parse_moment(2024, "as_of") == 2024 and parse_moment("1717113600000", "as_of") == 1717113600000
+    with pytest.raises(ValidationError, match=r"^as_of '2024-13': month must be in 1\.\.12$"):
+        parse_moment("2024-13", "as_of")
+    with pytest.raises(ValidationError, match=r"^as_of '1969' is out of range"):
+        parse_moment("1969", "as_of")
+
+
+def test_fleet_now_is_held_to_the_same_reading(tmp_path):
+    result = CliRunner().invoke(app, ["fleet", "issues", "--dataset", str(tmp_path), "--now", "soon"])
+    assert result.exit_code == 2 and f"Invalid value for --now: 'soon' {NOT_A_MOMENT}" in result.stderr

@@ -11,7 +11,6 @@ from typing import Annotated, Optional
 import typer
 
 from ..store.outcome import shorten
-from ..store.records import parse_time
 from .framework import AsOfOpt, Ctx, ProgressOpt, WordGroup, app, command, moment, short_help
 from .render import count, echo, fmt_axes, print_json, table, warn, when, whole
 
@@ -123,7 +122,7 @@ def fleet_issues_cmd(
 
     Example: cybmem fleet issues --dataset ~/fleet --open -n 10
     """
-    now_ms = parse_time(now, "--now")
+    now_ms = moment(now, "--now")
     with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
         ran = f"Ran {fleet.ran_on}."
         if open_:
@@ -170,7 +169,7 @@ def fleet_report_cmd(
 
     Example: cybmem fleet report --dataset ~/fleet --out fleet-report
     """
-    now_ms = parse_time(now, "--now")
+    now_ms = moment(now, "--now")
     with _fleet(dataset, scheduler, workers, timeout, machine, project, progress) as fleet:
         result = fleet.report(out, now=now_ms)
         if ctx.json:

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import inspect
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
@@ -23,7 +22,7 @@ from .. import __version__
 from . import _startup, signals
 from ..answers import error_message
 from ..errors import CybmemError
-from ..store.records import check_moment, parse_time
+from ..store.records import parse_moment
 from ..settings import Settings
 from .render import echo, warn
 
@@ -251,34 +250,14 @@ IssueOpt = Annotated[Optional[str], typer.Option("--issue", help="Only runs that
 _FILTERS = {n: inspect.Parameter(n, _KW, default=None, annotation=a) for n, a in (
     ("state", StateOpt), ("since", SinceOpt), ("until", UntilOpt), ("grep", GrepOpt), ("agent", AgentOpt), ("issue", IssueOpt))}
 OffsetOpt = Annotated[int, typer.Option("--offset", help="Skip this many first (the next page starts at the last one shown).", min=0)]
-_PERIOD = re.compile(r"(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?")
-
-
 def moment(value: Optional[str], param: str, *, end_of_day: bool = False) -> Optional[int]:
-    """--since / --until / --as-of: epoch ms or ISO; a bare year, month or date (2024, 2024-05,
-    2024-05-31) means its start, or with ``end_of_day`` (--until) its last millisecond. Every one is
-    checked against the range a record's times may hold; a bad one is a usage error naming ``param``."""
+    """--since / --until / --as-of (:func:`cybmem.store.records.parse_moment`: epoch ms or ISO; a bare
+    year, month or date means its start, or with ``end_of_day`` (--until) its last millisecond), held
+    to the range a record's times may hold; a bad one is a usage error naming ``param``."""
     if value is None or not value.strip():
         return None
-    text = value.strip()
-    period = _PERIOD.fullmatch(text)
     try:
-        if not period:
-            return parse_time(text, param)
-        from datetime import datetime, timezone
-
-        y, m, d = int(period[1]), int(period[2] or 1), int(period[3] or 1)
-        try:
-            start = datetime(y, m, d, tzinfo=timezone.utc)
-        except ValueError as exc:
-            raise typer.BadParameter(f"{text!r}: {exc}", param_hint=param) from None
-        start_ms = check_moment(int(start.timestamp() * 1000), param, text)  # the range of every moment
-        if not end_of_day:
-            return start_ms
-        nxt = (start.replace(year=y + 1) if not period[2] else
-               start.replace(year=y + (m == 12), month=m % 12 + 1) if not period[3] else None)
-        end_ms = int(nxt.timestamp() * 1000) if nxt else start_ms + 86_400_000
-        return check_moment(end_ms - 1, param, text)
+        return parse_moment(value, param, end_of_day=end_of_day)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"{param} "), param_hint=param) from None
 

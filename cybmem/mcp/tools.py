@@ -20,7 +20,7 @@ from ..settings import Settings
 from ..store.memory_store import MemoryStore
 from ..store.outcome import printable
 from ..store.projects import list_projects
-from ..store.records import parse_time
+from ..store.records import parse_moment
 from ..store.loading import load_snapshot
 from ..store.snapshot import Snapshot
 
@@ -136,7 +136,7 @@ class Memory:
         from ..retrieval.search import search
 
         store = self.store(project)
-        result = search(store, query, k=k, settings=self.settings, as_of=parse_time(as_of, "as_of"))
+        result = search(store, query, k=k, settings=self.settings, as_of=parse_moment(as_of, "as_of"))
         return {"project": store.slug, **result.to_dict(explain=explain),
                 "warnings": warnings_of(result.snapshot.problems, result.warnings)}
 
@@ -249,7 +249,7 @@ class Memory:
         from ..dispatch.inject import inject_task
 
         store = self.store(project)  # an unknown project is an error here; inject would go on without a block
-        injection = inject_task(task, self.settings, project=store.slug, as_of=parse_time(as_of, "as_of"),
+        injection = inject_task(task, self.settings, project=store.slug, as_of=parse_moment(as_of, "as_of"),
                                 parent_run_id=parent_run_id, chat_session_id=chat_session_id,
                                 keep=False)  # kept as mcp:memory_block by serve's observer
         answer = {k: v for k, v in injection.to_dict().items() if k not in ("task", "prompt")}

@@ -167,6 +167,36 @@ def parse_time(value: Any, what: str = "time") -> int | None:
     return check_moment(ms, what, value)
 
 
+_PERIOD = re.compile(r"(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?")
+
+
+def parse_moment(value: Any, what: str = "time", *, end_of_day: bool = False) -> int | None:
+    """:func:`parse_time`, where a bare year, month or date given as text (``2024``, ``2024-05``,
+    ``2024-05-31``) means its start, or with ``end_of_day`` its last millisecond (an ``--until``):
+    the one reading of a moment argument, the CLI's options and the MCP tools' ``as_of`` alike (a
+    number is epoch milliseconds; ``"2024"`` is the year, not 2 seconds after the epoch).
+
+    Raises:
+        ValidationError: naming ``what``, as :func:`parse_time` does.
+    """
+    period = _PERIOD.fullmatch(value.strip()) if isinstance(value, str) else None
+    if period is None:
+        return parse_time(value, what)
+    text = value.strip()
+    y, m, d = int(period[1]), int(period[2] or 1), int(period[3] or 1)
+    try:
+        start = datetime(y, m, d, tzinfo=timezone.utc)
+    except ValueError as exc:
+        raise ValidationError(f"{what} {text!r}: {exc}") from None
+    start_ms = check_moment(int(start.timestamp() * 1000), what, text)  # the range of every moment
+    if not end_of_day:
+        return start_ms
+    nxt = (start.replace(year=y + 1) if not period[2] else
+           start.replace(year=y + (m == 12), month=m % 12 + 1) if not period[3] else None)
+    end_ms = int(nxt.timestamp() * 1000) if nxt else start_ms + 86_400_000
+    return check_moment(end_ms - 1, what, text)
+
+
 def check_moment(ms: int, what: str = "time", given: Any = None) -> int:
     """``ms`` if it is a moment an ISO date can name from the epoch on (0 <= ms <
     :data:`MAX_MOMENT`), else ValidationError naming ``what``, the value ``given`` (default:
