@@ -146,6 +146,45 @@ def test_a_client_that_leaves_mid_body_leaves_nothing_on_stderr(server):
     assert log.read_text()[said:] == ""
 
 
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_past_the_sdks_limit_is_answered_413_without_being_held(server, framing):
+    """The reader that waits for a whole body before the app runs holds no more than the SDK takes
+    (4 MiB): a larger one declared is answered 413 at once, one streamed past it 413 as it passes
+    the limit, not held in memory until the deadline (408)."""
+    from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+
+    from cybmem.mcp.http import MAX_BODY
+
+    assert MAX_BODY == DEFAULT_MAX_REQUEST_BODY_SIZE
+    _, port, log = server
+    head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\n").encode()
+    if framing == "content-length":
+        sent = b"Content-Length: %d\r\n\r\n" % (50 * MAX_BODY) + b"{" * 1000
+    else:
+        piece = b"x" * 65536
+        sent = b"Transfer-Encoding: chunked\r\n\r\n" + (b"10000\r\n" + piece + b"\r\n") * (MAX_BODY // len(piece) + 2)
+    said = len(log.read_text())
+    sock = half_open(port, head)
+    with sock:
+        sock.settimeout(10)
+        try:
+            sock.sendall(sent)  # and then nothing: a body that never ends
+        except OSError:  # answered and closed while sending
+            pass
+        start, got = time.monotonic(), b""
+        while b"\r\n\r\n" not in got and time.monotonic() - start < REQUEST_TIMEOUT + 10:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        took = time.monotonic() - start  # the answer, not the close (the rest of the body is not waited for)
+    assert got.startswith(b"HTTP/1.1 413"), got[:200]
+    assert took < REQUEST_TIMEOUT - 1, took
+    assert post_initialize(port) == 200
+    assert "Traceback" not in log.read_text()[said:]
+
+
 def test_a_slow_client_is_held_to_the_whole_request_not_to_each_byte(server):
     """A byte every second keeps no request alive past the deadline."""
     sock = half_open(server[1], b"P")
