@@ -213,7 +213,7 @@ _vendor("vault_token", r"hv[sb]\.", r"[A-Za-z0-9_-]{24,}+", needles=("hvs.", "hv
 _vendor("vault_token", r"s\.", r"[A-Za-z0-9]{24,40}", check=_mixed, edge="A-Za-z0-9_.-")
 _vendor("datafactory_key", "IR@", r"[0-9A-Za-z-]{36}@[^@\s]{1,80}@[0-9A-Za-z=-]*@[A-Za-z0-9+/=]{44}", edge="A-Za-z0-9@_-")
 _vendor("mapbox_token", "sk", r"\.eyJ[A-Za-z0-9_-]{40,}\.[A-Za-z0-9_-]{20,}+", edge="A-Za-z0-9_.-")
-_vendor("mailgun_key", "key-", r"[a-f0-9]{32}", check=lambda s, m: _not_filler(s[4:]) and any(c.isalpha() for c in s[4:]))
+_vendor("mailgun_key", "key-", r"[a-f0-9]{32}", check=lambda s, m: _not_filler(s) and any(c.isalpha() for c in s))
 
 # Azure AD client secret: three characters, a digit, "Q~", then 31-34 more.
 _V.append(Rule("azure_client_secret", _lazy(
