@@ -179,6 +179,40 @@ def test_decoded_spans_map_back_to_the_original():
     assert joined.original_span(44, 68) == (44, 69) and joined.crosses_edit(50, 62)
 
 
+G = f"ghp_{R}Xk8m"  # a GitHub token, 40 characters
+CUTS = {  # how a token is cut into parts, as a person, a shell, JSON or a program writes it
+    "lines": lambda parts: "\n".join(parts),
+    "indented": lambda parts: "token:\n  " + "\n  ".join(parts) + "\n",
+    "continuation": lambda parts: "export GITHUB_TOKEN=" + "\\\n".join(parts) + " && make deploy",
+    "json": lambda parts: '{"msg": "token ' + "\\n".join(parts) + '"}',
+    "concatenation": lambda parts: 'tok = ("' + '"\\\n"'.join(parts) + '")',
+    "plus": lambda parts: 'tok = "' + '" +\n    "'.join(parts) + '";',
+}
+
+
+@pytest.mark.parametrize("n", [3, 4, 8])
+@pytest.mark.parametrize("form", CUTS)
+def test_every_part_of_a_token_cut_into_several_is_redacted(form, n):
+    size = -(-len(G) // n)
+    parts = [G[i:i + size] for i in range(0, len(G), size)]
+    assert len(parts) == n
+    text = CUTS[form](parts)
+    out, kinds = redact(text)
+    assert kinds == ["github_token"] and not [p for p in parts if p in out], out
+    assert redact(out) == (out, [])
+
+
+def test_a_cut_token_maps_back_over_every_cut():
+    text = f"x\nghp_{R[:12]}\n{R[12:24]}\n{R[24:]}Xk8m\nrest"
+    joined = [d for d in shapes.decoded_variants(text) if d.crossing_only][-1]
+    assert joined.text == f"x\n{G}\nrest"
+    assert joined.original_span(2, 42) == (2, 44) and joined.crosses_edit(2, 42)
+    assert [d for d in shapes.decoded_variants("see the abcd\nEfgh1 notes") if d.crossing_only] == [], \
+        "a short first part joins only when the last part is a line of its own"
+    assert redact(f"password: {R[:12]}\nuser2: bob\n") == (
+        "password: [REDACTED:secret_assignment]\nuser2: bob\n", ["secret_assignment"]), "not a part of its own"
+
+
 def test_a_word_on_the_next_line_is_not_joined_to_a_token():
     text = f"Done.\n\nACCOMPLISHED:\n- rotated ghp_{R}abcd\nISSUES:\n- Key leaked\n"
     assert redact(text) == (f"Done.\n\nACCOMPLISHED:\n- rotated [REDACTED:github_token]\nISSUES:\n- Key leaked\n",
@@ -259,6 +293,15 @@ FAMILY_CASES = [
     (f"export GITHUB_TOKEN=ghp_{R[:20]}\\\n{R[20:]}abcd", f"{R[20:]}abcd"),
     ('{"stripe": "sk_live_51HxYzAbCdEfGh\\nIjKlMnOpQrSt123456"}', "IjKlMnOpQrSt123456"),
     (f'token = "ghp_{R[:20]}" +\n    "{R[20:]}abcd"', f"{R[20:]}abcd"),
+    # cut into three (issue 29, item 2 again): the last part must go too (FAMILY_CASES reach the disk test)
+    (f"ghp_{R[:12]}\n{R[12:24]}\n{R[24:]}abcd", f"{R[24:]}abcd"),
+    (f"export GITHUB_TOKEN=ghp_{R[:12]}\\\n{R[12:24]}\\\n{R[24:]}abcd", f"{R[24:]}abcd"),
+    (f'{{"msg": "token ghp_{R[:12]}\\n{R[12:24]}\\n{R[24:]}abcd"}}', f"{R[24:]}abcd"),
+    (f'tok = "ghp_{R[:12]}"\\\n"{R[12:24]}"\\\n"{R[24:]}abcd"', f"{R[24:]}abcd"),
+    ("AKIAQ3EGQX7MNVKD2F4L\naws_secret_access_key = wJalrXUtnFEMI\nK7MDENGbPxRfi\nCYzEXAMPLEKEY1", "CYzEXAMPLEKEY1"),
+    # an access key id cut in two with a short first part; a Mailgun key whose letters are all in front
+    ("AKIAQ3EGQX7M\nNVKD2F4L", "NVKD2F4L"),
+    ("MAILGUN key-fbe59382710465829301746582930174", "fbe59382710465829301746582930174"),
     # a config file's key (env UPPER_SNAKE, properties dotted) is given data: a word or a CamelCase
     # value there is the password, not a variable (round 4: GHAS' spring / compose examples)
     ("# with spaces\nspring.datasource.password = tigerking\n", "tigerking"),
@@ -465,6 +508,12 @@ FAMILY_LOOKALIKES = [
     "pass=test_1",
     "user: admin pass: true",
     '{"sid": "S-1-5-21-3623811015-3361044348-30300820-1013"}',  # a Windows security id
+    # lines a token cut into parts is not: short lines of words, hex SHAs one a line, an image
+    "Bump deps\n\nUpgrade pytest8\nSetupTools69\nMyPy1x\nand Sphinx7 too\n",
+    "Reverts:\n  07110b7557a552ecfe702bdd6a2d2f9685cb1af9\n  1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b\n"
+    "  e3b0c44298fc1c149afbf4c8996fb92427ae41e4\n",
+    "x86_64\nArm64\nPPC64le\n",
+    '<img src="data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==">',
 ]
 
 

@@ -24,7 +24,7 @@ import os
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 __all__ = ["SCANNER_ENV", "Decoded", "Rule", "bounded", "decoded_variants", "find", "scanner_candidates"]
@@ -213,7 +213,7 @@ _vendor("vault_token", r"hv[sb]\.", r"[A-Za-z0-9_-]{24,}+", needles=("hvs.", "hv
 _vendor("vault_token", r"s\.", r"[A-Za-z0-9]{24,40}", check=_mixed, edge="A-Za-z0-9_.-")
 _vendor("datafactory_key", "IR@", r"[0-9A-Za-z-]{36}@[^@\s]{1,80}@[0-9A-Za-z=-]*@[A-Za-z0-9+/=]{44}", edge="A-Za-z0-9@_-")
 _vendor("mapbox_token", "sk", r"\.eyJ[A-Za-z0-9_-]{40,}\.[A-Za-z0-9_-]{20,}+", edge="A-Za-z0-9_.-")
-_vendor("mailgun_key", "key-", r"[a-f0-9]{32}", check=lambda s, m: _not_filler(s[4:]) and any(c.isalpha() for c in s[4:]))
+_vendor("mailgun_key", "key-", r"[a-f0-9]{32}", check=lambda s, m: _not_filler(s) and any(c.isalpha() for c in s))
 
 # Azure AD client secret: three characters, a digit, "Q~", then 31-34 more.
 _V.append(Rule("azure_client_secret", _lazy(
@@ -963,17 +963,12 @@ _WRAP = re.compile(r"(?<=[^\n]{44}[A-Za-z0-9+/=_-]{16})[ \t]*+\r?\n[ \t]*+(?:#[ 
                    r"(?=[A-Za-z0-9+/=_-]{0,11}?(?:[0-9]|[a-z][A-Z]|[A-Z]{2}[a-z]))")
 
 
-def _substitute(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str | None],
-                crossing_only: bool = False, group: int | str = 0) -> Decoded | None:
-    """text with each match's group replaced (replace returns None: left as it is)."""
+def _substitute(text: str, cuts: Iterable[tuple[int, int, str]], crossing_only: bool = False) -> Decoded | None:
+    """text with each cut [start, end) replaced by its new text (cuts in order, not overlapping)."""
     parts: list[str] = []
     edits: list[tuple[int, int, int, int]] = []
     pos = delta = 0
-    for m in pattern.finditer(text):
-        new = replace(m)
-        if new is None:
-            continue
-        start, end = m.span(group)
+    for start, end, new in cuts:
         parts.append(text[pos:start])
         edits.append((start + delta, len(new), start, end - start))
         parts.append(new)
@@ -985,23 +980,60 @@ def _substitute(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match
     return Decoded("".join(parts), edits, crossing_only)
 
 
-# A token cut by hand or by a tool where no column limit explains it: a line that ends with a
-# token part (16+ characters, after indentation, a label or a quote), then a shell line
-# continuation, an escaped newline inside a JSON string, a string concatenation or a plain
-# newline, and a next line that goes on with the token.
-_JOIN = re.compile(
-    r"(?P<part>(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{16,}+)(?P<gap>(?:[ \t]*+\\\r?\n|\\n|[\"'][ \t]*+\+[ \t]*+\r?\n?[ \t]*+[\"']"
-    r"|[\"'][ \t]*+\r?\n[ \t]*+[\"'])[ \t]*+(?=[A-Za-z0-9+/=_-]{4})"
-    # a plain newline: the next line must go on like a token (see _WRAP: not ISSUES: nor Next)
-    r"|[ \t]*+\r?\n[ \t]*+(?=[A-Za-z0-9+/=_-]{0,11}?(?:[0-9]|[a-z][A-Z]|[A-Z]{2}[a-z])))")
+def _replaced(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> Iterator[tuple[int, int, str]]:
+    """Each match of pattern in text as a cut: its span and what replace makes of it."""
+    return ((m.start(), m.end(), replace(m)) for m in pattern.finditer(text))
 
 
-def _join(m: re.Match[str]) -> str | None:
-    """Join only a part that reads as generated: a digit and a letter, or mixed case."""
-    part = m.group("part")
+# A token cut by hand or by a tool where no column limit explains it: a shell line continuation,
+# an escaped newline inside a JSON string, a string concatenation ("…" +, adjacent quoted lines,
+# "…"\ then "…") or a plain newline whose next line goes on like a token (see _WRAP: not ISSUES:
+# nor Next), with the indentation around it.
+_T = "A-Za-z0-9+/=_-"  # a token's characters
+_CUT = (rf"[ \t]*+(?:\\\r?\n[ \t]*+(?=[{_T}]{{4}})|\r?\n[ \t]*+(?=[{_T}]{{0,11}}?(?:[0-9]|[a-z][A-Z]|[A-Z]{{2}}[a-z])))"
+        rf"|(?:\\n|[\"'][ \t]*+(?:\+[ \t]*+(?:\\?\r?\n[ \t]*+)?|\\?\r?\n[ \t]*+)[\"'])[ \t]*+(?=[{_T}]{{4}})")
+# a token's first part (the end of its line or string), and the cut after it
+_FIRST_PART = re.compile(rf"(?<![{_T}])[{_T}]{{4,}}+(?P<cut>{_CUT})")
+# a part between two cuts, whole (a line, or a quoted string, of its own)
+_INNER_PART = re.compile(rf"[{_T}]{{4,}}+(?P<cut>{_CUT})")
+# the last part, whole: it ends its line or its string
+_LAST_PART = re.compile(rf"(?P<part>[{_T}]{{4,}}+)(?:[ \t]*+(?:\r?\n|$)|[\"'\\])")
+_MAX_PARTS = 8  # a 40-character token cut every 5 characters
+
+
+def _generated(part: str) -> bool:
+    """A part that reads as generated: a digit and a letter, or mixed case."""
     has_digit = any(c.isdigit() for c in part)
     mixed = any(c.isupper() for c in part) and any(c.islower() for c in part)
-    return "" if (has_digit and any(c.isalpha() for c in part)) or mixed else None
+    return (has_digit and any(c.isalpha() for c in part)) or mixed
+
+
+def _joins(text: str) -> Iterator[tuple[int, int, str]]:
+    """The cuts of each token cut into 2 to _MAX_PARTS parts, each cut joined (""). Every part
+    but the first is whole, and every part but the last reads as generated; a first part under
+    16 characters needs a whole last part and only the token as joined to read as generated
+    (AKIAIOSFODNN / 7EXAMPLE, a key cut in three), so that a short word at a line's end is not
+    joined to the start of the next line's text."""
+    done = 0  # the end of the last token joined: its parts are not first parts
+    for m in _FIRST_PART.finditer(text):
+        start, (cut, pos) = m.start(), m.span("cut")
+        short = cut - start < 16
+        if start < done or not (short or _generated(text[start:cut])):
+            continue
+        parts, cuts = [text[start:cut]], [(cut, pos, "")]
+        while len(cuts) < _MAX_PARTS - 1:
+            part = _INNER_PART.match(text, pos)
+            if part is None or not _generated(text[pos:part.start("cut")]):
+                break
+            parts.append(text[pos:part.start("cut")])
+            cut, pos = part.span("cut")
+            cuts.append((cut, pos, ""))
+        if short:
+            last = _LAST_PART.match(text, pos)
+            if last is None or not _generated("".join(parts) + last.group("part")):
+                continue
+        done = pos
+        yield from cuts
 
 
 def decoded_variants(text: str) -> list[Decoded]:
@@ -1009,19 +1041,19 @@ def decoded_variants(text: str) -> list[Decoded]:
     wrapped tokens joined (each only when the text holds what it decodes)."""
     out = []
     if "\\" in text:
-        d = _substitute(text, _ESCAPE, lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2]))
+        d = _substitute(text, _replaced(text, _ESCAPE, lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2])))
         if d:
             out.append(d)
     if "%" in text:
-        d = _substitute(text, _PERCENT, lambda m: chr(int(m[1], 16)))
+        d = _substitute(text, _replaced(text, _PERCENT, lambda m: chr(int(m[1], 16))))
         if d:
             out.append(d)
     if "\n" in text:
-        d = _substitute(text, _WRAP, lambda m: "", crossing_only=True)
+        d = _substitute(text, _replaced(text, _WRAP, lambda m: ""), crossing_only=True)
         if d:
             out.append(d)
     if "\n" in text or "\\n" in text:
-        d = _substitute(text, _JOIN, _join, crossing_only=True, group="gap")
+        d = _substitute(text, _joins(text), crossing_only=True)
         if d:
             out.append(d)
     return out
