@@ -277,7 +277,10 @@ def test_a_second_origin_or_host_is_refused_as_a_foreign_one_is(server):
     assert raw_initialize(port, host + own) == b"HTTP/1.1 200 OK"
     for twice in (own + "Origin: http://evil.example\r\n", "Origin: http://evil.example\r\n" + own, own + own):
         assert raw_initialize(port, host + twice) == b"HTTP/1.1 403 Forbidden", twice
-    assert "more than one Origin header: http://evil.example, http://127.0.0.1:" in log.read_text()
+    assert "more than one Origin header: 'http://evil.example', 'http://127.0.0.1:" in log.read_text()
+    for empty in ("Origin: \r\n", "Origin:\r\n", "Origin:   \r\n"):  # no value is no origin of its own
+        assert raw_initialize(port, host + empty) == b"HTTP/1.1 403 Forbidden", empty
+    assert "an empty Origin header: ''" in log.read_text()
     # h11 refuses a second Host before the app (RFC 9112, section 3.2: 400)
     assert raw_initialize(port, host + "Host: evil.example\r\n" + own) == b"HTTP/1.1 400 Bad Request"
     assert raw_initialize(port, host + host + own) == b"HTTP/1.1 400 Bad Request"

@@ -175,14 +175,17 @@ class _Guarded(asyncio.Protocol):
 
 
 def _one_origin(app: Callable) -> Callable:
-    """``app`` behind a refusal of requests with more than one ``Origin`` header (403, as a foreign
-    origin is): the SDK reads the first only, so its own origin first and another after passed. A
+    """``app`` behind a refusal of requests with more than one ``Origin`` header, or one with no value
+    (403, as a foreign origin is): the SDK reads the first only, so its own origin first and another
+    after passed, and takes an empty one as none (a client that sends no Origin at all is served). A
     second ``Host`` never gets here: h11 answers it 400 (RFC 9112, section 3.2)."""
 
     async def checked(scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and sum(name == b"origin" for name, _ in scope["headers"]) > 1:
-            origins = ", ".join(value.decode("latin-1") for name, value in scope["headers"] if name == b"origin")
-            logging.getLogger(__name__).warning("more than one Origin header: %s", origins)
+        origins = [value for name, value in scope["headers"] if name == b"origin"] if scope["type"] == "http" else []
+        if len(origins) > 1 or (origins and not origins[0].strip()):
+            shown = ", ".join(repr(value.decode("latin-1")) for value in origins)
+            logging.getLogger(__name__).warning("%s: %s", "more than one Origin header" if len(origins) > 1
+                                                else "an empty Origin header", shown)
             await send({"type": "http.response.start", "status": 403,
                         "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")]})
             return await send({"type": "http.response.body", "body": b"Invalid Origin header"})
