@@ -115,3 +115,11 @@ def test_a_bare_year_month_or_date_is_read_alike_by_the_cli_and_the_mcp_tools():
 def test_fleet_now_is_held_to_the_same_reading(tmp_path):
     result = CliRunner().invoke(app, ["fleet", "issues", "--dataset", str(tmp_path), "--now", "soon"])
     assert result.exit_code == 2 and f"Invalid value for --now: 'soon' {NOT_A_MOMENT}" in result.stderr
+
+
+def test_digits_of_other_scripts_are_no_epoch_milliseconds():
+    """int() reads full-width or Arabic-Indic digits as digits: "１２３" was epoch 123 ms."""
+    for text in ("１２３", "١٢٣", "１７００００００００００００"):
+        with pytest.raises(ValidationError, match=f"^as_of {text!r} is neither epoch milliseconds nor an ISO date"):
+            parse_time(text, "as_of")
+    assert parse_time(" +1700000000000 ", "as_of") == 1700000000000

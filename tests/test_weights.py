@@ -220,6 +220,16 @@ def test_an_axis_weight_float32_cannot_hold_is_refused(tmp_path, name, value):
     assert load_weights([f], env={}, lenient=True).weights == Weights()
 
 
+@pytest.mark.parametrize("raw", ["1_0", "１", "0x10", "infinity", "nan", "1e", "--1"])
+def test_a_weight_variable_is_a_plain_number(raw):
+    """float() reads "1_0" as 10 and full-width digits as digits: a variable is digits, a point and
+    an exponent, as JSON writes a number, or it is refused (skipped with a warning on dispatch)."""
+    with pytest.raises(ValidationError, match=r"CYBERINE_MEMORY_W_KW=.* is not a usable weight; set it to a finite number"):
+        load_weights([], env={"CYBERINE_MEMORY_W_KW": raw})
+    for ok, value in (("0.3", 0.3), (" 1e-3 ", 0.001), (".5", 0.5), ("2.", 2.0), ("+1", 1.0)):
+        assert load_weights([], env={"CYBERINE_MEMORY_W_KW": ok}).weights.w_kw == value
+
+
 def test_tiny_weights_file_leaves_inject_and_search_on_the_defaults(fixture_copy):
     import subprocess
     import shutil as sh

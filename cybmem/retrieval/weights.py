@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat as _stat
 import threading
 import time
@@ -247,6 +248,10 @@ def _file_values(p: Path) -> dict[str, Any] | None:
     return data
 
 
+#: A number as a variable may give it: digits, a point, an exponent (what JSON writes), nothing else.
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
 def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str], list[str]]:
     """Weights set by environment variables: values, the variable of each, and bad variables' messages."""
     values: dict[str, float] = {}
@@ -257,6 +262,8 @@ def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str
         if raw is None or raw.strip() == "":
             continue
         try:
+            if not _PLAIN_NUMBER.fullmatch(raw.strip()):  # float() also takes "1_0" (10), "１" and "infinity"
+                raise ValueError(raw)
             val = float(raw)
         except ValueError:
             bad.append(f"{var}={raw!r} is not a usable weight; set it to a finite number >= 0 (e.g. {var}=0.3) or unset it")

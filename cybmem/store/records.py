@@ -155,7 +155,7 @@ def parse_time(value: Any, what: str = "time") -> int | None:
     if isinstance(value, str):
         text = value.strip()
         try:
-            ms = int(text) if text.lstrip("+-").isdigit() else iso_to_ms(text)
+            ms = int(text) if text.isascii() and text.lstrip("+-").isdigit() else iso_to_ms(text)  # not "１２３"
         except (ValueError, OverflowError):
             pass
     elif isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer():
