@@ -277,6 +277,22 @@ def test_doctor_all_checks_the_other_projects_when_one_records_dir_is_a_fifo(fix
             f"cannot be checked: cannot list {fixture_copy / 'api' / 'records'}: Not a directory"]
         assert {p["slug"]: p["records"] for p in report["projects"]} == {"api": 0, "web": 47, "web-7663e1": 6}
 
+
+def test_doctor_all_reports_a_registered_project_whose_directory_is_a_fifo(fixture_copy):
+    """A FIFO where projects.json's project web-7663e1 should be was left out of `doctor --all` without
+    a word ("2 project(s)", clean)."""
+    import os
+    import shutil
+
+    shutil.rmtree(fixture_copy / "web-7663e1")
+    os.mkfifo(fixture_copy / "web-7663e1")
+    res = cli("doctor", "--all", "--memory-dir", str(fixture_copy), "--json")
+    report = json.loads(res.stdout)
+    assert res.exit_code == 1 and not report["clean"], res.output
+    (finding,) = [f for f in report["findings"] if f["path"] == str(fixture_copy / "web-7663e1")]
+    assert finding["severity"] == "error" and "is not a directory" in finding["message"]
+    assert "names it as project web-7663e1" in finding["message"]
+
 # --- 2. symlinks out of the memory root ---------------------------------------------------------
 
 

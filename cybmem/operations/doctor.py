@@ -679,6 +679,10 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
                                     f"is a symbolic link (to {os.readlink(entry.path)}); cybmem ignores it and never writes through it"))
         elif entry.is_dir() and not is_safe_slug(entry.name):
             findings.append(Finding("paths", "warning", entry.path, "directory name is not a safe slug; cybmem ignores it"))
+        elif not entry.is_dir() and entry.name in registered:  # the project's place holds a FIFO or a file
+            findings.append(Finding("paths", "error", entry.path,
+                                    f"is not a directory (a FIFO, socket, device or file), though {PROJECTS_FILE} names it "
+                                    f"as project {entry.name}: its runs cannot be read or written; move it aside"))
     findings += _check_temp([root], None, temp_age, now)
     return findings, backfilled
 
