@@ -293,6 +293,23 @@ def test_doctor_all_reports_a_registered_project_whose_directory_is_a_fifo(fixtu
     assert finding["severity"] == "error" and "is not a directory" in finding["message"]
     assert "names it as project web-7663e1" in finding["message"]
 
+
+def test_every_export_of_the_issues_skips_a_fifo_ledger_with_one_line(fixture_copy, tmp_path):
+    """`export ndjson --table issues` stopped the whole export at a FIFO ledger (exit 1) where the
+    parquet export and every reader skip it with one line."""
+    import os
+
+    (fixture_copy / "api" / "issues.jsonl").unlink()
+    os.mkfifo(fixture_copy / "api" / "issues.jsonl")
+    why = f"api: {fixture_copy / 'api' / 'issues.jsonl'} is not a regular file"
+    for args in (["ndjson", "--table", "issues", "--out", str(tmp_path / "i.ndjson")],
+                 ["parquet", "--out", str(tmp_path / "ds"), "--machine", "m"], ["prov", "--out", str(tmp_path / "p.json")]):
+        res = cli("export", *args, "--all", "--memory-dir", str(fixture_copy))
+        assert res.exit_code == 0, (args, res.output)
+        assert sum(why in line for line in res.stderr.splitlines()) == 1, (args, res.stderr)
+    events = [json.loads(line) for line in (tmp_path / "i.ndjson").read_text().splitlines()]
+    assert {e["project"] for e in events} == {"web", "web-7663e1"} and len(events) == 24
+
 # --- 2. symlinks out of the memory root ---------------------------------------------------------
 
 

@@ -530,9 +530,15 @@ class MemoryStore:
     def iter_issue_events(self) -> Iterator[tuple[int, IssueEvent]]:
         """(line number, event) of the ledger in file order, parsed as it is read.
 
-        A torn or invalid line is skipped and reported once in ``self.problems``.
+        A torn or invalid line is skipped and reported once in ``self.problems``; a ledger that cannot
+        be read (not a regular file: a FIFO there) is reported so and read as empty, as the cache's
+        loader reads it (an export of the issues skips it with one line, as it skips any such file).
         """
-        raw = self.ledger_bytes()
+        try:
+            raw = self.ledger_bytes()
+        except StoreError as exc:
+            self._problem(str(self.issues_path), f"{exc}; issues are left out")
+            return
         problems: list[tuple[int, str]] = []
         yield from issues.iter_ledger(raw, problems)
         for lineno, why in problems:
