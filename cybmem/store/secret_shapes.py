@@ -715,6 +715,17 @@ _K8S_VALUE = re.compile(
 _PUTTY = re.compile(r"PuTTY-User-Key-File-\d[^\n]*+(?:\n(?!\n)[^\n]*+){0,60}?(?:\nPrivate-MAC:[^\n]*+|(?=\n\n)|\Z)")
 _B64_LINE = r"[A-Za-z0-9+/]{60,80}"
 _KEY_BLOCK = re.compile(rf"(?m)^[ \t]*{_B64_LINE}\r?\n(?:[ \t]*{_B64_LINE}\r?\n){{2,}}+[ \t]*[A-Za-z0-9+/]{{4,80}}={{0,2}}$")
+# What a file in base64 begins with when it is an image, a document or an archive, not a key:
+# PNG, JPEG, GIF, WebP / WAV (RIFF), PDF, ZIP, gzip, BMP, ICO.
+_FILE_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF", b"%PDF", b"PK\x03\x04", b"\x1f\x8b", b"BM", b"\0\0\1\0")
+
+
+def _a_file(block: str) -> bool:
+    """A base64 block that decodes to a file's signature (lines added in a diff: without their +)."""
+    lines = block.split()
+    if all(line.startswith("+") for line in lines):
+        lines = [line[1:] for line in lines]
+    return _b64_head("".join(lines)).startswith(_FILE_MAGIC)
 
 
 def _blocks(text: str) -> Iterator[Candidate]:
@@ -736,7 +747,7 @@ def _blocks(text: str) -> Iterator[Candidate]:
     if "\n" in text:
         for m in _KEY_BLOCK.finditer(text):
             body = m.group(0)
-            if "-----" not in text[max(0, m.start() - 80):m.start()] and _mixed(body):
+            if "-----" not in text[max(0, m.start() - 80):m.start()] and _mixed(body) and not _a_file(body):
                 yield m.start() + len(body) - len(body.lstrip()), m.end(), "private_key"
 
 
