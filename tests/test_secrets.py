@@ -267,6 +267,8 @@ def test_a_wrapped_base64_image_is_not_a_private_key():
     diff = "+  background: url(data:image/png;base64,\n" + "\n".join("+" + line for line in lines)
     assert "private_key" not in redact(diff)[1]
     assert "private_key" not in redact("\n".join("+" + line for line in lines))[1]
+    noise = base64.b64encode(bytes(range(256)) * 2).decode()  # not a PNG inside, but labelled one
+    assert "private_key" not in redact("data:image/png;base64,\n" + "\n".join(noise[i:i + 60] for i in range(0, 480, 60)))[1]
 
 
 # -- the families issue 29 found slipping through (item 2) ----------------------------------------------
