@@ -321,6 +321,10 @@ ADVERSARIAL = {
     "connection list": "Server=a;Password=" * N,
     "url @#": "x://:a@#" * N,
     "password for": "password for a b: " * N,
+    # a token cut in parts: every line a part that might start or end one (each run checked once)
+    "cut parts": "Ab12cd34EF\n" * N,
+    "cut ghp_ parts": "ghp_Ab12\n" * N,
+    "cut escaped parts": "ghp_Ab12\\r\\n" * N,
 }
 
 

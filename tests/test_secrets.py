@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import re
 import tarfile
 import uuid
 
@@ -217,6 +218,57 @@ def test_a_word_on_the_next_line_is_not_joined_to_a_token():
     text = f"Done.\n\nACCOMPLISHED:\n- rotated ghp_{R}abcd\nISSUES:\n- Key leaked\n"
     assert redact(text) == (f"Done.\n\nACCOMPLISHED:\n- rotated [REDACTED:github_token]\nISSUES:\n- Key leaked\n",
                             ["github_token"])
+
+
+# A cut token next to more text (the tester's scripts, round 29b): each token is found, whatever follows it
+GH = f"ghp_{R[:10]}\n{R[10:24]}\n{R[24:]}Xk8m"  # 14 / 14 / 12 characters
+SK = "sk_live_4eC39\nHqLyjWDarjtT1\nzdp7dcXyZ1aB2c"
+
+
+@pytest.mark.parametrize("text", [GH + "\n" + GH, GH + "\n" + SK, GH + "\nAbc123 next", GH + " and then we deployed",
+                                  GH + " is the token", GH.replace("\n", "\r\n") + "\r\n",
+                                  '{"t": "' + GH.replace("\n", "\\r\\n") + '"}'],
+                         ids=["same token twice", "then a stripe key", "then a token-like line", "text after it",
+                              "is the token", "CRLF", "JSON-escaped CRLF"])
+def test_a_cut_token_is_found_whatever_follows_it(text):
+    out, kinds = redact(text)
+    parts = [p for p in re.split(r"\\r\\n|\r?\n| ", GH + "\n" + SK) if len(p) > 8]
+    assert kinds and not [p for p in parts if p in out], out
+    assert redact(out) == (out, [])
+
+
+def test_text_after_a_cut_token_stays():
+    assert redact(GH + " and then we deployed") == ("[REDACTED:github_token] and then we deployed", ["github_token"])
+    assert redact(GH + "\n" + SK) == ("[REDACTED:github_token]\n[REDACTED:stripe_key]", ["github_token", "stripe_key"])
+
+
+def _png(size: int) -> bytes:
+    """A real PNG of size x size random pixels."""
+    import random
+    import struct
+    import zlib
+
+    rng = random.Random(9)
+    raw = b"".join(b"\0" + bytes(rng.getrandbits(8) for _ in range(size * 3)) for _ in range(size))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def test_a_wrapped_base64_image_is_not_a_private_key():
+    data = base64.b64encode(_png(8)).decode()
+    lines = [data[i:i + 76] for i in range(0, len(data), 76)]
+    assert len(lines) >= 4
+    assert redact("data:image/png;base64," + data)[1] == []
+    assert "private_key" not in redact("data:image/png;base64,\n" + "\n".join(lines))[1]
+    diff = "+  background: url(data:image/png;base64,\n" + "\n".join("+" + line for line in lines)
+    assert "private_key" not in redact(diff)[1]
+    assert "private_key" not in redact("\n".join("+" + line for line in lines))[1]
+    noise = base64.b64encode(bytes(range(256)) * 2).decode()  # not a PNG inside, but labelled one
+    assert "private_key" not in redact("data:image/png;base64,\n" + "\n".join(noise[i:i + 60] for i in range(0, 480, 60)))[1]
 
 
 # -- the families issue 29 found slipping through (item 2) ----------------------------------------------

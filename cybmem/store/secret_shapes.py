@@ -715,6 +715,18 @@ _K8S_VALUE = re.compile(
 _PUTTY = re.compile(r"PuTTY-User-Key-File-\d[^\n]*+(?:\n(?!\n)[^\n]*+){0,60}?(?:\nPrivate-MAC:[^\n]*+|(?=\n\n)|\Z)")
 _B64_LINE = r"[A-Za-z0-9+/]{60,80}"
 _KEY_BLOCK = re.compile(rf"(?m)^[ \t]*{_B64_LINE}\r?\n(?:[ \t]*{_B64_LINE}\r?\n){{2,}}+[ \t]*[A-Za-z0-9+/]{{4,80}}={{0,2}}$")
+# What a file in base64 begins with when it is an image, a document or an archive, not a key:
+# PNG, JPEG, GIF, WebP / WAV (RIFF), PDF, ZIP, gzip, BMP, ICO.
+_FILE_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF", b"%PDF", b"PK\x03\x04", b"\x1f\x8b", b"BM", b"\0\0\1\0")
+
+
+def _a_file(block: str) -> bool:
+    """A base64 block that decodes to a file's signature (lines added in a diff: without their +);
+    one after a data: URI's ;base64, is a file whatever it holds."""
+    lines = block.split()
+    if all(line.startswith("+") for line in lines):
+        lines = [line[1:] for line in lines]
+    return _b64_head("".join(lines)).startswith(_FILE_MAGIC)
 
 
 def _blocks(text: str) -> Iterator[Candidate]:
@@ -736,7 +748,8 @@ def _blocks(text: str) -> Iterator[Candidate]:
     if "\n" in text:
         for m in _KEY_BLOCK.finditer(text):
             body = m.group(0)
-            if "-----" not in text[max(0, m.start() - 80):m.start()] and _mixed(body):
+            before = text[max(0, m.start() - 80):m.start()]
+            if "-----" not in before and not before.rstrip().endswith(";base64,") and _mixed(body) and not _a_file(body):
                 yield m.start() + len(body) - len(body.lstrip()), m.end(), "private_key"
 
 
@@ -986,19 +999,23 @@ def _replaced(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[s
 
 
 # A token cut by hand or by a tool where no column limit explains it: a shell line continuation,
-# an escaped newline inside a JSON string, a string concatenation ("…" +, adjacent quoted lines,
-# "…"\ then "…") or a plain newline whose next line goes on like a token (see _WRAP: not ISSUES:
-# nor Next), with the indentation around it.
+# an escaped newline inside a JSON string (\\n or \\r\\n), a string concatenation ("…" +, adjacent
+# quoted lines, "…"\\ then "…") or a plain newline whose next line goes on like a token (see _WRAP:
+# not ISSUES: nor Next), with the indentation around it.
 _T = "A-Za-z0-9+/=_-"  # a token's characters
 _CUT = (rf"[ \t]*+(?:\\\r?\n[ \t]*+(?=[{_T}]{{4}})|\r?\n[ \t]*+(?=[{_T}]{{0,11}}?(?:[0-9]|[a-z][A-Z]|[A-Z]{{2}}[a-z])))"
-        rf"|(?:\\n|[\"'][ \t]*+(?:\+[ \t]*+(?:\\?\r?\n[ \t]*+)?|\\?\r?\n[ \t]*+)[\"'])[ \t]*+(?=[{_T}]{{4}})")
-# a token's first part (the end of its line or string), and the cut after it
-_FIRST_PART = re.compile(rf"(?<![{_T}])[{_T}]{{4,}}+(?P<cut>{_CUT})")
+        rf"|(?:\\(?:r\\)?n|[\"'][ \t]*+(?:\+[ \t]*+(?:\\?\r?\n[ \t]*+)?|\\?\r?\n[ \t]*+)[\"'])[ \t]*+(?=[{_T}]{{4}})")
+# a token's first part (the end of its line or string, or what follows an escaped newline), and the cut after it
+_FIRST_PART = re.compile(rf"(?:(?<![{_T}])|(?<=\\n))[{_T}]{{4,}}+(?P<cut>{_CUT})")
 # a part between two cuts, whole (a line, or a quoted string, of its own)
 _INNER_PART = re.compile(rf"[{_T}]{{4,}}+(?P<cut>{_CUT})")
 # the last part, whole: it ends its line or its string
 _LAST_PART = re.compile(rf"(?P<part>[{_T}]{{4,}}+)(?:[ \t]*+(?:\r?\n|$)|[\"'\\])")
-_MAX_PARTS = 8  # a 40-character token cut every 5 characters
+# the last part when a check confirms the token: the token-shaped run its line begins with,
+# unless it is the next line's key (user2: bob)
+_LAST_RUN = re.compile(rf"(?P<part>[{_T}]++)(?![ \t]*+:)")
+_MAX_PARTS = 10  # a 40-character token cut every 4 characters (a part has 4 or more)
+_AROUND = 320  # characters either side of a cut token that its check sees (as scan's windows)
 
 
 def _generated(part: str) -> bool:
@@ -1008,12 +1025,21 @@ def _generated(part: str) -> bool:
     return (has_digit and any(c.isalpha() for c in part)) or mixed
 
 
-def _joins(text: str) -> Iterator[tuple[int, int, str]]:
+def _joins(text: str, holds: Callable[[Decoded], bool] | None = None) -> Iterator[tuple[int, int, str]]:
     """The cuts of each token cut into 2 to _MAX_PARTS parts, each cut joined (""). Every part
     but the first is whole, and every part but the last reads as generated; a first part under
-    16 characters needs a whole last part and only the token as joined to read as generated
-    (AKIAIOSFODNN / 7EXAMPLE, a key cut in three), so that a short word at a line's end is not
-    joined to the start of the next line's text."""
+    16 characters needs only the token as joined to read as generated (AKIAIOSFODNN / 7EXAMPLE,
+    a key cut in three), so that a short word at a line's end is not joined to the start of the
+    next line's text.
+
+    With ``holds`` (does this join, with the text around it, hold a token that takes in its first
+    and its last cut?) a run of parts stops where a token does: the longest run from a first part
+    that holds one is joined, and the parts after it may start the next (two cut tokens one after
+    the other, a token-like line after one); the last part may be the run its line begins with
+    (``…xY5 and then we deployed``). Without it, or past a budget of checks that keeps the pass
+    linear (about 4 characters checked per character of text), the whole run is joined and a
+    short first part needs a last part that is a line or a string of its own."""
+    budget = 4 * len(text) + 65_536
     done = 0  # the end of the last token joined: its parts are not first parts
     for m in _FIRST_PART.finditer(text):
         start, (cut, pos) = m.start(), m.span("cut")
@@ -1028,17 +1054,35 @@ def _joins(text: str) -> Iterator[tuple[int, int, str]]:
             parts.append(text[pos:part.start("cut")])
             cut, pos = part.span("cut")
             cuts.append((cut, pos, ""))
-        if short:
-            last = _LAST_PART.match(text, pos)
-            if last is None or not _generated("".join(parts) + last.group("part")):
+        checked = holds is not None and budget > 0
+        for k in range(len(cuts), 0, -1) if checked else (len(cuts),):
+            if k < len(cuts):  # stop before part k + 1: part k is whole (a cut follows it)
+                last, end = parts[k], cuts[k][0]
+            else:
+                run = (_LAST_RUN if checked else _LAST_PART).match(text, pos)
+                if run is not None:
+                    last, end = run.group("part"), run.end("part")
+                elif short or checked:
+                    continue
+                else:
+                    last, end = "", pos
+            if short and not _generated("".join(parts[:k]) + last):
                 continue
-        done = pos
-        yield from cuts
+            if checked:
+                lo, hi = max(0, start - _AROUND), min(len(text), end + _AROUND)
+                budget -= hi - lo + 512  # a check's own cost, besides its characters
+                joined = _substitute(text[lo:hi], [(c - lo, p - lo, "") for c, p, _ in cuts[:k]])
+                if not (joined and holds(joined)):
+                    continue
+            done = end
+            yield from cuts[:k]
+            break
 
 
-def decoded_variants(text: str) -> list[Decoded]:
+def decoded_variants(text: str, holds: Callable[[Decoded], bool] | None = None) -> list[Decoded]:
     """The decoded copies of text worth scanning again: escapes undone, percent-encoding undone,
-    wrapped tokens joined (each only when the text holds what it decodes)."""
+    wrapped tokens joined (each only when the text holds what it decodes; a token cut by hand
+    where ``holds`` confirms it, see _joins)."""
     out = []
     if "\\" in text:
         d = _substitute(text, _replaced(text, _ESCAPE, lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2])))
@@ -1053,7 +1097,7 @@ def decoded_variants(text: str) -> list[Decoded]:
         if d:
             out.append(d)
     if "\n" in text or "\\n" in text:
-        d = _substitute(text, _joins(text), crossing_only=True)
+        d = _substitute(text, _joins(text, holds), crossing_only=True)
         if d:
             out.append(d)
     return out

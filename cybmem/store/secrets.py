@@ -834,6 +834,14 @@ def _window_candidates(decoded: _more.Decoded) -> Iterator[tuple[int, int, int, 
             yield lo + start, lo - neg_end, order, kind
 
 
+def _holds_token(joined: _more.Decoded) -> bool:
+    """A token's parts joined, with the text around them, hold a finding that takes in the first
+    and the last join (not a random run or a PEM body: _NOT_JOINED)."""
+    first, last = joined.edits[0][0], joined.edits[-1][0]
+    return any(start < first and last < -neg_end and kind not in _NOT_JOINED
+               for start, neg_end, _, kind in _candidates(joined.text))
+
+
 def scan(text: str) -> list[Finding]:
     """Find the secrets in text, one finding per secret, without overlaps.
 
@@ -852,7 +860,7 @@ def scan(text: str) -> list[Finding]:
         return []
     candidates = _candidates(text)
     seen = [(start, -neg_end) for start, neg_end, _, _ in candidates]
-    for decoded in _more.decoded_variants(text):
+    for decoded in _more.decoded_variants(text, _holds_token):
         for start, end, order, kind in _window_candidates(decoded):
             if decoded.crossing_only and (kind in _NOT_JOINED or not decoded.crosses_edit(start, end)):
                 continue  # a joined line is for a token cut in two, not for new random runs
