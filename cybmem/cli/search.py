@@ -174,13 +174,11 @@ def inject_cmd(
     if not system and not text.strip():
         raise typer.BadParameter("the task is empty; give the task prompt to put the MEMORY block ahead of", param_hint="TASK")
     try:
-        when_ms = moment(as_of, "--as-of")
+        when_ms, unusable = moment(as_of, "--as-of"), None
     except typer.BadParameter as exc:  # a moment that is none: the task goes out bare, never a replay from now
         if strict:
             raise
         when_ms, unusable = None, f"memory not injected: {exc.format_message()}"
-    else:
-        unusable = None
     try:
         if unusable:
             result = Injection(text, "", ctx.project, [unusable])

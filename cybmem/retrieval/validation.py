@@ -6,11 +6,10 @@ automatic re-tune and the tuning widget's Save.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-import math
 
 import numpy as np
 

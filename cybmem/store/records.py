@@ -142,9 +142,9 @@ def iso_to_ms(text: str) -> int:
 def parse_time(value: Any, what: str = "time") -> int | None:
     """Epoch milliseconds (as in the store) or an ISO date/time (UTC unless it says otherwise).
 
-    The one validator of a moment given as an argument (``--as-of``, ``--now``, the MCP tools'
-    ``as_of``): :func:`check_moment` holds it to the range an ISO date can write, from the epoch on.
-    Anything else (a bool, a fraction, a list: what JSON can send) is refused with the same message.
+    What :func:`parse_moment`, the one reader of a moment given as an argument (``--as-of``, ``--now``,
+    the MCP tools' ``as_of``), reads a moment with once a bare year, month or date is ruled out:
+    :func:`check_moment` holds it to the range an ISO date can write, from the epoch on. Anything else (a bool, a fraction, a list: what JSON can send) is refused with the same message.
 
     Raises:
         ValidationError: naming ``what`` (e.g. ``--as-of``), the accepted forms and range.
