@@ -223,3 +223,47 @@ def test_a_term_frequency_over_a_byte_round_trips(tmp_path):
 def test_from_arrow_rejects_foreign_tables():
     with pytest.raises(ValueError, match="keyword index"):
         KeywordIndex.from_arrow(pa.table({"a": [1]}))
+
+
+def test_a_segment_over_65536_documents_round_trips_with_two_byte_doc_ids(tmp_path):
+    """Past 65,536 documents a posting's doc id is kept as its low 16 bits plus each term's high
+    part and where it changes (a term that starts past the first 65,536 documents, one that spans
+    all four 65,536-document spans, one that skips a span); the loaded index gives every score,
+    term hit and merge the built one gives, from the memory-mapped file and after a full decode."""
+    n = 4 * 65536 + 300
+    rng = np.random.default_rng(7)
+    docs = [[f"w{int(x)}"] for x in rng.integers(0, 400, size=n)]
+    for i in (3, 65535, 65536, 70000, 140000, 200000, n - 1):
+        docs[i] = docs[i] + ["spans"]
+    for i in (70000, 70001, 140000):
+        docs[i] = docs[i] + ["late"]  # its first posting past the first span
+    for i in (5, 200000):
+        docs[i] = docs[i] + ["skips"]  # one span to the third, none in between
+    idx = KeywordIndex.build(docs)
+    path = tmp_path / "kw.arrow"
+    table = idx.to_arrow()
+    assert table.schema.field("doc_lo").type == pa.large_list(pa.uint16()) and "doc_ids" not in table.schema.names
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    back = KeywordIndex.from_arrow(pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all())
+    seg = back._segments[0]
+    assert seg._docs is None  # nothing decoded at load
+    queries = [["spans"], ["late"], ["skips"], ["w1", "late", "spans"], ["w7"], ["absent"]]
+    for q in queries:  # the first query of each scores from tf and doc length, per term
+        np.testing.assert_array_equal(back.scores(q), idx.scores(q))
+    rows = np.array([3, 4, 65535, 65536, 70000, 70001, 131072, 140000, 200000, n - 1])
+    for q in queries:
+        got, want = back.term_hits(q, rows), idx.term_hits(q, rows)
+        assert np.array_equal(got.held, want.held) and np.array_equal(got.df, want.df)
+    assert np.flatnonzero(back.term_hits(["late"], np.arange(n)).held[:, 0]).tolist() == [70000, 70001, 140000]
+    assert np.array_equal(seg.doc_ids, idx._segments[0].doc_ids)  # the whole decode, as a held index makes it
+    for q in queries:
+        np.testing.assert_array_equal(back.scores(q), idx.scores(q))
+    ext = back.extend([["spans", "late"]])
+    _assert_same_index(ext.compact(), idx.extend([["spans", "late"]]), queries)
+    # the high parts must fit the postings, or the table is refused, not read wrong
+    bad = table.set_column(table.schema.get_field_index("split_pos"), "split_pos",
+                           pa.array([[len(table.column("doc_lo")[0]) + 5]], type=pa.large_list(pa.int64())))
+    bad = bad.set_column(bad.schema.get_field_index("split_hi"), "split_hi", pa.array([[1]], type=pa.large_list(pa.uint16())))
+    with pytest.raises(ValueError, match="high parts"):
+        KeywordIndex.from_arrow(bad)

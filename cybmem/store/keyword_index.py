@@ -30,7 +30,7 @@ _TF_MAX = np.iinfo(np.uint16).max
 #: index refreshed one record at a time keeps a bounded number of segments (main + 1 delta
 #: after each merge); the main segment is only rewritten by :meth:`KeywordIndex.compact`.
 _MAX_DELTA_SEGMENTS = 8
-_SCHEMA_VERSION = "3"  # 3: no impacts on disk; tfs in one byte when they fit
+_SCHEMA_VERSION = "4"  # 4: doc ids as their low 16 bits + the high parts per term; 3: no impacts on disk; tfs in one byte when they fit
 
 
 def _prefix_keys(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
@@ -100,24 +100,41 @@ def _query_keys(terms_b: Sequence[bytes]) -> np.ndarray:
     return np.fromiter((_query_key(x) for x in terms_b), dtype=np.uint64, count=len(terms_b))
 
 
+#: A posting's doc id is kept on disk as its low 16 bits (``doc_lo``); a segment of more documents
+#: than this also keeps each term's high part at its first posting (``term_hi``) and the postings
+#: within a term where the high part changes (``split_pos`` / ``split_hi``): ids are ascending within
+#: a term, so these are few (at 1M documents 1.2M (term, high part) runs for 19.8M postings).
+_LO_SPAN = 1 << 16
+
+
 class _Segment:
     """One immutable run of documents: local sorted vocabulary + CSC-like postings.
 
     ``impact`` (optional) holds the full BM25 weight ``idf * tf-part`` of every posting for
     the index statistics ``impact_key = (N, total_len)`` it was computed under; it is only
     set on a segment created for (or loaded with) that index.
+
+    Doc ids: a built segment holds them as int32; a loaded one of at most 65,536 documents reads
+    them in place as uint16 (``doc_lo``); a loaded larger one rebuilds a term's ids from
+    ``doc_lo`` and its high parts when the term is asked for (:meth:`docs`), and all of them once
+    when every posting is needed (:attr:`doc_ids`: a held index's impacts, a merge).
     """
 
     __slots__ = (
-        "n_docs", "vocab", "keys", "indptr", "doc_ids", "tfs", "doc_len", "total_len",
-        "impact", "impact_key", "_voff", "_vmv",
+        "n_docs", "vocab", "keys", "indptr", "tfs", "doc_len", "total_len",
+        "impact", "impact_key", "_voff", "_vmv", "_docs", "_packed",
     )
 
-    def __init__(self, vocab, keys, indptr, doc_ids, tfs, doc_len, impact=None, impact_key=None):
+    def __init__(self, vocab, keys, indptr, doc_ids, tfs, doc_len, impact=None, impact_key=None, *,
+                 packed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None):
         self.vocab: pa.Array = vocab  # sorted byte-wise, unique
         self.keys: np.ndarray = keys  # uint64 prefix keys of vocab
         self.indptr: np.ndarray = indptr  # int64, len(vocab) + 1
-        self.doc_ids: np.ndarray = doc_ids  # int32 local doc id per posting, sorted per term
+        #: local doc id per posting, ascending per term (int32, or uint16 below 65,536 docs); None
+        #: until decoded when the segment was loaded with ``packed``
+        self._docs: np.ndarray | None = doc_ids
+        #: (doc_lo, term_hi, split_pos, split_hi) of a loaded segment over 65,536 documents
+        self._packed = packed
         self.tfs: np.ndarray = tfs  # uint16 term frequency per posting
         self.doc_len: np.ndarray = doc_len  # int32 tokens per doc
         self.n_docs = len(doc_len)
@@ -126,18 +143,76 @@ class _Segment:
         self.impact_key: tuple[int, int] | None = impact_key
         self._voff, self._vmv, _ = _string_buffers(vocab)
 
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """Every posting's local doc id (decoded once for a packed segment, then kept)."""
+        if self._docs is None:
+            self._docs = _unpack_docs(self.indptr, *self._packed)
+        return self._docs
+
+    def docs(self, s: int, e: int) -> np.ndarray:
+        """Local doc ids of one term's postings [s, e)."""
+        if self._docs is not None:
+            return self._docs[s:e]
+        lo, term_hi, split_pos, split_hi = self._packed
+        t = int(np.searchsorted(self.indptr, s, side="right")) - 1
+        out = lo[s:e].astype(np.int32)
+        a, z = int(np.searchsorted(split_pos, s, side="right")), int(np.searchsorted(split_pos, e, side="left"))
+        bounds = [s, *split_pos[a:z].tolist(), e]
+        highs = [int(term_hi[t]), *split_hi[a:z].tolist()]
+        for i, h in enumerate(highs):
+            if h:
+                out[bounds[i] - s : bounds[i + 1] - s] |= np.int32(h << 16)
+        return out
+
     def lookup(self, terms_b: Sequence[bytes], qkeys: np.ndarray) -> list[int]:
         """Local term id of each query term, -1 when absent."""
         return _find_sorted(self.keys, self._voff, self._vmv, terms_b, qkeys)
 
-    def tf_part(self, avgdl: float, s: int, e: int, k1: float, b: float) -> np.ndarray:
-        """BM25 tf-part of postings [s, e), computed from tf and doc length."""
+    def tf_part(self, avgdl: float, s: int, e: int, k1: float, b: float, docs: np.ndarray | None = None) -> np.ndarray:
+        """BM25 tf-part of postings [s, e) (one term's, or all), computed from tf and doc length;
+        ``docs``: their doc ids when the caller has them already."""
         tf = self.tfs[s:e].astype(np.float32)
-        dl = self.doc_len[self.doc_ids[s:e]].astype(np.float32)
+        if docs is None:
+            docs = self.doc_ids[s:e] if (s, e) == (0, len(self.tfs)) else self.docs(s, e)
+        dl = self.doc_len[docs].astype(np.float32)
         return _bm25_tf(tf, dl, avgdl, k1, b)
 
     def df(self) -> np.ndarray:
         return np.diff(self.indptr)
+
+
+def _pack_docs(indptr: np.ndarray, doc_ids: np.ndarray, n_docs: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(doc_lo, term_hi, split_pos, split_hi) of doc ids ascending within each term (see
+    :data:`_LO_SPAN`); the last three are empty for a segment of at most 65,536 documents."""
+    lo = (doc_ids & (_LO_SPAN - 1)).astype(np.uint16)
+    if n_docs <= _LO_SPAN:
+        return lo, np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint16)
+    hi = (doc_ids >> 16).astype(np.uint16)
+    starts = indptr[:-1][np.diff(indptr) > 0]
+    term_hi = np.zeros(len(indptr) - 1, dtype=np.uint16)
+    term_hi[np.diff(indptr) > 0] = hi[starts]
+    change = np.zeros(len(hi), dtype=bool)
+    change[1:] = hi[1:] != hi[:-1]
+    change[starts] = False  # a term's first posting: its term_hi
+    split_pos = np.flatnonzero(change).astype(np.int64)
+    return lo, term_hi, split_pos, hi[split_pos]
+
+
+def _unpack_docs(indptr: np.ndarray, lo: np.ndarray, term_hi: np.ndarray, split_pos: np.ndarray,
+                 split_hi: np.ndarray) -> np.ndarray:
+    """Every posting's doc id (int32) from :func:`_pack_docs`' arrays."""
+    out = lo.astype(np.int32)
+    if not len(term_hi):
+        return out
+    nonempty = np.diff(indptr) > 0
+    at = np.concatenate([indptr[:-1][nonempty], split_pos])
+    highs = np.concatenate([term_hi[nonempty], split_hi])
+    order = np.argsort(at, kind="stable")
+    at, highs = at[order], highs[order]
+    out |= np.repeat(highs.astype(np.int32) << 16, np.diff(np.append(at, len(lo))))
+    return out
 
 
 def _map_terms(src: _Segment, dst: _Segment) -> np.ndarray:
@@ -239,7 +314,7 @@ def _merge_segments(segs: Sequence[_Segment]) -> _Segment:
     offset = 0
     for s, gm in zip(segs, gmaps):
         lens = np.diff(s.indptr)
-        within = np.arange(len(s.doc_ids), dtype=np.int64) - np.repeat(s.indptr[:-1], lens)
+        within = np.arange(len(s.tfs), dtype=np.int64) - np.repeat(s.indptr[:-1], lens)
         dest = np.repeat(fill[gm], lens) + within
         doc_ids[dest] = s.doc_ids + np.int32(offset)
         tfs[dest] = s.tfs
@@ -307,9 +382,11 @@ class KeywordIndex:
     index statistics (N, total length) they were computed under. A query looks up its terms
     by binary search (no dict is ever built) and adds their impacts into one dense float32
     array of length ``n_docs`` (idf and avgdl are over the union of segments). The impacts live
-    in memory only (:meth:`to_arrow` leaves them out: 4 of a posting's 10 bytes on disk): a loaded
-    index scores its query terms' postings from tf and doc length, the same floats, and a held one
-    computes every impact once, on its second query.
+    in memory only (:meth:`to_arrow` leaves them out): a loaded index scores its query terms'
+    postings from tf and doc length, the same floats, and a held one computes every impact once,
+    on its second query. On disk a posting is 3 bytes: its doc id's low 16 bits and a one-byte tf
+    (two when one does not fit); a segment over 65,536 documents adds each term's high part and
+    where it changes within the term (:func:`_pack_docs`), about 0.2 bytes a posting at 1M.
 
     Doc ids are global: segment offset + local id, in the order documents were added (the
     caller orders records oldest -> newest). :meth:`extend` appends a delta segment and
@@ -426,7 +503,7 @@ class KeywordIndex:
     def _compute_impacts(self, i: int) -> np.ndarray:
         """idf * tf-part for every posting of segment i under this index's statistics."""
         seg = self._segments[i]
-        tfp = seg.tf_part(self.avgdl, 0, len(seg.doc_ids), self.k1, self.b)
+        tfp = seg.tf_part(self.avgdl, 0, len(seg.tfs), self.k1, self.b)
         idf = _bm25_idf(self.n_docs, self._global_df(i)).astype(np.float32)
         tfp *= np.repeat(idf, seg.df())
         return tfp
@@ -560,18 +637,19 @@ class KeywordIndex:
             while hi < len(hits) and hits[hi][0] == si:
                 _, ti, s, e = hits[hi]
                 hi += 1
+                docs = seg.docs(s, e)
                 if imp is not None:
                     w = imp[s:e]
                 else:
                     stale = True
                     if idf is None:  # Lucene idf per distinct query term, as plain floats
                         idf = [np.float32(math.log1p((N - d + 0.5) / (d + 0.5))) for d in df]
-                    w = seg.tf_part(self.avgdl, s, e, self.k1, self.b)
+                    w = seg.tf_part(self.avgdl, s, e, self.k1, self.b, docs)
                     w *= idf[ti]
                 # A term's postings hold each doc once, so `view[docs] += w` would be exact
                 # too, but numpy >= 2's np.add.at fast path is faster than that gather +
                 # scatter (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
-                np.add.at(view, seg.doc_ids[s:e], w)
+                np.add.at(view, docs, w)
         if stale:
             self._stale_queries += 1
             if self._stale_queries >= 2:  # a long-lived process: recompute impacts once
@@ -601,9 +679,10 @@ class KeywordIndex:
         for si, ti, s, e in sorted((si, ti, s, e) for ti, posts in enumerate(self._postings_of(terms)) for si, s, e in posts):
             seg, start = self._segments[si], self._starts[si]
             view = res if seg.n_docs == N else res[start : start + seg.n_docs]
-            w = seg.tf_part(avgdl, s, e, self.k1, self.b)
+            docs = seg.docs(s, e)
+            w = seg.tf_part(avgdl, s, e, self.k1, self.b, docs)
             w *= idf[ti]
-            np.add.at(view, seg.doc_ids[s:e], w)
+            np.add.at(view, docs, w)
         if self._removed is not None:
             res[self._removed] = 0.0
         return res
@@ -630,8 +709,8 @@ class KeywordIndex:
                 local = rows - self._starts[si]
                 inside = (local >= 0) & (local < self._segments[si].n_docs)
                 if inside.any():
-                    docs = self._segments[si].doc_ids[s:e]
-                    want = local[inside].astype(docs.dtype)
+                    docs = self._segments[si].docs(s, e)
+                    want = local[inside].astype(docs.dtype)  # inside: below the segment's n_docs, so it fits
                     at = np.searchsorted(docs, want)
                     found = np.zeros(len(want), dtype=bool)
                     ok = at < len(docs)
@@ -652,7 +731,10 @@ class KeywordIndex:
         ("vocab", pa.large_list(pa.string())),
         ("term_keys", pa.large_list(pa.uint64())),
         ("indptr", pa.large_list(pa.int64())),
-        ("doc_ids", pa.large_list(pa.int32())),
+        ("doc_lo", pa.large_list(pa.uint16())),  # each posting's doc id, low 16 bits ...
+        ("term_hi", pa.large_list(pa.uint16())),  # ... the high 16 at each term's first posting (empty: all 0) ...
+        ("split_pos", pa.large_list(pa.int64())),  # ... the postings within a term where they change ...
+        ("split_hi", pa.large_list(pa.uint16())),  # ... and to what (see _pack_docs)
         ("tfs8", pa.large_list(pa.uint8())),  # a segment's tfs when every one fits a byte (tfs16 empty) ...
         ("tfs16", pa.large_list(pa.uint16())),  # ... else here (tfs8 empty)
         ("doc_len", pa.large_list(pa.int32())),
@@ -669,14 +751,18 @@ class KeywordIndex:
         memory-mapped with :meth:`from_arrow`.
         """
         rows: dict[str, list] = {"n_docs": []}
-        list_cols = ("vocab", "term_keys", "indptr", "doc_ids", "tfs8", "tfs16", "doc_len", "removed")
+        list_cols = ("vocab", "term_keys", "indptr", "doc_lo", "term_hi", "split_pos", "split_hi", "tfs8", "tfs16",
+                     "doc_len", "removed")
         cols: dict[str, list[pa.Array]] = {n: [] for n in list_cols}
         for i, seg in enumerate(self._segments):
             rows["n_docs"].append(seg.n_docs)
             cols["vocab"].append(seg.vocab.cast(pa.string()))
             cols["term_keys"].append(array_of(seg.keys, pa.uint64()))
             cols["indptr"].append(array_of(seg.indptr, pa.int64()))
-            cols["doc_ids"].append(array_of(seg.doc_ids, pa.int32()))
+            packed = seg._packed if seg._packed is not None else _pack_docs(seg.indptr, seg.doc_ids, seg.n_docs)
+            for name, arr, typ in zip(("doc_lo", "term_hi", "split_pos", "split_hi"), packed,
+                                      (pa.uint16(), pa.uint16(), pa.int64(), pa.uint16())):
+                cols[name].append(array_of(arr, typ))
             narrow = not len(seg.tfs) or int(seg.tfs.max()) <= 0xFF
             cols["tfs8"].append(array_of(seg.tfs.astype(np.uint8) if narrow else np.zeros(0, np.uint8), pa.uint8()))
             cols["tfs16"].append(array_of(np.zeros(0, np.uint16) if narrow else seg.tfs.astype(np.uint16), pa.uint16()))
@@ -717,7 +803,8 @@ class KeywordIndex:
             c = {name: batch.column(name) for name in batch.schema.names}
             nd = numpy_of(c["n_docs"])
             views = {}
-            for name in ("term_keys", "indptr", "doc_ids", "tfs8", "tfs16", "doc_len", "removed"):
+            for name in ("term_keys", "indptr", "doc_lo", "term_hi", "split_pos", "split_hi", "tfs8", "tfs16",
+                         "doc_len", "removed"):
                 la = c[name]
                 views[name] = (numpy_of(la.offsets), numpy_of(la.values))
             vl = c["vocab"]
@@ -727,14 +814,24 @@ class KeywordIndex:
                     o, v = views[name]
                     return v[o[r] : o[r + 1]]
                 vocab = vl.values.slice(int(voffs[r]), int(voffs[r + 1] - voffs[r]))
-                doc_ids = part("doc_ids")
+                lo = part("doc_lo")
                 tfs = part("tfs8")
-                if len(tfs) != len(doc_ids):
+                if len(tfs) != len(lo):
                     tfs = part("tfs16")
-                if len(tfs) != len(doc_ids):
+                if len(tfs) != len(lo):
                     raise ValueError(f"keyword index segment {r} is inconsistent ({len(tfs)} term frequencies for "
-                                     f"{len(doc_ids)} postings); rebuild the cache")
-                seg = _Segment(vocab, part("term_keys"), part("indptr"), doc_ids, tfs, part("doc_len"))
+                                     f"{len(lo)} postings); rebuild the cache")
+                indptr, doc_len = part("indptr"), part("doc_len")
+                packed = (lo, part("term_hi"), part("split_pos"), part("split_hi"))
+                wide = len(doc_len) > _LO_SPAN
+                if (len(packed[1]) != (len(indptr) - 1 if wide else 0) or len(packed[2]) != len(packed[3])
+                        or (len(packed[2]) and not 0 < packed[2][0] <= packed[2][-1] < len(lo))):
+                    raise ValueError(f"keyword index segment {r} is inconsistent (the high parts of its doc ids do "
+                                     f"not fit its {len(indptr) - 1} terms and {len(lo)} postings); rebuild the cache")
+                if wide:
+                    seg = _Segment(vocab, part("term_keys"), indptr, None, tfs, doc_len, packed=packed)
+                else:
+                    seg = _Segment(vocab, part("term_keys"), indptr, lo, tfs, doc_len)
                 if seg.n_docs != nd[r]:
                     raise ValueError(f"keyword index segment {r} is inconsistent ({seg.n_docs} doc "
                                      f"lengths for n_docs={nd[r]}); rebuild the cache")
