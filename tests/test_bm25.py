@@ -267,3 +267,10 @@ def test_a_segment_over_65536_documents_round_trips_with_two_byte_doc_ids(tmp_pa
     bad = bad.set_column(bad.schema.get_field_index("split_hi"), "split_hi", pa.array([[1]], type=pa.large_list(pa.uint16())))
     with pytest.raises(ValueError, match="high parts"):
         KeywordIndex.from_arrow(bad)
+    # ... or a high part past the segment's documents (a doc id no document has)
+    term_hi = np.array(table.column("term_hi")[0].values)
+    term_hi[0] = 9
+    bad = table.set_column(table.schema.get_field_index("term_hi"), "term_hi",
+                           pa.array([term_hi], type=pa.large_list(pa.uint16())))
+    with pytest.raises(ValueError, match="high parts"):
+        KeywordIndex.from_arrow(bad)

@@ -824,8 +824,11 @@ class KeywordIndex:
                 indptr, doc_len = part("indptr"), part("doc_len")
                 packed = (lo, part("term_hi"), part("split_pos"), part("split_hi"))
                 wide = len(doc_len) > _LO_SPAN
+                top = (len(doc_len) - 1) >> 16  # the highest high part a doc id of this segment has
                 if (len(packed[1]) != (len(indptr) - 1 if wide else 0) or len(packed[2]) != len(packed[3])
-                        or (len(packed[2]) and not 0 < packed[2][0] <= packed[2][-1] < len(lo))):
+                        or (len(packed[2]) and not 0 < packed[2][0] <= packed[2][-1] < len(lo))
+                        or (len(packed[1]) and int(packed[1].max()) > top)
+                        or (len(packed[3]) and int(packed[3].max()) > top)):
                     raise ValueError(f"keyword index segment {r} is inconsistent (the high parts of its doc ids do "
                                      f"not fit its {len(indptr) - 1} terms and {len(lo)} postings); rebuild the cache")
                 if wide:
