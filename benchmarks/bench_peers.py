@@ -46,6 +46,11 @@ the records and index task + summary with their own analysers (Tantivy ``en_stem
 the process's peak RSS and what the load added to it. Growth: the load time, the load's memory
 and the query median from the 10k store up, as ratios beside the records' ratio.
 
+Rankings. Each size's rankings (the full ranking's top 10 with its totals and BM25's with its scores, for
+every query, every float as its repr, hashed per query) are compared with the ones saved in ``--rankings``
+(benchmarks/data/rankings/<corpus>-<records>.json; ``--save-rankings`` writes them): a change made for speed
+must leave every one as it was. The last line of the output says, per size, whether they are equal.
+
 Stores. The real size (the corpus itself, "real" or its count in ``--sizes``) is copied once;
 other sizes are synthesised from the real records (:func:`_corpus.synthesise`: new ids, times
 and lineage per copy, copies > 0 with text of their own made of the corpus's lines, numbers
@@ -317,6 +322,7 @@ class Engines:
         def text(q):
             return self.texts.get(id(q)) or " ".join(q)
 
+        self.ranked = lambda q: rank_query(snap, text(q), k=K, weights=weights, now_ms=now, parent_run_id=parent)
         self.fns = {
             "cybmem-kw": lambda q: S.top_k(index.scores(q), K),
             "cybmem-full": lambda q: rank_query(snap, text(q), k=K, weights=weights, now_ms=now, parent_run_id=parent).top,
@@ -445,6 +451,25 @@ class Engines:
         out["cybmem-search"] = {"vs": "cybmem-full, exactly", "mean": same / len(queries), "all_10": same / len(queries)}
         return out
 
+    def rankings(self, queries: list[list[str]]) -> dict[str, str]:
+        """Each query's cybmem rankings as :func:`check_rankings` compares them: the full ranking's top
+        10 (run ids and totals) and BM25's (run ids and scores, the scored ones), every float as its
+        repr, hashed (sha256, 16 hex digits) by the query's text."""
+        import hashlib
+
+        from cybmem.retrieval import scoring as S
+
+        ids = self.snap.records.column("runId").to_pylist()
+        out: dict[str, str] = {}
+        for q in queries:
+            r = self.ranked(q)
+            full = [[ids[row], repr(float(r.scored.total[local]))] for row, local in zip(r.top, r.local)] if r.scored else []
+            sc = self.snap.index.scores(q)
+            kw = [[ids[int(i)], repr(float(sc[i]))] for i in S.top_k(sc, K) if sc[i] > 0]
+            blob = json.dumps({"full": full, "kw": kw}, separators=(",", ":")).encode()
+            out[" ".join(q)] = hashlib.sha256(blob).hexdigest()[:16]
+        return out
+
     def close(self) -> None:
         self.fns.clear()
         self.rows.clear()
@@ -527,6 +552,8 @@ def bench_size(n: int, args, root: Path, slug: str, recs: list[dict], queries: l
                 res["queries"] = caps
                 say(f"{tag}: top-10 agreement")
                 res["agreement"] = eng.agreement(queries, caps)
+                res["rankings"] = check_rankings(eng.rankings(queries), args, slug, n)
+                say(f"{tag}: rankings: {res['rankings']['verdict']}")
                 runs: list[dict[str, list[int]]] = []
                 for r in range(args.runs):
                     runs.append(timed_run(fns, caps, queries, f"{tag}: run {r + 1}/{args.runs}"))
@@ -535,6 +562,43 @@ def bench_size(n: int, args, root: Path, slug: str, recs: list[dict], queries: l
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res["query"] = summarise(runs)
+    return res
+
+
+def check_rankings(got: dict[str, str], args, slug: str, n: int) -> dict:
+    """Compare this run's rankings (:meth:`Engines.rankings`) with the ones saved for this corpus and
+    size in ``--rankings`` (``<slug>-<n>.json``), and with ``--save-rankings`` write them there.
+    A speed change must leave every ranking as it was: every float, every tie's order."""
+    path = args.rankings / f"{slug}-{n}.json"
+    res: dict = {"file": str(path), "queries": len(got)}
+    saved = None
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())["rankings"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            res["verdict"] = f"{path} is not a saved rankings file ({exc}); write it again with --save-rankings"
+    if saved is not None:
+        common = [t for t in got if t in saved]
+        differ = [t for t in common if got[t] != saved[t]]
+        res.update(compared=len(common), differ=len(differ), first_differing=differ[:3],
+                   not_saved=len(got) - len(common))
+        if not common:
+            res["verdict"] = f"none of these queries is saved in {path}"
+        elif differ:
+            res["verdict"] = (f"{len(differ)} of {len(common)} distinct queries rank otherwise than saved in {path} "
+                              f"(first: {differ[0]!r})")
+        else:
+            res["verdict"] = f"equal to the saved ones on all {len(common)} distinct queries ({path})"
+            if res["not_saved"]:
+                res["verdict"] += f"; {res['not_saved']} queries not saved"
+    elif "verdict" not in res:
+        res["verdict"] = f"none saved for this size ({path}: --save-rankings writes it)"
+    if args.save_rankings:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"corpus": slug, "records": n, "k": K, "rankings": got}, indent=0, sort_keys=True) + "\n")
+        res["saved"] = True
+        res["verdict"] += "; this run's saved there now"
+        say(f"{label(n)}: rankings saved to {path}")
     return res
 
 
@@ -704,6 +768,10 @@ def main(argv: list[str] | None = None) -> int:
                          "its first project")
     ap.add_argument("--cache-dir", type=Path, default=C.DATA_DIR, help="where the stores are written once and kept")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    ap.add_argument("--rankings", type=Path, default=Path(__file__).resolve().parent / "data" / "rankings",
+                    help="where each size's saved rankings are (<corpus>-<records>.json): this run's are compared "
+                         "with them")
+    ap.add_argument("--save-rankings", action="store_true", help="write this run's rankings there (after comparing)")
     args = ap.parse_args(argv)
     args.skip = [s.strip() for s in args.skip.split(",") if s.strip()]
     args.cache_dir = args.cache_dir.resolve()
@@ -726,6 +794,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Machine: {out['machine']['cpu']}, {out['machine']['cores']} cores; "
           + ", ".join(f"{k} {v}" for k, v in out["versions"].items() if v) + "\n")
     print(text)
+    print("\nRankings (the full ranking's and BM25's top 10, every float) against the saved ones: "
+          + "; ".join(f"{label(r['records'])}: {r['rankings']['verdict']}" for r in out["results"]))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2) + "\n")

@@ -48,3 +48,31 @@ def test_bench_peers_prints_its_tables_on_the_fixtures(fixture_copy, tmp_path):
         assert r["held"]  # search() ran on the held snapshot, not a reload per call
         assert {"cybmem", "tantivy", "fts5"} <= set(r["load"]) and {"cybmem", "tantivy", "fts5"} <= set(r["disk_bytes"])
         assert all(q["median_us"] > 0 for q in r["query"].values())
+
+
+def test_bench_peers_compares_its_rankings_with_the_saved_ones(fixture_copy, tmp_path):
+    """Issue 31: "rankings compare equal to the saved ones". A run saves each size's rankings
+    (--save-rankings), the next compares with them and says equal; a saved ranking that differs
+    (one query's hash changed, as a change to a float or a tie's order would) is named."""
+    rk = tmp_path / "rankings"
+
+    def run(*extra):
+        p = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "bench_peers.py"), "--root", str(fixture_copy), "--sizes", "real",
+             "--cache-dir", str(tmp_path / "cache"), "--queries", "12", "--runs", "1", "--skip", "bm25s,fts5",
+             "--rankings", str(rk), "--json", str(tmp_path / "out.json"), *extra],
+            capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return p.stdout.strip().splitlines()[-1], json.loads((tmp_path / "out.json").read_text())["results"][0]["rankings"]
+
+    line, res = run("--save-rankings")
+    assert "none saved for this size" in line and res["saved"]
+    saved = json.loads(next(rk.glob("*-15.json")).read_text())
+    assert saved["records"] == 15 and len(saved["rankings"]) == 12
+    line, res = run()
+    assert "15: equal to the saved ones on all 12 distinct queries" in line and res["differ"] == 0
+    query = sorted(saved["rankings"])[0]
+    saved["rankings"][query] = "0" * 16
+    next(rk.glob("*-15.json")).write_text(json.dumps(saved))
+    line, res = run()
+    assert "1 of 12 distinct queries rank otherwise than saved" in line and res["first_differing"] == [query], line
