@@ -194,9 +194,19 @@ def test_arrow_round_trip_through_ipc_memory_map(tmp_path):
     assert seg.impact is None and seg.tfs.dtype == np.uint8 and "impact" not in table.schema.names
     q = ["w1", "w2"]
     first = back.scores(q)  # from tf and doc length
-    back.scores(q)  # the second query computes the impacts once (a held index)
-    assert back._segment_impacts(0, seg) is not None and np.array_equal(back.scores(q), first)
-    assert np.array_equal(first, idx.scores(q))
+    back.scores(q)
+    back.scores(q)  # a one-shot process's few queries (cybmem inject): nothing computed for every posting
+    assert back._segment_impacts(0, seg) is None and seg.doc_ids.dtype == np.uint16
+    back.hold()  # a long-lived reader's (Snapshot.prepare): its next query settles it, once
+    assert np.array_equal(back.scores(q), first)
+    assert back._segment_impacts(0, seg) is not None and seg.doc_ids.dtype == np.intp
+    assert np.array_equal(back.scores(q), first) and np.array_equal(first, idx.scores(q))
+    # not held: it settles after B._SETTLE_AFTER queries (a notebook's loop), with the same scores
+    other = KeywordIndex.from_arrow(pa.ipc.open_file(mm).read_all())
+    for i in range(B._SETTLE_AFTER):
+        assert other._segment_impacts(0, other._segments[0]) is None
+        assert np.array_equal(other.scores(q), first)
+    assert other._segment_impacts(0, other._segments[0]) is not None and np.array_equal(other.scores(q), first)
     # a loaded index can still be extended
     ext = back.extend([["w1"]])
     _assert_same_index(ext, KeywordIndex.build(docs + [["w1"]]), [["w1"]])

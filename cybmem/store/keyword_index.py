@@ -150,6 +150,12 @@ class _Segment:
             self._docs = _unpack_docs(self.indptr, *self._packed)
         return self._docs
 
+    def widen(self) -> None:
+        """Keep every doc id as np.add.at's own index type (intp), which it otherwise converts to on
+        each call (a held index's queries: ~20% of the BM25 scores at 7.7k and 100k records)."""
+        if self.doc_ids.dtype != np.intp:
+            self._docs = self.doc_ids.astype(np.intp)
+
     def docs(self, s: int, e: int) -> np.ndarray:
         """Local doc ids of one term's postings [s, e)."""
         if self._docs is not None:
@@ -362,6 +368,12 @@ class TermHits:
     held: np.ndarray  # bool, rows x terms
 
 
+#: A loaded index scores its query terms' postings from tf and doc length (the impacts are not on
+#: disk); one queried this often (a notebook, a tuning, a benchmark), or held and queried twice
+#: (:meth:`KeywordIndex.hold`), computes every impact once and widens its doc ids. A one-shot process
+#: (``cybmem inject`` asks two or three queries) never pays for that: 0.1-0.2 s at 100k records.
+_SETTLE_AFTER = 8
+
 #: Query terms whose postings an index keeps found (:meth:`KeywordIndex._postings_of`): a long-lived
 #: reader's vocabulary of queries, a few hundred KB at most.
 _POSTINGS_KEPT = 4096
@@ -383,15 +395,15 @@ class KeywordIndex:
     by binary search (no dict is ever built) and adds their impacts into one dense float32
     array of length ``n_docs`` (idf and avgdl are over the union of segments). The impacts live
     in memory only (:meth:`to_arrow` leaves them out): a loaded index scores its query terms'
-    postings from tf and doc length, the same floats, and a held one computes every impact once,
-    on its second query. On disk a posting is 3 bytes: its doc id's low 16 bits and a one-byte tf
+    postings from tf and doc length, the same floats, and a long-lived one computes every impact
+    once (on its second query when held, :meth:`hold`; else its :data:`_SETTLE_AFTER`-th). On disk a posting is 3 bytes: its doc id's low 16 bits and a one-byte tf
     (two when one does not fit); a segment over 65,536 documents adds each term's high part and
     where it changes within the term (:func:`_pack_docs`), about 0.2 bytes a posting at 1M.
 
     Doc ids are global: segment offset + local id, in the order documents were added (the
     caller orders records oldest -> newest). :meth:`extend` appends a delta segment and
     leaves the main one untouched; the main segment's impacts go stale because N and avgdl
-    moved, so until they are recomputed (lazily, on the second query, or by :meth:`compact`)
+    moved, so until they are recomputed (when the index settles, or by :meth:`compact`)
     its query-term postings are scored from tf and doc length directly: the same numbers,
     a little slower. Removal is a mask (:meth:`remove`): removed docs score 0 and still
     count in N/df/avgdl, as in Lucene until a merge.
@@ -411,7 +423,9 @@ class KeywordIndex:
         self.avgdl = self.total_len / self.n_docs if self.n_docs and self.total_len else 1.0
         self._key = (self.n_docs, self.total_len)
         self._removed = removed if removed is not None and len(removed) else None
-        self._stale_queries = 0
+        self._queries = 0
+        self._held = False
+        self._settled = False
         self._fresh: dict[int, np.ndarray] = {}
         #: each query term looked up so far -> its postings, ((segment, start, end), ...): an index
         #: never changes (extend, remove and a refresh make another), so a held one finds a term once
@@ -627,7 +641,6 @@ class KeywordIndex:
         if not hits:
             return res
         df = [_df(posts) for posts in found]
-        stale = False
         hi = 0
         idf: list[np.float32] | None = None
         for si, seg in enumerate(self._segments):
@@ -641,7 +654,6 @@ class KeywordIndex:
                 if imp is not None:
                     w = imp[s:e]
                 else:
-                    stale = True
                     if idf is None:  # Lucene idf per distinct query term, as plain floats
                         idf = [np.float32(math.log1p((N - d + 0.5) / (d + 0.5))) for d in df]
                     w = seg.tf_part(self.avgdl, s, e, self.k1, self.b, docs)
@@ -650,10 +662,9 @@ class KeywordIndex:
                 # too, but numpy >= 2's np.add.at fast path is faster than that gather +
                 # scatter (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
                 np.add.at(view, docs, w)
-        if stale:
-            self._stale_queries += 1
-            if self._stale_queries >= 2:  # a long-lived process: recompute impacts once
-                self._refresh_impacts()
+        self._queries += 1
+        if not self._settled and self._queries >= (2 if self._held else _SETTLE_AFTER):
+            self._settle()
         if self._removed is not None:
             res[self._removed] = 0.0
         return res
@@ -719,6 +730,21 @@ class KeywordIndex:
         if self._removed is not None:
             held[np.isin(rows, self._removed)] = False
         return TermHits(terms, df, held)
+
+    def hold(self) -> KeywordIndex:
+        """Mark this index as a long-lived reader's (the snapshots ``cybmem mcp`` holds,
+        :meth:`cybmem.store.snapshot.Snapshot.prepare`): it settles (:meth:`_settle`) on its second
+        query rather than its :data:`_SETTLE_AFTER`-th. Returns self."""
+        self._held = True
+        return self
+
+    def _settle(self) -> None:
+        """What pays off over many queries and not over one: every posting's impact (where a segment
+        has none for this index's statistics) and wide doc ids (:meth:`_Segment.widen`). Done once."""
+        self._settled = True
+        self._refresh_impacts()
+        for seg in self._segments:
+            seg.widen()
 
     def _refresh_impacts(self) -> None:
         for i, seg in enumerate(self._segments):

@@ -189,6 +189,7 @@ class Snapshot:
         quoted"). A one-shot query (the CLI) is cheaper without
         them, so they are built only when a long-lived caller (widget, tuning, benchmark) asks.
         """
+        self.index.hold()  # impacts and wide doc ids on its second query (KeywordIndex.hold)
         if self._lineage is None:
             self._lookup = RunLookup.build(self.records.column("runId"))
             self._lineage = tuple(
@@ -302,7 +303,7 @@ class Snapshot:
                 index = None
         if index is None or index.n_docs != folded.num_rows:
             index = issue_index(folded)
-        return index
+        return index.hold() if self._lineage is not None else index  # a prepared (held) snapshot's
 
     def issue_index(self) -> KeywordIndex:
         """A keyword index over every issue's title and detail, row-aligned with :meth:`fold`
