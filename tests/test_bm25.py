@@ -266,6 +266,11 @@ def test_a_segment_over_65536_documents_round_trips_with_two_byte_doc_ids(tmp_pa
         got, want = back.term_hits(q, rows), idx.term_hits(q, rows)
         assert np.array_equal(got.held, want.held) and np.array_equal(got.df, want.df)
     assert np.flatnonzero(back.term_hits(["late"], np.arange(n)).held[:, 0]).tolist() == [70000, 70001, 140000]
+    held = KeywordIndex.from_arrow(table).hold()
+    for q in queries:  # settled on the second: every id decoded straight into intp, the same scores
+        np.testing.assert_array_equal(held.scores(q), idx.scores(q))
+    assert held._segments[0].doc_ids.dtype == np.intp
+    assert np.array_equal(held._segments[0].doc_ids, idx._segments[0].doc_ids)
     assert np.array_equal(seg.doc_ids, idx._segments[0].doc_ids)  # the whole decode, as a held index makes it
     for q in queries:
         np.testing.assert_array_equal(back.scores(q), idx.scores(q))

@@ -153,8 +153,10 @@ class _Segment:
     def widen(self) -> None:
         """Keep every doc id as np.add.at's own index type (intp), which it otherwise converts to on
         each call (a held index's queries: ~20% of the BM25 scores at 7.7k and 100k records)."""
-        if self.doc_ids.dtype != np.intp:
-            self._docs = self.doc_ids.astype(np.intp)
+        if self._docs is None:  # decoded straight into intp: no int32 copy beside it
+            self._docs = _unpack_docs(self.indptr, *self._packed, dtype=np.intp)
+        elif self._docs.dtype != np.intp:
+            self._docs = self._docs.astype(np.intp)
 
     def docs(self, s: int, e: int) -> np.ndarray:
         """Local doc ids of one term's postings [s, e)."""
@@ -207,9 +209,9 @@ def _pack_docs(indptr: np.ndarray, doc_ids: np.ndarray, n_docs: int
 
 
 def _unpack_docs(indptr: np.ndarray, lo: np.ndarray, term_hi: np.ndarray, split_pos: np.ndarray,
-                 split_hi: np.ndarray) -> np.ndarray:
-    """Every posting's doc id (int32) from :func:`_pack_docs`' arrays."""
-    out = lo.astype(np.int32)
+                 split_hi: np.ndarray, dtype: Any = np.int32) -> np.ndarray:
+    """Every posting's doc id (int32, or ``dtype``) from :func:`_pack_docs`' arrays."""
+    out = lo.astype(dtype)
     if not len(term_hi):
         return out
     nonempty = np.diff(indptr) > 0
@@ -217,7 +219,7 @@ def _unpack_docs(indptr: np.ndarray, lo: np.ndarray, term_hi: np.ndarray, split_
     highs = np.concatenate([term_hi[nonempty], split_hi])
     order = np.argsort(at, kind="stable")
     at, highs = at[order], highs[order]
-    out |= np.repeat(highs.astype(np.int32) << 16, np.diff(np.append(at, len(lo))))
+    out |= np.repeat(highs.astype(dtype) << 16, np.diff(np.append(at, len(lo))))
     return out
 
 
@@ -371,7 +373,7 @@ class TermHits:
 #: A loaded index scores its query terms' postings from tf and doc length (the impacts are not on
 #: disk); one queried this often (a notebook, a tuning, a benchmark), or held and queried twice
 #: (:meth:`KeywordIndex.hold`), computes every impact once and widens its doc ids. A one-shot process
-#: (``cybmem inject`` asks two or three queries) never pays for that: 0.1-0.2 s at 100k records.
+#: (``cybmem inject`` asks two or three queries) never pays for that: 20 ms at 100k records, 0.2-1 s at 1M.
 _SETTLE_AFTER = 8
 
 #: Query terms whose postings an index keeps found (:meth:`KeywordIndex._postings_of`): a long-lived
@@ -396,9 +398,10 @@ class KeywordIndex:
     array of length ``n_docs`` (idf and avgdl are over the union of segments). The impacts live
     in memory only (:meth:`to_arrow` leaves them out): a loaded index scores its query terms'
     postings from tf and doc length, the same floats, and a long-lived one computes every impact
-    once (on its second query when held, :meth:`hold`; else its :data:`_SETTLE_AFTER`-th). On disk a posting is 3 bytes: its doc id's low 16 bits and a one-byte tf
-    (two when one does not fit); a segment over 65,536 documents adds each term's high part and
-    where it changes within the term (:func:`_pack_docs`), about 0.2 bytes a posting at 1M.
+    once (on its second query when held, :meth:`hold`; else its :data:`_SETTLE_AFTER`-th). On disk
+    a posting is 3 bytes: its doc id's low 16 bits and a one-byte tf (two when one does not fit); a
+    segment over 65,536 documents adds each term's high part and where it changes within the term
+    (:func:`_pack_docs`), about 0.2 bytes a posting at 1M.
 
     Doc ids are global: segment offset + local id, in the order documents were added (the
     caller orders records oldest -> newest). :meth:`extend` appends a delta segment and
