@@ -289,3 +289,37 @@ def test_a_segment_over_65536_documents_round_trips_with_two_byte_doc_ids(tmp_pa
                            pa.array([term_hi], type=pa.large_list(pa.uint16())))
     with pytest.raises(ValueError, match="high parts"):
         KeywordIndex.from_arrow(bad)
+
+
+def test_validate_finds_every_kind_of_damaged_posting():
+    """KeywordIndex.validate (what doctor runs): a doc id past the segment's documents, ids not
+    ascending within a term, a tf of 0, term offsets that do not cover the postings; a sound index,
+    small or over 65,536 documents, passes. A query of a damaged one says so (StoreError)."""
+    from cybmem.errors import StoreError
+
+    docs = [["w1", "w2"], ["w2", "w3"], ["w1", "w3", "w3"], ["w4"]]
+    table = KeywordIndex.build(docs).to_arrow()
+    KeywordIndex.from_arrow(table).validate()
+    big = KeywordIndex.build([[f"w{i % 7}"] for i in range(70_000)])
+    KeywordIndex.from_arrow(big.to_arrow()).validate()
+
+    def with_column(name, values, typ):
+        return KeywordIndex.from_arrow(table.set_column(table.schema.get_field_index(name), name,
+                                                        pa.array([values], type=pa.large_list(typ))))
+
+    lo = table.column("doc_lo")[0].values.to_pylist()
+    out_of_range = with_column("doc_lo", [9] + lo[1:], pa.uint16())
+    with pytest.raises(ValueError, match="names document 9 of 4"):
+        out_of_range.validate()
+    with pytest.raises(StoreError, match="damaged.*doctor --repair"):
+        out_of_range.scores(["w1"])
+    swapped = lo[:]
+    swapped[0], swapped[1] = swapped[1], swapped[0]  # w1's postings: docs 0 and 2, now 2 and 0
+    with pytest.raises(ValueError, match="not ascending"):
+        with_column("doc_lo", swapped, pa.uint16()).validate()
+    tfs = table.column("tfs8")[0].values.to_pylist()
+    with pytest.raises(ValueError, match="term frequency of 0"):
+        with_column("tfs8", [0] + tfs[1:], pa.uint8()).validate()
+    ip = table.column("indptr")[0].values.to_pylist()
+    with pytest.raises(ValueError, match="term offsets"):
+        with_column("indptr", ip[:-1] + [ip[-1] - 1], pa.int64()).validate()

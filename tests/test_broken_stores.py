@@ -145,3 +145,40 @@ def test_real_process_says_error_in_one_line(broken):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("Error: "), p.stderr
     p = subprocess.run([*args, "rebuild", "--project", "web", "--json", "--memory-dir", str(broken)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and json.loads(p.stderr)["exitCode"] == 1
+
+
+def test_a_damaged_keyword_index_in_the_cache_is_named_and_repaired(tmp_path):
+    """A cache file that still reads as Arrow but whose postings name a document the project does not
+    have (a flipped bit, another tool's file): search said IndexError with a traceback, doctor saw
+    nothing. Now a query says what is damaged and how to repair it in one line, inject still gives
+    the task back, doctor finds it (every posting checked) and --repair makes search work again."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    root = tmp_path / "memory"
+    shutil.copytree(FIXTURES, root, ignore=LEFTOVERS)
+    (root / ".nocache").unlink(missing_ok=True)
+    web = ["--project", "web", "--memory-dir", str(root)]
+    assert runner.invoke(app, ["search", "cart", *web]).exit_code == 0  # writes the cache
+    kw = next((root / "web" / ".cache").glob("kw-*.arrow"))
+    table = ipc.open_file(pa.BufferReader(kw.read_bytes())).read_all()
+    term = table.column("vocab")[0].values[0].as_py()  # its first posting is the file's first
+    lo = table.column("doc_lo")[0].values.to_pylist()
+    lo[0] = 65000
+    table = table.set_column(table.schema.get_field_index("doc_lo"), "doc_lo",
+                             pa.array([lo], type=pa.large_list(pa.uint16())))
+    tmp = kw.with_suffix(".tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    os.replace(tmp, kw)
+
+    res = runner.invoke(app, ["search", term, *web])
+    assert res.exit_code == 1 and "Traceback" not in res.stderr + res.stdout
+    assert res.stderr.startswith("Error: the keyword index in the project's .cache is damaged") and "doctor --repair" in res.stderr
+    res = runner.invoke(app, ["inject", f"Fix {term}", *web])
+    assert res.exit_code == 0 and res.stdout.endswith(f"Fix {term}") and "damaged" in res.stderr
+    res = runner.invoke(app, ["doctor", *web])
+    assert "a posting names document 65000" in res.output and "repairable" in res.output
+    assert runner.invoke(app, ["doctor", "--repair", *web]).exit_code == 0
+    res = runner.invoke(app, ["search", term, *web])
+    assert res.exit_code == 0 and "damaged" not in res.stderr

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 # Arrays built and read through their buffers: pa.array, pa.scalar and to_numpy import pandas.
 from ..arrow_numpy import array_of, numpy_of, scalar, string_lists, strings
+from ..errors import StoreError
 
 __all__ = ["IdColumn", "KeywordIndex", "QueryStats", "RunLookup", "TermHits"]
 
@@ -381,6 +382,13 @@ _SETTLE_AFTER = 8
 _POSTINGS_KEPT = 4096
 
 
+def _damaged(exc: IndexError) -> StoreError:
+    """What a query says of an index whose postings name a document it does not have (a cache file
+    damaged on disk: :meth:`KeywordIndex.validate` finds it)."""
+    return StoreError(f"the keyword index in the project's .cache is damaged ({exc}); run `cybmem doctor "
+                      "--repair` (or delete the .cache directory) and it is rebuilt from the records")
+
+
 def _df(postings: tuple[tuple[int, int, int], ...]) -> int:
     """Documents holding a term: the lengths of its postings (:meth:`KeywordIndex._postings_of`) summed."""
     return sum(e - s for _, s, e in postings)
@@ -644,7 +652,20 @@ class KeywordIndex:
         if not hits:
             return res
         df = [_df(posts) for posts in found]
-        hi = 0
+        try:
+            self._add_hits(res, hits, df)
+            self._queries += 1
+            if not self._settled and self._queries >= (2 if self._held else _SETTLE_AFTER):
+                self._settle()
+        except IndexError as exc:
+            raise _damaged(exc) from None
+        if self._removed is not None:
+            res[self._removed] = 0.0
+        return res
+
+    def _add_hits(self, res: np.ndarray, hits: list[tuple[int, int, int, int]], df: list[int]) -> None:
+        """:meth:`scores`' sums: each hit (segment, query term, postings [s, e)) added into ``res``."""
+        N, hi = self.n_docs, 0
         idf: list[np.float32] | None = None
         for si, seg in enumerate(self._segments):
             start = self._starts[si]
@@ -665,12 +686,6 @@ class KeywordIndex:
                 # too, but numpy >= 2's np.add.at fast path is faster than that gather +
                 # scatter (benchmarks/RESULTS.md, "Figures the module docstrings quoted").
                 np.add.at(view, docs, w)
-        self._queries += 1
-        if not self._settled and self._queries >= (2 if self._held else _SETTLE_AFTER):
-            self._settle()
-        if self._removed is not None:
-            res[self._removed] = 0.0
-        return res
 
     def _scores_under(self, query_tokens: Sequence[str], stats: QueryStats, out: np.ndarray | None) -> np.ndarray:
         """:meth:`scores` under given statistics: the tf-part and idf from the same kernels
@@ -694,9 +709,12 @@ class KeywordIndex:
             seg, start = self._segments[si], self._starts[si]
             view = res if seg.n_docs == N else res[start : start + seg.n_docs]
             docs = seg.docs(s, e)
-            w = seg.tf_part(avgdl, s, e, self.k1, self.b, docs)
-            w *= idf[ti]
-            np.add.at(view, docs, w)
+            try:
+                w = seg.tf_part(avgdl, s, e, self.k1, self.b, docs)
+                w *= idf[ti]
+                np.add.at(view, docs, w)
+            except IndexError as exc:
+                raise _damaged(exc) from None
         if self._removed is not None:
             res[self._removed] = 0.0
         return res
@@ -733,6 +751,34 @@ class KeywordIndex:
         if self._removed is not None:
             held[np.isin(rows, self._removed)] = False
         return TermHits(terms, df, held)
+
+    def validate(self) -> None:
+        """Check every posting (O(postings): ``cybmem doctor``, not every load): each doc id below its
+        segment's documents and ascending within its term, each tf at least 1, the term offsets
+        ascending to the postings' count. A cache file that reads as Arrow but holds other numbers
+        (a flipped bit, a file written by another tool) would otherwise score a document that is not
+        there, or fail a query.
+
+        Raises:
+            ValueError: what is wrong, and that the cache is to be rebuilt.
+        """
+        for r, seg in enumerate(self._segments):
+            P = len(seg.tfs)
+            ip = seg.indptr
+            if len(ip) != len(seg.vocab) + 1 or (len(ip) and (ip[0] != 0 or ip[-1] != P or np.any(np.diff(ip) < 0))):
+                raise ValueError(f"keyword index segment {r}: its term offsets do not cover its {P} postings; rebuild the cache")
+            if not P:
+                continue
+            ids = seg.docs(0, P) if seg._docs is not None else _unpack_docs(ip, *seg._packed)
+            if int(ids.max()) >= seg.n_docs:
+                raise ValueError(f"keyword index segment {r}: a posting names document {int(ids.max())} of "
+                                 f"{seg.n_docs}; rebuild the cache")
+            starts = np.zeros(P, dtype=bool)
+            starts[ip[:-1][np.diff(ip) > 0]] = True
+            if np.any((np.diff(ids.astype(np.int64)) <= 0) & ~starts[1:]):
+                raise ValueError(f"keyword index segment {r}: a term's doc ids are not ascending; rebuild the cache")
+            if int(seg.tfs.min()) < 1:
+                raise ValueError(f"keyword index segment {r}: a posting has a term frequency of 0; rebuild the cache")
 
     def hold(self) -> KeywordIndex:
         """Mark this index as a long-lived reader's (the snapshots ``cybmem mcp`` holds,

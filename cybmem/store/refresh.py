@@ -101,7 +101,8 @@ def cache_problem(store: MemoryStore) -> str | None:
     if manifest is None:
         return None
     try:
-        _segments(cache, manifest)
+        _records, index, _events = _segments(cache, manifest)
+        index.validate()  # every posting: what a load does not check
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
