@@ -147,30 +147,42 @@ def test_real_process_says_error_in_one_line(broken):
     assert p.returncode == 1 and json.loads(p.stderr)["exitCode"] == 1
 
 
-def test_a_damaged_keyword_index_in_the_cache_is_named_and_repaired(tmp_path):
-    """A cache file that still reads as Arrow but whose postings name a document the project does not
-    have (a flipped bit, another tool's file): search said IndexError with a traceback, doctor saw
-    nothing. Now a query says what is damaged and how to repair it in one line, inject still gives
-    the task back, doctor finds it (every posting checked) and --repair makes search work again."""
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
+def _cached_copy(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of the fixtures with a cache (the fixtures carry .nocache), and the args naming its web project."""
     root = tmp_path / "memory"
     shutil.copytree(FIXTURES, root, ignore=LEFTOVERS)
     (root / ".nocache").unlink(missing_ok=True)
     web = ["--project", "web", "--memory-dir", str(root)]
     assert runner.invoke(app, ["search", "cart", *web]).exit_code == 0  # writes the cache
-    kw = next((root / "web" / ".cache").glob("kw-*.arrow"))
-    table = ipc.open_file(pa.BufferReader(kw.read_bytes())).read_all()
+    return root, web
+
+
+def _damage_index(path: Path) -> str:
+    """Point the first posting of a cached keyword index at document 65000 (the file still reads as
+    Arrow and matches the manifest); returns the term that posting belongs to."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    table = ipc.open_file(pa.BufferReader(path.read_bytes())).read_all()
     term = table.column("vocab")[0].values[0].as_py()  # its first posting is the file's first
     lo = table.column("doc_lo")[0].values.to_pylist()
     lo[0] = 65000
     table = table.set_column(table.schema.get_field_index("doc_lo"), "doc_lo",
                              pa.array([lo], type=pa.large_list(pa.uint16())))
-    tmp = kw.with_suffix(".tmp")
-    with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as w:
+    tmp = path.with_suffix(".tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
-    os.replace(tmp, kw)
+    os.replace(tmp, path)
+    return term
+
+
+def test_a_damaged_keyword_index_in_the_cache_is_named_and_repaired(tmp_path):
+    """A cache file that still reads as Arrow but whose postings name a document the project does not
+    have (a flipped bit, another tool's file): search said IndexError with a traceback, doctor saw
+    nothing. Now a query says what is damaged and how to repair it in one line, inject still gives
+    the task back, doctor finds it (every posting checked) and --repair makes search work again."""
+    root, web = _cached_copy(tmp_path)
+    term = _damage_index(next((root / "web" / ".cache").glob("kw-*.arrow")))
 
     res = runner.invoke(app, ["search", term, *web])
     assert res.exit_code == 1 and "Traceback" not in res.stderr + res.stdout
@@ -182,3 +194,18 @@ def test_a_damaged_keyword_index_in_the_cache_is_named_and_repaired(tmp_path):
     assert runner.invoke(app, ["doctor", "--repair", *web]).exit_code == 0
     res = runner.invoke(app, ["search", term, *web])
     assert res.exit_code == 0 and "damaged" not in res.stderr
+
+
+def test_a_damaged_issue_index_in_the_cache_is_found_by_doctor(tmp_path):
+    """The issues' keyword index (kwi.arrow) damaged the same way: inject says so and gives the task
+    back; the doctor --repair the warning names finds it and rebuilds it."""
+    root, web = _cached_copy(tmp_path)
+    term = _damage_index(root / "web" / ".cache" / "kwi.arrow")
+    res = runner.invoke(app, ["inject", f"Fix {term}", *web])
+    assert res.exit_code == 0 and res.stdout.endswith(f"Fix {term}")
+    assert "damaged" in res.stderr and "doctor --repair" in res.stderr and "Traceback" not in res.stderr
+    res = runner.invoke(app, ["doctor", *web])
+    assert "a posting names document 65000" in res.output and "repairable" in res.output
+    assert runner.invoke(app, ["doctor", "--repair", *web]).exit_code == 0
+    res = runner.invoke(app, ["inject", f"Fix {term}", *web])
+    assert res.exit_code == 0 and "damaged" not in res.stderr and "MEMORY" in res.stdout

@@ -103,6 +103,9 @@ def cache_problem(store: MemoryStore) -> str | None:
     try:
         _records, index, _events = _segments(cache, manifest)
         index.validate()  # every posting: what a load does not check
+        kwi = _cache.read_tables(cache, ["kwi.arrow"], missing_ok=("kwi.arrow",))[0]
+        if kwi is not None:  # the issues' keyword index, checked the same way
+            KeywordIndex.from_arrow(kwi).validate()
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
