@@ -386,7 +386,7 @@ def _damaged(exc: IndexError) -> StoreError:
     """What a query says of an index whose postings name a document it does not have (a cache file
     damaged on disk: :meth:`KeywordIndex.validate` finds it)."""
     return StoreError(f"the keyword index in the project's .cache is damaged ({exc}); run `cybmem doctor "
-                      "--repair` (or delete the .cache directory) and it is rebuilt from the records")
+                      "--repair` (or delete the .cache directory) and it is rebuilt from the store's files")
 
 
 def _df(postings: tuple[tuple[int, int, int], ...]) -> int:
