@@ -144,7 +144,8 @@ def parse_time(value: Any, what: str = "time") -> int | None:
 
     What :func:`parse_moment`, the one reader of a moment given as an argument (``--as-of``, ``--now``,
     the MCP tools' ``as_of``), reads a moment with once a bare year, month or date is ruled out:
-    :func:`check_moment` holds it to the range an ISO date can write, from the epoch on. Anything else (a bool, a fraction, a list: what JSON can send) is refused with the same message.
+    :func:`check_moment` holds it to the range an ISO date can write, from the epoch on. Anything
+    else (a bool, a fraction, a list: what JSON can send) is refused with the same message.
 
     Raises:
         ValidationError: naming ``what`` (e.g. ``--as-of``), the accepted forms and range.

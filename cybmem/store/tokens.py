@@ -24,8 +24,8 @@
 
 :data:`MAX_TEXT_CHARS` (:mod:`cybmem.store.outcome`'s) bounds what is read: a query's text is
 tokenized up to it, and a record's task is indexed up to it
-(:func:`cybmem.store.arrow_records.keyword_text_array`); the record keeps its task whole. A 50 MB task would otherwise cost every read of a store without a cache tens of
-seconds and a gigabyte.
+(:func:`cybmem.store.arrow_records.keyword_text_array`); the record keeps its task whole. A 50 MB
+task would otherwise cost every read of a store without a cache tens of seconds and a gigabyte.
 
 :data:`VERSION` names this rule; the Arrow cache is rebuilt when it changes.
 """
