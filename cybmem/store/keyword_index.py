@@ -199,9 +199,10 @@ def _pack_docs(indptr: np.ndarray, doc_ids: np.ndarray, n_docs: int
     if n_docs <= _LO_SPAN:
         return lo, np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint16)
     hi = (doc_ids >> 16).astype(np.uint16)
-    starts = indptr[:-1][np.diff(indptr) > 0]
+    nonempty = np.diff(indptr) > 0
+    starts = indptr[:-1][nonempty]
     term_hi = np.zeros(len(indptr) - 1, dtype=np.uint16)
-    term_hi[np.diff(indptr) > 0] = hi[starts]
+    term_hi[nonempty] = hi[starts]
     change = np.zeros(len(hi), dtype=bool)
     change[1:] = hi[1:] != hi[:-1]
     change[starts] = False  # a term's first posting: its term_hi
@@ -769,7 +770,7 @@ class KeywordIndex:
                 raise ValueError(f"keyword index segment {r}: its term offsets do not cover its {P} postings; rebuild the cache")
             if not P:
                 continue
-            ids = seg.docs(0, P) if seg._docs is not None else _unpack_docs(ip, *seg._packed)
+            ids = seg.doc_ids
             if int(ids.max()) >= seg.n_docs:
                 raise ValueError(f"keyword index segment {r}: a posting names document {int(ids.max())} of "
                                  f"{seg.n_docs}; rebuild the cache")
