@@ -190,6 +190,8 @@ class Snapshot:
         them, so they are built only when a long-lived caller (widget, tuning, benchmark) asks.
         """
         self.index.hold()  # impacts and wide doc ids on its second query (KeywordIndex.hold)
+        if "_issue_index" in self.__dict__:  # built before (else _issue_index holds it when it is)
+            self._issue_index.hold()
         if self._lineage is None:
             self._lookup = RunLookup.build(self.records.column("runId"))
             self._lineage = tuple(
