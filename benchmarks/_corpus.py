@@ -28,6 +28,22 @@ _REPLICA_NS_BYTES = _REPLICA_NS.bytes
 _LINEAGE_KEYS = ("parentRunId", "previousRunId", "rootRunId")
 
 
+def cybmem_exe() -> str:
+    """The ``cybmem`` command of the Python running the benchmark (its venv's ``bin/``, where pip
+    put it), else the one on PATH. A benchmark run as ``venv/bin/python benchmarks/x.py`` without the
+    venv activated would otherwise start another install's command, or fail in a traceback."""
+    import sys
+
+    beside = Path(sys.executable).parent / "cybmem"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("cybmem")
+    if found is None:
+        raise SystemExit(f"the cybmem command is not installed for {sys.executable} (nor on PATH): "
+                         "run `pip install -e .` in this checkout with that Python")
+    return found
+
+
 def corpora_dir() -> Path:
     """Directory holding the corpus archives (env CYBMEM_CORPORA overrides).
 

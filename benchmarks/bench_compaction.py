@@ -67,7 +67,7 @@ def bench(n: int, repeat: int) -> None:
         every = median(lambda: MemoryStore(root, SLUG).all_entries(), max(1, repeat // 2))
         newest = MemoryStore(root, SLUG).latest_run_id()
         env = {**os.environ, "CYBERINE_MEMORY_DIR": str(root)}
-        exe = shutil.which("cybmem") or "cybmem"
+        exe = _corpus.cybmem_exe()
         cli = median(lambda: subprocess.run([exe, "chain", newest, "-p", SLUG], env=env, capture_output=True, check=True),
                      max(1, repeat // 2))
         figures[label] = (size, check, top, every, cli)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -129,7 +128,7 @@ def measure(root: Path, queries: list[dict], cli_runs: int) -> dict[str, list[fl
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # warm: bytecode cached, as an installed package has it
-    exe = shutil.which("cybmem") or "cybmem"
+    exe = _corpus.cybmem_exe()
     settings = Settings.from_env(memory_dir=root)
     store = MemoryStore.open(settings, project=SLUG)
     load_snapshot(store)  # a fresh cache

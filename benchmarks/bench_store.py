@@ -175,7 +175,7 @@ def bench_size(n: int, repeat: int, cli_repeat: int) -> dict:
     # Warm means what an installed package has: bytecode cached (pip writes it on install; an
     # environment with PYTHONDONTWRITEBYTECODE would otherwise recompile cybmem on every run).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    exe = shutil.which("cybmem") or "cybmem"
+    exe = _corpus.cybmem_exe()
     cmds = {
         "search": [exe, "search", QUERY, "--project", SLUG],
         "inject": [exe, "inject", QUERY, "--project", SLUG],

@@ -70,3 +70,22 @@ def test_pyproject_names_modules_that_exist():
     assert named and all((REPO / n).is_file() for n in named), named
     for package in PROJECT["tool"]["setuptools"]["packages"]:
         assert (REPO / package.replace(".", "/") / "__init__.py").is_file(), package
+
+
+def test_benchmarks_start_the_cybmem_of_their_own_python(tmp_path):
+    """A benchmark run as ``venv/bin/python benchmarks/bench_mcp.py`` with the venv not activated
+    (its bin/ not on PATH) starts that venv's ``cybmem``: before, bench_mcp, bench_store and
+    bench_compaction looked only on PATH and ended in a FileNotFoundError traceback."""
+    import os
+    import subprocess
+
+    beside = Path(sys.executable).parent / "cybmem"
+    if not beside.is_file():
+        import pytest
+
+        pytest.skip("cybmem is not installed beside this interpreter")
+    code = "import sys; sys.path.insert(0, 'benchmarks'); import _corpus; print(_corpus.cybmem_exe())"
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str(beside)
