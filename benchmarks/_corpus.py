@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import sys
 import tarfile
 import uuid
 from pathlib import Path
@@ -32,8 +33,6 @@ def cybmem_exe() -> str:
     """The ``cybmem`` command of the Python running the benchmark (its venv's ``bin/``, where pip
     put it), else the one on PATH. A benchmark run as ``venv/bin/python benchmarks/x.py`` without the
     venv activated would otherwise start another install's command, or fail in a traceback."""
-    import sys
-
     beside = Path(sys.executable).parent / "cybmem"
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)

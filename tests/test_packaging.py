@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "cybmem"
@@ -72,17 +76,12 @@ def test_pyproject_names_modules_that_exist():
         assert (REPO / package.replace(".", "/") / "__init__.py").is_file(), package
 
 
-def test_benchmarks_start_the_cybmem_of_their_own_python(tmp_path):
+def test_benchmarks_start_the_cybmem_of_their_own_python():
     """A benchmark run as ``venv/bin/python benchmarks/bench_mcp.py`` with the venv not activated
     (its bin/ not on PATH) starts that venv's ``cybmem``: before, bench_mcp, bench_store and
     bench_compaction looked only on PATH and ended in a FileNotFoundError traceback."""
-    import os
-    import subprocess
-
     beside = Path(sys.executable).parent / "cybmem"
     if not beside.is_file():
-        import pytest
-
         pytest.skip("cybmem is not installed beside this interpreter")
     code = "import sys; sys.path.insert(0, 'benchmarks'); import _corpus; print(_corpus.cybmem_exe())"
     env = {**os.environ, "PATH": "/usr/bin:/bin"}

@@ -191,6 +191,12 @@ class _Segment:
         return np.diff(self.indptr)
 
 
+def _first_postings(indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which terms have postings (a bool per term) and where each such term's first posting is."""
+    nonempty = np.diff(indptr) > 0
+    return nonempty, indptr[:-1][nonempty]
+
+
 def _pack_docs(indptr: np.ndarray, doc_ids: np.ndarray, n_docs: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(doc_lo, term_hi, split_pos, split_hi) of doc ids ascending within each term (see
@@ -199,8 +205,7 @@ def _pack_docs(indptr: np.ndarray, doc_ids: np.ndarray, n_docs: int
     if n_docs <= _LO_SPAN:
         return lo, np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint16)
     hi = (doc_ids >> 16).astype(np.uint16)
-    nonempty = np.diff(indptr) > 0
-    starts = indptr[:-1][nonempty]
+    nonempty, starts = _first_postings(indptr)
     term_hi = np.zeros(len(indptr) - 1, dtype=np.uint16)
     term_hi[nonempty] = hi[starts]
     change = np.zeros(len(hi), dtype=bool)
@@ -216,8 +221,8 @@ def _unpack_docs(indptr: np.ndarray, lo: np.ndarray, term_hi: np.ndarray, split_
     out = lo.astype(dtype)
     if not len(term_hi):
         return out
-    nonempty = np.diff(indptr) > 0
-    at = np.concatenate([indptr[:-1][nonempty], split_pos])
+    nonempty, firsts = _first_postings(indptr)
+    at = np.concatenate([firsts, split_pos])
     highs = np.concatenate([term_hi[nonempty], split_hi])
     order = np.argsort(at, kind="stable")
     at, highs = at[order], highs[order]
@@ -775,7 +780,7 @@ class KeywordIndex:
                 raise ValueError(f"keyword index segment {r}: a posting names document {int(ids.max())} of "
                                  f"{seg.n_docs}; rebuild the cache")
             starts = np.zeros(P, dtype=bool)
-            starts[ip[:-1][np.diff(ip) > 0]] = True
+            starts[_first_postings(ip)[1]] = True
             if np.any((np.diff(ids.astype(np.int64)) <= 0) & ~starts[1:]):
                 raise ValueError(f"keyword index segment {r}: a term's doc ids are not ascending; rebuild the cache")
             if int(seg.tfs.min()) < 1:
