@@ -23,8 +23,9 @@ HOUR = 3_600_000
 DAY = 24 * HOUR
 
 
-def write(root: Path | str, pairs: int = 70) -> Path:
-    """Write the memory root at ``root`` (a new or empty folder); returns it."""
+def write(root: Path | str, pairs: int = 70, *, t0: int = T0) -> Path:
+    """Write the memory root at ``root`` (a new or empty folder); returns it. ``t0``: when the first
+    pair's issue is opened (epoch ms; pair i is ``i`` weeks later)."""
     root = Path(root)
     rng = random.Random(3)
     word = lambda: "".join(rng.choice("bcdfghjklmnpqrstvwxz") + rng.choice("aeiou") for _ in range(3))  # noqa: E731
@@ -44,7 +45,7 @@ def write(root: Path | str, pairs: int = 70) -> Path:
         previous = rid
 
     for i in range(pairs):
-        t = T0 + i * 7 * DAY
+        t = t0 + i * 7 * DAY
         topic, a_word = word(), word()
         record(f"decoy-{i:03d}", f"Clean up the {topic} output", t - 3 * DAY)
         record(f"opens-{i:03d}", f"Rework the {a_word} loader", t, [f"issue-{i}"])
