@@ -19,7 +19,8 @@ PACKAGE = REPO / "cybmem"
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 #: Parts of cybmem that only an extra installs what they import: module -> the extra.
 OPTIONAL = {"exchange/fleet.py": "fleet", "exchange/fleet_search.py": "fleet", "exchange/prov.py": "export",
-            "store/secret_shapes.py": "secrets"}
+            "store/secret_shapes.py": "secrets", "operations/report.py": "report", "explore/plots.py": "report",
+            "explore/widgets.py": "report"}
 
 
 def _name(requirement: str) -> str:
@@ -88,3 +89,42 @@ def test_benchmarks_start_the_cybmem_of_their_own_python():
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(beside)
+
+
+#: run the console script in a process where the notebook stack cannot be imported, as in a base install
+_WITHOUT_NOTEBOOK_STACK = """
+import sys
+from importlib.abc import MetaPathFinder
+
+class _Absent(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"nbformat", "nbclient", "nbconvert", "jinja2", "ipykernel", "matplotlib", "ipywidgets"}:
+            raise ImportError(f"No module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, _Absent())
+sys.argv = ["cybmem", *sys.argv[1:]]
+from cybmem.cli import console
+console()
+"""
+
+
+@pytest.mark.parametrize("args, what", [
+    (["report", "-p", "web", "--out", "{out}"], "cybmem report needs the nbformat package: pip install 'cybmem[report]'"),
+    (["fleet", "report", "--dataset", "{data}", "--out", "{out}"],
+     "cybmem's figures needs the matplotlib package: pip install 'cybmem[report]'"),
+])
+def test_a_base_install_names_the_extra_a_command_needs(fixture_copy, tmp_path, args, what):
+    """The base install leaves the notebook stack out (issue 40: dispatch and hooks do not need it):
+    the commands that need it end in one line naming the extra, not in an ImportError."""
+    from cybmem.exchange.export import export_parquet
+    from cybmem.store.memory_store import MemoryStore
+
+    data = tmp_path / "dataset"
+    export_parquet([MemoryStore(fixture_copy, "web")], data, machine="m1", note=False)
+    argv = [a.format(out=tmp_path / "out", data=data) for a in args]
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(fixture_copy)}
+    p = subprocess.run([sys.executable, "-c", _WITHOUT_NOTEBOOK_STACK, *argv], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert (p.returncode, p.stderr) == (1, f"Error: {what}\n")
+    assert not (tmp_path / "out").exists()

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import CybmemError
+from ..errors import ValidationError
 from .framework import Ctx, command
 from .render import echo, print_json
 
@@ -36,7 +36,7 @@ def report_cmd(
 
     try:
         params = parse_parameters(parameter or [], [notebooks_dir() / n for n in NOTEBOOKS])
-    except CybmemError as exc:
+    except ValidationError as exc:  # a bad -P; a missing extra is no usage mistake
         raise typer.BadParameter(str(exc), param_hint="-P") from None
     if not ctx.project and ctx.cwd is None:  # the notebooks' project variable, before the current directory
         ctx.project = ctx.settings.project

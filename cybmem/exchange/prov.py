@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from ..errors import CybmemError, ValidationError
+from .._extras import require
+from ..errors import ValidationError
 from ..store.memory_store import MemoryStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,15 +34,8 @@ __all__ = ["NAMESPACE", "PREFIX", "provenance", "prov_counts", "export_prov", "P
 
 PREFIX = "cybmem"
 NAMESPACE = "urn:cybmem:"
-_INSTALL_HINT = "the `prov` package is needed for PROV exports: pip install 'cybmem[export]'"
-
-
 def _prov_model():
-    try:
-        import prov.model as pm
-    except ImportError:
-        raise CybmemError(_INSTALL_HINT) from None
-    return pm
+    return require("prov.model", extra="export", what="a PROV export", package="prov")
 
 
 def _dt(ms: int) -> datetime:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import _io
 from ..errors import ValidationError
+from . import plots  # at import: a base install says which extra draws them before a directory is made
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -61,8 +62,6 @@ def write_fleet_report(out: Path, *, dataset: str | os.PathLike, lineage: "pd.Da
     Returns:
         The files written, in the order above.
     """
-    from . import plots
-
     files = []
 
     def save(name: str, data: bytes) -> None:

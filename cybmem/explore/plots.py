@@ -13,11 +13,18 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib import dates as mdates
-from matplotlib.collections import LineCollection
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
+
+from .._extras import require
+
+try:
+    from matplotlib import dates as mdates
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
+except ImportError:  # the base install: say which extra brings it
+    require("matplotlib", extra="report", what="cybmem's figures")
+    raise
 
 from .frames import (SHORTEST_AGE_S, Histogram, IssueAgeData, dispatch_trees, epoch_days, lineage_lanes, period_starts,
                      resolve_run, tree_members, tree_roots)

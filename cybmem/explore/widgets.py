@@ -20,7 +20,13 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-import ipywidgets as W
+from .._extras import require
+
+try:
+    import ipywidgets as W
+except ImportError:  # the base install: say which extra brings it
+    require("ipywidgets", extra="notebook", what="the weight-tuning widget")
+    raise
 
 from ..errors import CybmemError, ValidationError
 from ..store.loading import load_snapshot

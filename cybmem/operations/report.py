@@ -36,6 +36,7 @@ from typing import IO, Any, Sequence
 
 from collections.abc import Mapping
 
+from .._extras import require
 from .._io import atomic_file
 from ..errors import CybmemError, NotFoundError, ValidationError
 from ..store.projects import project_dirs
@@ -44,7 +45,7 @@ from ..store.loading import load_snapshot
 from ..store.memory_store import MemoryStore
 from ..progress import Progress
 
-__all__ = ["NOTEBOOKS", "PROJECT_ENV", "FIXTURES", "NotebookStore", "NotebookFleet", "ReportResult", "notebooks_dir",
+__all__ = ["require_notebook_stack", "NOTEBOOKS", "PROJECT_ENV", "FIXTURES", "NotebookStore", "NotebookFleet", "ReportResult", "notebooks_dir",
            "notebook_memory_dir", "open_notebook_store", "open_notebook_fleet", "notebook_parameters", "parse_parameters",
            "inject_parameters", "execute_notebook", "notebook_html", "build_report"]
 
@@ -227,12 +228,25 @@ def open_notebook_fleet(dataset: str | os.PathLike | None = None, memory_dir: st
     return NotebookFleet(out, f"exported from {root} as {built}\n  memory dir: {memory_from}", True)
 
 
+#: what running the notebooks headless imports (ipykernel: the kernel nbclient starts), all of
+#: them the ``report`` extra's (which ``notebook`` includes)
+_NOTEBOOK_STACK = ("nbformat", "nbclient", "nbconvert", "jinja2", "ipykernel", "matplotlib", "ipywidgets")
+
+
+def require_notebook_stack(what: str = "cybmem report") -> None:
+    """Raise a CybmemError that names ``pip install 'cybmem[report]'`` when a package of the
+    notebook stack is missing (the base install leaves it out: dispatch and hooks do not need it)."""
+    for module in _NOTEBOOK_STACK:
+        require(module, extra="report", what=what)
+
+
 def notebook_parameters(path: str | Path) -> dict[str, Any]:
     """The parameters a notebook declares: name -> default, from its cell tagged ``parameters``.
 
     A default that is not a literal (an expression) reads as None. A notebook without such a
     cell declares none.
     """
+    require_notebook_stack()
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
@@ -538,6 +552,7 @@ def build_report(store: MemoryStore, out_dir: str | Path, *, notebooks: Sequence
     Returns:
         :class:`ReportResult`.
     """
+    require_notebook_stack()
     import nbformat
 
     if not store.dir.is_dir():
