@@ -448,11 +448,18 @@ class Snapshot:
         if keep and self.manifest is not None:
             self._unsaved += [r for r, mtime in equal if mtime < checked_at - _cache.RACY_NS]
 
+    def keep_settled(self) -> None:
+        """Write to the cache what this snapshot settled since its last write (:meth:`stale_rows`
+        writes at most once every :data:`_SAVE_EVERY_NS`): what a holder does when it lets the
+        snapshot go (:func:`~cybmem.store.loading.holding_snapshots`)."""
+        if self._unsaved:
+            self._save(time.time_ns())
+
     def _save(self, now: int) -> None:
         """Write the rows this snapshot settled to the cache (:func:`cybmem.store.cache.settle`):
         at most once every :data:`_SAVE_EVERY_NS` (a held snapshot answering many queries
         settles a few rows each), so what it settles in between goes with its next write."""
-        rows, self._unsaved, self._saved_at = np.unique(np.asarray(self._unsaved, np.int64)), [], now
+        rows, self._unsaved, self._saved_at = np.array(sorted(set(self._unsaved)), np.int64), [], now
         if not self.store.symlinked_dirs():
             _cache.settle(_cache.cache_dir(self.store.dir), self.manifest, rows,
                           np.fromiter((self._settled[int(r)] for r in rows), np.int64, len(rows)))
