@@ -437,3 +437,27 @@ def test_a_snapshot_does_not_settle_rows_the_cache_has_since_read_again(store, m
     fresh = load_snapshot(store)
     assert fresh.records.column("task")[_row(fresh, "r1")].as_py() == "task of r1, edited"
     assert fresh.stale_rows([_row(fresh, "r1")]) == [_row(fresh, "r1")]
+
+
+def test_a_settle_is_not_written_through_a_symlinked_cache(store, monkeypatch, tmp_path):
+    """The cache's one path guard holds for the settle too: a .cache/ swapped for a link after the
+    load (to a copy of it outside the memory root) gets no file written through it."""
+    import shutil
+    import time
+
+    from cybmem.store import cache as cache_module
+    from cybmem.store.loading import load_snapshot
+
+    monkeypatch.setattr(cache_module, "RACY_NS", 300_000_000)
+    for i in range(3):
+        store.write_record(rec(f"r{i}", T0 + i))
+    snap = load_snapshot(store)
+    cache = cache_module.cache_dir(store.dir)
+    outside = tmp_path / "elsewhere"
+    shutil.move(cache, outside)
+    cache.symlink_to(outside)
+    before = sorted(p.name for p in outside.iterdir())
+    time.sleep(0.4)
+    assert snap.stale_rows(range(snap.n)) == []  # equal, and past the tick: settled in memory
+    snap.keep_settled()
+    assert sorted(p.name for p in outside.iterdir()) == before and not any(outside.glob("chk-*"))
