@@ -51,6 +51,16 @@ every query, every float as its repr, hashed per query) are compared with the on
 (benchmarks/data/rankings/<corpus>-<records>.json; ``--save-rankings`` writes them): a change made for speed
 must leave every one as it was. The last line of the output says, per size, whether they are equal.
 
+Copies (the real size; ``--no-copies`` leaves it out). ``search()`` on a copy of the store made with
+``cp -r`` (its ``.cache`` included) whose record files are all within the racy window of the
+cache's read (touched as the copy is loaded: what a restore loaded at once, or the records a hook
+writes just before an inject, give), beside a second ``cp -r`` copy after
+``touch -d '2 hours ago'`` on every file: both held, taking turns on each query, once the racy
+window has passed. Run 1 checks each hit file of the fresh copy against its row once (and settles
+it: :meth:`cybmem.store.snapshot.Snapshot.stale_rows`); runs 2 and 3 are the held snapshots'
+steady state; "a new snapshot" loads both again from their caches, as the next process does. Each
+row: medians, the fresh copy's ratio to the old one, and the record files each read in that run.
+
 Stores. The real size (the corpus itself, "real" or its count in ``--sizes``) is copied once;
 other sizes are synthesised from the real records (:func:`_corpus.synthesise`: new ids, times
 and lineage per copy, copies > 0 with text of their own made of the corpus's lines, numbers
@@ -160,8 +170,9 @@ def store_for(n: int, root: Path, slug: str, recs: list[dict], cache: Path) -> P
         del reps, issues
     marker.write_text("ok\n")
     say(f"{label(n)}: store written in {time.perf_counter() - t:.1f}s")
-    # A record file written within cybmem.store.cache.RACY_NS of the cache's build is read again by every
-    # search() that shows it (Snapshot.stale_rows): not the steady state this measures.
+    # A record file written within cybmem.store.cache.RACY_NS of the cache's build is read again by the
+    # first search() that shows it past that window (Snapshot.stale_rows: then settled): not the steady
+    # state this measures (copies() measures it).
     time.sleep(2.5)
     return dest
 
@@ -512,6 +523,83 @@ def calibrate(fns: dict, queries: list, budget: float, n_min: int = 30) -> dict[
     return caps
 
 
+#: record files opened while :func:`copies` counts (a list), else None; one audit hook for the process
+_OPENED: list[str] | None = None
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], str) and args[0].endswith(".json"):
+        _OPENED.append(args[0])
+
+
+def copies(store_root: Path, slug: str, queries: list, args) -> dict:
+    """search() on a freshly copied store beside an old copy of it (the module docstring, "Copies"):
+    per run, each copy's median (us) and the record files it read."""
+    global _OPENED
+    from cybmem.retrieval.search import search
+    from cybmem.settings import Settings
+    from cybmem.store.cache import RACY_NS
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.snapshot import holding_snapshots, load_snapshot
+
+    base = args.cache_dir / f"peers-copies-{os.getpid()}"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    names = ("fresh copy", "old copy")
+    roots = {name: base / name.split()[0] for name in names}
+    try:
+        subprocess.run(["cp", "-r", str(store_root), str(roots["old copy"])], check=True)
+        subprocess.run(["find", str(roots["old copy"]), "-exec", "touch", "-h", "-d", "2 hours ago", "{}", "+"], check=True)
+        subprocess.run(["cp", "-r", str(store_root), str(roots["fresh copy"])], check=True)
+        subprocess.run(["find", str(roots["fresh copy"] / slug / "records"), "-exec", "touch", "-h", "{}", "+"], check=True)
+        stores = {name: MemoryStore(roots[name], slug) for name in names}
+        records = {name: str(stores[name].records_dir) + os.sep for name in names}
+        settings = {name: Settings.from_env({}, memory_dir=roots[name]) for name in names}
+        sys.addaudithook(_count_opens)
+        texts = {id(q): " ".join(q) for q in queries}
+
+        def searcher(name):
+            store, s = stores[name], settings[name]
+            return lambda q: search(store, texts[id(q)], k=K, settings=s)
+
+        fns = {name: searcher(name) for name in names}
+        for name in names:  # the copy's first load (it reads every record again: new inodes)
+            load_snapshot(stores[name])
+        time.sleep(RACY_NS / 1e9 + 0.5)  # past the racy window: records/ is trusted, a check may settle a file
+        out: dict = {"runs": []}
+
+        def timed(tag: str) -> None:
+            global _OPENED
+            held = {name: load_snapshot(stores[name]) for name in names}
+            _OPENED = []
+            ns = C.time_round_robin(fns, queries, warmup=0)
+            opened, _OPENED = _OPENED, None
+            out["runs"].append({"run": tag, "ratio": float(np.median(ns[names[0]]) / np.median(ns[names[1]])),
+                                "held": all(load_snapshot(stores[name]) is held[name] for name in names),
+                                **{name: {"median_us": float(np.median(ns[name])) / 1e3,
+                                          "files_read": sum(p.startswith(records[name]) for p in opened)} for name in names}})
+            say(f"copies: {tag}: " + ", ".join(f"{name} {out['runs'][-1][name]['median_us']:.0f} us, "
+                                              f"{out['runs'][-1][name]['files_read']} files read" for name in names))
+
+        with holding_snapshots():  # one held snapshot of each copy across the runs
+            for r in range(args.runs):
+                timed(f"run {r + 1}")
+        with holding_snapshots():  # loaded again from the caches, as the next process loads them
+            timed("a new snapshot")
+        return out
+    finally:
+        _OPENED = None
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def copies_table(res: dict, n: int) -> str:
+    head = [f"{label(n)} records, `search()` on a held snapshot", "fresh `cp -r` copy", "old copy (`touch -d '2 hours ago'`)",
+            "fresh / old"]
+    rows = [[r["run"] + ("" if r["held"] else " (not held: reloaded on each call)")] + [f"{_us(r[name]['median_us'])} ({r[name]['files_read']} files read)"
+                          for name in ("fresh copy", "old copy")] + [f"{r['ratio']:.2f}x"] for r in res["runs"]]
+    return _table(head, rows)
+
+
 def bench_size(n: int, args, root: Path, slug: str, recs: list[dict], queries: list) -> dict:
     from cybmem.store.snapshot import holding_snapshots, load_snapshot
 
@@ -562,6 +650,9 @@ def bench_size(n: int, args, root: Path, slug: str, recs: list[dict], queries: l
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res["query"] = summarise(runs)
+    if n == len(recs) and not args.no_copies:
+        say(f"{tag}: a fresh copy of the store beside an old one")
+        res["copies"] = copies(store_root, slug, queries, args)
     return res
 
 
@@ -684,6 +775,11 @@ def report(results: list[dict], args) -> str:
     growth = growth_table(results)
     if growth:
         out.append(growth)
+    for r in results:
+        if "copies" in r:
+            out.append("\nA store copied just now beside an old copy of it: medians of each run (engines apart), "
+                       "the fresh copy's ratio to the old one, record files read in the run\n")
+            out.append(copies_table(r["copies"], r["records"]))
     return "\n".join(out) + "\n"
 
 
@@ -762,6 +858,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds a run may spend on one engine's calls before it takes fewer queries")
     ap.add_argument("--no-growth", action="store_true", help=f"do not add the {label(GROWTH_BASE)} store the growth "
                                                              "ratios start from")
+    ap.add_argument("--no-copies", action="store_true", help="leave out the fresh copy of the real store beside an old one")
     ap.add_argument("--skip", default="", help="engines to leave out, comma-separated (tantivy,bm25s,fts5)")
     ap.add_argument("--root", default="pytest-memory",
                     help="the corpus: a name under benchmarks/.data (unpacked from its archive) or a memory root; "

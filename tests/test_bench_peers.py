@@ -17,7 +17,9 @@ pytest.importorskip("tantivy", reason="bench_peers compares with Tantivy: pip in
 
 def test_bench_peers_prints_its_tables_on_the_fixtures(fixture_copy, tmp_path):
     """The real store (the fixtures' first project, 15 records) and one synthesised from it: every
-    engine's latency against Tantivy, the top-10 agreement computed, builds, sizes and loads."""
+    engine's latency against Tantivy, the top-10 agreement computed, builds, sizes and loads; and
+    search() on a fresh copy of the real store beside an old one (issue 41: the fresh copy's hit
+    files are read in the first run only)."""
     out = tmp_path / "peers.json"
     p = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "bench_peers.py"), "--root", str(fixture_copy), "--sizes", "real,40",
@@ -26,7 +28,11 @@ def test_bench_peers_prints_its_tables_on_the_fixtures(fixture_copy, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "40: synthesising 40 records from 15" in p.stderr  # per-stage progress on stderr
     tables = [t for t in re.split(r"\n\s*\n", p.stdout) if t.startswith("|")]
-    assert len(tables) == 4, p.stdout  # latency, agreement, build and size, load (no growth below 10k)
+    assert len(tables) == 5, p.stdout  # latency, agreement, build and size, load (no growth below 10k), copies
+    *tables, copies = tables
+    assert copies.splitlines()[0] == ("| 15 records, `search()` on a held snapshot | fresh `cp -r` copy | "
+                                      "old copy (`touch -d '2 hours ago'`) | fresh / old |"), copies
+    assert [line.split(" | ")[0] for line in copies.splitlines()[2:]] == ["| run 1", "| a new snapshot"], copies
     for table in tables:
         lines = table.splitlines()
         assert lines[0] == "|  | 15 records | 40 records |"
@@ -38,6 +44,10 @@ def test_bench_peers_prints_its_tables_on_the_fixtures(fixture_copy, tmp_path):
 
     result = json.loads(out.read_text())
     assert [r["records"] for r in result["results"]] == [15, 40]
+    runs = result["results"][0]["copies"]["runs"]
+    assert runs[0]["fresh copy"]["files_read"] > 0 and runs[1]["fresh copy"]["files_read"] == 0, runs
+    assert all(r["old copy"]["files_read"] == 0 and r["held"] for r in runs), runs
+    assert "copies" not in result["results"][1]
     for r in result["results"]:
         agree = r["agreement"]
         for engine in ("cybmem-kw", "tantivy", "fts5"):

@@ -237,3 +237,227 @@ def test_the_first_write_on_a_store_without_index_json_reads_each_record_once(me
     monkeypatch.undo()
     index = json.loads((memory_root / "web" / "index.json").read_text())
     assert index["count"] + len(index.get("archived", [])) == 301
+
+
+# --- a racily-clean record, checked once (issue 41, finding 10) -------------------------------
+
+_READS_CHILD = r"""
+import json, os, sys, time
+from cybmem.retrieval.search import search
+from cybmem.settings import Settings
+from cybmem.store.loading import holding_snapshots, load_snapshot
+from cybmem.store.memory_store import MemoryStore
+
+root, queries, wait = sys.argv[1], sys.argv[2].split(","), float(sys.argv[3])
+store = MemoryStore(root, "web")
+records = str(store.records_dir) + os.sep
+reads = []  # record files opened (os.open raises the "open" audit event too)
+sys.addaudithook(lambda event, args: reads.append(args[0]) if event == "open" and str(args[0]).startswith(records) else None)
+settings = Settings.from_env({}, memory_dir=root)
+out = {"searches": [], "hits": []}
+with holding_snapshots():
+    snap = load_snapshot(store)
+    out["load"] = len(reads)
+    time.sleep(wait)
+    for query in queries * 2:
+        del reads[:]
+        hits = search(store, query, k=5, settings=settings).hits
+        out["searches"].append(len(reads))
+        out["hits"].append([h.run_id for h in hits])
+    out["held"] = load_snapshot(store) is snap
+print(json.dumps(out))
+"""
+
+
+def _reads(root, wait: float) -> dict:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _READS_CHILD, str(root), "login form,cart drawer", str(wait)], capture_output=True,
+                       text=True, env={"PATH": os.environ["PATH"], "HOME": str(root)}, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def _racy_copy(fixture_copy):
+    """The fixtures as a store restored without its times (``cp -r``, a backup): every record
+    written a moment before the first load caches it (the cache is used: no .nocache)."""
+    (fixture_copy / ".nocache").unlink()
+    for path in (fixture_copy / "web" / "records").iterdir():
+        os.utime(path)
+    return fixture_copy
+
+
+def test_a_racily_clean_record_checked_once_is_not_read_again(fixture_copy):
+    """Every record of a store restored without its times is cached within the racy window of its
+    write, so each query that showed one read its file again and compared it, for as long as the
+    cache segment stayed (the files were never found to differ: nothing recorded that they had
+    been checked). Now a check that begins past the file's clock tick settles it: the held
+    snapshot does not read it again, nor does the next process (the cache keeps the check; what
+    the held snapshot settled within a second of its last write, the second query's hits, goes
+    to the cache when it is let go)."""
+    root = _racy_copy(fixture_copy)
+    first = _reads(root, wait=2.1)  # past the files' clock tick (cybmem.store.cache.RACY_NS)
+    assert first["held"] and first["load"] > 40, first
+    assert first["searches"][0] > 0 and first["searches"][1] > 0 and first["searches"][2:] == [0, 0], first["searches"]
+    second = _reads(root, wait=0)
+    assert second["searches"] == [0, 0, 0, 0], second["searches"]
+    assert first["hits"] == second["hits"] and first["hits"][:2] == first["hits"][2:]
+
+
+def _edit_in_place(path, old: str, new: str, mtime_ns: int | None = None) -> None:
+    """A hand edit (same inode), its mtime set where a coarse clock could have stamped it."""
+    ino = path.stat().st_ino
+    text = path.read_text()
+    assert old in text
+    with open(path, "r+") as fh:
+        fh.write(text.replace(old, new))
+        fh.truncate()
+    if mtime_ns is not None:
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+    assert path.stat().st_ino == ino
+
+
+def _row(snap, run_id: str) -> int:
+    return snap.records.column("runId").to_pylist().index(run_id)
+
+
+def _checked_rows(store) -> set[int]:
+    from cybmem.store import cache as cache_module
+
+    cache = cache_module.cache_dir(store.dir)
+    manifest = cache_module.Manifest.read(cache)
+    return set(cache_module.read_checked(cache / manifest.checked if manifest.checked else None)[0].tolist())
+
+
+def test_an_edit_in_the_clock_tick_of_a_check_is_found_and_a_settled_file_edited_later_too(store):
+    """A check settles a file only when it began past the file's clock tick: an edit stamped with
+    the same tick as the checked content (a 1 s or 2 s clock) is found, and so is an edit made
+    after a settle that a coarse clock stamps up to a tick before the check."""
+    import time
+
+    from cybmem.store import cache as cache_module
+    from cybmem.store.loading import load_snapshot, verified
+
+    for i in range(3):
+        store.write_record(rec(f"r{i}", T0 + i))
+    snap = load_snapshot(store)  # the files a moment old: every row racy
+    r1 = store.record_path("r1")
+    m = r1.stat().st_mtime_ns
+    assert snap.stale_rows([_row(snap, "r1")]) == []  # equal, but checked within its tick: nothing settled
+    _edit_in_place(r1, "task of r1", "task of r1, edited", mtime_ns=m)  # the same tick as the content checked
+    assert snap.stale_rows([_row(snap, "r1")]) == [_row(snap, "r1")]
+    fresh = load_snapshot(store)
+    assert fresh.stale_rows([_row(fresh, "r1")]) == [_row(fresh, "r1")]
+    assert verified(fresh, [_row(fresh, "r1")]).records.column("task")[_row(fresh, "r1")].as_py() == "task of r1, edited"
+
+    time.sleep(cache_module.RACY_NS / 1e9 + 0.1)  # past the files' tick: a check now settles them
+    look = load_snapshot(store)
+    rows = [_row(look, "r0"), _row(look, "r2")]
+    assert look.stale_rows(rows, settle=False) == [] and not _checked_rows(store), "doctor's look writes nothing"
+    snap = load_snapshot(store)
+    before = time.time_ns()
+    assert snap.stale_rows(rows) == []
+    assert time.time_ns() - before < 400_000_000
+    assert _checked_rows(store) == set(rows), "kept for the next process"
+    # Edited after the settle, stamped half a tick before the check began: still found, by the
+    # snapshot that settled it and by a load that reads the settle from the cache.
+    _edit_in_place(store.record_path("r2"), "task of r2", "task of r2, edited", mtime_ns=before - 1_500_000_000)
+    assert snap.stale_rows(rows) == [rows[1]]
+    fresh = load_snapshot(store)
+    assert fresh.stale_rows([_row(fresh, "r0"), _row(fresh, "r2")]) == [_row(fresh, "r2")]
+    _edit_in_place(store.record_path("r0"), "task of r0", "task of r0, edited")  # now: the plain case
+    assert snap.stale_rows([rows[0]]) == [rows[0]]
+
+
+@pytest.mark.parametrize("rewrite", ["patched", "compacted"])
+def test_a_record_edited_before_its_segment_is_rewritten_is_still_found(store, monkeypatch, rewrite):
+    """When a refresh rewrites a segment (a record of it replaced by rename: its row patched; or
+    the segments compacted into one), its rows were still read when the segment was first
+    written. A row's read moment was taken from its segment file's mtime, so a record edited in
+    place between the first read and the rewrite counted as read after the edit: never read
+    again, its old text served for good. Now a segment keeps the moment its files were read."""
+    import time
+
+    from cybmem.store import cache as cache_module
+    from cybmem.store.loading import load_snapshot, verified
+
+    monkeypatch.setattr(cache_module, "RACY_NS", 300_000_000)  # the same rule, a shorter tick
+    for i in range(3):
+        store.write_record(rec(f"r{i}", T0 + i))
+    assert load_snapshot(store).n == 3
+    time.sleep(0.4)
+    _edit_in_place(store.record_path("r1"), "task of r1", "task of r1, edited")
+    time.sleep(0.4)
+    if rewrite == "patched":  # r2 replaced by rename (as a correction adds supersededBy), same text
+        path = store.record_path("r2")
+        raw, ino = path.read_bytes(), path.stat().st_ino
+        tmp = path.with_name(".tmp-r2.part")
+        tmp.write_bytes(raw)
+        os.replace(tmp, path)
+        assert path.stat().st_ino != ino
+        snap = load_snapshot(store)
+    else:
+        for i in range(cache_module.MAX_SEGMENTS):
+            store.write_record(rec(f"n{i}", T0 + 10 + i))
+            snap = load_snapshot(store)
+        assert len(snap.manifest.segments) == 1 and snap.n == 3 + cache_module.MAX_SEGMENTS
+        # The rows read after the first segment keep their own moments (not checked again for it).
+        assert _checked_rows(store) == {_row(snap, f"n{i}") for i in range(cache_module.MAX_SEGMENTS)}
+    row = _row(snap, "r1")
+    assert snap.records.column("task")[row].as_py() == "task of r1"
+    assert snap.stale_rows([row]) == [row]
+    assert verified(snap, [row]).records.column("task")[row].as_py() == "task of r1, edited"
+
+
+def test_a_snapshot_does_not_settle_rows_the_cache_has_since_read_again(store, monkeypatch):
+    """A held snapshot's check is kept in the cache only while the cache holds the rows it
+    checked: a record edited in place, read again by another load (its row patched), then edited
+    back to what the held snapshot holds is equal for that snapshot, not for the cache."""
+    import time
+
+    from cybmem.store import cache as cache_module
+    from cybmem.store.loading import load_snapshot
+
+    monkeypatch.setattr(cache_module, "RACY_NS", 300_000_000)
+    for i in range(2):
+        store.write_record(rec(f"r{i}", T0 + i))
+    held = load_snapshot(store)
+    time.sleep(0.4)
+    path = store.record_path("r1")
+    original = path.read_text()
+    _edit_in_place(path, "task of r1", "task of r1, edited")
+    patched = load_snapshot(store, recheck=["r1"])
+    assert patched.records.column("task")[_row(patched, "r1")].as_py() == "task of r1, edited"
+    time.sleep(0.4)
+    _edit_in_place(path, "task of r1, edited", "task of r1")
+    assert path.read_text() == original
+    time.sleep(0.4)
+    assert held.stale_rows([_row(held, "r1")]) == []  # the held snapshot's text is the file's again
+    fresh = load_snapshot(store)
+    assert fresh.records.column("task")[_row(fresh, "r1")].as_py() == "task of r1, edited"
+    assert fresh.stale_rows([_row(fresh, "r1")]) == [_row(fresh, "r1")]
+
+
+def test_a_settle_is_not_written_through_a_symlinked_cache(store, monkeypatch, tmp_path):
+    """The cache's one path guard holds for the settle too: a .cache/ swapped for a link after the
+    load (to a copy of it outside the memory root) gets no file written through it."""
+    import shutil
+    import time
+
+    from cybmem.store import cache as cache_module
+    from cybmem.store.loading import load_snapshot
+
+    monkeypatch.setattr(cache_module, "RACY_NS", 300_000_000)
+    for i in range(3):
+        store.write_record(rec(f"r{i}", T0 + i))
+    snap = load_snapshot(store)
+    cache = cache_module.cache_dir(store.dir)
+    outside = tmp_path / "elsewhere"
+    shutil.move(cache, outside)
+    cache.symlink_to(outside)
+    before = sorted(p.name for p in outside.iterdir())
+    time.sleep(0.4)
+    assert snap.stale_rows(range(snap.n)) == []  # equal, and past the tick: settled in memory
+    snap.keep_settled()
+    assert sorted(p.name for p in outside.iterdir()) == before and not any(outside.glob("chk-*"))

@@ -426,7 +426,7 @@ def _check_cache(store: MemoryStore, bad: set[str], ledger_whole: int) -> list[F
         from ..store.refresh import cached_snapshot
 
         snap = cached_snapshot(store)
-        stale = snap.stale_rows(range(snap.n)) if snap is not None else []
+        stale = snap.stale_rows(range(snap.n), settle=False) if snap is not None else []
         if stale:
             return [Finding("cache", "repairable", str(cache),
                             f"{len(stale)} cached record(s) edited in place since they were cached (the cache still "

@@ -11,7 +11,10 @@ are added and replaced by rename, which changes it) and the size, mtime and inod
 ``issues.jsonl`` with what the manifest saw. A directory mtime within :data:`RACY_NS` of the
 scan is not trusted (the racy-git rule: a file added in the same clock tick would not move it).
 When ``records/`` changed, the listing is compared name by name and inode by inode
-(:func:`listing_changes`): added, vanished and replaced records are found.
+(:func:`listing_changes`): added, vanished and replaced records are found. Each segment keeps when
+its record files were read (``read_ns``), and ``chk-N.arrow`` the rows read again or checked
+against their files since (:func:`settle`): what tells a record edited in place after it was read
+(:meth:`cybmem.store.snapshot.Snapshot.stale_rows`).
 
 Writers take ``.cache/.lock``; readers only memory-map immutable segment files and swap in a new
 manifest by rename, so concurrent readers and writers are safe. :func:`check` is the public
@@ -25,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,18 +36,22 @@ import pyarrow.ipc as ipc
 
 from .. import _io
 from .._io import atomic_write, locked
-from ..arrow_numpy import array_of, scalar, strings  # not pa.array / pa.scalar: they import pandas
+from ..arrow_numpy import array_of, numpy_of, scalar, strings  # not pa.array / pa.scalar: they import pandas
 from .tokens import VERSION as TOKENIZER_VERSION
 
 __all__ = [
     "CACHE_VERSION", "MAX_SEGMENTS", "RACY_NS", "Manifest", "cache_dir", "usable_dir", "write_table", "write_tables",
     "read_table", "read_tables", "ledger_stat", "is_fresh", "dir_mtime_for_manifest", "listing_changes", "discard", "CacheCheck", "check",
+    "CHECKED_SCHEMA", "Checked", "read_checked", "merge_checked", "checked_file", "settle",
 ]
 
-CACHE_VERSION = "12-" + TOKENIZER_VERSION  # 12: kw-N.arrow doc ids in two bytes (+ high parts); 11: kw-N.arrow without impacts, tfs in a byte; 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
+CACHE_VERSION = "13-" + TOKENIZER_VERSION  # 13: a segment's read_ns, chk-N.arrow; 12: kw-N.arrow doc ids in two bytes (+ high parts); 11: kw-N.arrow without impacts, tfs in a byte; 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
 MAX_SEGMENTS = 8
 RACY_NS = _io.RACY_NS  # a directory mtime this close to the scan may hide a same-tick write
 _MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+#: chk-N.arrow: rows known equal to their record file at a moment later than their segment's read
+#: (read again by a refresh, or checked and found equal: :func:`settle`), and that moment (epoch ns)
+CHECKED_SCHEMA = pa.schema([("row", pa.int64()), ("at", pa.int64())])
 
 
 #: a file of this name in a memory root says: write no cache under this root (the bundled
@@ -97,7 +105,8 @@ def read_tables(cache: Path, names: list[str], *, missing_ok: tuple[str, ...] = 
 class Manifest:
     """What the cache holds and what it was built from."""
 
-    segments: list[dict] = field(default_factory=list)  # {"rec": file, "kw": file, "rows": n}
+    #: {"rec": file, "kw": file, "rows": n, "read_ns": when the scan that read its record files began}
+    segments: list[dict] = field(default_factory=list)
     dir_mtime_ns: int | None = None
     bad: dict[str, int] = field(default_factory=dict)  # unreadable record files: name -> inode
     ledger: dict = field(default_factory=dict)  # {"size", "mtime_ns", "ino", "lines"}
@@ -105,6 +114,7 @@ class Manifest:
     next_id: int = 1
     act: str | None = None  # the open issues' activity file (query-independent arrays the dispatch ranking reads)
     carry: str | None = None  # which record carries which fold row (ditto)
+    checked: str | None = None  # chk-N.arrow (:data:`CHECKED_SCHEMA`), or None: no row checked since it was read
 
     def to_bytes(self) -> bytes:
         return orjson.dumps({"version": CACHE_VERSION, **self.__dict__})
@@ -150,7 +160,7 @@ class Manifest:
 
     def files(self) -> set[str]:
         return ({s[k] for s in self.segments for k in ("rec", "kw")} | {"events.arrow", "fold.arrow", "kwi.arrow"}
-                | {f for f in (self.act, self.carry) if f})
+                | {f for f in (self.act, self.carry, self.checked) if f})
 
 
 def ledger_stat(path: Path) -> dict | None:
@@ -241,15 +251,86 @@ def remove_unlisted(cache: Path, manifest: Manifest) -> None:
     """Delete the numbered files the manifest no longer names (readers that mapped them keep their
     mapping; one that had yet to read its issue activity or carriers computes them instead).
 
-    Only the records cache's own files (``rec-*``, ``kw-*``, ``act-*``, ``car-*``) are considered:
+    Only the records cache's own files (``rec-*``, ``kw-*``, ``act-*``, ``car-*``, ``chk-*``) are considered:
     the vector cache (``vec-*``, cybmem.retrieval.vectors) keeps its files under its own manifest.
     """
     keep = manifest.files()
     with contextlib.suppress(OSError), os.scandir(cache) as it:
         for entry in it:
-            if entry.name.endswith(".arrow") and entry.name.startswith(("rec-", "kw-", "act-", "car-")) and entry.name not in keep:
+            if entry.name.endswith(".arrow") and entry.name.startswith(("rec-", "kw-", "act-", "car-", "chk-")) and entry.name not in keep:
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
+
+
+#: rows (ascending) and the moment each was known equal to its file: what chk-N.arrow holds
+Checked = tuple[np.ndarray, np.ndarray]
+
+
+def read_checked(path: Path | None) -> Checked:
+    """A chk-N.arrow file's rows and moments; none when there is no file or it cannot be read
+    (those rows are then checked against their files again: never trusted blindly)."""
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if path is None:
+        return none
+    try:
+        table = read_table(path)
+    except (OSError, pa.ArrowException):
+        return none
+    if not table.schema.equals(CHECKED_SCHEMA):
+        return none
+    rows, at = numpy_of(table.column("row")), numpy_of(table.column("at"))
+    return (rows, at) if np.all(rows[1:] > rows[:-1]) else none
+
+
+def merge_checked(old: Checked, rows: np.ndarray, at: np.ndarray, *, replace: bool = False) -> Checked:
+    """``old`` with these rows' moments added (``rows`` ascending), a row's later moment kept;
+    ``replace``: these moments stand whatever ``old`` says (rows read again: what they hold changed).
+    Sorting only (np.unique and np.isin import numpy.ma, tens of ms on a dispatch's path)."""
+    old_rows, old_at = old
+    if replace and len(rows):
+        keep = rows[np.searchsorted(rows, old_rows).clip(max=len(rows) - 1)] != old_rows
+        old_rows, old_at = old_rows[keep], old_at[keep]
+    all_rows, all_at = np.concatenate([old_rows, rows]), np.concatenate([old_at, at])
+    order = np.lexsort((all_at, all_rows))
+    all_rows, all_at = all_rows[order], all_at[order]
+    last = np.append(all_rows[1:] != all_rows[:-1], True)  # each row's latest moment
+    return all_rows[last], all_at[last]
+
+
+def checked_file(manifest: Manifest, checked: Checked) -> dict[str, pa.Table]:
+    """``checked`` as the cache's chk-N.arrow, named in ``manifest`` (none when it is empty)."""
+    if not len(checked[0]):
+        manifest.checked = None
+        return {}
+    manifest.checked = manifest.new_file("chk")
+    arrays = [array_of(np.asarray(c, np.int64), pa.int64()) for c in checked]
+    return {manifest.checked: pa.Table.from_arrays(arrays, schema=CHECKED_SCHEMA)}
+
+
+def settle(cache: Path, manifest: Manifest, rows: np.ndarray, at: np.ndarray) -> None:
+    """Keep that these rows were found equal to their record files by checks that began at
+    ``at`` (epoch ns): a later load does not read them again until they change (git refreshes
+    its index the same way once a racily-clean entry is found clean).
+
+    Kept only while the cache holds the rows as ``manifest`` (the snapshot's) had them: the same
+    segments, each the same file read at the same moment (a refresh that patched or compacted
+    them names other files; one that started over, other moments). Nothing is kept when another
+    process holds the cache's lock (a refresh: a read does not wait on it for an optional write)
+    or the cache cannot be written: the next load checks those rows again.
+    """
+    try:
+        with locked(cache / ".lock", wait=False):
+            disk = Manifest.read(cache)
+            if disk is None or disk.segments[:len(manifest.segments)] != manifest.segments:
+                return
+            kept = read_checked(cache / disk.checked if disk.checked else None)
+            merged = merge_checked(kept, rows, at)
+            if not (np.array_equal(merged[0], kept[0]) and np.array_equal(merged[1], kept[1])):
+                write_tables(cache, checked_file(disk, merged))
+                disk.write(cache)
+                remove_unlisted(cache, disk)
+    except OSError:  # BlockingIOError: another process holds the lock
+        pass
 
 
 @dataclass

@@ -45,8 +45,11 @@ def holding_snapshots() -> Iterator[None]:
     finally:
         with _HELD_LOCK:
             _HOLDERS -= 1
-            if not _HOLDERS:
+            gone = list(_HELD.values()) if not _HOLDERS else []
+            if gone:
                 _HELD.clear()
+        for snap in gone:  # what they settled since their last write (Snapshot.stale_rows)
+            snap.keep_settled()
 
 
 def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterable[str] = ()) -> Snapshot:
@@ -74,6 +77,8 @@ def load_snapshot(store: MemoryStore, *, use_cache: bool = True, recheck: Iterab
         held = _HELD.get(key)
     if held is not None and not recheck and held.current():
         return held
+    if held is not None:  # let go: what it settled since its last write goes to the cache
+        held.keep_settled()
     embeddings = _cache.ledger_stat(store.embeddings_path)  # before the load: a later change is seen
     snap = refresh.read(store, use_cache=use_cache, recheck=recheck)
     if snap.manifest is not None:  # read through the cache: it can tell when it goes stale

@@ -3,9 +3,11 @@
 The loader parses ``records/*.json`` and ``issues.jsonl`` into Arrow tables and builds the keyword
 index over task + summary + issue titles (:mod:`cybmem.store.arrow_records`). Through the cache
 (``cybmem.store.cache``) only record files that are new since the last refresh are parsed (one new
-segment each time); a record replaced by rename (another writer added ``supersededBy``) is parsed
-again and its row patched in place when its keyword text did not change; a record that vanished,
-or whose text changed, makes the cache start over. The ledger is re-read from the byte offset it
+segment each time, with the moment the scan that read them began); a record replaced by rename
+(another writer added ``supersededBy``) is parsed again and its row patched in place when its
+keyword text did not change (the moment it was read again kept in chk-N.arrow: the segment's own
+moment stays that of its other rows); a record that vanished, or whose text changed, makes the
+cache start over. The ledger is re-read from the byte offset it
 had reached. Each refresh writes the issue tables of the current fold with its manifest
 (:mod:`cybmem.store.issue_tables`).
 
@@ -167,16 +169,15 @@ def _snapshot(store, records, events, index, problems, cache, *, from_cache: boo
     if cache is not None and from_cache:
         files = CacheFiles(fold=cache / "fold.arrow", issue_index=cache / "kwi.arrow",
                            activity=cache / manifest.act if manifest is not None and manifest.act else None,
-                           carriers=cache / manifest.carry if manifest is not None and manifest.carry else None)
-    # When each row's record file was read: its segment's write time (for stale_rows).
+                           carriers=cache / manifest.carry if manifest is not None and manifest.carry else None,
+                           checked=cache / manifest.checked if manifest is not None and manifest.checked else None)
+    # When each row's record file was read: the moment its segment's scan began (for stale_rows;
+    # a segment without one counts as read at 0: every row of it is checked against its file).
     read_times = None
     if manifest is not None and manifest.segments:
-        try:
-            times = [os.stat(cache / seg["rec"]).st_mtime_ns for seg in manifest.segments]
-            starts = np.cumsum([0] + [seg["rows"] for seg in manifest.segments[:-1]])
-            read_times = (np.asarray(starts, np.int64), np.asarray(times, np.int64))
-        except OSError:
-            pass
+        starts = np.cumsum([0] + [seg["rows"] for seg in manifest.segments[:-1]])
+        times = [seg.get("read_ns", 0) for seg in manifest.segments]
+        read_times = (np.asarray(starts, np.int64), np.asarray(times, np.int64))
     elif read_at is not None:
         read_times = (np.zeros(1, np.int64), np.array([read_at], np.int64))
     return Snapshot(store, records, events, index, problems, from_cache=from_cache, parsed=parsed,
@@ -280,7 +281,7 @@ def _start_over(store: MemoryStore, cache: Path, scanned_at: int, listing: dict[
     led = _cache.ledger_stat(store.issues_path) or _NO_LEDGER
     manifest = _cache.Manifest()
     rec, kw, *issue_names = manifest.new_files("rec", "kw", "act", "car")
-    manifest.segments = [{"rec": rec, "kw": kw, "rows": table.num_rows}]
+    manifest.segments = [{"rec": rec, "kw": kw, "rows": table.num_rows, "read_ns": scanned_at}]
     manifest.bad = bad
     manifest.ledger = {"size": consumed, "mtime_ns": led["mtime_ns"] if consumed == led["size"] else None,
                        "ino": led["ino"], "lines": lines, "tail": _ledger_tail(store, consumed)}
@@ -290,18 +291,17 @@ def _start_over(store: MemoryStore, cache: Path, scanned_at: int, listing: dict[
     manifest.problems = [[p.path, p.message] for p in problems]
     manifest.publish(cache, store.records_dir, scanned_at, files)
     snap = _snapshot(store, table, events, index, problems, cache, from_cache=False, parsed=table.num_rows,
-                     read_at=scanned_at)
+                     manifest=manifest)
     snap.files = CacheFiles(activity=cache / manifest.act, carriers=cache / manifest.carry)
-    snap.manifest = manifest
     return snap
 
 
 def _patch_replaced(store: MemoryStore, cache: Path, manifest: _cache.Manifest, records: pa.Table,
-                    replaced: list[tuple[int, str, int]], events: pa.Table) -> pa.Table | None:
+                    replaced: list[tuple[int, str, int]], events: pa.Table) -> tuple[pa.Table, list[int]] | None:
     """Re-read records replaced by rename and patch their rows in their segments.
 
-    Returns the patched records table, or None when a replacement changed a row's keyword text or
-    cannot be read (then the cache starts over: the index must change too).
+    Returns the patched records table and the rows patched, or None when a replacement changed a
+    row's keyword text or cannot be read (then the cache starts over: the index must change too).
     """
     names = [(name, ino) for _, name, ino in replaced]
     rows = [row for row, _, _ in replaced]
@@ -328,7 +328,7 @@ def _patch_replaced(store: MemoryStore, cache: Path, manifest: _cache.Manifest, 
         patched[name] = tables[seg]
         manifest.segments[seg] = {**manifest.segments[seg], "rec": name}
     _cache.write_tables(cache, patched)
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables), rows
 
 
 def _refresh(store: MemoryStore, cache: Path, recheck: Sequence[str] = ()) -> Snapshot:
@@ -397,11 +397,16 @@ def _refresh(store: MemoryStore, cache: Path, recheck: Sequence[str] = ()) -> Sn
         manifest.ledger = {"size": consumed, "mtime_ns": led["mtime_ns"] if consumed == led["size"] else None,
                            "ino": led["ino"], "lines": lines, "tail": _ledger_tail(store, consumed)}
 
+        # When rows were read later than their segment (chk-N.arrow): changed only by a patch or a compaction.
+        checked = None
         if changes.replaced:
             patched = _patch_replaced(store, cache, manifest, records, changes.replaced, events)
             if patched is None:
                 return _start_over(store, cache, scanned_at, listing)
-            records = patched
+            records, rows = patched
+            checked = _cache.merge_checked(_cache.read_checked(cache / manifest.checked if manifest.checked else None),
+                                           np.asarray(sorted(rows), np.int64), np.full(len(rows), scanned_at, np.int64),
+                                           replace=True)  # what they hold now was read then
 
         # Everything listed that is neither cached nor a known-bad file (with the same inode) is new.
         new = sorted(e for e in changes.added if manifest.bad.get(e[0]) != e[1])
@@ -426,11 +431,23 @@ def _refresh(store: MemoryStore, cache: Path, recheck: Sequence[str] = ()) -> Sn
                 if len(manifest.segments) >= _cache.MAX_SEGMENTS:
                     records = records.combine_chunks()
                     index = index.compact()
-                    manifest.segments = [{"rec": rec, "kw": kw, "rows": records.num_rows}]
+                    # One segment of rows read at several moments: the earliest is the segment's,
+                    # each later one goes to chk-N.arrow with its rows.
+                    segs = manifest.segments + [{"rows": seg_table.num_rows, "read_ns": scanned_at}]
+                    read_ns = min(seg.get("read_ns", 0) for seg in segs)
+                    sizes, moments = np.array([seg["rows"] for seg in segs]), np.array([seg.get("read_ns", 0) for seg in segs])
+                    later = np.repeat(moments > read_ns, sizes)
+                    if later.any():
+                        if checked is None:
+                            checked = _cache.read_checked(cache / manifest.checked if manifest.checked else None)
+                        checked = _cache.merge_checked(checked, np.flatnonzero(later), np.repeat(moments, sizes)[later])
+                    manifest.segments = [{"rec": rec, "kw": kw, "rows": records.num_rows, "read_ns": read_ns}]
                     files.update({rec: records, kw: index.to_arrow()})
                 else:
-                    manifest.segments.append({"rec": rec, "kw": kw, "rows": seg_table.num_rows})
+                    manifest.segments.append({"rec": rec, "kw": kw, "rows": seg_table.num_rows, "read_ns": scanned_at})
                     files.update({rec: seg_table, kw: seg_index.to_arrow()})
+        if checked is not None:
+            files.update(_cache.checked_file(manifest, checked))
         files.update(_issue_files(store, manifest, records, events, index, folded))
         manifest.problems = [[p.path, p.message] for p in problems]
         manifest.publish(cache, store.records_dir, scanned_at, files)

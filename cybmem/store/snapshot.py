@@ -58,6 +58,11 @@ class CacheFiles:
     issue_index: Path | None = None  # kwi.arrow: the keyword index over the fold (written with it)
     activity: Path | None = None  # act-N.arrow: the fold's issue activity
     carriers: Path | None = None  # car-N.arrow: which record carries which fold row
+    checked: Path | None = None  # chk-N.arrow: rows known equal to their file since their segment's read (stale_rows)
+
+
+#: how often a snapshot writes the rows it settled to the cache, at most (:meth:`Snapshot.stale_rows`)
+_SAVE_EVERY_NS = 1_000_000_000
 
 
 @dataclass(eq=False)
@@ -83,6 +88,12 @@ class Snapshot:
     files: CacheFiles = field(default_factory=CacheFiles)
     #: (first row of each segment, when that segment's files were read, epoch ns): :meth:`stale_rows`
     read_times: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    #: rows known equal to their files at a moment later than their segment's read: files.checked
+    #: (read when a racy row is first met), and what :meth:`stale_rows` settled since (row -> moment)
+    _checked: _cache.Checked | None = field(default=None, init=False, repr=False)
+    _settled: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    _unsaved: list[int] = field(default_factory=list, init=False, repr=False)  # settled rows the cache has yet to keep
+    _saved_at: int = field(default=0, init=False, repr=False)  # when this snapshot last wrote them (epoch ns)
     #: embeddings.jsonl's stat before the load, when :func:`~cybmem.store.loading.holding_snapshots` watches it (:meth:`current`)
     embeddings_stat: dict | None = field(default=None, repr=False)
     watches_embeddings: bool = field(default=False, repr=False)
@@ -358,7 +369,7 @@ class Snapshot:
             table = issue_carriers(self.records, self.fold())
         return carrier_arrays(table)
 
-    def stale_rows(self, rows: Iterable[int]) -> list[int]:
+    def stale_rows(self, rows: Iterable[int], *, settle: bool = True) -> list[int]:
         """The rows whose record file changed after this snapshot read it: the file is gone, has
         another inode, or was modified since (an in-place edit, e.g. a hand edit that removes a
         secret; append-only writers never do it). Costs one lstat per row: meant for the rows a
@@ -367,10 +378,18 @@ class Snapshot:
         A file whose mtime is at or after the moment its row was read, less :data:`cybmem.store.cache.RACY_NS`
         (a coarse clock can stamp an edit made just after the read with a time just before it),
         may have changed or not: it is read again and is stale only when its row now differs. A
-        record written a moment before a cache refresh (an inject right after a write) is such a
-        file for as long as its segment stays; it is not an edit, and reporting it as one was
-        doctor's false "edited in place"."""
-        starts, built = self.read_times or (np.zeros(1, np.int64), np.array([time.time_ns()], np.int64))
+        record written a moment before a cache refresh (an inject right after a write), or every
+        record of a store copied without its times (``cp -r``, a backup), is such a file.
+
+        Found equal, the row counts as read when that check began (git's racy-git rule, as git
+        refreshes its index): once the check began more than RACY_NS after the file's mtime, the
+        file is not read again until its mtime moves (any later write, the same clock tick
+        included, stamps it within RACY_NS of the check or after); a check within the tick settles
+        nothing, and the next one reads the file again. This snapshot keeps what it settled; with
+        ``settle`` (doctor's look passes False: it writes nothing) so does the cache, for the next
+        process (:func:`cybmem.store.cache.settle`)."""
+        checked_at = time.time_ns()  # before any lstat: a write after it is stamped at least checked_at - RACY_NS
+        starts, built = self.read_times or (np.zeros(1, np.int64), np.array([checked_at], np.int64))
         rows = [int(r) for r in rows]
         if not rows:
             return []
@@ -380,12 +399,13 @@ class Snapshot:
             picked = take_rows(self.records.select([c for c in ("runId", "inode") if c in self.records.column_names]), rows)
             ids = picked.column("runId").to_pylist()
             inodes = picked.column("inode").to_pylist() if "inode" in picked.column_names else [None] * len(rows)
+        racy = _cache.RACY_NS
         if len(starts) == 1:  # one segment (a compacted cache): every row was read at the same moment
-            since = [int(built[0]) - _cache.RACY_NS] * len(rows)
+            since = [int(built[0]) - racy] * len(rows)
         else:  # when each row was read
-            since = (built[np.searchsorted(starts, rows, side="right") - 1] - _cache.RACY_NS).tolist()
+            since = (built[np.searchsorted(starts, rows, side="right") - 1] - racy).tolist()
         out = []
-        maybe: list[tuple[int, str, int]] = []  # (row, file name, inode): touched around or after the read
+        maybe: list[tuple[int, str, int, int]] = []  # (row, file name, inode, mtime): touched around or after the read
         records_dir = str(self.store.records_dir)
         for r, rid, ino, t in zip(rows, ids, inodes, since):
             try:
@@ -395,14 +415,54 @@ class Snapshot:
                 continue
             if ino and st.st_ino != ino:
                 out.append(r)
-            elif st.st_mtime_ns >= t:
-                maybe.append((r, f"{rid}.json", st.st_ino))
+            elif st.st_mtime_ns >= t and st.st_mtime_ns >= self._checked_at(r) - racy:  # nor settled by a later check
+                maybe.append((r, f"{rid}.json", st.st_ino, st.st_mtime_ns))
         if maybe:
-            fresh, _texts, _bad, _problems = parse_files(self.store, [(name, ino) for _, name, ino in maybe], {})
+            fresh, _texts, _bad, _problems = parse_files(self.store, [(name, ino) for _, name, ino, _ in maybe], {})
             now = {row["runId"]: row for row in pylist(fresh)}
-            then = pylist(take_rows(self.records, [r for r, _, _ in maybe]))
-            out += [r for (r, name, _), row in zip(maybe, then) if now.get(name[:-5]) != row]
+            then = pylist(take_rows(self.records, [r for r, _, _, _ in maybe]))
+            same = [now.get(name[:-5]) == row for (_, name, _, _), row in zip(maybe, then)]
+            out += [r for (r, _, _, _), eq in zip(maybe, same) if not eq]
+            self._settle([(r, mtime) for (r, _, _, mtime), eq in zip(maybe, same) if eq], checked_at, keep=settle)
+        if self._unsaved and checked_at - self._saved_at >= _SAVE_EVERY_NS:
+            self._save(checked_at)
         return sorted(out)
+
+    def _checked_at(self, row: int) -> int:
+        """The latest moment ``row`` was known equal to its file after its segment's read (0: none)."""
+        at = self._settled.get(row)
+        if at is not None:
+            return at
+        if self._checked is None:  # the cache's chk-N.arrow, read when a racy row is first met
+            self._checked = _cache.read_checked(self.files.checked)
+        rows, moments = self._checked
+        i = int(np.searchsorted(rows, row))
+        return int(moments[i]) if i < len(rows) and rows[i] == row else 0
+
+    def _settle(self, equal: list[tuple[int, int]], checked_at: int, *, keep: bool) -> None:
+        """Rows (row, file mtime) just found equal to their files in a check that began at
+        ``checked_at``: they count as read then, here and (``keep``) in the cache when that
+        settles them (the check began past their mtime's clock tick: :meth:`_save`)."""
+        for r, _ in equal:
+            self._settled[r] = max(self._checked_at(r), checked_at)
+        if keep and self.manifest is not None:
+            self._unsaved += [r for r, mtime in equal if mtime < checked_at - _cache.RACY_NS]
+
+    def keep_settled(self) -> None:
+        """Write to the cache what this snapshot settled since its last write (:meth:`stale_rows`
+        writes at most once every :data:`_SAVE_EVERY_NS`): what a holder does when it lets the
+        snapshot go (:func:`~cybmem.store.loading.holding_snapshots`)."""
+        if self._unsaved:
+            self._save(time.time_ns())
+
+    def _save(self, now: int) -> None:
+        """Write the rows this snapshot settled to the cache (:func:`cybmem.store.cache.settle`):
+        at most once every :data:`_SAVE_EVERY_NS` (a held snapshot answering many queries
+        settles a few rows each), so what it settles in between goes with its next write."""
+        rows, self._unsaved, self._saved_at = np.array(sorted(set(self._unsaved)), np.int64), [], now
+        if not self.store.symlinked_dirs():
+            _cache.settle(_cache.cache_dir(self.store.dir), self.manifest, rows,
+                          np.fromiter((self._settled[int(r)] for r in rows), np.int64, len(rows)))
 
     def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
         """Some rows as dicts, only the given columns (cheap for a top-k: a few rows are read
