@@ -325,6 +325,10 @@ ADVERSARIAL = {
     "cut parts": "Ab12cd34EF\n" * N,
     "cut ghp_ parts": "ghp_Ab12\n" * N,
     "cut escaped parts": "ghp_Ab12\\r\\n" * N,
+    # issue 41's decoded copies: invisible characters everywhere, base64 runs that decode to text
+    "zero width": "ab\u200b" * N,
+    "base64 of text": "aGVsbG8gd29ybGQh " * N,
+    "one base64 run": "aGVsbG8g" * N,
 }
 
 

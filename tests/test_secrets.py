@@ -21,7 +21,7 @@ import uuid
 import pytest
 
 from cybmem.store import secret_shapes as shapes
-from cybmem.store.secrets import redact, scan
+from cybmem.store.secrets import Finding, redact, scan
 
 from conftest import REPO, T0, make_run
 from servers import chat_server  # noqa: F401
@@ -571,6 +571,66 @@ FAMILY_LOOKALIKES = [
 
 @pytest.mark.parametrize("text", FAMILY_LOOKALIKES, ids=range(len(FAMILY_LOOKALIKES)))
 def test_a_family_lookalike_is_left_alone(text):
+    assert redact(text) == (text, [])
+
+
+# -- the families issue 41 found slipping through (finding 3) ------------------------------------------
+
+ZW = "\u200b"  # ZERO WIDTH SPACE, as a chat client pastes it
+CREDS = base64.b64encode(json.dumps({"username": "bob", "password": S}).encode()).decode()
+AUTH = base64.urlsafe_b64encode(json.dumps({"username": "bob", "password": S, "serveraddress": "r.example.com"}).encode())
+AUTH = AUTH.decode().rstrip("=")  # base64url, unpadded
+# (text, every part that must be gone): the finding's own shape, and a variant it does not spell out
+ISSUE_41_CASES = [
+    # a token split by an invisible character: zero width space, soft hyphen, word joiner, BOM, a zero width
+    # space escaped in JSON, one in the key of an assignment, two in one token
+    (f"pasted from chat: ghp_{R[:16]}{ZW}{R[16:]}abcd", (f"ghp_{R[:16]}", f"{R[16:]}abcd")),
+    (f"token ghp_{R[:16]}\u00ad{R[16:]}abcd", (f"ghp_{R[:16]}", f"{R[16:]}abcd")),
+    (f"AKIAQ3EGQX7M\u2060NVKD2F4L", ("AKIAQ3EGQX7M", "NVKD2F4L")),
+    (f"key sk-ant-api03-{R[:12]}\ufeff{R[12:]}", (R[:12], R[12:])),
+    (f'{{"t": "ghp_{R[:16]}\\u200b{R[16:]}abcd"}}', (f"ghp_{R[:16]}", f"{R[16:]}abcd")),
+    (f"DB_PASS{ZW}WORD={S}", (S,)),
+    (f"ghp_{R[:10]}{ZW}{R[10:20]}\u200c{R[20:]}abcd", (R[:10], R[10:20], f"{R[20:]}abcd")),
+    # base64 of credentials as JSON (Docker's X-Registry-Auth, base64url), and of a token
+    (CREDS, (CREDS,)),
+    (f"X-Registry-Auth: {AUTH}", (AUTH,)),  # (its label alone took it before)
+    ("auth: " + base64.b64encode(f"bob:ghp_{R}abcd".encode()).decode(), (base64.b64encode(f"bob:ghp_{R}abcd".encode()).decode(),)),
+]
+
+
+@pytest.mark.parametrize("text, parts", ISSUE_41_CASES, ids=[t[:40] for t, _ in ISSUE_41_CASES])
+def test_a_family_issue_41_named_is_redacted(text, parts):
+    out, kinds = redact(text)
+    assert kinds and [p for p in parts if p in out] == [], out
+    assert redact(out) == (out, [])
+
+
+def test_a_token_split_by_an_invisible_character_is_replaced_with_the_character():
+    token = f"ghp_{R[:16]}{ZW}{R[16:]}abcd"
+    text = f"see {token}{ZW} and the rest"
+    assert scan(text) == [Finding("github_token", 4, 4 + len(token))]
+    assert redact(text) == (f"see [REDACTED:github_token]{ZW} and the rest", ["github_token"])
+    soft = f"AKIAQ3EGQX7M\u00adNVKD2F4L"
+    assert redact(f"id {soft}.") == ("id [REDACTED:aws_access_key_id].", ["aws_access_key_id"])
+
+
+def test_a_base64_run_that_decodes_to_credentials_is_replaced_whole():
+    text = f"the daemon logged {CREDS} on pull"
+    assert redact(text) == ("the daemon logged [REDACTED:secret_assignment] on pull", ["secret_assignment"])
+    url_safe = base64.urlsafe_b64encode(json.dumps({"user": "bob", "token": f"ghp_{R}abcd"}).encode()).decode().rstrip("=")
+    assert redact(f"pull {url_safe}.") == ("pull [REDACTED:github_token].", ["github_token"])
+    plain = base64.b64encode(json.dumps({"username": "bob", "password": "${REGISTRY_PASSWORD}"}).encode()).decode()
+    assert redact(plain) == (plain, []), "a template inside is no secret, as in the clear"
+
+
+ISSUE_41_LOOKALIKES = [
+    f"The word{ZW}break and soft\u00adhyphen, a family emoji \U0001f468\u200d\U0001f469\u200d\U0001f467 and \ufeffBOM",
+    "payload " + base64.b64encode(b"Fix the flaky login test in CI; it waits for the form now.").decode(),
+]
+
+
+@pytest.mark.parametrize("text", ISSUE_41_LOOKALIKES, ids=range(len(ISSUE_41_LOOKALIKES)))
+def test_an_issue_41_lookalike_is_left_alone(text):
     assert redact(text) == (text, [])
 
 

@@ -929,6 +929,9 @@ class Decoded:
     #: only findings that cover a decoded position of an edit count (line joins: a finding that
     #: crosses no join is found in the original already)
     crossing_only: bool = False
+    #: only findings that take in an edit count, any kind (text decoded from base64: beside it
+    #: the copy is the original, and the decoded text is no part of the sentence around it)
+    touching_only: bool = False
 
     def __post_init__(self) -> None:
         self._keys = [e[0] for e in self.edits]
@@ -965,9 +968,56 @@ class Decoded:
         k = bisect_right(self._keys, start)
         return k < len(self._keys) and self._keys[k] < end
 
+    def touches_edit(self, start: int, end: int) -> bool:
+        """Whether decoded [start, end) holds a decoded position of an edit or, for a removal
+        (decoded length 0), the place of one strictly inside it."""
+        k = bisect_right(self._keys, start) - 1
+        if k >= 0 and start < self.edits[k][0] + self.edits[k][1]:
+            return True
+        return self.crosses_edit(start, end)
+
 
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([\\\"'/nrtbf]))")
 _ESCAPED = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
+# Default_Ignorable_Code_Point (Unicode's DerivedCoreProperties.txt): what a renderer shows as nothing, so
+# a token pasted from a chat or a web page may carry one inside it unseen: U+00AD SOFT HYPHEN, U+200B-U+200D
+# (zero width space, non-joiner, joiner), U+200E/F and U+202A-U+202E (direction marks), U+2060 WORD JOINER
+# to U+206F, U+FEFF (BOM), variation selectors, Hangul fillers, tags. Removed before matching
+# (decoded_variants); the redaction replaces the original span, the invisible characters inside included.
+_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+                        "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]++")
+
+
+def _unescape(m: re.Match[str]) -> str:
+    """What an escape stands for; an escaped invisible character (\\u200b) stands for nothing."""
+    if not m[1]:
+        return _ESCAPED.get(m[2], m[2])
+    char = chr(int(m[1], 16))
+    return "" if _INVISIBLE.match(char) else char
+
+
+# A base64 run (standard or URL-safe) long enough to hold a credential: what it decodes to, when that is
+# text, is scanned too (Docker's X-Registry-Auth header is base64url of {"username", "password", …}).
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{16,}+={0,2}+(?![A-Za-z0-9+/_=-])")
+
+
+def _b64_text(token: str) -> str | None:
+    """The text a base64 run decodes to (UTF-8, printable but for line breaks and tabs), or None."""
+    body = token.rstrip("=")
+    if ("-" in body or "_" in body) and ("+" in body or "/" in body):
+        return None  # two alphabets: a path or an identifier, not base64
+    body = body.replace("-", "+").replace("_", "/")
+    if len(body) % 4 == 1:
+        return None
+    try:
+        data = binascii.a2b_base64(body + "=" * (-len(body) % 4))
+        decoded = data.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return decoded if decoded.replace("\n", "").replace("\t", "").replace("\r", "").isprintable() else None
+
+
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 # A newline (and the indentation around it) inside a long token: a line of 60+ characters ends
 # with 16+ token characters, and the next begins with a run that reads as the rest of a token
@@ -976,7 +1026,8 @@ _WRAP = re.compile(r"(?<=[^\n]{44}[A-Za-z0-9+/=_-]{16})[ \t]*+\r?\n[ \t]*+(?:#[ 
                    r"(?=[A-Za-z0-9+/=_-]{0,11}?(?:[0-9]|[a-z][A-Z]|[A-Z]{2}[a-z]))")
 
 
-def _substitute(text: str, cuts: Iterable[tuple[int, int, str]], crossing_only: bool = False) -> Decoded | None:
+def _substitute(text: str, cuts: Iterable[tuple[int, int, str]], crossing_only: bool = False,
+                touching_only: bool = False) -> Decoded | None:
     """text with each cut [start, end) replaced by its new text (cuts in order, not overlapping)."""
     parts: list[str] = []
     edits: list[tuple[int, int, int, int]] = []
@@ -990,7 +1041,7 @@ def _substitute(text: str, cuts: Iterable[tuple[int, int, str]], crossing_only: 
     if not edits:
         return None
     parts.append(text[pos:])
-    return Decoded("".join(parts), edits, crossing_only)
+    return Decoded("".join(parts), edits, crossing_only, touching_only)
 
 
 def _replaced(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> Iterator[tuple[int, int, str]]:
@@ -1082,10 +1133,11 @@ def _joins(text: str, holds: Callable[[Decoded], bool] | None = None) -> Iterato
 def decoded_variants(text: str, holds: Callable[[Decoded], bool] | None = None) -> list[Decoded]:
     """The decoded copies of text worth scanning again: escapes undone, percent-encoding undone,
     wrapped tokens joined (each only when the text holds what it decodes; a token cut by hand
-    where ``holds`` confirms it, see _joins)."""
+    where ``holds`` confirms it, see _joins), invisible characters removed, and base64 runs that
+    decode to text replaced by that text (a finding there maps back to the whole run)."""
     out = []
     if "\\" in text:
-        d = _substitute(text, _replaced(text, _ESCAPE, lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2])))
+        d = _substitute(text, _replaced(text, _ESCAPE, _unescape))
         if d:
             out.append(d)
     if "%" in text:
@@ -1100,4 +1152,12 @@ def decoded_variants(text: str, holds: Callable[[Decoded], bool] | None = None) 
         d = _substitute(text, _joins(text, holds), crossing_only=True)
         if d:
             out.append(d)
+    if not text.isascii():
+        d = _substitute(text, _replaced(text, _INVISIBLE, lambda m: ""))  # the text as a reader sees it
+        if d:
+            out.append(d)
+    cuts = [(m.start(), m.end(), decoded) for m in _B64_RUN.finditer(text) if (decoded := _b64_text(m.group()))]
+    d = _substitute(text, cuts, touching_only=True)
+    if d:
+        out.append(d)
     return out
