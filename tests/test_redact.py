@@ -325,6 +325,24 @@ ADVERSARIAL = {
     "cut parts": "Ab12cd34EF\n" * N,
     "cut ghp_ parts": "ghp_Ab12\n" * N,
     "cut escaped parts": "ghp_Ab12\\r\\n" * N,
+    # issue 41's shapes: sudo's options after many sudos, echoes into a pipe, here-strings, the
+    # command-line options, -AsPlainText looked for around each ConvertTo-SecureString, Twilio SIDs
+    # among 32-character tokens
+    "sudo -u": "sudo -u " * N,
+    "echo | sudo": "echo abcd | sudo " * N,
+    "here-strings": "sudo -S x " + "<<< " * N,
+    "docker login": "docker login " * N,
+    "ssh-keygen -N": "ssh-keygen -N " * N,
+    "7z -p": "7z " + "-pab " * N,
+    "zip -P": "zip " + "-P ab " * N,
+    "-storepass": "-storepass " * N,
+    "ConvertTo-SecureString": "ConvertTo-SecureString 'abc' -a " * N,
+    "piped to ConvertTo-SecureString": "'abc' | " * N + "ConvertTo-SecureString",
+    "twilio": ("AC" + "0123456789abcdef" * 2 + " " + "a1b2c3d4" * 4 + " ") * (N // 20),
+    # and its decoded copies: invisible characters everywhere, base64 runs that decode to text
+    "zero width": "ab\u200b" * N,
+    "base64 of text": "aGVsbG8gd29ybGQh " * N,
+    "one base64 run": "aGVsbG8g" * N,
 }
 
 

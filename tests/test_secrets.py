@@ -21,9 +21,9 @@ import uuid
 import pytest
 
 from cybmem.store import secret_shapes as shapes
-from cybmem.store.secrets import redact, scan
+from cybmem.store.secrets import Finding, redact, scan
 
-from conftest import REPO, T0, make_run
+from conftest import REPO, T0, make_run, write_json
 from servers import chat_server  # noqa: F401
 
 EXAMPLES = REPO / "data-fixtures" / "secret-examples.jsonl"
@@ -574,6 +574,203 @@ def test_a_family_lookalike_is_left_alone(text):
     assert redact(text) == (text, [])
 
 
+# -- the families issue 41 found slipping through (finding 3) ------------------------------------------
+
+ZW = "\u200b"  # ZERO WIDTH SPACE, as a chat client pastes it
+TWILIO_SID, TWILIO_TOKEN = "AC712594f590c0d8ace55c04858f7398f9", "c9117d87046fc24205e4240e6bc9963a"
+CREDS = base64.b64encode(json.dumps({"username": "bob", "password": S}).encode()).decode()
+AUTH = base64.urlsafe_b64encode(json.dumps({"username": "bob", "password": S, "serveraddress": "r.example.com"}).encode())
+AUTH = AUTH.decode().rstrip("=")  # base64url, unpadded
+# (text, every part that must be gone): the finding's own shape, and a variant it does not spell out
+ISSUE_41_CASES = [
+    # a token split by an invisible character: zero width space, soft hyphen, word joiner, BOM, a zero width
+    # space escaped in JSON, one in the key of an assignment, two in one token
+    (f"pasted from chat: ghp_{R[:16]}{ZW}{R[16:]}abcd", (f"ghp_{R[:16]}", f"{R[16:]}abcd")),
+    (f"token ghp_{R[:16]}\u00ad{R[16:]}abcd", (f"ghp_{R[:16]}", f"{R[16:]}abcd")),
+    (f"AKIAQ3EGQX7M\u2060NVKD2F4L", ("AKIAQ3EGQX7M", "NVKD2F4L")),
+    (f"key sk-ant-api03-{R[:12]}\ufeff{R[12:]}", (R[:12], R[12:])),
+    (f'{{"t": "ghp_{R[:16]}\\u200b{R[16:]}abcd"}}', (f"ghp_{R[:16]}", f"{R[16:]}abcd")),
+    (f"DB_PASS{ZW}WORD={S}", (S,)),
+    (f"ghp_{R[:10]}{ZW}{R[10:20]}\u200c{R[20:]}abcd", (R[:10], R[10:20], f"{R[20:]}abcd")),
+    # Twilio's account SID and auth token given to a client, in Python, Node, Java; an API key SID and secret
+    (f"client = Client('{TWILIO_SID}', '{TWILIO_TOKEN}')", (TWILIO_SID, TWILIO_TOKEN)),
+    (f"const client = require('twilio')('{TWILIO_SID}', '{TWILIO_TOKEN}');", (TWILIO_SID, TWILIO_TOKEN)),
+    (f'Twilio.init("{TWILIO_SID}", "{TWILIO_TOKEN.upper()}");', (TWILIO_TOKEN.upper(),)),
+    (f"Client('SK9b4cc552783500ace5414a1ed3e9fd1a', 'l6LUelKF2BUtMLace5oShZSmRppadYq9', '{TWILIO_SID}')",
+     ("l6LUelKF2BUtMLace5oShZSmRppadYq9", TWILIO_SID)),
+    # a password echoed into a command that reads it on stdin: docker login, sudo -S, and podman, gh, passwd,
+    # sudo's options around -S, printf, a here-string
+    (f"echo {S} | docker login -u me --password-stdin", (S,)),
+    (f"echo '{S}' | sudo -S apt-get update", (S,)),
+    (f'echo -n "{S}" | podman login quay.io -u me --password-stdin', (S,)),
+    (f"echo {S} | gh auth login --with-token", (S,)),
+    (f"echo '{S}' | passwd --stdin alice", (S,)),
+    (f"echo {S} | sudo -u deploy -kS systemctl restart app", (S,)),
+    (f"printf '%s\\n' '{S}' | sudo -S true", (S,)),
+    (f"docker login -u me --password-stdin <<< '{S}'", (S,)),
+    (f"sudo -S apt-get update <<< \"{S}\"", (S,)),
+    # ssh-keygen -N (new) and -P (old), a passphrase of several words
+    (f"ssh-keygen -t ed25519 -N '{S}' -f key", (S,)),
+    (f"ssh-keygen -p -P {S} -N 'correct horse battery staple' -f key", (S, "correct horse battery staple")),
+    # 7z's -p glued, rar's; zip's and unzip's -P
+    (f"7z x b.7z -p{S}", (S,)),
+    (f'7za a -tzip -p"{S}" -mem=AES256 out.zip dist', (S,)),
+    (f"unrar x -p{S} archive.rar", (S,)),
+    (f"zip -P {S} out.zip a.txt", (S,)),
+    (f"unzip -P '{S}' in.zip", (S,)),
+    # keytool's store and key passwords, jarsigner's, keytool -new
+    (f"keytool -importkeystore -srcstorepass {S} -deststorepass {S}9", (S,)),
+    (f"keytool -genkeypair -keystore k.jks -storepass '{S}' -keypass '{S}9'", (S,)),
+    (f"jarsigner -keystore k.jks -storepass {S} app.jar alias", (S,)),
+    (f"keytool -storepasswd -new {S} -keystore k.jks", (S,)),
+    # ConvertTo-SecureString -AsPlainText: positional, -String, piped, lower case, switches first
+    (f"$p = ConvertTo-SecureString '{S}' -AsPlainText -Force", (S,)),
+    (f'convertto-securestring -string "{S}" -asplaintext -force', (S,)),
+    (f"'{S}' | ConvertTo-SecureString -AsPlainText -Force", (S,)),
+    (f"ConvertTo-SecureString -AsPlainText -Force -String '{S}'", (S,)),
+    # base64 of credentials as JSON (Docker's X-Registry-Auth, base64url), and of a token
+    (CREDS, (CREDS,)),
+    (f"X-Registry-Auth: {AUTH}", (AUTH,)),  # (its label alone took it before)
+    ("auth: " + base64.b64encode(f"bob:ghp_{R}abcd".encode()).decode(), (base64.b64encode(f"bob:ghp_{R}abcd".encode()).decode(),)),
+]
+
+
+@pytest.mark.parametrize("text, parts", ISSUE_41_CASES, ids=[t[:40] for t, _ in ISSUE_41_CASES])
+def test_a_family_issue_41_named_is_redacted(text, parts):
+    out, kinds = redact(text)
+    assert kinds and [p for p in parts if p in out] == [], out
+    assert redact(out) == (out, [])
+
+
+def test_a_token_split_by_an_invisible_character_is_replaced_with_the_character():
+    token = f"ghp_{R[:16]}{ZW}{R[16:]}abcd"
+    text = f"see {token}{ZW} and the rest"
+    assert scan(text) == [Finding("github_token", 4, 4 + len(token))]
+    assert redact(text) == (f"see [REDACTED:github_token]{ZW} and the rest", ["github_token"])
+    soft = f"AKIAQ3EGQX7M\u00adNVKD2F4L"
+    assert redact(f"id {soft}.") == ("id [REDACTED:aws_access_key_id].", ["aws_access_key_id"])
+
+
+def test_a_base64_run_that_decodes_to_credentials_is_replaced_whole():
+    text = f"the daemon logged {CREDS} on pull"
+    assert redact(text) == ("the daemon logged [REDACTED:secret_assignment] on pull", ["secret_assignment"])
+    url_safe = base64.urlsafe_b64encode(json.dumps({"user": "bob", "token": f"ghp_{R}abcd"}).encode()).decode().rstrip("=")
+    assert redact(f"pull {url_safe}.") == ("pull [REDACTED:github_token].", ["github_token"])
+    plain = base64.b64encode(json.dumps({"username": "bob", "password": "${REGISTRY_PASSWORD}"}).encode()).decode()
+    assert redact(plain) == (plain, []), "a template inside is no secret, as in the clear"
+
+
+# What the families' rules leave alone: an empty or variable passphrase, a password fed from a file or a
+# command, a switch with no password, a keystore password taken from the environment or a file, the sarif
+# SEC101/052 test inputs' negatives, a reply piped to a package manager, an option named in prose, Twilio's
+# names without values, and invisible characters in prose and emoji.
+ISSUE_41_LOOKALIKES = [
+    "ssh-keygen -t ed25519 -N '' -f ~/.ssh/id_ed25519",
+    'ssh-keygen -t ed25519 -N "" -C "me@example.com"',
+    'ssh-keygen -N "$PASSPHRASE" -f key',
+    "7z x b.7z -p",
+    "7z a -mhe=on -p archive.7z files",
+    "rar a -p- out.rar dir",
+    "cat ~/my_password.txt | docker login --username foo --password-stdin",  # Docker's own example
+    "docker login --username foo --password-stdin < ~/pw.txt",
+    'echo "$PW" | docker login -u me --password-stdin',
+    "echo $DOCKER_PASSWORD | docker login -u $DOCKER_USERNAME --password-stdin",
+    'echo "${{ secrets.GITHUB_TOKEN }}" | docker login ghcr.io -u ${{ github.actor }} --password-stdin',
+    "aws ecr get-login-password --region us-east-1 | docker login --username AWS --password-stdin 1234.dkr.ecr.aws",
+    'echo "$(cat pw.txt)" | sudo -S ls',
+    "echo $SUDO_PASS | sudo -S true",
+    'echo "deb http://deb.example.com/ stable main" | sudo tee /etc/apt/sources.list.d/x.list',
+    'echo "Y" | sudo pacman -S vim',
+    "keytool -list -keystore k.jks -storepass:env STOREPASS",
+    "keytool -list -keystore k.jks -storepass:file pw.txt",
+    "keytool -importkeystore -srcstorepass $SRC_PASS -deststorepass ${DEST_PASS}",
+    "ConvertTo-SecureString $env:PW -AsPlainText -Force",
+    'ConvertTo-SecureString -String "$($redisResourceName).redis.cache.windows.net:6380,password=$($redisKey)" -AsPlainText',
+    "ConvertTo-SecureString -String '$(adminPassword)' -AsPlainText -Force) -adminUsername $(adminUserName)",
+    'ConvertTo-SecureString -String "$(Password)" -AsPlainText -Force)))',
+    "$SecureString = ConvertTo-SecureString -String $EncryptedInput",
+    "ConvertTo-SecureString -String '01000000d08c9ddf0115d1118c7a00c04fc297eb' -Key $key",  # no -AsPlainText
+    "Bump zip to 3.1; unzip -P now documented as insecure",
+    "client = Client(os.environ['TWILIO_ACCOUNT_SID'], os.environ['TWILIO_AUTH_TOKEN'])",
+    "ACCOMPLISHED: rebuilt the index 0123456789abcdef0123456789abcdef",
+    f"The word{ZW}break and soft\u00adhyphen, a family emoji \U0001f468\u200d\U0001f469\u200d\U0001f467 and \ufeffBOM",
+    "payload " + base64.b64encode(b"Fix the flaky login test in CI; it waits for the form now.").decode(),
+]
+
+
+@pytest.mark.parametrize("text", ISSUE_41_LOOKALIKES, ids=range(len(ISSUE_41_LOOKALIKES)))
+def test_an_issue_41_lookalike_is_left_alone(text):
+    assert redact(text) == (text, [])
+
+
+def _doctor_misses(memory_root, monkeypatch, texts: list[str]) -> list[str]:
+    """Each text written as a run's task with redaction off (a store written before the rules), then the
+    texts whose record `doctor --secrets` reports with other kinds than the pass would redact."""
+    from typer.testing import CliRunner
+
+    from cybmem.cli.app import app
+    from cybmem.operations.write import write_run
+    from cybmem.settings import Settings
+
+    monkeypatch.setenv("CYBERINE_MEMORY_REDACT", "0")
+    raw = Settings.from_env({"CYBERINE_MEMORY_REDACT": "0"}, memory_dir=memory_root)
+    for i, text in enumerate(texts):
+        write_run(make_run(f"s{i}", text, start=T0 + i * 60_000), raw)
+    monkeypatch.delenv("CYBERINE_MEMORY_REDACT")
+    res = CliRunner().invoke(app, ["doctor", "--all", "--secrets", "--json"])
+    assert res.exit_code == 1, res.output
+    found: dict[str, set[str]] = {}
+    for f in json.loads(res.stdout)["findings"]:
+        if f["check"] == "secrets" and f["path"].endswith(".json") and f["field"] == "task":
+            found.setdefault(f["path"].rsplit("/", 1)[-1], set()).add(f["kind"])
+    return [text for i, text in enumerate(texts) if found.get(f"s{i}.json") != set(redact(text)[1])]
+
+
+def test_doctor_secrets_finds_the_issue_41_families_in_a_store_written_before(memory_root, monkeypatch):
+    """doctor --secrets reports each family in a store written before the rules, with the kind the write
+    path would redact it as."""
+    assert _doctor_misses(memory_root, monkeypatch, [t for t, _ in ISSUE_41_CASES]) == []
+
+
+def test_a_write_holding_an_issue_41_family_leaves_no_copy_of_the_secret(memory_root, tmp_path):
+    """`cybmem write` in its own process, a task holding a token split by a zero width space and an
+    output holding sudo's and keytool's passwords: the record, the ledger, the index and caches the
+    readers build, `show` (plain, --json, MCP) and the block hold none of them."""
+    import os
+    import shutil
+    import subprocess
+
+    from cybmem.mcp.tools import Memory
+    from cybmem.settings import Settings
+
+    token = f"ghp_{R[:16]}{ZW}{R[16:]}abcd"
+    output = (f"Deployed.\n\nACCOMPLISHED:\n- ran echo '{S}' | sudo -S systemctl restart app\nISSUES:\n"
+              f"- keytool -storepass {S}9 left in the deploy log\nNEXT:\n- rotate the keystore\n")
+    run = make_run("r-zw-1", f"Deploy with the token pasted from chat: {token}", output=output)
+    exe = shutil.which("cybmem")
+    env = {**os.environ}
+
+    def cybmem(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    res = cybmem("write", str(write_json(tmp_path / "run.json", run)))
+    assert res.returncode == 0, res.stderr
+    assert "redacted secrets before writing" in res.stderr
+    shown = [cybmem(*args, "--cwd", "/home/dev/web") for args in (["show", "r-zw-1"], ["show", "r-zw-1", "--json"],
+                                                                  ["search", "token pasted from chat"], ["issues"],
+                                                                  ["inject", "Deploy with the token"])]
+    assert all(p.returncode == 0 for p in shown), [p.stderr for p in shown]
+    memory = Memory(Settings.from_env(), cwd="/home/dev/web")
+    answers = [json.dumps(memory.show("r-zw-1")), json.dumps(memory.memory_block("Deploy with the token"))]
+    leaks = [f"ghp_{R[:16]}", f"{R[16:]}abcd", S]
+    files = {str(p): p.read_bytes().decode("utf-8", "replace") for p in memory_root.rglob("*") if p.is_file()}
+    assert any(p.endswith("r-zw-1.json") for p in files) and any(p.endswith("issues.jsonl") for p in files)
+    for where, text in [*files.items(), *((" ".join(p.args), p.stdout) for p in shown), *(("mcp", a) for a in answers)]:
+        assert [leak for leak in leaks if leak in text] == [], where
+    assert "[REDACTED:github_token]" in shown[0].stdout and "[REDACTED:cli_password]" in shown[0].stdout
+    assert cybmem("doctor", "--secrets", "--cwd", "/home/dev/web").returncode == 0
+
+
 # -- the high-entropy rule -----------------------------------------------------------------------------
 
 LEFT_ALONE = [
@@ -639,26 +836,7 @@ def test_the_distillation_prompt_never_holds_a_secret(settings, chat_server):  #
 
 
 def test_doctor_secrets_finds_what_the_pass_finds(memory_root, monkeypatch):
-    from typer.testing import CliRunner
-
-    from cybmem.cli.app import app
-    from cybmem.operations.write import write_run
-    from cybmem.settings import Settings
-
-    texts = [t for t, _ in UNSEEN[::4]]
-    monkeypatch.setenv("CYBERINE_MEMORY_REDACT", "0")
-    settings = Settings.from_env({"CYBERINE_MEMORY_REDACT": "0"}, memory_dir=memory_root)
-    for i, text in enumerate(texts):
-        write_run(make_run(f"s{i}", text, start=T0 + i * 60_000), settings)
-    monkeypatch.delenv("CYBERINE_MEMORY_REDACT")
-    res = CliRunner().invoke(app, ["doctor", "--all", "--secrets", "--json"])
-    assert res.exit_code == 1
-    found: dict[str, set[str]] = {}
-    for f in json.loads(res.stdout)["findings"]:
-        if f["check"] == "secrets" and f["path"].endswith(".json") and f["field"] == "task":
-            found.setdefault(f["path"].rsplit("/", 1)[-1], set()).add(f["kind"])
-    for i, text in enumerate(texts):
-        assert found.get(f"s{i}.json") == set(redact(text)[1]), text
+    assert _doctor_misses(memory_root, monkeypatch, [t for t, _ in UNSEEN[::4]]) == []
 
 
 # -- the maintained scanner, opt-in ----------------------------------------------------------------

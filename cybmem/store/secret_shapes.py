@@ -706,6 +706,146 @@ def _connect_calls(text: str) -> Iterator[Candidate]:
                     yield arg.start(group), arg.end(group), "db_password"
 
 
+# -- the families issue 41 found slipping through: passwords given to a command, Twilio's pair -------------
+#
+# No public rule set carries the command-line shapes (gitleaks, Kingfisher, detect-secrets and trufflehog
+# have none); each is cut from the tool's own documentation of the option, and takes only a literal (never
+# $VAR, "$(cat pw.txt)", ${{ secrets.X }}, '$(adminPassword)', an empty '' nor a stand-in).
+#   docker login --password-stdin (docs.docker.com, "docker login": "--password-stdin  Take the password
+#     from stdin"; podman, buildah, nerdctl, helm registry, oras, skopeo, crane, regctl the same),
+#     gh auth login --with-token (cli.github.com: "Read token from standard input"), passwd --stdin;
+#   sudo -S / --stdin (sudo(8): "read the password from the standard input instead of using the terminal");
+#   ssh-keygen -N new_passphrase / -P old_passphrase (ssh-keygen(1));
+#   7z -p{Password} (7-Zip's -p switch: the password glued to it; rar / unrar the same, -p- is "no password");
+#   zip / unzip -P password (Info-ZIP zip(1): "THIS IS INSECURE!");
+#   keytool / jarsigner -storepass, -keypass, -srcstorepass, -deststorepass, -srckeypass, -destkeypass
+#     (keytool docs; -storepass:env VAR and -storepass:file PATH name no password), keytool -new;
+#   ConvertTo-SecureString 'PW' -AsPlainText (PowerShell's docs; PSScriptAnalyzer's
+#     AvoidUsingConvertToSecureStringWithPlainText rule and sarif-pattern-matcher's SEC101/052
+#     ConvertToSecureString test inputs, whose negatives '$(adminPassword)' and "$($x)" are left alone).
+
+# A literal given to an option: quoted (it may hold spaces) or a bare word, 3 characters or more.
+_GIVEN = (r"(?P<q>[\"'])?(?P<v>(?(q)[^\"'\n]{3,200}+|(?!-)[^\s\"'`;|&<>()]{3,200}+))"
+          r"(?(q)(?P=q)|(?![^\s;|&)]))")
+_TEMPLATE = re.compile(r"\$[{(]|\{\{|#\{|%\w+%")
+_REPLIES = frozenset({"yes", "true", "false", "none", "null"})
+
+
+def _given(secret: str, m: re.Match[str]) -> bool:
+    """A literal a command line gives (the password itself), not a variable ($PW, "$PW",
+    "${{ secrets.X }}", "pre$SUFFIX"), a command or a template ($(cat pw.txt), '$(adminPassword)',
+    {{ .Password }}), a stand-in (<password>, ****, password, one repeated character) nor a reply (yes)."""
+    if _TEMPLATE.search(secret) or (m.groupdict().get("q") != "'" and re.search(r"\$[A-Za-z_]", secret)):
+        return False  # in single quotes $ is a character ('D$oodle3333'), elsewhere a variable
+    return _not_stand_in(secret, m) and secret.lower() not in _REPLIES
+
+
+def _option_value(secret: str, m: re.Match[str]) -> bool:
+    """An option's value: a literal, and unquoted one that reads as a password (a digit, a symbol
+    or a case change: not the word after an option named in prose, "unzip -P now documented")."""
+    return _given(secret, m) and (m.group("q") is not None or _prose_word(secret))
+
+
+_SSH_KEYGEN = re.compile(r"(?<![\w./-])ssh-keygen(?=[ \t])")
+
+
+def _command_before(m: re.Match[str]) -> str:
+    """The command line before a match, back to the last line break, pipe, ; or & (200 characters at most)."""
+    before = m.string[max(0, m.start() - 200):m.start()]
+    return before[max(before.rfind(c) for c in "\n|;&") + 1:]
+
+
+# echo / printf a value into a pipe (printf '%s\n' 'PW' too); the command after the pipe reads it
+_ECHOED = (rf"\b(?:echo|printf)(?:[ \t]++-[neE]++)*+(?:[ \t]++(?P<f>[\"'])%s(?:\\n)?(?P=f))?[ \t]++{_GIVEN}"
+           r"[ \t]*+\|[ \t]*+")
+# the commands that read a password on their standard input: sudo -S (an option cluster holding S,
+# after sudo's other options: -u root -S, -kS), a registry login with --password-stdin, gh's
+# --with-token, passwd --stdin
+_SUDO_S = (r"sudo(?:[ \t]++(?:-[A-RT-Za-z]*[ugpCDhrtUTR][ \t]++(?:'[^'\n]*+'|\"[^\"\n]*+\"|[^\s|;&'\"-][^\s|;&]*+)"
+           r"|-[A-RT-Za-z]++(?![^\s])|--(?!stdin)[a-z-]++(?:=[^\s|;&]*+)?(?![^\s]))){0,12}+[ \t]++"
+           r"(?:-[A-Za-z]*?S[A-Za-z]*+|--stdin)(?![^\s;|&])")
+_LOGIN_STDIN = (r"(?:(?:sudo[ \t]++)?(?:docker|podman|buildah|nerdctl|finch|oras|skopeo|crane"
+                r"|(?:helm|regctl)(?:[ \t]++registry)?)[ \t]++login|gh[ \t]++auth[ \t]++login)(?![\w-])"
+                r"[^\n|;&<>]{0,200}?[ \t](?:--password-stdin|--with-token)(?![\w-])"
+                r"|(?:sudo[ \t]++)?passwd[ \t]++--stdin(?![\w-])")
+_STDIN_NEEDLES = ("password-stdin", "with-token", "--stdin", "sudo -")
+_SECURE_STRING = ("SecureString", "securestring", "SECURESTRING", "Securestring")
+_SWITCH = re.compile(r"(?<![\w-])-(a[a-z]{0,10})(?![\w-])", re.IGNORECASE)
+
+
+def _plain_text(secret: str, m: re.Match[str]) -> bool:
+    """ConvertTo-SecureString given a literal with -AsPlainText (or a prefix of it, -AsPlain,
+    -a) on its line, before or after it: without it the string is an encrypted standard string."""
+    text, lo, hi = m.string, max(0, m.start() - 200), m.end() + 200  # bounded: linear on one long line
+    start, end = text.rfind("\n", lo, m.start()), text.find("\n", m.end(), hi)
+    line = (start + 1 if start >= 0 else lo, end if end >= 0 else hi)
+    plain = any("asplaintext".startswith(w.group(1).lower()) for w in _SWITCH.finditer(text, *line))
+    return plain and _given(secret, m)
+
+
+_COMMANDS: list[Rule] = [
+    # echo 'PW' | sudo -S …, echo PW | docker login -u me --password-stdin
+    Rule("cli_password", _lazy(rf"{_ECHOED}(?:{_SUDO_S}|{_LOGIN_STDIN})"), _STDIN_NEEDLES, group="v", check=_given),
+    # the same fed by a here-string: sudo -S apt-get update <<< 'PW'
+    Rule("cli_password", _lazy(rf"(?:{_SUDO_S}|{_LOGIN_STDIN})[^\n|;&<>]{{0,200}}?<<<[ \t]*+{_GIVEN}"), _STDIN_NEEDLES,
+         group="v", check=_given),
+    # ssh-keygen -N 'new passphrase' and -P old, both on one command line (not -N '' nor -N "$PASS")
+    Rule("cli_password", _lazy(rf"[ \t]-[A-Za-z]*?[NP][ \t]*+{_GIVEN}"), ("ssh-keygen",), group="v",
+         check=lambda s, m: _option_value(s, m) and _SSH_KEYGEN.search(_command_before(m)) is not None),
+    # 7z x b.7z -pPW, rar a -pPW (a bare -p asks for it, rar's -p- sets none)
+    Rule("cli_password", _lazy(
+        r"(?<![\w./-])(?:7z[arz]?|rar|unrar)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(?P<q>[\"'])?"
+        r"(?P<v>(?(q)[^\"'\n]{1,200}+|[^\s\"'`;|&<>()-][^\s\"'`;|&<>()]{0,199}+))(?(q)(?P=q)|(?![^\s;|&)]))"),
+        ("7z", "rar"), group="v", check=_given),
+    # zip -P PW out.zip, unzip -P PW in.zip
+    Rule("cli_password", _lazy(rf"(?<![\w./-])(?:zip|unzip|zipcloak)(?=[ \t])[^\n|;&]{{0,200}}?[ \t]-P[ \t]++{_GIVEN}"),
+         ("zip",), group="v", check=_option_value),
+    # keytool / jarsigner: -storepass PW, -srcstorepass, -deststorepass, -keypass … (not -storepass:env X)
+    Rule("cli_password", _lazy(rf"(?<![\w-])-(?:src|dest)?(?:store|key)pass[ \t]++{_GIVEN}"), ("storepass", "keypass"),
+         group="v", check=_option_value),
+    Rule("cli_password", _lazy(rf"\bkeytool\b[^\n|;&]{{0,300}}?[ \t]-new[ \t]++{_GIVEN}"), ("keytool",), group="v",
+         check=_option_value),
+    # ConvertTo-SecureString [-String] 'PW' -AsPlainText -Force, in any parameter order, and 'PW' | ConvertTo-…
+    # (a quoted string: PowerShell's docs and the rule sets' examples quote it)
+    Rule("cli_password", _lazy(
+        r"(?i:convertto-securestring)(?:[ \t]++-(?i:a\w*+|f\w*+)(?::\$\w++)?){0,6}+[ \t]++(?:-(?i:st\w*+):?[ \t]*+)?"
+        r"(?P<q>[\"'])(?P<v>[^\"'\n]{3,200}+)(?P=q)"), _SECURE_STRING, group="v", check=_plain_text),
+    Rule("cli_password", _lazy(r"(?P<q>[\"'])(?P<v>[^\"'\n]{3,200}+)(?P=q)[ \t]*+\|[ \t]*+(?i:convertto-securestring)"),
+         _SECURE_STRING, group="v", check=_plain_text),
+]
+
+# Twilio: an Account SID (AC and 32 hex: Kingfisher's twilio.1, trufflehog's twilio detector,
+# sarif-pattern-matcher's SEC101/018) and the auth token or API key secret given beside an account or
+# API key SID (SK…: the core table's twilio_api_key), as Client('AC…', '…') does: 32 letters and
+# digits within _TWILIO_WINDOW characters of one (trufflehog pairs a SID with any 32-hex key in the
+# text; Kingfisher's twilio.2 asks for "twilio" and a secret word before it, secret_assignment's job).
+_vendor("twilio_account_sid", "AC", r"[0-9a-fA-F]{32}",
+        check=lambda s, m: _not_filler(s) and any(c.isdigit() for c in s) and any(c.isalpha() for c in s))
+_TWILIO_ID = re.compile(r"(?:AC|SK)(?<![A-Za-z0-9_]..)[0-9a-fA-F]{32}(?![A-Za-z0-9_])")
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{32,}+")
+_TWILIO_WINDOW = 200
+
+
+def _twilio_secrets(text: str) -> Iterator[Candidate]:
+    """A 32-character token of letters and digits (not filler) near a Twilio account or API key SID."""
+    if "AC" not in text and "SK" not in text:
+        return
+    ids = [m.start() for m in _TWILIO_ID.finditer(text)]
+    if not ids:
+        return
+    for m in _ALNUM_RUN.finditer(text):
+        start, end = m.span()
+        if (end - start != 32 or text[start - 1:start] in ("_", "+", "/", "=", "-", ".")
+                or text[end:end + 1] in ("_", "+", "/", "=", "-")):
+            continue
+        token = m.group()
+        if not (_not_filler(token) and any(c.isdigit() for c in token) and any(c.isalpha() for c in token)):
+            continue
+        k = bisect_right(ids, start)  # the nearest SID before the token and the one after it
+        if (k and start - (ids[k - 1] + 34) <= _TWILIO_WINDOW) or (k < len(ids) and ids[k] - end <= _TWILIO_WINDOW):
+            yield start, end, "twilio_auth_token"
+
+
 # -- blocks: Kubernetes secrets, PuTTY keys, headerless PEM bodies -------------------------------
 
 _K8S_KIND = re.compile(r"(?im)^[ \t]*kind:[ \t]*[\"']?secret[\"']?[ \t]*$")
@@ -847,7 +987,7 @@ def find(text: str) -> list[Candidate]:
     """Every candidate secret these tables find in text, overlapping ones included (the caller
     resolves overlaps together with cybmem.store.secrets's core table)."""
     out: list[Candidate] = []
-    for rule in (*_V, *_CLI, *_FAMILIES):
+    for rule in (*_V, *_CLI, *_FAMILIES, *_COMMANDS):
         needles = rule.needles
         # one needle (most rules): a plain test, without a generator per rule and text
         if (needles[0] not in text) if len(needles) == 1 else not any(n in text for n in needles):
@@ -863,7 +1003,7 @@ def find(text: str) -> list[Candidate]:
     # a marker is never a value: redacting it again would keep redact from settling
     if met and "password" in low:
         out.extend(_reversed_prose(text))
-    out.extend(c for c in (*_cookies(text), *_key_material(text), *_connect_calls(text))
+    out.extend(c for c in (*_cookies(text), *_key_material(text), *_connect_calls(text), *_twilio_secrets(text))
                if "[REDACTED:" not in text[c[0]:c[1]])
     out.extend(_high_entropy(text))
     return out
@@ -929,6 +1069,9 @@ class Decoded:
     #: only findings that cover a decoded position of an edit count (line joins: a finding that
     #: crosses no join is found in the original already)
     crossing_only: bool = False
+    #: only findings that take in an edit count, any kind (text decoded from base64: beside it
+    #: the copy is the original, and the decoded text is no part of the sentence around it)
+    touching_only: bool = False
 
     def __post_init__(self) -> None:
         self._keys = [e[0] for e in self.edits]
@@ -965,9 +1108,56 @@ class Decoded:
         k = bisect_right(self._keys, start)
         return k < len(self._keys) and self._keys[k] < end
 
+    def touches_edit(self, start: int, end: int) -> bool:
+        """Whether decoded [start, end) holds a decoded position of an edit or, for a removal
+        (decoded length 0), the place of one strictly inside it."""
+        k = bisect_right(self._keys, start) - 1
+        if k >= 0 and start < self.edits[k][0] + self.edits[k][1]:
+            return True
+        return self.crosses_edit(start, end)
+
 
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([\\\"'/nrtbf]))")
 _ESCAPED = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
+# Default_Ignorable_Code_Point (Unicode's DerivedCoreProperties.txt): what a renderer shows as nothing, so
+# a token pasted from a chat or a web page may carry one inside it unseen: U+00AD SOFT HYPHEN, U+200B-U+200D
+# (zero width space, non-joiner, joiner), U+200E/F and U+202A-U+202E (direction marks), U+2060 WORD JOINER
+# to U+206F, U+FEFF (BOM), variation selectors, Hangul fillers, tags. Removed before matching
+# (decoded_variants); the redaction replaces the original span, the invisible characters inside included.
+_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+                        "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]++")
+
+
+def _unescape(m: re.Match[str]) -> str:
+    """What an escape stands for; an escaped invisible character (\\u200b) stands for nothing."""
+    if not m[1]:
+        return _ESCAPED.get(m[2], m[2])
+    char = chr(int(m[1], 16))
+    return "" if _INVISIBLE.match(char) else char
+
+
+# A base64 run (standard or URL-safe) long enough to hold a credential: what it decodes to, when that is
+# text, is scanned too (Docker's X-Registry-Auth header is base64url of {"username", "password", …}).
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{16,}+={0,2}+(?![A-Za-z0-9+/_=-])")
+
+
+def _b64_text(token: str) -> str | None:
+    """The text a base64 run decodes to (UTF-8, printable but for line breaks and tabs), or None."""
+    body = token.rstrip("=")
+    if ("-" in body or "_" in body) and ("+" in body or "/" in body):
+        return None  # two alphabets: a path or an identifier, not base64
+    body = body.replace("-", "+").replace("_", "/")
+    if len(body) % 4 == 1:
+        return None
+    try:
+        data = binascii.a2b_base64(body + "=" * (-len(body) % 4))
+        decoded = data.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return decoded if decoded.replace("\n", "").replace("\t", "").replace("\r", "").isprintable() else None
+
+
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 # A newline (and the indentation around it) inside a long token: a line of 60+ characters ends
 # with 16+ token characters, and the next begins with a run that reads as the rest of a token
@@ -976,7 +1166,8 @@ _WRAP = re.compile(r"(?<=[^\n]{44}[A-Za-z0-9+/=_-]{16})[ \t]*+\r?\n[ \t]*+(?:#[ 
                    r"(?=[A-Za-z0-9+/=_-]{0,11}?(?:[0-9]|[a-z][A-Z]|[A-Z]{2}[a-z]))")
 
 
-def _substitute(text: str, cuts: Iterable[tuple[int, int, str]], crossing_only: bool = False) -> Decoded | None:
+def _substitute(text: str, cuts: Iterable[tuple[int, int, str]], crossing_only: bool = False,
+                touching_only: bool = False) -> Decoded | None:
     """text with each cut [start, end) replaced by its new text (cuts in order, not overlapping)."""
     parts: list[str] = []
     edits: list[tuple[int, int, int, int]] = []
@@ -990,7 +1181,7 @@ def _substitute(text: str, cuts: Iterable[tuple[int, int, str]], crossing_only: 
     if not edits:
         return None
     parts.append(text[pos:])
-    return Decoded("".join(parts), edits, crossing_only)
+    return Decoded("".join(parts), edits, crossing_only, touching_only)
 
 
 def _replaced(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> Iterator[tuple[int, int, str]]:
@@ -1082,10 +1273,11 @@ def _joins(text: str, holds: Callable[[Decoded], bool] | None = None) -> Iterato
 def decoded_variants(text: str, holds: Callable[[Decoded], bool] | None = None) -> list[Decoded]:
     """The decoded copies of text worth scanning again: escapes undone, percent-encoding undone,
     wrapped tokens joined (each only when the text holds what it decodes; a token cut by hand
-    where ``holds`` confirms it, see _joins)."""
+    where ``holds`` confirms it, see _joins), invisible characters removed, and base64 runs that
+    decode to text replaced by that text (a finding there maps back to the whole run)."""
     out = []
     if "\\" in text:
-        d = _substitute(text, _replaced(text, _ESCAPE, lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2])))
+        d = _substitute(text, _replaced(text, _ESCAPE, _unescape))
         if d:
             out.append(d)
     if "%" in text:
@@ -1100,4 +1292,12 @@ def decoded_variants(text: str, holds: Callable[[Decoded], bool] | None = None) 
         d = _substitute(text, _joins(text, holds), crossing_only=True)
         if d:
             out.append(d)
+    if not text.isascii():
+        d = _substitute(text, _replaced(text, _INVISIBLE, lambda m: ""))  # the text as a reader sees it
+        if d:
+            out.append(d)
+    cuts = [(m.start(), m.end(), decoded) for m in _B64_RUN.finditer(text) if (decoded := _b64_text(m.group()))]
+    d = _substitute(text, cuts, touching_only=True)
+    if d:
+        out.append(d)
     return out

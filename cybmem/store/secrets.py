@@ -846,8 +846,9 @@ def scan(text: str) -> list[Finding]:
     """Find the secrets in text, one finding per secret, without overlaps.
 
     The text is searched as written and as decoded (cybmem.store.secret_shapes.decoded_variants: JSON
-    escapes and percent-encoding undone, wrapped tokens joined); a finding in a decoded copy
-    is mapped back to the characters that hold it. When spans overlap, the one that starts
+    escapes and percent-encoding undone, wrapped tokens joined, invisible characters removed,
+    base64 of text decoded); a finding in a decoded copy is mapped back to the characters that
+    hold it (a token's invisible characters included; a base64 run whole). When spans overlap, the one that starts
     first wins, then the longer, then the more specific shape (the order of _SHAPES).
 
     Args:
@@ -864,6 +865,8 @@ def scan(text: str) -> list[Finding]:
         for start, end, order, kind in _window_candidates(decoded):
             if decoded.crossing_only and (kind in _NOT_JOINED or not decoded.crosses_edit(start, end)):
                 continue  # a joined line is for a token cut in two, not for new random runs
+            if decoded.touching_only and not decoded.touches_edit(start, end):
+                continue  # beside a decoded base64 run the copy is the text as written
             o_start, o_end = decoded.original_span(start, end)
             if o_end <= o_start or _MARK in text[o_start:o_end]:
                 continue
