@@ -138,6 +138,11 @@ def main() -> None:
             "`cybmem export sqlite` against sqlite-utils writing the same database (its upsert of every row, "
             "and of the new and changed rows only) on the fixtures and the 7.7k corpus: the format compared, "
             "then a first export and a re-export with nothing new."),
+        run("The worst inputs, at 1x, 2x and 4x", ["benchmarks/bench_worst_inputs.py"],
+            "The crafted inputs that once took quadratic time (issue 41: nested `TASK:` wrappers, nested inline "
+            "blocks, 300,000 NEXT and 50,000 ISSUES bullets, a bullet wrapped over 200,000 lines, MCP answers of "
+            "100,000 hits in the shown log) down the path they were timed on, each at 1x, 2x and 4x with its ratio "
+            "to 1x (linear: ~2x, ~4x), and ordinary text of the 4x size down the same path."),
         run("Index compaction", ["benchmarks/bench_compaction.py", "--sizes", "7761,100000"],
             "index.json compacted to 500 entries against the full index: its size, the check against records/ "
             "every reader of the index makes, the write path's latest_run_id, and `cybmem chain` (it walks the "

@@ -273,14 +273,80 @@ def test_an_appender_trims_a_log_that_no_write_trims(tmp_path):
     settings = _settings(root, RUN_ID="r", MEMORY_SHOWN_CAP="2")
     path = root / "web" / feedback_log.SHOWN_FILE
     seen = []  # (lines, bytes) after each inject
-    for _ in range(30):
+    for _ in range(40):
         inject_task(TASK, settings, project="web")
         seen.append((len(_shown(root)), path.stat().st_size))
     cuts = [i for i in range(1, len(seen)) if seen[i][0] < seen[i - 1][0]]
     assert len(cuts) >= 2, seen
+    valve = 2 * feedback_log.LINE_BYTES * 1.25
     for i in cuts:
         assert seen[i][0] == 2, "cut back to the cap"
-        assert seen[i - 1][1] <= 2 * 4096 < seen[i - 1][1] + seen[i][1] / 2, "once it passed 4 kB a line of the cap"
+        assert seen[i - 1][1] <= valve < seen[i - 1][1] + seen[i][1] / 2, "once it passed 4 kB a line of the cap, and a quarter"
+
+
+def _search_answer(hits: int) -> dict:
+    return {"hits": [{"runId": f"{i:08x}-0000-4000-8000-000000000000", "rank": i + 1, "score": 1 / (i + 1)}
+                     for i in range(hits)]}
+
+
+def test_a_shown_line_names_a_bounded_number_of_runs_and_issues_and_counts_the_rest(tmp_path):
+    from cybmem.dispatch.feedback import mcp_entry
+
+    settings = _settings(tmp_path, RUN_ID="r")
+    n = feedback_log.LINE_ITEMS
+    # One `search` with k=100000 wrote a 303 kB line.
+    line = mcp_entry("search", {"query": "x", "k": 100_000}, _search_answer(100_000), settings)
+    assert [r["rank"] for r in line["runs"]] == list(range(1, n + 1)), "the best ranked"
+    assert line["runsCut"] == 100_000 - n and "issuesCut" not in line
+    assert len(json.dumps(line)) < 10_000
+    # `chain` with context=0 on a long chain (252 kB): runs, open issues, and the run fetched.
+    chain = {"runId": "r-0", "runs": [{"runId": f"r-{i}"} for i in range(7_761)], "openIssues": [f"i-{i}" for i in range(3_000)]}
+    line = mcp_entry("chain", {"run_id": "r-0", "context": 0}, chain, settings)
+    assert (len(line["runs"]), line["runsCut"], len(line["issues"]), line["issuesCut"]) == (n, 7_761 - n, n, 3_000 - n)
+    assert line["fetched"] == ["r-0"] and "fetchedCut" not in line
+    assert feedback_log.shown_line_ok(line), "what a reader takes"
+    shown = mcp_entry("show", {"run_id": "r-0"}, {"record": {"runId": "r-0"}, "supersededChain": [f"r-{i}" for i in range(1, 500)]},
+                      settings)
+    assert (len(shown["fetched"]), shown["fetchedCut"]) == (n, 500 - n)
+    small = mcp_entry("search", {"query": "x"}, _search_answer(3), settings)
+    assert not any(k.endswith("Cut") for k in small), "an ordinary answer's line is as it was"
+
+
+def test_the_shown_log_stays_within_its_bytes_and_an_append_rewrites_it_rarely(tmp_path):
+    from cybmem.dispatch.feedback import mcp_observer
+
+    # 40 read-only calls made a 12.1 MB log against the documented 8 MB, re-read and rewritten each time.
+    root = _root(tmp_path)
+    cap = 5
+    settings = _settings(root, RUN_ID="r", MEMORY_SHOWN_CAP=str(cap))
+    observe = mcp_observer(settings, lambda project: MemoryStore(root, "web"))
+    path = root / "web" / feedback_log.SHOWN_FILE
+    bound = cap * feedback_log.LINE_BYTES * 1.25
+    rewrites, appended, inode = 0, 0, None
+    for i in range(60):
+        observe("search", {"query": "x", "k": 2_000}, {**_search_answer(2_000), "project": "web"})
+        appended += len(path.read_bytes().splitlines()[-1]) + 1
+        assert path.stat().st_size <= bound, (i, path.stat().st_size)
+        rewrites += inode is not None and path.stat().st_ino != inode  # a cut writes a new file over the log
+        inode = path.stat().st_ino
+    assert _shown(root)[-1]["runsCut"] == 2_000 - feedback_log.LINE_ITEMS
+    # A cut comes once per a quarter of the byte cap appended, not on every append.
+    assert 1 <= rewrites <= appended / (cap * feedback_log.LINE_BYTES * 0.25) + 1, (rewrites, appended)
+
+
+def test_a_write_cuts_a_shown_log_that_is_over_its_bytes(tmp_path):
+    # Lines as an older cybmem wrote them (a search's every hit): few lines, many bytes.
+    root = _root(tmp_path)
+    path = root / "web" / feedback_log.SHOWN_FILE
+    entry = {"at": _now() - 30_000, "source": "mcp:search", "runId": "r7", "taskHash": None, "issues": [],
+             "runs": [{"runId": CART if i == 0 else f"{i:040d}", "rank": i + 1} for i in range(250)]}
+    path.write_bytes(json.dumps(entry).encode() + b"\n" * 1 + b"".join(
+        json.dumps({**entry, "runId": f"other-{i}"}).encode() + b"\n" for i in range(11)))
+    assert path.stat().st_size > 20 * feedback_log.LINE_BYTES * 1.25 and len(_shown(root)) <= 20
+    res = _write(root, "r7", f"Used {CART[:8]}.", MEMORY_SHOWN_CAP="20")
+    assert path.stat().st_size <= 20 * feedback_log.LINE_BYTES, "cut back to 20 x 4 kB"
+    assert [d["runId"] for d in _shown(root)][-1] == "other-10", "the newest kept"
+    assert _used(root)[-1]["runId"] == "r7" and _used(root)[-1]["used"][0]["runId"] == CART and not res.warnings
 
 
 def test_a_bad_cap_is_one_warning_and_the_default():

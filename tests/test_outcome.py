@@ -1,4 +1,5 @@
 import re
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -158,6 +159,18 @@ def test_indented_line_without_bullet_is_an_item():
 def test_long_whitespace_line_is_fast():
     text = "ISSUES:\n" + " " * 200_000 + "x\n- a\n"
     assert parse_trailer(text).issues == ["x", "a"]
+
+
+@pytest.mark.parametrize("wrap", ["  races the assertion on slow machines\n", "\tx\r\n", " y\r"])
+def test_a_bullet_wrapped_over_many_lines_is_joined_in_linear_time(wrap):
+    # Each continuation line was appended to the item's string in the list: 3 MB of them took 30 s;
+    # these (400,000 lines) would take minutes.
+    text = "Done.\n\nISSUES:\n- the drawer\n" + wrap * 400_000 + "- second\nNEXT:\n- a\n" + "  b\n" * 400_000
+    start = time.perf_counter()
+    trailer = parse_trailer(text)
+    assert time.perf_counter() - start < 30
+    assert trailer.issues == ["the drawer " + " ".join([wrap.strip()] * 400_000), "second"]
+    assert trailer.next == ["a " + " ".join(["b"] * 400_000)]
 
 
 # Every code point, lone surrogates and controls included.
@@ -344,6 +357,16 @@ def test_summary_output_cut_to_budget():
     s = extractive_summary("Task.", "done", None, out, max_chars=200)
     assert len(s) <= 200
     assert s.endswith("…")
+
+
+@pytest.mark.parametrize("line", ["-", "*", "1.", "- ", "•\t"])
+def test_a_summary_of_an_answer_of_empty_bullets_is_linear(line):
+    # The head of the answer was summed again at each line: 20,000 empty bullets (40 kB) took 27 s.
+    out = f"{line}\n" * 300_000 + "The drawer is fixed.\n"
+    start = time.perf_counter()
+    summary = extractive_summary("Fix the drawer.", "done", None, out)
+    assert time.perf_counter() - start < 30
+    assert summary == "Fix the drawer. Ended done. The drawer is fixed."
 
 
 @settings(deadline=None, max_examples=200)

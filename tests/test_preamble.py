@@ -1,4 +1,5 @@
 import re
+import time
 
 import pytest
 from hypothesis import assume, given, settings
@@ -292,6 +293,43 @@ def test_strip_pathological_wrappers_are_fast(text):
     assert strip(strip(text)) == strip(text)  # would take minutes if each round peeled one prefix
 
 
+def _strip_by_rounds(text):
+    """strip's rule, round by round: lift_task(strip_memory(text)) until nothing changes."""
+    while (clean := lift_task(strip_memory(text))) != text:
+        text = clean
+    return clean
+
+
+def _lifts_make_blocks(layers, *, line=f"TASK:{HEADER}\n{FOOTER}\n"):
+    """A block hidden behind each TASK: line: every lift makes the next one whole."""
+    return line * layers + "the real task"
+
+
+@pytest.mark.parametrize("line", [f"TASK:{HEADER}\n{FOOTER}\n", f"TASK: TASK:  {HEADER} \r\n{FOOTER}\r\n\r\n",
+                                  f"TASK:\t{HEADER}\n{FOOTER}\n\n\n \n"])
+def test_strip_of_blocks_made_whole_one_lift_at_a_time_is_linear(line):
+    # Each round used to peel one layer with a pass over every line: 300 KB took 7 s, these 3 MB
+    # would take a quarter of an hour; the rounds after the first now cost what they remove.
+    text = _lifts_make_blocks(40_000, line=line)
+    assert strip(_lifts_make_blocks(30, line=line)) == _strip_by_rounds(_lifts_make_blocks(30, line=line))
+    start = time.perf_counter()
+    assert strip(text).strip() == "the real task"  # blank lines after the last block are no wrapper's to trim
+    assert time.perf_counter() - start < 30
+
+
+LAYERS = st.lists(st.sampled_from(
+    [HEADER, FOOTER, HEADER + " ", FOOTER + "\r", "TASK:", "TASK: x", "TASK:" + HEADER, "TASK: TASK: " + HEADER + " ",
+     "  TASK:", "INSTRUCTIONS:", "TASK: INSTRUCTIONS:", "", " ", "\r", "x", "END MEMORY please", " " + HEADER]),
+    max_size=16)
+
+
+@settings(deadline=None, max_examples=500)
+@given(LAYERS, st.sampled_from(["\n", "\r\n", "\n\n"]), st.sampled_from(["", "\n", " "]))
+def test_strip_is_its_rule_taken_round_by_round(lines, sep, end):
+    text = sep.join(lines) + end
+    assert strip(text) == _strip_by_rounds(text)
+
+
 def test_strip_real_block_round_trip():
     block = render_block([entry(0), entry(1)], [ISSUE])
     for task in ["Fix it", "", "multi\nline\r\ntask\n", "\n\nleading blanks"]:
@@ -419,6 +457,104 @@ def test_neutralize_properties(text):
     out.encode("utf-8")  # no lone surrogates left
     for line in out.split("\n"):
         assert line.rstrip() not in (HEADER, FOOTER)
+
+
+def _nested_inline(levels, tail=" The drawer is fixed."):
+    """Inline blocks nested so that each removal joins the next HEADER out of its two halves."""
+    return HEADER[:7] * levels + HEADER + FOOTER + (HEADER[7:] + FOOTER) * levels + tail
+
+
+def _holds_a_block(text):
+    at = text.find(HEADER)
+    return at >= 0 and text.find(FOOTER, at + len(HEADER)) >= 0
+
+
+@pytest.mark.parametrize("text", [_nested_inline(120_000),
+                                  # the halves split elsewhere, a FOOTER that overlaps the next HEADER
+                                  HEADER[:30] * 60_000 + HEADER + "x END " + (HEADER[30:] + " END MEMORY") * 60_000,
+                                  HEADER[:20] * 60_000 + HEADER + " x " + FOOTER + (HEADER[20:] + " y " + FOOTER) * 60_000])
+def test_nested_inline_blocks_are_neutralized_in_linear_time(text):
+    # The neutraliser removed one level a pass: 4 MB took 43 s in an inject; these 8 MB would take minutes.
+    start = time.perf_counter()
+    out = neutralize(text)
+    assert time.perf_counter() - start < 30
+    assert not _holds_a_block(out) and len(out) < 200
+
+
+def _drop_by_passes(text):
+    """The neutraliser's rule as it was written first: remove every span in a pass, until a pass finds none."""
+    while HEADER in text:
+        start, out, pos = text.find(HEADER), [], 0
+        while start >= 0:
+            end = text.find(FOOTER, start + len(HEADER))
+            if end < 0:
+                break
+            out.append(text[pos:start])
+            pos = end + len(FOOTER)
+            start = text.find(HEADER, pos)
+        if not out:
+            return text
+        out.append(text[pos:])
+        text = "".join(out)
+    return text
+
+
+SPANS = st.lists(st.sampled_from([HEADER, FOOTER, "x", " ", "\n", "y.", "MEMORY", "END"]), max_size=14)
+PIECES = st.lists(st.sampled_from([HEADER, FOOTER, HEADER[:7], HEADER[7:], HEADER[:30], HEADER[30:], FOOTER[:4], FOOTER[4:],
+                                   "x", " ", "\n", "END "]), max_size=14)
+
+
+@settings(deadline=None, max_examples=500)
+@given(SPANS, PIECES)
+def test_inline_blocks_go_as_the_rule_says(spans, pieces):
+    from cybmem.dispatch.preamble import _drop_inline_blocks
+
+    # Whole markers side by side (what an echoed prompt leaves): exactly as pass after pass removed them.
+    text = "".join(spans)
+    assert _drop_inline_blocks(text) == _drop_by_passes(text)
+    # Markers in pieces that removals join: whatever is left holds no HEADER with a FOOTER after it.
+    assert not _holds_a_block(_drop_inline_blocks("".join(pieces)))
+
+
+class _Counted(list):
+    """A list that counts the items read from it."""
+
+    read = 0
+
+    def __iter__(self):
+        for item in super().__iter__():
+            self.read += 1
+            yield item
+
+
+def test_the_block_formats_only_the_items_that_can_show():
+    from cybmem.store.outcome import shorten
+
+    # 300,000 NEXT items (13 MB of a record) cost 3.5 s an inject: every item was formatted, then cut to 200 characters.
+    steps = _Counted(f"step {i} of the long list" for i in range(300_000))
+    raised = _Counted(f"issue-{i}" for i in range(300_000))
+    also = _Counted(f"issue-{i}" for i in range(300_000))
+    block = render_block([entry(0, next=steps, open_issues=raised)], [OpenIssue("a-b", "A b", T0, "", also=tuple(also))])
+    assert steps.read < 20 and raised.read < 20, (steps.read, raised.read)
+    lines = block.splitlines()
+    # The same cut as formatting every item and cutting the whole.
+    assert "  next: " + shorten("; ".join(f"step {i} of the long list" for i in range(1000)), 200) in lines
+    assert "  raised: " + shorten(", ".join(f"issue-{i} (open)" for i in range(1000)), 200) in lines
+    assert not any(line.startswith("- a-b") for line in lines), "an issue line longer than the budget is not shown"
+    small = render_block([entry(0)], [OpenIssue("a-b", "A b", T0, "", also=("c-d",))]).splitlines()
+    assert "- a-b, c-d: A b (opened 2025-11-29)" in small
+
+
+def test_a_summary_is_read_as_far_as_it_can_show():
+    # A dropped-in record whose summary nests inline blocks (or is 50 MB of anything): a bounded head is read.
+    summary = _nested_inline(60_000)
+    start = time.perf_counter()
+    block = render_block([entry(0, task="Fix the drawer", summary=summary)], [])
+    assert time.perf_counter() - start < 30
+    line = next(line for line in block.splitlines() if line.startswith("  summary: "))
+    assert len(line) <= len("  summary: ") + 300 and line.endswith("\u2026")
+    plain = render_block([entry(0, task="Fix the drawer", summary="Fix the drawer. Ended done. " + "word " * 2000)], [])
+    assert "  summary: Ended done. word word" in plain
 
 
 # --- estimate_tokens -------------------------------------------------------------------------

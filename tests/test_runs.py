@@ -203,3 +203,47 @@ def test_a_correction_keeps_the_lineage_of_the_run_it_supersedes(settings):
     fix = write_run(make_run("r1-fix", "corrected", start=T0 + 20 * MIN), settings, supersedes="r1").record
     assert fix.supersedes == "r1"
     assert fix.lineage.to_dict() == old.lineage.to_dict()
+
+
+# --- bounds of what one run opens (issue 41) ---------------------------------------------------------
+
+
+def _issues_trailer(items):
+    return "Found a lot.\n\nISSUES:\n" + "".join(f"- {item}\n" for item in items)
+
+
+def test_a_run_opens_at_most_max_run_issues_and_says_what_it_left_out(settings, memory_root):
+    from cybmem.operations.write import MAX_RUN_ISSUES
+
+    # 50,000 ISSUES bullets took 42 s (a list scanned for each id) and put 50,000 events in the ledger.
+    items = [f"Problem number {i}: it breaks" for i in range(50_000)]
+    res = write_run(make_run("r1", output=_issues_trailer(items)), settings)
+    opened = [e for e in res.events if e.event == "opened"]
+    assert [e.issueId for e in opened] == [f"problem-number-{i}" for i in range(MAX_RUN_ISSUES)], "the first, in order"
+    assert res.record.outcome.issues == [e.issueId for e in opened], "the record names the issues it opened"
+    assert len((memory_root / "web" / "issues.jsonl").read_text().splitlines()) == MAX_RUN_ISSUES
+    assert (f"the run lists 50000 issues: the first {MAX_RUN_ISSUES} were opened, the other {50_000 - MAX_RUN_ISSUES} "
+            f"left out (a run opens at most {MAX_RUN_ISSUES})") in res.warnings
+
+
+def test_repeated_issues_count_once_toward_the_bound(settings):
+    from cybmem.operations.write import MAX_RUN_ISSUES
+
+    # The same titles over and over (and "**title**:" spellings of them): only distinct ids count.
+    items = [f"Problem {i % MAX_RUN_ISSUES}: again" for i in range(5_000)] + [f"**Problem {i}**: again" for i in range(10)]
+    res = write_run(make_run("r1", output=_issues_trailer(items)), settings)
+    assert len(res.record.outcome.issues) == MAX_RUN_ISSUES and not res.warnings
+
+
+def test_an_issue_title_and_detail_are_cut_for_the_ledger_and_the_id_comes_from_the_whole_title(settings, memory_root):
+    from cybmem.operations.write import ISSUE_DETAIL_MAX, ISSUE_TITLE_MAX
+    from cybmem.store.outcome import issue_slug
+
+    title = " ".join(f"word{i}" for i in range(20_000))  # one bullet of 140 kB, no separator
+    res = write_run(make_run("r1", output=_issues_trailer([title, "Short one: " + "detail " * 2_000])), settings)
+    events = [json.loads(line) for line in (memory_root / "web" / "issues.jsonl").read_text().splitlines()]
+    assert events[0]["issueId"] == issue_slug(title) and len(events[0]["title"]) <= ISSUE_TITLE_MAX
+    assert events[0]["title"].endswith("\u2026") and title.startswith(events[0]["title"][:-1])
+    assert events[1]["title"] == "Short one" and len(events[1]["detail"]) <= ISSUE_DETAIL_MAX
+    assert max(len(line) for line in (memory_root / "web" / "issues.jsonl").read_bytes().splitlines()) < 3_000
+    assert any(w.startswith("2 issue title(s) or detail(s) cut for the ledger") for w in res.warnings), res.warnings

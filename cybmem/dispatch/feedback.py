@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import StoreError
-from ..store.feedback_log import SHOWN_FILE, keep_shown
+from ..store.feedback_log import LINE_ITEMS, SHOWN_FILE, keep_shown
 from .preamble import strip
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,9 +120,16 @@ def _runs(hits: Iterable[Mapping[str, Any]]) -> list[dict]:
 
 def _line(source: str, at: int, who: Mapping[str, str | None], runs: list[dict], issues: Iterable[str],
           **extra: Any) -> dict:
+    """A shown line; its lists name at most LINE_ITEMS each (the first), with a count of the rest
+    (``runsCut``, ``issuesCut``, ``fetchedCut``), so that no answer makes a line of hundreds of kB."""
     out: dict[str, Any] = {"at": at, "source": source, "runId": who["runId"], "taskHash": who["taskHash"],
                            "runs": runs, "issues": list(dict.fromkeys(issues))}
     out.update({k: v for k, v in extra.items() if v is not None})
+    for key in ("runs", "issues", "fetched"):
+        items = out.get(key)
+        if items is not None and len(items) > LINE_ITEMS:
+            out[key] = items[:LINE_ITEMS]
+            out[f"{key}Cut"] = len(items) - LINE_ITEMS
     return out
 
 

@@ -31,10 +31,11 @@ wherever it sits and lifts the human task out of a workflow's ``TASK:`` wrapper,
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -65,6 +66,7 @@ _TASK_PREFIX = "TASK:"
 # A wrapper section header such as "INSTRUCTIONS:" or "OUTPUT FORMAT:" ends the lifted task.
 _WRAPPER_SECTION = re.compile(r"[A-Z][A-Z0-9 _/-]{2,40}:\s*")
 _NESTED_TASK = re.compile(r"\A(?:\s*TASK:)*")
+_NESTED_TASK_AT = re.compile(r"(?:\s*TASK:)*")  # the same, matched at an offset (match(text, pos))
 
 # Characters a forged marker could hide behind: zero-width, bidi controls, BOM, soft hyphen,
 # word joiner and invisible operators. They are ignored when comparing a line with a marker.
@@ -226,8 +228,9 @@ def strip(text: str) -> str:
 
     This is ``lift_task(strip_memory(text))``, repeated until nothing changes, so the result
     is always clean (``strip(strip(x)) == strip(x)``) even for a block that only becomes whole
-    once lifted (``TASK: MEMORY (...)``). Each round that changes anything shortens the text,
-    so the loop ends; real prompts take one or two rounds.
+    once lifted (``TASK: MEMORY (...)``). Real prompts take one or two rounds; a crafted one can
+    nest a round per line, so the rounds after the first are taken at the head (:func:`_peel`),
+    each costing only what it removes: linear time on any input.
 
     Args:
         text: the prompt a run was dispatched with.
@@ -235,11 +238,61 @@ def strip(text: str) -> str:
     Returns:
         The clean human task.
     """
+    memory_free = strip_memory(text)
+    lifted = lift_task(memory_free)
+    if lifted == memory_free:
+        return lifted  # nothing was lifted, and strip_memory's output has no block left: done
+    return _peel(lifted)
+
+
+def _peel(text: str) -> str:
+    """The rounds of :func:`strip` after a first one that lifted a task, taken at the head.
+
+    What a round leaves can change again only at its head. strip_memory has left no block whole
+    (a HEADER line it keeps has no FOOTER line after it), and a lift keeps a run of whole lines
+    that holds no wrapper section header: only its first line is new (the rest of the ``TASK:``
+    line). So strip_memory can only remove a block that begins at line 0, and the lift after it
+    changes the text only when its first non-blank line is a ``TASK:`` line (blank lines before
+    it; the body then runs to the end). Either leaves a suffix of the text (which ends in no
+    whitespace: the lift trimmed it), so a round moves an offset past what it removes instead of
+    copying the rest.
+    """
+    at, n = 0, len(text)
     while True:
-        clean = lift_task(strip_memory(text))
-        if clean == text:
-            return clean
-        text = clean
+        eol = _line_end(text, at)
+        if text[at:eol].rstrip() != HEADER:
+            return text[at:]  # no block at the head, and a lift's first line is no TASK: line
+        footer = eol
+        while footer < n:  # the first FOOTER line below
+            start = footer + 1
+            footer = _line_end(text, start)
+            if text[start:footer].rstrip() == FOOTER:
+                break
+        else:
+            return text[at:]  # a HEADER with no FOOTER below is not a block
+        at = min(footer + 1, n)
+        for blank in ("\n", "\r\n"):  # the blank separator line inject() adds
+            if text.startswith(blank, at):
+                at += len(blank)
+                break
+        # The lift: the first non-blank line must be a TASK: line (any other leaves the text as it is).
+        first = at
+        while first < n:
+            eol = _line_end(text, first)
+            if text[first:eol].strip():
+                break
+            first = eol + 1
+        if first >= n or not text.startswith(_TASK_PREFIX, first):
+            return text[at:]
+        at = _NESTED_TASK_AT.match(text, first + len(_TASK_PREFIX)).end()
+        while at < n and text[at].isspace():
+            at += 1
+
+
+def _line_end(text: str, start: int) -> int:
+    """The index of the "\\n" that ends the line starting at ``start`` (len(text) for the last)."""
+    end = text.find("\n", start)
+    return len(text) if end < 0 else end
 
 
 def inject(task: str, block: str) -> str:
@@ -275,22 +328,72 @@ def _looks_like_marker(line: str) -> bool:
 
 
 def _drop_inline_blocks(text: str) -> str:
-    """Remove every HEADER ... FOOTER span, markers anywhere in a line, until none is left (a
-    removal can join a new one; each round shortens the text, each is linear)."""
-    while HEADER in text:
-        start, out, pos = text.find(HEADER), [], 0
-        while start >= 0:
-            end = text.find(FOOTER, start + len(HEADER))
-            if end < 0:
+    """Remove every HEADER ... FOOTER span, markers anywhere in a line, until none is left.
+
+    In one pass from the left: the first HEADER, up to the first FOOTER after it, goes. A removal
+    joins the text on either side, which can spell a new HEADER across the join; it is looked for
+    there at once (the last characters kept and the next ones read), so a nest of spans that each
+    join the next costs one pass, not one a level. What is left holds no HEADER with a FOOTER
+    after it.
+    """
+    if HEADER not in text:
+        return text  # a removal needs a HEADER, and only a removal can join one
+    width = len(HEADER) - 1  # a HEADER across a join starts in the last `width` characters kept
+    kept: list[list[int]] = []  # the text kept so far, as [start, end) spans of text
+    pos = 0
+    while True:
+        tail = _tail(text, kept, width)
+        joined = (tail + text[pos:pos + width]).find(HEADER)
+        if joined >= 0:  # a HEADER across the last join: it starts in the tail
+            end = pos + joined + len(HEADER) - len(tail)
+            drop, cut = len(tail) - joined, None
+        else:
+            cut = text.find(HEADER, pos)
+            if cut < 0:
                 break
-            out.append(text[pos:start])
-            pos = end + len(FOOTER)
-            start = text.find(HEADER, pos)
-        if not out:
-            return text
-        out.append(text[pos:])
-        text = "".join(out)
-    return text
+            end, drop = cut + len(HEADER), 0
+        footer = text.find(FOOTER, end)
+        if footer < 0:
+            break  # a HEADER with no FOOTER after it stays, and so does the rest
+        if cut is not None:
+            _keep(kept, pos, cut)
+        _unkeep(kept, drop)
+        pos = footer + len(FOOTER)
+    _keep(kept, pos, len(text))
+    return "".join(text[a:b] for a, b in kept)
+
+
+def _keep(kept: list[list[int]], start: int, end: int) -> None:
+    """Add text[start:end] to the spans kept (joined to the last when they touch)."""
+    if start >= end:
+        return
+    if kept and kept[-1][1] == start:
+        kept[-1][1] = end
+    else:
+        kept.append([start, end])
+
+
+def _unkeep(kept: list[list[int]], n: int) -> None:
+    """Take the last n characters off the spans kept."""
+    while n > 0 and kept:
+        span = kept[-1]
+        take = min(n, span[1] - span[0])
+        span[1] -= take
+        n -= take
+        if span[0] == span[1]:
+            kept.pop()
+
+
+def _tail(text: str, kept: list[list[int]], width: int) -> str:
+    """The last ``width`` (or fewer) characters of the spans kept."""
+    parts: list[str] = []
+    need = width
+    for a, b in reversed(kept):
+        if need <= 0:
+            break
+        parts.append(text[max(a, b - need):b])
+        need -= b - a
+    return "".join(reversed(parts))
 
 
 def neutralize(text: str) -> str:
@@ -340,11 +443,31 @@ _FIELD_READ = 16
 def _field(text: str | None, max_chars: int) -> str:
     """Neutralize, collapse to one line and cut on a word boundary (reading a bounded head of the
     text; a field longer than that head always ends in the ellipsis of a cut)."""
+    return shorten(_head(text, max_chars * _FIELD_READ + 64), max_chars)
+
+
+def _head(text: str | None, window: int) -> str:
+    """The first ``window`` characters of ``text`` neutralized, " …" after them when there is more."""
     text = text or ""
-    window = max_chars * _FIELD_READ + 64
     if len(text) <= window:
-        return shorten(neutralize(text), max_chars)
-    return shorten(neutralize(text[:window]) + " …", max_chars)
+        return neutralize(text)
+    return neutralize(text[:window]) + " …"
+
+
+def _fields(items: Iterable[str] | None, item_chars: int, room: int, *, sep: str, suffix: str = "") -> str:
+    """Items as fields (empty ones left out), each followed by ``suffix``, joined by ``sep``: only
+    as many as it takes to pass ``room`` characters, since a cut to ``room`` reads no further (a
+    run with 300,000 NEXT items costs no more than one with 30)."""
+    parts: list[str] = []
+    size = -len(sep)
+    for item in items or ():
+        text = _field(item, item_chars)
+        if text:
+            parts.append(text + suffix)
+            size += len(sep) + len(parts[-1])
+            if size > room:
+                break
+    return sep.join(parts)
 
 
 _WORD_SPAN_RE = re.compile(r"\S+")
@@ -405,7 +528,8 @@ def _summary_beyond_title(entry: PreambleEntry) -> str:
     """The summary line's text: what the summary says beyond the task's title. An extractive
     summary starts with the title (the task line already shows it): that part is dropped, and a
     summary that is only the title, or a cut of the task, is not printed at all."""
-    summary = " ".join(neutralize(entry.summary or "").split())
+    # Read as a field is, and as far again as the title it may start with (read to _SUMMARY_MAX * 4).
+    summary = " ".join(_head(entry.summary, (_SUMMARY_MAX * _FIELD_READ + 64) + _SUMMARY_MAX * 4).split())
     task = " ".join(neutralize((entry.task or "")[: _SUMMARY_MAX * 4]).split())
     title = " ".join(neutralize((entry.task or "").strip().split("\n", 1)[0][: _SUMMARY_MAX * 4]).split())
     if not summary or task.startswith(summary.rstrip("\u2026 ")):
@@ -420,8 +544,7 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
     if entry.tier == "pointer" and not entry.follows:
         when = _utc(entry.ended_at_ms, "%Y-%m-%d") or "unknown date"
         title = _title_around((entry.task or "").strip().split("\n", 1)[0], entry.terms, _TITLE_MAX) or "(no task text)"
-        raised = shorten(", ".join(f"{r} (open)" for r in (_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()) if r),
-                         _LIST_MAX)
+        raised = shorten(_fields(entry.open_issues, _ISSUE_ID_MAX, _LIST_MAX, sep=", ", suffix=" (open)"), _LIST_MAX)
         line = f"- run {_run_label(entry.run_id)} ({when}): {title}" + (f"; raised: {raised}" if raised else "")
         return [_drop_inline_blocks(line)]
     when = _utc(entry.ended_at_ms, "%Y-%m-%d %H:%M UTC") or "unknown time"
@@ -432,22 +555,21 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
     summary = _summary_beyond_title(entry)
     if summary:
         lines.append(f"  summary: {summary}")
-    raised = [_field(i, _ISSUE_ID_MAX) for i in entry.open_issues or ()]
-    raised_text = shorten(", ".join(f"{r} (open)" for r in raised if r), _LIST_MAX)
+    raised_text = shorten(_fields(entry.open_issues, _ISSUE_ID_MAX, _LIST_MAX, sep=", ", suffix=" (open)"), _LIST_MAX)
     if raised_text:
         lines.append(f"  raised: {raised_text}")
-    steps = [_field(s, _LIST_MAX) for s in entry.next or ()]
-    next_text = shorten("; ".join(s for s in steps if s), _LIST_MAX)
+    next_text = shorten(_fields(entry.next, _LIST_MAX, _LIST_MAX, sep="; "), _LIST_MAX)
     if next_text:
         lines.append(f"  next: {next_text}")
     return [_drop_inline_blocks(line) for line in lines]  # fields side by side can spell a block too
 
 
-def _issue_line(issue: OpenIssue) -> str:
+def _issue_line(issue: OpenIssue, room: int) -> str:
     """The line of one open issue (several ids when one title stands for them): in full, or as a
     pointer (its title cut as a run pointer's, without the run that opened it) when it has no
-    evidence about the task."""
-    issue_id = ", ".join(x for x in (_field(i, _ISSUE_ID_MAX) for i in (issue.issue_id, *issue.also)) if x) or "?"
+    evidence about the task. Ids are formatted only until they pass ``room`` characters (the
+    block's budget): a line that long is never shown."""
+    issue_id = _fields(itertools.chain((issue.issue_id,), issue.also), _ISSUE_ID_MAX, room, sep=", ") or "?"
     pointer = issue.tier == "pointer"
     title = _field(issue.title, _TITLE_MAX if pointer else _ISSUE_TITLE_MAX)
     when = _utc(issue.opened_at_ms, "%Y-%m-%d") or "unknown date"
@@ -511,7 +633,7 @@ def layout(
 
     # The issue section first, within its share, so that what it leaves goes to the runs.
     issue_cap = limit - frame if issue_share is None else int((limit - frame) * issue_share)
-    lines = [_issue_line(i) for i in open_issues]
+    lines = [_issue_line(i, limit) for i in open_issues]
     shown: list[str] = []
 
     def more_line(n: int) -> list[str]:

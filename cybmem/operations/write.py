@@ -38,7 +38,7 @@ from typing import Any
 from .._io import loads, read_file
 from ..store.embeddings import embedding_text, issue_text, record_text
 from ..errors import CybmemError, NotFoundError, StoreError, ValidationError
-from ..store.outcome import extractive_summary, issue_slug, parse_trailer, split_issue
+from ..store.outcome import extractive_summary, issue_slug, parse_trailer, shorten, split_issue
 from ..dispatch.preamble import strip, strip_memory
 from ..store.projects import abs_cwd, known_projects, lookup_slug, owning_dir, project_cwd, select_project
 from ..store.secrets import redact_value
@@ -47,9 +47,18 @@ from ..settings import Settings
 from ..store.memory_store import MemoryStore
 
 __all__ = ["RunInput", "parse_run", "read_run_file", "load_run_payload", "build_record", "write_run", "WriteResult",
-           "supersede_run", "IssueMark", "mark_issue", "MAX_RUN_BYTES"]
+           "supersede_run", "IssueMark", "mark_issue", "MAX_RUN_BYTES", "MAX_RUN_ISSUES", "ISSUE_TITLE_MAX",
+           "ISSUE_DETAIL_MAX"]
 
 MAX_RUN_BYTES = 256 * 1024 * 1024
+#: The issues one run opens at most (its trailer's, then a distilled outcome's, first seen first). A
+#: run raises a few; one that listed 50,000 put as many events in the ledger and a 2 MB line on the
+#: terminal. The rest are left out, and the write says how many (USAGE.md, "Guarantees").
+MAX_RUN_ISSUES = 50
+#: An opened issue's title and detail as the ledger keeps them, cut on a word to these many characters
+#: (ending in "…"); the id is derived from the whole title first (store-format.md, "The issue id, exactly").
+ISSUE_TITLE_MAX = 300
+ISSUE_DETAIL_MAX = 2000
 
 _STATE_ALIASES = {
     "done": "done", "completed": "done", "complete": "done", "success": "done", "succeeded": "done",
@@ -334,12 +343,12 @@ def build_record(
     output = strip_memory(run.winner_output or "")
     trailer = parse_trailer(output)
     events: list[IssueEvent] = []
-    issue_ids: list[str] = []
+    issue_ids: dict[str, None] = {}  # in order; a dict, so that a trailer of 50,000 items is not 50,000 list scans
     for item in trailer.issues:
         title, detail = split_issue(item)
         iid = issue_slug(title)
         if iid not in issue_ids:
-            issue_ids.append(iid)
+            issue_ids[iid] = None
             events.append(IssueEvent(issueId=iid, at=ended, event="opened", byRunId=rid, title=title, detail=detail or None))
     accomplished = list(trailer.accomplished)
     # "resolved flaky-login-test" / "fixed: Flaky login test" closes an open issue: the ids an
@@ -352,7 +361,7 @@ def build_record(
             named.append({issue_slug(rest), issue_slug(split_issue(rest)[0]), *re.split(r"[\s,;]+", rest)})
     open_now = {k: v for k, v in store.issue_states_for(set().union(*named)).items() if v.is_open} if named else {}
     for candidates in named:
-        for iid in sorted(candidates & set(open_now)):
+        for iid in sorted(candidates & open_now.keys()):
             if iid not in issue_ids:
                 events.append(IssueEvent(issueId=iid, at=ended, event="resolved", byRunId=rid, title=open_now[iid].title))
     verdict = strip_memory(run.verdict) if run.verdict else run.verdict
@@ -369,7 +378,7 @@ def build_record(
         outcome=Outcome(
             summary=summary,
             accomplished=accomplished,
-            issues=issue_ids,
+            issues=list(issue_ids),
             next=list(trailer.next),
         ),
         workers=[
@@ -432,6 +441,7 @@ def write_run(
     )
     warnings: list[str] = notes
     distilled = _distill_into(rec, events, run, settings, redacted, warnings, while_distilling)
+    _bound_issues(rec, events, warnings)
     MemoryStore.validate_write(rec, events)  # before anything is registered: bad input leaves nothing behind
     if not project:
         # Register the project now that the input is valid; the same store object carries on, so
@@ -530,6 +540,30 @@ def _retune_if_grown(store: MemoryStore, settings: Settings) -> None:
             spawn_auto_tune(store, settings)
     except Exception:  # noqa: BLE001 - an optional layer never fails the write
         pass
+
+
+def _bound_issues(rec: MemoryRecord, events: list[IssueEvent], warnings: list[str]) -> None:
+    """Hold the issues the run opens to MAX_RUN_ISSUES (the first; the record names only those) and
+    their ledger titles and details to ISSUE_TITLE_MAX and ISSUE_DETAIL_MAX; each bound that cut
+    something is one line in ``warnings``."""
+    opened = rec.outcome.issues
+    if len(opened) > MAX_RUN_ISSUES:
+        kept = set(opened[:MAX_RUN_ISSUES])
+        rec.outcome.issues = opened[:MAX_RUN_ISSUES]
+        events[:] = [e for e in events if e.event != "opened" or e.issueId in kept]
+        warnings.append(f"the run lists {len(opened)} issues: the first {MAX_RUN_ISSUES} were opened, the other "
+                        f"{len(opened) - MAX_RUN_ISSUES} left out (a run opens at most {MAX_RUN_ISSUES})")
+    cut = 0
+    for e in events:
+        if e.event != "opened":
+            continue
+        if e.title and len(e.title) > ISSUE_TITLE_MAX:
+            e.title, cut = shorten(e.title, ISSUE_TITLE_MAX), cut + 1
+        if e.detail and len(e.detail) > ISSUE_DETAIL_MAX:
+            e.detail, cut = shorten(e.detail, ISSUE_DETAIL_MAX), cut + 1
+    if cut:
+        warnings.append(f"{cut} issue title(s) or detail(s) cut for the ledger: a title keeps at most {ISSUE_TITLE_MAX} "
+                        f"characters, a detail {ISSUE_DETAIL_MAX} (the id is made from the whole title)")
 
 
 def _size(path: Path) -> int:

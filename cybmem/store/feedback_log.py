@@ -2,7 +2,8 @@
 (what the run then used), append-only, one JSON object a line holding only ids and numbers.
 
 This module keeps their format and their I/O: the shape each line must have (:func:`shown_line_ok`,
-:func:`used_line_ok`), appending under the logs' lock, cutting shown.jsonl back to its cap,
+:func:`used_line_ok`), appending under the logs' lock, cutting shown.jsonl back to its cap (in lines
+and in bytes),
 reading (a malformed line is skipped and counted), and renaming issue ids (``cybmem redact``).
 What a line says is decided above it: dispatch makes the shown lines
 (:mod:`cybmem.dispatch.feedback`), the write path the used ones (:mod:`cybmem.store.feedback_match`),
@@ -22,16 +23,22 @@ import orjson
 from .. import _io
 from ..settings import DEFAULT_SHOWN_CAP
 
-__all__ = ["SHOWN_FILE", "USED_FILE", "keep_shown", "cut_shown", "keep_used", "read_lines", "parse_lines",
-           "read_used", "valid_used", "shown_line_ok", "used_line_ok", "skipped_warning", "rename_issues"]
+__all__ = ["SHOWN_FILE", "USED_FILE", "LINE_BYTES", "LINE_ITEMS", "keep_shown", "cut_shown", "keep_used", "read_lines",
+           "parse_lines", "read_used", "valid_used", "shown_line_ok", "used_line_ok", "skipped_warning", "rename_issues"]
 
 SHOWN_FILE = "shown.jsonl"
 USED_FILE = "used.jsonl"
 _LOCK = ".feedback.lock"
-#: ``cybmem write`` cuts the shown log back to the cap once it holds this share more.
+#: The shown log is cut back to its cap once it holds this share more (in lines or in bytes), so a
+#: cut, which reads and rewrites the log, comes once per a quarter of the cap appended.
 _SLACK = 1.25
-#: An appender cuts the log back once it holds this many bytes a line of the cap (a log no write trims).
-_VALVE_BYTES = 4096
+#: The bytes a line of the cap may take: the log holds at most ``cap * LINE_BYTES`` bytes once cut
+#: (8 MB at the default cap). A line names at most LINE_ITEMS runs, a few kB; a block's line is about one.
+LINE_BYTES = 4096
+#: What one shown line names at most of each of its lists (``runs``, ``issues``, ``fetched``): the first,
+#: best ranked; how many more there were is the count ``runsCut`` (``issuesCut``, ``fetchedCut``). A block
+#: shows some 20 runs; a search for 100,000 once wrote a 300 kB line.
+LINE_ITEMS = 50
 
 
 def _dump(entry: Mapping[str, Any]) -> bytes:
@@ -40,31 +47,41 @@ def _dump(entry: Mapping[str, Any]) -> bytes:
 
 def keep_shown(directory: Path, entries: Iterable[Mapping[str, Any]], cap: int = DEFAULT_SHOWN_CAP) -> None:
     """Append lines to ``directory``/shown.jsonl (one O_APPEND write, under the logs' lock, no
-    fsync: a line lost to a power cut costs one run's feedback). Raises OSError / StoreError."""
+    fsync: a line lost to a power cut costs one run's feedback), and cut the log back to its cap
+    once its size (a stat, not a read) is a quarter over ``cap * LINE_BYTES``: a log that no
+    write cuts (inject without records, a read-only MCP server) stays bounded in bytes, and an
+    append reads nothing. Raises OSError / StoreError."""
     lines = [_dump(e) for e in entries]
     if not lines:
         return
     path = directory / SHOWN_FILE
     with _io.locked(directory / _LOCK):
         _io.append_lines(path, lines, sync=False)
-        if os.stat(path).st_size > cap * _VALVE_BYTES:
+        if os.stat(path).st_size > cap * LINE_BYTES * _SLACK:
             _trim(path, cap)
 
 
 def _trim(path: Path, cap: int) -> int:
-    """Keep the newest ``cap`` lines of ``path`` (the logs' lock held); returns the lines dropped."""
+    """Keep the newest lines of ``path`` that fit ``cap`` lines and ``cap * LINE_BYTES`` bytes (the
+    newest line always; the logs' lock held); returns the lines dropped."""
     raw = _io.read_file(path)
     lines = raw.splitlines(keepends=True)
-    if len(lines) <= cap:
+    room, keep = cap * LINE_BYTES, 0
+    for line in reversed(lines[-cap:]):
+        room -= len(line)
+        if room < 0 and keep:
+            break
+        keep += 1
+    if keep == len(lines):
         return 0
-    _io.atomic_write(path, b"".join(lines[-cap:]), durable=False)
-    return len(lines) - cap
+    _io.atomic_write(path, b"".join(lines[len(lines) - keep:]), durable=False)
+    return len(lines) - keep
 
 
 def cut_shown(directory: Path, raw: bytes, cap: int) -> None:
-    """Cut ``directory``/shown.jsonl (whose bytes are ``raw``) back to its newest ``cap`` lines once
-    it holds a quarter more (``cybmem write`` does, after each run). Raises OSError / StoreError."""
-    if raw.count(b"\n") > cap * _SLACK:
+    """Cut ``directory``/shown.jsonl (whose bytes are ``raw``) back to its cap (:func:`_trim`) once it
+    holds a quarter more lines or bytes (``cybmem write`` does, after each run). Raises OSError / StoreError."""
+    if raw.count(b"\n") > cap * _SLACK or len(raw) > cap * LINE_BYTES * _SLACK:
         with _io.locked(directory / _LOCK):
             _trim(directory / SHOWN_FILE, cap)
 
