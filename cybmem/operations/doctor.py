@@ -6,8 +6,8 @@ Arrow cache, cwd paths, symbolic links, temp files, an unfinished ``cybmem redac
 memory root (projects.json and its slugs), then the repair. Each finding has a severity:
 ``error`` needs a person and is never changed by ``--repair``; ``repairable`` is derived state
 that ``--repair`` rebuilds; ``warning`` is reported, harmless and not counted. ``--repair`` always
-rebuilds index.json and the cache from records/ and the ledger, removes temp files older than
-``temp_age`` seconds, finishes a killed redaction from its journal (cybmem.operations.redaction) and keeps one
+rebuilds index.json and the cache from records/ and the ledger, removes the temp files no live
+writer owns (:func:`cybmem._io.temp_owned`) once older than ``temp_age`` seconds, finishes a killed redaction from its journal (cybmem.operations.redaction) and keeps one
 vector per run and model in embeddings.jsonl (:func:`cybmem.store.embeddings.superseded`); it never
 otherwise touches records/ or issues.jsonl. What each check looks at: USAGE.md, "Checking a store".
 """
@@ -168,7 +168,11 @@ def _check_temp(dirs: Iterable[Path], project: str | None, temp_age: float, now:
             age = now - path.lstat().st_mtime
         except FileNotFoundError:
             continue  # its writer just finished
-        if age >= temp_age:
+        if _io.temp_owned(path):
+            findings.append(Finding("temp", "warning", str(path),
+                                    f"temp file of a writer at work ({age:.0f}s old; it may be waiting for a lock): "
+                                    "left alone, whatever its age, until its writer lets go of it", project))
+        elif age >= temp_age:
             findings.append(Finding("temp", "repairable", str(path),
                                     f"temp file left by an interrupted writer ({age:.0f}s old); readers ignore it",
                                     project))

@@ -384,6 +384,9 @@ class MemoryStore:
                     raise self._conflict(rec.runId)
                 if corrects is not None:
                     self._check_correctable(corrects, rec.runId)
+                if not tmp.present():  # removed by hand or by another tool: no event without its record
+                    tmp.release()
+                    tmp = stage(path, payload)
                 written = self._append_events_locked(events, sync=False)
                 if corrects is not None:
                     self._mark_superseded_locked(corrects, rec.runId)
@@ -409,6 +412,7 @@ class MemoryStore:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+                tmp.release()
         return path, written
 
     @staticmethod
