@@ -235,7 +235,9 @@ class MemoryStore:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Exclusive lock for the ledger (and for linking records) of this project."""
+        """Exclusive lock for the ledger (and for linking records) of this project; taken only
+        where cybmem may write (:meth:`check_writable`), so no lock file lands through a link."""
+        self.check_writable()
         with locked(self.dir / LOCK_FILE):
             yield
 
@@ -271,7 +273,7 @@ class MemoryStore:
     def rebuild_index(self, *, full: bool = False) -> int:
         """Regenerate index.json from records/ alone (:meth:`ProjectIndex.rebuild_index
         <cybmem.store.index.ProjectIndex.rebuild_index>`), never through a symlinked project dir."""
-        self._check_not_symlinked()
+        self.check_writable()
         return self.index.rebuild_index(full=full)
 
     # --- records -----------------------------------------------------------------
@@ -367,16 +369,18 @@ class MemoryStore:
             rec.supersedes = corrects
         payload = self.validate_write(rec, events)
         path = self.record_path(rec.runId)
-        self._check_not_symlinked()
+        self.check_writable()
         if os.path.lexists(path):
             raise self._conflict(rec.runId)
         # The record is staged (written and fsynced under a .tmp- name readers ignore) outside
-        # the lock. Under the lock the ledger events go first, then (for a correction) the
-        # corrected record gains supersededBy, then the record is linked into place; the index
-        # follows. A writer killed at any point leaves no partial record: killed after the
-        # events, a retry appends nothing twice (an open id is not opened again); killed after
-        # supersededBy, that link names a missing run, which every reader ignores, and the retry
-        # completes it.
+        # the lock, owned by this process until it is linked (cybmem._io.Staged: doctor never
+        # removes a live writer's temp file, however long it waits for the lock). Under the lock
+        # the staged file is checked to be there still (re-staged if something removed it), the
+        # ledger events go next, then (for a correction) the corrected record gains
+        # supersededBy, then the record is linked into place; the index follows. A writer killed
+        # at any point leaves no partial record: killed after the events, a retry appends nothing
+        # twice (an open id is not opened again); killed after supersededBy, that link names a
+        # missing run, which every reader ignores, and the retry completes it.
         tmp = stage(path, payload)
         try:
             with self.lock():
@@ -451,8 +455,16 @@ class MemoryStore:
         memory root (and the cache's clean-up would delete files there)."""
         return [d for d in (self.dir, self.records_dir, self.dir / ".cache") if d.is_symlink()]
 
-    def _check_not_symlinked(self) -> None:
-        """Refuse to write through a symlinked project or records dir: it would land outside the root."""
+    def check_writable(self) -> None:
+        """May cybmem write in this project? The one rule, asked before every file or lock of the
+        project is created or written (records, the ledger, embeddings, index.json, the feedback
+        logs, weights.json, the re-tune state, exports.json, redaction, every lock): not through
+        a symlinked project or records dir, which would land outside the memory root (a symlinked
+        .cache is not refused here: the cache is then neither read nor written).
+
+        Raises:
+            StoreError: naming the link and what to do.
+        """
         for d in self.symlinked_dirs():
             if d.name != ".cache":
                 raise StoreError(
@@ -659,7 +671,6 @@ class MemoryStore:
             written.append(ev)
         lines = [dumps(ev.to_dict(), f"issue event {ev.issueId}") for ev in written]
         if lines:
-            self._check_not_symlinked()
             try:
                 append_lines(self.issues_path, lines, sync=sync)
             except OSError as exc:
@@ -684,7 +695,6 @@ class MemoryStore:
         Returns:
             (lines written, the file's size after the append): the next call's ``since``.
         """
-        self._check_not_symlinked()
         with self.lock():
             have = embeddings.keys_in(self.embeddings_path, {(rid, model) for rid, model, _ in rows}, offset=since)
             lines = []
