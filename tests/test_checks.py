@@ -134,6 +134,32 @@ def test_ledger_torn_tail_is_a_warning_and_bad_lines_are_errors(store):
     assert ("ledger", "warning", "issues.jsonl:4") in _findings(res), "a torn line closed by a later append stays a warning"
 
 
+def test_repeated_ledger_events_are_reported_as_harmless_warnings(store):
+    """An event that does not change its issue's state (two writers at once in an older cybmem, or
+    another tool that ignores the lock): opened or reopened while open, resolved while resolved,
+    wontfix while wontfix. Each is a warning that says so; the store stays clean."""
+    lines = [("x", "opened"), ("x", "reopened"), ("x", "resolved"), ("x", "resolved"), ("x", "wontfix"),
+             ("x", "wontfix"), ("x", "opened"), ("x", "reopened"), ("y", "opened"), ("y", "opened")]
+    first = len(store.issues_path.read_bytes().splitlines()) + 1
+    with open(store.issues_path, "ab") as fh:
+        for n, (iid, event) in enumerate(lines):
+            fh.write(json.dumps({"issueId": iid, "at": T0 + n, "event": event}).encode() + b"\n")
+    res = doc("--all", "--json")
+    assert res.exit_code == 0, "repeated events are harmless: warnings alone"
+    repeated = [f for f in json.loads(res.stdout)["findings"] if "again while" in f["message"]]
+    assert [int(f["path"].rsplit(":", 1)[1]) - first for f in repeated] == [1, 3, 5, 7, 9]
+    text = doc("--all").stdout
+    assert (f"issues.jsonl:{first + 1}: issue x reopened again while open (so since line {first}): a repeated event, "
+            "from writers at once before cybmem checked the state under the lock, or one that ignored it; harmless, the "
+            "issue's state is unchanged; reopenCount counts it once more") in text
+    assert f"issues.jsonl:{first + 3}: issue x resolved again while resolved (so since line {first + 2})" in text
+    assert f"issues.jsonl:{first + 5}: issue x wontfix again while wontfix (so since line {first + 4})" in text
+    assert f"issues.jsonl:{first + 9}: issue y opened again while open (so since line {first + 8})" in text
+    # The writers themselves never append one.
+    assert store.mark_issue("x", "reopened") == [] and store.mark_issue("y", "reopened") == []
+    assert store.append_issue_events([IssueEvent(issueId="x", at=T0, event="opened")]) == []
+
+
 def test_temp_leftovers_old_ones_are_removed_young_ones_kept(store):
     old = store.records_dir / ".tmp-old.part"
     young = store.dir / ".tmp-young.part"

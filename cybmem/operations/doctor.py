@@ -24,8 +24,8 @@ from .. import _io
 from ..store import cache as _cache, supersession
 from .._io import TMP_PREFIX
 from ..store.embeddings import drop_lines, newest_dims, read_rows, superseded
-from ..errors import NotFoundError, StoreError, ValidationError
-from ..store.ledger import event_from_dict
+from ..errors import CybmemError, NotFoundError, StoreError, ValidationError
+from ..store.ledger import OPEN, event_from_dict, repeats
 from ..store.projects import (MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, owning_dir, project_cwd,
                        project_dirs, select_project, slug_key, LOOK_ALIKE_RULE)
 from ..store.records import check_not_future, ms_to_utc
@@ -194,7 +194,8 @@ def _jsonl_lines(raw: bytes) -> list[tuple[int, bytes, bool]]:
 
 
 def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding], list[tuple[int, dict]]]:
-    """Ledger lines: whole, valid, no second "opened" for an open id. Returns findings and (line, event) pairs."""
+    """Ledger lines: whole, valid, no event that repeats its issue's state (ledger.repeats), stamped in
+    order. Returns findings and (line, event) pairs."""
     findings: list[Finding] = []
     events: list[tuple[int, dict]] = []
     try:
@@ -206,6 +207,7 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
     name = store.issues_path.name
     states: dict[str, str] = {}
     last: dict[str, tuple[int, int, str]] = {}  # issue -> (line, at, event) of its latest event in file order
+    since: dict[str, int] = {}  # issue -> the line of the event that gave it its current state
     for lineno, line, torn in _jsonl_lines(raw):
         where = f"{store.issues_path}:{lineno}"
         try:
@@ -226,10 +228,16 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
         if torn:
             findings.append(Finding("ledger", "warning", where,
                                     "last line has no newline yet (a writer was interrupted after writing it); it is readable", store.slug))
-        if ev.event == "opened" and states.get(ev.issueId) in ("opened", "reopened"):
+        if repeats(states.get(ev.issueId), ev.event):
+            state = states[ev.issueId]
+            counted = "; reopenCount counts it once more" if ev.event == "reopened" else ""
             findings.append(Finding("ledger", "warning", where,
-                                    f"issue {ev.issueId} opened again while open (a writer that ignored the lock?); "
-                                    "the fold is unaffected", store.slug))
+                                    f"issue {ev.issueId} {ev.event} again while {'open' if state in OPEN else state} "
+                                    f"(so since line {since[ev.issueId]}): a repeated event, from writers at once before "
+                                    f"cybmem checked the state under the lock, or one that ignored it; harmless, the "
+                                    f"issue's state is unchanged{counted}", store.slug))
+        else:
+            since[ev.issueId] = lineno
         latest = last.get(ev.issueId)
         if latest is not None and ev.at < latest[1]:
             findings.append(Finding("ledger", "warning", where,

@@ -639,34 +639,46 @@ class MemoryStore:
         """
         if event not in ("resolved", "wontfix", "reopened"):
             raise ValidationError(f"{event!r} is not one of resolved, wontfix, reopened")
-        states = self.issue_states_for([issue_id])
-        if issue_id not in states:
-            raise NotFoundError(f"no issue {issue_id!r} in project {self.slug}; see `cybmem issues --all`")
-        if event == "reopened" and states[issue_id].is_open:
-            return []
         if redact_secrets and detail:
             from .secrets import redact_value
 
             detail = redact_value(detail)[0]
-        ev = IssueEvent(issueId=issue_id, at=at if at is not None else int(time.time() * 1000), event=event,
-                        byRunId=by, title=states[issue_id].title if states[issue_id].titled else None, detail=detail)
-        return self.append_issue_events([ev])
+        # The state is read under the lock the append takes: two marks at once cannot both find
+        # the issue closed and both reopen it.
+        with self.lock():
+            found = self.issue_states_for([issue_id])
+            if issue_id not in found:
+                raise NotFoundError(f"no issue {issue_id!r} in project {self.slug}; see `cybmem issues --all`")
+            st = found[issue_id]
+            ev = IssueEvent(issueId=issue_id, at=at if at is not None else int(time.time() * 1000), event=event,
+                            byRunId=by, title=st.title if st.titled else None, detail=detail)
+            written = self._append_events_locked([ev], sync=False, states={issue_id: st.state})
+        if written:
+            sync_path(self.issues_path)
+        return written
 
-    def _append_events_locked(self, events: list[IssueEvent], *, sync: bool = True) -> list[IssueEvent]:
+    def _append_events_locked(self, events: list[IssueEvent], *, sync: bool = True,
+                              states: dict[str, str] | None = None) -> list[IssueEvent]:
+        """Append the events that change their issue's state (project lock held; ``states``: the
+        current state of their ids, when the caller has just read it under the same lock).
+
+        An event that would not change the fold's state is dropped: opened or reopened while
+        open, resolved while resolved, wontfix while wontfix (doctor reports such lines that
+        another writer left). An opened of an issue that is closed becomes reopened.
+        """
         if not events:
             return []
-        states = {k: v.state for k, v in self.issue_states_for(ev.issueId for ev in events).items()}
+        if states is None:
+            states = {k: v.state for k, v in self.issue_states_for(ev.issueId for ev in events).items()}
+        states = dict(states)
         written = []
         for ev in events:
             IssueEvent.from_dict(ev.to_dict())
             current = states.get(ev.issueId)
-            is_open = current in issues.OPEN
-            if ev.event == "opened" and is_open:
-                continue  # an id already open is not opened again
-            if ev.event == "opened" and current is not None:
+            if ev.event == "opened" and current is not None and current not in issues.OPEN:
                 ev = IssueEvent(**{**ev.__dict__, "event": "reopened"})
-            if ev.event in issues.CLOSED and current == ev.event:
-                continue
+            if issues.repeats(current, ev.event):
+                continue  # an id already open is not opened again; a closed one not closed the same way again
             states[ev.issueId] = ev.event
             written.append(ev)
         lines = [dumps(ev.to_dict(), f"issue event {ev.issueId}") for ev in written]
