@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -179,6 +181,46 @@ def test_temp_leftovers_old_ones_are_removed_young_ones_kept(store):
     assert not old.exists() and not weights_tmp.exists() and young.exists()
     assert doc("--all", "--repair", "--temp-age", "0").exit_code == 0
     assert not young.exists()
+
+
+def _doctor_under_file_limit(kib: int, memory_root: Path, *args: str) -> subprocess.CompletedProcess:
+    """A real `cybmem doctor` under `ulimit -f` (no file it writes may grow past ``kib`` KiB)."""
+    exe = shutil.which("cybmem")
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root)}
+    return subprocess.run(["sh", "-c", f'ulimit -f {kib}; exec "$@"', "sh", exe, "doctor", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_repair_that_cannot_write_says_so_and_is_not_reported_done(store, settings, memory_root):
+    """Under a file-size limit the cache cannot be rebuilt: doctor says which repair failed and
+    why, never "rebuilt" beside the damage it found again, and exits 1; the repairs that could be
+    done are done."""
+    from cybmem.operations.write import write_run
+    from cybmem.store.snapshot import load_snapshot
+
+    write_run(make_run("big", "Fix the big one " + "word " * 40_000, start=T0 + 5 * 60 * MIN), settings)
+    load_snapshot(MemoryStore(memory_root, "web"))  # a cache, then damaged
+    manifest = store.dir / ".cache" / "manifest.json"
+    assert manifest.exists()
+    manifest.write_text("garbage")
+    store.index_path.unlink()
+    res = _doctor_under_file_limit(64, memory_root, "--all", "--repair")
+    cache = store.dir / ".cache"
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"repaired: rebuilt {store.index_path} from 4 records" in res.stdout
+    assert f"rebuilt {cache}" not in res.stdout
+    assert f"not repaired: rebuilding {cache}: File too large" in res.stdout, res.stdout
+    assert res.stdout.rstrip().endswith("1 repair(s) failed (see above); 1 project(s), 4 records checked."), res.stdout
+    assert res.stderr == ""
+    report = json.loads(_doctor_under_file_limit(64, memory_root, "--all", "--repair", "--json").stdout)
+    assert report["clean"] is False and [line.split(":")[0] for line in report["notRepaired"]] == [f"rebuilding {cache}"]
+    # Below the size of index.json too: each repair is tried, each failure named, no traceback, no "Error:" halfway.
+    store.index_path.unlink()
+    res = _doctor_under_file_limit(1, memory_root, "--all", "--repair")
+    assert res.returncode == 1 and res.stderr == "", res.stderr
+    assert f"not repaired: rebuilding {store.index_path}: cannot write {store.index_path}: File too large" in res.stdout
+    assert "repaired: rebuilt" not in res.stdout
+    assert doc("--all", "--repair").exit_code == 0, "without the limit the same repair is done"
 
 
 def test_cache_behind_is_a_warning_damaged_is_repaired(store, settings):

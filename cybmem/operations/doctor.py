@@ -77,6 +77,7 @@ class DoctorReport:
     findings: list[Finding]
     repaired: list[str] = field(default_factory=list)
     secrets_scanned: bool = False
+    not_repaired: list[str] = field(default_factory=list)  # repairs tried that failed, each with why
 
     @property
     def problems(self) -> list[Finding]:
@@ -85,7 +86,8 @@ class DoctorReport:
 
     @property
     def clean(self) -> bool:
-        return not self.problems
+        """No error or repairable finding, and every repair tried was done."""
+        return not self.problems and not self.not_repaired
 
     def to_dict(self) -> dict:
         return {
@@ -94,6 +96,7 @@ class DoctorReport:
             "projects": [p.to_dict() for p in self.projects],
             "findings": [f.to_dict() for f in self.findings],
             "repaired": list(self.repaired),
+            "notRepaired": list(self.not_repaired),
             "secretsScanned": self.secrets_scanned,
             "counts": {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES},
         }
@@ -106,6 +109,8 @@ class DoctorReport:
             by_project.setdefault(f.project, []).append(f)
         for action in self.repaired:
             out.append(f"repaired: {action}")
+        for action in self.not_repaired:
+            out.append(f"not repaired: {action}")
         root_findings = by_project.get(None, [])
         out.append(f"{PROJECTS_FILE}: " + ("ok" if not root_findings else f"{len(root_findings)} finding(s)"))
         out += [_finding_line(f) for f in root_findings]
@@ -130,6 +135,8 @@ class DoctorReport:
                 parts.append(f"{errors} error(s) to fix by hand")
             if fixable:
                 parts.append(f"{fixable} repairable (run `cybmem doctor --repair`)")
+            if self.not_repaired:
+                parts.append(f"{len(self.not_repaired)} repair(s) failed (see above)")
             out.append(f"problems: {', '.join(parts)}{tail}; {checked} checked.")
         return out
 
@@ -703,44 +710,67 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
 
 
 def _refresh_cache(store: MemoryStore) -> None:
-    """Throw the cache away and load once: a full, fresh cache."""
-    from ..store.loading import load_snapshot
+    """Throw the cache away and build it again from the files; raises when it cannot be written."""
+    from ..store import refresh
 
     _cache.discard(_cache.cache_dir(store.dir))
-    load_snapshot(store)
+    refresh.read(store, strict=True)
 
 
-def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore]) -> list[str]:
-    done: list[str] = []
+@dataclass
+class _Repairs:
+    """What a repair did, and what it tried and could not do (each step is tried on its own)."""
+
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def attempt(self, what: str, step) -> None:
+        """Run ``step`` (which returns the line saying what it did, or None: nothing to do); a
+        failure is noted as one line naming ``what`` and why, and the next step goes on."""
+        try:
+            line = step()
+        except (CybmemError, OSError) as exc:
+            why = str(exc) if isinstance(exc, CybmemError) else (
+                f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else ""))
+            self.failed.append(f"{what}: {' '.join(why.split())}")
+            return
+        if line:
+            self.done.append(line)
+
+
+def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore]) -> _Repairs:
+    out = _Repairs()
     for f in findings:
         if f.check == "temp" and f.severity == "repairable":
-            try:
-                os.unlink(f.path)
-                done.append(f"removed {f.path}")
-            except FileNotFoundError:
-                pass
+            # not when a live writer owns it (_io.temp_owned): it took it meanwhile
+            out.attempt(f"removing {f.path}", lambda path=Path(f.path): f"removed {path}" if _io.remove_temp(path) else None)
     for slug, store in sorted(stores.items()):
         if store.symlinked_dirs():
             continue  # nothing is written through a link (an error finding says so)
         if any(f.check == "paths" and f.path == str(store.dir) and f.project == slug for f in findings):
             continue  # a project that could not be read at all (its finding says why): nothing to rebuild from
         if any(f.check == "redact" and f.severity == "repairable" and f.project == slug for f in findings):
-            from .redaction import complete_pending
-
-            finished = complete_pending(store)  # its own rebuild of the derived files included
-            if finished is not None:
-                left = finished.remaining + finished.unreachable
-                done.append(f"finished the interrupted redaction of {len(finished.targets)} run(s) in {slug} "
-                            f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
+            out.attempt(f"finishing the interrupted redaction in {slug}", lambda store=store: _finish_redaction(store))
         if any(f.check == "embeddings" and f.severity == "repairable" and f.project == slug for f in findings):
-            dropped = _drop_superseded_vectors(store)
-            done.append(f"dropped {dropped} replaced vector(s) from {store.embeddings_path}")
-        count = store.rebuild_index()
-        done.append(f"rebuilt {store.index_path} from {count} records")
+            out.attempt(f"dropping replaced vectors from {store.embeddings_path}", lambda store=store:
+                        f"dropped {_drop_superseded_vectors(store)} replaced vector(s) from {store.embeddings_path}")
+        out.attempt(f"rebuilding {store.index_path}", lambda store=store:
+                    f"rebuilt {store.index_path} from {store.rebuild_index()} records")
         if not _cache.disabled(store.root):
-            _refresh_cache(store)
-            done.append(f"rebuilt {store.dir / '.cache'}")
-    return done
+            out.attempt(f"rebuilding {store.dir / '.cache'}", lambda store=store:
+                        _refresh_cache(store) or f"rebuilt {store.dir / '.cache'}")
+    return out
+
+
+def _finish_redaction(store: MemoryStore) -> str | None:
+    from .redaction import complete_pending
+
+    finished = complete_pending(store)  # its own rebuild of the derived files included
+    if finished is None:
+        return None
+    left = finished.remaining + finished.unreachable
+    return (f"finished the interrupted redaction of {len(finished.targets)} run(s) in {store.slug} "
+            f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
 
 
 # --- entry point ----------------------------------------------------------------------
@@ -771,12 +801,15 @@ def doctor(
         settings: where the memory root is.
         project / cwd: the project to check (default: the one of the current directory).
         all_projects: check every project of the root.
-        repair: rebuild index.json and the Arrow cache, remove temp files older than
-            ``temp_age`` seconds and drop replaced vectors from embeddings.jsonl; records and
-            issues.jsonl are touched only to finish a killed ``cybmem redact``.
+        repair: rebuild index.json and the Arrow cache, remove temp files no live writer owns
+            that are older than ``temp_age`` seconds and drop replaced vectors from
+            embeddings.jsonl; records and issues.jsonl are touched only to finish a killed
+            ``cybmem redact``. Each repair is tried on its own; one that fails is listed in
+            ``report.not_repaired`` (and the report is not clean).
         secrets: also scan records and issue titles / details for secret shapes (reported by
             file, field and kind; the secret itself is never printed, nothing is rewritten).
-        temp_age: temp files younger than this may belong to a running writer and are left alone.
+        temp_age: a temp file no process owns is removed only once older than this (an older
+            cybmem took no lock on its temp files); one a live writer owns is never removed.
 
     Returns:
         A :class:`DoctorReport`; ``report.clean`` is True when no error or repairable finding remains.
@@ -803,13 +836,13 @@ def doctor(
         return stats, findings, stores
 
     stats, findings, stores = run()
-    repaired: list[str] = []
+    repairs = _Repairs()
     if repair:
         # Always, not only when a check saw it: derived files are cheap to rebuild, and a rebuild
         # is what makes a hand edit of a record (removing a secret) reach every copy.
-        repaired = _repair(root, findings, stores)
+        repairs = _repair(root, findings, stores)
         stats, findings, stores = run()
-    return DoctorReport(str(root), stats, findings, repaired, secrets)
+    return DoctorReport(str(root), stats, findings, repairs.done, secrets, repairs.failed)
 
 
 @dataclass
