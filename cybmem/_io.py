@@ -1,5 +1,6 @@
 """File primitives: the one reader, the one JSON decoder, private directories, atomic writes,
-whole-line appends, OS locks. Every file cybmem reads or writes goes through here."""
+whole-line appends, OS locks, the temp files a writer owns until it lets go. Every file cybmem
+reads or writes goes through here."""
 
 from __future__ import annotations
 
@@ -221,31 +222,160 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def stage(path: Path, data: bytes, *, sync: bool = True) -> Path:
-    """Write ``data`` to a private temp file next to ``path`` and fsync it; returns the temp path.
+#: The longest part of a target's name a temp file's name repeats (NAME_MAX is 255 bytes).
+_NAME_IN_TEMP = 96
 
-    The temp name starts with ``.tmp-`` so every reader ignores it; :func:`publish` moves
-    it into place. A writer killed in between leaves only that temp file behind
-    (``cybmem doctor --repair`` removes old ones).
+
+class Staged(os.PathLike):
+    """A temp file a writer made beside its target and owns until it lets go (:meth:`release`).
+
+    The writer holds an ``flock`` on it from the moment it is created: the mark by which doctor,
+    and the next writer to the same target, tell a live writer's temp file (left alone, whatever
+    its age: its writer may wait for a lock for minutes) from a dead one's (removed). A killed
+    or stopped-then-killed process lets go at once; a stopped one still holds it.
     """
-    ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=path.parent)
+
+    __slots__ = ("path", "_fd")
+
+    def __init__(self, path: Path, fd: int):
+        self.path = path
+        self._fd: int | None = fd
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"Staged({str(self.path)!r})"
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            raise ValueError(f"{self.path} was released")
+        return self._fd
+
+    def present(self) -> bool:
+        """Whether the file still has its name (nobody removed it meanwhile)."""
+        try:
+            return os.fstat(self.fd).st_nlink > 0 and os.path.samestat(os.fstat(self.fd), os.lstat(self.path))
+        except OSError:
+            return False
+
+    def release(self) -> None:
+        """Let go of it (the lock goes with the descriptor); the file itself is the caller's to
+        publish or remove first."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+def _temp_name_part(name: str) -> str:
+    """A target's name as a temp file beside it repeats it: at most :data:`_NAME_IN_TEMP` bytes."""
+    raw = os.fsencode(name)
+    return name if len(raw) <= _NAME_IN_TEMP else os.fsdecode(raw[:_NAME_IN_TEMP])
+
+
+def temp_beside(path: Path) -> Staged:
+    """A new, empty, private (0600) temp file beside ``path``, named ``.tmp-<name>.<random>.part``
+    (every reader skips ``.tmp-`` names) and owned by this process (:class:`Staged`)."""
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{_temp_name_part(path.name)}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            if sync:
-                os.fsync(fh.fileno())
-        os.chmod(tmp, FILE_MODE)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # just made: nobody else can hold it
+        os.fchmod(fd, FILE_MODE)  # mkstemp's 0600 passes through the umask (0400 under umask 277)
     except BaseException:
+        os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return Path(tmp)
+    return Staged(Path(tmp), fd)
 
 
-def publish(tmp: Path, path: Path, *, overwrite: bool = True, sync: bool = True) -> None:
-    """Move a staged temp file to ``path`` (see :func:`atomic_write`); the temp is always gone after.
+def _owner_of(temp: Path) -> Path:
+    """The file whose lock says whether ``temp`` belongs to a live writer: itself, or for a file a
+    library made beside a temp file (SQLite's ``.tmp-….part-journal``) that temp file."""
+    name = temp.name
+    cut = name.find(TMP_SUFFIX)
+    return temp if cut < 0 or name.endswith(TMP_SUFFIX) else temp.with_name(name[: cut + len(TMP_SUFFIX)])
+
+
+def temp_owned(temp: Path) -> bool:
+    """Whether a live writer owns ``temp`` (it holds the lock :func:`temp_beside` takes; a temp
+    file of a library beside it counts as its owner's). False for a temp no process holds: its
+    writer was killed, or is an older cybmem that took no lock (doctor then goes by its age)."""
+    return is_locked(_owner_of(temp))
+
+
+def remove_temp(temp: Path) -> bool:
+    """Remove a temp file unless a live writer owns it (:func:`temp_owned`, asked while this process
+    holds the lock itself, so that the answer cannot change before the removal). Returns whether it
+    was removed (False: owned, or already gone)."""
+    owner = _owner_of(temp)
+    try:
+        fd = os.open(owner, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        fd = None  # a library's file beside a temp that is gone: nobody owns it
+    except OSError:
+        return False
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            return False
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def remove_dead_temps(path: Path) -> list[Path]:
+    """Remove the temp files beside ``path`` that killed writers of it left (none a live writer
+    owns): what the next writer of the same target cleans up, e.g. an export killed with SIGKILL,
+    which could not clean up after itself. Returns those removed."""
+    prefix = f"{TMP_PREFIX}{_temp_name_part(path.name)}."
+    removed = []
+    try:
+        with os.scandir(path.parent) as it:
+            found = [Path(e.path) for e in it if e.name.startswith(prefix) and TMP_SUFFIX in e.name
+                     and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for temp in sorted(found, key=lambda t: t.name.endswith(TMP_SUFFIX)):  # a library's files first, then their owners
+        if remove_temp(temp):
+            removed.append(temp)
+    return removed
+
+
+def stage(path: Path, data: bytes, *, sync: bool = True) -> Staged:
+    """Write ``data`` to a private temp file next to ``path`` (:func:`temp_beside`) and fsync it;
+    returns it, owned by this process until :func:`publish` moves it into place (or the caller
+    releases it).
+
+    The temp name starts with ``.tmp-`` so every reader ignores it. A writer killed in between
+    leaves only that temp file behind (``cybmem doctor --repair`` removes it: nobody owns it).
+    """
+    ensure_dir(path.parent)
+    staged = temp_beside(path)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(staged.fd, view):]
+        if sync:
+            os.fsync(staged.fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(staged.path)
+        staged.release()
+        raise
+    return staged
+
+
+def publish(tmp: Path | Staged, path: Path, *, overwrite: bool = True, sync: bool = True) -> None:
+    """Move a staged temp file to ``path`` (see :func:`atomic_write`); the temp is always gone
+    after (and let go of).
 
     With ``sync=False`` the caller fsyncs the directory itself (see :func:`sync_path`), e.g.
     after releasing a lock.
@@ -258,6 +388,8 @@ def publish(tmp: Path, path: Path, *, overwrite: bool = True, sync: bool = True)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(tmp, Staged):
+            tmp.release()
     if sync:
         _fsync_dir(path.parent)
 
@@ -282,25 +414,30 @@ def _default_mode() -> int:
 @contextlib.contextmanager
 def atomic_path(path: Path, *, private: bool = True, overwrite: bool = True) -> Iterator[Path]:
     """Build a file into place all at once by path: yields the path of an empty temp file next to
-    ``path`` (``.tmp-`` named, which every reader skips) for a writer that needs a name (SQLite);
-    on a clean exit it is fsynced and published (:func:`publish`), on an error removed. A process
-    killed in between leaves only the temp file, never a partial or empty file at ``path``.
-    ``private=False`` gives the file the mode a plain open() would (exports outside the memory
-    root); else 0600. With ``overwrite=False`` nothing that exists at ``path`` is ever replaced
-    (FileExistsError), also when it appeared while the file was written.
+    ``path`` (``.tmp-`` named, which every reader skips; owned by this process while it is built,
+    :class:`Staged`) for a writer that needs a name (SQLite); on a clean exit it is fsynced and
+    published (:func:`publish`), on an error removed. A process killed in between leaves only the
+    temp file, never a partial or empty file at ``path``; the next writer of ``path`` removes
+    such leftovers first (:func:`remove_dead_temps`). ``private=False`` gives the file the mode a
+    plain open() would (exports outside the memory root); else 0600. With ``overwrite=False``
+    nothing that exists at ``path`` is ever replaced (FileExistsError), also when it appeared
+    while the file was written.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=TMP_SUFFIX, dir=path.parent)
-    os.close(fd)
+    remove_dead_temps(path)
+    staged = None
     try:
-        yield Path(tmp)
-        sync_path(Path(tmp))
-        os.chmod(tmp, FILE_MODE if private else _default_mode())
+        staged = temp_beside(path)
+        yield staged.path
+        sync_path(staged.path)  # by name: what the writer wrote there, through whatever handle
+        os.chmod(staged.path, FILE_MODE if private else _default_mode())
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if staged is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(staged.path)
+            staged.release()
         raise
-    publish(Path(tmp), path, overwrite=overwrite)
+    publish(staged, path, overwrite=overwrite)
 
 
 @contextlib.contextmanager

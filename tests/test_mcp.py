@@ -456,6 +456,32 @@ def test_a_tilde_in_memory_dir_is_the_users_home(tmp_path, monkeypatch):
     assert listed.exit_code == 0 and [p["slug"] for p in json.loads(listed.stdout)] == ["api", "web", "web-7663e1"]
 
 
+def test_the_read_only_server_writes_nothing_through_a_symlinked_project_dir(tmp_path):
+    """A project dir that is a symbolic link out of the root: the server answers, keeps no line of
+    what it showed there (shown.jsonl, its lock, the cache) and says so once on stderr."""
+    root, log = _memory(tmp_path), tmp_path / "server.log"
+    outside = tmp_path / "outside"
+    (root / "web").rename(outside)
+    (root / "web").symlink_to(outside, target_is_directory=True)
+    before = {str(p.relative_to(outside)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(outside.rglob("*"))}
+    params = StdioServerParameters(command=CYBMEM, args=["mcp", "--memory-dir", str(root), "--project", "web"],
+                                   env=_env(tmp_path))
+    with log.open("w") as errlog:
+        agent = Agent(stdio_client(params, errlog=errlog), root, log)
+        try:
+            assert agent.answer("search", query="cart drawer", k=3)["hits"]
+            assert agent.answer("show", run_id=CART[:8])["record"]["runId"] == CART
+            assert agent.answer("memory_block", task="Fix the cart drawer")["runs"]
+        finally:
+            agent.close()
+    after = {str(p.relative_to(outside)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(outside.rglob("*"))}
+    assert after == before
+    warned = [line for line in log.read_text().splitlines() if "warning" in line]
+    assert warned == [f"cybmem mcp: warning: what agents fetch is not kept in {root / 'web' / 'shown.jsonl'}: "
+                      f"{root / 'web'} is a symbolic link; cybmem writes only inside the memory root {root}. "
+                      "Replace it with a real directory (see `cybmem doctor`)."], warned
+
+
 # --- writes: only with --allow-writes ------------------------------------------------
 
 

@@ -114,6 +114,74 @@ def test_writes_refuse_a_symlinked_project_or_records_dir(memory_root, tmp_path,
     assert list(outside.rglob("*")) == []
 
 
+def _tree(d: Path) -> dict[str, tuple[int, int]]:
+    """Every file and directory under ``d``: its size and mtime (what a write would change)."""
+    return {str(p.relative_to(d)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(d.rglob("*"))}
+
+
+CART = "9b6b1e00-90b4-579e-9d84-2170f292abf9"  # a run of the fixtures' project web
+
+
+def test_nothing_is_created_or_written_through_a_symlinked_project_dir(fixture_copy, tmp_path, monkeypatch):
+    """A project dir that is a symbolic link out of the memory root: every command, the read-only
+    ones included (inject's shown.jsonl, the cache, locks), creates and writes nothing there;
+    those that would write refuse with one line before they take a lock; inject still gives the
+    task back."""
+    root = fixture_copy
+    (root / ".nocache").unlink()  # the cache in play, as on a real root
+    outside = tmp_path / "outside"
+    (root / "web").rename(outside)
+    (root / "web").symlink_to(outside, target_is_directory=True)
+    monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(root))
+    before = _tree(outside)
+    fixed = Path(__file__).resolve().parent.parent / "data-fixtures" / "inputs"
+
+    def cybmem(*args: str):
+        return runner.invoke(app, [*args, "--project", "web"])
+
+    for args in (["list"], ["show", CART], ["chain", CART], ["issues", "--all"], ["search", "cart drawer"],
+                 ["inject", "Fix the cart drawer"], ["doctor"], ["doctor", "--repair", "--temp-age", "0"],
+                 ["export", "csv", "--out", str(tmp_path / "web.csv")], ["export", "sqlite", "--out", str(tmp_path / "w.db")],
+                 ["export", "parquet", "--out", str(tmp_path / "fleet")], ["tune"], ["tune", "--auto"]):
+        res = cybmem(*args)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.exception)
+    refused = (["mark", "product-images-load-slowly", "resolved"], ["write", str(fixed / "run.json")],
+               ["supersede", CART, str(fixed / "fixed.json")], ["rebuild"], ["redact", CART, "--secret", "cart"],
+               ["tune", "--save", "--force"])
+    for args in refused:
+        res = cybmem(*args)
+        assert res.exit_code == 1 and "is a symbolic link; cybmem writes only inside the memory root" in res.output, (
+            args, res.output)
+    assert _tree(outside) == before
+    assert not list(tmp_path.glob("outside*/.*lock")) and not (outside / "shown.jsonl").exists()
+
+
+def test_inject_in_a_symlinked_project_gives_the_task_back_with_one_line(fixture_copy, tmp_path):
+    """The dispatch path through the console script: the block and the task on stdout, exit 0, one
+    warning line saying why nothing was kept; `tune --auto` says why it did not run."""
+    import subprocess
+    import shutil
+
+    root = fixture_copy
+    outside = tmp_path / "outside"
+    (root / "web").rename(outside)
+    (root / "web").symlink_to(outside, target_is_directory=True)
+    before = _tree(outside)
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(root)}
+    res = subprocess.run([shutil.which("cybmem"), "inject", "Fix the cart drawer", "--project", "web"], env=env,
+                         capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.endswith("END MEMORY\n\nFix the cart drawer")
+    assert res.stderr == (f"warning: what was shown was not kept in {root / 'web' / 'shown.jsonl'}: {root / 'web'} is a "
+                          f"symbolic link; cybmem writes only inside the memory root {root}. Replace it with a real "
+                          "directory (see `cybmem doctor`).\n"), res.stderr
+    res = subprocess.run([shutil.which("cybmem"), "tune", "--auto", "--project", "web"], env=env, capture_output=True,
+                         text=True)
+    assert res.returncode == 0 and res.stdout == (f"Not re-tuned: {root / 'web'} is a symbolic link; cybmem writes only "
+                                                  f"inside the memory root {root}. Replace it with a real directory "
+                                                  "(see `cybmem doctor`).\n"), res.stdout
+    assert _tree(outside) == before
+
+
 def test_a_symlink_planted_at_a_record_path_is_never_written_through(memory_root, tmp_path):
     target = tmp_path / "victim.json"
     target.write_text("precious")

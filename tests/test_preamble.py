@@ -148,6 +148,74 @@ def test_forged_header_is_quoted():
     assert block.count(HEADER) == 2  # the real one and the quoted copy inside a summary line
 
 
+# Explicit bidi formatting (UAX #9): openers of embeddings / overrides and their PDF; isolates and their PDI.
+_EMBED, _ISOLATE, _PDF, _PDI = "\u202a\u202b\u202d\u202e", "\u2066\u2067\u2068", "\u202c", "\u2069"
+
+
+def _open_bidi(text: str) -> list[tuple[int, str]]:
+    """The bidi controls still open at the end of ``text`` (position, character), as a renderer
+    following UAX #9 (X1-X8) pairs them: a PDF closes the innermost embedding unless an isolate is
+    innermost; a PDI closes the innermost isolate and the embeddings opened inside it."""
+    stack: list[tuple[int, str]] = []
+    for i, c in enumerate(text):
+        if c in _EMBED or c in _ISOLATE:
+            stack.append((i, c))
+        elif c == _PDF and stack and stack[-1][1] in _EMBED:
+            stack.pop()
+        elif c == _PDI and any(o in _ISOLATE for _, o in stack):
+            while stack.pop()[1] not in _ISOLATE:
+                pass
+    return stack
+
+
+def _bidi_safe(block: str) -> None:
+    """Every line of the block closes every bidi control it opens, and no field's override
+    reaches the text after it: each ``; raised:``, ``(open)`` and ``(opened`` is outside every one."""
+    for line in block.splitlines():
+        assert _open_bidi(line) == [], repr(line)
+        for tail in ("; raised:", " (open)", " (opened "):
+            at = line.find(tail)
+            if at >= 0:
+                assert _open_bidi(line[:at]) == [], repr(line)
+
+
+def test_an_unterminated_bidi_override_never_turns_a_line_of_the_block_around():
+    """The attack of issue 41: a task with an unterminated U+202E (RIGHT-TO-LEFT OVERRIDE) shown as a
+    pointer line: the rest of the line, "; raised: ..." included, would render reversed."""
+    rlo = "\u202e"
+    task = f"Fix the {rlo}checkout form: the whole page reloads when a coupon code is entered twice over"
+    pointer = entry(1, task=task, tier="pointer", open_issues=["coupon-reload"])
+    full = entry(2, task=task, summary=f"Summary {rlo}reversed", next=[f"next {rlo}step"], open_issues=[f"x{rlo}"])
+    block = render_block([full, pointer], [OpenIssue("i1", f"Issue {rlo}title", T0, "r1")])
+    assert rlo not in block
+    _bidi_safe(block)
+    assert "Fix the checkout form" in block and "Summary reversed" in block
+
+
+def test_bidi_pairs_a_field_closes_itself_are_kept_and_cuts_close_what_they_open():
+    rli, pdi, rle, pdf = "\u2067", "\u2069", "\u202b", "\u202c"
+    arabic = f"Fix {rli}\u0645\u0631\u062d\u0628\u0627{pdi} page"
+    assert neutralize(arabic) == arabic  # closed within the field: kept
+    # A stray closer cannot close an opener of the field before it.
+    e = entry(task=f"Task {rle}" + "word " * 60 + pdf, summary=f"{pdi}{pdf} stray closers", open_issues=[f"{pdf}x{pdi}"])
+    block = render_block([e, entry(3, task=f"{rle}{rli}nested {pdf} open", tier="pointer")], [])
+    _bidi_safe(block)
+    assert "\u2026" in block.splitlines()[1], "the task was cut"
+
+
+BIDI_TEXT = st.text(alphabet=st.sampled_from(list(_EMBED + _ISOLATE + _PDF + _PDI) + list("ab \n")), max_size=400)
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.lists(st.tuples(BIDI_TEXT, BIDI_TEXT, st.lists(BIDI_TEXT, max_size=3), st.booleans()), min_size=1, max_size=4),
+       st.lists(st.tuples(BIDI_TEXT, BIDI_TEXT), max_size=3))
+def test_every_line_of_any_block_is_bidi_closed(runs, issues):
+    entries = [entry(n, task=task, summary=summary, next=steps, open_issues=steps, run_id=f"r{n}{task[:3]}",
+                     tier="pointer" if pointer else "full") for n, (task, summary, steps, pointer) in enumerate(runs)]
+    block = render_block(entries, [OpenIssue(i, t, T0, "r1") for i, t in issues], max_tokens=3000)
+    _bidi_safe(block)
+
+
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=80)
 ENTRIES = st.lists(
     st.builds(

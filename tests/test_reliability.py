@@ -556,3 +556,227 @@ def test_threads_reading_the_ledger_at_once_see_each_event_once(memory_root):
     for t in threads:
         t.join()
     assert seen == [2000] * 8
+
+
+# --- a write that waits for the lock is never lost (issue 41) ----------------------------------
+
+
+_HOLD_LOCK = """
+import sys
+from cybmem.store.memory_store import MemoryStore
+with MemoryStore(sys.argv[1], sys.argv[2]).lock():
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+def _waiting_write(root: Path, tmp_path: Path, rid: str):
+    """A real `cybmem write` of run ``rid`` (it opens issue "flaky-<rid>") that has staged its
+    record and waits for the project lock, which another real process holds; returns both
+    processes and the writer's temp file."""
+    env = _env(root)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(root), "web"], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    run = tmp_path / f"{rid}.json"
+    run.write_bytes(orjson.dumps({
+        "id": rid, "cwd": MAIN_CWD, "workflowName": "implement-task", "task": f"Fix {rid}", "status": "done",
+        "startedAt": T0, "endedAt": T0 + MIN,
+        "workers": [{"agentId": "a", "state": "done", "output": f"Done.\n\nISSUES:\n- Flaky {rid}: now and then"}]}))
+    writer = subprocess.Popen(_cli() + ["write", str(run)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    records = root / "web" / "records"
+    deadline = time.monotonic() + 30
+    while not (temps := list(records.glob(".tmp-*"))):
+        if time.monotonic() > deadline or writer.poll() is not None:
+            writer.kill()
+            _release(holder)
+            raise AssertionError(writer.communicate())
+        time.sleep(0.02)
+    time.sleep(0.2)  # it stages, then blocks on the lock
+    return holder, writer, temps[0]
+
+
+def _release(holder: subprocess.Popen) -> None:
+    holder.communicate(timeout=30)  # closes its stdin: it lets go of the lock and ends
+    assert holder.returncode == 0
+
+
+def _seed(root: Path) -> None:
+    from cybmem.store.memory_store import MemoryStore
+
+    MemoryStore(root, "web").write_record(_small_rec("r0", T0))
+
+
+def test_doctor_never_removes_the_temp_file_of_a_write_waiting_for_the_lock(tmp_path):
+    """The attack of issue 41: a writer holds the project lock for minutes (stopped with Ctrl-Z),
+    a second write waits with its record staged, and `doctor --repair` runs meanwhile. Doctor
+    leaves the waiting write's temp file alone, however old; the write then commits its record
+    and its ledger event, once."""
+    root = tmp_path / "memory"
+    _seed(root)
+    holder, writer, temp = _waiting_write(root, tmp_path, "run-b")
+    try:
+        old = time.time() - 7200
+        os.utime(temp, (old, old))  # two hours old by the clock
+        doctor = subprocess.run(_cli() + ["doctor", "--project", "web", "--repair"], env=_env(root),
+                                capture_output=True, text=True)
+        assert temp.exists(), doctor.stdout
+        assert f"removed {temp}" not in doctor.stdout
+        assert f"warning    {temp}: temp file of a writer at work" in doctor.stdout, doctor.stdout
+        again = subprocess.run(_cli() + ["doctor", "--project", "web", "--repair", "--temp-age", "0"], env=_env(root),
+                               capture_output=True, text=True)
+        assert temp.exists(), again.stdout
+    finally:
+        _release(holder)
+    out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0 and err == "", err
+    assert "Wrote run-b" in out
+    shown = subprocess.run(_cli() + ["show", "run-b", "--project", "web"], env=_env(root), capture_output=True, text=True)
+    assert shown.returncode == 0 and "Fix run-b" in shown.stdout, shown.stderr
+    ledger = [orjson.loads(line) for line in (root / "web" / "issues.jsonl").read_bytes().splitlines()]
+    assert [(e["issueId"], e["event"]) for e in ledger] == [("flaky-run-b", "opened")]
+    assert not list((root / "web" / "records").glob(".tmp-*"))
+
+
+def test_a_waiting_write_whose_temp_file_is_removed_commits_its_record_with_its_events(tmp_path):
+    """Something that knows nothing of the writer's lock (a person's `rm`, a temp cleaner) removes
+    the staged record while the write waits: the write stages it again under the lock, so its
+    ledger events are never appended without its record."""
+    root = tmp_path / "memory"
+    _seed(root)
+    holder, writer, temp = _waiting_write(root, tmp_path, "run-c")
+    try:
+        temp.unlink()
+    finally:
+        _release(holder)
+    out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0 and err == "", err
+    assert (root / "web" / "records" / "run-c.json").is_file()
+    ledger = [orjson.loads(line) for line in (root / "web" / "issues.jsonl").read_bytes().splitlines()]
+    assert [(e["issueId"], e["event"]) for e in ledger] == [("flaky-run-c", "opened")]
+
+
+def test_doctor_removes_the_temp_file_of_a_write_killed_while_it_waited(tmp_path):
+    """A writer killed (SIGKILL) while it waited owns nothing any more: its temp file is debris,
+    which doctor reports and removes, and the killed write appended nothing."""
+    root = tmp_path / "memory"
+    _seed(root)
+    holder, writer, temp = _waiting_write(root, tmp_path, "run-d")
+    try:
+        writer.kill()
+        writer.communicate(timeout=30)
+        doctor = subprocess.run(_cli() + ["doctor", "--project", "web", "--repair", "--temp-age", "0"], env=_env(root),
+                                capture_output=True, text=True)
+        assert f"repaired: removed {temp}" in doctor.stdout, doctor.stdout
+        assert not temp.exists()
+    finally:
+        _release(holder)
+    assert not (root / "web" / "issues.jsonl").exists()
+
+
+# --- one state check and one append under one lock: no repeated issue events (issue 41) --------------
+
+
+_MARK_AT_ONCE = """
+import os, sys, time
+from cybmem.operations.write import mark_issue
+from cybmem.settings import Settings
+from cybmem.store.memory_store import MemoryStore
+root, event, go = sys.argv[1], sys.argv[2], sys.argv[3]
+store, settings = MemoryStore(root, "web"), Settings.from_env(memory_dir=root)
+store.issue_states_for(["flaky"])  # warm: every process is ready to read the state at once
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.0005)
+print(len(mark_issue(store, "flaky", event, settings).written), flush=True)
+"""
+
+
+def _events(root: Path) -> list[tuple[str, str]]:
+    return [(e["issueId"], e["event"]) for e in map(orjson.loads, (root / "web" / "issues.jsonl").read_bytes().splitlines())]
+
+
+def test_marks_at_once_append_one_event(tmp_path):
+    """Six processes mark the same issue at the same moment, as agents through `cybmem mark` and
+    MCP servers do: exactly one event is appended each round, and the others say it is already so."""
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.records import IssueEvent
+
+    root = tmp_path / "memory"
+    store = MemoryStore(root, "web")
+    store.append_issue_events([IssueEvent(issueId="flaky", at=T0, event="opened", title="Flaky")])
+    env = _env(root)
+    for n, event in enumerate(["resolved", "reopened", "wontfix", "reopened", "resolved", "reopened"]):
+        go = tmp_path / f"go-{n}"
+        procs = [subprocess.Popen([sys.executable, "-c", _MARK_AT_ONCE, str(root), event, str(go)], env=env,
+                                  stdout=subprocess.PIPE, text=True) for _ in range(6)]
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        go.touch()
+        written = [int(p.communicate(timeout=60)[0].strip()) for p in procs]
+        assert all(p.returncode == 0 for p in procs)
+        assert sorted(written) == [0] * 5 + [1], (event, written)
+    assert _events(root) == [("flaky", e) for e in ["opened", "resolved", "reopened", "wontfix", "reopened", "resolved",
+                                                    "reopened"]]
+
+
+def test_cybmem_mark_reopened_four_at_once_appends_one_event_a_round(tmp_path):
+    """The attack of issue 41 as it was run: four `cybmem mark ISSUE reopened` at once, round after
+    round; each round appends one reopened event, and doctor finds no repeated event."""
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.records import IssueEvent
+
+    root = tmp_path / "memory"
+    MemoryStore(root, "web").append_issue_events([IssueEvent(issueId="flaky", at=T0, event="opened", title="Flaky")])
+    env = _env(root)
+    for _ in range(4):
+        subprocess.run(_cli() + ["mark", "flaky", "resolved", "--project", "web"], env=env, check=True, capture_output=True)
+        procs = [subprocess.Popen(_cli() + ["mark", "flaky", "reopened", "--project", "web"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        assert all(p.returncode == 0 and err == "" for p, (_, err) in zip(procs, outs)), outs
+        said = sorted(out.strip() for out, _ in outs)
+        assert said == ["flaky is already reopened; nothing appended."] * 3 + ["flaky: resolved -> reopened"], said
+    assert _events(root) == [("flaky", "opened")] + [("flaky", "resolved"), ("flaky", "reopened")] * 4
+    doctor = subprocess.run(_cli() + ["doctor", "--project", "web"], env=env, capture_output=True, text=True)
+    assert "again while" not in doctor.stdout and doctor.returncode == 0, doctor.stdout
+
+
+_WRITE_AT_ONCE = """
+import os, sys, time
+from cybmem.operations.write import write_run
+from cybmem.settings import Settings
+root, rid, go = sys.argv[1], sys.argv[2], sys.argv[3]
+settings = Settings.from_env(memory_dir=root)
+run = {"id": rid, "cwd": "/stress/home/web", "workflowName": "w", "task": "Fix " + rid, "status": "done",
+       "startedAt": 1761955200000, "endedAt": 1761955260000,
+       "workers": [{"agentId": "a", "state": "done", "output": "Done.\\n\\nACCOMPLISHED:\\n- resolved shared-flaky\\nISSUES:\\n- Other flaky: seen"}]}
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.0005)
+write_run(run, settings)
+"""
+
+
+def test_writes_at_once_resolve_and_open_an_issue_once(tmp_path):
+    """The write path's events too: four runs that end at the same moment, each resolving the
+    same open issue and opening the same new one, append one resolved and one opened."""
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.records import IssueEvent
+
+    root = tmp_path / "memory"
+    _seed(root)
+    MemoryStore(root, "web").append_issue_events([IssueEvent(issueId="shared-flaky", at=T0, event="opened",
+                                                              title="Shared flaky")])
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITE_AT_ONCE, str(root), f"w{n}", str(go)], env=_env(root),
+                              stdout=subprocess.PIPE, text=True) for n in range(4)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    go.touch()
+    for p in procs:
+        p.communicate(timeout=60)
+        assert p.returncode == 0
+    assert sorted(_events(root)) == [("other-flaky", "opened"), ("shared-flaky", "opened"), ("shared-flaky", "resolved")]
+    assert len(MemoryStore(root, "web").run_ids()) == 5

@@ -51,6 +51,9 @@ def main() -> None:
             from ..progress import end_line
 
             end_line()  # a progress bar cut short: the message starts a line of its own
+        if signals.terminated():
+            echo("cybmem: terminated", err=True)
+            sys.exit(signals.TERMINATED_EXIT)
         echo("cybmem: interrupted", err=True)
         sys.exit(signals.INTERRUPTED_EXIT)
     sys.exit(code)

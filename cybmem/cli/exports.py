@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import signals
 from .framework import Ctx, ProgressOpt, WordGroup, app, command, short_help
 from .render import count, echo, print_json, warn
 
@@ -45,9 +46,12 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing reg
 
 
 def _export_stores(ctx: Ctx, all_projects: bool) -> list:
-    """The stores an export reads: the project (--cwd / --project) or, with --all, every one."""
+    """The stores an export reads: the project (--cwd / --project) or, with --all, every one. Every
+    export asks for them first; from then on a SIGTERM unwinds it as Ctrl-C does, so its temp
+    file (or SQLite transaction) is cleaned up at once."""
     from ..exchange.export import all_stores
 
+    signals.catch_sigterm()
     if all_projects and ctx.project is not None:
         raise typer.BadParameter("give --project or --all, not both", param_hint="--all")
     return all_stores(ctx.settings.memory_dir, required=True) if all_projects else [ctx.store()]

@@ -1,5 +1,6 @@
-"""The console script's signal handling: Ctrl-C ends a command with exit 130 and one line, and a
-SIGTERM while a write waits for the distillation model abandons that call, not the run.
+"""The console script's signal handling: Ctrl-C ends a command with exit 130 and one line, a
+SIGTERM to an export likewise (exit 143), and a SIGTERM while a write waits for the distillation
+model abandons that call, not the run.
 
 The library installs no handler: a notebook, a test or a server that calls
 :func:`cybmem.operations.write.write_run` keeps its own. The commands ask for these here.
@@ -14,12 +15,16 @@ from collections.abc import Iterator
 
 from ..errors import CybmemError
 
-__all__ = ["INTERRUPTED_EXIT", "Stopped", "catch_sigint", "interrupted", "restore_sigint", "sigterm_abandons"]
+__all__ = ["INTERRUPTED_EXIT", "TERMINATED_EXIT", "Stopped", "catch_sigint", "catch_sigterm", "interrupted",
+           "terminated", "restore_sigint", "sigterm_abandons"]
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C ended
+TERMINATED_EXIT = 143  # 128 + SIGTERM
 
 #: Set by :func:`_on_sigint`: the person pressed Ctrl-C (see :func:`cybmem.cli.app.main`).
 _interrupted = False
+#: Set by :func:`_on_sigterm_unwind`: a SIGTERM ended the command as Ctrl-C would have.
+_terminated = False
 
 
 def _on_sigint(signum, frame) -> None:
@@ -39,6 +44,26 @@ def catch_sigint() -> None:
 def interrupted() -> bool:
     """Whether Ctrl-C was pressed since :func:`catch_sigint`."""
     return _interrupted
+
+
+def terminated() -> bool:
+    """Whether a SIGTERM ended the command (after :func:`catch_sigterm`)."""
+    return _terminated
+
+
+def _on_sigterm_unwind(signum, frame) -> None:
+    global _interrupted, _terminated
+    _interrupted = _terminated = True
+    raise KeyboardInterrupt
+
+
+def catch_sigterm() -> None:
+    """From here on a SIGTERM unwinds the command as Ctrl-C does (exit 143, ``cybmem: terminated``),
+    so that what it was writing outside the store (an export's temp file, a SQLite transaction) is
+    cleaned up at once instead of left for the next run. Main thread only, and not when SIGTERM
+    is ignored or already handled."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm_unwind)
 
 
 def restore_sigint() -> None:

@@ -183,6 +183,7 @@ def keep_block(store: "MemoryStore", inj: ShownBlock, settings: "Settings", *, n
         if not enabled(settings):
             return None
         cap, problem = shown_cap(settings)
+        store.check_writable()  # never through a symlinked project dir (nor its lock)
         keep_shown(store.dir, [block_entry(inj, settings, at=now_ms)], cap)
         return problem
     except Exception as exc:  # noqa: BLE001 - keeping the log never fails the dispatcher
@@ -215,7 +216,9 @@ def mcp_observer(settings: "Settings", store_of: Callable[[str | None], "MemoryS
             if entry is None:
                 return
             project = answer.get("project") if isinstance(answer, Mapping) else None
-            where = store_of(project or arguments.get("project")).dir
+            store = store_of(project or arguments.get("project"))
+            where = store.dir
+            store.check_writable()  # never through a symlinked project dir (nor its lock)
             keep_shown(where, [entry], cap)
         except Exception as exc:  # noqa: BLE001 - keeping the log never fails the answer
             if str(where) not in warned:

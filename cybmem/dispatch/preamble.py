@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from ..store.outcome import CONTROL, shorten
+from ..store.outcome import CONTROL, bidi_closed, shorten
 
 __all__ = [
     "FOOTER",
@@ -400,7 +400,9 @@ def neutralize(text: str) -> str:
     """Defuse stored text before it is copied into a block, so it can never end or forge one.
 
     Lone surrogates become U+FFFD, line endings become "\\n", C0 controls other than \\t and
-    \\n, DEL and C1 controls (outcome.CONTROL) are dropped, a whole block inside the text
+    \\n, DEL and C1 controls (outcome.CONTROL) are dropped, so is every bidi control a line does
+    not close itself (outcome.bidi_closed: an unterminated U+202E would turn the rest of the
+    block's line around; cuts keep it so, :func:`~cybmem.store.outcome.shorten`), a whole block inside the text
     (HEADER ... FOOTER, as an echoed prompt leaves it in a collapsed summary) is removed, and any
     line that, ignoring whitespace, zero-width / bidi characters and case, reads as HEADER or
     FOOTER is prefixed with "[quoted] ".
@@ -415,7 +417,7 @@ def neutralize(text: str) -> str:
     text = CONTROL.sub("", _NEWLINES.sub("\n", text))
     text = _drop_inline_blocks(text)
     return "\n".join(
-        _QUOTED + line if _looks_like_marker(line) else line for line in text.split("\n")
+        _QUOTED + line if _looks_like_marker(line) else line for line in map(bidi_closed, text.split("\n"))
     )
 
 
@@ -502,7 +504,7 @@ def _title_around(text: str | None, terms: Sequence[str], max_chars: int) -> str
     end = max((e for _s, e, _h in words[best[1]:] if e - start <= room), default=start)
     if end <= start:
         return head
-    return "\u2026" + line[start:end] + ("\u2026" if end < len(line) else "")
+    return "\u2026" + bidi_closed(line[start:end]) + ("\u2026" if end < len(line) else "")
 
 
 def _utc(ms: int, fmt: str) -> str | None:

@@ -59,8 +59,7 @@ def note_export(stores: Iterable[MemoryStore], entry: dict, warnings: list[str])
     for store in stores:
         path = store.dir / EXPORTS_FILE
         try:
-            store._check_not_symlinked()
-            with store.lock():
+            with store.lock():  # only where cybmem may write (MemoryStore.check_writable)
                 kept = [e for e in known_exports(store)
                         if (e["format"], e["out"], e.get("machine")) != key and os.path.lexists(e["out"])]
                 _io.atomic_write(path, orjson.dumps({"version": 1, "exports": kept + [entry]},

@@ -213,6 +213,10 @@ def _sqlite_write(stores: list[MemoryStore], db: Path, path: Path, tables: list[
         raise StoreError(f"cannot open {path} as a SQLite database: {exc}") from None
     try:
         conn.execute("PRAGMA busy_timeout = 10000")
+        if db != path:
+            # A new database built in a temp file: a failure discards the file, so its rollback
+            # journal can live in memory and no -journal file is left beside it by a kill.
+            conn.execute("PRAGMA journal_mode = MEMORY")
         conn.execute("PRAGMA secure_delete = ON")  # an updated (redacted) value leaves no copy in free pages
         conn.execute("BEGIN IMMEDIATE")
         tables_sql, rest_sql = _create_sql()

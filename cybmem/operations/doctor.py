@@ -6,8 +6,8 @@ Arrow cache, cwd paths, symbolic links, temp files, an unfinished ``cybmem redac
 memory root (projects.json and its slugs), then the repair. Each finding has a severity:
 ``error`` needs a person and is never changed by ``--repair``; ``repairable`` is derived state
 that ``--repair`` rebuilds; ``warning`` is reported, harmless and not counted. ``--repair`` always
-rebuilds index.json and the cache from records/ and the ledger, removes temp files older than
-``temp_age`` seconds, finishes a killed redaction from its journal (cybmem.operations.redaction) and keeps one
+rebuilds index.json and the cache from records/ and the ledger, removes the temp files no live
+writer owns (:func:`cybmem._io.temp_owned`) once older than ``temp_age`` seconds, finishes a killed redaction from its journal (cybmem.operations.redaction) and keeps one
 vector per run and model in embeddings.jsonl (:func:`cybmem.store.embeddings.superseded`); it never
 otherwise touches records/ or issues.jsonl. What each check looks at: USAGE.md, "Checking a store".
 """
@@ -24,8 +24,8 @@ from .. import _io
 from ..store import cache as _cache, supersession
 from .._io import TMP_PREFIX
 from ..store.embeddings import drop_lines, newest_dims, read_rows, superseded
-from ..errors import NotFoundError, StoreError, ValidationError
-from ..store.ledger import event_from_dict
+from ..errors import CybmemError, NotFoundError, StoreError, ValidationError
+from ..store.ledger import OPEN, event_from_dict, repeats
 from ..store.projects import (MAX_PROJECTS_BYTES, PROJECTS_FILE, check_root, is_safe_slug, known_projects, owning_dir, project_cwd,
                        project_dirs, select_project, slug_key, LOOK_ALIKE_RULE)
 from ..store.records import check_not_future, ms_to_utc
@@ -77,6 +77,7 @@ class DoctorReport:
     findings: list[Finding]
     repaired: list[str] = field(default_factory=list)
     secrets_scanned: bool = False
+    not_repaired: list[str] = field(default_factory=list)  # repairs tried that failed, each with why
 
     @property
     def problems(self) -> list[Finding]:
@@ -85,7 +86,8 @@ class DoctorReport:
 
     @property
     def clean(self) -> bool:
-        return not self.problems
+        """No error or repairable finding, and every repair tried was done."""
+        return not self.problems and not self.not_repaired
 
     def to_dict(self) -> dict:
         return {
@@ -94,6 +96,7 @@ class DoctorReport:
             "projects": [p.to_dict() for p in self.projects],
             "findings": [f.to_dict() for f in self.findings],
             "repaired": list(self.repaired),
+            "notRepaired": list(self.not_repaired),
             "secretsScanned": self.secrets_scanned,
             "counts": {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES},
         }
@@ -106,6 +109,8 @@ class DoctorReport:
             by_project.setdefault(f.project, []).append(f)
         for action in self.repaired:
             out.append(f"repaired: {action}")
+        for action in self.not_repaired:
+            out.append(f"not repaired: {action}")
         root_findings = by_project.get(None, [])
         out.append(f"{PROJECTS_FILE}: " + ("ok" if not root_findings else f"{len(root_findings)} finding(s)"))
         out += [_finding_line(f) for f in root_findings]
@@ -130,6 +135,8 @@ class DoctorReport:
                 parts.append(f"{errors} error(s) to fix by hand")
             if fixable:
                 parts.append(f"{fixable} repairable (run `cybmem doctor --repair`)")
+            if self.not_repaired:
+                parts.append(f"{len(self.not_repaired)} repair(s) failed (see above)")
             out.append(f"problems: {', '.join(parts)}{tail}; {checked} checked.")
         return out
 
@@ -168,7 +175,11 @@ def _check_temp(dirs: Iterable[Path], project: str | None, temp_age: float, now:
             age = now - path.lstat().st_mtime
         except FileNotFoundError:
             continue  # its writer just finished
-        if age >= temp_age:
+        if _io.temp_owned(path):
+            findings.append(Finding("temp", "warning", str(path),
+                                    f"temp file of a writer at work ({age:.0f}s old; it may be waiting for a lock): "
+                                    "left alone, whatever its age, until its writer lets go of it", project))
+        elif age >= temp_age:
             findings.append(Finding("temp", "repairable", str(path),
                                     f"temp file left by an interrupted writer ({age:.0f}s old); readers ignore it",
                                     project))
@@ -190,7 +201,8 @@ def _jsonl_lines(raw: bytes) -> list[tuple[int, bytes, bool]]:
 
 
 def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding], list[tuple[int, dict]]]:
-    """Ledger lines: whole, valid, no second "opened" for an open id. Returns findings and (line, event) pairs."""
+    """Ledger lines: whole, valid, no event that repeats its issue's state (ledger.repeats), stamped in
+    order. Returns findings and (line, event) pairs."""
     findings: list[Finding] = []
     events: list[tuple[int, dict]] = []
     try:
@@ -202,6 +214,7 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
     name = store.issues_path.name
     states: dict[str, str] = {}
     last: dict[str, tuple[int, int, str]] = {}  # issue -> (line, at, event) of its latest event in file order
+    since: dict[str, int] = {}  # issue -> the line of the event that gave it its current state
     for lineno, line, torn in _jsonl_lines(raw):
         where = f"{store.issues_path}:{lineno}"
         try:
@@ -222,10 +235,16 @@ def _check_ledger(store: MemoryStore, stats: ProjectStats) -> tuple[list[Finding
         if torn:
             findings.append(Finding("ledger", "warning", where,
                                     "last line has no newline yet (a writer was interrupted after writing it); it is readable", store.slug))
-        if ev.event == "opened" and states.get(ev.issueId) in ("opened", "reopened"):
+        if repeats(states.get(ev.issueId), ev.event):
+            state = states[ev.issueId]
+            counted = "; reopenCount counts it once more" if ev.event == "reopened" else ""
             findings.append(Finding("ledger", "warning", where,
-                                    f"issue {ev.issueId} opened again while open (a writer that ignored the lock?); "
-                                    "the fold is unaffected", store.slug))
+                                    f"issue {ev.issueId} {ev.event} again while {'open' if state in OPEN else state} "
+                                    f"(so since line {since[ev.issueId]}): a repeated event, from writers at once before "
+                                    f"cybmem checked the state under the lock, or one that ignored it; harmless, the "
+                                    f"issue's state is unchanged{counted}", store.slug))
+        else:
+            since[ev.issueId] = lineno
         latest = last.get(ev.issueId)
         if latest is not None and ev.at < latest[1]:
             findings.append(Finding("ledger", "warning", where,
@@ -691,44 +710,67 @@ def _check_root(root: Path, temp_age: float, now: float) -> tuple[list[Finding],
 
 
 def _refresh_cache(store: MemoryStore) -> None:
-    """Throw the cache away and load once: a full, fresh cache."""
-    from ..store.loading import load_snapshot
+    """Throw the cache away and build it again from the files; raises when it cannot be written."""
+    from ..store import refresh
 
     _cache.discard(_cache.cache_dir(store.dir))
-    load_snapshot(store)
+    refresh.read(store, strict=True)
 
 
-def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore]) -> list[str]:
-    done: list[str] = []
+@dataclass
+class _Repairs:
+    """What a repair did, and what it tried and could not do (each step is tried on its own)."""
+
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def attempt(self, what: str, step) -> None:
+        """Run ``step`` (which returns the line saying what it did, or None: nothing to do); a
+        failure is noted as one line naming ``what`` and why, and the next step goes on."""
+        try:
+            line = step()
+        except (CybmemError, OSError) as exc:
+            why = str(exc) if isinstance(exc, CybmemError) else (
+                f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else ""))
+            self.failed.append(f"{what}: {' '.join(why.split())}")
+            return
+        if line:
+            self.done.append(line)
+
+
+def _repair(root: Path, findings: list[Finding], stores: dict[str, MemoryStore]) -> _Repairs:
+    out = _Repairs()
     for f in findings:
         if f.check == "temp" and f.severity == "repairable":
-            try:
-                os.unlink(f.path)
-                done.append(f"removed {f.path}")
-            except FileNotFoundError:
-                pass
+            # not when a live writer owns it (_io.temp_owned): it took it meanwhile
+            out.attempt(f"removing {f.path}", lambda path=Path(f.path): f"removed {path}" if _io.remove_temp(path) else None)
     for slug, store in sorted(stores.items()):
         if store.symlinked_dirs():
             continue  # nothing is written through a link (an error finding says so)
         if any(f.check == "paths" and f.path == str(store.dir) and f.project == slug for f in findings):
             continue  # a project that could not be read at all (its finding says why): nothing to rebuild from
         if any(f.check == "redact" and f.severity == "repairable" and f.project == slug for f in findings):
-            from .redaction import complete_pending
-
-            finished = complete_pending(store)  # its own rebuild of the derived files included
-            if finished is not None:
-                left = finished.remaining + finished.unreachable
-                done.append(f"finished the interrupted redaction of {len(finished.targets)} run(s) in {slug} "
-                            f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
+            out.attempt(f"finishing the interrupted redaction in {slug}", lambda store=store: _finish_redaction(store))
         if any(f.check == "embeddings" and f.severity == "repairable" and f.project == slug for f in findings):
-            dropped = _drop_superseded_vectors(store)
-            done.append(f"dropped {dropped} replaced vector(s) from {store.embeddings_path}")
-        count = store.rebuild_index()
-        done.append(f"rebuilt {store.index_path} from {count} records")
+            out.attempt(f"dropping replaced vectors from {store.embeddings_path}", lambda store=store:
+                        f"dropped {_drop_superseded_vectors(store)} replaced vector(s) from {store.embeddings_path}")
+        out.attempt(f"rebuilding {store.index_path}", lambda store=store:
+                    f"rebuilt {store.index_path} from {store.rebuild_index()} records")
         if not _cache.disabled(store.root):
-            _refresh_cache(store)
-            done.append(f"rebuilt {store.dir / '.cache'}")
-    return done
+            out.attempt(f"rebuilding {store.dir / '.cache'}", lambda store=store:
+                        _refresh_cache(store) or f"rebuilt {store.dir / '.cache'}")
+    return out
+
+
+def _finish_redaction(store: MemoryStore) -> str | None:
+    from .redaction import complete_pending
+
+    finished = complete_pending(store)  # its own rebuild of the derived files included
+    if finished is None:
+        return None
+    left = finished.remaining + finished.unreachable
+    return (f"finished the interrupted redaction of {len(finished.targets)} run(s) in {store.slug} "
+            f"({store.dir / 'redact-pending.json'})" + (f"; left to do: {'; '.join(left)}" if left else ""))
 
 
 # --- entry point ----------------------------------------------------------------------
@@ -759,12 +801,15 @@ def doctor(
         settings: where the memory root is.
         project / cwd: the project to check (default: the one of the current directory).
         all_projects: check every project of the root.
-        repair: rebuild index.json and the Arrow cache, remove temp files older than
-            ``temp_age`` seconds and drop replaced vectors from embeddings.jsonl; records and
-            issues.jsonl are touched only to finish a killed ``cybmem redact``.
+        repair: rebuild index.json and the Arrow cache, remove temp files no live writer owns
+            that are older than ``temp_age`` seconds and drop replaced vectors from
+            embeddings.jsonl; records and issues.jsonl are touched only to finish a killed
+            ``cybmem redact``. Each repair is tried on its own; one that fails is listed in
+            ``report.not_repaired`` (and the report is not clean).
         secrets: also scan records and issue titles / details for secret shapes (reported by
             file, field and kind; the secret itself is never printed, nothing is rewritten).
-        temp_age: temp files younger than this may belong to a running writer and are left alone.
+        temp_age: a temp file no process owns is removed only once older than this (an older
+            cybmem took no lock on its temp files); one a live writer owns is never removed.
 
     Returns:
         A :class:`DoctorReport`; ``report.clean`` is True when no error or repairable finding remains.
@@ -791,13 +836,13 @@ def doctor(
         return stats, findings, stores
 
     stats, findings, stores = run()
-    repaired: list[str] = []
+    repairs = _Repairs()
     if repair:
         # Always, not only when a check saw it: derived files are cheap to rebuild, and a rebuild
         # is what makes a hand edit of a record (removing a secret) reach every copy.
-        repaired = _repair(root, findings, stores)
+        repairs = _repair(root, findings, stores)
         stats, findings, stores = run()
-    return DoctorReport(str(root), stats, findings, repaired, secrets)
+    return DoctorReport(str(root), stats, findings, repairs.done, secrets, repairs.failed)
 
 
 @dataclass

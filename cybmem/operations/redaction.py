@@ -242,14 +242,15 @@ def complete_pending(store: MemoryStore) -> ScrubResult | None:
     Returns:
         What finishing it did, or None when no redaction was interrupted.
     """
-    store._check_not_symlinked()
     with _redaction(store):
         return _complete(store)
 
 
 @contextlib.contextmanager
 def _redaction(store: MemoryStore) -> Iterator[None]:
-    """One redaction of a project at a time, from its plan to the removal of its journal."""
+    """One redaction of a project at a time, from its plan to the removal of its journal; only where
+    cybmem may write (MemoryStore.check_writable)."""
+    store.check_writable()
     with _io.locked(store.dir / REDACT_LOCK):
         yield
 
@@ -300,7 +301,6 @@ def scrub_runs(store: MemoryStore, run_ids: list[str] | None, *, secrets: list[s
     given = _secrets(list(secrets))
     if run_ids is None and not given:
         raise ValidationError("to redact every run that holds a text, give the text (--secret or --secrets-from)")
-    store._check_not_symlinked()
     with _redaction(store):
         completed = _complete(store)
         with store.lock():

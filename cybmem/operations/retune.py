@@ -54,7 +54,10 @@ def tune_and_save(store: MemoryStore, settings: Settings, *, save: bool = False,
 
     Raises:
         ConflictError: weights.json changed while the tuning ran (nothing is saved).
+        StoreError: ``save`` asked in a project cybmem may not write (a symlinked project dir).
     """
+    if save:
+        store.check_writable()  # before the tuning, not after it: weights.json is never saved through a link
     result = tuning.tune(store, settings=settings, **kwargs)
     done = Tuning(result, refused=result.refusal if save else None)
     to_save = result.saves if result.saves is not None else (result.best if force else None)
@@ -94,6 +97,10 @@ def auto_tune(store: MemoryStore, settings: Settings | None = None, *, progress:
     cannot be done; a second auto-tuning of the same store while one runs returns at once."""
     settings = settings or Settings.from_env()
     lock = store.dir / _RETUNE_LOCK
+    try:
+        store.check_writable()  # its lock, .retune.json and weights.json: never through a link
+    except CybmemError as exc:
+        return f"not re-tuned: {' '.join(str(exc).split()).rstrip('.')}"
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(_io.locked(lock, wait=False))

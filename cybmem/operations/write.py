@@ -503,7 +503,12 @@ def mark_issue(store: MemoryStore, issue_id: str, event: str, settings: Settings
     before = store.issue_states_for([issue_id]).get(issue_id)
     written = store.mark_issue(issue_id, event, by=by or settings.run_id, detail=detail,
                                redact_secrets=settings.redact_secrets)
-    return IssueMark(store.slug, issue_id, before.state, event if written else before.state, written)
+    if written or before is None:
+        return IssueMark(store.slug, issue_id, before.state if before else event, event, written)
+    # Nothing appended: the issue was found so under the lock (another writer may have got there
+    # first since it was read above), and it is so now.
+    now = store.issue_states_for([issue_id]).get(issue_id, before).state
+    return IssueMark(store.slug, issue_id, now, now, written)
 
 
 def _note_used(store: MemoryStore, rec: MemoryRecord, written: list[IssueEvent], run: RunInput, settings: Settings,

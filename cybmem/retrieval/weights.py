@@ -451,6 +451,7 @@ def save_project_weights(store: "MemoryStore", weights: Weights, settings: Setti
     """
     settings = settings or Settings.from_env()
     path = store.dir / WEIGHTS_FILE
+    store.check_writable()  # never through a symlinked project dir (nor its lock)
     with _io.locked(store.dir / ".weights.lock"):
         if expect is not False and weights_state(store) != expect:
             ev = read_evidence(path)

@@ -87,6 +87,8 @@ class IndexedRecords(Protocol):
 
     def read_record_st(self, run_id: str) -> tuple[MemoryRecord, os.stat_result]: ...
 
+    def check_writable(self) -> None: ...
+
 
 class ProjectIndex:
     """index.json of one project, held by its store (``store.index``).
@@ -113,6 +115,7 @@ class ProjectIndex:
         have yet, its own and those of writers that linked meanwhile; the writers queued behind
         it find nothing left to do and skip the rewrite (group commit).
         """
+        self.records.check_writable()
         with locked(self.records.dir / INDEX_LOCK_FILE):
             yield
 

@@ -48,6 +48,7 @@ __all__ = [
     "title_key",
     "fold",
     "fold_into",
+    "repeats",
     "open_states",
     "EVENT_COLUMNS",
     "events_table",
@@ -174,6 +175,15 @@ def fold_into(states: dict[str, IssueState], ev: IssueEvent) -> IssueState:
     else:
         st.resolvedAt = st.resolvedBy = None
     return st
+
+
+def repeats(state: str | None, event: str) -> bool:
+    """Whether ``event`` leaves an issue whose fold says ``state`` (None: no event yet) in the same
+    state: opened or reopened while open, resolved while resolved, wontfix while wontfix. Writers
+    do not append such an event; doctor reports one another writer left (the state is unchanged)."""
+    if state is None:
+        return False
+    return state in OPEN if event in OPEN else state == event
 
 
 def fold(events: Iterable[IssueEvent]) -> dict[str, IssueState]:

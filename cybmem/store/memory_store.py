@@ -235,7 +235,9 @@ class MemoryStore:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Exclusive lock for the ledger (and for linking records) of this project."""
+        """Exclusive lock for the ledger (and for linking records) of this project; taken only
+        where cybmem may write (:meth:`check_writable`), so no lock file lands through a link."""
+        self.check_writable()
         with locked(self.dir / LOCK_FILE):
             yield
 
@@ -271,7 +273,7 @@ class MemoryStore:
     def rebuild_index(self, *, full: bool = False) -> int:
         """Regenerate index.json from records/ alone (:meth:`ProjectIndex.rebuild_index
         <cybmem.store.index.ProjectIndex.rebuild_index>`), never through a symlinked project dir."""
-        self._check_not_symlinked()
+        self.check_writable()
         return self.index.rebuild_index(full=full)
 
     # --- records -----------------------------------------------------------------
@@ -367,16 +369,18 @@ class MemoryStore:
             rec.supersedes = corrects
         payload = self.validate_write(rec, events)
         path = self.record_path(rec.runId)
-        self._check_not_symlinked()
+        self.check_writable()
         if os.path.lexists(path):
             raise self._conflict(rec.runId)
         # The record is staged (written and fsynced under a .tmp- name readers ignore) outside
-        # the lock. Under the lock the ledger events go first, then (for a correction) the
-        # corrected record gains supersededBy, then the record is linked into place; the index
-        # follows. A writer killed at any point leaves no partial record: killed after the
-        # events, a retry appends nothing twice (an open id is not opened again); killed after
-        # supersededBy, that link names a missing run, which every reader ignores, and the retry
-        # completes it.
+        # the lock, owned by this process until it is linked (cybmem._io.Staged: doctor never
+        # removes a live writer's temp file, however long it waits for the lock). Under the lock
+        # the staged file is checked to be there still (re-staged if something removed it), the
+        # ledger events go next, then (for a correction) the corrected record gains
+        # supersededBy, then the record is linked into place; the index follows. A writer killed
+        # at any point leaves no partial record: killed after the events, a retry appends nothing
+        # twice (an open id is not opened again); killed after supersededBy, that link names a
+        # missing run, which every reader ignores, and the retry completes it.
         tmp = stage(path, payload)
         try:
             with self.lock():
@@ -384,6 +388,9 @@ class MemoryStore:
                     raise self._conflict(rec.runId)
                 if corrects is not None:
                     self._check_correctable(corrects, rec.runId)
+                if not tmp.present():  # removed by hand or by another tool: no event without its record
+                    tmp.release()
+                    tmp = stage(path, payload)
                 written = self._append_events_locked(events, sync=False)
                 if corrects is not None:
                     self._mark_superseded_locked(corrects, rec.runId)
@@ -409,6 +416,7 @@ class MemoryStore:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+                tmp.release()
         return path, written
 
     @staticmethod
@@ -447,8 +455,16 @@ class MemoryStore:
         memory root (and the cache's clean-up would delete files there)."""
         return [d for d in (self.dir, self.records_dir, self.dir / ".cache") if d.is_symlink()]
 
-    def _check_not_symlinked(self) -> None:
-        """Refuse to write through a symlinked project or records dir: it would land outside the root."""
+    def check_writable(self) -> None:
+        """May cybmem write in this project? The one rule, asked before every file or lock of the
+        project is created or written (records, the ledger, embeddings, index.json, the feedback
+        logs, weights.json, the re-tune state, exports.json, redaction, every lock): not through
+        a symlinked project or records dir, which would land outside the memory root (a symlinked
+        .cache is not refused here: the cache is then neither read nor written).
+
+        Raises:
+            StoreError: naming the link and what to do.
+        """
         for d in self.symlinked_dirs():
             if d.name != ".cache":
                 raise StoreError(
@@ -623,39 +639,50 @@ class MemoryStore:
         """
         if event not in ("resolved", "wontfix", "reopened"):
             raise ValidationError(f"{event!r} is not one of resolved, wontfix, reopened")
-        states = self.issue_states_for([issue_id])
-        if issue_id not in states:
-            raise NotFoundError(f"no issue {issue_id!r} in project {self.slug}; see `cybmem issues --all`")
-        if event == "reopened" and states[issue_id].is_open:
-            return []
         if redact_secrets and detail:
             from .secrets import redact_value
 
             detail = redact_value(detail)[0]
-        ev = IssueEvent(issueId=issue_id, at=at if at is not None else int(time.time() * 1000), event=event,
-                        byRunId=by, title=states[issue_id].title if states[issue_id].titled else None, detail=detail)
-        return self.append_issue_events([ev])
+        # The state is read under the lock the append takes: two marks at once cannot both find
+        # the issue closed and both reopen it.
+        with self.lock():
+            found = self.issue_states_for([issue_id])
+            if issue_id not in found:
+                raise NotFoundError(f"no issue {issue_id!r} in project {self.slug}; see `cybmem issues --all`")
+            st = found[issue_id]
+            ev = IssueEvent(issueId=issue_id, at=at if at is not None else int(time.time() * 1000), event=event,
+                            byRunId=by, title=st.title if st.titled else None, detail=detail)
+            written = self._append_events_locked([ev], sync=False, states={issue_id: st.state})
+        if written:
+            sync_path(self.issues_path)
+        return written
 
-    def _append_events_locked(self, events: list[IssueEvent], *, sync: bool = True) -> list[IssueEvent]:
+    def _append_events_locked(self, events: list[IssueEvent], *, sync: bool = True,
+                              states: dict[str, str] | None = None) -> list[IssueEvent]:
+        """Append the events that change their issue's state (project lock held; ``states``: the
+        current state of their ids, when the caller has just read it under the same lock).
+
+        An event that would not change the fold's state is dropped: opened or reopened while
+        open, resolved while resolved, wontfix while wontfix (doctor reports such lines that
+        another writer left). An opened of an issue that is closed becomes reopened.
+        """
         if not events:
             return []
-        states = {k: v.state for k, v in self.issue_states_for(ev.issueId for ev in events).items()}
+        if states is None:
+            states = {k: v.state for k, v in self.issue_states_for(ev.issueId for ev in events).items()}
+        states = dict(states)
         written = []
         for ev in events:
             IssueEvent.from_dict(ev.to_dict())
             current = states.get(ev.issueId)
-            is_open = current in issues.OPEN
-            if ev.event == "opened" and is_open:
-                continue  # an id already open is not opened again
-            if ev.event == "opened" and current is not None:
+            if ev.event == "opened" and current is not None and current not in issues.OPEN:
                 ev = IssueEvent(**{**ev.__dict__, "event": "reopened"})
-            if ev.event in issues.CLOSED and current == ev.event:
-                continue
+            if issues.repeats(current, ev.event):
+                continue  # an id already open is not opened again; a closed one not closed the same way again
             states[ev.issueId] = ev.event
             written.append(ev)
         lines = [dumps(ev.to_dict(), f"issue event {ev.issueId}") for ev in written]
         if lines:
-            self._check_not_symlinked()
             try:
                 append_lines(self.issues_path, lines, sync=sync)
             except OSError as exc:
@@ -680,7 +707,6 @@ class MemoryStore:
         Returns:
             (lines written, the file's size after the append): the next call's ``since``.
         """
-        self._check_not_symlinked()
         with self.lock():
             have = embeddings.keys_in(self.embeddings_path, {(rid, model) for rid, model, _ in rows}, offset=since)
             lines = []

@@ -30,6 +30,7 @@ MAX_TEXT_CHARS = 65_536
 
 __all__ = [
     "CONTROL",
+    "bidi_closed",
     "Trailer",
     "extractive_summary",
     "head_line",
@@ -100,6 +101,50 @@ def _header(line: str) -> str | None:
 #: newline, DEL, and C1 (U+0080-U+009F: a terminal takes U+009B for ESC [).
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CR = re.compile(r"\r\n?")
+#: Explicit bidi formatting (Unicode UAX #9): the embeddings and overrides LRE, RLE, LRO, RLO end
+#: at PDF (U+202C), the isolates LRI, RLI, FSI at PDI (U+2069), which also ends the embeddings
+#: opened inside the isolate; a line break ends them all.
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+_PDF, _PDI = "\u202c", "\u2069"
+
+
+def bidi_closed(text: str) -> str:
+    """``text`` (one line) with every bidi control removed that it does not close itself: an
+    embedding, override or isolate left open (an unterminated U+202E would turn the rest of the
+    line it is copied into around), and a PDF or PDI with nothing to close (it would close one
+    of the text that comes before). Pairs that open and close within it stay. Linear."""
+    if _BIDI.search(text) is None:
+        return text
+    opened: list[tuple[int, bool]] = []  # (position, is an isolate), innermost last
+    isolates = 0  # how many of them are isolates
+    drop: list[int] = []
+    for m in _BIDI.finditer(text):
+        c, at = m.group(), m.start()
+        if c == _PDF:
+            if opened and not opened[-1][1]:
+                opened.pop()
+            else:
+                drop.append(at)  # no embedding open inside the innermost isolate: it closes nothing of its own
+        elif c == _PDI:
+            if isolates:
+                while not opened.pop()[1]:
+                    pass  # the embeddings opened inside the isolate end with it
+                isolates -= 1
+            else:
+                drop.append(at)
+        else:
+            isolate = c in "\u2066\u2067\u2068"
+            opened.append((at, isolate))
+            isolates += isolate
+    drop += [at for at, _ in opened]
+    if not drop:
+        return text
+    out, start = [], 0
+    for at in sorted(drop):
+        out.append(text[start:at])
+        start = at + 1
+    out.append(text[start:])
+    return "".join(out)
 
 
 def printable(text: str | None) -> str:
@@ -273,7 +318,7 @@ def shorten(text: str | None, max_chars: int) -> str:
     if max_chars <= 0:
         return ""
     if len(text) < max_chars:  # what was read fits, and the text goes on past it
-        return text.rstrip(" ,;:-–—") + "…"
+        return bidi_closed(text).rstrip(" ,;:-–—") + "…"
     room = max_chars - 1  # keep one character for the ellipsis
     head = text[:room]
     if text[room] != " ":
@@ -281,7 +326,7 @@ def shorten(text: str | None, max_chars: int) -> str:
         space = head.rfind(" ")
         if space >= room // 2:
             head = head[:space]
-    return head.rstrip(" ,;:-–—") + "…"
+    return bidi_closed(head).rstrip(" ,;:-–—") + "…"  # a cut never leaves a bidi override open
 
 
 def head_line(text: str | None, max_chars: int) -> str:

@@ -47,12 +47,16 @@ _LEDGER_TAIL = 64  # bytes before the consumed offset kept in the manifest: an e
 _NO_LEDGER = {"size": 0, "mtime_ns": 0, "ino": 0}
 
 
-def read(store: MemoryStore, *, use_cache: bool = True, recheck: Sequence[str] = ()) -> Snapshot:
+def read(store: MemoryStore, *, use_cache: bool = True, recheck: Sequence[str] = (), strict: bool = False) -> Snapshot:
     """The project's snapshot as its files are now (what :func:`cybmem.store.loading.load_snapshot`
     returns when it holds none): through the cache when it may be used, else parsed whole.
 
+    ``strict``: a cache that cannot be written raises (doctor's rebuild says so) instead of being
+    left out.
+
     Raises:
         StoreError: records/ or the ledger cannot be read at all.
+        OSError: with ``strict``, the cache cannot be written.
     """
     cache = _cache.usable_dir(store.dir, store.root) if use_cache else None
     linked = store.symlinked_dirs()
@@ -79,6 +83,8 @@ def read(store: MemoryStore, *, use_cache: bool = True, recheck: Sequence[str] =
         except OSError:
             # The cache cannot be written (a read-only store, a full disk, .cache not a dir):
             # memory still works, parsed in memory.
+            if strict:
+                raise
             return _uncached(store, [])
     raise AssertionError("unreachable")
 
