@@ -377,6 +377,26 @@ def test_odd_unicode_is_stored_as_is_and_neutralised_when_shown_to_a_model(memor
     assert "\x00" not in prompt and strip(prompt) == "New task"
 
 
+def test_an_unterminated_bidi_override_never_turns_around_what_show_and_list_print(memory_root, settings):
+    """Issue 41, finding 8, beyond the block: an unterminated U+202E in a task would render the rest
+    of each line `show` and `list` print after it reversed (the run's state, its date). Pairs the
+    text closes itself stay; the record keeps the text as the run gave it."""
+    from cybmem.operations.write import write_run
+    from cybmem.store.memory_store import MemoryStore
+
+    rlo, rli, pdi = "\u202e", "\u2067", "\u2069"
+    task = f"Fix the {rlo}checkout form and the {rli}\u0645\u0631\u062d\u0628\u0627{pdi} banner"
+    write_run(make_run("bidi-run", task, output=f"Done {rlo}it.\n\nACCOMPLISHED:\n- done {rlo}x\nISSUES:\n- none\nNEXT:\n- none"),
+              settings)
+    env = {**os.environ, "CYBERINE_MEMORY_DIR": str(memory_root)}
+    for verb in (["show", "bidi-run"], ["list"]):
+        p = subprocess.run(["cybmem", *verb, "-p", "web"], capture_output=True, text=True, env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert rlo not in p.stdout and f"{rli}\u0645\u0631\u062d\u0628\u0627{pdi}" in p.stdout
+        assert "Fix the checkout form" in p.stdout
+    assert rlo in MemoryStore(memory_root, "web").read_record("bidi-run").task
+
+
 def test_huge_task_round_trips_through_the_cli(memory_root, tmp_path):
     task = "Huge task " + "x" * (10 * 1024 * 1024)
     path = write_json(tmp_path / "huge.json", make_run("huge", task))

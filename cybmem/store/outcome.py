@@ -148,12 +148,16 @@ def bidi_closed(text: str) -> str:
 
 
 def printable(text: str | None) -> str:
-    """Stored text made safe to print to a terminal: line endings become "\\n", and every other
+    """Stored text made safe to print to a terminal: line endings become "\\n", every other
     control character (an escape sequence's ESC, a bell, a C1 CSI) becomes U+FFFD, so a record
-    cannot clear the screen, set the window title or rewrite a line, and shows it tried."""
+    cannot clear the screen, set the window title or rewrite a line, and shows it tried; and each
+    line is bidi-closed (:func:`bidi_closed`), so an unterminated override cannot turn around
+    what a table or ``show`` prints after it on that line."""
     if not text:
         return text or ""
     text = _CR.sub("\n", text)
+    if _BIDI.search(text) is not None:
+        text = "\n".join(bidi_closed(line) for line in text.split("\n"))
     return CONTROL.sub("\ufffd", text) if CONTROL.search(text) else text
 
 
