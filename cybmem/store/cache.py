@@ -40,7 +40,7 @@ __all__ = [
     "read_table", "read_tables", "ledger_stat", "is_fresh", "dir_mtime_for_manifest", "listing_changes", "discard", "CacheCheck", "check",
 ]
 
-CACHE_VERSION = "12-" + TOKENIZER_VERSION  # 12: kw-N.arrow doc ids in two bytes (+ high parts); 11: kw-N.arrow without impacts, tfs in a byte; 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
+CACHE_VERSION = "13-" + TOKENIZER_VERSION  # 13: files and commands columns (and in the keyword text); 12: kw-N.arrow doc ids in two bytes (+ high parts); 11: kw-N.arrow without impacts, tfs in a byte; 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
 MAX_SEGMENTS = 8
 RACY_NS = _io.RACY_NS  # a directory mtime this close to the scan may hide a same-tick write
 _MAX_MANIFEST_BYTES = 256 * 1024 * 1024
