@@ -466,10 +466,20 @@ class MessagesServer(_ScriptedModel):
         return 200, Events.of(events)
 
 
+def function_call(name: str, **arguments) -> dict:
+    """A Responses API function_call item: the model asks Codex to run one of its tools (exec_command...)."""
+    return {"type": "function_call", "name": name, "arguments": json.dumps(arguments)}
+
+
 class ResponsesServer(_ScriptedModel):
     """OpenAI's Responses API as Codex calls it through a custom provider (``wire_api =
-    "responses"``): ``POST /v1/responses``, answered with streamed server-sent events; replies are
-    text (``rules`` and ``reply``, as :class:`MessagesServer`)."""
+    "responses"``): ``POST /v1/responses``, answered with streamed server-sent events; a reply is
+    text or a list of :func:`function_call` items (``rules`` and ``reply``, as :class:`MessagesServer`);
+    a request whose last input is a tool's output is answered ``after_tools``."""
+
+    def __init__(self) -> None:
+        self.after_tools: str = "Finished.\n\nISSUES:\n- none"
+        super().__init__()
 
     def model_requests(self) -> list[Request]:
         return [r for r in list(self.requests) if r.method == "POST" and r.path.split("?")[0].endswith("/responses")
@@ -481,17 +491,26 @@ class ResponsesServer(_ScriptedModel):
                 or not isinstance(body.get("input"), list):
             return _error(404, f"not found: {request.method} {request.path}")
         users = [i for i in body["input"] if isinstance(i, dict) and i.get("role") == "user"]
-        reply = self._reply_to(_text_of(users[-1].get("content")) if users else "")
+        last = body["input"][-1] if body["input"] else {}
+        if isinstance(last, dict) and str(last.get("type", "")).endswith("_output"):
+            reply = self.after_tools
+        else:
+            reply = self._reply_to(_text_of(users[-1].get("content")) if users else "")
         if reply == HANG:
             return HANG, None
         n = next(self._ids)
-        item = {"type": "message", "role": "assistant", "id": f"msg_{n:04d}",
-                "content": [{"type": "output_text", "text": reply, "annotations": []}]}
-        events = [{"type": "response.created", "response": {"id": f"resp_{n:04d}"}},
-                  {"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
-                  {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "item_id": item["id"],
-                   "delta": reply},
-                  {"type": "response.output_item.done", "output_index": 0, "item": item},
+        if isinstance(reply, str):
+            item = {"type": "message", "role": "assistant", "id": f"msg_{n:04d}",
+                    "content": [{"type": "output_text", "text": reply, "annotations": []}]}
+            events = [{"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
+                      {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "item_id": item["id"],
+                       "delta": reply},
+                      {"type": "response.output_item.done", "output_index": 0, "item": item}]
+        else:
+            events = [{"type": "response.output_item.done", "output_index": i,
+                       "item": {**call, "id": f"fc_{n:04d}_{i}", "call_id": f"call_{n:04d}_{i}"}}
+                      for i, call in enumerate(reply)]
+        events = [{"type": "response.created", "response": {"id": f"resp_{n:04d}"}}, *events,
                   {"type": "response.completed", "response": {"id": f"resp_{n:04d}", "usage": {
                       "input_tokens": 100, "input_tokens_details": None, "output_tokens": 10,
                       "output_tokens_details": None, "total_tokens": 110}}}]
