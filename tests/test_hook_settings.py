@@ -65,6 +65,7 @@ def test_install_into_no_file_and_uninstall_leaves_no_file():
     assert path.with_name("settings.json.cybmem-backup").read_bytes() == b""  # there was no file
     done = cybmem("hooks", "uninstall", "claude-code")
     assert done.returncode == 0, done.stderr
+    assert done.stdout == f"Removed cybmem's hooks for Claude Code: {path} did not exist before them, and is gone again.\n"
     assert not path.exists() and not path.with_name("settings.json.cybmem-backup").exists()
 
 
@@ -87,7 +88,8 @@ def test_install_keeps_everything_else_twice_changes_nothing_and_uninstall_resto
     assert done.stdout == f"cybmem's hooks for Claude Code are already in {path}; nothing changed.\n"
     assert path.read_bytes() == after and path.stat().st_mtime_ns == mtime
     done = cybmem("hooks", "uninstall", "claude-code")
-    assert done.returncode == 0 and done.stdout.startswith(f"Removed cybmem's hooks for Claude Code from {path}")
+    assert done.returncode == 0
+    assert done.stdout == f"Removed cybmem's hooks for Claude Code from {path}; the file is back as it was before them.\n"
     assert path.read_text(encoding="utf-8") == USERS_OWN
     assert not path.with_name("settings.json.cybmem-backup").exists()
     assert cybmem("hooks", "uninstall").stdout == f"No hook of cybmem's in {path}; nothing changed.\n"
@@ -102,7 +104,8 @@ def test_uninstall_after_the_user_changed_the_file_keeps_their_change():
     data["theme"] = "dark"
     data["hooks"]["Stop"].insert(0, {"hooks": [{"type": "command", "command": "say done"}]})
     path.write_text(json.dumps(data, indent=4))
-    cybmem("hooks", "uninstall")
+    assert cybmem("hooks", "uninstall").stdout == (f"Removed cybmem's hooks for Claude Code from {path}; everything "
+                                                   "else in it stays.\n")
     left = json.loads(path.read_text())
     assert left["theme"] == "dark"
     assert [h["command"] for g in left["hooks"]["Stop"] for h in g["hooks"]] == ["say done", "notify-send 'Claude is done'"]

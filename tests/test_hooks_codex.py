@@ -97,3 +97,37 @@ def test_uninstall_leaves_hooks_json_as_it_was(codex, project):
     assert done.returncode == 0
     assert hooks_json.read_text() == own
     assert os.path.exists(codex.codex_home / "config.toml")
+
+
+def test_a_session_end_gives_up_before_codex_stops_waiting(tmp_path, memory_root):
+    """Codex ends a SessionEnd hook after 3 s whatever its entry asks: the hook gives up half a second
+    before, with its one line, when the project's lock is held (CYBERINE_HOOK_DEADLINE is longer)."""
+    import fcntl
+    import time
+
+    project = tmp_path / "web"
+    project.mkdir()
+    (memory_root / "web").mkdir(parents=True)
+    (memory_root / "projects.json").write_text(json.dumps({"web": {"cwd": str(project)}}))
+    rollout = tmp_path / "rollout.jsonl"
+    rows = [{"timestamp": "2026-12-01T10:00:00.000Z", "type": "event_msg", "payload": {"type": "task_started", "turn_id": "t1"}},
+            {"timestamp": "2026-12-01T10:00:01.000Z", "type": "response_item", "payload": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Bump the API client"}],
+                "internal_chat_message_metadata_passthrough": {"turn_id": "t1", "content_item_kinds": ["user.text"]}}}]
+    rollout.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    payload = json.dumps({"hook_event_name": "SessionEnd", "session_id": "s1", "cwd": str(project),
+                          "transcript_path": str(rollout), "reason": "other"})
+    lock = open(memory_root / "web" / ".lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        started = time.monotonic()
+        done = subprocess.run(["cybmem", "hook", "codex"], input=payload, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "CYBERINE_HOOK_DEADLINE": "20"})
+        took = time.monotonic() - started
+    finally:
+        lock.close()
+    assert done.returncode == 0 and done.stdout == "" and took < 10
+    assert done.stderr.startswith("cybmem hook: SessionEnd: gave up after ") and done.stderr.count("\n") == 1
+    done = subprocess.run(["cybmem", "hook", "codex"], input=payload, capture_output=True, text=True, timeout=60)
+    (rec,) = records(memory_root)  # with the lock free, the turn that never finished is written
+    assert rec["task"] == "Bump the API client" and rec["state"] == "cancelled" and rec["workflowName"] == "codex"

@@ -161,9 +161,12 @@ def _render(ctx: Ctx, change, dry_run: bool, action: str) -> None:
         echo(f"Installed cybmem's hooks for {name} in {change.path} ({', '.join(change.events)}): {change.command}")
         if change.backup is not None:
             echo(f"The file as it was: {change.backup}")
+    elif change.after is None:
+        echo(f"Removed cybmem's hooks for {name}: {change.path} did not exist before them, and is gone again.")
     else:
+        restored = change.backup is not None and not change.backup.exists()
         echo(f"Removed cybmem's hooks for {name} from {change.path}"
-             + (" (the file as it was before them)." if change.after is None or change.backup is not None and change.after == b"" else "."))
+             + ("; the file is back as it was before them." if restored else "; everything else in it stays."))
     for note in change.notes:
         echo(note)
 

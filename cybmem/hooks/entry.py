@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 __all__ = ["EVENTS", "Payload", "parse_payload", "handle", "reply", "main", "console"]
@@ -36,6 +37,12 @@ __all__ = ["EVENTS", "Payload", "parse_payload", "handle", "reply", "main", "con
 EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SubagentStop", "SessionEnd")
 #: The events whose answer goes to the model, as ``hookSpecificOutput.additionalContext``.
 CONTEXT_EVENTS = ("SessionStart", "UserPromptSubmit")
+#: The client's own limit on a hook, in seconds, where it is shorter than any deadline one would set:
+#: Codex ends a SessionEnd hook after 3 s, whatever its entry asks. The hook gives up half a second before.
+CLIENT_LIMITS = {("codex", "SessionEnd"): 3.0}
+#: Set by :func:`console` (a process that runs one hook): the events that read a snapshot import
+#: pyarrow.compute the quick way (:func:`cybmem.cli._startup.quick_compute_import`).
+_quick_start = False
 #: A payload larger than this is not a hook's (Claude Code's are a few hundred bytes; a prompt may be long).
 MAX_PAYLOAD = 64 * 1024 * 1024
 
@@ -176,7 +183,8 @@ def reply(event: str, context: str | None) -> bytes:
 def _deadline(seconds: float, what: list[str]) -> None:
     """End the process, exit code 0, one line on stderr, ``seconds`` from now (a daemon timer)."""
     def give_up() -> None:
-        _say(f"{what[0]}: gave up after {seconds:g} s (CYBERINE_HOOK_DEADLINE); the agent goes on without it")
+        _say(f"{what[0]}: gave up after {seconds:.3g} s (CYBERINE_HOOK_DEADLINE, or the agent's own limit); "
+             "the agent goes on without it")
         os._exit(0)
 
     timer = threading.Timer(seconds, give_up)
@@ -187,6 +195,7 @@ def _deadline(seconds: float, what: list[str]) -> None:
 def main(args: list[str]) -> int:
     """Run one hook: the client is ``args[0]`` (default ``claude-code``). Always returns 0."""
     what = ["payload"]
+    started = time.monotonic()
     try:
         from ..settings import Settings
 
@@ -200,6 +209,13 @@ def main(args: list[str]) -> int:
             raise ValidationError(f"the payload on stdin is over {MAX_PAYLOAD // 2**20} MiB: not a hook's")
         payload = parse_payload(raw)
         what[0] = payload.event
+        limit = CLIENT_LIMITS.get((client, payload.event))
+        if limit is not None and limit - 0.5 < settings.hooks.deadline:
+            _deadline(max(limit - 0.5 - (time.monotonic() - started), 0.1), what)
+        if payload.event in CONTEXT_EVENTS and _quick_start:
+            from ..cli import _startup
+
+            _startup.quick_compute_import()  # these read a snapshot; a turn's write does not
         out = reply(payload.event, handle(client, payload, settings))
         if out:
             sys.stdout.buffer.write(out)
@@ -221,11 +237,12 @@ def console(args: list[str]) -> None:
     """The console script's way in for ``cybmem hook``: :func:`main` with the dispatch path's import
     tricks (no pandas, a quick pyarrow.compute: :func:`cybmem.cli._startup.quick_imports`), then out at
     once, exit code 0, without the interpreter's teardown (the agent waits for the process to end)."""
+    global _quick_start
     try:
         from ..cli import _startup
 
-        _startup.one_command_process = True
-        with _startup.quick_imports(compute=True):
+        _startup.one_command_process = _quick_start = True
+        with _startup.quick_imports(compute=False):
             main(args)
     finally:
         try:
