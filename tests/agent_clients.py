@@ -121,9 +121,9 @@ class Codex:
         return _client_env({"HOME": str(self.home), "CODEX_HOME": str(self.codex_home),
                             "STANDIN_API_KEY": "sk-test-standin", **extra})
 
-    def run(self, prompt: str, cwd: Path, *, resume: str | None = None, **env: str) -> subprocess.CompletedProcess:
-        """``codex exec PROMPT`` (``codex exec resume SESSION PROMPT`` to go on with a session)."""
-        args = [str(self.exe), "exec", "--skip-git-repo-check"] + (["resume", resume] if resume else []) + [prompt]
+    def run(self, prompt: str, cwd: Path, *flags: str, resume: str | None = None, **env: str) -> subprocess.CompletedProcess:
+        """``codex exec [FLAGS] PROMPT`` (``codex exec resume SESSION PROMPT`` to go on with a session)."""
+        args = [str(self.exe), "exec", "--skip-git-repo-check", *flags] + (["resume", resume] if resume else []) + [prompt]
         done = subprocess.run(args, cwd=cwd, env=self.env(**env), stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, timeout=RUN_TIMEOUT)
         assert done.returncode == 0, f"codex exited {done.returncode}: {done.stderr.strip()[-2000:]}"

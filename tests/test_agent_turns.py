@@ -5,6 +5,7 @@ through the real console script (``cybmem hook``) where a hook runs it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -82,7 +83,21 @@ def test_the_orientation_leaves_out_what_a_correction_replaced_and_is_empty_with
     text = orientation(runs, [])
     assert "run a2" in text and "run a1" not in text
     assert orientation([], []) == ""
-    assert context(hook({"hook_event_name": "SessionStart", "session_id": "s1", "cwd": "/nowhere/new"})) is None
+
+
+@pytest.mark.parametrize("root", ["missing", "empty", "another project's"])
+def test_a_project_without_memory_yet_gets_nothing_and_nothing_is_wrong(tmp_path, root, settings):
+    """A new user's first session: no context, no line on stderr (nothing went wrong)."""
+    memory = tmp_path / "root"
+    if root != "missing":
+        memory.mkdir()
+    if root == "another project's":
+        write_run(make_run("w1", "Fix the login form"), dataclasses.replace(settings, memory_dir=memory))
+    base = {"session_id": "s1", "cwd": str(tmp_path / "new-project")}
+    for event in ({"hook_event_name": "SessionStart", "source": "startup"},
+                  {"hook_event_name": "UserPromptSubmit", "prompt_id": "p1", "prompt": "Fix the login form"}):
+        done = hook({**base, **event}, CYBERINE_MEMORY_DIR=str(memory))
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), event
 
 
 def test_the_prompts_block_names_the_turn_and_a_prompt_that_shares_nothing_gets_no_line(fixture_copy, tmp_path):

@@ -131,3 +131,18 @@ def test_a_session_end_gives_up_before_codex_stops_waiting(tmp_path, memory_root
     done = subprocess.run(["cybmem", "hook", "codex"], input=payload, capture_output=True, text=True, timeout=60)
     (rec,) = records(memory_root)  # with the lock free, the turn that never finished is written
     assert rec["task"] == "Bump the API client" and rec["state"] == "cancelled" and rec["workflowName"] == "codex"
+
+
+def test_a_projects_hooks_wait_for_codex_to_trust_the_project(codex, responses_server, project, memory_root):
+    """Codex reads a project's .codex/ only in a project it trusts: the installer says so, and once
+    the project is trusted (Codex's own `exec --trust`), installing again has Codex trust the hooks."""
+    done = install(codex, project, "--project", str(project))
+    assert (project / ".codex" / "hooks.json").is_file()
+    assert done.stdout.rstrip().endswith(f"then run `cybmem hooks install codex --project` again")
+    responses_server.when("README", "Done.")
+    codex.run("Update the README", project, "--trust")
+    assert records(memory_root) == []  # the project is trusted now; its hooks are not yet
+    assert install(codex, project, "--project", str(project)).stdout.rstrip().endswith(
+        "Codex trusts them (saved through `codex app-server`)")
+    codex.run("Update the README again", project)
+    assert [r["task"] for r in records(memory_root)] == ["Update the README again"]

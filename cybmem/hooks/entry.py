@@ -129,6 +129,8 @@ def handle(client: str, p: Payload, settings) -> str | None:
             return None
         run_id = agent_turns.turn_run_id(client, p.session_id, p.key) if p.key else None
         inj = memory.prompt_block(settings, text, cwd=p.cwd, session_id=p.session_id, run_id=run_id)
+        if inj is None:
+            return None
         if inj.warnings:
             _say(f"{p.event}: {inj.warnings[0]}" + (f" (and {len(inj.warnings) - 1} more)" if len(inj.warnings) > 1 else ""))
         if not inj.runs and not any(i.listed == "issues" for i in inj.issues):

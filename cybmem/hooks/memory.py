@@ -46,10 +46,16 @@ def write(settings: Settings, run: dict):
 
 def prompt_block(settings: Settings, prompt: str, *, cwd: str | None, session_id: str | None, run_id: str | None):
     """The MEMORY block for a prompt (what ``cybmem inject --system`` prints), shown to the run
-    ``run_id`` (what shown.jsonl names, so that the turn's record can say what it used); the
-    :class:`cybmem.dispatch.inject.Injection`, which never raises."""
+    ``run_id`` (what shown.jsonl names, so that the turn's record can say what it used): the
+    :class:`cybmem.dispatch.inject.Injection`, which never raises; None when the project has no
+    memory yet (a new user's first prompts: nothing to say, and nothing wrong)."""
     from ..dispatch.inject import inject_task
 
+    try:
+        if not _store(settings, cwd).exists():
+            return None
+    except NotFoundError:
+        return None
     return inject_task(prompt, dataclasses.replace(settings, run_id=run_id), cwd=cwd, chat_session_id=session_id)
 
 

@@ -139,6 +139,10 @@ def trust_hooks(command: str, source: Path, *, cwd: Path, codex: str | None = No
         return TrustResult(False, message=f"could not ask Codex to trust them ({' '.join(str(exc).split())}); {REVIEW_HINT}")
     try:
         found = _ours(server, cwd, command, source)
+        if not found and source.parent.parent == cwd:  # a project's .codex/hooks.json
+            return TrustResult(False, message=f"Codex reads {source.parent} only in a project it trusts: trust {cwd} in "
+                                              "Codex (start `codex` there and accept, or run `codex exec --trust` there "
+                                              "once), then run `cybmem hooks install codex --project` again")
         if not found:
             return TrustResult(False, message=f"Codex does not list them (is {source} a hooks file it reads from {cwd}?); "
                                               + REVIEW_HINT)
