@@ -185,8 +185,10 @@ def reply(event: str, context: str | None) -> bytes:
 def _deadline(seconds: float, what: list[str]) -> None:
     """End the process, exit code 0, one line on stderr, ``seconds`` from now (a daemon timer)."""
     def give_up() -> None:
+        hint = ("; a large store's first read builds its cache: `cybmem list` in the project builds it once"
+                if what[0] in CONTEXT_EVENTS else "")
         _say(f"{what[0]}: gave up after {seconds:.3g} s (CYBERINE_HOOK_DEADLINE, or the agent's own limit); "
-             "the agent goes on without it")
+             f"the agent goes on without it{hint}")
         os._exit(0)
 
     timer = threading.Timer(seconds, give_up)
