@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent_clients import agent_bins, claude_code  # noqa: F401
-from servers import HANG, messages_server, tool_use  # noqa: F401
+from servers import HANG, chat_server, messages_server, tool_use  # noqa: F401
 
 
 def cybmem(*args: str, stdin: str | None = None, env: dict | None = None, cwd: Path | None = None,
@@ -283,3 +283,27 @@ def test_a_turn_at_the_end_of_a_50_mb_transcript_is_written_from_the_end(hooked,
     assert done.returncode == 0 and done.stderr == ""
     (rec,) = records(memory_root)
     assert rec["runId"] == first["runId"] and rec["task"] == "Write the late file" and rec["files"] == [str(target)]
+
+
+def test_a_slow_distillation_model_costs_the_distilled_outcome_not_the_record(project, memory_root, tmp_path, chat_server):
+    """With CYBERINE_MEMORY_MODEL set, a turn's write asks the model first; one that does not answer
+    before the hook's deadline is abandoned and the record written with its extractive outcome."""
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("\n".join(json.dumps(line) for line in [
+        {"type": "user", "promptId": "p1", "parentUuid": None, "uuid": "u1", "timestamp": "2026-12-01T10:00:00Z",
+         "message": {"role": "user", "content": "Fix the login form"}},
+        {"type": "assistant", "parentUuid": "u1", "uuid": "a1", "timestamp": "2026-12-01T10:01:00Z",
+         "message": {"role": "assistant", "stop_reason": "end_turn", "content": [{"type": "text", "text": "Fixed."}]}}]) + "\n")
+    chat_server.script = [HANG]
+    env = {**os.environ, "CYBERINE_HOOK_DEADLINE": "2", "CYBERINE_MEMORY_MODEL": chat_server.model,
+           "CYBERINE_MEMORY_MODEL_URL": f"{chat_server.url}/v1", "CYBERINE_MEMORY_MODEL_KEY": "sk-test",
+           "CYBERINE_MEMORY_MODEL_TIMEOUT": "60"}
+    started = time.monotonic()
+    done = cybmem("hook", stdin=json.dumps({"hook_event_name": "Stop", "session_id": "s1", "cwd": str(project),
+                                            "transcript_path": str(transcript), "prompt_id": "p1"}), env=env)
+    took = time.monotonic() - started
+    assert done.returncode == 0 and done.stdout == "" and took < 30
+    assert done.stderr.startswith("cybmem hook: turn recorded as ") and "outcome not distilled: stopped by SIGTERM" in done.stderr
+    assert done.stderr.count("\n") == 1
+    (rec,) = records(memory_root)
+    assert rec["task"] == "Fix the login form" and rec["outcome"]["summary"].endswith("Fixed.")

@@ -25,10 +25,13 @@ memory goes through :mod:`cybmem.hooks.memory`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["EVENTS", "Payload", "parse_payload", "handle", "reply", "main", "console"]
@@ -142,7 +145,7 @@ def handle(client: str, p: Payload, settings) -> str | None:
             return None
         run = agent_turns.stopped_turn(client, transcript, p.key, session_id=p.session_id, cwd=p.cwd, reply=p.reply)
         if run is not None:
-            _report(memory.write(settings, run))
+            _write(settings, run)
         return None
     if p.event == "SubagentStop":
         agent = _need(p.agent_id, "agent_id")
@@ -152,17 +155,42 @@ def handle(client: str, p: Payload, settings) -> str | None:
                                         session_id=p.session_id, parent_key=p.key, cwd=p.cwd, agent_type=p.agent_type,
                                         reply=p.reply)
         if run is not None:
-            _report(memory.write(settings, run))
+            _write(settings, run)
         return None
     if p.event == "SessionEnd":
         transcript = _need(p.transcript, "transcript_path")
         unwritten = [run for run in agent_turns.session_turns(client, transcript, session_id=p.session_id, cwd=p.cwd)
                      if not memory.written(settings, p.cwd, run["runId"])]
         for run in reversed(unwritten[:agent_turns.SESSION_END_TURNS]):  # oldest first: each links the one before
-            _report(memory.write(settings, run))
+            _write(settings, run)
         return None
     _say(f"{p.event}: not an event cybmem acts on ({', '.join(EVENTS)}); nothing done")
     return None
+
+
+#: Set while a turn's write waits for the distillation model (CYBERINE_MEMORY_MODEL): a deadline then
+#: abandons that call, not the record (:func:`_distilling`).
+_in_model_call = threading.Event()
+
+
+@contextlib.contextmanager
+def _distilling() -> Iterator[None]:
+    """The context of a write's distillation call: a SIGTERM (the agent's own timeout, or this
+    hook's deadline) abandons the call, and the record is written with its extractive outcome."""
+    from ..cli.signals import sigterm_abandons
+
+    _in_model_call.set()
+    try:
+        with sigterm_abandons():
+            yield
+    finally:
+        _in_model_call.clear()
+
+
+def _write(settings, run) -> None:
+    from . import memory
+
+    _report(memory.write(settings, run, while_distilling=_distilling))
 
 
 def _report(result) -> None:
@@ -182,9 +210,14 @@ def reply(event: str, context: str | None) -> bytes:
                       ensure_ascii=False).encode("utf-8") + b"\n"
 
 
-def _deadline(seconds: float, what: list[str]) -> None:
-    """End the process, exit code 0, one line on stderr, ``seconds`` from now (a daemon timer)."""
+def _deadline(seconds: float, what: list[str], *, last: bool = False) -> None:
+    """End the process, exit code 0, one line on stderr, ``seconds`` from now (a daemon timer); while a
+    write waits for the distillation model, abandon that call first and give the write a second more."""
     def give_up() -> None:
+        if _in_model_call.is_set() and not last:  # a slow model: write the record without its answer
+            os.kill(os.getpid(), signal.SIGTERM)
+            _deadline(1.0, what, last=True)
+            return
         hint = ("; a large store's first read builds its cache: `cybmem list` in the project builds it once"
                 if what[0] in CONTEXT_EVENTS else "")
         _say(f"{what[0]}: gave up after {seconds:.3g} s (CYBERINE_HOOK_DEADLINE, or the agent's own limit); "

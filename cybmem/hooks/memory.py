@@ -6,6 +6,7 @@ handle on memory can take their place.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from ..errors import ConflictError, NotFoundError
@@ -33,13 +34,14 @@ def written(settings: Settings, cwd: str | None, run_id: str) -> bool:
         return False
 
 
-def write(settings: Settings, run: dict):
-    """Write a turn's run (:func:`cybmem.operations.write.write_run`); None when its record was there
-    already (another hook, or another session's, wrote it first: the check is under the lock)."""
+def write(settings: Settings, run: dict, *, while_distilling=contextlib.nullcontext):
+    """Write a turn's run (:func:`cybmem.operations.write.write_run`; ``while_distilling``: the
+    context the optional distillation call runs in, which may abandon it); None when its record was
+    there already (another hook, or another session's, wrote it first: the check is under the lock)."""
     from ..operations.write import write_run
 
     try:
-        return write_run(run, settings, cwd=run.get("cwd"))
+        return write_run(run, settings, cwd=run.get("cwd"), while_distilling=while_distilling)
     except ConflictError:
         return None
 
