@@ -136,9 +136,7 @@ def handle(client: str, p: Payload, settings) -> str | None:
             return None
         if inj.warnings:
             _say(f"{p.event}: {inj.warnings[0]}" + (f" (and {len(inj.warnings) - 1} more)" if len(inj.warnings) > 1 else ""))
-        if not inj.runs and not any(i.listed == "issues" for i in inj.issues):
-            return None  # nothing of the project relates to the prompt: no line at all
-        return inj.block or None
+        return inj.block if inj.relates else None  # nothing of the project relates to the prompt: no line at all
     if p.event == "Stop":
         transcript = _need(p.transcript, "transcript_path")
         if p.key and memory.written(settings, p.cwd, agent_turns.turn_run_id(client, p.session_id, p.key)):
@@ -159,9 +157,8 @@ def handle(client: str, p: Payload, settings) -> str | None:
         return None
     if p.event == "SessionEnd":
         transcript = _need(p.transcript, "transcript_path")
-        unwritten = [run for run in agent_turns.session_turns(client, transcript, session_id=p.session_id, cwd=p.cwd)
-                     if not memory.written(settings, p.cwd, run["runId"])]
-        for run in reversed(unwritten[:agent_turns.SESSION_END_TURNS]):  # oldest first: each links the one before
+        for run in agent_turns.session_turns(client, transcript, session_id=p.session_id, cwd=p.cwd,
+                                             written=lambda run_id: memory.written(settings, p.cwd, run_id)):
             _write(settings, run)
         return None
     _say(f"{p.event}: not an event cybmem acts on ({', '.join(EVENTS)}); nothing done")

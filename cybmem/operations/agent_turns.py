@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Callable
 
 from ..dispatch.preamble import strip
 from ..errors import ValidationError
@@ -145,11 +146,12 @@ def subagent_turn(client: str, transcript: str | os.PathLike, agent_id: str, *, 
 SESSION_END_TURNS = 20
 
 
-def session_turns(client: str, transcript: str | os.PathLike, *, session_id: str, cwd: str | None = None) -> list[dict]:
-    """The runs of every person's turn of a session that has ended (the SessionEnd hook), newest
-    first, as the transcript left them: a turn that never finished (interrupted, crashed) is
-    ``cancelled``. The caller writes those not written yet (their ids are :func:`turn_run_id`'s),
-    at most :data:`SESSION_END_TURNS` of them."""
+def session_turns(client: str, transcript: str | os.PathLike, *, session_id: str, cwd: str | None = None,
+                  written: Callable[[str], bool] = lambda run_id: False) -> list[dict]:
+    """The runs a session's end writes (the SessionEnd hook): its people's turns that are not
+    ``written`` yet (a run id -> whether its record exists), the :data:`SESSION_END_TURNS` newest of
+    them, in the order to write them (oldest first, so that each links the one before), as the
+    transcript left them: a turn that never finished (interrupted, crashed) is ``cancelled``."""
     read = transcripts.codex_turns if check_client(client) == "codex" else transcripts.claude_turns
     runs = []
     for turn in read(transcript, session_id=session_id):
@@ -159,4 +161,5 @@ def session_turns(client: str, transcript: str | os.PathLike, *, session_id: str
         run = turn_run(client, turn, state=state, cwd=cwd)
         if run is not None:
             runs.append(run)
-    return runs[::-1]
+    newest = [run for run in reversed(runs) if not written(run["runId"])][:SESSION_END_TURNS]
+    return newest[::-1]
