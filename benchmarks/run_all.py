@@ -134,6 +134,11 @@ def main() -> None:
             "Per-call latency of `cybmem mcp` over stdio, driven by the MCP SDK's client, for `search` and "
             "`memory_block` on the 7.7k corpus (warm: the snapshot held in the server), beside the same calls "
             "in process and the CLI (`cybmem search`, `cybmem inject --system` subprocesses) on the same queries."),
+        run("The agent hooks", ["benchmarks/bench_hooks.py"],
+            "`cybmem hook` as Claude Code runs it, whole processes, on mypy's 10.2k runs: UserPromptSubmit and "
+            "SessionStart on a warm store taking turns with the import floor of a warm inject (`import numpy, "
+            "pyarrow, pyarrow.ipc, typer, orjson`), what they send the model (characters, tokens), and Stop and "
+            "SessionEnd at the end of a 50 MB transcript."),
         run("The SQLite export beside sqlite-utils", ["benchmarks/bench_sqlite_export.py"],
             "`cybmem export sqlite` against sqlite-utils writing the same database (its upsert of every row, "
             "and of the new and changed rows only) on the fixtures and the 7.7k corpus: the format compared, "

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from .errors import ValidationError
 
-__all__ = ["Settings", "EmbeddingSettings", "DistillSettings", "FeedbackSettings", "WeightSettings", "WEIGHT_VARIABLES",
+__all__ = ["Settings", "EmbeddingSettings", "DistillSettings", "FeedbackSettings", "WeightSettings", "HookSettings",
+           "WEIGHT_VARIABLES", "HOOK_DEADLINE",
            "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS",
            "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE", "DEFAULT_SHOWN_CAP", "DEFAULT_EMBED_MODEL", "EMBED_QUERY_TIMEOUT",
            "EMBED_WRITE_TIMEOUT", "MODEL_TIMEOUT"]
@@ -52,6 +53,10 @@ EMBED_WRITE_TIMEOUT = 30.0
 #: The whole budget of a distillation call: a chat model on a busy machine writes a few hundred
 #: tokens in seconds; a run's hook waits.
 MODEL_TIMEOUT = 30.0
+#: How long an agent hook (``cybmem hook``) may take, in seconds, before it gives up and lets the
+#: agent go on (CYBERINE_HOOK_DEADLINE): a warm block takes a fraction of a second, a record about
+#: as long; the first block of a large store builds its cache (seconds), which the next ones reuse.
+HOOK_DEADLINE = 10.0
 
 #: The variable of each retrieval weight (cybmem.retrieval.weights), lowest precedence of none:
 #: a set variable overrides every weights file.
@@ -230,13 +235,36 @@ class WeightSettings:
 
 
 @dataclass(frozen=True)
+class HookSettings:
+    """The agent hooks (cybmem.hooks): how long a hook may take before it gives up
+    (``CYBERINE_HOOK_DEADLINE``, seconds; ``problem``: why a set value was not taken), and where the
+    agents keep their settings: Claude Code under ``$HOME/.claude``, Codex in ``$CODEX_HOME``
+    (default ``$HOME/.codex``)."""
+
+    deadline: float = HOOK_DEADLINE
+    home: Path = field(default_factory=Path.home)
+    codex_home: Path = field(default_factory=lambda: Path.home() / ".codex")
+    problem: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "HookSettings":
+        problems: list[str] = []
+        home = Path(_text(env, "HOME") or Path.home()).expanduser()
+        codex = _text(env, "CODEX_HOME")
+        return cls(deadline=_seconds(env, "CYBERINE_HOOK_DEADLINE", HOOK_DEADLINE, problems), home=home,
+                   codex_home=Path(codex).expanduser() if codex else home / ".codex",
+                   problem=problems[0] if problems else None)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything cybmem reads from the environment, resolved once; no other module reads it.
 
     Memory root: ``CYBERINE_MEMORY_DIR``, else ``$CYBERINE_HOME/memory``, else
     ``~/.cyberine/memory`` (``memory_from`` says which). The optional layers and the weights have
     sub-configurations of their own: ``embeddings`` and ``distill`` (cybmem.clients.model_servers),
-    ``feedback`` (cybmem.dispatch.feedback), ``weights`` (cybmem.retrieval.weights). Every variable
+    ``feedback`` (cybmem.dispatch.feedback), ``weights`` (cybmem.retrieval.weights), ``hooks`` (the
+    agent hooks: cybmem.hooks, cybmem.operations.hook_settings). Every variable
     is listed, with its default, in USAGE.md's table under "Set up".
     """
 
@@ -259,6 +287,7 @@ class Settings:
     distill: DistillSettings = field(default_factory=DistillSettings)
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
     weights: WeightSettings = field(default_factory=WeightSettings)
+    hooks: HookSettings = field(default_factory=HookSettings)
     #: what chose ``memory_dir``: "argument", "CYBERINE_MEMORY_DIR", "CYBERINE_HOME" or "default"
     memory_from: str = field(default="argument", compare=False)
     problems: tuple[str, ...] = field(default=(), repr=False, compare=False)
@@ -305,6 +334,7 @@ class Settings:
             distill=DistillSettings.from_env(env),
             feedback=FeedbackSettings.from_env(env),
             weights=WeightSettings.from_env(env),
+            hooks=HookSettings.from_env(env),
             memory_from=memory_from,
             problems=tuple(problems or ()),
         )

@@ -12,6 +12,12 @@ bytes at a time (the body only, or the status line and headers too), :class:`Hug
 a body of any size (streamed from a small buffer, never held in memory); ``sent`` counts the
 bytes of reply bodies that went out.
 
+MessagesServer (Anthropic's Messages API, for the real Claude Code CLI) and ResponsesServer
+(OpenAI's Responses API, for the real Codex CLI through a custom provider) are stand-ins of the
+model APIs the coding agents call: streamed server-sent events, tool use (a reply that asks Claude
+Code to run its Write or Agent tool), every request recorded so that a test can assert what the
+model was sent. They answer by rules on the prompt; no language model is involved.
+
 Why a thread in the test process and not a subprocess: the model is loaded once per session
 (~5 s) and shared by per-test servers, so every test gets a fresh server with clean counters
 and faults, and a test can stop its server (closed port) without reloading the model for the
@@ -24,6 +30,7 @@ fail the test at teardown, so a broken server cannot pass for a client-side erro
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import socket
 import sys
@@ -59,6 +66,14 @@ class Huge:
     declared: bool = True
 
 Encoder = Callable[[list[str]], np.ndarray]
+
+
+class Events(bytes):
+    """A reply body of server-sent events (``text/event-stream``): what a streamed model reply is."""
+
+    @classmethod
+    def of(cls, events: list[tuple[str, dict]]) -> "Events":
+        return cls("".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode())
 
 
 @dataclass
@@ -131,7 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._drip(delivery, status, data)
             return
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/event-stream" if isinstance(payload, Events) else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -356,6 +371,153 @@ class ChatServer(_Server):
 
 
 # --------------------------------------------------------------------------------------------
+# Stand-ins of the model APIs the coding agents call (tests/agent_clients.py drives the real CLIs)
+
+def tool_use(name: str, **arguments) -> dict:
+    """A tool_use content block: the model asks the client to run one of its tools (Write, Bash, Agent...)."""
+    return {"type": "tool_use", "name": name, "input": arguments}
+
+
+def _text_of(content) -> str:
+    """The text of a message's content (a string, or blocks; tool results left out)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(c.get("text") or "" for c in content if isinstance(c, dict) and c.get("type") in ("text", "input_text"))
+    return ""
+
+
+class _ScriptedModel(_Server):
+    """A model that answers by rules on the last prompt it was sent: the first rule whose text the
+    prompt holds gives the reply (``rules``: (text, reply) pairs), else ``reply``. A reply is the
+    assistant's text, a list of content blocks (text and :func:`tool_use`, the Messages API's), or
+    HANG (no reply until the server stops: a turn to interrupt). Every request is
+    recorded (``requests``), so a test can assert what the model was sent (``sent``)."""
+
+    def __init__(self) -> None:
+        self.rules: list[tuple[str, object]] = []
+        self.reply: object = "Done.\n\nISSUES:\n- none"
+        self._ids = itertools.count(1)
+        super().__init__()
+
+    def when(self, text: str, reply: object) -> None:
+        """Answer a prompt that holds ``text`` with ``reply`` (first rule wins)."""
+        self.rules.append((text, reply))
+
+    def _reply_to(self, prompt: str) -> object:
+        return next((reply for text, reply in self.rules if text in prompt), self.reply)
+
+    def model_requests(self) -> list[Request]:
+        """The requests that asked the model for a reply (not token counts, not other routes)."""
+        raise NotImplementedError
+
+    def bodies(self) -> list[str]:
+        """Everything each model request carried (instructions and messages), as one text a request."""
+        return [json.dumps(r.body, ensure_ascii=False) for r in self.model_requests()]
+
+
+class MessagesServer(_ScriptedModel):
+    """Anthropic's Messages API as Claude Code calls it: ``POST /v1/messages`` (streamed server-sent
+    events, or one JSON body) and ``POST /v1/messages/count_tokens``. A request whose last message
+    carries tool results (the client ran the tools the reply asked for) is answered ``after_tools``;
+    tool_use blocks get fresh ids."""
+
+    def __init__(self) -> None:
+        self.after_tools: str = "Finished.\n\nISSUES:\n- none"
+        super().__init__()
+
+    def model_requests(self) -> list[Request]:
+        return [r for r in list(self.requests) if r.method == "POST" and r.path.split("?")[0] == "/v1/messages"
+                and isinstance(r.body, dict)]
+
+    def respond(self, request: Request) -> tuple[int | str, object]:
+        path = request.path.split("?")[0]
+        body = request.body if isinstance(request.body, dict) else {}
+        if request.method == "POST" and path == "/v1/messages/count_tokens":
+            return 200, {"input_tokens": 100}
+        if request.method != "POST" or path != "/v1/messages" or not isinstance(body.get("messages"), list):
+            return _error(404, f"not found: {request.method} {request.path}")
+        last = next((m for m in reversed(body["messages"]) if m.get("role") == "user"), {})
+        results = isinstance(last.get("content"), list) and any(
+            isinstance(c, dict) and c.get("type") == "tool_result" for c in last["content"])
+        reply = self.after_tools if results else self._reply_to(_text_of(last.get("content")))
+        if reply == HANG:
+            return HANG, None
+        blocks = [{"type": "text", "text": reply}] if isinstance(reply, str) else [
+            {**b, "id": f"toolu_{next(self._ids):04d}"} if b.get("type") == "tool_use" else b for b in reply]
+        stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+        message = {"id": f"msg_{next(self._ids):04d}", "type": "message", "role": "assistant", "model": body.get("model"),
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": 100, "output_tokens": 1}}
+        if not body.get("stream"):
+            return 200, {**message, "content": blocks, "stop_reason": stop}
+        events = [("message_start", {"type": "message_start", "message": message})]
+        for i, block in enumerate(blocks):
+            if block["type"] == "text":
+                start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+            else:
+                start, delta = {**block, "input": {}}, {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            events += [("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}),
+                       ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
+                       ("content_block_stop", {"type": "content_block_stop", "index": i})]
+        events += [("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                      "usage": {"output_tokens": 10}}),
+                   ("message_stop", {"type": "message_stop"})]
+        return 200, Events.of(events)
+
+
+def function_call(name: str, **arguments) -> dict:
+    """A Responses API function_call item: the model asks Codex to run one of its tools (exec_command...)."""
+    return {"type": "function_call", "name": name, "arguments": json.dumps(arguments)}
+
+
+class ResponsesServer(_ScriptedModel):
+    """OpenAI's Responses API as Codex calls it through a custom provider (``wire_api =
+    "responses"``): ``POST /v1/responses``, answered with streamed server-sent events; a reply is
+    text or a list of :func:`function_call` items (``rules`` and ``reply``, as :class:`MessagesServer`);
+    a request whose last input is a tool's output is answered ``after_tools``."""
+
+    def __init__(self) -> None:
+        self.after_tools: str = "Finished.\n\nISSUES:\n- none"
+        super().__init__()
+
+    def model_requests(self) -> list[Request]:
+        return [r for r in list(self.requests) if r.method == "POST" and r.path.split("?")[0].endswith("/responses")
+                and isinstance(r.body, dict)]
+
+    def respond(self, request: Request) -> tuple[int | str, object]:
+        body = request.body if isinstance(request.body, dict) else {}
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/responses") \
+                or not isinstance(body.get("input"), list):
+            return _error(404, f"not found: {request.method} {request.path}")
+        users = [i for i in body["input"] if isinstance(i, dict) and i.get("role") == "user"]
+        last = body["input"][-1] if body["input"] else {}
+        if isinstance(last, dict) and str(last.get("type", "")).endswith("_output"):
+            reply = self.after_tools
+        else:
+            reply = self._reply_to(_text_of(users[-1].get("content")) if users else "")
+        if reply == HANG:
+            return HANG, None
+        n = next(self._ids)
+        if isinstance(reply, str):
+            item = {"type": "message", "role": "assistant", "id": f"msg_{n:04d}",
+                    "content": [{"type": "output_text", "text": reply, "annotations": []}]}
+            events = [{"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
+                      {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "item_id": item["id"],
+                       "delta": reply},
+                      {"type": "response.output_item.done", "output_index": 0, "item": item}]
+        else:
+            events = [{"type": "response.output_item.done", "output_index": i,
+                       "item": {**call, "id": f"fc_{n:04d}_{i}", "call_id": f"call_{n:04d}_{i}"}}
+                      for i, call in enumerate(reply)]
+        events = [{"type": "response.created", "response": {"id": f"resp_{n:04d}"}}, *events,
+                  {"type": "response.completed", "response": {"id": f"resp_{n:04d}", "usage": {
+                      "input_tokens": 100, "input_tokens_details": None, "output_tokens": 10,
+                      "output_tokens_details": None, "total_tokens": 110}}}]
+        return 200, Events.of([(e["type"], e) for e in events])
+
+
+# --------------------------------------------------------------------------------------------
 # Encoders
 
 HASH_DIMS = 8
@@ -430,5 +592,21 @@ def embed_server() -> Iterator[EmbedServer]:
 def chat_server() -> Iterator[ChatServer]:
     """A ChatServer with an empty script (model name "scripted-model")."""
     server = ChatServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def messages_server() -> Iterator[MessagesServer]:
+    """A stand-in of Anthropic's Messages API (what Claude Code talks to), with no rules."""
+    server = MessagesServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def responses_server() -> Iterator[ResponsesServer]:
+    """A stand-in of OpenAI's Responses API (what Codex talks to through a custom provider)."""
+    server = ResponsesServer()
     yield server
     server.close()

@@ -20,6 +20,7 @@ GOOD = {
     "outcome": {"summary": "Fixed it.", "accomplished": ["fixed"], "issues": ["flaky-x"], "next": []},
     "workers": [{"agentId": "impl-1", "provider": "anthropic", "state": "done"}],
     "verdictSummary": "impl-1 wins",
+    "files": ["src/drawer.css"], "commands": ["npm test"],
 }
 
 ODD_VALUES = st.sampled_from([
@@ -28,7 +29,8 @@ ODD_VALUES = st.sampled_from([
 ])
 PATHS = st.sampled_from([
     ("runId",), ("cwd",), ("workflowName",), ("task",), ("state",), ("startedAt",), ("endedAt",), ("lineage",),
-    ("outcome",), ("workers",), ("verdictSummary",), ("supersededBy",), ("supersedes",),
+    ("outcome",), ("workers",), ("verdictSummary",), ("supersededBy",), ("supersedes",), ("files",), ("commands",),
+    ("files", 0), ("commands", 0),
     ("lineage", "previousRunId"), ("lineage", "parentRunId"), ("lineage", "rootRunId"), ("lineage", "chatSessionId"),
     ("outcome", "summary"), ("outcome", "accomplished"), ("outcome", "issues"), ("outcome", "next"),
     ("workers", 0, "agentId"), ("workers", 0, "state"), ("workers", 0, "provider"),
@@ -72,7 +74,7 @@ records = st.lists(st.tuples(PATHS, ODD_VALUES), max_size=3).map(lambda ch: _mut
 # Shapes the earlier fast paths let through although the parser rejects them.
 SLIPPED = [_mutate(GOOD, [(("cwd",), " ")]), _mutate(GOOD, [(("workers", 0, "provider"), 3)]),
            _mutate(GOOD, [(("supersededBy",), "bad id")]), _mutate(GOOD, [(("supersedes",), ".hidden")]),
-           _mutate(GOOD, [(("lineage", "rootRunId"), ".hidden")])]
+           _mutate(GOOD, [(("lineage", "rootRunId"), ".hidden")]), _mutate(GOOD, [(("files", 0), None)])]
 
 
 @settings(max_examples=400, deadline=None)
@@ -82,6 +84,7 @@ SLIPPED = [_mutate(GOOD, [(("cwd",), " ")]), _mutate(GOOD, [(("workers", 0, "pro
 @example(SLIPPED[2]).via("supersededBy not a run id")
 @example(SLIPPED[3]).via("supersedes a dot-name")
 @example(SLIPPED[4]).via("rootRunId a dot-name")
+@example(SLIPPED[5]).via("a null among the files")
 def test_fast_row_accepts_only_what_the_parser_accepts(d):
     if columns._fast_row(d, "r1"):
         assert _valid(d, "r1.json"), d
@@ -114,7 +117,7 @@ PINNED_RECORD_SCHEMA = [
     ("startedAt", _TS), ("endedAt", _TS), ("parentRunId", "string"), ("chatSessionId", "string"),
     ("previousRunId", "string"), ("rootRunId", "string"), ("summary", "string"), ("accomplished", _LS),
     ("issues", _LS), ("next", _LS), ("workerAgents", _LS), ("workerStates", _LS), ("verdictSummary", "string"),
-    ("supersededBy", "string"), ("supersedes", "string"), ("inode", "uint64"),
+    ("files", _LS), ("commands", _LS), ("supersededBy", "string"), ("supersedes", "string"), ("inode", "uint64"),
 ]
 
 

@@ -185,7 +185,8 @@ def _build_cybmem_written(tmp: Path) -> Store:
 
     write(_run_json("c01", "Set up the FastAPI skeleton with a health endpoint", 0, 1,
                     issues=["Flaky login test: fails one run in ten"], next_=["add auth"],
-                    verdict={"winner": "impl-1", "summary": "impl-1 wins: tests pass"}))
+                    verdict={"winner": "impl-1", "summary": "impl-1 wins: tests pass"},
+                    files=["app/main.py", "app/health.py"], commands=["pytest -q tests/test_health.py"]))
     write(_run_json("c02", "Add the product listing endpoint", 2, 3,
                     issues=["N+1 queries when listing products with tags"]))
     # c03 dispatched c04 and c05 (they end first, with equal endedAt); c03 came from a chat session.
@@ -403,6 +404,9 @@ def test_node_reads_what_cybmem_wrote(stores):
     assert nd["chains"]["c08"]["previous"] == ["c01", "c02", "c03", "c06", "c07"]
     assert {i["issueId"] for i in nd["openIssues"]} == {"flaky-login-test", "n-1-queries-when-listing-products-with-tags"}
     assert nd["records"]["c02-fix"]["supersedes"] == "c02"
+    # an agent's turn's optional fields (the files it edited, the commands it ran): read, kept as they are
+    assert nd["records"]["c01"]["files"] == ["app/main.py", "app/health.py"]
+    assert nd["records"]["c01"]["commands"] == ["pytest -q tests/test_health.py"]
 
 
 def test_cybmem_supersede_adds_superseded_by_to_the_old_record(stores):

@@ -121,7 +121,7 @@ def _layer(module: str) -> str:
     parts = module.split("/")
     if len(parts) == 1:
         return "foundations" if module in FOUNDATIONS else "front"
-    return "front" if parts[0] in ("cli", "mcp") else parts[0]
+    return "front" if parts[0] in ("cli", "mcp", "hooks") else parts[0]
 
 
 def _imported(module: str, node) -> list[str]:

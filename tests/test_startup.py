@@ -58,7 +58,8 @@ def test_the_tricks_are_opt_in_per_command():
     """A new command gets none of them unless it says quick=True; the ones on the dispatch path do."""
     assert inspect.signature(cli.command).parameters["quick"].default is False
     assert {c.name for c in cli.app.registered_commands if _startup.is_quick(c)} == QUICK
-    assert {c.name for c in cli.app.registered_commands} - QUICK == {"redact", "report", "doctor", "mcp"}
+    # `hook` is quick outside the app: the console script hands `cybmem hook` to cybmem.hooks.entry (below)
+    assert {c.name for c in cli.app.registered_commands} - QUICK == {"redact", "report", "doctor", "mcp", "hook"}
     assert not any(_startup.is_quick(c) for sub in (cli.export_app, cli.fleet_app) for c in sub.registered_commands)
 
 
@@ -173,3 +174,27 @@ def test_no_module_reaches_into_a_third_party_private_name():
                 if isinstance(base, ast.Name) and base.id in THIRD_PARTY + ("typer_core",):
                     found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
     assert found == [], found
+
+
+#: ``cybmem hook`` as the console script runs it, then what the process imported (atexit: it ends without teardown).
+HOOK = ("import atexit, sys\natexit.register(lambda: print('TEARDOWN', file=sys.stderr, flush=True))\n"
+        "import cybmem.hooks.entry as entry\n"
+        "def report(args, main=entry.main):\n"
+        "    main(args)\n"
+        "    import pyarrow.compute as pc\n"
+        "    print('MODULES', 'typer' in sys.modules, 'pandas' in sys.modules, 'value_set' in (pc.is_in.__doc__ or ''),"
+        " file=sys.stderr, flush=True)\n"
+        "entry.main = report\n"
+        "from cybmem.cli import console\nsys.argv = ['cybmem'] + sys.argv[1:]\nconsole()\n")
+
+
+def test_the_hook_starts_without_the_app_pandas_or_compute_docs_and_ends_without_teardown(store):
+    """What an agent runs on every prompt: no Typer app (not even Typer), no pandas, pyarrow.compute
+    with the docstring stand-in, and no teardown; exit code 0. ``cybmem hook --help`` is the app's."""
+    payload = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s1", "cwd": "/home/dev/web",
+                          "prompt_id": "p1", "prompt": "Fix the login form"})
+    p = _py(HOOK, "hook", "claude-code", stdin=payload)
+    assert p.returncode == 0 and "Fix the login form, step" in json.loads(p.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert p.stderr == "MODULES False False False\n", p.stderr
+    p = _py(HOOK, "hook", "--help")
+    assert p.returncode == 0 and p.stdout.startswith("Usage: cybmem hook [OPTIONS] [CLIENT]") and "MODULES" not in p.stderr

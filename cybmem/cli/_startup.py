@@ -13,6 +13,10 @@ typer's ``TyperCommand``/``TyperOption``/``TyperArgument`` classes and Click's `
 - only the named command is built;
 - the process ends without the interpreter's teardown.
 
+The import tricks need no Typer: this module imports it only where a parsing trick uses it, so that
+``cybmem hook`` (an agent runs it on every prompt, without the app: :mod:`cybmem.hooks.entry`) takes
+them without paying for Typer.
+
 What each saves: benchmarks/RESULTS.md, "Figures the module docstrings quoted".
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import re
 import sys
@@ -28,8 +33,8 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-import typer
-from typer.core import TyperArgument, TyperCommand, TyperOption
+if typing.TYPE_CHECKING:  # pragma: no cover
+    import typer
 
 #: Set by :func:`cybmem.cli.app.main`: this process runs one command and exits.
 one_command_process = False
@@ -46,6 +51,8 @@ _INT_TEXT = re.compile(r"\s*([+-]?\d+(?:_\d+)*)(?:\.0+)?\s*", re.ASCII)
 
 def plain_int(value, lo: Optional[int], hi: Optional[int], param=None, ctx=None) -> int:
     """An int option's value as typer's pydantic coercion gives it, with its messages."""
+    import typer
+
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
     elif isinstance(value, str) and (m := _INT_TEXT.fullmatch(value)):
@@ -67,6 +74,8 @@ def plain_coercion(annotation) -> Optional[Callable]:
     """The coercion of a plain option declared as ``Annotated[T, typer.Option(...)]`` (or Argument),
     T one of str, Path, int, bool (optional or not) with nothing to check beyond an int's range;
     None for anything else (a float, a choice, path checks, a parser: typer's own coercion)."""
+    import typer
+
     if typing.get_origin(annotation) is not typing.Annotated:
         return None
     kind, *meta = typing.get_args(annotation)
@@ -101,14 +110,20 @@ def _plain_value(param, ctx, value, typers: Callable):
     return param.callback(ctx, param, value) if param.callback is not None else value
 
 
-class _PlainOption(TyperOption):
-    def process_value(self, ctx, value):
-        return _plain_value(self, ctx, value, super().process_value)
+@functools.cache
+def _plain_classes() -> dict[type, type]:
+    """Typer's option and argument classes, each with the plain coercion in its place."""
+    from typer.core import TyperArgument, TyperOption
 
+    class _PlainOption(TyperOption):
+        def process_value(self, ctx, value):
+            return _plain_value(self, ctx, value, super().process_value)
 
-class _PlainArgument(TyperArgument):
-    def process_value(self, ctx, value):
-        return _plain_value(self, ctx, value, super().process_value)
+    class _PlainArgument(TyperArgument):
+        def process_value(self, ctx, value):
+            return _plain_value(self, ctx, value, super().process_value)
+
+    return {TyperOption: _PlainOption, TyperArgument: _PlainArgument}
 
 
 class _QuickCommand:
@@ -128,8 +143,9 @@ class _QuickCommand:
 
 
 def _make_plain(param):
-    if type(param) in (TyperOption, TyperArgument):
-        param.__class__ = _PlainOption if type(param) is TyperOption else _PlainArgument
+    plain = _plain_classes().get(type(param))
+    if plain is not None:
+        param.__class__ = plain
     return param
 
 
@@ -145,7 +161,7 @@ def is_quick(command_info) -> bool:
     return isinstance(command_info.cls, type) and issubclass(command_info.cls, _QuickCommand)
 
 
-def named_only(app: typer.Typer, args: list[str]) -> typer.Typer:
+def named_only(app: "typer.Typer", args: list[str]) -> "typer.Typer":
     """The app, narrowed to the one command the arguments name when it opted in: Click then builds
     that command only; help, usage and errors read the same (the same command objects)."""
     chosen = [c for c in app.registered_commands if args and c.name == args[0] and is_quick(c)]

@@ -1,6 +1,6 @@
 """The ``cybmem`` command line assembled: the app of :mod:`cybmem.cli.framework` with every group of
 commands registered on it (reads, writes, the dispatch path, tuning, maintenance, export, mcp,
-fleet: a module each), and the console script's entry (:func:`main`, :func:`console`). Heavy
+hooks, fleet: a module each), and the console script's entry (:func:`main`, :func:`console`). Heavy
 modules are imported inside the commands that need them, so the write and inject paths never pay
 for pandas or matplotlib.
 """
@@ -15,7 +15,7 @@ import typer
 from . import _startup, signals
 # the command modules register their commands on the app as they are imported, in the order
 # `cybmem --help` lists them
-from . import reads, writes, search, tuning, maintenance, exports, mcp, fleet  # noqa: F401
+from . import reads, writes, search, tuning, maintenance, exports, mcp, hooks, fleet  # noqa: F401
 from .exports import export_app
 from .fleet import fleet_app
 from .framework import ClickException, UsageError, app, command, error_line

@@ -77,6 +77,10 @@ def _render_record(rec, *, asked: str, chain: list[str]) -> None:
     for title, items in (("Accomplished", rec.outcome.accomplished), ("Issues", rec.outcome.issues), ("Next", rec.outcome.next)):
         lines.append(f"{title}:")
         lines += [f"  - {i}" for i in items] or ["  - none"]
+    for title, items in (("Files edited", rec.files), ("Commands run", rec.commands)):  # optional: an agent's turn
+        if items:
+            lines.append(f"{title}:")
+            lines += [f"  - {' '.join(i.split())}" for i in items]
     echo("\n".join(lines))
 
 

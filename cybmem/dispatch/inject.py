@@ -80,6 +80,12 @@ class Injection:
         shown = self.layout.runs if self.layout is not None else 0
         return self.shown_order[:shown]
 
+    @property
+    def relates(self) -> bool:
+        """Whether the block shows anything of the project about the task: a run, or an open issue
+        in its issues section (a block of only the line saying that nothing relates does not)."""
+        return bool(self.runs) or any(i.listed == "issues" for i in self.issues)
+
     def to_dict(self) -> dict:
         """Everything ``cybmem inject --json`` prints: the prompt and how it was made."""
         out: dict = {"project": self.project, "block": self.block, "task": self.task, "prompt": self.prompt,

@@ -604,6 +604,7 @@ def layout(
     issue_share: float | None = None,
     more_issues: int = 0,
     nothing: str | None = None,
+    hint: str = POINTER_HINT,
 ) -> Layout:
     """Lay out the MEMORY block (format: module doc) within a token budget.
 
@@ -623,6 +624,8 @@ def layout(
         more_issues: open issues that were not offered at all (over the cap), for the last line.
         nothing: when no run is given, the one line that says why (e.g. no earlier run relates to
             the task), so that the block says so instead of staying away.
+        hint: the line after the pointers, once, when one is shown (what a pointer is and how to
+            get its whole run).
 
     Returns:
         A :class:`Layout`; its text is "" when nothing but HEADER and FOOTER would fit.
@@ -656,19 +659,19 @@ def layout(
     body: list[str] = [_drop_inline_blocks(f"- ({_field(nothing, _SUMMARY_MAX)})")] if nothing and not entries else []
     used = frame + section_size + size(body)
     runs_shown = 0
-    hint = False  # POINTER_HINT is owed (a pointer is shown)
+    hinted = False  # the hint is owed (a pointer is shown)
     for entry in entries:
         block = _entry_lines(entry)
         pointer = entry.tier == "pointer" and not entry.follows
-        extra = len(POINTER_HINT) + 1 if pointer and not hint else 0
+        extra = len(hint) + 1 if pointer and not hinted else 0
         if used + size(block) + extra > limit:
             break
         body.extend(block)
         used += size(block) + extra
-        hint = hint or pointer
+        hinted = hinted or pointer
         runs_shown += 1
-    if hint:
-        body.append(POINTER_HINT)
+    if hinted:
+        body.append(hint)
     run_chars = size(body)
     if issue_share is None:  # the old rule: issues line by line in what is left
         shown, heading = [], [_ISSUES_HEADING]

@@ -41,6 +41,7 @@ from ..errors import CybmemError, NotFoundError, StoreError, ValidationError
 from ..store.outcome import extractive_summary, issue_slug, parse_trailer, shorten, split_issue
 from ..dispatch.preamble import strip, strip_memory
 from ..store.projects import abs_cwd, known_projects, lookup_slug, owning_dir, project_cwd, select_project
+from ..store.private import private_value, strip_private
 from ..store.secrets import redact_value
 from ..store.records import IssueEvent, Lineage, MemoryRecord, Outcome, Worker, iso_to_ms, validate_chat_id, validate_run_id
 from ..settings import Settings
@@ -86,6 +87,8 @@ class RunInput:
     winner_output: str | None = None
     verdict: str | None = None
     lineage: dict = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)  # the files the run edited (an agent's turn)
+    commands: list[str] = field(default_factory=list)  # the commands it ran
 
 
 def _ms(value: Any, where: str) -> int | None:
@@ -159,6 +162,16 @@ def _workers(run: Mapping) -> tuple[list[dict], dict | None]:
     return workers, verdict
 
 
+def _str_list(run: Mapping, key: str) -> list[str]:
+    """An optional list of strings (``files``, ``commands``); ValidationError names the field."""
+    value = run.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError(f"{key}: expected a list of strings, got {type(value).__name__}")
+    return list(dict.fromkeys(v for v in value if v.strip()))
+
+
 def parse_run(run: Any) -> RunInput:
     """Validate an orchestrator run object; ValidationError names the field at fault."""
     if not isinstance(run, Mapping):
@@ -218,6 +231,8 @@ def parse_run(run: Any) -> RunInput:
         winner_output=winner_output,
         verdict=" ".join(verdict.split()) if verdict else None,
         lineage={k: v for k, v in lineage.items() if isinstance(v, str) and v},
+        files=_str_list(run, "files"),
+        commands=_str_list(run, "commands"),
     )
 
 
@@ -302,13 +317,19 @@ def build_record(
     CYBERINE_RUN_ID / CYBERINE_PARENT_RUN_ID / CYBERINE_CHAT_SESSION_ID.
     """
     found: set[str] = set()
+    # What a person marked <private> is never stored (cybmem.store.private), whatever the switches.
+    run = dataclasses.replace(
+        run, task=strip_private(run.task), winner_output=private_value(run.winner_output),
+        verdict=private_value(run.verdict), workers=private_value(run.workers), files=private_value(run.files),
+        commands=private_value(run.commands))
     if settings.redact_secrets:
         # The one pass, over every text of the run whole, before anything below strips, extracts
         # or cuts it. Run ids are validated, not redacted; a chat session id is free text.
         run = dataclasses.replace(
             run, task=redact_value(run.task, found)[0], workflow_name=redact_value(run.workflow_name, found)[0],
             winner_output=redact_value(run.winner_output, found)[0], verdict=redact_value(run.verdict, found)[0],
-            workers=redact_value(run.workers, found)[0],
+            workers=redact_value(run.workers, found)[0], files=redact_value(run.files, found)[0],
+            commands=redact_value(run.commands, found)[0],
             lineage={**run.lineage, **({"chatSessionId": redact_value(run.lineage["chatSessionId"], found)[0]}
                                        if isinstance(run.lineage.get("chatSessionId"), str) else {})})
         chat_session_id = redact_value(chat_session_id, found)[0]
@@ -387,6 +408,8 @@ def build_record(
             for i, w in enumerate(run.workers)
         ],
         verdictSummary=verdict,
+        files=[f for f in run.files if f.strip()],
+        commands=[c for c in run.commands if c.strip()],
     )
     return rec, events, sorted(found)
 
@@ -655,7 +678,7 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
             return False
         # The keyword index's issue text: title and detail by the fold's rule (cybmem.store.issue_tables.issue_texts).
         texts = {k: issue_text(v.title, v.detail) for k, v in store.issue_states_for(rec.outcome.issues).items()}
-        text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts))
+        text = embedding_text(record_text(rec.task, rec.outcome.summary, rec.outcome.issues, texts, rec.files, rec.commands))
         if text is None:
             return False
         # Off the dispatch path, but the run is over and its caller (a hook) waits: the whole call,

@@ -2,7 +2,7 @@
 
 One row per record (lineage and outcome flattened, timestamps ``timestamp[ms, UTC]``, lists as
 Arrow lists, the file's inode) plus the keyword text of each row (task + summary + the titles and details of
-the issues it raised). The columns and the checks come from the record's field table
+the issues it raised + the files it edited and the commands it ran). The columns and the checks come from the record's field table
 (:data:`cybmem.store.records.RECORD_FIELDS`). Large batches are parsed at once by Arrow's multi-threaded
 JSON reader and checked vectorised; a file those checks do not pass goes through the one record parser
 (:func:`cybmem.store.memory_store.parse_record`), which decides and says why. Both fast paths only ever
@@ -201,6 +201,7 @@ _LINEAGE_LINKS = tuple(f.name for f in LINEAGE_FIELDS if f.rule == "run_id")
 _LINEAGE_STR = tuple(f.name for f in LINEAGE_FIELDS if f.rule is None)
 _OUTCOME_STR = tuple(f.name for f in OUTCOME_FIELDS if f.kind == "str")
 _OUTCOME_LISTS = tuple(f.name for f in OUTCOME_FIELDS if f.kind == "str_list")
+_RECORD_LISTS = tuple(f.name for f in RECORD_FIELDS if f.kind == "str_list")  # files, commands
 _WORKER_REQUIRED = tuple(f.name for f in WORKER_FIELDS if f.required)
 _WORKER_OPTIONAL = tuple(f.name for f in WORKER_FIELDS if not f.required)
 
@@ -250,6 +251,10 @@ def _fast_row(d: Any, run_id: str) -> bool:
         v = out.get(k)
         if v is not None and not _is_str_list(v):
             return False
+    for k in _RECORD_LISTS:
+        v = d.get(k)
+        if v is not None and not _is_str_list(v):
+            return False
     if w is not None:
         if type(w) is not list:
             return False
@@ -293,6 +298,8 @@ class _Columns:
         c["workerAgents"].append([w["agentId"] for w in workers])
         c["workerStates"].append([w["state"] for w in workers])
         c["verdictSummary"].append(d.get("verdictSummary"))
+        for name in _RECORD_LISTS:
+            c[name].append(d.get(name) or [])
         c["supersededBy"].append(d.get("supersededBy") or None)
         c["supersedes"].append(d.get("supersedes") or None)
         c["inode"].append(inode)
@@ -405,8 +412,7 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
         bad_rows = np.zeros(0, dtype=np.int64)
     mask = numpy_of(pc.fill_null(ok, _FALSE)).copy()
     mask[bad_rows] = False
-    for name in _OUTCOME_LISTS:
-        col = field(out, name)
+    for col in [field(out, name) for name in _OUTCOME_LISTS] + [t.column(name) for name in _RECORD_LISTS]:
         if pc.any(pc.is_null(pc.list_flatten(col))).as_py():  # a null inside a list of strings
             inner = numpy_of(pc.is_null(pc.list_flatten(col)))
             mask[np.unique(numpy_of(pc.list_parent_indices(col))[inner])] = False
@@ -435,6 +441,7 @@ def _bulk_table(raws: list[bytes], names: list[str], inodes: list[int]) -> tuple
         "next": pc.fill_null(field(out, "next"), empty_list),
         "workerAgents": list_of(w, "agentId"), "workerStates": list_of(w, "state"),
         "verdictSummary": t.column("verdictSummary"),
+        **{name: pc.fill_null(t.column(name), empty_list) for name in _RECORD_LISTS},
         "supersededBy": _empty_to_null(t.column("supersededBy")),
         "supersedes": _empty_to_null(t.column("supersedes")),
         "inode": array_of(inodes, pa.uint64()),
@@ -451,7 +458,8 @@ def keyword_texts(table: pa.Table, issue_text: dict[str, str]) -> list[str]:
 def keyword_text_array(table: pa.Table, issue_text: dict[str, str]) -> pa.StringArray:
     """:func:`keyword_texts` as an Arrow array, joined by Arrow's string kernels: each row's
     :func:`cybmem.store.embeddings.record_text` (task, summary, then the text of each issue it raised,
-    or the issue's id when ``issue_text`` has none), one line each; the task up to
+    or the issue's id when ``issue_text`` has none, then the files it edited and the commands it
+    ran), one line each; the task up to
     :data:`cybmem.store.tokens.MAX_TEXT_CHARS` characters."""
     if not table.num_rows:
         return strings([])
@@ -465,6 +473,11 @@ def keyword_text_array(table: pa.Table, issue_text: dict[str, str]) -> pa.String
     issues = pc.binary_join(pa.ListArray.from_arrays(ids.offsets, raised), _NEWLINE)
     has = pc.fill_null(pc.greater(pc.list_value_length(ids), scalar(0, pa.int32())), _FALSE)
     text = pc.if_else(has, pc.binary_join_element_wise(text, issues, _NEWLINE), text)
+    for name in _RECORD_LISTS:  # the files a run edited, the commands it ran (a table without them: none)
+        if name in table.column_names:
+            items = table.column(name)
+            has = pc.fill_null(pc.greater(pc.list_value_length(items), scalar(0, pa.int32())), _FALSE)
+            text = pc.if_else(has, pc.binary_join_element_wise(text, pc.binary_join(items, _NEWLINE), _NEWLINE), text)
     return text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
 
 

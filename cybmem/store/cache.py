@@ -45,7 +45,7 @@ __all__ = [
     "CHECKED_SCHEMA", "Checked", "read_checked", "merge_checked", "checked_file", "settle",
 ]
 
-CACHE_VERSION = "13-" + TOKENIZER_VERSION  # 13: a segment's read_ns, chk-N.arrow; 12: kw-N.arrow doc ids in two bytes (+ high parts); 11: kw-N.arrow without impacts, tfs in a byte; 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
+CACHE_VERSION = "14-" + TOKENIZER_VERSION  # 14: files and commands columns (and in the keyword text); 13: a segment's read_ns, chk-N.arrow; 12: kw-N.arrow doc ids in two bytes (+ high parts); 11: kw-N.arrow without impacts, tfs in a byte; 10: openOrder in act-N.arrow; 9: car-N.arrow (issue carriers); 8: act-N.arrow (issue activity); 6: kwi.arrow; the tokens are in it too
 MAX_SEGMENTS = 8
 RACY_NS = _io.RACY_NS  # a directory mtime this close to the scan may hide a same-tick write
 _MAX_MANIFEST_BYTES = 256 * 1024 * 1024

@@ -14,7 +14,7 @@ records and the ledger it may be rewritten: :func:`drop_lines` does it atomicall
 project lock, for the repair only.
 
 What is embedded is what the keyword index sees (:func:`record_text`: task, summary, title and
-detail of the issues the run raised), cut to :data:`EMBED_TEXT_CHARS` (:func:`embedding_text`).
+detail of the issues the run raised, the files it edited and the commands it ran), cut to :data:`EMBED_TEXT_CHARS` (:func:`embedding_text`).
 """
 
 from __future__ import annotations
@@ -39,14 +39,19 @@ MAX_EMBEDDINGS_BYTES = 8 * 1024 * 1024 * 1024
 EMBED_TEXT_CHARS = 2000
 
 
-def record_text(task: str, summary: str | None, issues: Sequence[str] | None, issue_text: Mapping[str, str]) -> str:
-    """The text a record is indexed by: task, summary and the text (title, detail) of the issues it raised.
+def record_text(task: str, summary: str | None, issues: Sequence[str] | None, issue_text: Mapping[str, str],
+                files: Sequence[str] = (), commands: Sequence[str] = ()) -> str:
+    """The text a record is indexed by: task, summary, the text (title, detail) of the issues it
+    raised, then the files it edited and the commands it ran (an agent's turn), one a line.
 
     The keyword index (cybmem.store.arrow_records) and the embeddings use this one function.
     """
     text = task + "\n" + (summary or "")
     if issues:
         text += "\n" + "\n".join(issue_text.get(i, i) for i in issues)
+    for items in (files, commands):
+        if items:
+            text += "\n" + "\n".join(items)
     return text
 
 

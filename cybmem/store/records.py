@@ -108,6 +108,8 @@ RECORD_FIELDS = (
     Field("outcome", "object", required=True, nested=OUTCOME_FIELDS),
     Field("workers", "objects", nested=WORKER_FIELDS),
     Field("verdictSummary"),
+    Field("files", "str_list"),  # the files the run edited (an agent's turn: its Edit/Write tools' paths)
+    Field("commands", "str_list"),  # the commands it ran (an agent's turn: its Bash tool's commands)
     Field("supersededBy", rule="run_id"),
     Field("supersedes", rule="run_id"),
 )
@@ -441,6 +443,8 @@ class MemoryRecord:
     outcome: Outcome = field(default_factory=Outcome)
     workers: list[Worker] = field(default_factory=list)
     verdictSummary: str | None = None
+    files: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
     supersededBy: str | None = None
     supersedes: str | None = None
     extra: dict = field(default_factory=dict)
@@ -478,6 +482,8 @@ class MemoryRecord:
                 continue
             if f.kind == "ms":
                 values[f.name] = _ms(d, f.name, "")
+            elif f.kind == "str_list":
+                values[f.name] = _str_list(d, f.name, "")
             elif f.kind == "object":
                 values[f.name] = _NESTED[f.name].from_dict(d[f.name])
             else:
@@ -504,6 +510,9 @@ class MemoryRecord:
             "workers": [w.to_dict() for w in self.workers],
         }
         _put(out, "verdictSummary", self.verdictSummary)
+        for name in ("files", "commands"):  # optional: written only when the run has some
+            if getattr(self, name):
+                out[name] = list(getattr(self, name))
         _put(out, "supersededBy", self.supersededBy)
         _put(out, "supersedes", self.supersedes)
         _merge_extra(out, self.extra, self._KNOWN)
