@@ -19,9 +19,6 @@ from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-
 from ..errors import CybmemError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -317,7 +314,12 @@ class _Sessions:
     to the SDK's app (its id then answers 404, on which an MCP client opens a new session)."""
 
     def __init__(self, app: Callable, *, limit: int, unused_timeout: float, host: str, path: str):
+        # the SDK imported here, not with the module: cybmem.mcp.tools says what to install when it is missing
+        from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+        from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
         self.app, self.limit, self.unused_timeout, self.host, self.path = app, limit, unused_timeout, host, path
+        self.id_header, self.handshakes = MCP_SESSION_ID_HEADER.encode(), HANDSHAKE_PROTOCOL_VERSIONS
         self.unused: OrderedDict[str, _Session] = OrderedDict()  # oldest first
         self.used: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self.opening = self.ending = 0  # requests that may open a session; sessions being ended
@@ -328,10 +330,10 @@ class _Sessions:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        session_id = _header(scope, MCP_SESSION_ID_HEADER.encode())
+        session_id = _header(scope, self.id_header)
         if session_id is None:
             version = _header(scope, b"mcp-protocol-version")
-            if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            if version is not None and version not in self.handshakes:
                 return await self.app(scope, receive, send)  # a self-contained request: no session
             return await self._open(scope, receive, send)
         session = self.unused.get(session_id) or self.used.get(session_id)
@@ -365,8 +367,8 @@ class _Sessions:
 
         async def watched(message: dict) -> None:
             if message["type"] == "http.response.start" and message["status"] < 400:
-                session_id = next((value for key, value in message.get("headers") or ()
-                                   if key.lower() == MCP_SESSION_ID_HEADER.encode()), None)
+                session_id = next((value for key, value in message.get("headers") or () if key.lower() == self.id_header),
+                                  None)
                 if session_id:
                     session = _Session(session_id.decode("latin-1"))
                     session.busy += 1  # until its answer is written
@@ -412,7 +414,7 @@ class _Sessions:
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "DELETE",
                  "scheme": "http", "path": self.path, "raw_path": self.path.encode(), "query_string": b"",
                  "root_path": "", "client": None, "server": None,
-                 "headers": [(b"host", self.host.encode()), (MCP_SESSION_ID_HEADER.encode(), session_id.encode())]}
+                 "headers": [(b"host", self.host.encode()), (self.id_header, session_id.encode())]}
         sent = False
 
         async def receive() -> dict:
