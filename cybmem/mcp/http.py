@@ -8,9 +8,11 @@ SIGTERM ends within :data:`SHUTDOWN_TIMEOUT` seconds whatever its clients do. Th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
+import struct
 import sys
 import threading
 import time
@@ -249,10 +251,16 @@ class _Guarded(asyncio.Protocol):
             self.sending = asyncio.get_running_loop().call_later(self.deadlines.send_timeout, self._look)
 
     def abort(self, why: str | None) -> None:
-        """Close the connection at once, dropping what waits to be sent (``close`` would wait for it)."""
+        """Reset the connection at once, dropping what waits to be sent: in this process (``close``
+        would wait for the client to take it) and in the kernel (a socket closed with unsent bytes
+        lingers, holding them, for as long as the client keeps its window shut)."""
         if why:
             _now_and_then(why)
         self.deadlines.waiting.discard(self)
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
