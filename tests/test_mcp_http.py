@@ -572,6 +572,92 @@ def test_answers_waiting_for_clients_are_bounded_in_bytes(tmp_path, big_store):
         assert "a client took none" not in said
 
 
+def rss_mb(pid: int) -> float:
+    """The resident memory of process ``pid``, in MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+
+#: glibc returns a freed block of this size or more to the system at once (its default moves the bar
+#: up to 32 MiB as big blocks are freed, keeping them in the heap): the server's RSS then follows the
+#: memory it holds, not the most it once held.
+RSS_FOLLOWS = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+def session_calls(port: int, sessions: list[str]) -> list[socket.socket]:
+    """A `show` of the big record in each of ``sessions``, each on a connection of its own, all
+    arriving at once (each request's last byte is sent after every other part)."""
+    call = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                       "params": {"name": "show", "arguments": {"run_id": "big-answer"}}}).encode()
+    socks, requests = [], []
+    for session in sessions:
+        socks.append(socket.create_connection(("127.0.0.1", port)))
+        requests.append((f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                         f"Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+                         f"Mcp-Protocol-Version: 2025-06-18\r\nContent-Length: {len(call)}\r\n\r\n").encode() + call)
+    for sock, request in zip(socks, requests):
+        sock.sendall(request[:-1])
+    for sock, request in zip(socks, requests):
+        sock.sendall(request[-1:])
+    return socks
+
+
+def read_answers(socks: list[socket.socket], size: int, pid: int) -> float:
+    """Read every answer (each at least ``size`` bytes) on ``socks``; the most RSS ``pid`` had meanwhile."""
+    import selectors
+
+    most, left = rss_mb(pid), {sock: size for sock in socks}
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        deadline = time.monotonic() + 120
+        while left and time.monotonic() < deadline:
+            most = max(most, rss_mb(pid))
+            for key, _ in selector.select(0.02):
+                chunk = key.fileobj.recv(1 << 20)
+                left[key.fileobj] -= len(chunk)
+                if not chunk or left[key.fileobj] <= 0:
+                    selector.unregister(key.fileobj)
+                    del left[key.fileobj]
+    assert not left, "every answer came"
+    return most
+
+
+def big_answers_in_sessions(where: Path, root: Path, count: int) -> tuple[float, float, float]:
+    """A server on ``root``; ``count`` sessions ask for the big answer at once and read it: the size
+    of an answer (MiB), the most the server's RSS grew meanwhile, and what it grew by after."""
+    with http_server(where, root=root, env=RSS_FOLLOWS) as (proc, port, log):
+        size = answer_size(port)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        sessions = [open_session(conn) for _ in range(count)]
+        conn.close()
+        before = rss_mb(proc.pid)
+        socks = session_calls(port, sessions)
+        try:
+            most = read_answers(socks, size, proc.pid)
+        finally:
+            for sock in socks:
+                sock.close()
+        time.sleep(1)
+        return size / 2**20, most - before, rss_mb(proc.pid) - before
+
+
+def test_sessions_do_not_keep_their_last_big_answer(tmp_path, big_store):
+    """Twenty sessions each ask for an answer of 3.6 MB and read it: the server's memory comes back
+    (the SDK's transport kept each session's last answer until its next request, for the 30 minutes
+    a used session lives: RSS +137 MB for twenty, for good)."""
+    size, _, kept = big_answers_in_sessions(tmp_path, big_store, 20)
+    assert kept < 10 * size, (kept, size)
+
+
+def test_answers_are_made_a_few_at_a_time(tmp_path, big_store):
+    """Forty sessions ask for an answer of 3.6 MB at the same moment: the server makes a few at a
+    time (each answer made waited, whole, for the calls queued before it to be made too: RSS +283
+    MB at the peak, about 80 times the size; +110 MB now)."""
+    size, most, _ = big_answers_in_sessions(tmp_path, big_store, 40)
+    assert most < 50 * size, (most, size)
+
+
 def test_sigterm_ends_the_server_with_readers_stalled(tmp_path, big_store):
     """SIGTERM with connections that read none of their answers and calls queued behind them:
     the server ends within SHUTDOWN_TIMEOUT, quietly (uvicorn waited for every connection to be
