@@ -17,7 +17,7 @@ from pathlib import Path
 from .errors import ValidationError
 
 __all__ = ["Settings", "EmbeddingSettings", "DistillSettings", "FeedbackSettings", "WeightSettings", "HookSettings",
-           "WEIGHT_VARIABLES", "HOOK_DEADLINE",
+           "McpSettings", "WEIGHT_VARIABLES", "HOOK_DEADLINE",
            "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS",
            "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE", "DEFAULT_SHOWN_CAP", "DEFAULT_EMBED_MODEL", "EMBED_QUERY_TIMEOUT",
            "EMBED_WRITE_TIMEOUT", "MODEL_TIMEOUT"]
@@ -57,6 +57,15 @@ MODEL_TIMEOUT = 30.0
 #: agent go on (CYBERINE_HOOK_DEADLINE): a warm block takes a fraction of a second, a record about
 #: as long; the first block of a large store builds its cache (seconds), which the next ones reuse.
 HOOK_DEADLINE = 10.0
+
+#: The MCP server over HTTP (cybmem.mcp.http): sessions open at once (past it the one least worth
+#: keeping is closed for the newcomer), seconds a session that has asked nothing since its
+#: initialize is kept, seconds a client may take none of an answer, and MiB of answers waiting for
+#: clients to take them, across connections.
+MCP_SESSIONS = 1000
+MCP_UNUSED_SESSION_TIMEOUT = 30.0
+MCP_SEND_TIMEOUT = 10.0
+MCP_UNSENT_MB = 64
 
 #: The variable of each retrieval weight (cybmem.retrieval.weights), lowest precedence of none:
 #: a set variable overrides every weights file.
@@ -218,6 +227,39 @@ class FeedbackSettings:
 
 
 @dataclass(frozen=True)
+class McpSettings:
+    """The bounds of ``cybmem mcp --http`` (cybmem.mcp.http) under load it did not ask for:
+    ``sessions`` open at once (``CYBERINE_MEMORY_MCP_SESSIONS``), ``unused_session_timeout``
+    (``CYBERINE_MEMORY_MCP_UNUSED_SESSION_TIMEOUT``), ``send_timeout``
+    (``CYBERINE_MEMORY_MCP_SEND_TIMEOUT``) and ``unsent_mb`` (``CYBERINE_MEMORY_MCP_UNSENT_MB``).
+    A malformed one is said in ``problems`` and its default used (the server says so as it starts)."""
+
+    sessions: int = MCP_SESSIONS
+    unused_session_timeout: float = MCP_UNUSED_SESSION_TIMEOUT
+    send_timeout: float = MCP_SEND_TIMEOUT
+    unsent_mb: int = MCP_UNSENT_MB
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "McpSettings":
+        problems: list[str] = []
+
+        def seconds(name: str, default: float) -> float:
+            said = len(problems)
+            value = _seconds(env, name, default, problems)
+            problems[said:] = [f"{problem} (using {default:g})" for problem in problems[said:]]
+            return value
+
+        return cls(
+            sessions=_int_env(env, "CYBERINE_MEMORY_MCP_SESSIONS", MCP_SESSIONS, 1, problems),
+            unused_session_timeout=seconds("CYBERINE_MEMORY_MCP_UNUSED_SESSION_TIMEOUT", MCP_UNUSED_SESSION_TIMEOUT),
+            send_timeout=seconds("CYBERINE_MEMORY_MCP_SEND_TIMEOUT", MCP_SEND_TIMEOUT),
+            unsent_mb=_int_env(env, "CYBERINE_MEMORY_MCP_UNSENT_MB", MCP_UNSENT_MB, 1, problems),
+            problems=tuple(problems),
+        )
+
+
+@dataclass(frozen=True)
 class WeightSettings:
     """Where retrieval weights come from beyond the weights.json files (cybmem.retrieval.weights):
     ``file``, the one ``CYBERINE_MEMORY_WEIGHTS`` names, and ``variables``, the
@@ -264,8 +306,8 @@ class Settings:
     ``~/.cyberine/memory`` (``memory_from`` says which). The optional layers and the weights have
     sub-configurations of their own: ``embeddings`` and ``distill`` (cybmem.clients.model_servers),
     ``feedback`` (cybmem.dispatch.feedback), ``weights`` (cybmem.retrieval.weights), ``hooks`` (the
-    agent hooks: cybmem.hooks, cybmem.operations.hook_settings). Every variable
-    is listed, with its default, in USAGE.md's table under "Set up".
+    agent hooks: cybmem.hooks, cybmem.operations.hook_settings), ``mcp`` (cybmem.mcp.http). Every
+    variable is listed, with its default, in USAGE.md's table under "Set up".
     """
 
     memory_dir: Path
@@ -288,6 +330,7 @@ class Settings:
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
     weights: WeightSettings = field(default_factory=WeightSettings)
     hooks: HookSettings = field(default_factory=HookSettings)
+    mcp: McpSettings = field(default_factory=McpSettings)
     #: what chose ``memory_dir``: "argument", "CYBERINE_MEMORY_DIR", "CYBERINE_HOME" or "default"
     memory_from: str = field(default="argument", compare=False)
     problems: tuple[str, ...] = field(default=(), repr=False, compare=False)
@@ -335,6 +378,7 @@ class Settings:
             feedback=FeedbackSettings.from_env(env),
             weights=WeightSettings.from_env(env),
             hooks=HookSettings.from_env(env),
+            mcp=McpSettings.from_env(env),
             memory_from=memory_from,
             problems=tuple(problems or ()),
         )

@@ -23,8 +23,10 @@ def mcp_cmd(
     --allow-writes also mark_issue and supersede. Resources: a project's open issues and a run's
     record. --project / --cwd choose the default project (none when started outside a project:
     each call names one); each call may name another. Over HTTP only the origin
-    http://127.0.0.1:PORT is served and a request must arrive whole within 5 seconds. Add it to an
-    MCP client's configuration as the command `cybmem mcp` (USAGE.md, "Memory for agents mid-run").
+    http://127.0.0.1:PORT is served, a request must arrive whole within 5 seconds, a session that
+    asks nothing ends after 30 seconds and a client that takes none of its answer for 10 seconds
+    is cut off (the CYBERINE_MEMORY_MCP_* variables). Add it to an MCP client's configuration as
+    the command `cybmem mcp` (USAGE.md, "Memory for agents mid-run").
 
     Example: cybmem mcp --project web
     """

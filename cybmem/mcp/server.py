@@ -21,13 +21,15 @@ import inspect
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated
 
 import orjson
 
 from .. import __version__
+from ..errors import CybmemError
 from ..settings import Settings
 from ..store.outcome import json_controls_escaped, printable_json
 from ..store.loading import holding_snapshots
@@ -71,13 +73,26 @@ def _text(name: str, answer: Answer) -> str:
     return "\n".join([f"No MEMORY block for this task in project {answer['project']}."] + answer["warnings"])
 
 
-def _add_tool(server: MCPServer, memory: Memory, name: str) -> None:
+def _unless_stopping(stopping: threading.Event | None, fn: Callable[[], Answer]) -> Callable[[], Answer]:
+    """``fn``, refused once the server is stopping: the calls queued behind the one being answered
+    then take no time (each is answered on the event loop, in turn: sixty slow calls queued kept a
+    SIGTERM waiting for all of them)."""
+
+    def unless() -> Answer:
+        if stopping is not None and stopping.is_set():
+            raise CybmemError("the server is stopping (SIGTERM); call again once it is started again")
+        return fn()
+
+    return unless
+
+
+def _add_tool(server: MCPServer, memory: Memory, name: str, stopping: threading.Event | None) -> None:
     method = getattr(memory, name)
     sig = inspect.signature(method, eval_str=True)
 
     @functools.wraps(method)
     async def tool(**arguments) -> CallToolResult:  # async: answered on the event loop (module docstring)
-        answer = memory.call(name, arguments, lambda: method(**arguments))
+        answer = memory.call(name, arguments, _unless_stopping(stopping, lambda: method(**arguments)))
         return CallToolResult(content=[TextContent(type="text", text=_text(name, answer))], structured_content=answer)
 
     del tool.__wrapped__  # the SDK reads the signature below: the method's, answering CallToolResult checked
@@ -88,9 +103,10 @@ def _add_tool(server: MCPServer, memory: Memory, name: str) -> None:
                                                 idempotent_hint=name != "supersede", open_world_hint=False))
 
 
-def build_server(memory: Memory) -> MCPServer:
+def build_server(memory: Memory, stopping: threading.Event | None = None) -> MCPServer:
     """The MCP server of ``memory``: its tools (the write tools only when ``memory.allow_writes``)
-    and resources; while it runs, snapshots are held (module docstring)."""
+    and resources; while it runs, snapshots are held (module docstring). Once ``stopping`` is set
+    (by :func:`cybmem.mcp.http.serve_http` on SIGTERM), every call is refused."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[dict]:
@@ -110,21 +126,23 @@ def build_server(memory: Memory) -> MCPServer:
                       f"ISO 8601 in UTC. Writes are {writes}."),
     )
     for name in _READS + (_WRITES if memory.allow_writes else ()):
-        _add_tool(server, memory, name)
+        _add_tool(server, memory, name, stopping)
 
     @server.resource("cybmem://projects/{project}/issues", name="open-issues", title="A project's open issues",
                      mime_type="application/json")
     async def open_issues(project: str) -> str:
         """The project's open issues, oldest first (as `cybmem issues --state open --json`)."""
         arguments = {"project": project}
-        return printable_json(memory.call("open-issues", arguments, lambda: memory.open_issues(project), resource=True))
+        fn = _unless_stopping(stopping, lambda: memory.open_issues(project))
+        return printable_json(memory.call("open-issues", arguments, fn, resource=True))
 
     @server.resource("cybmem://projects/{project}/runs/{run_id}", name="run-record", title="A run's record",
                      mime_type="application/json")
     async def run_record(project: str, run_id: str) -> str:
         """A run's record, its newest truth (as `cybmem show RUN --json`); the run id may be a unique prefix."""
         arguments = {"project": project, "run_id": run_id}
-        return printable_json(memory.call("run-record", arguments, lambda: memory.record(project, run_id), resource=True))
+        fn = _unless_stopping(stopping, lambda: memory.record(project, run_id))
+        return printable_json(memory.call("run-record", arguments, fn, resource=True))
 
     return server
 
@@ -143,7 +161,8 @@ def serve(settings: Settings, *, cwd: str | os.PathLike | None = None, project: 
     logging.basicConfig(level=logging.WARNING, format="cybmem mcp: %(levelname)s: %(name)s: %(message)s")
     memory = Memory(settings, cwd=cwd, project=project, allow_writes=allow_writes)
     memory.observers.append(mcp_observer(settings, memory.store))  # what agents fetch, kept (cybmem.dispatch.feedback)
-    server = build_server(memory)
+    stopping = threading.Event()
+    server = build_server(memory, stopping)
     where, slug = Path(cwd or os.getcwd()).absolute(), project or memory.default_project()
     default = (f"default project {project}" if project else f"default project {slug} (of {where})" if slug else
                f"no default project ({where} is no project's directory: each call names one)")
@@ -154,8 +173,10 @@ def serve(settings: Settings, *, cwd: str | os.PathLike | None = None, project: 
             server.run()
         else:
             sock = listen(http)
+            for problem in settings.mcp.problems:
+                print(f"cybmem mcp: warning: {problem}", file=sys.stderr, flush=True)
             print(f"{what}; serving streamable HTTP at http://127.0.0.1:{sock.getsockname()[1]}/mcp",
                   file=sys.stderr, flush=True)
-            anyio.run(serve_http, server, sock)
+            anyio.run(serve_http, server, sock, settings.mcp, stopping)
     except KeyboardInterrupt:
         pass
