@@ -29,11 +29,9 @@ def mcp_cmd(
     Example: cybmem mcp --project web
     """
     from ..mcp.server import serve
-    from ..store.projects import select_project
 
-    if ctx.project and ctx.settings.memory_dir.is_dir():
-        # A default that only looks like a project (web.7663e1 beside web-7663e1) is refused here, as every
-        # verb refuses it, not served for every tool call to refuse; a new name is fine (a write may make it).
-        select_project(ctx.settings.memory_dir, project=ctx.project, create=True, peek=True)
+    # A default that only looks like a project (web.7663e1 beside web-7663e1) is refused here, as every
+    # verb refuses it, not served for every tool call to refuse; a new name is fine (a write may make it).
+    ctx.memory.check_project()
     serve(ctx.settings, cwd=ctx.cwd, project=ctx.project, http=http, allow_writes=allow_writes)
 

@@ -33,7 +33,7 @@ from ..store.memory_store import MemoryStore
 from ..retrieval.judgments import METRICS, Judgment
 from ..retrieval.tuning import (AxisMatrices, Bench, check_evidence, check_weights, evaluate, prepare, refusal_of,
                                 save_project_weights, weights_state)
-from ..retrieval.weights import LoadedWeights, Weights, weights_for
+from ..retrieval.weights import LoadedWeights, Weights, project_weights_file, weights_for
 
 __all__ = ["TuningView", "tuning_view"]
 
@@ -139,7 +139,7 @@ class TuningView:
     @property
     def weights_path(self) -> Path:
         """The project's weights.json (what Save writes)."""
-        return self.store.dir / "weights.json"
+        return project_weights_file(self.store)
 
     def weights(self) -> Weights | None:
         """The weights the sliders show, with the project's floors; None while every weight is 0

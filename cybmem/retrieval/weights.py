@@ -33,7 +33,8 @@ from ..settings import WEIGHT_VARIABLES, Settings
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.memory_store import MemoryStore
 
-__all__ = ["WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
+__all__ = ["WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "project_weights_file", "weight_files",
+           "load_weights", "weights_for",
            "save_weights", "save_project_weights", "weights_state", "read_evidence", "tuned_note", "AXES", "ISSUE_REC_SHARE",
            "RANGES", "check_range"]
 
@@ -198,11 +199,17 @@ def tuned_note(evidence: Mapping[str, Any] | None) -> str:
         return "tuned (evidence unreadable)"
 
 
+def project_weights_file(store: "MemoryStore") -> Path:
+    """A project's own weights file, ``<project>/weights.json``: what ``cybmem tune --save``, an
+    automatic re-tune and the tuning widget write (the one place that knows where it lies)."""
+    return store.dir / WEIGHTS_FILE
+
+
 def weight_files(settings: "Settings", store: "MemoryStore | None" = None) -> list[Path]:
     """Where weights are read from, lowest precedence first (see the module docstring)."""
     files = [settings.memory_dir / WEIGHTS_FILE]
     if store is not None:
-        files.append(store.dir / WEIGHTS_FILE)
+        files.append(project_weights_file(store))
     if settings.weights.file is not None:
         files.append(settings.weights.file)
     return files
@@ -428,7 +435,7 @@ def weights_state(store: "MemoryStore") -> tuple[int, int, int] | None:
     """What ``<project>/weights.json`` is now (inode, size, mtime ns; None: no file), to tell
     whether another tuning saved it since (:func:`save_project_weights`)."""
     try:
-        st = (store.dir / WEIGHTS_FILE).stat()
+        st = project_weights_file(store).stat()
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -450,7 +457,7 @@ def save_project_weights(store: "MemoryStore", weights: Weights, settings: Setti
         CYBERINE_MEMORY_WEIGHTS file, CYBERINE_MEMORY_W_* variables), empty when nothing does.
     """
     settings = settings or Settings.from_env()
-    path = store.dir / WEIGHTS_FILE
+    path = project_weights_file(store)
     with _io.locked(store.dir / ".weights.lock"):
         if expect is not False and weights_state(store) != expect:
             ev = read_evidence(path)
