@@ -519,3 +519,14 @@ class Memory:
         from .exchange.fleet import Fleet
 
         return Fleet(dataset, **kwargs)
+
+    # --- what agents fetch -------------------------------------------------------------
+
+    def fetch_observer(self, store_of: Callable[[str | None], "MemoryStore"] | None = None
+                       ) -> Callable[[str, dict, Any], None]:
+        """An observer of an MCP front's answers that keeps what each one showed in its project's
+        shown.jsonl (:func:`cybmem.dispatch.feedback.mcp_observer`); ``store_of`` finds a project's
+        store (default: :meth:`store`)."""
+        from .dispatch.feedback import mcp_observer
+
+        return mcp_observer(self.settings, store_of or self.store)

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..memory import Memory
 from .framework import Ctx, command
 
 __all__ = ["mcp_cmd"]
@@ -33,5 +34,6 @@ def mcp_cmd(
     # A default that only looks like a project (web.7663e1 beside web-7663e1) is refused here, as every
     # verb refuses it, not served for every tool call to refuse; a new name is fine (a write may make it).
     ctx.memory.check_project()
-    serve(ctx.settings, cwd=ctx.cwd, project=ctx.project, http=http, allow_writes=allow_writes)
+    # The server holds each project's snapshot between calls (cybmem.memory.Memory's hold).
+    serve(Memory(ctx.settings, cwd=ctx.cwd, project=ctx.project, hold=True), http=http, allow_writes=allow_writes)
 
