@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - what editors see; each method imports it
     from .explore.lineage import ChainResult, Shown
     from .operations.doctor import DoctorReport, Rebuilt
     from .operations.redaction import ScrubResult
-    from .operations.report import ReportResult
+    from .operations.report import NotebookFleet, NotebookStore, ReportResult
     from .operations.retune import Tuning
     from .operations.write import IssueMark, WriteResult
     from .retrieval.embed_backfill import EmbedResult
@@ -100,6 +101,31 @@ class Memory:
         fronts call it."""
         return cls(Settings.from_env(env, memory_dir=memory_dir, lenient=lenient), cwd=cwd, project=project, hold=hold)
 
+    @staticmethod
+    def for_notebook(memory_dir: str | os.PathLike | None = None, project: str | None = None, *,
+                     env: Mapping[str, str] | None = None) -> "NotebookStore":
+        """What a notebook reads (a front, as the command line is): its MEMORY_DIR and PROJECT
+        parameters, else the environment (``env``, default ``os.environ``; a relative root is
+        relative to where Jupyter was started), else the checkout's fixtures
+        (:func:`cybmem.operations.report.open_notebook_store`); ``str()`` says which and why.
+
+        Raises:
+            NotFoundError: no such project, or several and none chosen (the message says how to name one).
+        """
+        from .operations.report import open_notebook_store
+
+        return open_notebook_store(memory_dir, project, Settings.from_env(env, relative_to=Settings.started_in(env)))
+
+    @staticmethod
+    def fleet_for_notebook(dataset: str | os.PathLike | None = None, memory_dir: str | os.PathLike | None = None,
+                           project: str | None = None, *, env: Mapping[str, str] | None = None) -> "NotebookFleet":
+        """The fleet notebook's dataset: its DATASET parameter, else one exported from the store
+        :meth:`for_notebook` would read (:func:`cybmem.operations.report.open_notebook_fleet`)."""
+        from .operations.report import open_notebook_fleet
+
+        settings = Settings.from_env(env, lenient=True, relative_to=Settings.started_in(env))
+        return open_notebook_fleet(dataset, memory_dir, project, settings)
+
     def __repr__(self) -> str:
         return f"Memory({str(self.root)!r}, project={self.project!r})"
 
@@ -120,6 +146,23 @@ class Memory:
         held, self._held = self._held, None
         if held is not None:
             held.close()
+
+    @contextlib.contextmanager
+    def _redacting(self) -> "Iterator[None]":
+        """The redaction passes within see with the scanner the settings name (``secret_scanner``),
+        and the one before is back after: the passes take it from the caller, never from the
+        environment. Nothing is imported when no scanner is named and none was loaded."""
+        name = self.settings.secret_scanner
+        if name is None and "cybmem.store.secret_shapes" not in sys.modules:
+            yield
+            return
+        from .store import secret_shapes
+
+        before = secret_shapes.use_scanner(name)
+        try:
+            yield
+        finally:
+            secret_shapes.use_scanner(before)
 
     # --- projects ----------------------------------------------------------------------
 
@@ -337,10 +380,11 @@ class Memory:
                 run = run.read()
             payload = load_run_payload(run) if isinstance(run, (bytes, str)) else run
             where = cwd if cwd is not None else self.cwd
-            return write_run(payload, self.settings, cwd=str(where) if where else None,
-                             project=project or self.project, run_id=run_id, parent_run_id=parent_run_id,
-                             chat_session_id=chat_session_id,
-                             while_distilling=while_distilling or contextlib.nullcontext)
+            with self._redacting():
+                return write_run(payload, self.settings, cwd=str(where) if where else None,
+                                 project=project or self.project, run_id=run_id, parent_run_id=parent_run_id,
+                                 chat_session_id=chat_session_id,
+                                 while_distilling=while_distilling or contextlib.nullcontext)
         except Exception as exc:  # noqa: BLE001 - hook mode: a memory failure must never take the run down
             if not hook:
                 raise
@@ -354,8 +398,9 @@ class Memory:
 
         store = self.store(project)
         payload = load_run_payload(run) if isinstance(run, (bytes, str)) else run
-        return supersede_run(store, old_run_id, payload, self.settings, cwd=str(self.cwd) if self.cwd else None,
-                             run_id=run_id, while_distilling=while_distilling or contextlib.nullcontext)
+        with self._redacting():
+            return supersede_run(store, old_run_id, payload, self.settings, cwd=str(self.cwd) if self.cwd else None,
+                                 run_id=run_id, while_distilling=while_distilling or contextlib.nullcontext)
 
     def mark(self, issue_id: str, event: str, *, project: "str | MemoryStore | None" = None, by: str | None = None,
              detail: str | None = None) -> "IssueMark":
@@ -363,7 +408,8 @@ class Memory:
         from .operations.write import mark_issue
 
         store = self.store(project)
-        return mark_issue(store, issue_id, event, self.settings, by=by, detail=detail)
+        with self._redacting():
+            return mark_issue(store, issue_id, event, self.settings, by=by, detail=detail)
 
     def redact(self, run_ids: Sequence[str] | None, *, project: "str | MemoryStore | None" = None,
                secrets: Sequence[str] = (), patterns: bool = True) -> "ScrubResult":
@@ -372,8 +418,9 @@ class Memory:
         from .operations.redaction import scrub_runs
 
         store = self.store(project)
-        return scrub_runs(store, None if run_ids is None else list(run_ids), secrets=list(secrets),
-                          patterns=patterns)
+        with self._redacting():
+            return scrub_runs(store, None if run_ids is None else list(run_ids), secrets=list(secrets),
+                              patterns=patterns)
 
     def rebuild(self, *, project: "str | MemoryStore | None" = None, full: bool = False) -> "Rebuilt":
         """Regenerate index.json from records/ (``full``: no compaction)."""
@@ -434,8 +481,9 @@ class Memory:
         """Check the store (a project, or ``all_projects``); ``repair`` rebuilds what is derived."""
         from .operations.doctor import doctor
 
-        return doctor(self.settings, project=project or self.project, cwd=self.cwd, all_projects=all_projects,
-                      repair=repair, secrets=secrets, temp_age=temp_age)
+        with self._redacting():
+            return doctor(self.settings, project=project or self.project, cwd=self.cwd, all_projects=all_projects,
+                          repair=repair, secrets=secrets, temp_age=temp_age)
 
     @staticmethod
     def report_parameters(pairs: Sequence[str]) -> dict[str, Any]:

@@ -526,7 +526,7 @@ def _fetch_then_write(root: Path, project: str, run: dict, fetched: str) -> None
 def _history_score(root: Path, weights) -> float:
     from cybmem.retrieval.tuning import evaluate_weights
 
-    ev = evaluate_weights(MemoryStore(root, "tide"), {"w": weights}, kinds=["issue", "parent"], progress=False)
+    ev = evaluate_weights(MemoryStore(root, "tide"), {"w": weights}, kinds=["issue", "parent"], progress=False, settings=Settings.from_env())
     return ev.rows["w"]["all"]
 
 

@@ -58,12 +58,12 @@ class TuningView:
         widget: the whole view (a VBox); displaying the TuningView displays it.
     """
 
-    def __init__(self, store: MemoryStore | Snapshot, *, settings: Settings | None = None,
+    def __init__(self, store: MemoryStore | Snapshot, *, settings: Settings,
                  judgments: Sequence[Judgment] | str | Path | None = None, query: str = "", k: int = 5,
                  metric: str = "mrr", metric_k: int = 10, now_ms: int | None = None, bench: Bench | None = None):
         self.snapshot = store if isinstance(store, Snapshot) else load_snapshot(store)
         self.store = self.snapshot.store
-        self.settings = settings or Settings.from_env()
+        self.settings = settings
         self.now_ms = now_ms
         self.bench: Bench | None = bench
         self.no_judgments = "no judgments given (judgments=[])"

@@ -89,11 +89,10 @@ def _last_tuned_at(store: MemoryStore) -> int:
     return max([x for x in seen if isinstance(x, int)], default=0)
 
 
-def auto_tune(store: MemoryStore, settings: Settings | None = None, *, progress: bool | None = False) -> str:
+def auto_tune(store: MemoryStore, settings: Settings, *, progress: bool | None = False) -> str:
     """Tune on the store's own judgments and save only what passes every check (what
     CYBERINE_MEMORY_RETUNE runs): one line saying what happened. Never raises for a tuning that
     cannot be done; a second auto-tuning of the same store while one runs returns at once."""
-    settings = settings or Settings.from_env()
     lock = store.dir / _RETUNE_LOCK
     with contextlib.ExitStack() as held:
         try:
