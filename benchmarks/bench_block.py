@@ -51,6 +51,7 @@ import _corpus  # noqa: E402
 import bench_floor  # noqa: E402
 from bench_dispatch import merged_qrels  # noqa: E402
 
+from cybmem.settings import Settings
 from cybmem.dispatch import inject as dispatch  # noqa: E402
 from cybmem.dispatch.preamble import PreambleEntry, layout  # noqa: E402
 from cybmem.retrieval import evidence as evidence_mod  # noqa: E402
@@ -118,7 +119,7 @@ class Ranking:
     """A task's no-gate ranking (top POOL) with what the evidence rule needs, computed once."""
 
     def __init__(self, h: History, task: str, q: dict):
-        res = search(h.snap, task, k=POOL, weights=Weights(), as_of=q["asOf"], exclude=q["queryRunId"])
+        res = search(h.snap, task, k=POOL, weights=Weights(), as_of=q["asOf"], exclude=q["queryRunId"], settings=Settings.from_env())
         self.hits = res.hits
         self.rows = list(res.ranked.top) if res.ranked is not None else []
         self.tokens = tokenize(task)

@@ -55,6 +55,7 @@ import _corpus  # noqa: E402
 from cybmem.store.embeddings import embedding_text  # noqa: E402
 from cybmem.retrieval.judgments import metric_at_k  # noqa: E402
 from cybmem.clients.model_servers import Embedder, embed_config  # noqa: E402
+from cybmem.settings import EmbeddingSettings  # noqa: E402
 from cybmem.retrieval.search import rank_query, search  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402
 from cybmem.store.snapshot import load_snapshot  # noqa: E402
@@ -333,7 +334,7 @@ def main() -> None:
               f"({store.embeddings_path.stat().st_size / 2**20:.1f} MB) in {cold * 1e3:.0f} ms, then loaded in {warm * 1e3:.1f} ms")
         out["cache"] = {"cold_ms": cold * 1e3, "warm_ms": warm * 1e3}
         qrels = _corpus.load_qrels(real)
-        with Embedder(embed_config(env)) as embedder:
+        with Embedder(embed_config(EmbeddingSettings.from_env(env))) as embedder:
             qmat = embedder.embed([embedding_text(q["query"]) or "-" for q in qrels])
     finally:
         server.close()

@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time each name is imported on first use
+    from .memory import Memory
     from .operations.doctor import doctor
     from .dispatch.inject import inject_task, memory_block
     from .errors import AmbiguousError, ConflictError, CybmemError, NotFoundError, StoreError, ValidationError
@@ -36,6 +37,8 @@ if TYPE_CHECKING:  # what editors and type checkers see; at run time each name i
 __version__ = "0.1.0"
 
 _LAZY = {
+    # the handle: a memory root and its settings, every operation of the fronts as one method
+    "Memory": "memory",
     # errors
     "CybmemError": "errors",
     "ValidationError": "errors",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 from .errors import ValidationError
 
 __all__ = ["Settings", "EmbeddingSettings", "DistillSettings", "FeedbackSettings", "WeightSettings", "HookSettings",
-           "McpSettings", "WEIGHT_VARIABLES", "HOOK_DEADLINE",
+           "McpSettings", "WEIGHT_VARIABLES", "HOOK_DEADLINE", "DEFAULT_OLLAMA_HOST", "DEFAULT_OPENAI_BASE",
+           "ollama_base_url",
            "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS",
            "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE", "DEFAULT_SHOWN_CAP", "DEFAULT_EMBED_MODEL", "EMBED_QUERY_TIMEOUT",
            "EMBED_WRITE_TIMEOUT", "MODEL_TIMEOUT"]
@@ -134,20 +136,82 @@ def _none_if_empty(value: str | None) -> str | None:
     return value or None
 
 
+#: Where a model server is when its variable names none: a local Ollama, OpenAI's API.
+DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
+
+
+def _http_url(value: str, name: str) -> str:
+    """A checked http(s) base URL without a trailing slash."""
+    import urllib.parse  # here: only a configured layer's value is parsed
+
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValidationError(f"{name}={value!r} is not an http(s) URL; set it to a base URL such as http://127.0.0.1:8000/v1")
+    if parts.query or parts.fragment:
+        raise ValidationError(f"{name}={value!r} has a query or fragment; give the plain base URL, e.g. http://127.0.0.1:8000/v1")
+    return value.rstrip("/")
+
+
+def ollama_base_url(host: str) -> str:
+    """Ollama's base URL from OLLAMA_HOST's value, read the way Ollama's own clients read it.
+
+    "" -> http://127.0.0.1:11434; "host" -> http://host:11434; ":port" -> http://127.0.0.1:port;
+    "https://host" -> https://host:443; a path is kept. The bind-all addresses 0.0.0.0 and [::]
+    (a common OLLAMA_HOST for the server) are dialled as 127.0.0.1 / [::1].
+    """
+    import ipaddress
+    import urllib.parse
+
+    raw = (host or "").strip().strip("\"'")
+    if not raw:
+        return DEFAULT_OLLAMA_HOST
+    port = 11434
+    scheme, sep, hostport = raw.partition("://")
+    if not sep:
+        scheme, hostport = "http", raw
+    elif scheme == "http":
+        port = 80
+    elif scheme == "https":
+        port = 443
+    else:
+        raise ValidationError(f"OLLAMA_HOST={raw!r} has scheme {scheme!r}; use host:port or an http(s):// URL")
+    try:
+        split = urllib.parse.urlsplit(f"{scheme}://{hostport}")
+        host = split.hostname or "127.0.0.1"
+        port = split.port or port
+    except ValueError:
+        raise ValidationError(f"OLLAMA_HOST={raw!r} is not host:port or a URL; e.g. 127.0.0.1:11434") from None
+    if host == "0.0.0.0":
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    try:
+        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
+            host = f"[{host}]"
+    except ValueError:
+        pass
+    path = split.path.strip("/")
+    return f"{scheme}://{host}:{port}" + (f"/{path}" if path else "")
+
+
 @dataclass(frozen=True)
 class EmbeddingSettings:
     """The embeddings layer as configured: ``CYBERINE_MEMORY_EMBEDDINGS`` (``server``: ``ollama`` or
-    an OpenAI-compatible base URL; empty: off) and its companions. Which form ``server`` takes is
-    checked where it is used (:func:`cybmem.clients.model_servers.embed_config`); ``problem`` holds
-    the first malformed companion's message, raised there too, so that a bad timeout costs only the
-    layer it belongs to."""
+    an OpenAI-compatible base URL; empty: off) and its companions, read and checked: ``kind``
+    (``ollama`` or ``openai``) and ``base_url`` say where requests go. ``problem`` holds the first
+    value that could not be used (a malformed companion first, then the server's form); the layer
+    raises it where it is used (:func:`cybmem.clients.model_servers.embed_config`), so that a bad
+    value costs only the layer it belongs to."""
 
     server: str = ""
     model: str = DEFAULT_EMBED_MODEL  # CYBERINE_MEMORY_EMBED_MODEL
     key: str | None = field(default=None, repr=False)  # CYBERINE_MEMORY_EMBED_KEY (the URL form only)
     query_timeout: float = EMBED_QUERY_TIMEOUT  # CYBERINE_MEMORY_EMBED_TIMEOUT
     write_timeout: float = EMBED_WRITE_TIMEOUT  # CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT
-    ollama_host: str = ""  # OLLAMA_HOST, as Ollama's own clients read it (model_servers.ollama_base_url)
+    ollama_host: str = ""  # OLLAMA_HOST, as Ollama's own clients read it (ollama_base_url)
+    kind: str = ""  # "ollama" | "openai"; "" when off or not understood
+    base_url: str = ""
     problem: str | None = None
 
     @property
@@ -158,13 +222,34 @@ class EmbeddingSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "EmbeddingSettings":
         problems: list[str] = []
+        server = _text(env, "CYBERINE_MEMORY_EMBEDDINGS")
+        host = _text(env, "OLLAMA_HOST")
+        query = _seconds(env, "CYBERINE_MEMORY_EMBED_TIMEOUT", EMBED_QUERY_TIMEOUT, problems)
+        write = _seconds(env, "CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT", EMBED_WRITE_TIMEOUT, problems)
+        kind = base = ""
+        if server and not problems:
+            try:
+                if server.lower() == "ollama":
+                    kind, base = "ollama", ollama_base_url(host)
+                elif re.match(r"https?://", server, re.IGNORECASE):
+                    kind, base = "openai", _http_url(server, "CYBERINE_MEMORY_EMBEDDINGS")
+                else:
+                    raise ValidationError(
+                        f"CYBERINE_MEMORY_EMBEDDINGS={server!r} is not understood; set it to `ollama` (a local Ollama "
+                        "at OLLAMA_HOST) or to an OpenAI-compatible base URL such as http://127.0.0.1:11434/v1, or "
+                        "unset it")
+            except ValidationError as exc:
+                kind, base = "", ""
+                problems.append(str(exc))
         return cls(
-            server=_text(env, "CYBERINE_MEMORY_EMBEDDINGS"),
+            server=server,
             model=_text(env, "CYBERINE_MEMORY_EMBED_MODEL") or DEFAULT_EMBED_MODEL,
             key=_none_if_empty(env.get("CYBERINE_MEMORY_EMBED_KEY")),
-            query_timeout=_seconds(env, "CYBERINE_MEMORY_EMBED_TIMEOUT", EMBED_QUERY_TIMEOUT, problems),
-            write_timeout=_seconds(env, "CYBERINE_MEMORY_EMBED_WRITE_TIMEOUT", EMBED_WRITE_TIMEOUT, problems),
-            ollama_host=_text(env, "OLLAMA_HOST"),
+            query_timeout=query,
+            write_timeout=write,
+            ollama_host=host,
+            kind=kind,
+            base_url=base,
             problem=problems[0] if problems else None,
         )
 
@@ -172,8 +257,10 @@ class EmbeddingSettings:
 @dataclass(frozen=True)
 class DistillSettings:
     """ADD-only distillation as configured: ``CYBERINE_MEMORY_MODEL`` (``model``: ``ollama:<model>``
-    or a model name; empty: off) and its companions; checked where it is used
-    (:func:`cybmem.clients.model_servers.distill_config`), which raises ``problem`` too."""
+    or a model name; empty: off) and its companions, read and checked: ``kind``, ``base_url`` and
+    ``model_name`` say where requests go and for which model. ``problem`` holds the first value that
+    could not be used; the layer raises it where it is used
+    (:func:`cybmem.clients.model_servers.distill_config`)."""
 
     model: str = ""
     url: str = ""  # CYBERINE_MEMORY_MODEL_URL
@@ -182,6 +269,9 @@ class DistillSettings:
     timeout: float = MODEL_TIMEOUT  # CYBERINE_MEMORY_MODEL_TIMEOUT
     redact: bool = True  # CYBERINE_MEMORY_REDACT: the prompt is redacted as the record is
     ollama_host: str = ""  # OLLAMA_HOST
+    kind: str = ""  # "ollama" | "openai"; "" when off or not understood
+    base_url: str = ""
+    model_name: str = ""  # the model asked for (without ``ollama:``)
     problem: str | None = None
 
     @property
@@ -192,16 +282,49 @@ class DistillSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "DistillSettings":
         problems: list[str] = []
-        return cls(
-            model=_text(env, "CYBERINE_MEMORY_MODEL"),
-            url=_text(env, "CYBERINE_MEMORY_MODEL_URL"),
-            openai_base_url=_text(env, "OPENAI_BASE_URL"),
-            key=_none_if_empty(env.get("CYBERINE_MEMORY_MODEL_KEY")) or _none_if_empty(env.get("OPENAI_API_KEY")),
-            timeout=_seconds(env, "CYBERINE_MEMORY_MODEL_TIMEOUT", MODEL_TIMEOUT, problems),
-            redact=_flag(env, "CYBERINE_MEMORY_REDACT", True),
-            ollama_host=_text(env, "OLLAMA_HOST"),
-            problem=problems[0] if problems else None,
+        value = _text(env, "CYBERINE_MEMORY_MODEL")
+        url, openai_base, host = _text(env, "CYBERINE_MEMORY_MODEL_URL"), _text(env, "OPENAI_BASE_URL"), _text(env, "OLLAMA_HOST")
+        key = _none_if_empty(env.get("CYBERINE_MEMORY_MODEL_KEY")) or _none_if_empty(env.get("OPENAI_API_KEY"))
+        timeout = _seconds(env, "CYBERINE_MEMORY_MODEL_TIMEOUT", MODEL_TIMEOUT, problems)
+        kind = base = name = ""
+        if value and not problems:
+            try:
+                kind, base, name = _distill_target(value, url, openai_base, host, key)
+            except ValidationError as exc:
+                problems.append(str(exc))
+        return cls(model=value, url=url, openai_base_url=openai_base, key=key, timeout=timeout,
+                   redact=_flag(env, "CYBERINE_MEMORY_REDACT", True), ollama_host=host, kind=kind, base_url=base,
+                   model_name=name, problem=problems[0] if problems else None)
+
+
+def _distill_target(value: str, url: str, openai_base: str, host: str, key: str | None) -> tuple[str, str, str]:
+    """(kind, base URL, model) of CYBERINE_MEMORY_MODEL's ``value`` and its companions.
+
+    Raises:
+        ValidationError: a value is malformed, or api.openai.com is the target and no key is set.
+    """
+    if value.lower().startswith("ollama:"):
+        model = value[len("ollama:"):].strip()
+        if not model:
+            raise ValidationError("CYBERINE_MEMORY_MODEL=ollama: names no model; use e.g. ollama:llama3.1:8b")
+        return "ollama", ollama_base_url(host), model
+    if re.match(r"https?://", value, re.IGNORECASE):
+        raise ValidationError(
+            f"CYBERINE_MEMORY_MODEL={value!r} is a URL; set it to a model name (or ollama:<model>) "
+            "and put the base URL in CYBERINE_MEMORY_MODEL_URL"
         )
+    if url:
+        base = _http_url(url, "CYBERINE_MEMORY_MODEL_URL")
+    elif openai_base:
+        base = _http_url(openai_base, "OPENAI_BASE_URL")
+    else:
+        base = DEFAULT_OPENAI_BASE
+    if key is None and base == DEFAULT_OPENAI_BASE:
+        raise ValidationError(
+            f"CYBERINE_MEMORY_MODEL={value} goes to {DEFAULT_OPENAI_BASE}, which needs a key: set "
+            "CYBERINE_MEMORY_MODEL_KEY (or OPENAI_API_KEY), or point CYBERINE_MEMORY_MODEL_URL at a local server"
+        )
+    return "openai", base, value
 
 
 @dataclass(frozen=True)
@@ -224,6 +347,11 @@ class FeedbackSettings:
             problem = (f"CYBERINE_MEMORY_SHOWN_CAP={raw!r} is not a whole number of at least 1; set it to e.g. "
                        f"{DEFAULT_SHOWN_CAP} or unset it (using {DEFAULT_SHOWN_CAP})")
         return cls(enabled=_flag(env, "CYBERINE_MEMORY_FEEDBACK", True), shown_cap=cap, problem=problem)
+
+
+#: A number as a weight variable may give it: digits, a point, an exponent (what JSON writes), nothing
+#: else (float() also takes "1_0" for 10, full-width digits and "infinity").
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -263,17 +391,28 @@ class McpSettings:
 class WeightSettings:
     """Where retrieval weights come from beyond the weights.json files (cybmem.retrieval.weights):
     ``file``, the one ``CYBERINE_MEMORY_WEIGHTS`` names, and ``variables``, the
-    :data:`WEIGHT_VARIABLES` that are set, as (variable, its text) pairs (checked against each
-    weight's range where the weights are loaded: :func:`cybmem.retrieval.weights.load_weights`)."""
+    :data:`WEIGHT_VARIABLES` that are set, in that order, as (weight, variable, its text, its value)
+    with the value None when the text is no plain number (each weight's range is checked where the
+    weights are loaded: :func:`cybmem.retrieval.weights.load_weights`, which says why in either case)."""
 
     file: Path | None = None
-    variables: tuple[tuple[str, str], ...] = ()
+    variables: tuple[tuple[str, str, str, float | None], ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        """The weight variables that are set."""
+        return [var for _, var, _, _ in self.variables]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "WeightSettings":
         extra = _text(env, "CYBERINE_MEMORY_WEIGHTS")
-        return cls(file=Path(extra) if extra else None,
-                   variables=tuple((v, env[v]) for v in WEIGHT_VARIABLES.values() if _text(env, v)))
+        variables = []
+        for weight, var in WEIGHT_VARIABLES.items():
+            raw = env.get(var)
+            if raw is None or not raw.strip():
+                continue
+            variables.append((weight, var, raw, float(raw) if _PLAIN_NUMBER.fullmatch(raw.strip()) else None))
+        return cls(file=Path(extra) if extra else None, variables=tuple(variables))
 
 
 @dataclass(frozen=True)
@@ -320,6 +459,8 @@ class Settings:
     parent_run_id: str | None = None
     chat_session_id: str | None = None
     redact_secrets: bool = True
+    #: the scanner whose rules join the redaction pass (CYBERINE_MEMORY_SECRET_SCANNER, lowercase; None: off)
+    secret_scanner: str | None = None
     issue_window_days: int = DEFAULT_ISSUE_WINDOW_DAYS
     index_cap: int = DEFAULT_INDEX_CAP
     retune: int = DEFAULT_RETUNE
@@ -334,6 +475,15 @@ class Settings:
     #: what chose ``memory_dir``: "argument", "CYBERINE_MEMORY_DIR", "CYBERINE_HOME" or "default"
     memory_from: str = field(default="argument", compare=False)
     problems: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @staticmethod
+    def started_in(env: Mapping[str, str] | None = None) -> Path | None:
+        """Where the shell that started this process stood (``$PWD`` of ``env``, default
+        ``os.environ``), when it names a directory: a Jupyter kernel runs in the notebook's own
+        directory but inherits the ``$PWD`` of the shell that started Jupyter, where the person who
+        typed a relative CYBERINE_MEMORY_DIR stood (``relative_to`` of :meth:`from_env`)."""
+        started = (os.environ if env is None else env).get("PWD", "")
+        return Path(started) if os.path.isabs(started) and os.path.isdir(started) else None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, memory_dir: str | os.PathLike | None = None,
@@ -369,6 +519,8 @@ class Settings:
             parent_run_id=_none_if_empty(env.get("CYBERINE_PARENT_RUN_ID")),
             chat_session_id=_none_if_empty(env.get("CYBERINE_CHAT_SESSION_ID")),
             redact_secrets=_flag(env, "CYBERINE_MEMORY_REDACT", True),
+            secret_scanner=_text(env, "CYBERINE_MEMORY_SECRET_SCANNER").lower() or None
+            if _flag(env, "CYBERINE_MEMORY_SECRET_SCANNER", False) else None,
             issue_window_days=_int_env(env, "CYBERINE_MEMORY_ISSUE_WINDOW_DAYS", DEFAULT_ISSUE_WINDOW_DAYS, 0),
             index_cap=_int_env(env, "CYBERINE_MEMORY_INDEX_CAP", DEFAULT_INDEX_CAP, 0),
             retune=_int_env(env, "CYBERINE_MEMORY_RETUNE", DEFAULT_RETUNE, 0, problems),

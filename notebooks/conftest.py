@@ -2,7 +2,7 @@
 
 Their parameter cells leave MEMORY_DIR and PROJECT at None: the environment decides
 (CYBERINE_MEMORY_DIR, CYBERINE_HOME, CYBERINE_MEMORY_PROJECT), else the checkout's fixtures
-(cybmem.operations.report.open_notebook_store). The kernels inherit this process's environment, so those
+(cybmem.memory.Memory.for_notebook). The kernels inherit this process's environment, so those
 variables are taken out of it first: a store of the person running the tests must not change
 the outputs nbval compares. Reading the fixtures leaves nothing behind (they carry ``.nocache``;
 tests/conftest.py checks at the end of the session).

@@ -9,6 +9,8 @@ import sys
 import cybmem
 
 PUBLIC = {
+    # the handle
+    "Memory",
     # errors
     "CybmemError", "ValidationError", "NotFoundError", "AmbiguousError", "ConflictError", "StoreError",
     # the store and its records

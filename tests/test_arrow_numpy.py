@@ -212,8 +212,10 @@ _FRESH = textwrap.dedent("""
     from cybmem.store.loading import holding_snapshots, load_snapshot
     from cybmem.store.memory_store import MemoryStore
     from cybmem.retrieval.filters import RecordFilter
+    from cybmem.settings import Settings
     from cybmem.retrieval.search import search
 
+    settings = Settings.from_env()
     seen = []
     for slug, bulk in (("web", False), ("api", True)):
         arrow_records._BULK_MIN = 1 if bulk else 256  # "api": Arrow's JSON reader path, as for a large store
@@ -221,7 +223,7 @@ _FRESH = textwrap.dedent("""
         cold = load_snapshot(store)
         warm = load_snapshot(store)
         assert cold.parsed and not warm.parsed and warm.from_cache, (cold.parsed, warm.parsed)
-        hits = search(warm, "fix the flaky test", k=5)
+        hits = search(warm, "fix the flaky test", k=5, settings=settings)
         seen.append((slug, "load and search", "pandas" in sys.modules))
         # A record and a ledger line added, then loaded again (the cache refreshed), and searches
         # with every option dispatch and the read commands use.
@@ -238,10 +240,10 @@ _FRESH = textwrap.dedent("""
             snap = load_snapshot(store)
             assert snap.parsed == 1, snap.parsed
             search(snap, "fix the flaky test", k=5, parent_run_id=record["runId"][:8], chat_session_id="c",
-                   exclude=new_id, evidence=True, pin_parent=True)
-            search(snap, "a new issue", k=3, offset=1, as_of=record["endedAt"])
+                   exclude=new_id, evidence=True, pin_parent=True, settings=settings)
+            search(snap, "a new issue", k=3, offset=1, as_of=record["endedAt"], settings=settings)
             search(snap, "a new issue", filter=RecordFilter(since=1, states=("done", "error"), grep="fix",
-                                                              agent="impl-1", issue="a-new-issue"))
+                                                              agent="impl-1", issue="a-new-issue"), settings=settings)
             snap.open_issues()
         seen.append((slug, "refresh and searches", "pandas" in sys.modules))
     print(json.dumps(seen))

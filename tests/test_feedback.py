@@ -26,6 +26,7 @@ from cybmem.retrieval.judgments import judgments_from_store, used_judgments
 from cybmem.store import feedback_log
 from cybmem.store.feedback_match import names_run
 from cybmem.operations.write import write_run
+from cybmem.memory import Memory
 from cybmem.settings import Settings
 from cybmem.store.snapshot import load_snapshot
 from cybmem.store.memory_store import MemoryStore
@@ -174,11 +175,11 @@ def test_an_issue_it_resolved_is_used(tmp_path):
 
 
 def test_a_run_fetched_through_the_server_is_used(tmp_path):
-    from cybmem.mcp.tools import Memory
+    from cybmem.mcp.tools import MemoryTools
 
     root = _root(tmp_path)
     settings = _settings(root, RUN_ID="r-fetch")
-    memory = Memory(settings, project="web")
+    memory = MemoryTools(Memory(settings, project="web"))
     memory.observers.append(feedback.mcp_observer(settings, memory.store))
     memory.call("search", {"query": TASK}, lambda: memory.search(TASK, k=3))
     memory.call("show", {"run_id": CART[:6]}, lambda: memory.show(CART[:6]))
@@ -229,10 +230,10 @@ def test_a_replay_with_as_of_and_the_mcp_block_are_not_kept_as_inject(tmp_path):
     root = _root(tmp_path)
     inject_task(TASK, _settings(root, RUN_ID="r"), project="web", as_of=1_792_000_000_000)
     assert not (root / "web" / feedback_log.SHOWN_FILE).exists()
-    from cybmem.mcp.tools import Memory
+    from cybmem.mcp.tools import MemoryTools
 
     settings = _settings(root, RUN_ID="r")
-    memory = Memory(settings, project="web")
+    memory = MemoryTools(Memory(settings, project="web"))
     memory.observers.append(feedback.mcp_observer(settings, memory.store))
     memory.call("memory_block", {"task": TASK}, lambda: memory.memory_block(TASK))
     [line] = _shown(root)
@@ -592,7 +593,7 @@ def _fetch_then_write(root: Path, project: str, run: dict, fetched: str) -> None
 def _history_score(root: Path, weights) -> float:
     from cybmem.retrieval.tuning import evaluate_weights
 
-    ev = evaluate_weights(MemoryStore(root, "tide"), {"w": weights}, kinds=["issue", "parent"], progress=False)
+    ev = evaluate_weights(MemoryStore(root, "tide"), {"w": weights}, kinds=["issue", "parent"], progress=False, settings=Settings.from_env())
     return ev.rows["w"]["all"]
 
 

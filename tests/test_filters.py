@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cybmem.settings import Settings
 from cybmem.errors import ValidationError
 from cybmem.retrieval.filters import IssueFilter, RecordFilter, list_records, record_mask, select_events, select_issues
 from cybmem.explore.frames import records_frame
@@ -126,14 +127,14 @@ def test_list_records_marks_superseded(web):
 def test_search_narrows_candidates_before_ranking(web):
     store, snap, df = web
     f = RecordFilter.make(state="error")
-    res = search(snap, "cart drawer test", k=20, filter=f, now_ms=_ms("2026-11-01"))
+    res = search(snap, "cart drawer test", k=20, filter=f, now_ms=_ms("2026-11-01"), settings=Settings.from_env())
     assert res.hits and {h.state for h in res.hits} == {"error"}
     assert res.candidates == int((df["state"] == "error").sum())
     assert {h.run_id for h in res.hits} == set(df.loc[df["state"] == "error", "runId"]), "k=20: every candidate ranks"
     assert [h.score for h in res.hits] == sorted((h.score for h in res.hits), reverse=True)
-    top = search(snap, "cart drawer test", k=1, filter=f, now_ms=_ms("2026-11-01")).hits
+    top = search(snap, "cart drawer test", k=1, filter=f, now_ms=_ms("2026-11-01"), settings=Settings.from_env()).hits
     assert top[0].run_id == res.hits[0].run_id, "narrowed before ranking: the top hit is a filtered run, not cut after"
-    assert search(snap, "cart", k=5, filter=RecordFilter(grep="no such words")).hits == []
+    assert search(snap, "cart", k=5, filter=RecordFilter(grep="no such words"), settings=Settings.from_env()).hits == []
 
 
 def test_chain_window_and_filters(web):

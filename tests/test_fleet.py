@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from cybmem.settings import Settings
 from cybmem.store.keyword_index import KeywordIndex, QueryStats
 from cybmem.cli.app import app
 from cybmem.errors import NotFoundError, ValidationError
@@ -183,7 +184,7 @@ CONTEXTS = [
 @pytest.mark.parametrize("context", CONTEXTS, ids=["plain", "parent", "chat", "as-of", "keyword-only"])
 def test_search_on_a_local_cluster_equals_search_over_one_store(data, fleet, inline, context):
     for query in QUERIES:
-        want = search(data["merged"], query, k=12, now_ms=NOW, **{"weights": Weights(), **context})
+        want = search(data["merged"], query, k=12, now_ms=NOW, **{"weights": Weights(), **context}, settings=Settings.from_env())
         got = fleet.search(query, k=12, now_ms=NOW, **context)
         assert ranking(got.hits) == ranking(want.hits), query
         assert got.candidates == want.candidates and got.records == want.snapshot.n
@@ -204,7 +205,7 @@ def test_search_of_one_machine_and_project_equals_search_of_its_store(data):
     with Fleet(data["dataset"], machines=["ci-1"], projects=["web"], scheduler="inline") as one:
         for query in QUERIES:
             assert ranking(one.search(query, k=8, now_ms=NOW).hits) == ranking(search(store, query, k=8, now_ms=NOW,
-                                                                                       weights=Weights()).hits)
+                                                                                       weights=Weights(), settings=Settings.from_env()).hits)
 
 
 def test_a_shard_survives_pickling_between_workers(data):
@@ -615,7 +616,7 @@ def test_cli_search_in_a_subprocess_on_a_local_cluster_of_processes(data):
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
     got = json.loads(out.stdout)
-    want = search(data["merged"], "cart drawer postgres", k=5, as_of=NOW, weights=Weights())
+    want = search(data["merged"], "cart drawer postgres", k=5, as_of=NOW, weights=Weights(), settings=Settings.from_env())
     assert [(h["runId"], h["score"]) for h in got["hits"]] == [(h.run_id, round(h.score, 6)) for h in want.hits]
     assert got["hits"][0]["machine"] in MACHINES and got["scheduler"] == "local"
 

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cybmem.settings import Settings
 from cybmem.operations.write import write_run
 from cybmem.retrieval import scoring as S
 from cybmem.retrieval.search import search
@@ -74,11 +75,11 @@ def test_a_held_snapshot_sees_a_new_record_s_terms(settings):
     _age_records(settings)
     with holding_snapshots():
         first = load_snapshot(store)
-        assert [h.run_id for h in search(store, "zebrafish importer", k=3, weights=W, now_ms=NOW).hits
+        assert [h.run_id for h in search(store, "zebrafish importer", k=3, weights=W, now_ms=NOW, settings=Settings.from_env()).hits
                 if h.contributions["keyword"] > 0] == []
         assert "zebrafish" in first.index._postings
         write_run(make_run("r999", "Port the zebrafish importer", start=T0 + 10 * DAY), settings)
-        res = search(store, "zebrafish importer", k=3, weights=W, now_ms=NOW)  # a refresh: another index
+        res = search(store, "zebrafish importer", k=3, weights=W, now_ms=NOW, settings=Settings.from_env())  # a refresh: another index
         assert res.snapshot is not first and res.hits[0].run_id == "r999" and res.hits[0].contributions["keyword"] > 0
 
 
@@ -93,12 +94,12 @@ def test_only_a_held_snapshot_s_indexes_compute_every_impact(settings, monkeypat
     settled = []
     real = B.KeywordIndex._settle
     monkeypatch.setattr(B.KeywordIndex, "_settle", lambda self: settled.append(self.n_docs) or real(self))
-    once = [search(store, "login test", k=3, weights=W, now_ms=NOW).hits for _ in range(3)]
+    once = [search(store, "login test", k=3, weights=W, now_ms=NOW, settings=Settings.from_env()).hits for _ in range(3)]
     snap = load_snapshot(store)
     snap.index.scores(["login"]), snap.index.scores(["login"])
     assert settled == [] and snap.index._segment_impacts(0, snap.index._segments[0]) is None
     with holding_snapshots():
-        held = [search(store, "login test", k=3, weights=W, now_ms=NOW).hits for _ in range(3)]
+        held = [search(store, "login test", k=3, weights=W, now_ms=NOW, settings=Settings.from_env()).hits for _ in range(3)]
         snap = load_snapshot(store)
         assert snap.index._settled and snap.issue_index()._held
     assert settled and settled[0] == 3
@@ -123,7 +124,7 @@ def test_hit_ended_at_is_the_datetime_s_timestamp(settings):
     store = _store(settings, ["Fix the flaky login test", "Add dark mode", "Document the deploy"])
     snap = load_snapshot(store)
     assert snap.ended_utc
-    res = search(snap, "login mode deploy", k=3, weights=W, now_ms=NOW)
+    res = search(snap, "login mode deploy", k=3, weights=W, now_ms=NOW, settings=Settings.from_env())
     rows = snap.rows(res.ranked.top, ["endedAt"])
     assert [h.ended_at_ms for h in res.hits] == [int(r["endedAt"].timestamp() * 1000) for r in rows]
     # a table whose endedAt is not a UTC ms timestamp: the hits' datetimes are read, as before
@@ -131,7 +132,7 @@ def test_hit_ended_at_is_the_datetime_s_timestamp(settings):
                                     snap.records.column("endedAt").cast(pa.timestamp("ms")))
     other = type(snap)(store=snap.store, records=naive, events=snap.events, index=snap.index)
     assert not other.ended_utc
-    got = search(other, "login mode deploy", k=3, weights=W, now_ms=NOW)
+    got = search(other, "login mode deploy", k=3, weights=W, now_ms=NOW, settings=Settings.from_env())
     assert [h.ended_at_ms for h in got.hits] == \
         [int(r["endedAt"].timestamp() * 1000) for r in other.rows(got.ranked.top, ["endedAt"])]
 

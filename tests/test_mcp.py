@@ -9,6 +9,7 @@ bad arguments with the CLI's message. Stores are copies of data-fixtures/memory 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from typer.testing import CliRunner
 
 from cybmem.cli.app import app
+from cybmem.mcp.tools import DEFAULT_CONTEXT, DEFAULT_K, DEFAULT_LIMIT
 
 from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
@@ -262,14 +265,17 @@ def test_issues(agent):
     assert every["issues"] == cli_agents(agent.root, "issues", "--all", "--project", "web")
     assert every["total"] == len(every["issues"]) > 3
     assert len(agent.answer("issues", status="all", limit=3)["issues"]) == 3
-    ranked = agent.answer("issues", status="all", query="consent banner analytics", limit=2)
+    ranked = agent.answer("issues", query="consent banner analytics", limit=2)
     first = ranked["issues"][0]
     assert first["issueId"] == "analytics-fires-before-the-consent-banner-is-answered-on-first"
     assert first["score"] > 0 and set(first["contributions"]) == {"keyword", "lineage", "recency"}
-    assert ranked["issues"][1]["state"] == "resolved" and "score" not in ranked["issues"][1]  # closed: after, unranked
+    assert [i["state"] for i in ranked["issues"]] == ["opened"] and ranked["total"] == 1, "the open ones, ranked"
     # The CLI's `issues --query` is the same library call: the same ranked open issues, the same scores.
     open_ranked = agent.answer("issues", query="consent banner analytics", limit=0)["issues"]
     assert open_ranked == cli_agents(agent.root, "issues", "--query", "consent banner analytics", "--limit", "0", "--project", "web")
+    # A query ranks the open issues: with status='all' the tool says so (it merged closed ones in, unranked, once).
+    said = agent.error("issues", status="all", query="consent banner")
+    assert "a query ranks the open issues: leave status out (or 'open') with a query" in said
 
 
 def test_memory_block_is_what_inject_system_prints(agent):
@@ -378,6 +384,83 @@ def test_tools_are_described_for_a_model(agent):
     issue = tools["issues"].output_schema["$defs"]["Issue"]["properties"]
     assert issue["openedAt"]["type"] == "string" and "string" in [t.get("type") for t in issue["resolvedAt"]["anyOf"]]
     assert "pass the runIds it returns to show" in agent.client.instructions
+
+
+def _descriptions(tools) -> dict[str, str]:
+    """What a model reads: each tool's (and resource's) description, and each argument's as
+    ``tool.argument``, white space folded."""
+    out = {}
+    for name in (*READS, *WRITES, "open_issues"):
+        method = getattr(tools, name)
+        out[name] = " ".join(inspect.getdoc(method).split())
+        for arg, hint in typing.get_type_hints(method, include_extras=True).items():
+            described = [m.description for m in getattr(hint, "__metadata__", ()) if getattr(m, "description", None)]
+            if described:
+                out[f"{name}.{arg}"] = " ".join(described[0].split())
+    return out
+
+
+def _descending(values: list) -> bool:
+    return values == sorted(values, reverse=True)
+
+
+def _claims(tools) -> list[tuple[str, str, bool]]:
+    """(where, a phrase a model reads there, whether the tool's answers bear it out) for each claim
+    of the descriptions that can drift from the code: orders, defaults, statuses, ranking fields."""
+    every = tools.issues(status="all", limit=0)["issues"]
+    opened = tools.issues(limit=0)["issues"]
+    closed = [i for i in every if i["state"] in ("resolved", "wontfix")]
+    ranked = tools.issues(query="consent banner analytics cart drawer", limit=0)["issues"]
+    hits = tools.search(query="flaky cart drawer test", explain=True)["hits"]
+    chain = tools.chain(run_id=CART)
+    parent = tools.memory.settings.parent_run_id
+    return [
+        ("issues", "the open ones, newest opened first",
+         len(opened) > 2 and _descending([i["openedAt"] for i in opened])
+         and all(i["state"] in ("opened", "reopened") for i in opened)),
+        ("issues", "(status='all': then the closed ones, most recently closed first)",
+         len(closed) > 2 and every == opened + closed and _descending([i["lastAt"] for i in closed])),
+        ("issues", "with a query, the open ones ranked against it, best first, each with its score and its keyword, "
+                   "lineage and recency contributions",
+         {i["issueId"] for i in ranked} == {i["issueId"] for i in opened} and _descending([i["score"] for i in ranked])
+         and all(set(i["contributions"]) == {"keyword", "lineage", "recency"} for i in ranked)),
+        ("issues.status", "open, or all (closed ones too)", bool(closed) and not set(map(str, opened)) & set(map(str, closed))),
+        ("issues.limit", "At most this many (0: all)",
+         len(tools.issues(status="all")["issues"]) == min(DEFAULT_LIMIT, len(every))
+         and len(tools.issues(status="all", limit=2)["issues"]) == 2),
+        ("open_issues", "newest opened first", tools.open_issues("web") == opened),
+        ("search", "best first (scored on keywords, recency and lineage, and on meaning where the project has "
+                   "embeddings)",
+         _descending([h["score"] for h in hits])
+         and all(set(h["contributions"]) == {"keyword", "recency", "lineage", "vector"} for h in hits)),
+        ("search.k", "How many results", len(hits) == DEFAULT_K),
+        ("chain.context", "Runs shown each side of the run; 0: the whole chain",
+         len(chain["previous"]) <= DEFAULT_CONTEXT and len(chain["runs"]) <= 2 * DEFAULT_CONTEXT + 1
+         and len(tools.chain(run_id=CART, context=0)["runs"]) == chain["chainLength"]),
+        ("memory_block", "the most relevant prior runs and open issues within a token budget",
+         CART in [r["runId"] for r in tools.memory_block(task="Fix the flaky cart drawer test")["runs"]]),
+        ("memory_block.parent_run_id", "it comes first (default: the server's $CYBERINE_PARENT_RUN_ID)",
+         parent is not None and tools.memory_block(task="Make the drawer faster")["runs"][0]["runId"] == parent),
+    ]
+
+
+def test_the_descriptions_say_what_the_tools_do(tmp_path):
+    """What every model that connects reads of the tools holds against what they answer, on a
+    fixture store with several open issues (two closed ones reopened): the issues tool once said
+    "oldest first" while both it and `cybmem issues` listed the newest first (issue 38)."""
+    from cybmem import Memory, Settings
+    from cybmem.mcp.tools import MemoryTools
+
+    root = _memory(tmp_path)
+    settings = Settings.from_env({"CYBERINE_PARENT_RUN_ID": CORRECTION}, memory_dir=root)
+    tools = MemoryTools(Memory(settings, project="web"), allow_writes=True)
+    for issue in [i for i in tools.issues(status="all", limit=0)["issues"] if i["state"] == "resolved"][:2]:
+        tools.mark_issue(issue_id=issue["issueId"], event="reopened")
+    said = _descriptions(tools)
+    for where, phrase, holds in _claims(tools):
+        assert phrase in said[where], f"{where} no longer says {phrase!r}: check the claim of its answers too"
+        assert holds, f"{where} says {phrase!r}, which its answers no longer bear out"
+    assert "oldest" not in said["issues"] + said["open_issues"]
 
 
 def test_projects(agent):
@@ -574,13 +657,13 @@ def test_snapshots_are_held_while_current(tmp_path):
 
 
 def test_every_answer_goes_through_one_place(tmp_path):
-    """Observers of Memory see each tool call and resource read the SDK serves (what an agent fetched)."""
+    """Observers of MemoryTools see each tool call and resource read the SDK serves (what an agent fetched)."""
     import anyio
 
-    from cybmem import Settings
-    from cybmem.mcp.server import Memory, build_server
+    from cybmem import Memory, Settings
+    from cybmem.mcp.server import MemoryTools, build_server
 
-    memory = Memory(Settings.from_env(memory_dir=_memory(tmp_path)), project="web")
+    memory = MemoryTools(Memory(Settings.from_env(memory_dir=_memory(tmp_path)), project="web"))
     seen = []
     memory.observers.append(lambda name, arguments, answer: seen.append((name, arguments, answer)))
     memory.observers.append(lambda *_: 1 / 0)  # a broken observer is reported, never fails the answer

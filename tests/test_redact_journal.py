@@ -2,9 +2,10 @@
 and at random moments, it is finished by the next `redact` or by `doctor --repair`, and then no
 file of the store, and no export it knows of, holds what was removed.
 
-Each redaction that is killed is a real `cybmem` subprocess. CYBMEM_TEST_KILL_REDACT=<step> makes
-it SIGKILL itself right after that step (cybmem.operations.redaction._STEPS, plus "journal": after the plan is
-written, "record": after the first record, "end": after the journal is removed). What follows
+Each redaction that is killed is a real `cybmem` subprocess (the console script's main, run by
+:data:`_KILLED_AFTER`) whose redaction SIGKILLs itself right after a step, through the redaction's
+``after_step`` seam (cybmem.operations.redaction._STEPS, plus "journal": after the plan is written,
+"record": after the first record, "end": after the journal is removed). What follows
 a kill (doctor, the next redaction, the checks) runs in-process, which is faster.
 """
 
@@ -43,7 +44,7 @@ def _cli() -> list[str]:
 
 
 def _env(root: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CYBERINE_", "CYBMEM_TEST_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     env["CYBERINE_MEMORY_DIR"] = str(root)
     env.update(extra)
     return env
@@ -52,6 +53,28 @@ def _env(root: Path, **extra: str) -> dict:
 def _run(root: Path, *args: str, input: str | None = None, **extra: str) -> subprocess.CompletedProcess:
     """A real `cybmem` process."""
     return subprocess.run(_cli() + list(args), env=_env(root, **extra), input=input, capture_output=True, text=True)
+
+
+#: `cybmem ARGS` whose redaction kills itself (SIGKILL, as a crash would) right after the step its
+#: first argument names: the redaction's own ``after_step`` seam, passed to every redaction the
+#: command starts (cybmem.operations.redaction.scrub_runs), so that no variable in shipped code does it.
+_KILLED_AFTER = """import functools, os, signal, sys
+import cybmem.operations.redaction as redaction
+step = sys.argv.pop(1)
+def after_step(done):
+    if done == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+redaction.scrub_runs = functools.partial(redaction.scrub_runs, after_step=after_step)
+from cybmem.cli.app import main
+sys.argv = ["cybmem"] + sys.argv[1:]
+main()
+"""
+
+
+def _killed_after(root: Path, step: str, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    """A real `cybmem` process whose redaction dies right after ``step``."""
+    return subprocess.run([sys.executable, "-c", _KILLED_AFTER, step, *args], env=_env(root), input=input,
+                          capture_output=True, text=True)
 
 
 def _cli_in(root: Path, command: str, *args: str, input: str | None = None):
@@ -176,8 +199,7 @@ def test_a_redaction_killed_after_any_step_is_finished_by_the_next_one(built, tm
     root = _copy(built, base)
     web = root / "web"
     clean_before = (web / "records" / "r-clean.json").read_bytes()
-    killed = _run(root, "redact", "--everywhere", "--secrets-from", "-", "--cwd", CWD, input=PHRASE + "\n",
-                  CYBMEM_TEST_KILL_REDACT=step)
+    killed = _killed_after(root, step, "redact", "--everywhere", "--secrets-from", "-", "--cwd", CWD, input=PHRASE + "\n")
     assert killed.returncode == -signal.SIGKILL, (step, killed.stdout, killed.stderr)
     assert (web / "redact-pending.json").exists() == (step != "end")
     if step != "end":
@@ -215,8 +237,8 @@ def test_doctor_leaves_a_redaction_at_work_alone(built, tmp_path):
 
     root = _copy(built, tmp_path / "b")
     web = root / "web"
-    killed = _run(root, "redact", "--everywhere", "--secrets-from", "-", "--cwd", CWD, input=PHRASE + "\n",
-                  CYBMEM_TEST_KILL_REDACT="ledger")
+    killed = _killed_after(root, "ledger", "redact", "--everywhere", "--secrets-from", "-", "--cwd", CWD,
+                           input=PHRASE + "\n")
     assert killed.returncode == -signal.SIGKILL
     journal = (web / "redact-pending.json").read_bytes()
     with _io.locked(web / ".redact.lock"):  # as the redacting process holds it

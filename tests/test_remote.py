@@ -19,18 +19,27 @@ import numpy as np
 import pytest
 
 from cybmem.errors import CybmemError, ValidationError
+from cybmem.clients import model_servers
 from cybmem.clients.model_servers import (
     DistillConfig,
     EmbedConfig,
     Embedder,
     RemoteError,
     distill,
-    distill_config,
-    embed_config,
-    ollama_base_url,
     parse_outcome,
 )
+from cybmem.settings import DistillSettings, EmbeddingSettings, ollama_base_url
 from servers import HANG, HASH_DIMS, Drip, Huge, MINILM_DIMS, MINILM_NAME, chat_server, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
+
+def embed_config(env: dict):
+    """The embeddings configuration the variables in ``env`` give (as Settings reads them)."""
+    return model_servers.embed_config(EmbeddingSettings.from_env(env))
+
+
+def distill_config(env: dict):
+    """The distillation configuration the variables in ``env`` give (as Settings reads them)."""
+    return model_servers.distill_config(DistillSettings.from_env(env))
+
 
 GOOD = {
     "summary": "Fixed the flaky login test by waiting for the form. The suite passes.",

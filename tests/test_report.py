@@ -13,8 +13,9 @@ import nbformat
 import pytest
 
 from cybmem.errors import CybmemError, NotFoundError
+from cybmem.memory import Memory
 from cybmem.operations.report import (FIXTURES, NOTEBOOKS, PROJECT_ENV, build_report, inject_parameters, notebook_parameters,
-                           notebooks_dir, open_notebook_fleet, open_notebook_store, parse_parameters)
+                           notebooks_dir, parse_parameters)
 from cybmem.store.records import IssueEvent
 from cybmem.store.memory_store import MemoryStore
 
@@ -202,36 +203,36 @@ def test_the_packaged_notebooks_are_the_checkouts():
 
 
 def test_a_notebook_reads_its_parameters_else_the_environment_else_the_fixtures(fixture_copy, tmp_path):
-    src = open_notebook_store(env={})
+    src = Memory.for_notebook(env={})
     assert (src.store.root, src.store.slug) == (FIXTURES, "web")
     assert str(src).splitlines() == [
         f"Reading project web in {FIXTURES}",
         "  memory dir: the checkout's fixtures, as neither MEMORY_DIR nor CYBERINE_MEMORY_DIR is set",
         f"  project: the fixtures' main project, as neither PROJECT nor {PROJECT_ENV} is set"]
     env = {"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "api"}
-    src = open_notebook_store(env=env)
+    src = Memory.for_notebook(env=env)
     assert (src.store.root, src.store.slug, src.memory_from, src.project_from) == (
         fixture_copy, "api", "from CYBERINE_MEMORY_DIR", f"from {PROJECT_ENV}")
     assert src.settings.memory_dir == fixture_copy
     relative = {"CYBERINE_MEMORY_DIR": fixture_copy.name, PROJECT_ENV: "api", "PWD": str(fixture_copy.parent)}
-    assert open_notebook_store(env=relative).store.root == fixture_copy, \
+    assert Memory.for_notebook(env=relative).store.root == fixture_copy, \
         "a relative variable is relative to where Jupyter started ($PWD), not to the notebook's directory"
-    src = open_notebook_store(str(fixture_copy), "web-7663e1", env=env)
+    src = Memory.for_notebook(str(fixture_copy), "web-7663e1", env=env)
     assert (src.store.slug, src.memory_from, src.project_from) == (
         "web-7663e1", "from the MEMORY_DIR parameter", "from the PROJECT parameter"), "parameters win"
     home = tmp_path / "cyberine"
     shutil.copytree(fixture_copy, home / "memory")
-    src = open_notebook_store(env={"CYBERINE_HOME": str(home), PROJECT_ENV: "api"})
+    src = Memory.for_notebook(env={"CYBERINE_HOME": str(home), PROJECT_ENV: "api"})
     assert (src.store.root, src.memory_from) == (home / "memory", "from CYBERINE_HOME")
     with pytest.raises(NotFoundError, match=r"holds projects api, web, web-7663e1; name one in the PROJECT parameter "
                                             rf"or {PROJECT_ENV}"):
-        open_notebook_store(env={"CYBERINE_MEMORY_DIR": str(fixture_copy)})
+        Memory.for_notebook(env={"CYBERINE_MEMORY_DIR": str(fixture_copy)})
     with pytest.raises(NotFoundError, match=rf"no project 'nope' .*known projects: api, web, web-7663e1 \(project from "
                                             rf"{PROJECT_ENV}; memory dir from CYBERINE_MEMORY_DIR\)"):
-        open_notebook_store(env={"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "nope"})
+        Memory.for_notebook(env={"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "nope"})
     one = tmp_path / "one"
     shutil.copytree(fixture_copy / "api", one / "api")
-    src = open_notebook_store(one, env={})
+    src = Memory.for_notebook(one, env={})
     assert src.store.slug == "api" and src.project_from.startswith("the only project there")
 
 
@@ -264,7 +265,8 @@ def test_every_notebook_says_first_which_store_it_reads(tmp_path):
     for name in NOTEBOOKS:
         nb = nbformat.read(notebooks_dir() / name, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
-        assert "open_notebook_" in code[1].source and "print(source)" in code[1].source, name
+        assert "Memory.for_notebook(" in code[1].source or "Memory.fleet_for_notebook(" in code[1].source, name
+        assert "print(source)" in code[1].source, name
         first = [o for c in code for o in c.get("outputs", [])][0]
         assert first["text"].startswith("Reading "), f"{name}: the committed outputs start with the store read"
 
@@ -272,19 +274,19 @@ def test_every_notebook_says_first_which_store_it_reads(tmp_path):
 def test_the_fleet_notebook_builds_its_dataset_from_the_store_the_variables_name(fixture_copy):
     from cybmem.exchange.export import default_machine
 
-    src = open_notebook_fleet(env={"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "api"})
+    src = Memory.fleet_for_notebook(env={"CYBERINE_MEMORY_DIR": str(fixture_copy), PROJECT_ENV: "api"})
     try:
         assert src.built and str(src).splitlines()[1:] == [f"  exported from {fixture_copy} as {default_machine()}: api",
                                                            "  memory dir: from CYBERINE_MEMORY_DIR"]
         assert [p.name for p in (src.dataset / "records").iterdir()] == [f"machine={default_machine()}"]
     finally:
         shutil.rmtree(src.dataset.parent)
-    fixtures = open_notebook_fleet(env={})
+    fixtures = Memory.fleet_for_notebook(env={})
     try:
         assert "as laptop: web, web-7663e1; ci-1: api" in str(fixtures), "the fixtures as the two machines of USAGE"
     finally:
         shutil.rmtree(fixtures.dataset.parent)
-    given = open_notebook_fleet(fixture_copy, env={})
+    given = Memory.fleet_for_notebook(fixture_copy, env={})
     assert (given.dataset, given.built, given.described) == (fixture_copy, False, "from the DATASET parameter")
 
 

@@ -50,7 +50,7 @@ def ids(result):
 
 def test_keyword_axis(settings):
     store = three(settings)
-    res = search(store, "flaky login", weights=KW, now_ms=NOW)
+    res = search(store, "flaky login", weights=KW, now_ms=NOW, settings=Settings.from_env())
     assert ids(res)[0] == "a" and res.hits[0].contributions["keyword"] == pytest.approx(1.0)
     assert all(h.contributions["keyword"] == 0 for h in res.hits[1:])
 
@@ -58,7 +58,7 @@ def test_keyword_axis(settings):
 def test_recency_axis(settings):
     store = three(settings)
     now = T0 + 2 * DAY + 10 * MIN  # c ended just now
-    res = search(store, "anything", weights=REC, now_ms=now)
+    res = search(store, "anything", weights=REC, now_ms=now, settings=Settings.from_env())
     assert ids(res) == ["c", "b", "a"]
     b = res.hits[1]
     assert b.values["recency"] == pytest.approx(pow(2.718281828, -1 / 10), rel=1e-4), "exp(-ageDays/halfLife), age 1 day"
@@ -66,10 +66,10 @@ def test_recency_axis(settings):
 
 def test_lineage_axis_parent_chain_and_chat(settings):
     store = three(settings, b={"chatSessionId": "chat-1"}, c={"parentRunId": "a"})
-    res = search(store, "x", weights=LIN, now_ms=NOW, parent_run_id="c")
+    res = search(store, "x", weights=LIN, now_ms=NOW, parent_run_id="c", settings=Settings.from_env())
     by = {h.run_id: h.values["lineage"] for h in res.hits}
     assert by["c"] == 1.0 and by["a"] == 1.0, "the parent and its ancestors"
-    res = search(store, "x", weights=LIN, now_ms=NOW, chat_session_id="chat-1")
+    res = search(store, "x", weights=LIN, now_ms=NOW, chat_session_id="chat-1", settings=Settings.from_env())
     by = {h.run_id: h.values["lineage"] for h in res.hits}
     assert by["b"] > by["a"] and by["b"] >= 0.8
 
@@ -77,14 +77,14 @@ def test_lineage_axis_parent_chain_and_chat(settings):
 def test_superseded_records_never_rank(settings):
     store = three(settings)
     write_run(make_run("a2", "Fix the flaky login test in CI, corrected", start=T0 + 5 * DAY), settings, supersedes="a")
-    res = search(store, "flaky login", weights=KW, now_ms=NOW)
+    res = search(store, "flaky login", weights=KW, now_ms=NOW, settings=Settings.from_env())
     assert "a" not in ids(res) and ids(res)[0] == "a2"
 
 
 def test_as_of_ignores_later_records_and_measures_recency_from_then(settings):
     store = three(settings)
     as_of = T0 + DAY + 10 * MIN  # after b ended, before c
-    res = search(store, "deploy pipeline dark mode login", weights=Weights(), as_of=as_of)
+    res = search(store, "deploy pipeline dark mode login", weights=Weights(), as_of=as_of, settings=Settings.from_env())
     assert set(ids(res)) == {"a", "b"} and res.now_ms == as_of and res.candidates == 2
     assert res.hits[0].run_id == "b" or res.hits[0].values["recency"] < 1
     assert {h.run_id: h.values["recency"] for h in res.hits}["b"] == pytest.approx(1.0, abs=1e-6)
@@ -93,7 +93,7 @@ def test_as_of_ignores_later_records_and_measures_recency_from_then(settings):
 def test_as_of_sees_the_record_before_its_correction(settings):
     store = three(settings)
     write_run(make_run("a2", "corrected", start=T0 + 5 * DAY), settings, supersedes="a")
-    res = search(store, "flaky login", weights=KW, as_of=T0 + 3 * DAY)
+    res = search(store, "flaky login", weights=KW, as_of=T0 + 3 * DAY, settings=Settings.from_env())
     assert ids(res)[0] == "a"
 
 

@@ -844,21 +844,66 @@ def test_doctor_secrets_finds_what_the_pass_finds(memory_root, monkeypatch):
 SUMO = 'export SUMOLOGIC_ACCESSID="suDbJw97o9WVo0"'  # a gitleaks example only Kingfisher's rules know
 
 
-def test_kingfisher_joins_the_one_pass_when_asked(monkeypatch):
+@pytest.fixture
+def scanner():
+    """Name a scanner for the passes of this test (what a handle does with ``settings.secret_scanner``)."""
+    before = shapes.use_scanner(None)
+    yield shapes.use_scanner
+    shapes.use_scanner(before)
+
+
+def test_kingfisher_joins_the_one_pass_when_asked(scanner):
     pytest.importorskip("kingfisher_sdk", reason="the secrets extra (pip install 'cybmem[secrets]') is not installed")
     assert redact(SUMO) == (SUMO, [])
-    monkeypatch.setenv(shapes.SCANNER_ENV, "kingfisher")
+    scanner("kingfisher")
     assert redact(SUMO) == ('export SUMOLOGIC_ACCESSID="[REDACTED:sumologic_access_id]"', ["sumologic_access_id"])
     assert redact("héllo " + SUMO) == ('héllo export SUMOLOGIC_ACCESSID="[REDACTED:sumologic_access_id]"',
                                         ["sumologic_access_id"]), "byte offsets of a non-ASCII text"
     assert redact("SUMOLOGIC_ACCESSID=suxxxxxxxxxxxx")[1] == [], "a stand-in is not a secret"
 
 
-def test_an_unknown_scanner_is_a_clear_error(monkeypatch):
+def test_an_unknown_scanner_is_a_clear_error(scanner):
     from cybmem.errors import ValidationError
 
-    monkeypatch.setenv(shapes.SCANNER_ENV, "gitleaks")
+    scanner("gitleaks")
     with pytest.raises(ValidationError, match="unknown secret scanner; the one known is kingfisher"):
         redact("anything")
-    monkeypatch.setenv(shapes.SCANNER_ENV, "off")
+    scanner(None)
     assert redact("anything") == ("anything", [])
+
+
+@pytest.mark.parametrize("value, name", [(None, None), ("", None), (" ", None), ("0", None), ("OFF", None),
+                                         ("false", None), (" no ", None), ("Kingfisher", "kingfisher"),
+                                         ("gitleaks", "gitleaks"), ("none", "none")])
+def test_the_scanner_switch_reads_the_words_of_every_switch(value, name):
+    """CYBERINE_MEMORY_SECRET_SCANNER is off for the words that turn every switch off (settings'
+    one parser), else it names a scanner; "none" is no word of the switches' and so names one (an
+    unknown scanner, said when a pass runs)."""
+    from cybmem.settings import Settings
+
+    env = {} if value is None else {shapes.SCANNER_ENV: value}
+    assert Settings.from_env(env, memory_dir="/x").secret_scanner == name
+
+
+def test_the_scanner_comes_from_the_callers_settings_not_the_environment(tmp_path, monkeypatch, scanner):
+    """The variable set in the environment changes no pass a library call makes; the handle's
+    settings name the scanner for the passes of its calls (a mark's detail), and the one before is
+    back after the call."""
+    from cybmem.errors import ValidationError
+    from cybmem.memory import Memory
+    from cybmem.operations.write import write_run
+    from cybmem.settings import Settings
+
+    from conftest import make_run
+
+    monkeypatch.setenv(shapes.SCANNER_ENV, "gitleaks")
+    assert redact("anything") == ("anything", []), "the environment is read by the fronts, not by the pass"
+    run = make_run("r1", "Fix the login form", output="ISSUES:\n- flaky login")
+    settings = Settings.from_env({}, memory_dir=tmp_path)
+    write_run(run, settings, cwd="/home/dev/web")
+    plain = Memory(settings, cwd="/home/dev/web")
+    assert plain.mark("flaky-login", "resolved", detail="fixed it").after == "resolved"
+    named = Memory(Settings.from_env({shapes.SCANNER_ENV: "gitleaks"}, memory_dir=tmp_path), cwd="/home/dev/web")
+    with pytest.raises(ValidationError, match="CYBERINE_MEMORY_SECRET_SCANNER=gitleaks: unknown secret scanner"):
+        named.mark("flaky-login", "reopened", detail="it came back")
+    assert redact("anything") == ("anything", []), "the scanner named for a call is not left behind"

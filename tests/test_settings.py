@@ -17,17 +17,12 @@ from cybmem.errors import ValidationError
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "cybmem"
 VARIABLE = re.compile(r"(?:CYBERINE|OPENAI|OLLAMA)_[A-Z_]*[A-Z]")
-#: Reads of the environment outside settings.py, each for a reason of its own.
-ELSEWHERE = {
-    # hands the environment (or the one a notebook was given) to Settings, and reads $PWD: where
-    # Jupyter was started, which a relative CYBERINE_MEMORY_DIR is relative to
-    "operations/report.py": 3,
-    # a test's hook to kill a redaction between two steps (CYBMEM_TEST_KILL_REDACT), no setting
-    "operations/redaction.py": 1,
-    # CYBERINE_MEMORY_SECRET_SCANNER: the secret shapes are being reworked on their own branch;
-    # this read moves into Settings with them (issue 30)
-    "store/secret_shapes.py": 1,
-}
+#: Reads of the environment outside settings.py: none (a notebook's $PWD, the secret scanner, a
+#: test's seam all went through Settings or a parameter; issue 38).
+ELSEWHERE: dict[str, int] = {}
+#: The modules that may read the environment through Settings.from_env: the fronts, and the
+#: handle's constructors they call (cybmem.memory.Memory.from_env, for_notebook).
+FRONTS = ("cli/", "mcp/", "memory.py", "settings.py")
 
 
 def _sources():
@@ -54,6 +49,40 @@ def _environ_uses(tree: ast.AST) -> int:
 def test_only_settings_reads_the_environment():
     found = {rel: n for rel, tree in _sources() if rel != "settings.py" and (n := _environ_uses(tree))}
     assert found == ELSEWHERE, "read the variable in cybmem/settings.py and pass the typed value on"
+
+
+def test_only_fronts_read_the_settings_from_the_environment():
+    """The library takes its settings from the caller: Settings.from_env (and the sub-configurations'
+    from_env) is called by the fronts and the handle's constructors alone, never as a fallback
+    deep in the library (the seven `settings or Settings.from_env()` of issue 38)."""
+    calls = []
+    for rel, tree in _sources():
+        if rel.startswith(FRONTS):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "from_env":
+                calls.append(f"{rel}:{node.lineno}: {ast.unparse(node.func)}")
+    assert calls == [], "take the settings as an argument; the front that called reads them"
+
+
+def test_the_fallbacks_are_gone():
+    """The functions that fell back to the environment now take settings from their caller: called
+    without them, they say so (a TypeError), never read CYBERINE_* behind the caller's back."""
+    import inspect
+
+    from cybmem.explore.usage import load_feedback
+    from cybmem.explore.widgets import TuningView
+    from cybmem.operations.retune import auto_tune
+    from cybmem.retrieval.grid import query_vectors
+    from cybmem.retrieval.issue_ranking import rank_open_issues
+    from cybmem.retrieval.search import search
+    from cybmem.retrieval.tuning import evaluate_weights, prepare, tune
+    from cybmem.retrieval.weights import save_project_weights
+
+    for fn in (search, query_vectors, save_project_weights, tune, prepare, evaluate_weights, auto_tune, load_feedback,
+               rank_open_issues, TuningView.__init__):
+        p = inspect.signature(fn).parameters["settings"]
+        assert p.default is inspect.Parameter.empty, fn.__qualname__
 
 
 def test_no_variable_is_looked_up_by_name_outside_settings():
@@ -83,7 +112,7 @@ def test_one_parser_for_switches():
                 words = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
                 if {"0", "false", "off"} <= words:
                     sets.append(rel)
-    assert sorted(sets) == ["settings.py", "store/secret_shapes.py"], "use settings._flag (secret_shapes: issue 30)"
+    assert sorted(sets) == ["settings.py"], "use settings._flag"
 
 
 @pytest.mark.parametrize("value, on", [(None, True), ("", True), ("  ", True), ("0", False), ("FALSE", False),
@@ -108,7 +137,7 @@ def test_sub_configurations_are_typed_and_read_once():
     assert remote.embed_config(s.embeddings).url == "http://gpu:1/api/embed"
     assert (s.distill.on, s.distill.key, s.distill.timeout) == (True, "k", S.MODEL_TIMEOUT) and "'k'" not in repr(s)
     assert (s.feedback.shown_cap, s.feedback.problem) == (9, None)
-    assert s.weights.file == Path("/w.json") and s.weights.variables == (("CYBERINE_MEMORY_W_KW", "0.3"),)
+    assert s.weights.file == Path("/w.json") and s.weights.variables == (("w_kw", "CYBERINE_MEMORY_W_KW", "0.3", 0.3),)
     assert (s.project, s.memory_dir, s.memory_from) == ("web", Path("/m"), "CYBERINE_MEMORY_DIR")
     assert hash(s) == hash(S.Settings.from_env(env)), "settings stay hashable"
     off = S.Settings.from_env({}, memory_dir="/m")
@@ -145,7 +174,6 @@ def _usage_table() -> set[str]:
 
 def test_usage_names_every_variable_cybmem_reads():
     read = set(re.findall(r'"((?:CYBERINE|OPENAI|OLLAMA)_[A-Z_]*[A-Z])"', (PACKAGE / "settings.py").read_text()))
-    read.add(__import__("cybmem.store.secret_shapes", fromlist=["SCANNER_ENV"]).SCANNER_ENV)
     table = _usage_table()
     assert read - table == set(), "variables cybmem reads that USAGE.md's table under \"Set up\" does not name"
     assert table - read == set(), "variables USAGE.md's table names that cybmem does not read"

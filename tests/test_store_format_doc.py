@@ -140,7 +140,7 @@ def test_defaults_table_is_cybmems_defaults():
     assert table["CYBERINE_MEMORY_RETUNE"] == str(s.retune)
     assert table["CYBERINE_MEMORY_W_VEC"] == f"{w.w_vec:g} without vectors; {weights.DEFAULT_W_VEC:g} when the project has vectors of the configured model"
     assert table["CYBERINE_MEMORY_EMBED_MODEL"] == remote.DEFAULT_EMBED_MODEL
-    assert table["CYBERINE_MEMORY_MODEL"] == "none" and remote.distill_config({}) is None
+    assert table["CYBERINE_MEMORY_MODEL"] == "none" and remote.distill_config(s.distill) is None
 
 
 def _read_by_cybmem() -> set[str]:

@@ -46,7 +46,7 @@ def web(fixture_copy):
 
 def _search_ids(snap, j, w, k=10, *, scored_only=False):
     res = search(snap, j.query, k=k, weights=w, as_of=j.as_of, exclude=j.query_run_id,
-                 parent_run_id=j.parent_run_id, chat_session_id=j.chat_session_id, pin_parent=True)
+                 parent_run_id=j.parent_run_id, chat_session_id=j.chat_session_id, pin_parent=True, settings=Settings.from_env())
     return [h.run_id for h in res.hits if h.score > 0 or not scored_only]
 
 
@@ -462,7 +462,7 @@ def test_lineage_judgments_alone_never_decide_the_keyword_weight(fixture_copy):
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     parents = [j for j in J.judgments_from_store(snap) if j.kind == "parent"]
     result = T.tune(snap, judgments=[Judgment(j.query, j.as_of, j.relevant, j.query_run_id, j.parent_run_id, j.chat_session_id,
-                                              kind="parent") for j in parents], progress=False, current=Weights())
+                                              kind="parent") for j in parents], progress=False, current=Weights(), settings=Settings.from_env())
     assert result.axes["w_kw"].tolist() == [0.5] and result.axes["w_rec"].tolist() == [0.35]
     assert result.axes["half_life_days"].tolist() == [30.0]
     assert result.keyword_held.startswith("only 0 judgment(s) test keywords (the others include the run's parent")
@@ -475,10 +475,10 @@ def test_few_judgments_tune_w_lin_only_unless_asked(fixture_copy):
     snap = load_snapshot(MemoryStore(fixture_copy, "web"))
     issues = [j for j in J.judgments_from_store(snap) if j.kind == "resolved"][:6]
     given = [Judgment(j.query, j.as_of, j.relevant) for j in issues]
-    held = T.tune(snap, judgments=given, progress=False, current=Weights())
+    held = T.tune(snap, judgments=given, progress=False, current=Weights(), settings=Settings.from_env())
     assert "fewer than 10 would tune them to noise" in held.keyword_held
     assert held.axes["w_kw"].tolist() == [0.5] and len(held.axes["w_lin"]) == 11
-    free = T.tune(snap, judgments=given, progress=False, current=Weights(), hold_few=False)
+    free = T.tune(snap, judgments=given, progress=False, current=Weights(), hold_few=False, settings=Settings.from_env())
     assert free.keyword_held == "" and len(free.axes["w_kw"]) == 11 and len(free.axes["half_life_days"]) > 1
     res = runner.invoke(app, ["tune", "--memory-dir", str(fixture_copy), "-p", "web", "--derive", "issue",
                               "--all-weights", "--json"])
@@ -521,7 +521,7 @@ def test_weights_saved_on_the_earlier_half_never_lose_on_the_later_half(corpus_1
     assert saved.exists() == (res.exit_code == 0 and "Saved " in res.stdout)
     store = MemoryStore(root, "pytest")
     production = weights_for(Settings.from_env(), store).weights
-    ev = T.evaluate_weights(store, {"production": production, "defaults": Weights()}, judgments=later, progress=False)
+    ev = T.evaluate_weights(store, {"production": production, "defaults": Weights()}, judgments=later, progress=False, settings=Settings.from_env())
     assert ev.rows["production"]["all"] >= ev.rows["defaults"]["all"]
 
 
@@ -544,11 +544,11 @@ def test_tune_says_when_every_judgment_is_met_whatever_the_weights(web):
     """Derived parent judgments ask for the run dispatch shows first: tune says there is nothing
     to learn from them, and where to get judgments that can teach it something."""
     store, _ = web
-    only_parents = T.tune(store, kinds=["parent"], progress=False)
+    only_parents = T.tune(store, kinds=["parent"], progress=False, settings=Settings.from_env())
     assert only_parents.current_metric == 1.0 and not only_parents.best_in_grid
     assert only_parents.met_note.startswith("every judgment is met whatever the weights")
     assert only_parents.to_dict()["metNote"] == only_parents.met_note
-    assert T.tune(store, kinds=["issue"], progress=False).met_note == ""
+    assert T.tune(store, kinds=["issue"], progress=False, settings=Settings.from_env()).met_note == ""
     out = CliRunner().invoke(app, ["tune", "-p", "web", "--derive", "parent", "--memory-dir", str(store.root)])
     assert "Note: every judgment is met whatever the weights" in out.output
 
@@ -570,7 +570,7 @@ def tide(tmp_path):
 def test_self_tuning_saves_the_checked_weights_with_their_evidence(tide, monkeypatch):
     monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(tide))
     store = MemoryStore(tide, "tide")
-    result = T.tune(store, progress=False, current=Weights())
+    result = T.tune(store, progress=False, current=Weights(), settings=Settings.from_env())
     v = result.validation
     assert result.judgments == 70 and result.kinds == {"raised": 70} and result.refusal is None
     assert v.tuned_later > v.current_later and v.interval[0] > 0, "tuned on the earlier half, better on the later"
@@ -596,7 +596,7 @@ def test_tune_as_of_sees_only_what_existed_then(tide):
     store = MemoryStore(tide, "tide")
     snap = load_snapshot(store)
     moment = T0 + 35 * 7 * DAY
-    result = T.tune(snap, as_of=moment, progress=False, current=Weights())
+    result = T.tune(snap, as_of=moment, progress=False, current=Weights(), settings=Settings.from_env())
     assert result.as_of == moment and result.judgments == 35 and result.records == 106
     assert all(j.as_of <= moment for j in J.judgments_from_store(snap, as_of=moment))
     res = runner.invoke(app, ["tune", "--memory-dir", str(tide), "-p", "tide", "--as-of", "2026-07-04", "--json"])
@@ -610,18 +610,18 @@ def test_a_tuning_that_finishes_second_is_not_saved_over_the_first(tide, monkeyp
     from cybmem.errors import ConflictError
 
     store = MemoryStore(tide, "tide")
-    first = T.tune(store, progress=False, current=Weights())
-    second = T.tune(store, progress=False, current=Weights())  # both began before either saved
-    T.save_project_weights(store, first.saves, evidence=T.evidence_of(first), expect=first.state)
+    first = T.tune(store, progress=False, current=Weights(), settings=Settings.from_env())
+    second = T.tune(store, progress=False, current=Weights(), settings=Settings.from_env())  # both began before either saved
+    T.save_project_weights(store, first.saves, evidence=T.evidence_of(first), expect=first.state, settings=Settings.from_env())
     with pytest.raises(ConflictError, match="changed while this tuning ran .*run `cybmem tune --save` again"):
-        T.save_project_weights(store, second.saves, evidence=T.evidence_of(second), expect=second.state)
+        T.save_project_weights(store, second.saves, evidence=T.evidence_of(second), expect=second.state, settings=Settings.from_env())
     # The CLI's loser says so and exits 1: another tuning saves while this one runs.
     (tide / "tide" / "weights.json").unlink()
     real = T.tune
 
     def slow_tune(*a, **kw):
         result = real(*a, **kw)
-        T.save_project_weights(store, Weights(w_kw=0.9), expect=False)  # the other process, meanwhile
+        T.save_project_weights(store, Weights(w_kw=0.9), expect=False, settings=Settings.from_env())  # the other process, meanwhile
         return result
 
     monkeypatch.setattr(T, "tune", slow_tune)
@@ -631,12 +631,12 @@ def test_a_tuning_that_finishes_second_is_not_saved_over_the_first(tide, monkeyp
 
 
 def test_save_refuses_weights_that_switch_keywords_off(tide):
-    result = T.tune(MemoryStore(tide, "tide"), w_kw=[0.0], progress=False, current=Weights())
+    result = T.tune(MemoryStore(tide, "tide"), w_kw=[0.0], progress=False, current=Weights(), settings=Settings.from_env())
     assert result.validation.tuned.w_kw == 0 and result.refusal.startswith("the tuned weights switch the keyword axis off")
 
 
 def test_refusals_when_the_check_on_later_judgments_fails(tide):
-    result = T.tune(MemoryStore(tide, "tide"), progress=False, current=Weights())
+    result = T.tune(MemoryStore(tide, "tide"), progress=False, current=Weights(), settings=Settings.from_env())
     v = result.validation
     v.interval = (-0.01, 0.05)
     assert result.refusal.startswith(f"the weights tuned on the earlier 35 judgments do not beat the current ones on the later 35")
@@ -759,7 +759,7 @@ def test_the_widget_saves_only_what_tune_save_would_with_the_same_evidence(tide,
     monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(tide))
     store = MemoryStore(tide, "tide")
     path = tide / "tide" / "weights.json"
-    result = T.tune(store, progress=False)
+    result = T.tune(store, progress=False, settings=Settings.from_env())
     view = TuningView(store, settings=Settings.from_env())
     assert view.production_label() == "default weights (nothing saved)"
     view.set_weights(Weights(w_kw=1.0, w_rec=0.0, w_lin=0.0))  # recency off: worse on the later judgments here

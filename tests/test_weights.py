@@ -8,6 +8,7 @@ import pytest
 
 from cybmem.errors import StoreError, ValidationError
 from cybmem.retrieval.weights import MIN_AXIS_WEIGHT, ISSUE_REC_SHARE, RANGES, Weights, load_weights, save_weights
+from cybmem.settings import WeightSettings
 
 
 # ---------------------------------------------------------------------------------------
@@ -59,33 +60,33 @@ def test_load_weights_precedence(tmp_path):
     f2 = tmp_path / "project.json"
     f1.write_text(json.dumps({"w_kw": 0.1, "w_rec": 0.2, "half_life_days": 10}))
     f2.write_text(json.dumps({"w_rec": 0.3, "savedAt": 123}))
-    w = load_weights([f1, tmp_path / "missing.json", f2], env={"CYBERINE_MEMORY_HALF_LIFE_DAYS": "7",
+    w = load_weights([f1, tmp_path / "missing.json", f2], variables=WeightSettings.from_env({"CYBERINE_MEMORY_HALF_LIFE_DAYS": "7",
                                                                "CYBERINE_MEMORY_W_VEC": " 0.5 ",
-                                                               "CYBERINE_MEMORY_W_LIN": ""})
+                                                               "CYBERINE_MEMORY_W_LIN": ""}))
     assert w.weights == Weights(w_kw=0.1, w_rec=0.3, w_lin=0.05, w_vec=0.5, half_life_days=7)
     assert w.sources == {"w_kw": str(f1), "w_rec": str(f2), "w_lin": "default", "w_vec": "CYBERINE_MEMORY_W_VEC",
                          "half_life_days": "CYBERINE_MEMORY_HALF_LIFE_DAYS", "floor": "default", "floor_vec": "default"}
-    assert load_weights([], env={}).weights == Weights()
+    assert load_weights([]).weights == Weights()
 
 
 def test_load_weights_errors_name_the_source(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="bad.json"):
-        load_weights([bad], env={})
+        load_weights([bad])
     bad.write_text("[1, 2]")
     with pytest.raises(ValueError, match="bad.json.*JSON object"):
-        load_weights([bad], env={})
+        load_weights([bad])
     bad.write_text(json.dumps({"w_kw": -1}))
     with pytest.raises(ValueError, match="bad.json.*w_kw"):
-        load_weights([bad], env={})
+        load_weights([bad])
     bad.write_text(json.dumps({"weight": 1}))
     with pytest.raises(ValueError, match="unknown weight key.*weight"):
-        load_weights([bad], env={})
+        load_weights([bad])
     with pytest.raises(ValueError, match="CYBERINE_MEMORY_W_KW='abc'"):
-        load_weights([], env={"CYBERINE_MEMORY_W_KW": "abc"})
+        load_weights([], variables=WeightSettings.from_env({"CYBERINE_MEMORY_W_KW": "abc"}))
     with pytest.raises(ValueError, match="CYBERINE_MEMORY_W_REC"):
-        load_weights([], env={"CYBERINE_MEMORY_W_REC": "-2"})
+        load_weights([], variables=WeightSettings.from_env({"CYBERINE_MEMORY_W_REC": "-2"}))
 
 
 def test_save_weights_atomic_sorted_with_saved_at(tmp_path):
@@ -96,10 +97,10 @@ def test_save_weights_atomic_sorted_with_saved_at(tmp_path):
     data = json.loads(text)
     assert list(data) == sorted(data)
     assert isinstance(data["savedAt"], int) and data["savedAt"] > 1_600_000_000_000
-    assert load_weights([p], env={}).weights == w
+    assert load_weights([p]).weights == w
     assert [x.name for x in p.parent.iterdir()] == ["weights.json"]  # no temp file left
     save_weights(Weights(), p)  # replace in place
-    assert load_weights([p], env={}).weights == Weights()
+    assert load_weights([p]).weights == Weights()
 
 
 def test_lenient_load_skips_broken_sources_and_says_why(tmp_path):
@@ -107,19 +108,19 @@ def test_lenient_load_skips_broken_sources_and_says_why(tmp_path):
     bad.write_text("{not json")
     good = tmp_path / "other.json"
     good.write_text(json.dumps({"w_lin": 0.5}))
-    loaded = load_weights([bad, good], env={"CYBERINE_MEMORY_W_KW": "abc", "CYBERINE_MEMORY_W_REC": "0.1"}, lenient=True)
+    loaded = load_weights([bad, good], variables=WeightSettings.from_env({"CYBERINE_MEMORY_W_KW": "abc", "CYBERINE_MEMORY_W_REC": "0.1"}), lenient=True)
     assert loaded.weights == Weights(w_rec=0.1, w_lin=0.5)
     assert len(loaded.problems) == 2
     assert "weights.json is not valid JSON" in loaded.problems[0] and "CYBERINE_MEMORY_W_KW='abc'" in loaded.problems[1]
     with pytest.raises(ValidationError, match="not valid JSON"):
-        load_weights([bad], env={})
+        load_weights([bad])
 
 
 def test_weights_file_that_is_a_directory(tmp_path):
     d = tmp_path / "weights.json"
     d.mkdir()
     with pytest.raises(ValidationError, match="is a directory"):
-        load_weights([d], env={})
+        load_weights([d])
     with pytest.raises(StoreError, match="is a directory"):
         save_weights(Weights(), d)
 
@@ -128,11 +129,11 @@ def test_an_all_zero_weights_file_is_refused_and_skipped_on_the_dispatch_path(tm
     f = tmp_path / "weights.json"
     f.write_text(json.dumps({"w_kw": 0, "w_rec": 0, "w_lin": 0, "w_vec": 0}))
     with pytest.raises(ValidationError, match=r"weights.json.*all 0.*give at least one of them a positive value"):
-        load_weights([f], env={})
-    lenient = load_weights([f], env={}, lenient=True)
+        load_weights([f])
+    lenient = load_weights([f], lenient=True)
     assert lenient.weights == Weights() and len(lenient.problems) == 1 and "all 0" in lenient.problems[0]
     with pytest.raises(ValidationError, match="all 0"):  # variables that zero the last positive weight, too
-        load_weights([], env={"CYBERINE_MEMORY_W_KW": "0", "CYBERINE_MEMORY_W_REC": "0", "CYBERINE_MEMORY_W_LIN": "0"})
+        load_weights([], variables=WeightSettings.from_env({"CYBERINE_MEMORY_W_KW": "0", "CYBERINE_MEMORY_W_REC": "0", "CYBERINE_MEMORY_W_LIN": "0"}))
 
 
 def test_tuning_evidence_is_kept_and_named_as_the_source(tmp_path):
@@ -143,13 +144,13 @@ def test_tuning_evidence_is_kept_and_named_as_the_source(tmp_path):
                 "label": "MRR@10", "later": {"judgments": 206, "before": 0.312, "after": 0.341}}
     save_weights(Weights(w_kw=0.7), p, evidence=evidence)
     assert json.loads(p.read_text())["tuned"] == evidence
-    loaded = load_weights([p], env={})
+    loaded = load_weights([p])
     assert loaded.weights.w_kw == 0.7 and loaded.tuned == evidence
     assert loaded.tuned_note() == ("tuned 2026-12-01 on 412 derived judgments (raised 380, resolved 32): "
                                    "MRR@10 0.3120 -> 0.3410 on the later 206")
     # Variables that override every weight the tuned file set: the evidence no longer describes them.
     env = {f"CYBERINE_MEMORY_W_{a}": "0.2" for a in ("KW", "REC", "LIN", "VEC")}
-    assert load_weights([p], env=env).tuned is None
+    assert load_weights([p], variables=WeightSettings.from_env(env)).tuned is None
     assert tuned_note({"at": "soon"}) == "tuned (evidence unreadable)"
 
 
@@ -172,14 +173,14 @@ def test_files_and_variables_out_of_range_are_refused_or_skipped(tmp_path, name,
     f = tmp_path / "weights.json"
     f.write_text(json.dumps({name: value}))
     with pytest.raises(ValidationError, match=rf"weights.json: weight {name} must be a finite number from"):
-        load_weights([f], env={})
+        load_weights([f])
     var = {"w_kw": "CYBERINE_MEMORY_W_KW", "w_rec": "CYBERINE_MEMORY_W_REC", "w_lin": "CYBERINE_MEMORY_W_LIN",
            "w_vec": "CYBERINE_MEMORY_W_VEC", "half_life_days": "CYBERINE_MEMORY_HALF_LIFE_DAYS",
            "floor": "CYBERINE_MEMORY_FLOOR"}[name]
     with pytest.raises(ValidationError, match=rf"{var}=.* is not a usable weight: weight {name} must be a finite "
                                               rf"number from .* set it within that range or unset it"):
-        load_weights([], env={var: repr(value)})
-    lenient = load_weights([f], env={var: repr(value)}, lenient=True)
+        load_weights([], variables=WeightSettings.from_env({var: repr(value)}))
+    lenient = load_weights([f], variables=WeightSettings.from_env({var: repr(value)}), lenient=True)
     assert lenient.weights == Weights() and len(lenient.problems) == 2
 
 
@@ -216,8 +217,8 @@ def test_an_axis_weight_float32_cannot_hold_is_refused(tmp_path, name, value):
     f = tmp_path / "weights.json"
     f.write_text(json.dumps({"w_kw": 0, "w_rec": 0, "w_lin": 0, name: value}))
     with pytest.raises(ValidationError, match=rf"weights.json: weight {name} must be 0 \(the axis off\)"):
-        load_weights([f], env={})
-    assert load_weights([f], env={}, lenient=True).weights == Weights()
+        load_weights([f])
+    assert load_weights([f], lenient=True).weights == Weights()
 
 
 @pytest.mark.parametrize("raw", ["1_0", "１", "0x10", "infinity", "nan", "1e", "--1"])
@@ -225,9 +226,9 @@ def test_a_weight_variable_is_a_plain_number(raw):
     """float() reads "1_0" as 10 and full-width digits as digits: a variable is digits, a point and
     an exponent, as JSON writes a number, or it is refused (skipped with a warning on dispatch)."""
     with pytest.raises(ValidationError, match=r"CYBERINE_MEMORY_W_KW=.* is not a usable weight; set it to a finite number"):
-        load_weights([], env={"CYBERINE_MEMORY_W_KW": raw})
+        load_weights([], variables=WeightSettings.from_env({"CYBERINE_MEMORY_W_KW": raw}))
     for ok, value in (("0.3", 0.3), (" 1e-3 ", 0.001), (".5", 0.5), ("2.", 2.0), ("+1", 1.0)):
-        assert load_weights([], env={"CYBERINE_MEMORY_W_KW": ok}).weights.w_kw == value
+        assert load_weights([], variables=WeightSettings.from_env({"CYBERINE_MEMORY_W_KW": ok})).weights.w_kw == value
 
 
 def test_tiny_weights_file_leaves_inject_and_search_on_the_defaults(fixture_copy):
@@ -278,54 +279,54 @@ def test_a_kept_result_is_used_until_the_file_changes(tmp_path, monkeypatch):
     f.write_text(json.dumps({"w_kw": 0.7}))
     _aged(f)
     reads = _counting_reads(monkeypatch)
-    first = load_weights([f, missing], env={})
+    first = load_weights([f, missing])
     assert first.weights.w_kw == 0.7 and len(reads) == 2
-    again = load_weights([f, missing], env={})
+    again = load_weights([f, missing])
     assert again.weights.w_kw == 0.7 and len(reads) == 2, "a second load reads no file"
     # A caller changing its result does not change the kept one.
     again.sources["w_kw"] = "changed"
     again.problems.append("changed")
-    assert load_weights([f, missing], env={}).sources["w_kw"] == str(f)
-    assert load_weights([f, missing], env={}).problems == []
+    assert load_weights([f, missing]).sources["w_kw"] == str(f)
+    assert load_weights([f, missing]).problems == []
     # Rewritten in place (same inode): the new weights, read at once.
     f.write_text(json.dumps({"w_kw": 0.2}))
-    assert load_weights([f, missing], env={}).weights.w_kw == 0.2
+    assert load_weights([f, missing]).weights.w_kw == 0.2
     # Rewritten within the racy window, each load reads it again (an edit in the same clock tick is seen).
     n = len(reads)
-    load_weights([f, missing], env={})
+    load_weights([f, missing])
     assert len(reads) == n + 2
     # Replaced atomically (a new inode) and its mtime set back to the old value: still seen.
     _aged(f, 7200)
-    assert load_weights([f, missing], env={}).weights.w_kw == 0.2
+    assert load_weights([f, missing]).weights.w_kw == 0.2
     before = f.stat().st_mtime_ns
     save_weights(Weights(w_kw=0.9), f)
     import os
 
     os.utime(f, ns=(before, before))
-    assert load_weights([f, missing], env={}).weights.w_kw == 0.9
+    assert load_weights([f, missing]).weights.w_kw == 0.9
     # A file that appears where there was none, and one that goes away.
     missing.write_text(json.dumps({"w_kw": 0.3}))
     _aged(missing)
-    assert load_weights([f, missing], env={}).weights.w_kw == 0.3
+    assert load_weights([f, missing]).weights.w_kw == 0.3
     missing.unlink()
-    assert load_weights([f, missing], env={}).weights.w_kw == 0.9
+    assert load_weights([f, missing]).weights.w_kw == 0.9
     # Other variables, another result.
-    assert load_weights([f, missing], env={"CYBERINE_MEMORY_W_KW": "0.4"}).weights.w_kw == 0.4
-    assert load_weights([f, missing], env={}).weights.w_kw == 0.9
+    assert load_weights([f, missing], variables=WeightSettings.from_env({"CYBERINE_MEMORY_W_KW": "0.4"})).weights.w_kw == 0.4
+    assert load_weights([f, missing]).weights.w_kw == 0.9
 
 
 def test_a_broken_file_is_never_kept(tmp_path, monkeypatch):
     f = tmp_path / "weights.json"
     f.write_text("{not json")
     _aged(f)
-    lenient = load_weights([f], env={}, lenient=True)
+    lenient = load_weights([f], lenient=True)
     assert lenient.weights == Weights() and len(lenient.problems) == 1
-    assert len(load_weights([f], env={}, lenient=True).problems) == 1
+    assert len(load_weights([f], lenient=True).problems) == 1
     with pytest.raises(ValidationError, match="not valid JSON"):
-        load_weights([f], env={})  # the lenient result is not what a strict load returns
+        load_weights([f])  # the lenient result is not what a strict load returns
     f.write_text(json.dumps({"w_rec": 0.1}))
     _aged(f, 10)
-    assert load_weights([f], env={}).weights.w_rec == 0.1
+    assert load_weights([f]).weights.w_rec == 0.1
 
 
 def test_a_held_search_uses_weights_saved_meanwhile(fixture_copy):

@@ -1,6 +1,5 @@
 """``cybmem export FORMAT``: a project's memory (or every project's) as NDJSON, CSV, Parquet, SQLite or
-W3C PROV, one sub-command per format, each a call of :mod:`cybmem.exchange.export` or
-:mod:`cybmem.exchange.prov`."""
+W3C PROV, one sub-command per format, each a call of :meth:`cybmem.memory.Memory.export`."""
 
 from __future__ import annotations
 
@@ -9,14 +8,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import CybmemError
+from ..memory import EXPORT_FORMATS, Memory
 from . import signals
 from .framework import Ctx, ProgressOpt, WordGroup, app, command, short_help
 from .render import count, echo, print_json, warn
 
 __all__ = ["EXPORT_FORMATS", "export_app"]
-
-
-EXPORT_FORMATS = ("ndjson", "csv", "parquet", "sqlite", "prov")
 
 
 
@@ -49,35 +47,29 @@ def _export_stores(ctx: Ctx, all_projects: bool) -> list:
     """The stores an export reads: the project (--cwd / --project) or, with --all, every one. Every
     export asks for them first; from then on a SIGTERM unwinds it as Ctrl-C does, so its temp
     file (or SQLite transaction) is cleaned up at once."""
-    from ..exchange.export import all_stores
-
     signals.catch_sigterm()
     if all_projects and ctx.project is not None:
         raise typer.BadParameter("give --project or --all, not both", param_hint="--all")
-    return all_stores(ctx.settings.memory_dir, required=True) if all_projects else [ctx.store()]
+    return ctx.memory.export_stores(all_projects=all_projects)
 
 
-def _export_tables(table: Optional[str]) -> Optional[list[str]]:
+def _export_tables(table: Optional[str]) -> None:
     """--table: one of the tables (None: the format's default)."""
-    from ..exchange.export import TABLES
-
-    if table is not None and table not in TABLES:
-        raise typer.BadParameter(f"{table!r} is not one of {', '.join(TABLES)}", param_hint="--table")
-    return None if table is None else [table]
+    try:
+        Memory.export_tables(table)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--table") from None
 
 
 def _export_text(fmt: str, ctx: Ctx, out: Optional[Path], table: Optional[str], all_projects: bool,
                  progress: Optional[bool], force: bool) -> None:
     """ndjson and csv: to --out, or to stdout without it (or with --out -)."""
-    from ..exchange.export import export_csv, export_ndjson
-
     if out is not None and str(out) == "-":
         out = None  # stdout
-    tables = _export_tables(table)
+    _export_tables(table)
     if ctx.json and out is None:
         raise typer.BadParameter(f"--json prints a summary, but without --out the {fmt} data goes to stdout; add --out FILE", param_hint="--json")
-    fn = export_ndjson if fmt == "ndjson" else export_csv
-    result = fn(_export_stores(ctx, all_projects), out, table=tables[0] if tables else "records", progress=progress, force=force)
+    result = ctx.memory.export(fmt, out, stores=_export_stores(ctx, all_projects), table=table, progress=progress, force=force)
     warn(result.warnings)
     if ctx.json:
         print_json(result.to_dict())
@@ -124,16 +116,13 @@ def export_parquet_cmd(
 
     Example: cybmem export parquet --out ~/fleet --all --machine laptop
     """
-    from ..errors import ValidationError
-    from ..exchange.export import TABLES, export_parquet, validate_machine
-
-    tables = _export_tables(table)
-    if machine is not None:
-        try:
-            validate_machine(machine)
-        except ValidationError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--machine") from None
-    result = export_parquet(_export_stores(ctx, all_projects), out, machine=machine, tables=tables or TABLES, progress=progress)
+    _export_tables(table)
+    try:
+        Memory.check_machine(machine)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--machine") from None
+    result = ctx.memory.export("parquet", out, stores=_export_stores(ctx, all_projects), table=table, machine=machine,
+                               progress=progress)
     warn(result.warnings)
     if ctx.json:
         print_json(result.to_dict())
@@ -157,10 +146,9 @@ def export_sqlite_cmd(
 
     Example: cybmem export sqlite --all --out memory.db
     """
-    from ..exchange.export import TABLES, export_sqlite
-
-    tables = _export_tables(table)
-    result = export_sqlite(_export_stores(ctx, all_projects), out, tables=tables or TABLES, progress=progress, force=force)
+    _export_tables(table)
+    result = ctx.memory.export("sqlite", out, stores=_export_stores(ctx, all_projects), table=table, progress=progress,
+                               force=force)
     warn(result.warnings)
     if ctx.json:
         print_json(result.to_dict())
@@ -183,11 +171,9 @@ def export_prov_cmd(
 
     Example: cybmem export prov --project web --chain 9b6b1e00 --out chain.prov.json --provn
     """
-    from ..exchange.prov import export_prov
-
     if chain is not None and all_projects:
         raise typer.BadParameter("a chain lies inside one project: drop --all", param_hint="--chain")
-    result = export_prov(_export_stores(ctx, all_projects), out, chain=chain, provn=provn, force=force)
+    result = ctx.memory.export("prov", out, stores=_export_stores(ctx, all_projects), chain=chain, provn=provn, force=force)
     warn(result.warnings)
     if ctx.json:
         print_json(result.to_dict())

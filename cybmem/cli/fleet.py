@@ -1,5 +1,5 @@
 """``cybmem fleet ACTION``: search, the issue fold and the report over every machine's exported
-memory (:class:`cybmem.exchange.fleet.Fleet`), one sub-command per job."""
+memory (:meth:`cybmem.memory.Memory.fleet`), one sub-command per job."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..store.outcome import shorten
+from ..answers import shorten
+from ..memory import Memory
 from .framework import AsOfOpt, Ctx, ProgressOpt, WordGroup, app, command, moment, short_help
 from .render import count, echo, fmt_axes, print_json, table, warn, when, whole
 
@@ -55,11 +56,9 @@ NowOpt = Annotated[Optional[str], typer.Option("--now", help="Measure ages to th
 @contextlib.contextmanager
 def _fleet(dataset, scheduler, workers, timeout, machine, project, progress):
     """The fleet the shared options describe; the part files it skipped are said once."""
-    from ..exchange.fleet import Fleet
-
     if dataset is None:
         raise typer.BadParameter("give the dataset directory (`cybmem export parquet --out DIR` writes it)", param_hint="--dataset")
-    with Fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress,
+    with Memory.fleet(dataset, scheduler=scheduler, machines=machine, projects=project, workers=workers, progress=progress,
                timeout=timeout) as fleet:
         warn(fleet.skipped)
         yield fleet

@@ -22,7 +22,7 @@ from .. import __version__
 from . import _startup, signals
 from ..answers import error_message
 from ..errors import CybmemError
-from ..store.records import parse_moment
+from ..memory import Memory
 from ..settings import Settings
 from .render import echo, warn
 
@@ -81,7 +81,8 @@ _SHARED = {
 
 @dataclass
 class Ctx:
-    """What the shared options chose: the memory root, the project, the output form."""
+    """What the shared options chose: the memory root, the project, the output form; the library
+    handle on them (:attr:`memory`, the environment read once)."""
 
     memory_dir: Optional[Path] = None
     cwd: Optional[Path] = None
@@ -89,13 +90,12 @@ class Ctx:
     json: bool = False
 
     @functools.cached_property
+    def memory(self) -> Memory:
+        return Memory.from_env(memory_dir=self.memory_dir, cwd=self.cwd, project=self.project)
+
+    @property
     def settings(self) -> Settings:
-        return Settings.from_env(memory_dir=self.memory_dir)
-
-    def store(self, *, create: bool = False):
-        from ..store.memory_store import MemoryStore
-
-        return MemoryStore.open(self.settings, cwd=self.cwd, project=self.project, create=create)
+        return self.memory.settings
 
 
 def error_line(message: str, code: int, as_json: bool) -> None:
@@ -201,7 +201,7 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
     gets the start-up tricks of :mod:`cybmem.cli._startup` (plain option parsing, no pandas, a quick
     pyarrow.compute when it reads a store, no interpreter teardown). ``filters``: the record
     filter options (--state, --since, --until, --grep, --agent, --issue) are added, and the
-    body gets them as one :class:`cybmem.retrieval.filters.RecordFilter` argument ``f``. ``free_text``:
+    body gets them as one record filter argument ``f`` (:meth:`cybmem.memory.Memory.record_filter`). ``free_text``:
     the last positional argument is free text, taken as it is even when it starts with a dash
     (:func:`free_text_args`). ``group``: the sub-app it belongs to (``cybmem export csv``).
     """
@@ -251,23 +251,21 @@ _FILTERS = {n: inspect.Parameter(n, _KW, default=None, annotation=a) for n, a in
     ("state", StateOpt), ("since", SinceOpt), ("until", UntilOpt), ("grep", GrepOpt), ("agent", AgentOpt), ("issue", IssueOpt))}
 OffsetOpt = Annotated[int, typer.Option("--offset", help="Skip this many first (the next page starts at the last one shown).", min=0)]
 def moment(value: Optional[str], param: str, *, end_of_day: bool = False) -> Optional[int]:
-    """--since / --until / --as-of (:func:`cybmem.store.records.parse_moment`: epoch ms or ISO; a bare
+    """--since / --until / --as-of (:meth:`cybmem.memory.Memory.moment`: epoch ms or ISO; a bare
     year, month or date means its start, or with ``end_of_day`` (--until) its last millisecond), held
     to the range a record's times may hold; a bad one is a usage error naming ``param``."""
     if value is None or not value.strip():
         return None
     try:
-        return parse_moment(value, param, end_of_day=end_of_day)
+        return Memory.moment(value, param, end_of_day=end_of_day)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"{param} "), param_hint=param) from None
 
 
 def _record_filter(since, until, state, grep, agent, issue):
-    from ..retrieval.filters import RecordFilter
-
     try:
-        return RecordFilter.make(since=moment(since, "--since"), until=moment(until, "--until", end_of_day=True),
-                                 state=state, grep=grep, agent=agent, issue=issue)
+        return Memory.record_filter(since=moment(since, "--since"), until=moment(until, "--until", end_of_day=True),
+                                    state=state, grep=grep, agent=agent, issue=issue)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint="--state") from None
 

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import ValidationError
+from ..memory import Memory
 from .framework import Ctx, command
 from .render import echo, print_json
 
@@ -32,15 +33,11 @@ def report_cmd(
 
     Example: cybmem report --out reports/web --project web -P metric=ndcg -P k=5
     """
-    from ..operations.report import NOTEBOOKS, build_report, notebooks_dir, parse_parameters
-
     try:
-        params = parse_parameters(parameter or [], [notebooks_dir() / n for n in NOTEBOOKS])
+        params = Memory.report_parameters(parameter or [])
     except ValidationError as exc:  # a bad -P; a missing extra is no usage mistake
         raise typer.BadParameter(str(exc), param_hint="-P") from None
-    if not ctx.project and ctx.cwd is None:  # the notebooks' project variable, before the current directory
-        ctx.project = ctx.settings.project
-    result = build_report(ctx.store(), out, parameters=params, with_code=with_code, timeout=timeout, progress=progress)
+    result = ctx.memory.report(out, parameters=params, with_code=with_code, timeout=timeout, progress=progress)
     if ctx.json:
         print_json(result.to_dict())
         return
@@ -61,10 +58,7 @@ def doctor_cmd(
 
     Example: cybmem doctor --all --repair
     """
-    from ..operations.doctor import doctor
-
-    report = doctor(ctx.settings, project=ctx.project, cwd=ctx.cwd, all_projects=all_projects,
-                    repair=repair, secrets=secrets, temp_age=temp_age)
+    report = ctx.memory.doctor(all_projects=all_projects, repair=repair, secrets=secrets, temp_age=temp_age)
     if ctx.json:
         print_json(report.to_dict())
     else:

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..memory import Memory
 from .framework import Ctx, command
 
 __all__ = ["mcp_cmd"]
@@ -31,11 +32,10 @@ def mcp_cmd(
     Example: cybmem mcp --project web
     """
     from ..mcp.server import serve
-    from ..store.projects import select_project
 
-    if ctx.project and ctx.settings.memory_dir.is_dir():
-        # A default that only looks like a project (web.7663e1 beside web-7663e1) is refused here, as every
-        # verb refuses it, not served for every tool call to refuse; a new name is fine (a write may make it).
-        select_project(ctx.settings.memory_dir, project=ctx.project, create=True, peek=True)
-    serve(ctx.settings, cwd=ctx.cwd, project=ctx.project, http=http, allow_writes=allow_writes)
+    # A default that only looks like a project (web.7663e1 beside web-7663e1) is refused here, as every
+    # verb refuses it, not served for every tool call to refuse; a new name is fine (a write may make it).
+    ctx.memory.check_project()
+    # The server holds each project's snapshot between calls (cybmem.memory.Memory's hold).
+    serve(Memory(ctx.settings, cwd=ctx.cwd, project=ctx.project, hold=True), http=http, allow_writes=allow_writes)
 

@@ -7,9 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ..answers import issue_slug, ms_to_utc, shorten, subject_line
 from ..errors import CybmemError
-from ..store.outcome import shorten, subject_line
-from ..store.records import ms_to_utc
 from .framework import Ctx, OffsetOpt, command, moment
 from .render import count, echo, no_match, print_json, table, warn, when, whole, width
 
@@ -27,9 +26,7 @@ def list_cmd(
 
     Example: cybmem list --since 2024-01-01 --grep fixture --limit 20
     """
-    from ..retrieval.filters import list_records
-
-    page = list_records(ctx.store(), f, offset=offset, limit=limit)
+    page = ctx.memory.runs(filter=f, offset=offset, limit=limit)
     snap = page.snapshot  # a fresh load when a shown record changed in place
     warn(p.message for p in snap.problems)
     if ctx.json:
@@ -94,10 +91,8 @@ def show_cmd(
 
     Example: cybmem show 3f2a
     """
-    from ..explore.lineage import show_record
-
-    store = ctx.store()
-    shown = show_record(store, run_id, original=original)
+    store = ctx.memory.store()
+    shown = ctx.memory.show(run_id, project=store, original=original)
     warn(p.message for p in store.problems)
     if ctx.json:
         print_json(shown.to_dict())
@@ -112,8 +107,6 @@ def _day(ms: Optional[int]) -> str:
 def _title(issue_id: str, title: Optional[str]) -> str:
     """An issue's title for a table; blank when the id already spells it (an id is the slug of
     its title unless the writer chose another), which leaves the room to titles that say more."""
-    from ..store.outcome import issue_slug
-
     title = title or ""
     return "" if not title or issue_slug(title) == issue_id else title
 
@@ -142,8 +135,6 @@ def issues_cmd(
 
     Example: cybmem issues --state open --grep flaky
     """
-    from ..retrieval.filters import IssueFilter, list_issue_events, list_issues
-
     if query is not None:
         return _ranked_issues(ctx, query, at=moment(as_of, "--as-of"), offset=offset, limit=limit,
                               refused=[flag for flag, on in (("--events", events), ("--all", all_issues), ("--state", state),
@@ -153,17 +144,14 @@ def issues_cmd(
         raise typer.BadParameter(f"--events lists every ledger event, in file order; {flag} is for the issue view", param_hint=flag)
     lo, hi = moment(since, "--since"), moment(until, "--until", end_of_day=True)
     at = moment(as_of, "--as-of")
-    window = None if all_issues or events else ctx.settings.issue_window_days
     try:
-        f = IssueFilter.make(state=state, since=lo, until=hi, grep=grep, window_days=window)
+        f = ctx.memory.issue_filter(state=state, since=lo, until=hi, grep=grep, all=all_issues or events)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint="--state") from None
-    store = ctx.store()
-    if events:
-        got = list_issue_events(store, since=lo, until=hi, events_named=f.states, grep=grep, as_of=at,
-                                offset=offset, limit=limit)
-    else:
-        got = list_issues(store, f, as_of=at, offset=offset, limit=limit, newest_first=not oldest_first)
+    window = f.window_days
+    store = ctx.memory.store()
+    got = ctx.memory.issues(f, project=store, events=events, as_of=at, offset=offset, limit=limit,
+                            newest_first=not oldest_first)
     warn(got.warnings)
     page = got.page
     if ctx.json:
@@ -199,30 +187,26 @@ def issues_cmd(
 
 def _ranked_issues(ctx: Ctx, query: str, *, at: Optional[int], offset: int, limit: int, refused: list[str]) -> None:
     """`cybmem issues --query`: the open issues ranked against the text (the MCP issues tool's answer)."""
-    from ..retrieval.filters import Page
-    from ..retrieval.issue_ranking import rank_open_issues
-    from ..store.loading import load_snapshot
-
     if refused:
         raise typer.BadParameter(f"--query ranks the open issues; {refused[0]} is for the issue view (leave one of them out)",
                                  param_hint=refused[0])
     if not query.strip():
         raise typer.BadParameter("give the text to rank the open issues against", param_hint="--query")
-    store = ctx.store()
-    ranked, total, found = rank_open_issues(load_snapshot(store), query, settings=ctx.settings, as_of=at,
-                                            offset=offset, limit=limit or None)
-    warn(found)
+    store = ctx.memory.store()
+    got = ctx.memory.issues(project=store, query=query, as_of=at, offset=offset, limit=limit)
+    warn(got.warnings)
+    ranked = got.page.items
     if ctx.json:
         print_json([issue.to_dict() for issue in ranked])
         return
-    if not total:
+    if not got.page.total:
         echo(f"No open issues in project {store.slug}.")
         return
     rows = [[f"{offset + i + 1}", f"{r.chosen.score:.3f}", r.state.issueId, _day(r.state.openedAt), (r.state.openedBy or "-")[:8],
              _title(r.state.issueId, r.state.title)] for i, r in enumerate(ranked)]
     if rows:
         table(["#", "SCORE", "ISSUE", "OPENED (UTC)", "BY", "TITLE"], rows, fit=shorten)
-    footer = Page(ranked, total, offset, limit or None).footer("open issues")
+    footer = got.page.footer("open issues")
     if footer:
         echo(footer)
 
@@ -255,11 +239,10 @@ def chain_cmd(
 
     Example: cybmem chain 3f2a --context 10 --grep fixture
     """
-    from ..explore.lineage import chain_view
-
     n_context = _context(context)
-    store = ctx.store()
-    result = chain_view(store, run_id, filter=f, context=n_context, offset=offset, limit=limit, whole_tasks=not ctx.json)
+    store = ctx.memory.store()
+    result = ctx.memory.chain(run_id, project=store, filter=f, context=n_context, offset=offset, limit=limit,
+                              whole_tasks=not ctx.json)
     warn(p.message for p in store.problems)
     if ctx.json:
         print_json(result.to_dict())
@@ -300,9 +283,7 @@ def projects_cmd(ctx: Ctx):
 
     Example: cybmem projects
     """
-    from ..store.projects import list_projects
-
-    projects = list_projects(ctx.settings.memory_dir)
+    projects = ctx.memory.projects()
     if ctx.json:
         print_json(projects)
         return

@@ -10,9 +10,8 @@ from typing import Callable
 
 import typer
 
+from ..answers import ms_to_utc, printable, printable_json, subject_line
 from ..errors import WARNING_PREFIX
-from ..store.outcome import printable, printable_json, subject_line
-from ..store.records import ms_to_utc
 
 __all__ = ["count", "when", "echo", "print_json", "width", "table", "whole", "warn", "write_exact", "no_match",
            "fmt_axes"]
@@ -28,12 +27,12 @@ def when(ms: int | None) -> str:
 
 def echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
     """Every human-readable line goes out here: stored text is made printable first
-    (:func:`cybmem.store.outcome.printable`), so a record cannot drive the terminal."""
+    (:func:`cybmem.answers.printable`), so a record cannot drive the terminal."""
     typer.echo(printable(message), err=err, nl=nl)
 
 
 def print_json(data) -> None:
-    """JSON on stdout (:func:`cybmem.store.outcome.printable_json`: no raw control reaches a terminal)."""
+    """JSON on stdout (:func:`cybmem.answers.printable_json`: no raw control reaches a terminal)."""
     typer.echo(printable_json(data))
 
 

@@ -10,10 +10,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..errors import CybmemError
-from ..settings import Settings
-from ..store.outcome import subject_line
-from .framework import AsOfOpt, Ctx, OffsetOpt, UsageError, command, moment
+from ..answers import subject_line
+from ..memory import Memory
+from .framework import AsOfOpt, Ctx, OffsetOpt, command, moment
 from .render import echo, fmt_axes, no_match, print_json, table, warn, when, write_exact
 
 __all__ = ["search_cmd", "inject_cmd", "strip_cmd", "embed_cmd"]
@@ -70,11 +69,9 @@ def search_cmd(
 
     Example: cybmem search "flaky cart drawer test" -k 5 --explain --since 2026-10-01
     """
-    from ..retrieval.search import search
-
-    store = ctx.store()
-    result = search(store, query, k=k, offset=offset, settings=ctx.settings, as_of=moment(as_of, "--as-of"),
-                    parent_run_id=parent, chat_session_id=chat, filter=f)
+    store = ctx.memory.store()
+    result = ctx.memory.search(query, project=store, k=k, offset=offset, as_of=moment(as_of, "--as-of"),
+                               parent_run_id=parent, chat_session_id=chat, filter=f)
     warn(p.message for p in result.snapshot.problems)
     warn(result.warnings)
     if ctx.json:
@@ -165,8 +162,6 @@ def inject_cmd(
 
     Example: cybmem inject "Fix the checkout error banner" --cwd ~/web --explain
     """
-    from ..dispatch.inject import Injection, inject_task
-
     # --system ranks for the task too when one is given (an argument, --file or stdin); without
     # one it builds the block for no task in particular.
     bare = task is None and file is None and not _stdin_holds_input()
@@ -179,19 +174,12 @@ def inject_cmd(
         if strict:
             raise
         when_ms, unusable = None, f"memory not injected: {exc.format_message()}"
-    try:
-        if unusable:
-            result = Injection(text, "", ctx.project, [unusable])
-        else:
-            settings = Settings.from_env(memory_dir=ctx.memory_dir, lenient=not strict)
-            result = inject_task(text, settings, cwd=ctx.cwd, project=ctx.project, as_of=when_ms,
-                                 parent_run_id=parent, chat_session_id=chat, strict=strict)
-    except (CybmemError, UsageError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - the dispatch path never fails the dispatcher
-        if strict:
-            raise
-        result = Injection(text, "", ctx.project, [f"memory not injected (unexpected {type(exc).__name__}: {exc})"])
+    if unusable:
+        result = Memory.not_injected(text, unusable, project=ctx.project)
+    else:
+        memory = Memory.from_env(memory_dir=ctx.memory_dir, lenient=not strict, cwd=ctx.cwd, project=ctx.project)
+        result = memory.memory_block(text, as_of=when_ms, parent_run_id=parent, chat_session_id=chat,
+                                     never_fail=not strict)
     warn(" ".join(message.split()) for message in result.warnings + [result.feedback_warning or ""] if message)
     if explain_:
         for line in _explain_lines(result):
@@ -217,9 +205,7 @@ def strip_cmd(
 
     Example: cybmem inject "Fix the login form" | cybmem strip
     """
-    from ..dispatch.preamble import strip
-
-    out = strip(_task_text(task, file))
+    out = Memory.strip(_task_text(task, file))
     if ctx.json:
         print_json({"task": out})
         return
@@ -239,9 +225,7 @@ def embed_cmd(
 
     Example: CYBERINE_MEMORY_EMBEDDINGS=ollama cybmem embed --project web
     """
-    from ..retrieval.embed_backfill import embed_missing
-
-    result = embed_missing(ctx.store(), ctx.settings, progress=progress)
+    result = ctx.memory.embed(progress=progress)
     warn(result.warnings)
     if ctx.json:
         print_json(result.to_dict())

@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import CybmemError
+from ..memory import Memory
 from .framework import Ctx, command, moment
 from .render import echo, print_json, table, warn, when, whole
 
@@ -43,14 +45,14 @@ REFUSED_EXIT = 3
 
 
 def _metric_and_kinds(metric: str, derive: str) -> list[str]:
-    from ..retrieval.judgments import JUDGMENT_KINDS, METRICS
-
-    if metric not in METRICS:
-        raise typer.BadParameter(f"{metric!r} is not one of {', '.join(METRICS)}", param_hint="--metric")
-    kinds = [x for x in derive.replace(" ", "").split(",") if x]
-    if not kinds or set(kinds) - set(JUDGMENT_KINDS) - {"issue"}:
-        raise typer.BadParameter(f"{derive!r}: choose from issue, {', '.join(JUDGMENT_KINDS)}", param_hint="--derive")
-    return kinds
+    try:
+        Memory.check_metric(metric)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--metric") from None
+    try:
+        return Memory.judgment_kinds(derive)
+    except CybmemError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--derive") from None
 
 
 @command("tune", quick=True)
@@ -89,19 +91,15 @@ def tune_cmd(
 
     Example: cybmem tune --project web --as-of 2026-06-01 --save
     """
-    from ..operations.retune import auto_tune, tune_and_save
-
     if auto:
-        line = auto_tune(ctx.store(), ctx.settings, progress=progress)
+        line = ctx.memory.auto_tune(progress=progress)
         print_json({"result": line}) if ctx.json else echo(line[0].upper() + line[1:] + ".")
         return
     kinds = _metric_and_kinds(metric, derive)
     hl = _floats(half_lives, "--half-lives")
     at = moment(as_of, "--as-of") if as_of is not None else None
-    store = ctx.store()
-    done = tune_and_save(store, ctx.settings, save=save, force=force, judgments=judgments, as_of=at,
-                         metric=metric, k=k, steps=steps, half_lives=hl, kinds=kinds, hold_few=not all_weights,
-                         progress=progress)
+    done = ctx.memory.tune(save=save, force=force, judgments=judgments, as_of=at, metric=metric, k=k, steps=steps,
+                           half_lives=hl, kinds=kinds, hold_few=not all_weights, progress=progress)
     warn(done.result.warnings)
     if ctx.json:
         print_json(done.to_dict())
@@ -109,7 +107,6 @@ def tune_cmd(
             raise typer.Exit(REFUSED_EXIT)
         return
     _render_tuning(done.result)
-    target = store.dir / "weights.json"
     if done.saved:
         what = ("the weights tuned on the earlier judgments and checked on the later ones" if done.result.saves is not None
                 else "the best weights on all judgments (not checked on later ones)")
@@ -123,7 +120,7 @@ def tune_cmd(
         echo("Nothing to save: no weights beat the current ones; weights.json left as it is.")
     else:
         refusal = done.result.refusal
-        advice = f"add --save to write the checked weights to {target}" if refusal is None else f"--save would keep the current weights: {refusal}"
+        advice = f"add --save to write the checked weights to {done.target}" if refusal is None else f"--save would keep the current weights: {refusal}"
         echo(f"Not saved; {advice}.")
 
 
@@ -197,15 +194,13 @@ def eval_cmd(
 
     Example: cybmem eval -j qrels.jsonl --w-kw 0.6 --w-rec 0.3 --project web
     """
-    from ..retrieval.tuning import compare_weights
-
     kinds = _metric_and_kinds(metric, derive)
-    store = ctx.store()
+    store = ctx.memory.store()
     given = {name: v for name, v in (("w_kw", w_kw), ("w_rec", w_rec), ("w_lin", w_lin), ("w_vec", w_vec),
                                      ("half_life_days", half_life)) if v is not None}
     if weights_file is not None and not weights_file.is_file():
         raise typer.BadParameter(f"no such file: {weights_file}", param_hint="--weights")
-    result = compare_weights(store, ctx.settings, given=given, weights_file=weights_file, judgments=judgments,
+    result = ctx.memory.eval(project=store, given=given, weights_file=weights_file, judgments=judgments,
                              metric=metric, k=k, kinds=kinds, progress=progress)
     warn(result.warnings)
     if ctx.json:

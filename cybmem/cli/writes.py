@@ -12,6 +12,7 @@ import typer
 
 from . import signals
 from ..errors import CybmemError
+from ..memory import Memory, NotWritten
 from .framework import ClickException, Ctx, command
 from .render import count, echo, print_json, warn, when
 
@@ -32,9 +33,7 @@ def rebuild_cmd(
 
     Example: cybmem rebuild --project web
     """
-    from ..operations.doctor import rebuild
-
-    done = rebuild(ctx.store(), ctx.settings, full=full)
+    done = ctx.memory.rebuild(full=full)
     warn(done.warnings)
     if ctx.json:
         print_json(done.to_dict())
@@ -50,21 +49,13 @@ def rebuild_cmd(
 
 
 def _read_input(source: str, hint: str = "RUN_JSON") -> bytes:
-    from ..operations.write import read_run_file
-
+    """The bytes of the run a RUN_JSON argument names (a path, or - for stdin)."""
     if source == "-":
         return sys.stdin.buffer.read()
     try:
-        return read_run_file(source)
+        return Memory.read_run(source)
     except CybmemError as exc:
         raise typer.BadParameter(str(exc), param_hint=hint) from None
-
-
-def _run_payload(source: str):
-    """The run a RUN_JSON argument names (a path, or - for stdin), decoded."""
-    from ..operations.write import load_run_payload
-
-    return load_run_payload(_read_input(source))
 
 
 @command("write", quick=True)
@@ -82,19 +73,15 @@ def write_cmd(
     """
     if run_json is None and not hook:
         raise typer.BadParameter("give a run.json path, - for stdin, or --hook", param_hint="RUN_JSON")
-    from ..operations.write import write_run
-
-    try:
-        # A hook's timeout (SIGTERM) while the model thinks costs the distilled outcome, not the run.
-        result = write_run(_run_payload(run_json or "-"), ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None,
-                           project=ctx.project, run_id=run_id, parent_run_id=parent, chat_session_id=chat,
-                           while_distilling=signals.sigterm_abandons)
-    except Exception as exc:  # noqa: BLE001 - hook mode: a memory failure must never take the run down
-        if not hook:
-            raise
-        message = str(exc) if isinstance(exc, (CybmemError, OSError, ClickException)) else f"unexpected {type(exc).__name__}: {exc}"
-        warn([f"memory record not written: {' '.join(message.split())}"])
-        raise typer.Exit(0) from None
+    source = run_json or "-"
+    # Hook mode reads its input inside the library's call, so that what cannot be read is one warning.
+    run = (sys.stdin.buffer if source == "-" else Path(source)) if hook else _read_input(source)
+    # A hook's timeout (SIGTERM) while the model thinks costs the distilled outcome, not the run.
+    result = ctx.memory.write(run, run_id=run_id, parent_run_id=parent, chat_session_id=chat, hook=hook,
+                              named=(ClickException,), while_distilling=signals.sigterm_abandons)
+    if isinstance(result, NotWritten):
+        warn([result.message])
+        raise typer.Exit(0)
     if result.redacted:
         echo(f"cybmem: redacted secrets before writing: {', '.join(result.redacted)}", err=True)
     warn(result.warnings)
@@ -122,11 +109,9 @@ def supersede_cmd(
 
     Example: cybmem supersede 3f2a fixed-run.json --run-id 3f2a-fix
     """
-    from ..operations.write import supersede_run
-
-    store = ctx.store()
-    result = supersede_run(store, old_run_id, _run_payload(run_json), ctx.settings, cwd=str(ctx.cwd) if ctx.cwd else None,
-                           run_id=run_id, while_distilling=signals.sigterm_abandons)
+    store = ctx.memory.store()
+    result = ctx.memory.supersede(old_run_id, _read_input(run_json), project=store, run_id=run_id,
+                                  while_distilling=signals.sigterm_abandons)
     if ctx.json:
         print_json(result.to_dict())
     else:
@@ -148,9 +133,7 @@ def mark_cmd(
     """
     if event not in ("resolved", "wontfix", "reopened"):
         raise typer.BadParameter(f"{event!r} is not one of resolved, wontfix, reopened", param_hint="EVENT")
-    from ..operations.write import mark_issue
-
-    marked = mark_issue(ctx.store(), issue_id, event, ctx.settings, by=by, detail=detail)
+    marked = ctx.memory.mark(issue_id, event, by=by, detail=detail)
     if ctx.json:
         print_json([e.to_dict() for e in marked.written])
     elif marked.written:
@@ -180,8 +163,6 @@ def redact_cmd(
 
     Example: printf '%s\\n' 'purple-otter-42' | cybmem redact 3f2a --secrets-from -
     """
-    from ..operations.redaction import scrub_runs
-
     texts = list(secret or [])
     if secrets_from is not None:
         try:
@@ -194,8 +175,7 @@ def redact_cmd(
     if (no_patterns or everywhere) and not texts:
         raise typer.BadParameter("give the texts to remove (--secret or --secrets-from)",
                                  param_hint="--everywhere" if everywhere else "--no-patterns")
-    store = ctx.store()
-    result = scrub_runs(store, None if everywhere else [run_id], secrets=texts, patterns=not no_patterns)
+    result = ctx.memory.redact(None if everywhere else [run_id], secrets=texts, patterns=not no_patterns)
     if ctx.json:
         print_json(result.to_dict())
         _redact_exit(result)

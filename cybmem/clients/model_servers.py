@@ -1,10 +1,10 @@
 """httpx clients for the optional layers: embeddings and ADD-only LLM distillation.
 
 Both are off unless configured; the configuration is what :class:`~cybmem.settings.Settings`
-read (``settings.embeddings``, ``settings.distill``): ``CYBERINE_MEMORY_EMBEDDINGS`` (``ollama`` or
-an OpenAI-compatible base URL), ``CYBERINE_MEMORY_MODEL`` (``ollama:<model>`` or a model name) and
-their ``_KEY``, ``_URL`` and ``_TIMEOUT`` companions (USAGE.md, the configuration table); here
-those values are checked and turned into where and how to send requests. Every budget is a wall-clock deadline
+read and checked (``settings.embeddings``, ``settings.distill``): ``CYBERINE_MEMORY_EMBEDDINGS``
+(``ollama`` or an OpenAI-compatible base URL), ``CYBERINE_MEMORY_MODEL`` (``ollama:<model>`` or a
+model name) and their ``_KEY``, ``_URL`` and ``_TIMEOUT`` companions (USAGE.md, the configuration
+table); here it becomes where and how to send requests. Every budget is a wall-clock deadline
 for the whole exchange (:mod:`cybmem.clients.transport`), a reply is read up to a size cap, connection
 errors, timeouts, 5xx and 429 are retried with backoff while the budget lasts, and every failure
 is a :class:`RemoteError` with a one-line message. The model only ever refines the outcome of the
@@ -13,12 +13,10 @@ NEW record (Mem0's lesson); nothing here reads or changes stored records.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import re
 import time
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover - httpx is imported when a request is made
 
 __all__ = [
     "DEFAULT_EMBED_MODEL",
-    "DEFAULT_OLLAMA_HOST",
     "DistillConfig",
     "EmbedConfig",
     "Embedder",
@@ -44,12 +41,9 @@ __all__ = [
     "distill_config",
     "embed_config",
     "embed_reply_limit",
-    "ollama_base_url",
     "parse_outcome",
 ]
 
-DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
-DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
 # The budgets' defaults (EMBED_QUERY_TIMEOUT, EMBED_WRITE_TIMEOUT, MODEL_TIMEOUT) and the default
 # embedding model live with the variables that change them, in cybmem.settings.
 CONNECT_TIMEOUT = 5.0
@@ -103,56 +97,6 @@ class RemoteError(CybmemError):
 # Configuration
 
 
-def _http_url(value: str, name: str) -> str:
-    """A checked http(s) base URL without a trailing slash."""
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValidationError(f"{name}={value!r} is not an http(s) URL; set it to a base URL such as http://127.0.0.1:8000/v1")
-    if parts.query or parts.fragment:
-        raise ValidationError(f"{name}={value!r} has a query or fragment; give the plain base URL, e.g. http://127.0.0.1:8000/v1")
-    return value.rstrip("/")
-
-
-def ollama_base_url(host: str) -> str:
-    """Ollama's base URL from OLLAMA_HOST's value (``settings.embeddings.ollama_host``), read the
-    way Ollama's own clients read it.
-
-    "" -> http://127.0.0.1:11434; "host" -> http://host:11434; ":port" -> http://127.0.0.1:port;
-    "https://host" -> https://host:443; a path is kept. The bind-all addresses 0.0.0.0 and [::]
-    (a common OLLAMA_HOST for the server) are dialled as 127.0.0.1 / [::1].
-    """
-    raw = (host or "").strip().strip("\"'")
-    if not raw:
-        return DEFAULT_OLLAMA_HOST
-    port = 11434
-    scheme, sep, hostport = raw.partition("://")
-    if not sep:
-        scheme, hostport = "http", raw
-    elif scheme == "http":
-        port = 80
-    elif scheme == "https":
-        port = 443
-    else:
-        raise ValidationError(f"OLLAMA_HOST={raw!r} has scheme {scheme!r}; use host:port or an http(s):// URL")
-    try:
-        split = urllib.parse.urlsplit(f"{scheme}://{hostport}")
-        host = split.hostname or "127.0.0.1"
-        port = split.port or port
-    except ValueError:
-        raise ValidationError(f"OLLAMA_HOST={raw!r} is not host:port or a URL; e.g. 127.0.0.1:11434") from None
-    if host == "0.0.0.0":
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    try:
-        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
-            host = f"[{host}]"
-    except ValueError:
-        pass
-    path = split.path.strip("/")
-    return f"{scheme}://{host}:{port}" + (f"/{path}" if path else "")
-
-
 @dataclass(frozen=True)
 class EmbedConfig:
     """Where and how to embed; ``embed_config(settings.embeddings)`` builds one, ``dataclasses.replace`` tunes it.
@@ -180,33 +124,24 @@ class EmbedConfig:
         return self.base_url + ("/api/embed" if self.kind == "ollama" else "/embeddings")
 
 
-def embed_config(configured: EmbeddingSettings | Mapping[str, str]) -> EmbedConfig | None:
+def embed_config(configured: EmbeddingSettings) -> EmbedConfig | None:
     """The embeddings configuration, or None when CYBERINE_MEMORY_EMBEDDINGS is unset or empty.
 
     Args:
-        configured: ``settings.embeddings``; a mapping of variables is read as
-            :class:`~cybmem.settings.Settings` reads the environment.
+        configured: ``settings.embeddings`` (:class:`~cybmem.settings.EmbeddingSettings`, which read
+            and checked the variables).
 
     Raises:
-        ValidationError: a value is not understood; the message names the accepted forms.
+        ValidationError: a value was not understood (``configured.problem``: the message names the
+            accepted forms); raised here, where the layer is used, so that it costs only this layer.
     """
-    if not isinstance(configured, EmbeddingSettings):
-        configured = EmbeddingSettings.from_env(configured)
-    value = configured.server
-    if not value:
+    if not configured.on:
         return None
     if configured.problem:
         raise ValidationError(configured.problem)
-    common = dict(model=configured.model, query_timeout=configured.query_timeout, write_timeout=configured.write_timeout)
-    if value.lower() == "ollama":
-        return EmbedConfig(kind="ollama", base_url=ollama_base_url(configured.ollama_host), **common)
-    if re.match(r"https?://", value, re.IGNORECASE):
-        base = _http_url(value, "CYBERINE_MEMORY_EMBEDDINGS")
-        return EmbedConfig(kind="openai", base_url=base, api_key=configured.key, **common)
-    raise ValidationError(
-        f"CYBERINE_MEMORY_EMBEDDINGS={value!r} is not understood; set it to `ollama` (a local Ollama at "
-        "OLLAMA_HOST) or to an OpenAI-compatible base URL such as http://127.0.0.1:11434/v1, or unset it"
-    )
+    return EmbedConfig(kind=configured.kind, base_url=configured.base_url, model=configured.model,
+                       api_key=configured.key if configured.kind == "openai" else None,
+                       query_timeout=configured.query_timeout, write_timeout=configured.write_timeout)
 
 
 @dataclass(frozen=True)
@@ -232,47 +167,24 @@ class DistillConfig:
         return self.base_url + ("/api/chat" if self.kind == "ollama" else "/chat/completions")
 
 
-def distill_config(configured: DistillSettings | Mapping[str, str]) -> DistillConfig | None:
+def distill_config(configured: DistillSettings) -> DistillConfig | None:
     """The distillation configuration, or None when CYBERINE_MEMORY_MODEL is unset (no default).
 
     Args:
-        configured: ``settings.distill``; a mapping of variables is read as
-            :class:`~cybmem.settings.Settings` reads the environment.
+        configured: ``settings.distill`` (:class:`~cybmem.settings.DistillSettings`, which read and
+            checked the variables).
 
     Raises:
-        ValidationError: a value is malformed, or api.openai.com is the target and no key is set.
+        ValidationError: a value is malformed, or api.openai.com is the target and no key is set
+            (``configured.problem``).
     """
-    if not isinstance(configured, DistillSettings):
-        configured = DistillSettings.from_env(configured)
-    value = configured.model
-    if not value:
+    if not configured.on:
         return None
     if configured.problem:
         raise ValidationError(configured.problem)
-    common = dict(timeout=configured.timeout, redact=configured.redact)
-    if value.lower().startswith("ollama:"):
-        model = value[len("ollama:"):].strip()
-        if not model:
-            raise ValidationError("CYBERINE_MEMORY_MODEL=ollama: names no model; use e.g. ollama:llama3.1:8b")
-        return DistillConfig(kind="ollama", base_url=ollama_base_url(configured.ollama_host), model=model, **common)
-    if re.match(r"https?://", value, re.IGNORECASE):
-        raise ValidationError(
-            f"CYBERINE_MEMORY_MODEL={value!r} is a URL; set it to a model name (or ollama:<model>) "
-            "and put the base URL in CYBERINE_MEMORY_MODEL_URL"
-        )
-    if configured.url:
-        base = _http_url(configured.url, "CYBERINE_MEMORY_MODEL_URL")
-    elif configured.openai_base_url:
-        base = _http_url(configured.openai_base_url, "OPENAI_BASE_URL")
-    else:
-        base = DEFAULT_OPENAI_BASE
-    key = configured.key
-    if key is None and base == DEFAULT_OPENAI_BASE:
-        raise ValidationError(
-            f"CYBERINE_MEMORY_MODEL={value} goes to {DEFAULT_OPENAI_BASE}, which needs a key: set "
-            "CYBERINE_MEMORY_MODEL_KEY (or OPENAI_API_KEY), or point CYBERINE_MEMORY_MODEL_URL at a local server"
-        )
-    return DistillConfig(kind="openai", base_url=base, model=value, api_key=key, **common)
+    return DistillConfig(kind=configured.kind, base_url=configured.base_url, model=configured.model_name,
+                         api_key=configured.key if configured.kind == "openai" else None, timeout=configured.timeout,
+                         redact=configured.redact)
 
 
 # --------------------------------------------------------------------------------------------

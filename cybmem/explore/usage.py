@@ -55,7 +55,7 @@ def _snap(source: MemoryStore | Snapshot) -> Snapshot:
     return source if isinstance(source, Snapshot) else load_snapshot(source)
 
 
-def load_feedback(source: MemoryStore | Snapshot, settings: Settings | None = None, *, replay_: bool | None = None,
+def load_feedback(source: MemoryStore | Snapshot, settings: Settings, *, replay_: bool | None = None,
                   last: int | None = 300) -> Feedback:
     """The project's feedback: its used.jsonl; without one (``replay_`` None) or always
     (``replay_=True``), a replay of its newest ``last`` runs (:func:`replay`); ``replay_=False``
@@ -70,7 +70,7 @@ def load_feedback(source: MemoryStore | Snapshot, settings: Settings | None = No
     if replay_ is False:
         return Feedback(snap, [], False, f"Feedback of project {slug}: none yet (no {feedback_log.USED_FILE}: no "
                                          "written run has been matched to what it was shown)")
-    used = replay(snap, settings or Settings.from_env(memory_dir=snap.store.root), last=last)
+    used = replay(snap, settings, last=last)
     why = "asked for" if replay_ else f"the project has no {feedback_log.USED_FILE} yet"
     runs = sum(1 for x in snap.records.column("supersedes").to_pylist() if not x)  # corrections are not replayed
     runs = min(last, runs) if last is not None else runs

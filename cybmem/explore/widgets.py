@@ -39,7 +39,7 @@ from ..store.memory_store import MemoryStore
 from ..retrieval.judgments import METRICS, Judgment
 from ..retrieval.tuning import (AxisMatrices, Bench, check_evidence, check_weights, evaluate, prepare, refusal_of,
                                 save_project_weights, weights_state)
-from ..retrieval.weights import LoadedWeights, Weights, weights_for
+from ..retrieval.weights import LoadedWeights, Weights, project_weights_file, weights_for
 
 __all__ = ["TuningView", "tuning_view"]
 
@@ -64,12 +64,12 @@ class TuningView:
         widget: the whole view (a VBox); displaying the TuningView displays it.
     """
 
-    def __init__(self, store: MemoryStore | Snapshot, *, settings: Settings | None = None,
+    def __init__(self, store: MemoryStore | Snapshot, *, settings: Settings,
                  judgments: Sequence[Judgment] | str | Path | None = None, query: str = "", k: int = 5,
                  metric: str = "mrr", metric_k: int = 10, now_ms: int | None = None, bench: Bench | None = None):
         self.snapshot = store if isinstance(store, Snapshot) else load_snapshot(store)
         self.store = self.snapshot.store
-        self.settings = settings or Settings.from_env()
+        self.settings = settings
         self.now_ms = now_ms
         self.bench: Bench | None = bench
         self.no_judgments = "no judgments given (judgments=[])"
@@ -145,7 +145,7 @@ class TuningView:
     @property
     def weights_path(self) -> Path:
         """The project's weights.json (what Save writes)."""
-        return self.store.dir / "weights.json"
+        return project_weights_file(self.store)
 
     def weights(self) -> Weights | None:
         """The weights the sliders show, with the project's floors; None while every weight is 0

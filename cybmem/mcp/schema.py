@@ -12,8 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, create_model
 
-from ..store.ledger import IssueState
-from ..store.records import MAX_MOMENT, RECORD_FIELDS, ms_to_iso
+from ..answers import MAX_MOMENT, RECORD_FIELDS, IssueState, ms_to_iso
 
 __all__ = ["Answer", "Project", "RunId", "AsOf", "Time", "for_agents", "in_tool_terms", "SearchHit", "SearchAnswer",
            "ShowAnswer", "ChainAnswer", "Issue", "IssuesAnswer", "BlockAnswer", "ProjectEntry", "ProjectsAnswer",
@@ -30,7 +29,7 @@ Project = Annotated[str | None, Field(description="Project slug, e.g. 'web' (the
                                                   "the answer is an error that lists the slugs to pass.")]
 RunId = Annotated[str, Field(description="A run id from a search hit (its runId), a chain or an issue, or a unique "
                                          "prefix of it (8 characters are usually enough).")]
-#: Passed as sent to :func:`cybmem.store.records.parse_moment`, the one reader of a moment (the
+#: Passed as sent to :meth:`cybmem.memory.Memory.moment`, the one reader of a moment (the
 #: schema still says string or integer): pydantic took JSON's ``true`` for 1 ms and answered ``1.5``
 #: with its own two-error text.
 AsOf = Annotated[SkipValidation[str | int | None], Field(

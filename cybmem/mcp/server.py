@@ -3,13 +3,13 @@
 The MEMORY block reaches an agent once, at dispatch; through MCP an agent can look memory up
 when it needs to, mid-run. Built on the official MCP Python SDK (``mcp`` 2.x, its
 :class:`~mcp.server.mcpserver.MCPServer`), over stdio, or streamable HTTP on 127.0.0.1
-(:mod:`cybmem.mcp.http`). Each tool is a method of :class:`cybmem.mcp.tools.Memory` that answers
+(:mod:`cybmem.mcp.http`). Each tool is a method of :class:`cybmem.mcp.tools.MemoryTools` that answers
 with what the CLI prints under ``--json``, as structured content and as JSON text (:func:`_json`:
-the layout of :func:`cybmem.store.outcome.printable_json`, written by orjson); the write tools are
-offered only with ``--allow-writes``. The server reads under :func:`cybmem.store.loading.holding_snapshots`
-(snapshots stay warm between calls while the cache is fresh). Calls are answered on the event loop
+the layout of :func:`cybmem.answers.printable_json`, written by orjson); the write tools are
+offered only with ``--allow-writes``. The server holds its handle's snapshots while it runs
+(:class:`cybmem.memory.Memory` with ``hold``: snapshots stay warm between calls while the cache is fresh). Calls are answered on the event loop
 (a worker thread's switches cost more than a call: benchmarks/bench_mcp.py), and :func:`serve`
-keeps each answer in shown.jsonl (:func:`cybmem.dispatch.feedback.mcp_observer`). Tools and
+keeps each answer in shown.jsonl (:meth:`cybmem.memory.Memory.fetch_observer`). Tools and
 resources: USAGE.md, "Memory for agents mid-run".
 """
 
@@ -29,19 +29,18 @@ from typing import Annotated
 import orjson
 
 from .. import __version__
+from ..answers import json_controls_escaped, printable_json
 from ..errors import CybmemError
-from ..settings import Settings
-from ..store.outcome import json_controls_escaped, printable_json
-from ..store.loading import holding_snapshots
+from ..memory import Memory
 from .http import listen, serve_http
 from .schema import Answer
-from .tools import Memory
+from .tools import MemoryTools
 
 # after .tools, which says what to install when the MCP SDK is missing
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 from mcp.types import CallToolResult, TextContent, ToolAnnotations  # noqa: E402
 
-__all__ = ["Memory", "build_server", "serve"]
+__all__ = ["MemoryTools", "build_server", "serve"]
 
 
 _READS = ("projects", "search", "show", "chain", "issues", "memory_block")
@@ -86,7 +85,7 @@ def _unless_stopping(stopping: threading.Event | None, fn: Callable[[], Answer])
     return unless
 
 
-def _add_tool(server: MCPServer, memory: Memory, name: str, stopping: threading.Event | None) -> None:
+def _add_tool(server: MCPServer, memory: MemoryTools, name: str, stopping: threading.Event | None) -> None:
     method = getattr(memory, name)
     sig = inspect.signature(method, eval_str=True)
 
@@ -103,14 +102,15 @@ def _add_tool(server: MCPServer, memory: Memory, name: str, stopping: threading.
                                                 idempotent_hint=name != "supersede", open_world_hint=False))
 
 
-def build_server(memory: Memory, stopping: threading.Event | None = None) -> MCPServer:
+def build_server(memory: MemoryTools, stopping: threading.Event | None = None) -> MCPServer:
     """The MCP server of ``memory``: its tools (the write tools only when ``memory.allow_writes``)
-    and resources; while it runs, snapshots are held (module docstring). Once ``stopping`` is set
-    (by :func:`cybmem.mcp.http.serve_http` on SIGTERM), every call is refused."""
+    and resources; while it runs, its handle is entered (a handle with ``hold`` keeps snapshots
+    warm: module docstring). Once ``stopping`` is set (by :func:`cybmem.mcp.http.serve_http` on
+    SIGTERM), every call is refused."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[dict]:
-        with holding_snapshots():
+        with memory.memory:
             yield {}
 
     writes = ("on: mark_issue and supersede append to the store" if memory.allow_writes
@@ -129,17 +129,15 @@ def build_server(memory: Memory, stopping: threading.Event | None = None) -> MCP
         _add_tool(server, memory, name, stopping)
 
     @server.resource("cybmem://projects/{project}/issues", name="open-issues", title="A project's open issues",
-                     mime_type="application/json")
+                     description=inspect.getdoc(memory.open_issues), mime_type="application/json")
     async def open_issues(project: str) -> str:
-        """The project's open issues, oldest first (as `cybmem issues --state open --json`)."""
         arguments = {"project": project}
         fn = _unless_stopping(stopping, lambda: memory.open_issues(project))
         return printable_json(memory.call("open-issues", arguments, fn, resource=True))
 
     @server.resource("cybmem://projects/{project}/runs/{run_id}", name="run-record", title="A run's record",
-                     mime_type="application/json")
+                     description=inspect.getdoc(memory.record), mime_type="application/json")
     async def run_record(project: str, run_id: str) -> str:
-        """A run's record, its newest truth (as `cybmem show RUN --json`); the run id may be a unique prefix."""
         arguments = {"project": project, "run_id": run_id}
         fn = _unless_stopping(stopping, lambda: memory.record(project, run_id))
         return printable_json(memory.call("run-record", arguments, fn, resource=True))
@@ -147,36 +145,35 @@ def build_server(memory: Memory, stopping: threading.Event | None = None) -> MCP
     return server
 
 
-def serve(settings: Settings, *, cwd: str | os.PathLike | None = None, project: str | None = None,
-          http: int | None = None, allow_writes: bool = False) -> None:
-    """Run ``cybmem mcp``: over stdio, or streamable HTTP at http://127.0.0.1:PORT/mcp (``http``;
-    0 takes a free port). One line on stderr says what is served and where; returns when the
-    client closes stdin, or on Ctrl-C / SIGTERM."""
+def serve(memory: Memory, *, http: int | None = None, allow_writes: bool = False) -> None:
+    """Run ``cybmem mcp`` on the handle ``memory`` (its root, its default project; ``hold`` keeps
+    snapshots between calls): over stdio, or streamable HTTP at http://127.0.0.1:PORT/mcp
+    (``http``; 0 takes a free port). One line on stderr says what is served and where; returns
+    when the client closes stdin, or on Ctrl-C / SIGTERM."""
     import anyio
-
-    from ..dispatch.feedback import mcp_observer
 
     # Plain lines on stderr, before the SDK would set up its rich handler: printing through that one
     # imports modules as it goes, which fails (and took the server down) once descriptors run out.
     logging.basicConfig(level=logging.WARNING, format="cybmem mcp: %(levelname)s: %(name)s: %(message)s")
-    memory = Memory(settings, cwd=cwd, project=project, allow_writes=allow_writes)
-    memory.observers.append(mcp_observer(settings, memory.store))  # what agents fetch, kept (cybmem.dispatch.feedback)
+    tools = MemoryTools(memory, allow_writes=allow_writes)
+    tools.observers.append(memory.fetch_observer(tools.store))  # what agents fetch, kept in shown.jsonl
     stopping = threading.Event()
-    server = build_server(memory, stopping)
-    where, slug = Path(cwd or os.getcwd()).absolute(), project or memory.default_project()
+    server = build_server(tools, stopping)
+    project = memory.project
+    where, slug = Path(memory.cwd or os.getcwd()).absolute(), project or tools.default_project()
     default = (f"default project {project}" if project else f"default project {slug} (of {where})" if slug else
                f"no default project ({where} is no project's directory: each call names one)")
-    what = f"cybmem mcp: memory root {settings.memory_dir}, {default}, writes {'on' if allow_writes else 'off'}"
+    what = f"cybmem mcp: memory root {memory.root}, {default}, writes {'on' if allow_writes else 'off'}"
     try:
         if http is None:
             print(f"{what}; serving over stdio", file=sys.stderr, flush=True)
             server.run()
         else:
             sock = listen(http)
-            for problem in settings.mcp.problems:
+            for problem in memory.settings.mcp.problems:
                 print(f"cybmem mcp: warning: {problem}", file=sys.stderr, flush=True)
             print(f"{what}; serving streamable HTTP at http://127.0.0.1:{sock.getsockname()[1]}/mcp",
                   file=sys.stderr, flush=True)
-            anyio.run(serve_http, server, sock, settings.mcp, stopping)
+            anyio.run(serve_http, server, sock, memory.settings.mcp, stopping)
     except KeyboardInterrupt:
         pass

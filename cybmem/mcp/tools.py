@@ -1,28 +1,25 @@
-"""What the MCP server serves: :class:`Memory`, one memory root, its default project and whether
-writes are on; each tool a thin call of the library (the same one the command line makes), its
-answer as agents get it (:mod:`cybmem.mcp.schema`). Every call goes through :meth:`Memory.call`:
-one at a time, a library error becomes an MCP error with the message the command line gives it
-(:func:`cybmem.answers.error_message`, in tool terms), and ``observers`` see each answer."""
+"""What the MCP server serves: :class:`MemoryTools`, the tools and resources over one library handle
+(:class:`cybmem.memory.Memory`: a memory root, its default project) and whether writes are on; each
+tool translates its arguments, makes one call on the handle (the same one the command line makes)
+and gives its answer as agents get it (:mod:`cybmem.mcp.schema`). Every call goes through
+:meth:`MemoryTools.call`: one at a time, a library error becomes an MCP error with the message the
+command line gives it (:func:`cybmem.answers.error_message`, in tool terms), and ``observers`` see
+each answer. The tools' descriptions (their docstrings) are what every connecting model reads;
+tests/test_mcp.py holds their claims against what the tools answer."""
 
 from __future__ import annotations
 
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from ..answers import error_message, warnings_of
+from ..answers import error_message, printable, warnings_of
 from ..errors import CybmemError, NotFoundError, ValidationError
+from ..memory import Memory
 from ..settings import Settings
-from ..store.memory_store import MemoryStore
-from ..store.outcome import printable
-from ..store.projects import list_projects
-from ..store.records import parse_moment
-from ..store.loading import load_snapshot
-from ..store.snapshot import Snapshot
 
 try:
     from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -34,39 +31,41 @@ except ImportError as exc:  # an install without the dependency, or mcp 1.x
 from .schema import (AsOf, Answer, BlockAnswer, ChainAnswer, IssuesAnswer, MarkAnswer, Project, ProjectsAnswer, RunId,
                      SearchAnswer, ShowAnswer, SupersedeAnswer, for_agents, in_tool_terms)
 
-__all__ = ["Memory"]
+__all__ = ["MemoryTools", "DEFAULT_K", "DEFAULT_LIMIT", "DEFAULT_CONTEXT"]
+
+#: The tools' defaults, named in their schemas (tests/test_mcp.py holds them against the answers).
+DEFAULT_K = 10
+DEFAULT_LIMIT = 50
+DEFAULT_CONTEXT = 5
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class Memory:
-    """What the server serves: one memory root, its default project, whether writes are on.
+class MemoryTools:
+    """What the server serves: a library handle (its memory root and default project) and whether
+    writes are on.
 
     The tool methods return the library's answers as dicts, so they are the same call in-process.
     """
 
-    def __init__(self, settings: Settings, *, cwd: str | os.PathLike | None = None, project: str | None = None,
-                 allow_writes: bool = False):
-        self.settings = settings
-        self.cwd = cwd
-        self.project = project
+    def __init__(self, memory: Memory, *, allow_writes: bool = False):
+        self.memory = memory
         self.allow_writes = allow_writes
         #: Called as ``observer(name, arguments, answer)`` after every call that answered (a tool
         #: or a resource): the place to keep what an agent fetched. An observer that raises is
         #: reported on stderr; the call still answers.
         self.observers: list[Callable[[str, dict, Answer], None]] = []
         self._lock = threading.Lock()
-        self._issue_lists: dict[Path, tuple[Snapshot, dict]] = {}
         #: The stores the call being answered opened, by the project asked (None: the default one):
         #: its observers find the project without looking it up on disk again.
-        self._opened: dict[str | None, MemoryStore] | None = None
+        self._opened: dict[str | None, Any] | None = None
 
-    def store(self, project: str | None) -> MemoryStore:
+    @property
+    def settings(self) -> Settings:
+        return self.memory.settings
+
+    def store(self, project: str | None) -> Any:
         """The store of ``project``, else of the server's project (NotFoundError names the known ones;
         without a default project, it says to pass ``project``). Looked up on disk once a call."""
-        key = project or self.project
+        key = project or self.memory.project
         if self._opened is not None and key in self._opened:
             return self._opened[key]
         store = self._open(key)
@@ -74,16 +73,16 @@ class Memory:
             self._opened[key] = store
         return store
 
-    def _open(self, project: str | None) -> MemoryStore:
+    def _open(self, project: str | None) -> Any:
         if project:
-            return MemoryStore.open(self.settings, cwd=self.cwd, project=project)
+            return self.memory.store(project)
         try:
-            return MemoryStore.open(self.settings, cwd=self.cwd)
+            return self.memory.store()
         except (NotFoundError, ValidationError):  # e.g. a desktop client starts its servers in /
-            where = Path(self.cwd or os.getcwd()).absolute()
-            slugs = ", ".join(p["slug"] for p in list_projects(self.settings.memory_dir)) or "none yet"
+            where = Path(self.memory.cwd or os.getcwd()).absolute()
+            slugs = ", ".join(p["slug"] for p in self.memory.projects()) or "none yet"
             raise NotFoundError(f"no default project: this server was started in {where}, which is no project's "
-                                f"directory under {self.settings.memory_dir}; pass the `project` argument, one of: "
+                                f"directory under {self.memory.root}; pass the `project` argument, one of: "
                                 f"{slugs} (the projects tool lists them with their run counts)") from None
 
     def default_project(self) -> str | None:
@@ -120,23 +119,21 @@ class Memory:
     def search(
         self,
         query: Annotated[str, Field(description="What to look for: free text, e.g. the task at hand.")],
-        k: Annotated[int, Field(ge=1, description="How many results.")] = 10,
+        k: Annotated[int, Field(ge=1, description="How many results.")] = DEFAULT_K,
         project: Project = None,
         as_of: AsOf = None,
         explain: Annotated[bool, Field(description="Add each hit's per-axis contributions and values.")] = False,
     ) -> SearchAnswer:
         """Find the past runs of a project that relate to a text, best first (scored on keywords,
-        recency and lineage).
+        recency and lineage, and on meaning where the project has embeddings).
 
         Call it before starting work, and whenever a past run may have met the same problem: a failing
         test, an error message, a file or feature name. Each hit has its runId, task, summary, the
         issues it raised and its next steps. Pass a hit's runId to `show` for the whole record, or to
         `chain` for the runs before and after it. For the known open problems, call `issues`.
         """
-        from ..retrieval.search import search
-
         store = self.store(project)
-        result = search(store, query, k=k, settings=self.settings, as_of=parse_moment(as_of, "as_of"))
+        result = self.memory.search(query, project=store, k=k, as_of=Memory.moment(as_of, "as_of"))
         return {"project": store.slug, **result.to_dict(explain=explain),
                 "warnings": warnings_of(result.snapshot.problems, result.warnings)}
 
@@ -153,17 +150,15 @@ class Memory:
         enough. When a later run corrected the record, the correction is shown and supersededChain
         names the runs it corrects; original=true shows the asked record itself.
         """
-        from ..explore.lineage import show_record
-
         store = self.store(project)
-        shown = show_record(store, run_id, original=original)
+        shown = self.memory.show(run_id, project=store, original=original)
         return {"project": store.slug, "record": shown.record.to_dict(), "supersededChain": shown.superseded,
                 "warnings": warnings_of(store.problems)}
 
     def chain(
         self,
         run_id: RunId,
-        context: Annotated[int, Field(ge=0, description="Runs shown each side of the run; 0: the whole chain.")] = 5,
+        context: Annotated[int, Field(ge=0, description="Runs shown each side of the run; 0: the whole chain.")] = DEFAULT_CONTEXT,
         project: Project = None,
     ) -> ChainAnswer:
         """A run's place in history: the runs before and after it in its project, the run that
@@ -173,62 +168,37 @@ class Memory:
         Call it with a runId from `search` or `show` to see what was tried before a run and what
         followed it. Every run it lists can go to `show`.
         """
-        from ..explore.lineage import chain_view
-
         store = self.store(project)
-        result = chain_view(store, run_id, context=context or None)
+        result = self.memory.chain(run_id, project=store, context=context or None)
         return {"project": store.slug, **result.to_dict(), "warnings": warnings_of(store.problems)}
 
     def issues(
         self,
         status: Annotated[Literal["open", "all"], Field(description="open, or all (closed ones too).")] = "open",
         query: Annotated[str | None, Field(description="Rank the open issues against this text, with the scorer the "
-                                                       "MEMORY block uses (best first, each with its score).")] = None,
-        limit: Annotated[int, Field(ge=0, description="At most this many (0: all).")] = 50,
+                                                       "MEMORY block uses (best first, each with its score); "
+                                                       "status must then be open.")] = None,
+        limit: Annotated[int, Field(ge=0, description="At most this many (0: all).")] = DEFAULT_LIMIT,
         project: Project = None,
     ) -> IssuesAnswer:
-        """A project's issues from its issue ledger: the open ones oldest first (status='all': then
-        the closed ones, most recently closed first); with a query, the open ones ranked against it.
+        """A project's issues from its issue ledger: the open ones, newest opened first (status='all':
+        then the closed ones, most recently closed first); with a query, the open ones ranked against
+        it, best first, each with its score and its keyword, lineage and recency contributions.
 
         Call it to learn the known problems before working on something, or to find an issue's
         issueId (for `mark_issue`). openedBy is the run that raised the issue: pass it to `show`.
         """
         store = self.store(project)
-        snap = load_snapshot(store)
-        listed = self._issue_list(snap, status)
-        warnings = [snap.problems]
-        if not query:
-            items = [s.to_dict() for s in (listed[:limit] if limit else listed)]
+        if query and status != "open":
+            raise ValidationError("a query ranks the open issues: leave status out (or 'open') with a query, or leave "
+                                  "the query out to list every issue with status='all'")
+        if query:
+            got = self.memory.issues(project=store, query=query, limit=limit)
         else:
-            from ..retrieval.issue_ranking import rank_open_issues
-
-            ranked, _, found = rank_open_issues(snap, query, settings=self.settings, limit=limit or None,
-                                                states=self._issue_list(snap, "by id"))
-            warnings.append(found)
-            items = [issue.to_dict() for issue in ranked]
-            if status == "all":  # the closed ones after them, in the order listed
-                items += [s.to_dict() for s in listed if not s.is_open][:max(limit - len(items), 0) if limit else None]
-        return {"project": store.slug, "status": status, "query": query, "total": len(listed), "issues": items,
-                "warnings": warnings_of(*warnings)}
-
-    def _issue_list(self, snap: Snapshot, status: str):
-        """The issues of ``status`` in the order `cybmem issues` lists them ("by id": all, by id), kept
-        with the snapshot they came from: a held snapshot answers many calls, and a ledger can hold
-        tens of thousands of issues."""
-        from ..retrieval.filters import IssueFilter, select_issues
-        from ..store.ledger import states_from_table
-
-        held, lists = self._issue_lists.get(snap.store.dir, (None, {}))
-        if held is not snap:
-            lists = {}
-            self._issue_lists[snap.store.dir] = (snap, lists)
-        if status not in lists:
-            if status == "by id":
-                lists[status] = {s.issueId: s for s in self._issue_list(snap, "all")}
-            else:
-                wanted = IssueFilter.make(state="open" if status == "open" else None)
-                lists[status] = select_issues(states_from_table(snap.fold()), wanted, now_ms=_now_ms())[0].items
-        return lists[status]
+            wanted = self.memory.issue_filter(state="open" if status == "open" else None, all=True)
+            got = self.memory.issues(wanted, project=store, limit=limit)
+        return {"project": store.slug, "status": status, "query": query, "total": got.page.total,
+                "issues": [issue.to_dict() for issue in got.page.items], "warnings": warnings_of(got.warnings)}
 
     def memory_block(
         self,
@@ -246,12 +216,10 @@ class Memory:
         Call it once when you start a task and want that overview; to look something specific up
         mid-task, `search` is more direct. The runs it names can go to `show` and `chain`.
         """
-        from ..dispatch.inject import inject_task
-
-        store = self.store(project)  # an unknown project is an error here; inject would go on without a block
-        injection = inject_task(task, self.settings, project=store.slug, as_of=parse_moment(as_of, "as_of"),
-                                parent_run_id=parent_run_id, chat_session_id=chat_session_id,
-                                keep=False)  # kept as mcp:memory_block by serve's observer
+        store = self.store(project)  # an unknown project is an error here; the block would go on without memory
+        injection = self.memory.memory_block(task, project=store, as_of=Memory.moment(as_of, "as_of"),
+                                             parent_run_id=parent_run_id, chat_session_id=chat_session_id,
+                                             never_fail=True, keep=False)  # kept as mcp:memory_block by serve's observer
         answer = {k: v for k, v in injection.to_dict().items() if k not in ("task", "prompt")}
         return {**answer, "block": printable(injection.block)}
 
@@ -270,9 +238,7 @@ class Memory:
         Call it when your work fixed or reopened an issue that `issues` lists; pass its issueId, and
         your own run id as `by` when you know it.
         """
-        from ..operations.write import mark_issue
-
-        return mark_issue(self.store(project), issue_id, event, self.settings, by=by, detail=detail).to_dict()
+        return self.memory.mark(issue_id, event, project=self.store(project), by=by, detail=detail).to_dict()
 
     def supersede(
         self,
@@ -289,10 +255,7 @@ class Memory:
 
         Call it only when a record is wrong; old_run_id comes from `search` or `show`.
         """
-        from ..operations.write import supersede_run
-
-        return supersede_run(self.store(project), old_run_id, run, self.settings,
-                             cwd=str(self.cwd) if self.cwd else None, run_id=run_id).to_dict()
+        return self.memory.supersede(old_run_id, run, project=self.store(project), run_id=run_id).to_dict()
 
     def projects(self) -> ProjectsAnswer:
         """The projects of this memory, with their directories and how many runs each recorded, and
@@ -301,19 +264,17 @@ class Memory:
         Call it first when you do not know a project's slug, or when a tool answers that there is no
         default project; then pass a slug as `project` to the other tools.
         """
-        listed = list_projects(self.settings.memory_dir)
-        return {"memoryRoot": str(self.settings.memory_dir), "defaultProject": self.default_project(),
+        listed = self.memory.projects()
+        return {"memoryRoot": str(self.memory.root), "defaultProject": self.default_project(),
                 "projects": [{"slug": p["slug"], "cwd": p["cwd"], "runs": p["records"]} for p in listed]}
 
     # --- resources --------------------------------------------------------------------
 
     def open_issues(self, project: str) -> list[dict]:
-        """The project's open issues, as `cybmem issues --state open --all --json` prints them."""
+        """The project's open issues, newest opened first (as `cybmem issues --state open --json`)."""
         return self.issues(status="open", limit=0, project=project)["issues"]
 
     def record(self, project: str, run_id: str) -> dict:
-        """A run's record, as `cybmem show RUN --json` prints it (its newest truth)."""
-        from ..explore.lineage import show_record
-
-        return show_record(self.store(project), run_id).to_dict()
+        """A run's record, its newest truth (as `cybmem show RUN --json`); the run id may be a unique prefix."""
+        return self.memory.show(run_id, project=self.store(project)).to_dict()
 

@@ -463,8 +463,7 @@ def _check_weights(settings: Settings, store: MemoryStore | None) -> list[Findin
     files = weight_files(settings, store)
     if store is not None:
         files = files[1:2]  # the project's own file; the root's and the environment's are checked once
-    env = dict(settings.weights.variables) if store is None else {}
-    loaded = load_weights(files, env, lenient=True)
+    loaded = load_weights(files, settings.weights if store is None else None, lenient=True)
     where = str(files[0]) if files else "environment"
     return [Finding("weights", "error", where, f"{problem} (inject falls back past it with a warning; search and tune stop with this error)",
                     store.slug if store is not None else None) for problem in loaded.problems]

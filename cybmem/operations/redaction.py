@@ -21,9 +21,8 @@ import binascii
 import contextlib
 import os
 import re
-import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,9 +49,6 @@ _LEDGER_KEYS = ("issueId", "at", "event", "byRunId")
 _SOURCE_STEPS = ("records", "ledger", "relink", "archive", "vectors")
 _STEPS = _SOURCE_STEPS + ("derived", "exports")
 REDACT_LOCK = ".redact.lock"
-#: Test hook: a process whose environment names a step here kills itself (SIGKILL, as a crash
-#: would) right after that step ("record": after the first record; "journal": after the plan).
-_KILL_ENV = "CYBMEM_TEST_KILL_REDACT"
 _MARKER = r"\[REDACTED:[A-Za-z0-9_]+\]"
 
 
@@ -217,11 +213,6 @@ def _save(store: MemoryStore, plan: _Plan) -> None:
     _io.atomic_write(_journal_path(store), plan.to_bytes())
 
 
-def _test_kill(step: str) -> None:
-    if os.environ.get(_KILL_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def pending(store: MemoryStore) -> dict | None:
     """The unfinished redaction of a project (when, how many runs, the steps done, whether a
     process is at it now), or None.
@@ -291,11 +282,13 @@ def scrub_run(store: MemoryStore, run_id: str, *, secrets: list[str] = (), patte
 
 
 def scrub_runs(store: MemoryStore, run_ids: list[str] | None, *, secrets: list[str] = (),
-               patterns: bool = True) -> ScrubResult:
+               patterns: bool = True, after_step: Callable[[str], None] | None = None) -> ScrubResult:
     """:func:`scrub_run` for several runs at once (ids or unique prefixes; one lock, one rebuild);
     ``run_ids=None``: every run whose record holds a given text (a leaked password quoted by many
     runs), and with no such record, every other file of the project and its exports that still
-    holds one."""
+    holds one. ``after_step`` is called with the name of each part once it is done: ``journal``
+    (the plan written), ``record`` (each record rewritten), each of the steps, ``end`` (the journal
+    removed); where a test stops a redaction as a crash would (tests/test_redact_journal.py)."""
     if run_ids is not None:
         run_ids = [store.resolve_run_id(r) for r in run_ids]
     given = _secrets(list(secrets))
@@ -313,9 +306,10 @@ def scrub_runs(store: MemoryStore, run_ids: list[str] | None, *, secrets: list[s
             result = ScrubResult(run_ids[0] if len(run_ids) == 1 else "", store.slug, renamed=dict(plan.renamed),
                                  started_at=plan.started_at, targets=list(run_ids))
             _save(store, plan)
-            _test_kill("journal")
-            _execute(store, plan, clean, result, _SOURCE_STEPS)
-        _execute(store, plan, clean, result, _STEPS)
+            if after_step is not None:
+                after_step("journal")
+            _execute(store, plan, clean, result, _SOURCE_STEPS, after_step)
+        _execute(store, plan, clean, result, _STEPS, after_step)
     result.completed = completed
     result.fields = (result.runs.get(result.run_id, []) if result.run_id
                      else sorted({f for fs in result.runs.values() for f in fs}))
@@ -355,10 +349,13 @@ def _cleaned_record(store: MemoryStore, rid: str, clean: _Cleaner, renamed: dict
     return out, fields
 
 
-def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResult, steps: tuple[str, ...]) -> None:
+def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResult, steps: tuple[str, ...],
+             after_step: Callable[[str], None] | None = None) -> None:
     """Do ``steps`` of ``plan`` not done yet, marking each in the journal; when the last one is
-    done, remove the journal. The source steps want the project lock held."""
+    done, remove the journal. The source steps want the project lock held. ``after_step``: see
+    :func:`scrub_runs`."""
     given, renamed, wanted_runs = plan.texts, plan.renamed, set(plan.runs)
+    done = after_step or (lambda step: None)
     for step in steps:
         if step in plan.done:
             continue
@@ -372,7 +369,7 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
                 if fields:
                     _io.atomic_write(store.record_path(rid), out)
                     result.runs[rid] = fields
-                    _test_kill("record")
+                    done("record")
         elif step == "ledger":
             # 2. the ledger: the runs' lines, any line holding a given text, the renamed issues' lines
             def change(d: dict) -> dict:
@@ -411,7 +408,7 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
             _reach_exports(store, plan, result)
         plan.done.append(step)
         _save(store, plan)
-        _test_kill(step)
+        done(step)
     result.kinds = sorted(clean.kinds)
     result.replaced = clean.replaced
     if not set(_STEPS) <= set(plan.done):
@@ -421,7 +418,7 @@ def _execute(store: MemoryStore, plan: _Plan, clean: _Cleaner, result: ScrubResu
     except FileNotFoundError:
         pass
     _io.sync_path(store.dir)
-    _test_kill("end")
+    done("end")
 
 
 def _reach_exports(store: MemoryStore, plan: _Plan, result: ScrubResult) -> None:

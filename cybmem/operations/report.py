@@ -29,12 +29,10 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Sequence
-
-from collections.abc import Mapping
 
 from .._extras import require
 from .._io import atomic_file
@@ -96,23 +94,18 @@ def notebooks_dir() -> Path:
 _SET_BY_REPORT = ("MEMORY_DIR", "PROJECT")  # the store's; --memory-dir and --project choose them
 
 
-def notebook_memory_dir(memory_dir: str | os.PathLike | None = None, *,
-                        env: Mapping[str, str] | None = None) -> tuple[Path, str]:
+def notebook_memory_dir(memory_dir: str | os.PathLike | None, settings: Settings) -> tuple[Path, str]:
     """The memory root a notebook reads, and why that one.
 
     ``memory_dir`` (the MEMORY_DIR parameter) when given; else ``CYBERINE_MEMORY_DIR`` or
-    ``CYBERINE_HOME`` as :class:`~cybmem.settings.Settings` reads them; else the checkout's
-    :data:`FIXTURES`; else (an installed package, no fixtures) the default ``~/.cyberine/memory``.
-    A relative MEMORY_DIR is relative to the current directory (the notebook's own, in Jupyter
-    and nbconvert); a relative variable to the directory Jupyter was started from (``$PWD``,
-    which the kernel inherits from that shell), where the person who typed it stood.
+    ``CYBERINE_HOME`` as ``settings`` read them; else the checkout's :data:`FIXTURES`; else (an
+    installed package, no fixtures) the default ``~/.cyberine/memory``. A relative MEMORY_DIR is
+    relative to the current directory (the notebook's own, in Jupyter and nbconvert); a relative
+    variable to the directory Jupyter was started from, where the person who typed it stood (the
+    settings of :meth:`cybmem.memory.Memory.for_notebook` are read so).
     """
-    env = os.environ if env is None else env
     if memory_dir is not None and str(memory_dir).strip():
         return Path(memory_dir).expanduser().absolute(), "from the MEMORY_DIR parameter"
-    started = env.get("PWD", "")
-    where = started if os.path.isabs(started) and os.path.isdir(started) else None
-    settings = Settings.from_env(env, lenient=True, relative_to=where)
     if settings.memory_from != "default":
         return settings.memory_dir, f"from {settings.memory_from}"
     if FIXTURES.is_dir():
@@ -137,9 +130,9 @@ class NotebookStore:
                 f"  memory dir: {self.memory_from}\n  project: {self.project_from}")
 
 
-def open_notebook_store(memory_dir: str | os.PathLike | None = None, project: str | None = None, *,
-                        env: Mapping[str, str] | None = None) -> NotebookStore:
-    """The store a notebook reads, from its MEMORY_DIR and PROJECT parameters or the environment.
+def open_notebook_store(memory_dir: str | os.PathLike | None, project: str | None, settings: Settings) -> NotebookStore:
+    """The store a notebook reads, from its MEMORY_DIR and PROJECT parameters or the ``settings``
+    the environment gave (:meth:`cybmem.memory.Memory.for_notebook` reads them).
 
     The memory root is :func:`notebook_memory_dir`'s. The project: ``project`` (the PROJECT
     parameter) when given, else :data:`PROJECT_ENV`, else ``web`` in the fixtures, else the
@@ -151,9 +144,8 @@ def open_notebook_store(memory_dir: str | os.PathLike | None = None, project: st
         NotFoundError: no such project, or several and none chosen (the message names them and
             the variable that chose, or would choose, one).
     """
-    env = os.environ if env is None else env
-    root, memory_from = notebook_memory_dir(memory_dir, env=env)
-    settings = Settings.from_env(env, memory_dir=root)
+    root, memory_from = notebook_memory_dir(memory_dir, settings)
+    settings = replace(settings, memory_dir=root, memory_from="argument")
     if project is not None and str(project).strip():
         slug, project_from = str(project).strip(), "from the PROJECT parameter"
     elif settings.project:
@@ -190,9 +182,10 @@ class NotebookFleet:
         return f"Reading the fleet dataset {self.dataset}\n  {self.described}"
 
 
-def open_notebook_fleet(dataset: str | os.PathLike | None = None, memory_dir: str | os.PathLike | None = None,
-                        project: str | None = None, *, env: Mapping[str, str] | None = None) -> NotebookFleet:
-    """The fleet notebook's dataset: ``dataset`` when given, else one exported from a store.
+def open_notebook_fleet(dataset: str | os.PathLike | None, memory_dir: str | os.PathLike | None,
+                        project: str | None, settings: Settings) -> NotebookFleet:
+    """The fleet notebook's dataset: ``dataset`` when given, else one exported from a store
+    (``settings``: as :meth:`cybmem.memory.Memory.fleet_for_notebook` reads them).
 
     The store is :func:`notebook_memory_dir`'s. The checkout's fixtures are exported as the two
     machines of USAGE.md (a laptop with web and web-7663e1, ci-1 with api); any other store as
@@ -206,12 +199,11 @@ def open_notebook_fleet(dataset: str | os.PathLike | None = None, memory_dir: st
 
     from ..exchange.export import default_machine, export_parquet
 
-    env = os.environ if env is None else env
     if dataset is not None and str(dataset).strip():
         return NotebookFleet(Path(dataset).expanduser().absolute(), "from the DATASET parameter", False)
-    root, memory_from = notebook_memory_dir(memory_dir, env=env)
-    if project is not None and str(project).strip() or Settings.from_env(env, lenient=True).project:
-        chosen = open_notebook_store(memory_dir, project, env=env).store.slug
+    root, memory_from = notebook_memory_dir(memory_dir, settings)
+    if project is not None and str(project).strip() or settings.project:
+        chosen = open_notebook_store(memory_dir, project, settings).store.slug
         machines = {default_machine(): (chosen,)}
     elif root.resolve() == FIXTURES.resolve():
         machines = _FIXTURE_FLEET

@@ -18,7 +18,7 @@ from typing import Any
 from .. import _io
 from ..errors import CybmemError
 from ..retrieval import tuning
-from ..retrieval.weights import WEIGHTS_FILE, read_evidence, save_project_weights
+from ..retrieval.weights import project_weights_file, read_evidence, save_project_weights
 from ..settings import Settings
 from ..store.memory_store import MemoryStore
 
@@ -35,6 +35,7 @@ class Tuning:
     """A tuning (:func:`cybmem.retrieval.tuning.tune`) and what saving it did."""
 
     result: tuning.GridResult
+    target: Path  # the project's weights file, where --save writes (cybmem.retrieval.weights.project_weights_file)
     saved: Path | None = None  # the weights.json written
     overridden: list[str] = field(default_factory=list)  # what still overrides it for production
     refused: str | None = None  # why --save saved nothing (None: saved, or not asked to)
@@ -59,7 +60,7 @@ def tune_and_save(store: MemoryStore, settings: Settings, *, save: bool = False,
     if save:
         store.check_writable()  # before the tuning, not after it: weights.json is never saved through a link
     result = tuning.tune(store, settings=settings, **kwargs)
-    done = Tuning(result, refused=result.refusal if save else None)
+    done = Tuning(result, project_weights_file(store), refused=result.refusal if save else None)
     to_save = result.saves if result.saves is not None else (result.best if force else None)
     if save and to_save is not None and to_save != result.current and (done.refused is None or force):
         done.saved, done.overridden = save_project_weights(store, to_save, settings, expect=result.state,
@@ -82,7 +83,7 @@ def retune_due(store: MemoryStore, settings: Settings, records: int | None = Non
 
 def _last_tuned_at(store: MemoryStore) -> int:
     """Runs the history had at the last tuning, saved or not (weights.json's evidence, .retune.json)."""
-    ev = read_evidence(store.dir / WEIGHTS_FILE) or {}
+    ev = read_evidence(project_weights_file(store)) or {}
     seen = [ev.get("records")]
     try:
         seen.append(json.loads((store.dir / _RETUNE_STATE).read_text()).get("records"))
@@ -91,11 +92,10 @@ def _last_tuned_at(store: MemoryStore) -> int:
     return max([x for x in seen if isinstance(x, int)], default=0)
 
 
-def auto_tune(store: MemoryStore, settings: Settings | None = None, *, progress: bool | None = False) -> str:
+def auto_tune(store: MemoryStore, settings: Settings, *, progress: bool | None = False) -> str:
     """Tune on the store's own judgments and save only what passes every check (what
     CYBERINE_MEMORY_RETUNE runs): one line saying what happened. Never raises for a tuning that
     cannot be done; a second auto-tuning of the same store while one runs returns at once."""
-    settings = settings or Settings.from_env()
     lock = store.dir / _RETUNE_LOCK
     try:
         store.check_writable()  # its lock, .retune.json and weights.json: never through a link

@@ -271,7 +271,7 @@ def embed_queries(judgments: Sequence[Judgment], settings: Settings,
     return out, None
 
 
-def query_vectors(snap: Snapshot, judgments: Sequence[Judgment], settings: Settings | None,
+def query_vectors(snap: Snapshot, judgments: Sequence[Judgment], settings: Settings,
                   progress: bool | None) -> tuple[dict[str, np.ndarray] | None, str, str | None]:
     """The queries' embeddings when the store has vectors (else None), why there are none, and the
     model they were made with (the stored vectors of that model are the ones to compare them with)."""
@@ -279,7 +279,6 @@ def query_vectors(snap: Snapshot, judgments: Sequence[Judgment], settings: Setti
         return None, "", None
     from .vectors import embed_config_of
 
-    settings = settings or Settings.from_env()
     vecs, why = embed_queries(judgments, settings, progress)
     config, _ = embed_config_of(settings)
     return (vecs or None), ("" if vecs else f"w_vec is not searched: {why}"), (config.model if config else None)

@@ -279,7 +279,7 @@ class RankedIssue:
         return {**self.state.to_dict(), "score": scored["score"], "contributions": scored["contributions"], "via": scored["via"]}
 
 
-def rank_open_issues(snap: Any, query: str, *, settings: Any = None, as_of: int | None = None, offset: int = 0,
+def rank_open_issues(snap: Any, query: str, *, settings: Any, as_of: int | None = None, offset: int = 0,
                      limit: int | None = None, states: dict | None = None) -> tuple[list[RankedIssue], int, list[str]]:
     """A project's open issues ranked against ``query``, best first: what `cybmem issues --query` and
     the MCP ``issues`` tool answer.

@@ -564,7 +564,7 @@ def search(
     k: int = 10,
     offset: int = 0,
     weights: Weights | LoadedWeights | None = None,
-    settings: Settings | None = None,
+    settings: Settings,
     as_of: int | None = None,
     now_ms: int | None = None,
     parent_run_id: str | None = None,
@@ -584,7 +584,7 @@ def search(
         offset: hits to skip first (the next page starts at the last one shown); the hits keep
             their ranks (``offset + 1`` on).
         weights: axis weights; default: what production reads (:func:`weights_for`).
-        settings: for the default weights and paths.
+        settings: the weights' sources, the embeddings, the lineage of the run being dispatched.
         as_of: only records that existed then count, and recency is measured from then.
         now_ms: the moment recency is measured from when ``as_of`` is not given.
         parent_run_id / chat_session_id: lineage of the run being dispatched (default:
@@ -607,7 +607,6 @@ def search(
     if offset < 0:
         raise ValidationError("offset must be 0 or more")
     snap = store if isinstance(store, Snapshot) else load_snapshot(store)
-    settings = settings or Settings.from_env()
     parent_run_id, no_parent = dispatch_parent(snap, parent_run_id, settings, pinned=pin_parent)
     weights, vector, warnings = _vector_axis(snap, query, settings, weights, query_vector)
     warnings = [no_parent, *warnings] if no_parent else warnings

@@ -111,7 +111,7 @@ class Bench:
 
 def prepare(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str | Path | None = None,
             kinds: Sequence[str] = JUDGMENT_KINDS, as_of: int | None = None, k: int = 10,
-            settings: Settings | None = None, vectors: bool = True, progress: bool | None = None) -> Bench:
+            settings: Settings, vectors: bool = True, progress: bool | None = None) -> Bench:
     """The judgments (:func:`cybmem.retrieval.judgments.judgment_set`: a list, a file the user
     names, or None for those the store implies) and their axis values, once.
 
@@ -211,7 +211,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
          as_of: int | None = None, metric: str = "mrr", k: int = 10, steps: int = 11,
          half_lives: Iterable[float] | None = None, w_kw: Iterable[float] | None = None,
          w_rec: Iterable[float] | None = None, w_lin: Iterable[float] | None = None,
-         w_vec: Iterable[float] | None = None, current: Weights | None = None, settings: Settings | None = None,
+         w_vec: Iterable[float] | None = None, current: Weights | None = None, settings: Settings,
          kinds: Sequence[str] = JUDGMENT_KINDS, hold_few: bool = True, topk: int | None = None,
          progress: bool | None = None, bench: Bench | None = None) -> GridResult:
     """Search the weights for a project: judgments -> axis values -> grid, checked on time.
@@ -228,7 +228,7 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
             (False: search every axis anyway).
         topk: accepted for callers of earlier versions; the block has no floor to learn any more
             (its evidence is judged per run: cybmem.retrieval.evidence).
-        settings: for the production weights (default: from the environment).
+        settings: for the production weights and the embeddings.
         progress: progress bars on stderr (None: when stderr is a TTY).
         bench: judgments already prepared (:func:`prepare`; ``store``, ``judgments``, ``as_of``
             and ``kinds`` are then not read again).
@@ -239,7 +239,6 @@ def tune(store: MemoryStore | Snapshot, *, judgments: Sequence[Judgment] | str |
         what ``--save`` saves) and why they would not be saved (:attr:`~GridResult.refusal`).
     """
     check_metric(metric, k)
-    settings = settings or Settings.from_env()
     if bench is None:
         bench = prepare(store, judgments=judgments, kinds=kinds, as_of=as_of, k=k, settings=settings, progress=progress)
     snap, m, keyword_tests = bench.snapshot, bench.matrices, bench.keyword_tests
@@ -298,7 +297,7 @@ class Evaluation:
                 "rows": {n: {**r, "weights": r["weights"].to_dict()} for n, r in self.rows.items()}}
 
 
-def evaluate_weights(store: MemoryStore | Snapshot | Bench, weights: Mapping[str, Weights], *,
+def evaluate_weights(store: MemoryStore | Snapshot | Bench, weights: Mapping[str, Weights], *, settings: Settings,
                      judgments: Sequence[Judgment] | str | Path | None = None, metric: str = "mrr", k: int = 10,
                      kinds: Sequence[str] = JUDGMENT_KINDS, progress: bool | None = None) -> Evaluation:
     """Score fixed weights on judgments (what ``cybmem eval`` prints).
@@ -306,6 +305,7 @@ def evaluate_weights(store: MemoryStore | Snapshot | Bench, weights: Mapping[str
     Args:
         store: the project (or its snapshot, or judgments already prepared: :func:`prepare`).
         weights: name -> weights to score, e.g. ``{"current": ..., "given": ...}``.
+        settings: the embeddings, for the queries' vectors when a weighting has a vector axis.
         judgments: a list, a JSONL path, or None to derive them from the store.
         metric, k: the metric and its cut-off.
 
@@ -319,8 +319,8 @@ def evaluate_weights(store: MemoryStore | Snapshot | Bench, weights: Mapping[str
         if not any(weight_vector(w, True)):
             raise ValidationError(f"weights {name!r} are all 0; give at least one axis a positive weight")
     bench = store if isinstance(store, Bench) else prepare(
-        store, judgments=judgments, kinds=kinds, k=k, vectors=any(w.w_vec > 0 for w in weights.values()),
-        progress=progress)
+        store, judgments=judgments, kinds=kinds, k=k, settings=settings,
+        vectors=any(w.w_vec > 0 for w in weights.values()), progress=progress)
     m = bench.matrices
     by_kind: dict[str, list[int]] = {}
     for q, j in enumerate(m.judgments):
@@ -345,7 +345,7 @@ def compare_weights(store: MemoryStore, settings: Settings, *, given: Mapping[st
     if weights_file is not None or given:
         base = load_weights([weights_file]).weights if weights_file is not None else current
         candidates["given"] = Weights.from_dict(dict(given or {}), base=base)
-    return evaluate_weights(store, candidates, **kwargs)
+    return evaluate_weights(store, candidates, settings=settings, **kwargs)
 
 
 def evidence_of(result: GridResult, *, forced: bool = False) -> dict[str, Any]:

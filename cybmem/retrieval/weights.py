@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import stat as _stat
 import threading
 import time
@@ -28,12 +27,13 @@ import orjson
 
 from .. import _io
 from ..errors import ConflictError, StoreError, ValidationError
-from ..settings import WEIGHT_VARIABLES, Settings
+from ..settings import Settings, WeightSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.memory_store import MemoryStore
 
-__all__ = ["WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "weight_files", "load_weights", "weights_for",
+__all__ = ["WEIGHTS_FILE", "DEFAULT_W_VEC", "Weights", "LoadedWeights", "project_weights_file", "weight_files",
+           "load_weights", "weights_for",
            "save_weights", "save_project_weights", "weights_state", "read_evidence", "tuned_note", "AXES", "ISSUE_REC_SHARE",
            "RANGES", "check_range"]
 
@@ -198,11 +198,17 @@ def tuned_note(evidence: Mapping[str, Any] | None) -> str:
         return "tuned (evidence unreadable)"
 
 
+def project_weights_file(store: "MemoryStore") -> Path:
+    """A project's own weights file, ``<project>/weights.json``: what ``cybmem tune --save``, an
+    automatic re-tune and the tuning widget write (the one place that knows where it lies)."""
+    return store.dir / WEIGHTS_FILE
+
+
 def weight_files(settings: "Settings", store: "MemoryStore | None" = None) -> list[Path]:
     """Where weights are read from, lowest precedence first (see the module docstring)."""
     files = [settings.memory_dir / WEIGHTS_FILE]
     if store is not None:
-        files.append(store.dir / WEIGHTS_FILE)
+        files.append(project_weights_file(store))
     if settings.weights.file is not None:
         files.append(settings.weights.file)
     return files
@@ -248,24 +254,14 @@ def _file_values(p: Path) -> dict[str, Any] | None:
     return data
 
 
-#: A number as a variable may give it: digits, a point, an exponent (what JSON writes), nothing else.
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
-
-
-def _env_values(env: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str], list[str]]:
-    """Weights set by environment variables: values, the variable of each, and bad variables' messages."""
+def _variable_values(variables: "WeightSettings | None") -> tuple[dict[str, float], dict[str, str], list[str]]:
+    """Weights set by the weight variables (:class:`~cybmem.settings.WeightSettings`): values, the
+    variable of each, and why a variable was not taken."""
     values: dict[str, float] = {}
     names: dict[str, str] = {}
     bad: list[str] = []
-    for key, var in WEIGHT_VARIABLES.items():
-        raw = env.get(var)
-        if raw is None or raw.strip() == "":
-            continue
-        try:
-            if not _PLAIN_NUMBER.fullmatch(raw.strip()):  # float() also takes "1_0" (10), "１" and "infinity"
-                raise ValueError(raw)
-            val = float(raw)
-        except ValueError:
+    for key, var, raw, val in variables.variables if variables is not None else ():
+        if val is None:
             bad.append(f"{var}={raw!r} is not a usable weight; set it to a finite number >= 0 (e.g. {var}=0.3) or unset it")
             continue
         try:
@@ -311,7 +307,7 @@ def _copy(loaded: LoadedWeights) -> LoadedWeights:
                    tuned=None if loaded.tuned is None else dict(loaded.tuned))
 
 
-def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None = None, *,
+def load_weights(files: Sequence[Path | str] = (), variables: "WeightSettings | None" = None, *,
                  lenient: bool = False, vectors: bool = False) -> LoadedWeights:
     """Defaults, then each existing JSON file in order, then CYBERINE_MEMORY_W_* variables.
 
@@ -323,8 +319,7 @@ def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None
 
     Args:
         files: weight files, lowest precedence first (:func:`weight_files`).
-        env: the variables of :data:`~cybmem.settings.WEIGHT_VARIABLES` that are set, by name
-            (``dict(settings.weights.variables)``; default: none).
+        variables: the weight variables as the settings read them (``settings.weights``; default: none).
         lenient: skip a broken file or variable and say why in ``problems`` (the dispatch path);
             otherwise raise.
         vectors: the store has vectors for the configured embedding model; then a w_vec that no
@@ -333,13 +328,13 @@ def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None
     Raises:
         ValidationError: a malformed file or variable, named, with the fix (unless ``lenient``).
     """
-    key = (tuple(str(f) for f in files), tuple(sorted((env or {}).items())), lenient, vectors)
+    key = (tuple(str(f) for f in files), variables.variables if variables is not None else (), lenient, vectors)
     state = _files_state(key[0])
     if state is not None:
         kept = _LOADED.get(key)
         if kept is not None and kept[0] == state:
             return _copy(kept[1])
-    loaded = _load_weights(files, env, lenient=lenient, vectors=vectors)
+    loaded = _load_weights(files, variables, lenient=lenient, vectors=vectors)
     # Kept only when the files are as they were before the read (none changed during it).
     if state is not None and _files_state(key[0]) == state:
         with _LOADED_LOCK:
@@ -349,7 +344,7 @@ def load_weights(files: Sequence[Path | str] = (), env: Mapping[str, str] | None
     return loaded
 
 
-def _load_weights(files: Sequence[Path | str], env: Mapping[str, str] | None, *, lenient: bool,
+def _load_weights(files: Sequence[Path | str], variables: "WeightSettings | None", *, lenient: bool,
                   vectors: bool) -> LoadedWeights:
     """:func:`load_weights`, read from the files."""
     merged: dict[str, Any] = Weights().to_dict()
@@ -373,7 +368,7 @@ def _load_weights(files: Sequence[Path | str], env: Mapping[str, str] | None, *,
             sources.update({k: str(p) for k in data})
             if any(k in data for k in AXES):
                 tuned, tuned_at = read_evidence(p), str(p)
-    values, names, bad = _env_values(env or {})
+    values, names, bad = _variable_values(variables)
     if bad and not lenient:
         raise ValidationError(bad[0])
     problems += bad
@@ -397,7 +392,7 @@ def weights_for(settings: "Settings", store: "MemoryStore | None" = None, *, len
 
     ``vectors``: the project has vectors for the configured embedding model (see :func:`load_weights`).
     """
-    return load_weights(weight_files(settings, store), dict(settings.weights.variables), lenient=lenient, vectors=vectors)
+    return load_weights(weight_files(settings, store), settings.weights, lenient=lenient, vectors=vectors)
 
 
 def save_weights(weights: Weights, path: Path | str, *, evidence: Mapping[str, Any] | None = None) -> Path:
@@ -428,13 +423,13 @@ def weights_state(store: "MemoryStore") -> tuple[int, int, int] | None:
     """What ``<project>/weights.json`` is now (inode, size, mtime ns; None: no file), to tell
     whether another tuning saved it since (:func:`save_project_weights`)."""
     try:
-        st = (store.dir / WEIGHTS_FILE).stat()
+        st = project_weights_file(store).stat()
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def save_project_weights(store: "MemoryStore", weights: Weights, settings: Settings | None = None, *,
+def save_project_weights(store: "MemoryStore", weights: Weights, settings: Settings, *,
                          evidence: Mapping[str, Any] | None = None,
                          expect: tuple[int, int, int] | None | bool = False) -> tuple[Path, list[str]]:
     """Write ``<project dir>/weights.json`` (what ``cybmem search`` / ``inject`` read for the project).
@@ -449,8 +444,7 @@ def save_project_weights(store: "MemoryStore", weights: Weights, settings: Setti
         The path written, and what still overrides it for production (a
         CYBERINE_MEMORY_WEIGHTS file, CYBERINE_MEMORY_W_* variables), empty when nothing does.
     """
-    settings = settings or Settings.from_env()
-    path = store.dir / WEIGHTS_FILE
+    path = project_weights_file(store)
     store.check_writable()  # never through a symlinked project dir (nor its lock)
     with _io.locked(store.dir / ".weights.lock"):
         if expect is not False and weights_state(store) != expect:
@@ -460,5 +454,5 @@ def save_project_weights(store: "MemoryStore", weights: Weights, settings: Setti
                                 "run `cybmem tune --save` again to tune on top of them")
         save_weights(weights, path, evidence=evidence)
     over = [str(p) for p in weight_files(settings, store)[2:] if p.is_file()]
-    over += sorted(name for name, _ in settings.weights.variables)
+    over += sorted(settings.weights.names)
     return path, over

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import binascii
 import math
-import os
 import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["SCANNER_ENV", "Decoded", "Rule", "bounded", "decoded_variants", "find", "scanner_candidates"]
+__all__ = ["SCANNER_ENV", "Decoded", "Rule", "bounded", "decoded_variants", "find", "scanner_candidates", "use_scanner"]
 
 Candidate = tuple[int, int, str]  # [start, end) in the text, kind
 _NOT_MARK = r"(?!\[REDACTED:)"
@@ -1036,11 +1035,24 @@ def _scanner(name: str):
     return _SCANNERS[name]
 
 
+#: The scanner whose rules join every pass of this process (``settings.secret_scanner``, which
+#: :class:`cybmem.memory.Memory` hands to :func:`use_scanner`); None: none.
+_SCANNER_NAME: str | None = None
+
+
+def use_scanner(name: str | None) -> str | None:
+    """Add the rules of the scanner ``name`` (what SCANNER_ENV names, as the settings read it) to
+    every redaction pass of this process (None: none); returns the one used until now."""
+    global _SCANNER_NAME
+    before, _SCANNER_NAME = _SCANNER_NAME, name
+    return before
+
+
 def scanner_candidates(text: str) -> list[Candidate]:
-    """The findings of the scanner SCANNER_ENV names, as candidates (kind: the rule's last id
-    part, e.g. ``github_pat``); [] when it is unset. A stand-in it reports (xxxx…) is left out."""
-    name = os.environ.get(SCANNER_ENV, "").strip().lower()
-    if name in ("", "0", "off", "none", "no", "false"):
+    """The findings of the scanner :func:`use_scanner` named, as candidates (kind: the rule's last
+    id part, e.g. ``github_pat``); [] when none is. A stand-in it reports (xxxx…) is left out."""
+    name = _SCANNER_NAME
+    if not name:
         return []
     data = text.encode("utf-8", "surrogatepass")
     out = []
