@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover - what editors see; each method imports it
     from .exchange.summary import ExportSummary
     from .explore.lineage import ChainResult, Shown
     from .operations.doctor import DoctorReport, Rebuilt
+    from .operations.hook_settings import HookChange, HookStatus
     from .operations.redaction import ScrubResult
     from .operations.report import NotebookFleet, NotebookStore, ReportResult
     from .operations.retune import Tuning
@@ -578,3 +579,138 @@ class Memory:
         from .dispatch.feedback import mcp_observer
 
         return mcp_observer(self.settings, store_of or self.store)
+
+    # --- the agents people run: what their hooks ask (cybmem.hooks) ---------------------
+
+    @staticmethod
+    def check_hook_client(client: str) -> str:
+        """``client`` if cybmem has hooks for it (``claude-code``, ``codex``); ValidationError naming them."""
+        from .operations.agent_turns import check_client
+
+        return check_client(client)
+
+    def _hook_store(self, cwd: str | os.PathLike | None) -> "MemoryStore | None":
+        """The store of the project at ``cwd``, None when it has no memory yet (a new user's first
+        session: nothing to say, and nothing wrong)."""
+        from .errors import NotFoundError
+        from .store.memory_store import MemoryStore
+
+        try:
+            store = MemoryStore.open(self.settings, cwd=str(cwd) if cwd else self.cwd, project=self.project)
+        except NotFoundError:
+            return None
+        return store if store.exists() else None
+
+    def orientation(self, *, cwd: str | os.PathLike | None = None) -> str | None:
+        """What a session start is told: the project's latest runs and its open issues as one-line
+        pointers, at most 1,200 characters (:func:`cybmem.dispatch.orientation.orientation`); None
+        when the project has no memory yet, or holds neither a run nor an open issue."""
+        from .dispatch.orientation import LATEST_RUNS, OPEN_ISSUES, orientation
+        from .retrieval.filters import IssueFilter, list_issues, list_records
+
+        store = self._hook_store(cwd)
+        if store is None:
+            return None
+        runs = list_records(store, limit=LATEST_RUNS).items
+        issues = list_issues(store, IssueFilter.make(state="open"), limit=OPEN_ISSUES).page
+        return orientation(runs, issues.items, open_issues=issues.total) or None
+
+    def prompt_block(self, prompt: str, *, client: str, session_id: str | None, key: str | None,
+                     cwd: str | os.PathLike | None = None) -> "Injection | None":
+        """The MEMORY block for a prompt an agent's user typed (what ``cybmem inject --system``
+        builds, never raising), kept in shown.jsonl under the run id its turn will be written with
+        (so that the turn's record can say what it used); None for a prompt that is the client's own
+        or empty once its ``<private>`` spans are out, and for a project without memory yet."""
+        import dataclasses
+
+        from .dispatch.inject import inject_task
+        from .operations.agent_turns import is_client_prompt, prompt_text, turn_run_id
+
+        text = prompt_text(prompt or "")
+        if not text or is_client_prompt(prompt) or self._hook_store(cwd) is None:
+            return None
+        run_id = turn_run_id(client, session_id or "", key) if key else None
+        settings = dataclasses.replace(self.settings, run_id=run_id)
+        return inject_task(text, settings, cwd=str(cwd) if cwd else self.cwd, project=self.project,
+                           chat_session_id=session_id)
+
+    def record_turns(self, client: str, event: str, *, session_id: str, cwd: str | None,
+                     while_distilling: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+                     **payload: str | None) -> list["WriteResult"]:
+        """Write the turns a hook's event closes (:func:`cybmem.operations.agent_turns.event_runs`:
+        Stop, SubagentStop, SessionEnd; ``payload``: ``transcript``, ``key``, ``reply``,
+        ``agent_id``, ``agent_type``, ``agent_transcript``), each once: a turn another hook (or
+        another session's) wrote first is left as it is. Returns what was written.
+
+        Raises:
+            CybmemError / OSError: the payload, the transcript or the store is not usable.
+        """
+        from .errors import ConflictError
+        from .operations.agent_turns import event_runs
+
+        def written(run_id: str) -> bool:
+            store = self._hook_store(cwd)
+            return store is not None and store.record_path(run_id).exists()
+
+        done = []
+        for run in event_runs(client, event, session_id=session_id, cwd=cwd, written=written, **payload):
+            try:
+                result = self.write(run, cwd=run.get("cwd"), while_distilling=while_distilling)
+            except ConflictError:  # written meanwhile by another hook: the check under the project lock
+                continue
+            done.append(result)
+        return done
+
+    def _hook_settings_file(self, client: str, project_dir: str | os.PathLike | None) -> Path:
+        from .operations.hook_settings import settings_path
+
+        if project_dir is not None and not Path(project_dir).is_dir():
+            raise ValidationError(f"{project_dir} is not a directory")
+        hooks = self.settings.hooks
+        return settings_path(self.check_hook_client(client), hooks.home, hooks.codex_home,
+                             Path(project_dir).absolute() if project_dir is not None else None)
+
+    def install_hooks(self, client: str, executable: str | list[str], *, project_dir: str | os.PathLike | None = None,
+                      dry_run: bool = False, codex: str | None = None) -> "HookChange":
+        """Put cybmem's hooks in ``client``'s settings (the user's, or ``project_dir``'s), running
+        ``executable`` (the cybmem that installs them, by its absolute path); for Codex, have it
+        trust them through its app-server, or note how the user gives that review
+        (:mod:`cybmem.operations.hook_settings`, :mod:`cybmem.operations.codex_trust`)."""
+        from .operations.hook_settings import hook_command, install
+
+        path = self._hook_settings_file(client, project_dir)
+        change = install(client, path, hook_command(executable, client), dry_run=dry_run)
+        if client == "codex" and not dry_run:
+            from .operations.codex_trust import trust_hooks
+
+            result = trust_hooks(change.command, change.path, cwd=Path(project_dir or os.getcwd()).absolute(), codex=codex)
+            change.notes.append(("Codex trusts them (saved through `codex app-server`)" if result.newly else
+                                 "Codex trusts them") if result.trusted else result.message)
+        return change
+
+    def uninstall_hooks(self, client: str, *, project_dir: str | os.PathLike | None = None,
+                        dry_run: bool = False) -> "HookChange":
+        """Take cybmem's hooks, and only them, out of ``client``'s settings."""
+        from .operations.hook_settings import uninstall
+
+        return uninstall(client, self._hook_settings_file(client, project_dir), dry_run=dry_run)
+
+    def hooks_status(self, clients: Sequence[str], *, project_dir: str | os.PathLike | None = None,
+                     codex: str | None = None) -> list["HookStatus"]:
+        """Which of cybmem's hooks each client's settings hold, whether they can run, and (Codex)
+        whether Codex trusts them."""
+        from .operations.hook_settings import status
+
+        found = []
+        for client in clients:
+            st = status(client, self._hook_settings_file(client, project_dir))
+            if client == "codex" and st.events:
+                from .operations.codex_trust import list_hooks
+
+                try:
+                    st.trust = list_hooks(next(iter(st.events.values())), st.path,
+                                          cwd=Path(project_dir or os.getcwd()).absolute(), codex=codex)
+                except (OSError, RuntimeError, TimeoutError, ConnectionError) as exc:
+                    st.problems.append(f"could not ask Codex whether it trusts them: {' '.join(str(exc).split())}")
+            found.append(st)
+        return found

@@ -1,4 +1,4 @@
-"""The fronts (the command line, the MCP server; the agent hooks to come) are argument translation,
+"""The fronts (the command line, the MCP server, the agent hooks) are argument translation,
 one call on the library handle (cybmem.memory.Memory) and rendering: a front module imports the
 handle and what every front shares, its own folder, and third-party packages of its framework,
 never another module of the library. Every import counts, the lazy ones inside functions too."""
@@ -20,9 +20,13 @@ SHARED = {"cybmem", "cybmem.memory", "cybmem.settings", "cybmem.errors", "cybmem
 #: Each front folder: the cybmem modules it may import besides SHARED (its own folder always), and
 #: the third-party packages of its framework.
 FRONTS = {
-    "cli": ({"cybmem.mcp.server"},  # `cybmem mcp` starts the MCP front
+    "cli": ({"cybmem.mcp.server",  # `cybmem mcp` starts the MCP front
+             "cybmem.hooks.entry"},  # `cybmem hook` hands the payload to the hooks front
             {"typer", "click", "pyarrow"}),  # pyarrow: a start-up trick (cli/_startup.py)
     "mcp": (set(), {"mcp", "pydantic", "uvicorn", "anyio", "orjson", "starlette", "h11"}),
+    # the hooks run as the console script's quickest command: its start-up tricks and signal handling,
+    # and the one JSON decoder (a payload is JSON a JavaScript client wrote: lone surrogates as it reads them)
+    "hooks": ({"cybmem.cli._startup", "cybmem.cli.signals", "cybmem._io"}, set()),
 }
 
 

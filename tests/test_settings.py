@@ -22,7 +22,7 @@ VARIABLE = re.compile(r"(?:CYBERINE|OPENAI|OLLAMA)_[A-Z_]*[A-Z]")
 ELSEWHERE: dict[str, int] = {}
 #: The modules that may read the environment through Settings.from_env: the fronts, and the
 #: handle's constructors they call (cybmem.memory.Memory.from_env, for_notebook).
-FRONTS = ("cli/", "mcp/", "memory.py", "settings.py")
+FRONTS = ("cli/", "mcp/", "hooks/", "memory.py", "settings.py")
 
 
 def _sources():

@@ -1,5 +1,6 @@
 """``cybmem hook`` (what an agent's lifecycle hooks run: :mod:`cybmem.hooks.entry`) and ``cybmem hooks
-install|uninstall|status`` (putting those hooks in a client's settings: :mod:`cybmem.operations.hook_settings`)."""
+install|uninstall|status`` (putting those hooks in a client's settings: :meth:`cybmem.memory.Memory.install_hooks`
+and its neighbours)."""
 
 from __future__ import annotations
 
@@ -76,13 +77,10 @@ def _client(client: str) -> str:
     return client
 
 
-def _path(ctx: Ctx, client: str, project: Optional[Path]) -> Path:
-    from ..operations.hook_settings import settings_path
-
+def _project(project: Optional[Path]) -> Optional[Path]:
     if project is not None and not project.is_dir():
         raise typer.BadParameter(f"{project} is not a directory", param_hint="--project")
-    hooks = ctx.settings.hooks
-    return settings_path(client, hooks.home, hooks.codex_home, project.absolute() if project is not None else None)
+    return project
 
 
 def _executable() -> list[str] | str:
@@ -109,23 +107,9 @@ def install_cmd(ctx: Ctx, client: InstallClientArg = "claude-code", project: Pro
 
     Example: cybmem hooks install claude-code --project ~/src/web --dry-run
     """
-    from ..operations.hook_settings import hook_command, install
-
-    client = _client(client)
-    path = _path(ctx, client, project)
-    change = install(client, path, hook_command(_executable(), client), dry_run=dry_run)
-    if client == "codex" and not dry_run:
-        _trust(ctx, change, project, codex)
+    change = ctx.memory.install_hooks(_client(client), _executable(), project_dir=_project(project), dry_run=dry_run,
+                                      codex=str(codex) if codex else None)
     _render(ctx, change, dry_run, "install")
-
-
-def _trust(ctx: Ctx, change, project: Optional[Path], codex: Optional[Path]) -> None:
-    from ..operations.codex_trust import trust_hooks
-
-    result = trust_hooks(change.command, change.path, cwd=(project or Path.cwd()).absolute(),
-                         codex=str(codex) if codex else None)
-    change.notes.append(("Codex trusts them (saved through `codex app-server`)" if result.newly else
-                         "Codex trusts them") if result.trusted else result.message)
 
 
 @command("uninstall", group=hooks_app, project=False, memory=False)
@@ -138,10 +122,8 @@ def uninstall_cmd(ctx: Ctx, client: InstallClientArg = "claude-code", project: P
 
     Example: cybmem hooks uninstall claude-code
     """
-    from ..operations.hook_settings import uninstall
-
-    client = _client(client)
-    _render(ctx, uninstall(client, _path(ctx, client, project), dry_run=dry_run), dry_run, "uninstall")
+    change = ctx.memory.uninstall_hooks(_client(client), project_dir=_project(project), dry_run=dry_run)
+    _render(ctx, change, dry_run, "uninstall")
 
 
 def _render(ctx: Ctx, change, dry_run: bool, action: str) -> None:
@@ -181,20 +163,8 @@ def status_cmd(ctx: Ctx, client: Annotated[Optional[str], typer.Argument(help="c
 
     Example: cybmem hooks status --json
     """
-    from ..operations.codex_trust import list_hooks
-    from ..operations.hook_settings import status
-
     clients = [_client(client)] if client else list(_NAMES)
-    found = []
-    for name in clients:
-        st = status(name, _path(ctx, name, project))
-        if name == "codex" and st.events:
-            try:
-                st.trust = list_hooks(next(iter(st.events.values())), st.path, cwd=(project or Path.cwd()).absolute(),
-                                      codex=str(codex) if codex else None)
-            except (OSError, RuntimeError, TimeoutError, ConnectionError) as exc:
-                st.problems.append(f"could not ask Codex whether it trusts them: {' '.join(str(exc).split())}")
-        found.append(st)
+    found = ctx.memory.hooks_status(clients, project_dir=_project(project), codex=str(codex) if codex else None)
     if ctx.json:
         print_json([st.to_dict() for st in found])
         return

@@ -18,13 +18,16 @@ from typing import Any
 
 from .preamble import OpenIssue, PreambleEntry, layout
 
-__all__ = ["ORIENTATION_CHARS", "ISSUES_SHARE", "LATEST_HINT", "orientation"]
+__all__ = ["ORIENTATION_CHARS", "ISSUES_SHARE", "LATEST_HINT", "LATEST_RUNS", "OPEN_ISSUES", "orientation"]
 
 #: The most an orientation may be, in characters (about 300 tokens): a few latest runs and the open
 #: issues, one line each, not the ~10 KB a session start costs when memory pours itself in whole.
 ORIENTATION_CHARS = 1200
 #: The largest share of the orientation the open issues may take; the runs get what they leave.
 ISSUES_SHARE = 0.4
+#: How many of the latest runs and open issues an orientation is offered (its budget cuts it).
+LATEST_RUNS = 12
+OPEN_ISSUES = 12
 #: The line after the runs' pointers.
 LATEST_HINT = "- (the latest runs, newest first: `cybmem show <id>` gives a whole run)"
 

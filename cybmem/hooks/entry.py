@@ -18,9 +18,8 @@ the agent: it exits 0 whatever happens, says what went wrong in one line on stde
 and gives up after ``CYBERINE_HOOK_DEADLINE`` seconds (default 10). A memory root that cannot be
 written costs the record, not the session.
 
-This module is the front's argument translation and rendering; what it does is the library's
-(:mod:`cybmem.operations.agent_turns`, :mod:`cybmem.dispatch.orientation`), and every call into
-memory goes through :mod:`cybmem.hooks.memory`.
+This module is the front's argument translation and rendering: each event is one call on the
+library handle (:class:`cybmem.memory.Memory`: ``orientation``, ``prompt_block``, ``record_turns``).
 """
 
 from __future__ import annotations
@@ -33,13 +32,19 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory import Memory
 
 __all__ = ["EVENTS", "Payload", "parse_payload", "handle", "reply", "main", "console"]
 
-#: The events the hook acts on (any other is ignored with one line).
-EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SubagentStop", "SessionEnd")
 #: The events whose answer goes to the model, as ``hookSpecificOutput.additionalContext``.
 CONTEXT_EVENTS = ("SessionStart", "UserPromptSubmit")
+#: The events that write turns (:meth:`cybmem.memory.Memory.record_turns`).
+TURN_EVENTS = ("Stop", "SubagentStop", "SessionEnd")
+#: The events the hook acts on (any other is ignored with one line).
+EVENTS = CONTEXT_EVENTS + TURN_EVENTS
 #: The client's own limit on a hook, in seconds, where it is shorter than any deadline one would set:
 #: Codex ends a SessionEnd hook after 3 s, whatever its entry asks. The hook gives up half a second before.
 CLIENT_LIMITS = {("codex", "SessionEnd"): 3.0}
@@ -106,60 +111,26 @@ def parse_payload(raw: bytes) -> Payload:
                    agent_transcript=text("agent_transcript_path"), source=text("source"))
 
 
-def _need(value: str | None, what: str) -> str:
-    from ..errors import ValidationError
-
-    if not value:
-        raise ValidationError(f"the payload has no {what}")
-    return value
-
-
-def handle(client: str, p: Payload, settings) -> str | None:
-    """Act on one event; the context for the model (SessionStart, UserPromptSubmit), else None."""
-    from ..operations import agent_turns
-    from . import memory
-
-    agent_turns.check_client(client)
+def handle(client: str, p: Payload, memory: "Memory") -> str | None:
+    """Act on one event through the handle; the context for the model (SessionStart,
+    UserPromptSubmit), else None."""
+    memory.check_hook_client(client)
     if p.event == "SessionStart":
-        from ..dispatch.orientation import orientation
-
-        runs, issues, total = memory.latest(settings, p.cwd)
-        return orientation(runs, issues, open_issues=total) or None
+        return memory.orientation(cwd=p.cwd)
     if p.event == "UserPromptSubmit":
-        prompt = p.prompt or ""
-        text = agent_turns.prompt_text(prompt)
-        if not text or agent_turns.is_client_prompt(prompt):
-            return None
-        run_id = agent_turns.turn_run_id(client, p.session_id, p.key) if p.key else None
-        inj = memory.prompt_block(settings, text, cwd=p.cwd, session_id=p.session_id, run_id=run_id)
+        inj = memory.prompt_block(p.prompt or "", client=client, session_id=p.session_id, key=p.key, cwd=p.cwd)
         if inj is None:
             return None
         if inj.warnings:
             _say(f"{p.event}: {inj.warnings[0]}" + (f" (and {len(inj.warnings) - 1} more)" if len(inj.warnings) > 1 else ""))
         return inj.block if inj.relates else None  # nothing of the project relates to the prompt: no line at all
-    if p.event == "Stop":
-        transcript = _need(p.transcript, "transcript_path")
-        if p.key and memory.written(settings, p.cwd, agent_turns.turn_run_id(client, p.session_id, p.key)):
-            return None
-        run = agent_turns.stopped_turn(client, transcript, p.key, session_id=p.session_id, cwd=p.cwd, reply=p.reply)
-        if run is not None:
-            _write(settings, run)
-        return None
-    if p.event == "SubagentStop":
-        agent = _need(p.agent_id, "agent_id")
-        if memory.written(settings, p.cwd, agent_turns.turn_run_id(client, p.session_id, agent)):
-            return None
-        run = agent_turns.subagent_turn(client, _need(p.agent_transcript, "agent_transcript_path"), agent,
-                                        session_id=p.session_id, parent_key=p.key, cwd=p.cwd, agent_type=p.agent_type,
-                                        reply=p.reply)
-        if run is not None:
-            _write(settings, run)
-        return None
-    if p.event == "SessionEnd":
-        transcript = _need(p.transcript, "transcript_path")
-        for run in agent_turns.session_turns(client, transcript, session_id=p.session_id, cwd=p.cwd,
-                                             written=lambda run_id: memory.written(settings, p.cwd, run_id)):
-            _write(settings, run)
+    if p.event in TURN_EVENTS:
+        for result in memory.record_turns(client, p.event, session_id=p.session_id, cwd=p.cwd,
+                                          while_distilling=_distilling, transcript=p.transcript, key=p.key,
+                                          reply=p.reply, agent_id=p.agent_id, agent_type=p.agent_type,
+                                          agent_transcript=p.agent_transcript):
+            if result.warnings:  # an optional layer that fell back: one line
+                _say(f"turn recorded as {result.record.runId}; {result.warnings[0]}")
         return None
     _say(f"{p.event}: not an event cybmem acts on ({', '.join(EVENTS)}); nothing done")
     return None
@@ -182,18 +153,6 @@ def _distilling() -> Iterator[None]:
             yield
     finally:
         _in_model_call.clear()
-
-
-def _write(settings, run) -> None:
-    from . import memory
-
-    _report(memory.write(settings, run, while_distilling=_distilling))
-
-
-def _report(result) -> None:
-    """A written turn's warnings (an optional layer that fell back), one line."""
-    if result is not None and result.warnings:
-        _say(f"turn recorded as {result.record.runId}; {result.warnings[0]}")
 
 
 def reply(event: str, context: str | None) -> bytes:
@@ -231,9 +190,10 @@ def main(args: list[str]) -> int:
     what = ["payload"]
     started = time.monotonic()
     try:
-        from ..settings import Settings
+        from ..memory import Memory
 
-        settings = Settings.from_env(lenient=True)
+        memory = Memory.from_env(lenient=True)
+        settings = memory.settings
         _deadline(settings.hooks.deadline, what)
         client = args[0] if args else "claude-code"
         raw = sys.stdin.buffer.read(MAX_PAYLOAD + 1)
@@ -250,7 +210,7 @@ def main(args: list[str]) -> int:
             from ..cli import _startup
 
             _startup.quick_compute_import()  # these read a snapshot; a turn's write does not
-        out = reply(payload.event, handle(client, payload, settings))
+        out = reply(payload.event, handle(client, payload, memory))
         if out:
             sys.stdout.buffer.write(out)
             sys.stdout.buffer.flush()

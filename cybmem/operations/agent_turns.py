@@ -33,8 +33,8 @@ from ..store.private import strip_private
 from . import transcripts
 from .transcripts import Turn
 
-__all__ = ["CLIENTS", "SESSION_END_TURNS", "check_client", "turn_run_id", "prompt_text", "is_client_prompt", "turn_run",
-           "stopped_turn", "subagent_turn", "session_turns"]
+__all__ = ["CLIENTS", "SESSION_END_TURNS", "TURN_EVENTS", "check_client", "turn_run_id", "prompt_text",
+           "is_client_prompt", "turn_run", "stopped_turn", "subagent_turn", "session_turns", "event_runs"]
 
 #: The agents whose hooks cybmem speaks, and the provider of each one's model.
 CLIENTS = {"claude-code": "anthropic", "codex": "openai"}
@@ -163,3 +163,47 @@ def session_turns(client: str, transcript: str | os.PathLike, *, session_id: str
             runs.append(run)
     newest = [run for run in reversed(runs) if not written(run["runId"])][:SESSION_END_TURNS]
     return newest[::-1]
+
+
+#: The hook events that write turns (:func:`event_runs`).
+TURN_EVENTS = ("Stop", "SubagentStop", "SessionEnd")
+
+
+def _given(value: str | None, what: str) -> str:
+    if not value:
+        raise ValidationError(f"the payload has no {what}")
+    return value
+
+
+def event_runs(client: str, event: str, *, session_id: str, cwd: str | None, written: Callable[[str], bool],
+               transcript: str | None = None, key: str | None = None, reply: str | None = None,
+               agent_id: str | None = None, agent_type: str | None = None,
+               agent_transcript: str | None = None) -> list[dict]:
+    """The runs a hook's event writes, in the order to write them: ``Stop`` the turn that stopped,
+    ``SubagentStop`` the subagent's turn, ``SessionEnd`` the turns that never reached Stop; none
+    for another event, nor for a turn ``written`` already (a run id -> whether its record exists:
+    a cheap look before the transcript is read; the write checks again under the project lock).
+    The arguments are the payload's (``key``: its prompt or turn id; ``reply``: its
+    ``last_assistant_message``).
+
+    Raises:
+        ValidationError: the payload lacks what the event needs (its transcript, its agent id).
+        NotFoundError / StoreError / OSError: the transcript does not hold the turn, or cannot be read.
+    """
+    if event == "Stop":
+        path = _given(transcript, "transcript_path")
+        if key and written(turn_run_id(client, session_id, key)):
+            return []
+        run = stopped_turn(client, path, key, session_id=session_id, cwd=cwd, reply=reply)
+        return [run] if run is not None else []
+    if event == "SubagentStop":
+        agent = _given(agent_id, "agent_id")
+        if written(turn_run_id(client, session_id, agent)):
+            return []
+        run = subagent_turn(client, _given(agent_transcript, "agent_transcript_path"), agent, session_id=session_id,
+                            parent_key=key, cwd=cwd, agent_type=agent_type, reply=reply)
+        return [run] if run is not None else []
+    if event == "SessionEnd":
+        return session_turns(client, _given(transcript, "transcript_path"), session_id=session_id, cwd=cwd,
+                             written=written)
+    return []
