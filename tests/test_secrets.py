@@ -740,7 +740,8 @@ def test_a_write_holding_an_issue_41_family_leaves_no_copy_of_the_secret(memory_
     import shutil
     import subprocess
 
-    from cybmem.mcp.tools import Memory
+    from cybmem.mcp.tools import MemoryTools
+    from cybmem.memory import Memory
     from cybmem.settings import Settings
 
     token = f"ghp_{R[:16]}{ZW}{R[16:]}abcd"
@@ -760,7 +761,7 @@ def test_a_write_holding_an_issue_41_family_leaves_no_copy_of_the_secret(memory_
                                                                   ["search", "token pasted from chat"], ["issues"],
                                                                   ["inject", "Deploy with the token"])]
     assert all(p.returncode == 0 for p in shown), [p.stderr for p in shown]
-    memory = Memory(Settings.from_env(), cwd="/home/dev/web")
+    memory = MemoryTools(Memory(Settings.from_env(), cwd="/home/dev/web"))
     answers = [json.dumps(memory.show("r-zw-1")), json.dumps(memory.memory_block("Deploy with the token"))]
     leaks = [f"ghp_{R[:16]}", f"{R[16:]}abcd", S]
     files = {str(p): p.read_bytes().decode("utf-8", "replace") for p in memory_root.rglob("*") if p.is_file()}
