@@ -166,23 +166,28 @@ def reply(event: str, context: str | None) -> bytes:
                       ensure_ascii=False).encode("utf-8") + b"\n"
 
 
-def _deadline(seconds: float, what: list[str], *, last: bool = False) -> None:
-    """End the process, exit code 0, one line on stderr, ``seconds`` from now (a daemon timer); while a
-    write waits for the distillation model, abandon that call first and give the write a second more."""
-    def give_up() -> None:
-        if _in_model_call.is_set() and not last:  # a slow model: write the record without its answer
+def _deadline(seconds: float, what: list[str]) -> None:
+    """End the process, exit code 0, one line on stderr, ``seconds`` from now (daemon timers). A
+    write still waiting for the distillation model then would lose its record, so that call is
+    abandoned earlier, leaving the write a quarter of the time (at least a second, at most half):
+    the record is written with its extractive outcome, and the hook still ends by ``seconds``."""
+    grace = min(max(1.0, seconds / 4), seconds / 2)
+
+    def abandon_the_model() -> None:
+        if _in_model_call.is_set():  # a slow model: write the record without its answer
             os.kill(os.getpid(), signal.SIGTERM)
-            _deadline(1.0, what, last=True)
-            return
+
+    def give_up() -> None:
         hint = ("; a large store's first read builds its cache: `cybmem list` in the project builds it once"
                 if what[0] in CONTEXT_EVENTS else "")
         _say(f"{what[0]}: gave up after {seconds:.3g} s (CYBERINE_HOOK_DEADLINE, or the agent's own limit); "
              f"the agent goes on without it{hint}")
         os._exit(0)
 
-    timer = threading.Timer(seconds, give_up)
-    timer.daemon = True
-    timer.start()
+    for after, act in ((seconds - grace, abandon_the_model), (seconds, give_up)):
+        timer = threading.Timer(after, act)
+        timer.daemon = True
+        timer.start()
 
 
 def main(args: list[str]) -> int:
