@@ -651,3 +651,17 @@ def test_a_running_cluster_by_its_address(data):
         with Fleet(data["dataset"], scheduler=cluster.scheduler_address) as f:
             assert int(f.issue_summary(now=NOW)["issues"].sum()) == 54
         assert len(cluster.scheduler.clients) <= 1  # the fleet's client is gone; the cluster stays up
+
+
+def test_the_console_script_ends_fleet_commands_without_arrows_teardown(data):
+    """Arrow's thread pools, left behind by a Parquet read, abort a process at the interpreter's
+    teardown now and then ("terminate called without an active exception", apache/arrow#34314; a CI
+    run lost a USAGE example to it): the fleet commands end once their output is flushed, like the
+    lean commands, and print all of it."""
+    code = ("import atexit, sys\natexit.register(lambda: print('TEARDOWN', file=sys.stderr))\n"
+            "from cybmem.cli.app import console\n"
+            f"sys.argv = ['cybmem', 'fleet', 'search', 'cart drawer postgres', '--dataset', {str(data['dataset'])!r}, '-k', '5',"
+            f" '--scheduler', 'inline', '--json', '--as-of', '{NOW}']\nconsole()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "TEARDOWN" not in p.stderr, p.stderr
+    assert len(json.loads(p.stdout)["hits"]) == 5

@@ -38,7 +38,7 @@ if typing.TYPE_CHECKING:  # pragma: no cover
 
 #: Set by :func:`cybmem.cli.app.main`: this process runs one command and exits.
 one_command_process = False
-#: Set by a command's wrapper: the command that ran opted in (see :func:`end`).
+#: Set by a command's wrapper: the command that ran opted in to ending without the teardown (see :func:`end`).
 quick_ran = False
 
 
@@ -241,7 +241,9 @@ def quick_imports(compute: bool = True) -> Iterator[None]:
 def end(run: Callable[[], Any]) -> None:
     """Call ``run`` (the console script's main); after a command that opted in, the process ends as
     soon as stdout and stderr are flushed, without the interpreter's teardown (freeing numpy's and
-    pyarrow's modules, which the dispatcher waits for on every run). What such a command writes
+    pyarrow's modules, which the dispatcher waits for on every run; and Arrow's thread pools, which a
+    command that read Parquet leaves behind and whose teardown aborts the process now and then:
+    "terminate called without an active exception", apache/arrow#34314). What such a command writes
     to files is closed or fsynced before it returns. Exit codes are the usual ones; an unexpected
     exception, a broken pipe or any other command takes the ordinary way out."""
     global quick_ran

@@ -102,7 +102,7 @@ def export_csv_cmd(ctx: Ctx, out: TextOutOpt = None, table: TableOpt = None, all
     _export_text("csv", ctx, out, table, all_projects, progress, force)
 
 
-@command("parquet", group=export_app)
+@command("parquet", group=export_app, teardown=False)
 def export_parquet_cmd(
     ctx: Ctx,
     out: Annotated[Path, typer.Option("--out", "-o", help="The dataset directory (created; each export appends to it).", show_default=False)],

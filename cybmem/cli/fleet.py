@@ -64,7 +64,7 @@ def _fleet(dataset, scheduler, workers, timeout, machine, project, progress):
         yield fleet
 
 
-@command("search", group=fleet_app, project=False, memory=False, free_text=True)
+@command("search", group=fleet_app, project=False, memory=False, free_text=True, teardown=False)
 def fleet_search_cmd(
     ctx: Ctx,
     query: Annotated[Optional[str], typer.Argument(help="What to look for (free text).", show_default=False)] = None,
@@ -107,7 +107,7 @@ def fleet_search_cmd(
         echo(f"Ran {fleet.ran_on}.")
 
 
-@command("issues", group=fleet_app, project=False, memory=False)
+@command("issues", group=fleet_app, project=False, memory=False, teardown=False)
 def fleet_issues_cmd(
     ctx: Ctx,
     dataset: DatasetOpt = None, scheduler: SchedulerOpt = "auto", workers: WorkersOpt = 2, timeout: TimeoutOpt = 10.0,
@@ -155,7 +155,7 @@ def fleet_issues_cmd(
         echo(ran)
 
 
-@command("report", group=fleet_app, project=False, memory=False)
+@command("report", group=fleet_app, project=False, memory=False, teardown=False)
 def fleet_report_cmd(
     ctx: Ctx,
     out: Annotated[Path, typer.Option("--out", "-o", help="The directory to write the figures and tables into.", show_default=False)],

@@ -194,12 +194,14 @@ def short_help(doc: str | None) -> str:
 
 
 def command(name: str, *, project: bool = True, memory: bool = True, as_json: bool = True, filters: bool = False,
-            free_text: bool = False, quick: bool = False, group: Optional[typer.Typer] = None):
+            free_text: bool = False, quick: bool = False, teardown: bool = True, group: Optional[typer.Typer] = None):
     """Register a command whose body takes a :class:`Ctx` first; adds the shared options to it.
 
     ``quick``: the command is on the dispatch path and never needs pandas; in the console script it
     gets the start-up tricks of :mod:`cybmem.cli._startup` (plain option parsing, no pandas, a quick
-    pyarrow.compute when it reads a store, no interpreter teardown). ``filters``: the record
+    pyarrow.compute when it reads a store, no interpreter teardown). ``teardown=False``: only the
+    last of those, for a command that needs pandas but reads Parquet (Arrow's thread pools, torn down
+    with the interpreter, abort a process now and then: :func:`cybmem.cli._startup.end`). ``filters``: the record
     filter options (--state, --since, --until, --grep, --agent, --issue) are added, and the
     body gets them as one record filter argument ``f`` (:meth:`cybmem.memory.Memory.record_filter`). ``free_text``:
     the last positional argument is free text, taken as it is even when it starts with a dash
@@ -222,7 +224,7 @@ def command(name: str, *, project: bool = True, memory: bool = True, as_json: bo
             shared = {n: kwargs.pop(n) for n in names}  # a command's own --project (fleet's) stays its own
             ctx = Ctx(memory_dir=shared.get("memory_dir"), cwd=shared.get("cwd"), project=shared.get("project"),
                       json=shared.get("as_json", False))
-            _startup.quick_ran = quick
+            _startup.quick_ran = quick or not teardown
             with _startup.quick_imports(compute=memory) if quick else contextlib.nullcontext():
                 return run_command(body, ctx, kwargs)
 
