@@ -18,7 +18,10 @@ import json
 import random
 from pathlib import Path
 
-T0 = 1_761_955_200_000  # 2025-11-01T00:00:00Z
+#: The first pair's moment: the 70 weekly pairs end in May 2026, before any day this runs on, so that
+#: no run of the store lies in the future of the clock (a block or a tuning asked "now" would read
+#: such runs as brand new, and what it printed would move with the date it ran on).
+T0 = 1_735_689_600_000  # 2025-01-01T00:00:00Z
 HOUR = 3_600_000
 DAY = 24 * HOUR
 

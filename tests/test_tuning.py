@@ -567,6 +567,10 @@ def tide(tmp_path):
     return module.write(tmp_path / "mem")
 
 
+#: When the tide store's first pair starts (data-fixtures/time_related.py: 2025-01-01).
+TIDE_T0 = 1_735_689_600_000
+
+
 def test_self_tuning_saves_the_checked_weights_with_their_evidence(tide, monkeypatch):
     monkeypatch.setenv("CYBERINE_MEMORY_DIR", str(tide))
     store = MemoryStore(tide, "tide")
@@ -595,13 +599,13 @@ def test_self_tuning_saves_the_checked_weights_with_their_evidence(tide, monkeyp
 def test_tune_as_of_sees_only_what_existed_then(tide):
     store = MemoryStore(tide, "tide")
     snap = load_snapshot(store)
-    moment = T0 + 35 * 7 * DAY
+    moment = TIDE_T0 + 35 * 7 * DAY
     result = T.tune(snap, as_of=moment, progress=False, current=Weights(), settings=Settings.from_env())
     assert result.as_of == moment and result.judgments == 35 and result.records == 106
     assert all(j.as_of <= moment for j in J.judgments_from_store(snap, as_of=moment))
-    res = runner.invoke(app, ["tune", "--memory-dir", str(tide), "-p", "tide", "--as-of", "2026-07-04", "--json"])
+    res = runner.invoke(app, ["tune", "--memory-dir", str(tide), "-p", "tide", "--as-of", "2025-09-03", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["asOf"] == 1783123200000 == moment
+    assert json.loads(res.stdout)["asOf"] == 1756857600000 == moment
     early = runner.invoke(app, ["tune", "--memory-dir", str(tide), "-p", "tide", "--as-of", "2020-01-01"])
     assert early.exit_code == 1 and "implies no judgments yet as of" in early.stderr
 
