@@ -5,15 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cybmem.store.outcome import (
-    Trailer,
-    extractive_summary,
-    head_line,
-    issue_slug,
-    parse_trailer,
-    shorten,
-    split_issue,
-)
+from cybmem.store.display import head_line, shorten
+from cybmem.store.outcome import Trailer, extractive_summary, issue_slug, parse_trailer, split_issue
 
 SLUG_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
 EMPTY = Trailer([], [], [], False)
@@ -381,7 +374,7 @@ def test_summary_properties(task, state, verdict, output, max_chars):
 
 
 def test_subject_line_reads_a_merge_commit_as_its_pull_requests_title():
-    from cybmem.store.outcome import subject_line
+    from cybmem.store.display import subject_line
 
     merge = ("Merge pull request #12038 from bluetech/fixtures-rm-arg2index\n\n"
              "fixtures: avoid mutable arg2index state in favor of looking up the request chain")

@@ -38,7 +38,8 @@ from typing import Any
 from .._io import loads, read_file
 from ..store.embeddings import embedding_text, issue_text, record_text
 from ..errors import CybmemError, NotFoundError, StoreError, ValidationError
-from ..store.outcome import extractive_summary, issue_slug, parse_trailer, shorten, split_issue
+from ..store.display import shorten
+from ..store.outcome import extractive_summary, issue_slug, parse_trailer, split_issue
 from ..dispatch.preamble import strip, strip_memory
 from ..store.projects import abs_cwd, known_projects, lookup_slug, owning_dir, project_cwd, select_project
 from ..store.private import private_value, strip_private
