@@ -49,7 +49,7 @@ from ..errors import CybmemError, ValidationError
 from ..progress import Progress
 from ..settings import Settings
 from ..store.embeddings import read_rows
-from ..store.keyword_index import RunLookup
+from ..store.run_ids import RunLookup
 from ..store.snapshot import Snapshot
 from ..store.tokens import tokenize
 from .judgments import METRICS, Judgment, JudgmentSet, check_metric
