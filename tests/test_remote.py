@@ -19,26 +19,21 @@ import numpy as np
 import pytest
 
 from cybmem.errors import CybmemError, ValidationError
-from cybmem.clients import model_servers
-from cybmem.clients.model_servers import (
-    DistillConfig,
-    EmbedConfig,
-    Embedder,
-    RemoteError,
-    distill,
-    parse_outcome,
-)
+from cybmem.clients import distillation, embeddings
+from cybmem.clients.distillation import DistillConfig, distill, parse_outcome
+from cybmem.clients.embeddings import EmbedConfig, Embedder
+from cybmem.clients.http_json import RemoteError
 from cybmem.settings import DistillSettings, EmbeddingSettings, ollama_base_url
 from servers import HANG, HASH_DIMS, Drip, Huge, MINILM_DIMS, MINILM_NAME, chat_server, embed_server, hash_encode, minilm, minilm_server  # noqa: F401
 
 def embed_config(env: dict):
     """The embeddings configuration the variables in ``env`` give (as Settings reads them)."""
-    return model_servers.embed_config(EmbeddingSettings.from_env(env))
+    return embeddings.embed_config(EmbeddingSettings.from_env(env))
 
 
 def distill_config(env: dict):
     """The distillation configuration the variables in ``env`` give (as Settings reads them)."""
-    return model_servers.distill_config(DistillSettings.from_env(env))
+    return distillation.distill_config(DistillSettings.from_env(env))
 
 
 GOOD = {
@@ -200,7 +195,7 @@ def test_redaction_can_be_turned_off_with_the_store_setting():
 
 
 def test_importing_remote_stays_cheap():
-    code = "import sys, cybmem.clients.model_servers; print(sorted(m for m in ('pandas', 'torch', 'pyarrow', 'matplotlib') if m in sys.modules))"
+    code = "import sys, cybmem.clients.embeddings, cybmem.clients.distillation; print(sorted(m for m in ('pandas', 'torch', 'pyarrow', 'matplotlib') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -691,7 +686,7 @@ def test_a_huge_embeddings_reply_is_cut_off_at_its_cap(embed_server, declared):
 
 
 def test_the_reply_cap_grows_with_the_batch():
-    from cybmem.clients.model_servers import embed_reply_limit
+    from cybmem.clients.embeddings import embed_reply_limit
 
     assert embed_reply_limit(1) == 64 * 1024 + 256 * 1024
     assert embed_reply_limit(32) == 64 * 1024 + 32 * 256 * 1024

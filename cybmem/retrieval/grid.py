@@ -253,7 +253,7 @@ def embed_queries(judgments: Sequence[Judgment], settings: Settings,
     texts = list(dict.fromkeys(t for t in (embedding_text(j.query) for j in judgments) if t))
     if not texts:
         return {}, "no judgment has query text to embed"
-    from ..clients.model_servers import Embedder
+    from ..clients.embeddings import Embedder
 
     bar = _progress(len(texts), "embedding queries", progress)
     try:
