@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover - what editors see; each method imports it
     from .exchange.fleet import Fleet
     from .exchange.summary import ExportSummary
     from .explore.lineage import ChainResult, Shown
-    from .operations.doctor import DoctorReport, Rebuilt
+    from .operations.doctor import Rebuilt
+    from .operations.doctor_report import DoctorReport
     from .operations.hook_settings import HookChange, HookStatus
     from .operations.redaction import ScrubResult
     from .operations.report import NotebookFleet, NotebookStore, ReportResult
