@@ -155,16 +155,16 @@ class Memory:
         and the one before is back after: the passes take it from the caller, never from the
         environment. Nothing is imported when no scanner is named and none was loaded."""
         name = self.settings.secret_scanner
-        if name is None and "cybmem.store.secret_shapes" not in sys.modules:
+        if name is None and "cybmem.store.secret_scanner" not in sys.modules:
             yield
             return
-        from .store import secret_shapes
+        from .store import secret_scanner
 
-        before = secret_shapes.use_scanner(name)
+        before = secret_scanner.use_scanner(name)
         try:
             yield
         finally:
-            secret_shapes.use_scanner(before)
+            secret_scanner.use_scanner(before)
 
     # --- projects ----------------------------------------------------------------------
 
