@@ -10,7 +10,7 @@ listing for every front (:meth:`Memory.issues`). :meth:`Memory.from_env` is the 
 the environment, and only fronts make it; a notebook or a test builds ``Memory(settings)``.
 
 Each method imports what it needs when called: the dispatch path (``cybmem inject``) loads no more
-than the block needs (tests/test_startup.py).
+than the block needs (tests/cli/test_startup.py).
 """
 
 from __future__ import annotations

@@ -499,7 +499,7 @@ def test_every_time_is_iso_8601_and_no_internal_field_is_shown(agent):
 def desktop_agent(tmp_path_factory):
     """README's configuration as written (`cybmem mcp`, nothing else) as a desktop client runs
     it: from /, with the user's HOME, whose default memory root holds the fixtures."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     config = json.loads(re.search(r"```json\n(\{\n  \"mcpServers\".*?)```", readme, re.S).group(1))["mcpServers"]["cybmem"]
     assert config["command"] == "cybmem"
     where = tmp_path_factory.mktemp("desktop")
