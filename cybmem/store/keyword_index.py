@@ -1,37 +1,349 @@
-"""The keyword index: BM25 over append-only segments of postings.
+"""The keyword index: BM25 over append-only segments of postings, and the byte-wise sorted string
+search its vocabulary (and :mod:`cybmem.store.run_ids`) is looked up with.
 
 Keyword axis: BM25 (Robertson & Sparck Jones; Robertson & Zaragoza, "The Probabilistic
 Relevance Framework: BM25 and Beyond", 2009) with Lucene's non-negative idf
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` and term weight ``tf / (tf + k1 * (1 - b + b * dl /
 avgdl))``, k1=1.2, b=0.75: Lucene 8+ BM25Similarity, which drops Robertson's constant (k1 + 1)
 numerator (rankings unchanged). Scores equal bm25s ``method="lucene"``. See :class:`KeywordIndex`.
-
-Its segments are :mod:`cybmem.store.keyword_segments`; its file, :mod:`cybmem.store.keyword_index_file`.
+Its file (the segments as one Arrow table) is :mod:`cybmem.store.keyword_index_file`.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
+# Arrays built and read through their buffers: pa.array, pa.scalar and to_numpy import pandas.
+from ..arrow_numpy import array_of, numpy_of, scalar, string_lists, strings
 from ..errors import StoreError
-from .keyword_index_file import from_table, to_table
-from .keyword_segments import Segment, as_list_array, bm25_idf, first_postings, map_terms, merge_segments, segment_from_tokens
-from .sorted_strings import query_keys
 
-__all__ = ["KeywordIndex", "QueryStats", "TermHits"]
+__all__ = ["KeywordIndex", "LO_SPAN", "QueryStats", "Segment", "TermHits", "in_run", "prefix_keys", "query_key",
+           "string_buffers"]
 
 _K1 = 1.2
 _B = 0.75
+_TF_MAX = np.iinfo(np.uint16).max
 #: A delta segment is merged with the other deltas once there are this many of them, so an
 #: index refreshed one record at a time keeps a bounded number of segments (main + 1 delta
 #: after each merge); the main segment is only rewritten by :meth:`KeywordIndex.compact`.
 _MAX_DELTA_SEGMENTS = 8
+
+
+def prefix_keys(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """First 8 UTF-8 bytes of each string as a big-endian uint64, zero padded.
+
+    For byte-wise sorted strings these keys are non-decreasing, so np.searchsorted finds the
+    run of vocabulary entries sharing a query term's 8-byte prefix.
+    """
+    starts = offsets[:-1].astype(np.int64)
+    lens = np.diff(offsets).astype(np.int64)
+    keys = np.zeros(len(starts), dtype=np.uint64)
+    last = max(len(data) - 1, 0)
+    for j in range(8):
+        has = lens > j
+        byte = np.where(has, data[np.minimum(starts + j, last)] if len(data) else 0, 0)
+        keys |= byte.astype(np.uint64) << np.uint64(8 * (7 - j))
+    return keys
+
+
+def query_key(b: bytes) -> int:
+    return int.from_bytes(b[:8].ljust(8, b"\0"), "big")
+
+
+def string_buffers(arr: pa.Array) -> tuple[np.ndarray, memoryview, np.ndarray]:
+    """Zero-copy (offsets, data memoryview, data uint8) of a pyarrow string array."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if arr.type == pa.large_string():
+        odt = np.int64
+    elif arr.type == pa.string():
+        odt = np.int32
+    else:
+        raise TypeError(f"vocabulary must be a string array, got {arr.type}")
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=odt)[arr.offset : arr.offset + len(arr) + 1]
+    if bufs[2] is None:
+        data = np.zeros(0, dtype=np.uint8)
+    else:
+        data = np.frombuffer(bufs[2], dtype=np.uint8)
+    return offsets, memoryview(data), data
+
+
+def _find_sorted(keys: np.ndarray, off: np.ndarray, mv: memoryview, terms_b: Sequence[bytes],
+                 qkeys: np.ndarray) -> list[int]:
+    """Positions of byte strings in a byte-wise sorted string array, -1 when absent.
+
+    One vectorised searchsorted over the uint64 prefix keys finds each term's run of
+    entries sharing its first 8 bytes; a run longer than one is bisected on the full bytes.
+    O(log V) per term, and nothing is built at load time (no dict).
+    """
+    los = np.searchsorted(keys, qkeys, side="left").tolist()
+    his = np.searchsorted(keys, qkeys, side="right").tolist()
+    return [in_run(off, mv, b, lo, hi) for b, lo, hi in zip(terms_b, los, his)]
+
+
+def in_run(off: np.ndarray, mv: memoryview, b: bytes, lo: int, hi: int) -> int:
+    """Position of ``b`` among the sorted entries [lo, hi) sharing its 8-byte prefix, or -1."""
+    if lo == hi:
+        return -1
+    j = lo
+    if hi - lo > 1:
+        j = lo + bisect.bisect_left(range(lo, hi), b, key=lambda i: bytes(mv[off[i] : off[i + 1]]))
+    return j if j < hi and mv[off[j] : off[j + 1]] == b else -1
+
+
+def _query_keys(terms_b: Sequence[bytes]) -> np.ndarray:
+    return np.fromiter((query_key(x) for x in terms_b), dtype=np.uint64, count=len(terms_b))
+
+
+#: A posting's doc id is kept on disk as its low 16 bits (``doc_lo``); a segment of more documents
+#: than this also keeps each term's high part at its first posting (``term_hi``) and the postings
+#: within a term where the high part changes (``split_pos`` / ``split_hi``): ids are ascending within
+#: a term, so these are few (at 1M documents 1.2M (term, high part) runs for 19.8M postings).
+LO_SPAN = 1 << 16
+
+
+class Segment:
+    """One immutable run of documents: local sorted vocabulary + CSC-like postings.
+
+    ``impact`` (optional) holds the full BM25 weight ``idf * tf-part`` of every posting for
+    the index statistics ``impact_key = (N, total_len)`` it was computed under; it is only
+    set on a segment created for (or loaded with) that index.
+
+    Doc ids: a built segment holds them as int32; a loaded one of at most 65,536 documents reads
+    them in place as uint16 (``doc_lo``); a loaded larger one rebuilds a term's ids from
+    ``doc_lo`` and its high parts when the term is asked for (:meth:`docs`), and all of them once
+    when every posting is needed (:attr:`doc_ids`: a held index's impacts, a merge).
+    """
+
+    __slots__ = (
+        "n_docs", "vocab", "keys", "indptr", "tfs", "doc_len", "total_len",
+        "impact", "impact_key", "_voff", "_vmv", "_docs", "_packed",
+    )
+
+    def __init__(self, vocab, keys, indptr, doc_ids, tfs, doc_len, impact=None, impact_key=None, *,
+                 packed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None):
+        self.vocab: pa.Array = vocab  # sorted byte-wise, unique
+        self.keys: np.ndarray = keys  # uint64 prefix keys of vocab
+        self.indptr: np.ndarray = indptr  # int64, len(vocab) + 1
+        #: local doc id per posting, ascending per term (int32, or uint16 below 65,536 docs); None
+        #: until decoded when the segment was loaded with ``packed``
+        self._docs: np.ndarray | None = doc_ids
+        #: (doc_lo, term_hi, split_pos, split_hi) of a loaded segment over 65,536 documents
+        self._packed = packed
+        self.tfs: np.ndarray = tfs  # uint16 term frequency per posting
+        self.doc_len: np.ndarray = doc_len  # int32 tokens per doc
+        self.n_docs = len(doc_len)
+        self.total_len = int(doc_len.sum(dtype=np.int64))
+        self.impact: np.ndarray | None = impact  # float32 idf * tf-part per posting
+        self.impact_key: tuple[int, int] | None = impact_key
+        self._voff, self._vmv, _ = string_buffers(vocab)
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """Every posting's local doc id (decoded once for a packed segment, then kept)."""
+        if self._docs is None:
+            self._docs = _unpack_docs(self.indptr, *self._packed)
+        return self._docs
+
+    def widen(self) -> None:
+        """Keep every doc id as np.add.at's own index type (intp), which it otherwise converts to on
+        each call (a held index's queries: ~20% of the BM25 scores at 7.7k and 100k records)."""
+        if self._docs is None:  # decoded straight into intp: no int32 copy beside it
+            self._docs = _unpack_docs(self.indptr, *self._packed, dtype=np.intp)
+        elif self._docs.dtype != np.intp:
+            self._docs = self._docs.astype(np.intp)
+
+    def docs(self, s: int, e: int) -> np.ndarray:
+        """Local doc ids of one term's postings [s, e)."""
+        if self._docs is not None:
+            return self._docs[s:e]
+        lo, term_hi, split_pos, split_hi = self._packed
+        t = int(np.searchsorted(self.indptr, s, side="right")) - 1
+        out = lo[s:e].astype(np.int32)
+        a, z = int(np.searchsorted(split_pos, s, side="right")), int(np.searchsorted(split_pos, e, side="left"))
+        bounds = [s, *split_pos[a:z].tolist(), e]
+        highs = [int(term_hi[t]), *split_hi[a:z].tolist()]
+        for i, h in enumerate(highs):
+            if h:
+                out[bounds[i] - s : bounds[i + 1] - s] |= np.int32(h << 16)
+        return out
+
+    def packed_docs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(doc_lo, term_hi, split_pos, split_hi), the doc ids as the file keeps them (:func:`_pack_docs`)."""
+        return self._packed if self._packed is not None else _pack_docs(self.indptr, self.doc_ids, self.n_docs)
+
+    def lookup(self, terms_b: Sequence[bytes], qkeys: np.ndarray) -> list[int]:
+        """Local term id of each query term, -1 when absent."""
+        return _find_sorted(self.keys, self._voff, self._vmv, terms_b, qkeys)
+
+    def tf_part(self, avgdl: float, s: int, e: int, k1: float, b: float, docs: np.ndarray | None = None) -> np.ndarray:
+        """BM25 tf-part of postings [s, e) (one term's, or all), computed from tf and doc length;
+        ``docs``: their doc ids when the caller has them already."""
+        tf = self.tfs[s:e].astype(np.float32)
+        if docs is None:
+            docs = self.doc_ids[s:e] if (s, e) == (0, len(self.tfs)) else self.docs(s, e)
+        dl = self.doc_len[docs].astype(np.float32)
+        return _bm25_tf(tf, dl, avgdl, k1, b)
+
+    def df(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+
+def _first_postings(indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which terms have postings (a bool per term) and where each such term's first posting is."""
+    nonempty = np.diff(indptr) > 0
+    return nonempty, indptr[:-1][nonempty]
+
+
+def _pack_docs(indptr: np.ndarray, doc_ids: np.ndarray, n_docs: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(doc_lo, term_hi, split_pos, split_hi) of doc ids ascending within each term (see
+    :data:`LO_SPAN`); the last three are empty for a segment of at most 65,536 documents."""
+    lo = (doc_ids & (LO_SPAN - 1)).astype(np.uint16)
+    if n_docs <= LO_SPAN:
+        return lo, np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint16)
+    hi = (doc_ids >> 16).astype(np.uint16)
+    nonempty, starts = _first_postings(indptr)
+    term_hi = np.zeros(len(indptr) - 1, dtype=np.uint16)
+    term_hi[nonempty] = hi[starts]
+    change = np.zeros(len(hi), dtype=bool)
+    change[1:] = hi[1:] != hi[:-1]
+    change[starts] = False  # a term's first posting: its term_hi
+    split_pos = np.flatnonzero(change).astype(np.int64)
+    return lo, term_hi, split_pos, hi[split_pos]
+
+
+def _unpack_docs(indptr: np.ndarray, lo: np.ndarray, term_hi: np.ndarray, split_pos: np.ndarray,
+                 split_hi: np.ndarray, dtype: Any = np.int32) -> np.ndarray:
+    """Every posting's doc id (int32, or ``dtype``) from :func:`_pack_docs`' arrays."""
+    out = lo.astype(dtype)
+    if not len(term_hi):
+        return out
+    nonempty, firsts = _first_postings(indptr)
+    at = np.concatenate([firsts, split_pos])
+    highs = np.concatenate([term_hi[nonempty], split_hi])
+    order = np.argsort(at, kind="stable")
+    at, highs = at[order], highs[order]
+    out |= np.repeat(highs.astype(dtype) << 16, np.diff(np.append(at, len(lo))))
+    return out
+
+
+def _map_terms(src: Segment, dst: Segment) -> np.ndarray:
+    """Position of each of src's terms in dst's vocabulary (-1 when absent)."""
+    if len(src.vocab) == 0 or len(dst.vocab) == 0:
+        return np.full(len(src.vocab), -1, dtype=np.int64)
+    if len(src.vocab) <= 512:  # a small delta: binary searches, no hash table of dst
+        terms_b = [bytes(src._vmv[src._voff[i] : src._voff[i + 1]]) for i in range(len(src.vocab))]
+        return np.asarray(dst.lookup(terms_b, src.keys), dtype=np.int64)
+    import pyarrow.compute as pc
+
+    pos = pc.index_in(src.vocab, value_set=dst.vocab)
+    return numpy_of(pc.fill_null(pos, scalar(-1, pos.type))).astype(np.int64)
+
+
+def _bm25_tf(tf: np.ndarray, dl: np.ndarray, avgdl: float, k1: float, b: float) -> np.ndarray:
+    """tf / (tf + k1 * (1 - b + b * dl / avgdl)), float32, in place on dl.
+
+    Robertson & Zaragoza 2009, eq. 3.15 (saturating tf with length normalisation) without
+    the constant (k1 + 1) factor, as Lucene 8+ BM25Similarity and bm25s "lucene" do.
+    """
+    dl *= np.float32(k1 * b / avgdl)
+    dl += np.float32(k1 * (1.0 - b))
+    dl += tf
+    np.divide(tf, dl, out=dl)
+    return dl
+
+
+def _bm25_idf(n_docs: int, df: np.ndarray) -> np.ndarray:
+    """Lucene BM25Similarity idf: ln(1 + (N - df + 0.5) / (df + 0.5)), never negative."""
+    df = df.astype(np.float64)
+    return np.log1p((n_docs - df + 0.5) / (df + 0.5))
+
+
+def _as_list_array(docs: Any) -> pa.Array:
+    if isinstance(docs, pa.ChunkedArray):
+        docs = docs.combine_chunks()
+    if isinstance(docs, (pa.ListArray, pa.LargeListArray)):
+        return docs
+    return string_lists(docs if isinstance(docs, list) else list(docs), pa.large_list(pa.string()))
+
+
+def _segment_from_tokens(docs: Any) -> Segment:
+    """Build a segment: dictionary-encode all tokens in Arrow, sort (term, doc) keys once."""
+    import pyarrow.compute as pc  # lazy: a slow import, only paid when building
+
+    la = _as_list_array(docs)
+    n = len(la)
+    loff = numpy_of(la.offsets).astype(np.int64)
+    doc_len = np.diff(loff).astype(np.int32)
+    flat = la.values.slice(int(loff[0]), int(loff[-1] - loff[0])) if n else strings([])
+    if len(flat) == 0:
+        vocab = strings([])
+        seg = Segment(vocab, np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int32),
+                       np.zeros(0, np.uint16), doc_len)
+        return seg
+    enc = pc.dictionary_encode(flat)
+    uniq = enc.dictionary.cast(pa.string())
+    order = numpy_of(pc.sort_indices(uniq))  # byte-wise order for strings
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    term = rank[numpy_of(enc.indices)]
+    doc = np.repeat(np.arange(n, dtype=np.int64), doc_len)
+    # One sort of packed (term << 32 | doc) keys groups postings by term, docs ascending.
+    key = np.sort((term << 32) | doc)
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    ukey = key[starts]
+    tf = np.diff(np.append(starts, len(key)))
+    vocab = uniq.take(array_of(order))
+    V = len(vocab)
+    indptr = np.zeros(V + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ukey >> 32, minlength=V), out=indptr[1:])
+    doc_ids = (ukey & 0xFFFFFFFF).astype(np.int32)
+    tfs = np.minimum(tf, _TF_MAX).astype(np.uint16)
+    voff, _, vdata = string_buffers(vocab)
+    return Segment(vocab, prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
+
+
+def _merge_segments(segs: Sequence[Segment]) -> Segment:
+    """Merge segments (in doc order) into one without re-tokenising: counting-sort scatter."""
+    import pyarrow.compute as pc
+
+    if len(segs) == 1:
+        return segs[0]
+    allv = pa.concat_arrays([s.vocab.cast(pa.string()) for s in segs])
+    uniq = pc.unique(allv)
+    gvocab = uniq.take(pc.sort_indices(uniq))
+    G = len(gvocab)
+    gmaps = [numpy_of(pc.index_in(s.vocab, value_set=gvocab)).astype(np.int64) for s in segs]
+    df = np.zeros(G, dtype=np.int64)
+    for s, gm in zip(segs, gmaps):
+        df[gm] += np.diff(s.indptr)  # gm is injective per segment
+    indptr = np.zeros(G + 1, dtype=np.int64)
+    np.cumsum(df, out=indptr[1:])
+    P = int(indptr[-1])
+    doc_ids = np.empty(P, dtype=np.int32)
+    tfs = np.empty(P, dtype=np.uint16)
+    fill = indptr[:-1].copy()
+    offset = 0
+    for s, gm in zip(segs, gmaps):
+        lens = np.diff(s.indptr)
+        within = np.arange(len(s.tfs), dtype=np.int64) - np.repeat(s.indptr[:-1], lens)
+        dest = np.repeat(fill[gm], lens) + within
+        doc_ids[dest] = s.doc_ids + np.int32(offset)
+        tfs[dest] = s.tfs
+        fill[gm] += lens
+        offset += s.n_docs
+    doc_len = np.concatenate([s.doc_len for s in segs])
+    voff, _, vdata = string_buffers(gvocab)
+    return Segment(gvocab, prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
 
 
 @dataclass(frozen=True)
@@ -109,7 +421,7 @@ class KeywordIndex:
     once (on its second query when held, :meth:`hold`; else its :data:`_SETTLE_AFTER`-th). On disk
     a posting is 3 bytes: its doc id's low 16 bits and a one-byte tf (two when one does not fit); a
     segment over 65,536 documents adds each term's high part and where it changes within the term
-    (:func:`~cybmem.store.keyword_segments.pack_docs`), about 0.2 bytes a posting at 1M.
+    (:func:`_pack_docs`), about 0.2 bytes a posting at 1M.
 
     Doc ids are global: segment offset + local id, in the order documents were added (the
     caller orders records oldest -> newest). :meth:`extend` appends a delta segment and
@@ -154,7 +466,7 @@ class KeywordIndex:
         Returns:
             A one-segment index with precomputed impacts.
         """
-        idx = cls([segment_from_tokens(docs)], k1=k1, b=b)
+        idx = cls([_segment_from_tokens(docs)], k1=k1, b=b)
         idx._attach_impacts(0)
         return idx
 
@@ -165,12 +477,12 @@ class KeywordIndex:
         once there are more than a handful; the main segment is never rewritten here. Cost:
         proportional to the new docs (plus the deltas when they are merged), not to N.
         """
-        la = as_list_array(new_docs)
+        la = _as_list_array(new_docs)
         if len(la) == 0:
             return self
-        segs = list(self._segments) + [segment_from_tokens(la)]
+        segs = list(self._segments) + [_segment_from_tokens(la)]
         if len(segs) - 1 > _MAX_DELTA_SEGMENTS:
-            segs = [segs[0], merge_segments(segs[1:])]
+            segs = [segs[0], _merge_segments(segs[1:])]
         idx = KeywordIndex(segs, k1=self.k1, b=self.b, removed=self._removed)
         # Fresh impacts for the (small) delta segments; the main one is scored from tf until
         # it is refreshed (see the class docstring).
@@ -201,7 +513,7 @@ class KeywordIndex:
         """Merge all segments into one with fresh impacts (same doc ids, same scores)."""
         if len(self._segments) == 1 and self._segment_impacts(0, self._segments[0]) is not None:
             return self
-        seg = merge_segments(self._segments)
+        seg = _merge_segments(self._segments)
         if seg is self._segments[0]:  # one stale segment: copy it so the original stays as is
             seg = Segment(seg.vocab, seg.keys, seg.indptr, seg.doc_ids, seg.tfs, seg.doc_len)
         idx = KeywordIndex([seg], k1=self.k1, b=self.b, removed=self._removed)
@@ -216,11 +528,11 @@ class KeywordIndex:
             if j == i or other.n_docs == 0:
                 continue
             if len(other.vocab) <= len(seg.vocab):
-                pos = map_terms(other, seg)
+                pos = _map_terms(other, seg)
                 ok = pos >= 0
                 df[pos[ok]] += other.df()[ok]
             else:
-                pos = map_terms(seg, other)
+                pos = _map_terms(seg, other)
                 ok = pos >= 0
                 df[ok] += other.df()[pos[ok]]
         return df
@@ -229,7 +541,7 @@ class KeywordIndex:
         """idf * tf-part for every posting of segment i under this index's statistics."""
         seg = self._segments[i]
         tfp = seg.tf_part(self.avgdl, 0, len(seg.tfs), self.k1, self.b)
-        idf = bm25_idf(self.n_docs, self._global_df(i)).astype(np.float32)
+        idf = _bm25_idf(self.n_docs, self._global_df(i)).astype(np.float32)
         tfp *= np.repeat(idf, seg.df())
         return tfp
 
@@ -279,11 +591,11 @@ class KeywordIndex:
         collection had that many documents (the others holding none of the terms)."""
         n = self.n_docs if n_docs is None else int(n_docs)
         terms = list(dict.fromkeys(query_tokens))
-        top = float(bm25_idf(n, np.zeros(1, dtype=np.int64))[0])
+        top = float(_bm25_idf(n, np.zeros(1, dtype=np.int64))[0])
         if not terms:
             return 0.0, top
         df = np.array([self.document_frequency(t) for t in terms], dtype=np.int64)
-        return float(bm25_idf(n, df).sum()), top
+        return float(_bm25_idf(n, df).sum()), top
 
     # -- query ----------------------------------------------------------------------------
     def _segment_impacts(self, i: int, seg: Segment) -> np.ndarray | None:
@@ -306,7 +618,7 @@ class KeywordIndex:
             if len(kept) + len(missing) > _POSTINGS_KEPT:
                 kept.clear()
             terms_b = [terms[i].encode() for i in missing]
-            qkeys = query_keys(terms_b)
+            qkeys = _query_keys(terms_b)
             got: list[list[tuple[int, int, int]]] = [[] for _ in missing]
             for si, seg in enumerate(self._segments):
                 ip = seg.indptr
@@ -389,7 +701,7 @@ class KeywordIndex:
 
     def _scores_under(self, query_tokens: Sequence[str], stats: QueryStats, out: np.ndarray | None) -> np.ndarray:
         """:meth:`scores` under given statistics: the tf-part and idf from the same kernels
-        (:func:`~cybmem.store.keyword_segments.bm25_tf`, :func:`~cybmem.store.keyword_segments.bm25_idf`, as :meth:`_compute_impacts` applies them), added per
+        (:func:`_bm25_tf`, :func:`_bm25_idf`, as :meth:`_compute_impacts` applies them), added per
         term in query order, so each document's sum is the one a single index computes."""
         N = self.n_docs
         res = np.zeros(N, dtype=np.float32) if out is None else out
@@ -403,7 +715,7 @@ class KeywordIndex:
         if not terms or N == 0 or stats.n_docs == 0:
             return res
         avgdl = stats.total_len / stats.n_docs if stats.total_len else 1.0
-        idf = bm25_idf(stats.n_docs, np.asarray(stats.df, dtype=np.int64)).astype(np.float32)
+        idf = _bm25_idf(stats.n_docs, np.asarray(stats.df, dtype=np.int64)).astype(np.float32)
         # by segment, then in query order: the order :meth:`scores` sums in
         for si, ti, s, e in sorted((si, ti, s, e) for ti, posts in enumerate(self._postings_of(terms)) for si, s, e in posts):
             seg, start = self._segments[si], self._starts[si]
@@ -474,7 +786,7 @@ class KeywordIndex:
                 raise ValueError(f"keyword index segment {r}: a posting names document {int(ids.max())} of "
                                  f"{seg.n_docs}; rebuild the cache")
             starts = np.zeros(P, dtype=bool)
-            starts[first_postings(ip)[1]] = True
+            starts[_first_postings(ip)[1]] = True
             if np.any((np.diff(ids.astype(np.int64)) <= 0) & ~starts[1:]):
                 raise ValueError(f"keyword index segment {r}: a term's doc ids are not ascending; rebuild the cache")
             if int(seg.tfs.min()) < 1:
@@ -489,7 +801,7 @@ class KeywordIndex:
 
     def _settle(self) -> None:
         """What pays off over many queries and not over one: every posting's impact (where a segment
-        has none for this index's statistics) and wide doc ids (:meth:`~cybmem.store.keyword_segments.Segment.widen`). Done once."""
+        has none for this index's statistics) and wide doc ids (:meth:`Segment.widen`). Done once."""
         self._settled = True
         self._refresh_impacts()
         for seg in self._segments:
@@ -505,11 +817,15 @@ class KeywordIndex:
         """One row per segment (list columns) plus schema metadata (k1, b, version), impacts left
         out (:func:`cybmem.store.keyword_index_file.to_table`). Write it with ``pyarrow.ipc.new_file``
         and read it back memory-mapped with :meth:`from_arrow`."""
-        return to_table(self._segments, self._removed, self.k1, self.b)
+        from .keyword_index_file import to_table  # here: the file module builds this module's segments
+
+        return to_table(self._segments, [seg.packed_docs() for seg in self._segments], self._removed, self.k1, self.b)
 
     @classmethod
     def from_arrow(cls, table: pa.Table | pa.RecordBatch) -> KeywordIndex:
         """Rebuild from :meth:`to_arrow` output; numpy arrays are views of the Arrow buffers
         (zero-copy, so an IPC memory map stays a memory map)."""
+        from .keyword_index_file import from_table
+
         segments, removed, k1, b = from_table(table)
         return cls(segments, k1=k1, b=b, removed=removed)

@@ -3,7 +3,7 @@ the format version and BM25 parameters in the schema metadata), written and read
 
 A posting is 3 bytes on disk: its doc id's low 16 bits and a one-byte tf (two when one does not
 fit); a segment over 65,536 documents adds each term's high part and where it changes within the
-term (:func:`cybmem.store.keyword_segments.pack_docs`). Impacts are not written. Reading checks
+term (:meth:`cybmem.store.keyword_index.Segment.packed_docs`). Impacts are not written. Reading checks
 what a damaged file could make a query index out of bounds with, and says to rebuild the cache.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..arrow_numpy import array_of, numpy_of, strings
-from .keyword_segments import LO_SPAN, Segment
+from .keyword_index import LO_SPAN, Segment
 
 __all__ = ["SCHEMA", "VERSION", "from_table", "to_table"]
 
@@ -30,7 +30,7 @@ SCHEMA = pa.schema([
     ("doc_lo", pa.large_list(pa.uint16())),  # each posting's doc id, low 16 bits ...
     ("term_hi", pa.large_list(pa.uint16())),  # ... the high 16 at each term's first posting (empty: all 0) ...
     ("split_pos", pa.large_list(pa.int64())),  # ... the postings within a term where they change ...
-    ("split_hi", pa.large_list(pa.uint16())),  # ... and to what (see keyword_segments.pack_docs)
+    ("split_hi", pa.large_list(pa.uint16())),  # ... and to what (see keyword_index.Segment.packed_docs)
     ("tfs8", pa.large_list(pa.uint8())),  # a segment's tfs when every one fits a byte (tfs16 empty) ...
     ("tfs16", pa.large_list(pa.uint16())),  # ... else here (tfs8 empty)
     ("doc_len", pa.large_list(pa.int32())),
@@ -38,26 +38,27 @@ SCHEMA = pa.schema([
 ])
 
 
-def to_table(segments: Sequence[Segment], removed: np.ndarray | None, k1: float, b: float) -> pa.Table:
+def to_table(segments: Sequence[Segment], packed: Sequence[tuple[np.ndarray, ...]], removed: np.ndarray | None,
+             k1: float, b: float) -> pa.Table:
     """One row per segment (list columns) plus schema metadata (k1, b, version).
 
     Impacts are not written: they are 4 of a posting's 10 bytes, and what a fresh process
     reads of them is the few query terms' postings, which it scores from tf and doc length
     as fast (a held index computes them once, on its second query). A segment's tfs take one
     byte each when they fit. Write it with ``pyarrow.ipc.new_file`` and read it back
-    memory-mapped with :func:`from_table`.
+    memory-mapped with :func:`from_table`. ``packed``: each segment's doc ids as the file keeps
+    them (:meth:`~cybmem.store.keyword_index.Segment.packed_docs`).
     """
     rows: dict[str, list] = {"n_docs": []}
     list_cols = ("vocab", "term_keys", "indptr", "doc_lo", "term_hi", "split_pos", "split_hi", "tfs8", "tfs16",
                  "doc_len", "removed")
     cols: dict[str, list[pa.Array]] = {n: [] for n in list_cols}
-    for i, seg in enumerate(segments):
+    for i, (seg, docs) in enumerate(zip(segments, packed)):
         rows["n_docs"].append(seg.n_docs)
         cols["vocab"].append(seg.vocab.cast(pa.string()))
         cols["term_keys"].append(array_of(seg.keys, pa.uint64()))
         cols["indptr"].append(array_of(seg.indptr, pa.int64()))
-        packed = seg.packed_docs()
-        for name, arr, typ in zip(("doc_lo", "term_hi", "split_pos", "split_hi"), packed,
+        for name, arr, typ in zip(("doc_lo", "term_hi", "split_pos", "split_hi"), docs,
                                   (pa.uint16(), pa.uint16(), pa.int64(), pa.uint16())):
             cols[name].append(array_of(arr, typ))
         narrow = not len(seg.tfs) or int(seg.tfs.max()) <= 0xFF

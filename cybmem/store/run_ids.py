@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..arrow_numpy import numpy_of, scalar
-from .sorted_strings import in_run, prefix_keys, query_key, string_buffers
+from .keyword_index import in_run, prefix_keys, query_key, string_buffers
 
 __all__ = ["IdColumn", "RunLookup"]
 
