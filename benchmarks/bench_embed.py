@@ -54,7 +54,7 @@ import _corpus  # noqa: E402
 
 from cybmem.store.embeddings import embedding_text  # noqa: E402
 from cybmem.retrieval.judgments import metric_at_k  # noqa: E402
-from cybmem.clients.model_servers import Embedder, embed_config  # noqa: E402
+from cybmem.clients.embeddings import Embedder, embed_config  # noqa: E402
 from cybmem.settings import EmbeddingSettings  # noqa: E402
 from cybmem.retrieval.search import rank_query, search  # noqa: E402
 from cybmem.settings import Settings  # noqa: E402

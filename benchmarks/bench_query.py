@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _corpus as C  # noqa: E402
 
 from cybmem.store import keyword_index as bm25, tokens as text  # noqa: E402
+from cybmem.store.run_ids import RunLookup  # noqa: E402
 from cybmem.retrieval import scoring as S, weights as W  # noqa: E402
 
 K = 10
@@ -100,7 +101,7 @@ def bench_size(n: int, base_recs, base_tokens, args, out: dict) -> None:
     cols = C.replicate_columns(base_recs, n)
     docs = [base_tokens[i] for i in cols["source"].tolist()]
     run_ids, parents, roots, chats, ended = _lineage_columns(cols)
-    lookup = bm25.RunLookup.build(run_ids)
+    lookup = RunLookup.build(run_ids)
     print(f"prepare (replicate + columns + RunLookup): {time.perf_counter() - t0:.1f}s", flush=True)
     res: dict = {"n_docs": n}
 

@@ -9,7 +9,7 @@ Three measurements, all printed:
 1. The labelled corpus (data-fixtures/redaction-corpus.jsonl): per kind, a secret line is a true
    positive when its kind is reported, a false negative otherwise; any kind reported on a line
    not labelled with it is a false positive. "exact" counts secret lines whose redacted text is
-   exactly the expected one. tests/test_redact.py holds the corpus to 100%, so this table is a
+   exactly the expected one. tests/store/test_secrets.py holds the corpus to 100%, so this table is a
    regression record, not an independent estimate; the next two are.
 2. Real prose without secrets: every commit message of pytest (the benchmark corpus archive,
    ../shared/corpora/pytest-memory.tar.gz or $CYBMEM_CORPORA); every finding is a false alarm.

@@ -187,14 +187,16 @@ def _import_ms(statement: str, path: str | None = None, runs: int = 5) -> float:
 
 
 def _baseline(ref: str, tmp: Path, name: str = "secrets_at_ref"):
-    """cybmem.store.secrets as it was at git ref, importable beside today's (its two modules
-    import nothing else of cybmem's at import time) as the package name."""
+    """cybmem.store.secrets as it was at git ref, importable beside today's (its modules, secrets.py
+    and the secret_*.py beside it, import nothing else of cybmem's at import time) as the package name."""
     import importlib
 
     pkg = tmp / name
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text("")
-    for module in ("secrets.py", "secret_shapes.py"):
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", f"{ref}:cybmem/store/"], check=True,
+                            capture_output=True, text=True).stdout.split()
+    for module in [m for m in listed if m.startswith("secret") and m.endswith(".py")]:
         source = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:cybmem/store/{module}"], check=True,
                                 capture_output=True, text=True).stdout
         (pkg / module).write_text(source)

@@ -10,7 +10,7 @@ another module (a call within a module is that module's own work, not a visit). 
 search, which builds the cache; "warm": a second process, which reads it; then the same for the
 load alone (``load_snapshot``). Issue 30 asked that a search's load visit each store module at
 most a few times (this count gave 17 cold / 14 warm for snapshot.py and 19 / 7 for cache.py
-before snapshot.py was split by job); tests/test_load_visits.py holds the load to a few.
+before snapshot.py was split by job); tests/store/test_loading.py holds the load to a few.
 
     python benchmarks/load_visits.py --repo ../other-tree   # the same count of another tree
 """

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import CybmemError
-from .store.outcome import issue_slug, json_controls_escaped, printable, printable_json, shorten, subject_line
+from .store.display import json_controls_escaped, printable, printable_json, shorten, subject_line
+from .store.outcome import issue_slug
 from .store.records import MAX_MOMENT, RECORD_FIELDS, ms_to_iso, ms_to_utc
 
 __all__ = ["error_message", "warnings_of", "IssueState", "issue_slug", "json_controls_escaped",

@@ -10,7 +10,7 @@ listing for every front (:meth:`Memory.issues`). :meth:`Memory.from_env` is the 
 the environment, and only fronts make it; a notebook or a test builds ``Memory(settings)``.
 
 Each method imports what it needs when called: the dispatch path (``cybmem inject``) loads no more
-than the block needs (tests/test_startup.py).
+than the block needs (tests/cli/test_startup.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover - what editors see; each method imports it
     from .exchange.fleet import Fleet
     from .exchange.summary import ExportSummary
     from .explore.lineage import ChainResult, Shown
-    from .operations.doctor import DoctorReport, Rebuilt
+    from .operations.doctor import Rebuilt
+    from .operations.doctor_report import DoctorReport
     from .operations.hook_settings import HookChange, HookStatus
     from .operations.redaction import ScrubResult
     from .operations.report import NotebookFleet, NotebookStore, ReportResult
@@ -154,16 +155,16 @@ class Memory:
         and the one before is back after: the passes take it from the caller, never from the
         environment. Nothing is imported when no scanner is named and none was loaded."""
         name = self.settings.secret_scanner
-        if name is None and "cybmem.store.secret_shapes" not in sys.modules:
+        if name is None and "cybmem.store.secret_scanner" not in sys.modules:
             yield
             return
-        from .store import secret_shapes
+        from .store import secret_scanner
 
-        before = secret_shapes.use_scanner(name)
+        before = secret_scanner.use_scanner(name)
         try:
             yield
         finally:
-            secret_shapes.use_scanner(before)
+            secret_scanner.use_scanner(before)
 
     # --- projects ----------------------------------------------------------------------
 

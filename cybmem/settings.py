@@ -43,7 +43,7 @@ DEFAULT_RETUNE = 0
 
 #: Lines shown.jsonl keeps (CYBERINE_MEMORY_SHOWN_CAP; cybmem.dispatch.feedback).
 DEFAULT_SHOWN_CAP = 2000
-#: The embeddings layer's defaults (cybmem.clients.model_servers): the model, and the whole budget
+#: The embeddings layer's defaults (cybmem.clients.embeddings): the model, and the whole budget
 #: of a dispatch-time query and of a written record's embedding, in seconds. Dispatch waits for
 #: the query vector, so its budget is short: a local Ollama with the model loaded answers one short
 #: text in tens of milliseconds; 2 s also covers a busy machine (a cold Ollama falls back to
@@ -201,7 +201,7 @@ class EmbeddingSettings:
     an OpenAI-compatible base URL; empty: off) and its companions, read and checked: ``kind``
     (``ollama`` or ``openai``) and ``base_url`` say where requests go. ``problem`` holds the first
     value that could not be used (a malformed companion first, then the server's form); the layer
-    raises it where it is used (:func:`cybmem.clients.model_servers.embed_config`), so that a bad
+    raises it where it is used (:func:`cybmem.clients.embeddings.embed_config`), so that a bad
     value costs only the layer it belongs to."""
 
     server: str = ""
@@ -260,7 +260,7 @@ class DistillSettings:
     or a model name; empty: off) and its companions, read and checked: ``kind``, ``base_url`` and
     ``model_name`` say where requests go and for which model. ``problem`` holds the first value that
     could not be used; the layer raises it where it is used
-    (:func:`cybmem.clients.model_servers.distill_config`)."""
+    (:func:`cybmem.clients.distillation.distill_config`)."""
 
     model: str = ""
     url: str = ""  # CYBERINE_MEMORY_MODEL_URL
@@ -443,7 +443,7 @@ class Settings:
 
     Memory root: ``CYBERINE_MEMORY_DIR``, else ``$CYBERINE_HOME/memory``, else
     ``~/.cyberine/memory`` (``memory_from`` says which). The optional layers and the weights have
-    sub-configurations of their own: ``embeddings`` and ``distill`` (cybmem.clients.model_servers),
+    sub-configurations of their own: ``embeddings`` and ``distill`` (cybmem.clients.embeddings, cybmem.clients.distillation),
     ``feedback`` (cybmem.dispatch.feedback), ``weights`` (cybmem.retrieval.weights), ``hooks`` (the
     agent hooks: cybmem.hooks, cybmem.operations.hook_settings), ``mcp`` (cybmem.mcp.http). Every
     variable is listed, with its default, in USAGE.md's table under "Set up".

@@ -47,6 +47,13 @@ HANG = "hang"  # a ChatServer script item / EmbedServer fault: wait past the cli
 HANG_MAX = 30.0  # a hung handler gives up after this long even if nobody releases it (a drip too)
 
 
+#: The two ways a server drips (tests parametrize over them): the body, or the headers.
+DRIPS = [pytest.param(False, id="drip-body"), pytest.param(True, id="drip-headers")]
+#: How a dripping server's call ends: its deadline, met while reading the reply or, on a loaded
+#: machine (CI, stop 33's session), already while connecting.
+DEADLINE = r"(no complete reply within|connecting timed out after)"
+
+
 @dataclass(frozen=True)
 class Drip:
     """Deliver each reply ``chunk`` bytes every ``interval`` seconds: the body, or with ``headers`` the

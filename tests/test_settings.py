@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cybmem import settings as S
-from cybmem.clients import model_servers as remote
+from cybmem.clients import distillation, embeddings
 from cybmem.errors import ValidationError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def test_every_switch_reads_the_same_words(value, on):
         env.update(CYBERINE_MEMORY=value, CYBERINE_MEMORY_REDACT=value, CYBERINE_MEMORY_FEEDBACK=value)
     s = S.Settings.from_env(env, memory_dir="/x")
     assert (s.enabled, s.redact_secrets, s.feedback.enabled, s.distill.redact) == (on, on, on, on)
-    assert remote.distill_config(s.distill).redact is on, "the prompt is redacted as the record is: one reading"
+    assert distillation.distill_config(s.distill).redact is on, "the prompt is redacted as the record is: one reading"
 
 
 def test_sub_configurations_are_typed_and_read_once():
@@ -134,7 +134,7 @@ def test_sub_configurations_are_typed_and_read_once():
     s = S.Settings.from_env(env)
     assert (s.embeddings.on, s.embeddings.server, s.embeddings.query_timeout, s.embeddings.write_timeout) == (
         True, "ollama", 0.5, S.EMBED_WRITE_TIMEOUT)
-    assert remote.embed_config(s.embeddings).url == "http://gpu:1/api/embed"
+    assert embeddings.embed_config(s.embeddings).url == "http://gpu:1/api/embed"
     assert (s.distill.on, s.distill.key, s.distill.timeout) == (True, "k", S.MODEL_TIMEOUT) and "'k'" not in repr(s)
     assert (s.feedback.shown_cap, s.feedback.problem) == (9, None)
     assert s.weights.file == Path("/w.json") and s.weights.variables == (("w_kw", "CYBERINE_MEMORY_W_KW", "0.3", 0.3),)
@@ -150,11 +150,11 @@ def test_a_bad_companion_costs_only_its_layer():
     s = S.Settings.from_env({"CYBERINE_MEMORY_EMBEDDINGS": "ollama", "CYBERINE_MEMORY_EMBED_TIMEOUT": "soon",
                              "CYBERINE_MEMORY_MODEL": "ollama:m", "CYBERINE_MEMORY_MODEL_TIMEOUT": "-1"}, memory_dir="/x")
     with pytest.raises(ValidationError, match="CYBERINE_MEMORY_EMBED_TIMEOUT='soon' is not a positive number"):
-        remote.embed_config(s.embeddings)
+        embeddings.embed_config(s.embeddings)
     with pytest.raises(ValidationError, match="CYBERINE_MEMORY_MODEL_TIMEOUT='-1'"):
-        remote.distill_config(s.distill)
+        distillation.distill_config(s.distill)
     quiet = S.Settings.from_env({"CYBERINE_MEMORY_EMBED_TIMEOUT": "soon"}, memory_dir="/x")
-    assert remote.embed_config(quiet.embeddings) is None, "a companion of a layer that is off is never checked"
+    assert embeddings.embed_config(quiet.embeddings) is None, "a companion of a layer that is off is never checked"
 
 
 def test_a_relative_root_can_be_relative_to_another_directory(tmp_path):

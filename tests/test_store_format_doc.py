@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cybmem import settings
-from cybmem.clients import model_servers as remote
+from cybmem.clients import distillation
 from cybmem.retrieval import weights
 from cybmem.store.outcome import issue_slug, split_issue
 from cybmem.store.projects import resolve_slug
@@ -139,8 +139,8 @@ def test_defaults_table_is_cybmems_defaults():
     assert table["CYBERINE_MEMORY_POINTERS"] == str(s.pointers)
     assert table["CYBERINE_MEMORY_RETUNE"] == str(s.retune)
     assert table["CYBERINE_MEMORY_W_VEC"] == f"{w.w_vec:g} without vectors; {weights.DEFAULT_W_VEC:g} when the project has vectors of the configured model"
-    assert table["CYBERINE_MEMORY_EMBED_MODEL"] == remote.DEFAULT_EMBED_MODEL
-    assert table["CYBERINE_MEMORY_MODEL"] == "none" and remote.distill_config(s.distill) is None
+    assert table["CYBERINE_MEMORY_EMBED_MODEL"] == settings.DEFAULT_EMBED_MODEL
+    assert table["CYBERINE_MEMORY_MODEL"] == "none" and distillation.distill_config(s.distill) is None
 
 
 def _read_by_cybmem() -> set[str]:

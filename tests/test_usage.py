@@ -147,7 +147,7 @@ def test_there_are_examples_to_check():
     titles = [t for t, _ in EXAMPLES]
     assert len(titles) >= 8 and sum(len(b) for _, b in EXAMPLES) >= 40, titles
     # This file is USAGE.md's one runner: the sections that had runners of their own (tests/test_api.py,
-    # tests/test_fleet.py) are run here, with at least the examples those checked.
+    # tests/exchange/test_fleet.py) are run here, with at least the examples those checked.
     api = dict(EXAMPLES)["Python API"]
     assert len([m for m in api if m.group(2) == "python"]) >= 3, "USAGE.md Python API examples"
     fleet = next(blocks for title, blocks in EXAMPLES if title.startswith("The fleet"))

@@ -3,7 +3,7 @@
 A dispatcher runs ``cybmem inject`` and ``cybmem write`` on every task, so their start-up is paid
 on every run. Each trick applies only in a process that runs one command (:func:`cybmem.cli.app.main`
 sets :data:`one_command_process`) and only to a command that asked for it; each has a subprocess
-test of the console script in tests/test_startup.py. Only public names of other libraries are used:
+test of the console script in tests/cli/test_startup.py. Only public names of other libraries are used:
 typer's ``TyperCommand``/``TyperOption``/``TyperArgument`` classes and Click's ``process_value``.
 
 - plain options: str, Path, int and flag values are coerced here, not by typer's pydantic

@@ -1,4 +1,4 @@
-"""An httpx transport that holds every exchange to a wall-clock deadline (cybmem.clients.model_servers's clients).
+"""An httpx transport that holds every exchange to a wall-clock deadline (the model clients': cybmem.clients.http_json).
 
 httpx's timeouts are per socket operation: a server that sends one byte a second never trips a
 2 s read timeout, so a dispatch with a 2 s budget waited minutes (encode/httpx#1450: httpx has

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from ..store.outcome import CONTROL, bidi_closed, shorten
+from ..store.display import CONTROL, bidi_closed, shorten
 
 __all__ = [
     "FOOTER",
@@ -400,9 +400,9 @@ def neutralize(text: str) -> str:
     """Defuse stored text before it is copied into a block, so it can never end or forge one.
 
     Lone surrogates become U+FFFD, line endings become "\\n", C0 controls other than \\t and
-    \\n, DEL and C1 controls (outcome.CONTROL) are dropped, so is every bidi control a line does
-    not close itself (outcome.bidi_closed: an unterminated U+202E would turn the rest of the
-    block's line around; cuts keep it so, :func:`~cybmem.store.outcome.shorten`), a whole block inside the text
+    \\n, DEL and C1 controls (display.CONTROL) are dropped, so is every bidi control a line does
+    not close itself (display.bidi_closed: an unterminated U+202E would turn the rest of the
+    block's line around; cuts keep it so, :func:`~cybmem.store.display.shorten`), a whole block inside the text
     (HEADER ... FOOTER, as an echoed prompt leaves it in a collapsed summary) is removed, and any
     line that, ignoring whitespace, zero-width / bidi characters and case, reads as HEADER or
     FOOTER is prefixed with "[quoted] ".

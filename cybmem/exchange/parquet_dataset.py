@@ -60,7 +60,7 @@ _STR_LIST = pa.list_(pa.string())
 #: Columns of ``DIR/records/**/*.parquet``, in file order (the partition columns are in the path):
 #: a record with lineage and outcome flattened. Written out here, not taken from the cache's
 #: schema (cybmem.store.arrow_records.RECORD_SCHEMA), so that a change to the cache cannot change a user's
-#: files; a change here is a new SCHEMA_VERSION (tests/test_export.py pins it).
+#: files; a change here is a new SCHEMA_VERSION (tests/exchange/test_export.py pins it).
 RECORDS_SCHEMA = pa.schema(
     [
         pa.field("runId", pa.string(), nullable=False),

@@ -11,7 +11,7 @@ first export takes 1.2-1.7x as long, and a re-export that passes it every row (r
 and its FTS entry) 1.5-1.7x. Letting it write only the DDL keeps the speed, but would make this
 stdlib-only export, and the redaction's update of exported databases (:func:`refresh_sqlite`),
 need an optional package that must join this module's one transaction (sqlite-utils 4 does), for
-some forty lines of fixed DDL that tests/test_export.py holds to sqlite-utils' own reading
+some forty lines of fixed DDL that tests/exchange/test_export.py holds to sqlite-utils' own reading
 (``detect_fts``, keys, triggers).
 """
 

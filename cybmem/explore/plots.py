@@ -28,7 +28,7 @@ except ImportError:  # the base install: say which extra brings it
 
 from .frames import (SHORTEST_AGE_S, Histogram, IssueAgeData, dispatch_trees, epoch_days, lineage_lanes, period_starts,
                      resolve_run, tree_members, tree_roots)
-from ..store.outcome import head_line
+from ..store.display import head_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -298,7 +298,7 @@ def lineage_trees(records: "pd.DataFrame", *, n: int = 12, by: str = "largest", 
         collections carry gids ``nodes-<state>``, each drawn run's id label ``run-<runId>`` and
         each tree's label ``tree-<rootRunId>``.
     """
-    from ..store.outcome import subject_line
+    from ..store.display import subject_line
 
     df = records.sort_values(["endedAt", "runId"], kind="stable").reset_index(drop=True)
     all_trees = dispatch_trees(df, by=by)

@@ -23,7 +23,7 @@ from ..dispatch import feedback
 from ..retrieval.judgments import ISSUE_KINDS, Judgment, judgments_from_store, used_judgments
 from ..store import feedback_log
 from ..store.feedback_match import match_used
-from ..store.outcome import head_line
+from ..store.display import head_line
 from ..settings import DEFAULT_SHOWN_CAP, Settings
 from ..store.loading import load_snapshot
 from ..store.snapshot import Snapshot

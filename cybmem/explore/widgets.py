@@ -31,7 +31,7 @@ except ImportError:  # the base install: say which extra brings it
 from ..errors import CybmemError, ValidationError
 from ..store.loading import load_snapshot
 from ..store.snapshot import Snapshot
-from ..store.outcome import head_line
+from ..store.display import head_line
 from ..store.records import ms_to_utc
 from ..retrieval.search import SearchResult, search
 from ..settings import Settings

@@ -5,7 +5,7 @@ and gives its answer as agents get it (:mod:`cybmem.mcp.schema`). Every call goe
 :meth:`MemoryTools.call`: one at a time, a library error becomes an MCP error with the message the
 command line gives it (:func:`cybmem.answers.error_message`, in tool terms), and ``observers`` see
 each answer. The tools' descriptions (their docstrings) are what every connecting model reads;
-tests/test_mcp.py holds their claims against what the tools answer."""
+tests/mcp/test_server.py holds their claims against what the tools answer."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from .schema import (AsOf, Answer, BlockAnswer, ChainAnswer, IssuesAnswer, MarkA
 
 __all__ = ["MemoryTools", "DEFAULT_K", "DEFAULT_LIMIT", "DEFAULT_CONTEXT"]
 
-#: The tools' defaults, named in their schemas (tests/test_mcp.py holds them against the answers).
+#: The tools' defaults, named in their schemas (tests/mcp/test_server.py holds them against the answers).
 DEFAULT_K = 10
 DEFAULT_LIMIT = 50
 DEFAULT_CONTEXT = 5

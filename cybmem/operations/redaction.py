@@ -288,7 +288,7 @@ def scrub_runs(store: MemoryStore, run_ids: list[str] | None, *, secrets: list[s
     runs), and with no such record, every other file of the project and its exports that still
     holds one. ``after_step`` is called with the name of each part once it is done: ``journal``
     (the plan written), ``record`` (each record rewritten), each of the steps, ``end`` (the journal
-    removed); where a test stops a redaction as a crash would (tests/test_redact_journal.py)."""
+    removed); where a test stops a redaction as a crash would (tests/operations/test_redaction.py)."""
     if run_ids is not None:
         run_ids = [store.resolve_run_id(r) for r in run_ids]
     given = _secrets(list(secrets))

@@ -38,7 +38,8 @@ from typing import Any
 from .._io import loads, read_file
 from ..store.embeddings import embedding_text, issue_text, record_text
 from ..errors import CybmemError, NotFoundError, StoreError, ValidationError
-from ..store.outcome import extractive_summary, issue_slug, parse_trailer, shorten, split_issue
+from ..store.display import shorten
+from ..store.outcome import extractive_summary, issue_slug, parse_trailer, split_issue
 from ..dispatch.preamble import strip, strip_memory
 from ..store.projects import abs_cwd, known_projects, lookup_slug, owning_dir, project_cwd, select_project
 from ..store.private import private_value, strip_private
@@ -621,16 +622,16 @@ def _distill_into(rec: MemoryRecord, events: list[IssueEvent], run: RunInput, se
     """
     if not settings.distill.on:
         return False
-    from ..clients import model_servers as remote  # only a configured layer pays for httpx
+    from ..clients.distillation import distill, distill_config  # only a configured layer pays for httpx
 
     try:
-        config = remote.distill_config(settings.distill)
+        config = distill_config(settings.distill)
         if config is None:
             return False
         run_view = {"task": rec.task, "workflowName": run.workflow_name, "state": run.state,
                     "verdictSummary": rec.verdictSummary, "winnerOutput": run.winner_output, "workers": run.workers}
         with while_distilling():
-            out = remote.distill(config, run_view, rec.outcome.to_dict())
+            out = distill(config, run_view, rec.outcome.to_dict())
     except CybmemError as exc:
         message = _one_line(exc).removeprefix("distilled outcome: ")
         if "extractive outcome is kept" not in message:
@@ -670,10 +671,10 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
     """
     if not settings.embeddings.on:
         return False
-    from ..clients import model_servers as remote  # only a configured layer pays for httpx
+    from ..clients.embeddings import Embedder, embed_config  # only a configured layer pays for httpx
 
     try:
-        config = remote.embed_config(settings.embeddings)
+        config = embed_config(settings.embeddings)
         if config is None:
             return False
         # The keyword index's issue text: title and detail by the fold's rule (cybmem.store.issue_tables.issue_texts).
@@ -683,7 +684,7 @@ def _embed_written(store: MemoryStore, rec: MemoryRecord, settings: Settings, si
             return False
         # Off the dispatch path, but the run is over and its caller (a hook) waits: the whole call,
         # a retry included, ends within write_timeout (a cold Ollama loads the model in the first).
-        with remote.Embedder(dataclasses.replace(config, attempts=min(config.attempts, 2))) as embedder:
+        with Embedder(dataclasses.replace(config, attempts=min(config.attempts, 2))) as embedder:
             vector = embedder.embed([text], timeout=config.write_timeout)[0]
         return store.append_embeddings([(rec.runId, config.model, vector)], since=since)[0] > 0
     except Exception as exc:  # noqa: BLE001 - the record is written; an optional layer never fails the write

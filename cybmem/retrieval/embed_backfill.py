@@ -94,7 +94,8 @@ def embed_missing(store: MemoryStore, settings: Settings, *, progress: bool | No
     if config is None:
         raise ValidationError(problem or "embeddings are off: set CYBERINE_MEMORY_EMBEDDINGS to `ollama` or an "
                                          "OpenAI-compatible base URL (and CYBERINE_MEMORY_EMBED_MODEL)")
-    from ..clients.model_servers import Embedder, RemoteError
+    from ..clients.embeddings import Embedder
+    from ..clients.http_json import RemoteError
 
     t0 = time.perf_counter()
     snap = load_snapshot(store)

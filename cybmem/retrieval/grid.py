@@ -49,7 +49,7 @@ from ..errors import CybmemError, ValidationError
 from ..progress import Progress
 from ..settings import Settings
 from ..store.embeddings import read_rows
-from ..store.keyword_index import RunLookup
+from ..store.run_ids import RunLookup
 from ..store.snapshot import Snapshot
 from ..store.tokens import tokenize
 from .judgments import METRICS, Judgment, JudgmentSet, check_metric
@@ -253,7 +253,7 @@ def embed_queries(judgments: Sequence[Judgment], settings: Settings,
     texts = list(dict.fromkeys(t for t in (embedding_text(j.query) for j in judgments) if t))
     if not texts:
         return {}, "no judgment has query text to embed"
-    from ..clients.model_servers import Embedder
+    from ..clients.embeddings import Embedder
 
     bar = _progress(len(texts), "embedding queries", progress)
     try:

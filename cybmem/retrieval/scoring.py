@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..arrow_numpy import numpy_of, scalar  # not pa.scalar / to_numpy: they import pandas
-from ..store.keyword_index import IdColumn, RunLookup
+from ..store.run_ids import IdColumn, RunLookup
 from .weights import Weights
 
 __all__ = [

@@ -355,7 +355,7 @@ def embed_config_of(settings: Settings):
     """
     if not settings.embeddings.on:
         return None, None
-    from ..clients.model_servers import embed_config
+    from ..clients.embeddings import embed_config
 
     try:
         return embed_config(settings.embeddings), None
@@ -379,7 +379,7 @@ def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
     refused = _refused(config)
     if refused:
         return None, f"vector axis skipped, ranked by the other axes: {refused}"
-    from ..clients.model_servers import Embedder
+    from ..clients.embeddings import Embedder
 
     quick = dataclasses.replace(config, backoff=min(config.backoff, 0.02))
     try:

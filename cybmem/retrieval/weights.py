@@ -42,7 +42,7 @@ _MAX_BYTES = 1 << 20
 # w_vec when the store has vectors for the configured model and nothing sets it: the smallest
 # step, which costs little on the corpus qrels (they link runs by ticket number, a lexical signal
 # the keyword axis already has) and still lifts a run that a query only paraphrases into the top 3
-# (tests/test_vectors.py), which is what embeddings are for. Figures (benchmarks/bench_embed.py):
+# (tests/retrieval/test_vectors.py), which is what embeddings are for. Figures (benchmarks/bench_embed.py):
 # benchmarks/RESULTS.md, "Figures the module docstrings quoted".
 DEFAULT_W_VEC = 0.05
 

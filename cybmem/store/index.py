@@ -30,7 +30,7 @@ from .._io import append_lines, atomic_write, ensure_dir, locked
 from ..errors import NotFoundError, StoreError, ValidationError
 from ..progress import Notice
 from .ledger import MAX_LEDGER_BYTES
-from .outcome import head_line, shorten
+from .display import head_line, shorten
 from .records import MemoryRecord, ms_to_utc
 
 __all__ = ["ProjectIndex", "IndexedRecords", "index_entry", "entry_of", "ARCHIVE_FILE", "INDEX_VERSION"]

@@ -1,10 +1,12 @@
-"""The keyword index: BM25 over append-only segments of postings, with Arrow serialisation.
+"""The keyword index: BM25 over append-only segments of postings, and the byte-wise sorted string
+search its vocabulary (and :mod:`cybmem.store.run_ids`) is looked up with.
 
 Keyword axis: BM25 (Robertson & Sparck Jones; Robertson & Zaragoza, "The Probabilistic
 Relevance Framework: BM25 and Beyond", 2009) with Lucene's non-negative idf
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` and term weight ``tf / (tf + k1 * (1 - b + b * dl /
 avgdl))``, k1=1.2, b=0.75: Lucene 8+ BM25Similarity, which drops Robertson's constant (k1 + 1)
 numerator (rankings unchanged). Scores equal bm25s ``method="lucene"``. See :class:`KeywordIndex`.
+Its file (the segments as one Arrow table) is :mod:`cybmem.store.keyword_index_file`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import pyarrow as pa
 from ..arrow_numpy import array_of, numpy_of, scalar, string_lists, strings
 from ..errors import StoreError
 
-__all__ = ["IdColumn", "KeywordIndex", "QueryStats", "RunLookup", "TermHits"]
+__all__ = ["KeywordIndex", "LO_SPAN", "QueryStats", "Segment", "TermHits", "in_run", "prefix_keys", "query_key",
+           "string_buffers"]
 
 _K1 = 1.2
 _B = 0.75
@@ -31,10 +34,9 @@ _TF_MAX = np.iinfo(np.uint16).max
 #: index refreshed one record at a time keeps a bounded number of segments (main + 1 delta
 #: after each merge); the main segment is only rewritten by :meth:`KeywordIndex.compact`.
 _MAX_DELTA_SEGMENTS = 8
-_SCHEMA_VERSION = "4"  # 4: doc ids as their low 16 bits + the high parts per term; 3: no impacts on disk; tfs in one byte when they fit
 
 
-def _prefix_keys(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+def prefix_keys(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     """First 8 UTF-8 bytes of each string as a big-endian uint64, zero padded.
 
     For byte-wise sorted strings these keys are non-decreasing, so np.searchsorted finds the
@@ -51,11 +53,11 @@ def _prefix_keys(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     return keys
 
 
-def _query_key(b: bytes) -> int:
+def query_key(b: bytes) -> int:
     return int.from_bytes(b[:8].ljust(8, b"\0"), "big")
 
 
-def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, memoryview, np.ndarray]:
+def string_buffers(arr: pa.Array) -> tuple[np.ndarray, memoryview, np.ndarray]:
     """Zero-copy (offsets, data memoryview, data uint8) of a pyarrow string array."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
@@ -84,10 +86,10 @@ def _find_sorted(keys: np.ndarray, off: np.ndarray, mv: memoryview, terms_b: Seq
     """
     los = np.searchsorted(keys, qkeys, side="left").tolist()
     his = np.searchsorted(keys, qkeys, side="right").tolist()
-    return [_in_run(off, mv, b, lo, hi) for b, lo, hi in zip(terms_b, los, his)]
+    return [in_run(off, mv, b, lo, hi) for b, lo, hi in zip(terms_b, los, his)]
 
 
-def _in_run(off: np.ndarray, mv: memoryview, b: bytes, lo: int, hi: int) -> int:
+def in_run(off: np.ndarray, mv: memoryview, b: bytes, lo: int, hi: int) -> int:
     """Position of ``b`` among the sorted entries [lo, hi) sharing its 8-byte prefix, or -1."""
     if lo == hi:
         return -1
@@ -98,17 +100,17 @@ def _in_run(off: np.ndarray, mv: memoryview, b: bytes, lo: int, hi: int) -> int:
 
 
 def _query_keys(terms_b: Sequence[bytes]) -> np.ndarray:
-    return np.fromiter((_query_key(x) for x in terms_b), dtype=np.uint64, count=len(terms_b))
+    return np.fromiter((query_key(x) for x in terms_b), dtype=np.uint64, count=len(terms_b))
 
 
 #: A posting's doc id is kept on disk as its low 16 bits (``doc_lo``); a segment of more documents
 #: than this also keeps each term's high part at its first posting (``term_hi``) and the postings
 #: within a term where the high part changes (``split_pos`` / ``split_hi``): ids are ascending within
 #: a term, so these are few (at 1M documents 1.2M (term, high part) runs for 19.8M postings).
-_LO_SPAN = 1 << 16
+LO_SPAN = 1 << 16
 
 
-class _Segment:
+class Segment:
     """One immutable run of documents: local sorted vocabulary + CSC-like postings.
 
     ``impact`` (optional) holds the full BM25 weight ``idf * tf-part`` of every posting for
@@ -142,7 +144,7 @@ class _Segment:
         self.total_len = int(doc_len.sum(dtype=np.int64))
         self.impact: np.ndarray | None = impact  # float32 idf * tf-part per posting
         self.impact_key: tuple[int, int] | None = impact_key
-        self._voff, self._vmv, _ = _string_buffers(vocab)
+        self._voff, self._vmv, _ = string_buffers(vocab)
 
     @property
     def doc_ids(self) -> np.ndarray:
@@ -174,6 +176,10 @@ class _Segment:
                 out[bounds[i] - s : bounds[i + 1] - s] |= np.int32(h << 16)
         return out
 
+    def packed_docs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(doc_lo, term_hi, split_pos, split_hi), the doc ids as the file keeps them (:func:`_pack_docs`)."""
+        return self._packed if self._packed is not None else _pack_docs(self.indptr, self.doc_ids, self.n_docs)
+
     def lookup(self, terms_b: Sequence[bytes], qkeys: np.ndarray) -> list[int]:
         """Local term id of each query term, -1 when absent."""
         return _find_sorted(self.keys, self._voff, self._vmv, terms_b, qkeys)
@@ -200,9 +206,9 @@ def _first_postings(indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _pack_docs(indptr: np.ndarray, doc_ids: np.ndarray, n_docs: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(doc_lo, term_hi, split_pos, split_hi) of doc ids ascending within each term (see
-    :data:`_LO_SPAN`); the last three are empty for a segment of at most 65,536 documents."""
-    lo = (doc_ids & (_LO_SPAN - 1)).astype(np.uint16)
-    if n_docs <= _LO_SPAN:
+    :data:`LO_SPAN`); the last three are empty for a segment of at most 65,536 documents."""
+    lo = (doc_ids & (LO_SPAN - 1)).astype(np.uint16)
+    if n_docs <= LO_SPAN:
         return lo, np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint16)
     hi = (doc_ids >> 16).astype(np.uint16)
     nonempty, starts = _first_postings(indptr)
@@ -230,7 +236,7 @@ def _unpack_docs(indptr: np.ndarray, lo: np.ndarray, term_hi: np.ndarray, split_
     return out
 
 
-def _map_terms(src: _Segment, dst: _Segment) -> np.ndarray:
+def _map_terms(src: Segment, dst: Segment) -> np.ndarray:
     """Position of each of src's terms in dst's vocabulary (-1 when absent)."""
     if len(src.vocab) == 0 or len(dst.vocab) == 0:
         return np.full(len(src.vocab), -1, dtype=np.int64)
@@ -270,7 +276,7 @@ def _as_list_array(docs: Any) -> pa.Array:
     return string_lists(docs if isinstance(docs, list) else list(docs), pa.large_list(pa.string()))
 
 
-def _segment_from_tokens(docs: Any) -> _Segment:
+def _segment_from_tokens(docs: Any) -> Segment:
     """Build a segment: dictionary-encode all tokens in Arrow, sort (term, doc) keys once."""
     import pyarrow.compute as pc  # lazy: a slow import, only paid when building
 
@@ -281,7 +287,7 @@ def _segment_from_tokens(docs: Any) -> _Segment:
     flat = la.values.slice(int(loff[0]), int(loff[-1] - loff[0])) if n else strings([])
     if len(flat) == 0:
         vocab = strings([])
-        seg = _Segment(vocab, np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int32),
+        seg = Segment(vocab, np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int32),
                        np.zeros(0, np.uint16), doc_len)
         return seg
     enc = pc.dictionary_encode(flat)
@@ -302,11 +308,11 @@ def _segment_from_tokens(docs: Any) -> _Segment:
     np.cumsum(np.bincount(ukey >> 32, minlength=V), out=indptr[1:])
     doc_ids = (ukey & 0xFFFFFFFF).astype(np.int32)
     tfs = np.minimum(tf, _TF_MAX).astype(np.uint16)
-    voff, _, vdata = _string_buffers(vocab)
-    return _Segment(vocab, _prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
+    voff, _, vdata = string_buffers(vocab)
+    return Segment(vocab, prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
 
 
-def _merge_segments(segs: Sequence[_Segment]) -> _Segment:
+def _merge_segments(segs: Sequence[Segment]) -> Segment:
     """Merge segments (in doc order) into one without re-tokenising: counting-sort scatter."""
     import pyarrow.compute as pc
 
@@ -336,8 +342,8 @@ def _merge_segments(segs: Sequence[_Segment]) -> _Segment:
         fill[gm] += lens
         offset += s.n_docs
     doc_len = np.concatenate([s.doc_len for s in segs])
-    voff, _, vdata = _string_buffers(gvocab)
-    return _Segment(gvocab, _prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
+    voff, _, vdata = string_buffers(gvocab)
+    return Segment(gvocab, prefix_keys(voff, vdata), indptr, doc_ids, tfs, doc_len)
 
 
 @dataclass(frozen=True)
@@ -429,7 +435,7 @@ class KeywordIndex:
     already repeats identifier parts, so query multiplicity would mostly double-count them).
     """
 
-    def __init__(self, segments: Sequence[_Segment], *, k1: float = _K1, b: float = _B,
+    def __init__(self, segments: Sequence[Segment], *, k1: float = _K1, b: float = _B,
                  removed: np.ndarray | None = None):
         self._segments = tuple(segments)
         self.k1 = float(k1)
@@ -493,7 +499,7 @@ class KeywordIndex:
         k1, b = parts[0].k1, parts[0].b
         if any((p.k1, p.b) != (k1, b) for p in parts):
             raise ValueError("cannot concat keyword indexes built with different k1/b")
-        segs: list[_Segment] = []
+        segs: list[Segment] = []
         removed: list[np.ndarray] = []
         base = 0
         for p in parts:
@@ -509,7 +515,7 @@ class KeywordIndex:
             return self
         seg = _merge_segments(self._segments)
         if seg is self._segments[0]:  # one stale segment: copy it so the original stays as is
-            seg = _Segment(seg.vocab, seg.keys, seg.indptr, seg.doc_ids, seg.tfs, seg.doc_len)
+            seg = Segment(seg.vocab, seg.keys, seg.indptr, seg.doc_ids, seg.tfs, seg.doc_len)
         idx = KeywordIndex([seg], k1=self.k1, b=self.b, removed=self._removed)
         idx._attach_impacts(0)
         return idx
@@ -592,7 +598,7 @@ class KeywordIndex:
         return float(_bm25_idf(n, df).sum()), top
 
     # -- query ----------------------------------------------------------------------------
-    def _segment_impacts(self, i: int, seg: _Segment) -> np.ndarray | None:
+    def _segment_impacts(self, i: int, seg: Segment) -> np.ndarray | None:
         if seg.impact is not None and seg.impact_key == self._key:
             return seg.impact
         return self._fresh.get(i)
@@ -795,7 +801,7 @@ class KeywordIndex:
 
     def _settle(self) -> None:
         """What pays off over many queries and not over one: every posting's impact (where a segment
-        has none for this index's statistics) and wide doc ids (:meth:`_Segment.widen`). Done once."""
+        has none for this index's statistics) and wide doc ids (:meth:`Segment.widen`). Done once."""
         self._settled = True
         self._refresh_impacts()
         for seg in self._segments:
@@ -806,217 +812,20 @@ class KeywordIndex:
             if self._segment_impacts(i, seg) is None:
                 self._fresh[i] = self._compute_impacts(i)
 
-    # -- Arrow serialisation --------------------------------------------------------------
-    _ARROW_SCHEMA = pa.schema([
-        ("n_docs", pa.int64()),
-        ("vocab", pa.large_list(pa.string())),
-        ("term_keys", pa.large_list(pa.uint64())),
-        ("indptr", pa.large_list(pa.int64())),
-        ("doc_lo", pa.large_list(pa.uint16())),  # each posting's doc id, low 16 bits ...
-        ("term_hi", pa.large_list(pa.uint16())),  # ... the high 16 at each term's first posting (empty: all 0) ...
-        ("split_pos", pa.large_list(pa.int64())),  # ... the postings within a term where they change ...
-        ("split_hi", pa.large_list(pa.uint16())),  # ... and to what (see _pack_docs)
-        ("tfs8", pa.large_list(pa.uint8())),  # a segment's tfs when every one fits a byte (tfs16 empty) ...
-        ("tfs16", pa.large_list(pa.uint16())),  # ... else here (tfs8 empty)
-        ("doc_len", pa.large_list(pa.int32())),
-        ("removed", pa.large_list(pa.int64())),
-    ])
-
+    # -- Arrow serialisation (the file: :mod:`cybmem.store.keyword_index_file`) ------------
     def to_arrow(self) -> pa.Table:
-        """One row per segment (list columns) plus schema metadata (k1, b, version).
+        """One row per segment (list columns) plus schema metadata (k1, b, version), impacts left
+        out (:func:`cybmem.store.keyword_index_file.to_table`). Write it with ``pyarrow.ipc.new_file``
+        and read it back memory-mapped with :meth:`from_arrow`."""
+        from .keyword_index_file import to_table  # here: the file module builds this module's segments
 
-        Impacts are not written: they are 4 of a posting's 10 bytes, and what a fresh process
-        reads of them is the few query terms' postings, which it scores from tf and doc length
-        as fast (a held index computes them once, on its second query). A segment's tfs take one
-        byte each when they fit. Write it with ``pyarrow.ipc.new_file`` and read it back
-        memory-mapped with :meth:`from_arrow`.
-        """
-        rows: dict[str, list] = {"n_docs": []}
-        list_cols = ("vocab", "term_keys", "indptr", "doc_lo", "term_hi", "split_pos", "split_hi", "tfs8", "tfs16",
-                     "doc_len", "removed")
-        cols: dict[str, list[pa.Array]] = {n: [] for n in list_cols}
-        for i, seg in enumerate(self._segments):
-            rows["n_docs"].append(seg.n_docs)
-            cols["vocab"].append(seg.vocab.cast(pa.string()))
-            cols["term_keys"].append(array_of(seg.keys, pa.uint64()))
-            cols["indptr"].append(array_of(seg.indptr, pa.int64()))
-            packed = seg._packed if seg._packed is not None else _pack_docs(seg.indptr, seg.doc_ids, seg.n_docs)
-            for name, arr, typ in zip(("doc_lo", "term_hi", "split_pos", "split_hi"), packed,
-                                      (pa.uint16(), pa.uint16(), pa.int64(), pa.uint16())):
-                cols[name].append(array_of(arr, typ))
-            narrow = not len(seg.tfs) or int(seg.tfs.max()) <= 0xFF
-            cols["tfs8"].append(array_of(seg.tfs.astype(np.uint8) if narrow else np.zeros(0, np.uint8), pa.uint8()))
-            cols["tfs16"].append(array_of(np.zeros(0, np.uint16) if narrow else seg.tfs.astype(np.uint16), pa.uint16()))
-            cols["doc_len"].append(array_of(seg.doc_len, pa.int32()))
-            rem = self._removed if (i == 0 and self._removed is not None) else np.zeros(0, np.int64)
-            cols["removed"].append(array_of(rem, pa.int64()))
-        arrays = [array_of(rows["n_docs"], pa.int64())]
-        for name in cols:
-            vals = cols[name]
-            typ = self._ARROW_SCHEMA.field(name).type
-            lens = np.array([len(v) for v in vals], dtype=np.int64)
-            offs = np.zeros(len(vals) + 1, dtype=np.int64)
-            np.cumsum(lens, out=offs[1:])
-            flat = pa.concat_arrays(vals) if vals else strings([]) if typ.value_type == pa.string() else array_of([], typ.value_type)
-            arrays.append(pa.LargeListArray.from_arrays(array_of(offs), flat, type=typ))
-        meta = {b"cybmem.kind": b"keyword-index", b"cybmem.version": _SCHEMA_VERSION.encode(),
-                b"k1": repr(self.k1).encode(), b"b": repr(self.b).encode()}
-        return pa.Table.from_arrays(arrays, schema=self._ARROW_SCHEMA.with_metadata(meta))
+        return to_table(self._segments, [seg.packed_docs() for seg in self._segments], self._removed, self.k1, self.b)
 
     @classmethod
     def from_arrow(cls, table: pa.Table | pa.RecordBatch) -> KeywordIndex:
         """Rebuild from :meth:`to_arrow` output; numpy arrays are views of the Arrow buffers
         (zero-copy, so an IPC memory map stays a memory map)."""
-        meta = table.schema.metadata or {}
-        if meta.get(b"cybmem.kind") != b"keyword-index":
-            raise ValueError("not a cybmem keyword index table (missing cybmem.kind metadata); "
-                             "rebuild it with KeywordIndex.build(...).to_arrow()")
-        if meta.get(b"cybmem.version") != _SCHEMA_VERSION.encode():
-            raise ValueError(f"keyword index format {meta.get(b'cybmem.version')!r} is not "
-                             f"{_SCHEMA_VERSION!r}; rebuild the cache")
-        k1 = float(meta[b"k1"])
-        b = float(meta[b"b"])
-        batches = table.to_batches() if isinstance(table, pa.Table) else [table]
-        segs: list[_Segment] = []
-        removed: list[np.ndarray] = []
-        base = 0
-        for batch in batches:
-            c = {name: batch.column(name) for name in batch.schema.names}
-            nd = numpy_of(c["n_docs"])
-            views = {}
-            for name in ("term_keys", "indptr", "doc_lo", "term_hi", "split_pos", "split_hi", "tfs8", "tfs16",
-                         "doc_len", "removed"):
-                la = c[name]
-                views[name] = (numpy_of(la.offsets), numpy_of(la.values))
-            vl = c["vocab"]
-            voffs = numpy_of(vl.offsets)
-            for r in range(len(batch)):
-                def part(name, r=r):
-                    o, v = views[name]
-                    return v[o[r] : o[r + 1]]
-                vocab = vl.values.slice(int(voffs[r]), int(voffs[r + 1] - voffs[r]))
-                lo = part("doc_lo")
-                tfs = part("tfs8")
-                if len(tfs) != len(lo):
-                    tfs = part("tfs16")
-                if len(tfs) != len(lo):
-                    raise ValueError(f"keyword index segment {r} is inconsistent ({len(tfs)} term frequencies for "
-                                     f"{len(lo)} postings); rebuild the cache")
-                indptr, doc_len = part("indptr"), part("doc_len")
-                packed = (lo, part("term_hi"), part("split_pos"), part("split_hi"))
-                wide = len(doc_len) > _LO_SPAN
-                top = (len(doc_len) - 1) >> 16  # the highest high part a doc id of this segment has
-                if (len(packed[1]) != (len(indptr) - 1 if wide else 0) or len(packed[2]) != len(packed[3])
-                        or (len(packed[2]) and not 0 < packed[2][0] <= packed[2][-1] < len(lo))
-                        or (len(packed[1]) and int(packed[1].max()) > top)
-                        or (len(packed[3]) and int(packed[3].max()) > top)):
-                    raise ValueError(f"keyword index segment {r} is inconsistent (the high parts of its doc ids do "
-                                     f"not fit its {len(indptr) - 1} terms and {len(lo)} postings); rebuild the cache")
-                if wide:
-                    seg = _Segment(vocab, part("term_keys"), indptr, None, tfs, doc_len, packed=packed)
-                else:
-                    seg = _Segment(vocab, part("term_keys"), indptr, lo, tfs, doc_len)
-                if seg.n_docs != nd[r]:
-                    raise ValueError(f"keyword index segment {r} is inconsistent ({seg.n_docs} doc "
-                                     f"lengths for n_docs={nd[r]}); rebuild the cache")
-                rem = part("removed")
-                if len(rem):
-                    removed.append(rem + base)
-                base += seg.n_docs
-                segs.append(seg)
-        rem_all = np.unique(np.concatenate(removed)) if removed else None
-        return cls(segs, k1=k1, b=b, removed=rem_all)
+        from .keyword_index_file import from_table
 
-
-class RunLookup:
-    """run id -> row position in O(log N), without a dict (for the lineage kernel).
-
-    It lives here because it is the keyword vocabulary's sorted-string search applied to run ids.
-
-    Holds the run ids sorted byte-wise as one Arrow string array, their uint64 8-byte
-    prefix keys and their row positions (the same binary search as the keyword vocabulary).
-    Build it once per frame (one Arrow sort, O(N log N)) and pass it to
-    :func:`lineage_affinity`; the ancestor walk then costs O(depth * log N).
-    """
-
-    __slots__ = ("sorted_ids", "keys", "positions", "_off", "_mv", "_slot_of")
-
-    def __init__(self, sorted_ids: pa.Array, keys: np.ndarray, positions: np.ndarray):
-        self.sorted_ids = sorted_ids
-        self.keys = keys
-        self.positions = positions
-        self._off, self._mv, _ = _string_buffers(sorted_ids)
-        self._slot_of: np.ndarray | None = None
-
-    @classmethod
-    def build(cls, run_ids: Any) -> RunLookup:
-        """From a numpy (object/str) or pyarrow (string/dictionary) id column; missing
-        (None/null) ids are left out."""
-        import pyarrow.compute as pc
-
-        ids = run_ids.combine_chunks() if isinstance(run_ids, pa.ChunkedArray) else run_ids
-        if not isinstance(ids, pa.Array):
-            ids = pa.array(np.asarray(ids, dtype=object).tolist(), type=pa.string(), from_pandas=True)
-        if ids.type != pa.string():  # dictionary / large_string columns
-            ids = ids.cast(pa.string())
-        order = pc.sort_indices(ids)  # nulls sort last by default
-        order = order.slice(0, len(ids) - ids.null_count)
-        sorted_ids = ids.take(order)
-        off, _, data = _string_buffers(sorted_ids)
-        return cls(sorted_ids, _prefix_keys(off, data), numpy_of(order).astype(np.int64))
-
-    def find(self, run_id: str) -> int:
-        """Row of ``run_id``, or -1 (one id: scalar searches, no arrays built)."""
-        b = run_id.encode()
-        key = np.uint64(_query_key(b))
-        j = _in_run(self._off, self._mv, b, int(self.keys.searchsorted(key, "left")), int(self.keys.searchsorted(key, "right")))
-        return int(self.positions[j]) if j >= 0 else -1
-
-    def id_at(self, row: int) -> str | None:
-        """The run id at ``row`` (None when that row has none): from the sorted ids' bytes, no Arrow call."""
-        if self._slot_of is None:
-            self._slot_of = np.full(int(self.positions.max(initial=-1)) + 1, -1, dtype=np.int64)
-            self._slot_of[self.positions] = np.arange(len(self.positions))
-        j = int(self._slot_of[row]) if row < len(self._slot_of) else -1
-        return bytes(self._mv[self._off[j] : self._off[j + 1]]).decode() if j >= 0 else None
-
-
-class IdColumn:
-    """An id column (rootRunId, chatSessionId, parentRunId) as int32 codes into its distinct ids,
-    for the lineage kernel on a long-lived snapshot: the id at a row and the rows holding an id
-    without an Arrow call or a pass over every row (the rows of each id come from one stable sort,
-    built when first asked for). Missing ids (null or "") have code -1."""
-
-    __slots__ = ("codes", "values", "_code_of", "_order", "_starts")
-
-    def __init__(self, column: Any):
-        import pyarrow.compute as pc
-
-        col = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        enc = pc.dictionary_encode(col)
-        values = enc.dictionary.to_pylist()
-        codes = numpy_of(pc.fill_null(enc.indices, scalar(-1, enc.indices.type))).astype(np.int32)
-        if "" in values:  # an empty id is a missing one
-            codes[codes == values.index("")] = -1
-        self.codes, self.values = codes, values
-        self._code_of = {v: i for i, v in enumerate(values) if v != ""}
-        self._order: np.ndarray | None = None
-        self._starts: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-    def at(self, i: int) -> str | None:
-        """The id at row ``i`` (None when missing)."""
-        c = int(self.codes[i])
-        return self.values[c] if c >= 0 else None
-
-    def rows_of(self, value: str) -> np.ndarray:
-        """The rows holding ``value``, ascending."""
-        c = self._code_of.get(value)
-        if c is None:
-            return np.zeros(0, dtype=np.int64)
-        if self._order is None:
-            self._order = np.argsort(self.codes, kind="stable")
-            self._starts = np.searchsorted(self.codes[self._order], np.arange(len(self.values) + 1))
-        return self._order[self._starts[c]:self._starts[c + 1]]
+        segments, removed, k1, b = from_table(table)
+        return cls(segments, k1=k1, b=b, removed=removed)

@@ -2,7 +2,7 @@
 
 ``issues.jsonl`` is append-only; an issue's current state is the fold of its events in file
 order (store-format.md). The fold, written once here in two forms that are tested equal
-(tests/test_issues.py, hypothesis over generated ledgers):
+(tests/store/test_ledger.py, hypothesis over generated ledgers):
 
 - :func:`fold` / :func:`fold_into`: streaming, over :class:`~cybmem.store.records.IssueEvent` objects
   (the write path and the CLI; no pyarrow);

@@ -17,34 +17,13 @@ Everything here is pure, deterministic and never raises on any str.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import unicodedata
 from dataclasses import dataclass
 
-#: The characters of a text that anything but the record itself reads (64 Ki): a query's and a task's
-#: tokens (:mod:`cybmem.store.tokens`), a task's one-line views (:func:`subject_line`, :func:`head_line`,
-#: :func:`shorten`). Some 10,000 words, ten times the longest task of the corpora; what lies past it is
-#: kept in the record but not read. A 50 MB task otherwise cost every read tens of seconds and a gigabyte.
-MAX_TEXT_CHARS = 65_536
+from .display import collapse_whitespace, head_line, shorten, split_lines
 
-__all__ = [
-    "CONTROL",
-    "bidi_closed",
-    "Trailer",
-    "extractive_summary",
-    "head_line",
-    "issue_slug",
-    "json_controls_escaped",
-    "parse_trailer",
-    "printable",
-    "printable_json",
-    "shorten",
-    "split_issue",
-    "subject_line",
-]
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+__all__ = ["Trailer", "extractive_summary", "issue_slug", "parse_trailer", "split_issue"]
 
 # A header on its own line: optional markdown heading / emphasis around the word, colon required,
 # so "Issues" in a sentence or a bare "NEXT" never opens a section.
@@ -83,11 +62,6 @@ class Trailer:
     found: bool
 
 
-def _lines(text: str) -> list[str]:
-    """Split on \\r\\n, lone \\r and \\n alike."""
-    return _LINE_BREAK.split(text)
-
-
 def _header(line: str) -> str | None:
     """The section name ("accomplished", "issues", "next") if line is a trailer header."""
     stripped = line.strip()
@@ -95,91 +69,6 @@ def _header(line: str) -> str | None:
         return None
     match = _HEADER.fullmatch(stripped)
     return match.group(1).lower() if match else None
-
-
-#: Control characters no stored text may bring to a terminal or a prompt: C0 but tab and
-#: newline, DEL, and C1 (U+0080-U+009F: a terminal takes U+009B for ESC [).
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CR = re.compile(r"\r\n?")
-#: Explicit bidi formatting (Unicode UAX #9): the embeddings and overrides LRE, RLE, LRO, RLO end
-#: at PDF (U+202C), the isolates LRI, RLI, FSI at PDI (U+2069), which also ends the embeddings
-#: opened inside the isolate; a line break ends them all.
-_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
-_PDF, _PDI = "\u202c", "\u2069"
-
-
-def bidi_closed(text: str) -> str:
-    """``text`` (one line) with every bidi control removed that it does not close itself: an
-    embedding, override or isolate left open (an unterminated U+202E would turn the rest of the
-    line it is copied into around), and a PDF or PDI with nothing to close (it would close one
-    of the text that comes before). Pairs that open and close within it stay. Linear."""
-    if _BIDI.search(text) is None:
-        return text
-    opened: list[tuple[int, bool]] = []  # (position, is an isolate), innermost last
-    isolates = 0  # how many of them are isolates
-    drop: list[int] = []
-    for m in _BIDI.finditer(text):
-        c, at = m.group(), m.start()
-        if c == _PDF:
-            if opened and not opened[-1][1]:
-                opened.pop()
-            else:
-                drop.append(at)  # no embedding open inside the innermost isolate: it closes nothing of its own
-        elif c == _PDI:
-            if isolates:
-                while not opened.pop()[1]:
-                    pass  # the embeddings opened inside the isolate end with it
-                isolates -= 1
-            else:
-                drop.append(at)
-        else:
-            isolate = c in "\u2066\u2067\u2068"
-            opened.append((at, isolate))
-            isolates += isolate
-    drop += [at for at, _ in opened]
-    if not drop:
-        return text
-    out, start = [], 0
-    for at in sorted(drop):
-        out.append(text[start:at])
-        start = at + 1
-    out.append(text[start:])
-    return "".join(out)
-
-
-def printable(text: str | None) -> str:
-    """Stored text made safe to print to a terminal: line endings become "\\n", every other
-    control character (an escape sequence's ESC, a bell, a C1 CSI) becomes U+FFFD, so a record
-    cannot clear the screen, set the window title or rewrite a line, and shows it tried; and each
-    line is bidi-closed (:func:`bidi_closed`), so an unterminated override cannot turn around
-    what a table or ``show`` prints after it on that line."""
-    if not text:
-        return text or ""
-    text = _CR.sub("\n", text)
-    if _BIDI.search(text) is not None:
-        text = "\n".join(bidi_closed(line) for line in text.split("\n"))
-    return CONTROL.sub("\ufffd", text) if CONTROL.search(text) else text
-
-
-_JSON_UNSAFE = re.compile("[\x7f-\x9f]")
-
-
-def printable_json(data) -> str:
-    """``data`` as indented JSON text (what ``--json`` prints), with DEL and C1 characters
-    escaped like C0 ones (``\\u009b``), so no raw control reaches a terminal; decoded, it is
-    ``data`` unchanged."""
-    return json_controls_escaped(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def json_controls_escaped(text: str) -> str:
-    """JSON text with its DEL and C1 characters escaped as ``\\u00XX``, as JSON encoders escape
-    the C0 ones (:func:`printable_json`); decoded, it holds the same values."""
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # the text itself when none is there
-
-
-def _collapse(text: str) -> str:
-    """Collapse every run of whitespace (newlines included) to one space and trim."""
-    return " ".join(text.split())
 
 
 def _is_none(item: str) -> bool:
@@ -215,7 +104,7 @@ def _clean_items(raw: list[str]) -> list[str]:
     """Collapse, drop placeholders and duplicates, keep first-seen order."""
     seen: dict[str, None] = {}
     for item in raw:
-        text = _collapse(item)
+        text = collapse_whitespace(item)
         text = _CHECKBOX.sub("", text, count=1) if _CHECKBOX.match(text) else text
         if text and not _is_none(text):
             seen.setdefault(text, None)
@@ -240,7 +129,7 @@ def parse_trailer(text: str | None) -> Trailer:
     """
     if not text:
         return Trailer([], [], [], False)
-    lines = _lines(text)
+    lines = split_lines(text)
     last: dict[str, int] = {}
     for i, line in enumerate(lines):
         name = _header(line)
@@ -305,78 +194,6 @@ def issue_slug(title: str) -> str:
     return "issue-" + digest[:10]
 
 
-def shorten(text: str | None, max_chars: int) -> str:
-    """Collapse whitespace and cut to at most max_chars on a word boundary, ending a cut with "…".
-
-    Args:
-        text: any text; None counts as "".
-        max_chars: the length limit, ellipsis included.
-
-    Returns:
-        The collapsed text, or its cut; "" when max_chars <= 0.
-    """
-    whole = text or ""
-    text = _collapse(whole[:MAX_TEXT_CHARS])  # what a one-line view reads of a huge text
-    if len(text) <= max_chars and len(whole) <= MAX_TEXT_CHARS:
-        return text
-    if max_chars <= 0:
-        return ""
-    if len(text) < max_chars:  # what was read fits, and the text goes on past it
-        return bidi_closed(text).rstrip(" ,;:-–—") + "…"
-    room = max_chars - 1  # keep one character for the ellipsis
-    head = text[:room]
-    if text[room] != " ":
-        # Back up to the last space unless that throws away more than half the room.
-        space = head.rfind(" ")
-        if space >= room // 2:
-            head = head[:space]
-    return bidi_closed(head).rstrip(" ,;:-–—") + "…"  # a cut never leaves a bidi override open
-
-
-def head_line(text: str | None, max_chars: int) -> str:
-    """First non-empty line, whitespace-collapsed and cut on a word boundary with "…".
-
-    Args:
-        text: any text; None counts as "".
-        max_chars: the length limit, ellipsis included.
-
-    Returns:
-        The shortened first line, or "" when there is none.
-    """
-    for line in _lines((text or "")[:MAX_TEXT_CHARS]):
-        if line.strip():
-            return shorten(line, max_chars)
-    return ""
-
-
-# GitHub's merge commit: "Merge pull request #123 from owner/branch", a blank line, the PR title.
-_MERGE_PR = re.compile(r"Merge pull request #(\d+) from \S+")
-
-
-def subject_line(text: str | None, max_chars: int) -> str:
-    """The line of a task that says the most, cut like :func:`head_line`: what tables show.
-
-    That is the first non-empty line, except for a GitHub merge commit ("Merge pull request #N
-    from owner/branch" followed by the pull request's title), which reads as the title with
-    ``(#N)`` after it, as a squash merge is written ("Fix the cache (#123)"). When the title must
-    be cut, ``(#N)`` is kept.
-
-    Args:
-        text: a task; None counts as "".
-        max_chars: the length limit, ellipsis included.
-    """
-    lines = [line for line in _lines((text or "")[:MAX_TEXT_CHARS]) if line.strip()]
-    if not lines:
-        return ""
-    merge = _MERGE_PR.fullmatch(lines[0].strip())
-    if merge is None or len(lines) < 2:
-        return shorten(lines[0], max_chars)
-    suffix = f" (#{merge.group(1)})"
-    if max_chars < 2 * len(suffix):
-        return shorten(lines[1], max_chars)
-    return shorten(lines[1], max_chars - len(suffix)) + suffix
-
-
 def _first_sentence(task: str) -> str:
     """The task's first non-empty line, cut after its first sentence end."""
     line = head_line(task, len(task) + 1)
@@ -394,7 +211,7 @@ def _output_head(output: str) -> str:
     parts: list[str] = []
     size = 0  # of parts, kept as it grows: summed again each line, 20,000 empty bullets took 27 s
     in_fence = False
-    for line in _lines(output):
+    for line in split_lines(output):
         if _FENCE.match(line):
             in_fence = not in_fence
             continue
@@ -409,7 +226,7 @@ def _output_head(output: str) -> str:
         size += len(parts[-1])
         if size > 2000:
             break  # plenty for any summary budget; don't walk a huge answer
-    return _collapse(" ".join(parts))
+    return collapse_whitespace(" ".join(parts))
 
 
 def extractive_summary(
@@ -436,7 +253,7 @@ def extractive_summary(
     Returns:
         The summary, whitespace-collapsed; never empty.
     """
-    ended = f"Ended {_collapse(state or '') or 'unknown'}."
+    ended = f"Ended {collapse_whitespace(state or '') or 'unknown'}."
     budget = max_chars - len(ended)
     parts: dict[str, str] = {}
 

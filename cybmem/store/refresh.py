@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -338,6 +339,9 @@ def _patch_replaced(store: MemoryStore, cache: Path, manifest: _cache.Manifest, 
 
 
 def _refresh(store: MemoryStore, cache: Path, recheck: Sequence[str] = ()) -> Snapshot:
+    """Bring the cache up to date under its lock, in a few steps: the cached state (or start over),
+    the ledger from its offset, the records replaced in place, the records that are new, then
+    publish the files and the manifest together."""
     ensure_dir(cache)
     with locked(cache / ".lock"):
         manifest, fresh = _cache.Manifest.read_fresh(cache, store.records_dir, store.issues_path)
@@ -347,111 +351,23 @@ def _refresh(store: MemoryStore, cache: Path, recheck: Sequence[str] = ()) -> Sn
                              manifest=manifest)
         scanned_at = time.time_ns()
         listing = store.listing()
-        if manifest is None:
+        cached = _cached_state(store, cache, manifest, listing, recheck)
+        if cached is None:
             return _start_over(store, cache, scanned_at, listing)
-        try:
-            records, index, events = _segments(cache, manifest)
-        except (OSError, ValueError, KeyError, pa.ArrowException):
-            return _start_over(store, cache, scanned_at, listing)
-        changes = _cache.listing_changes(records, listing)
-        if changes.vanished:
-            return _start_over(store, cache, scanned_at, listing)  # a record vanished: append-only was broken
-        if recheck:  # edited in place (same inode): read again like a replaced file
-            known = {row for row, _, _ in changes.replaced}
-            at = pc.index_in(strings(list(recheck)), value_set=records.column("runId")).to_pylist()
-            changes.replaced += [(row, f"{rid}.json", listing[f"{rid}.json"]) for rid, row in zip(recheck, at)
-                                 if row is not None and row not in known and f"{rid}.json" in listing]
-
-        # The ledger from its last offset (from the start if it was replaced).
-        problems = _problems_of(manifest)
-        led = _cache.ledger_stat(store.issues_path) or _NO_LEDGER
-        prev = manifest.ledger
-        # Appended to, not rewritten: the same file, not shorter, and when no longer, not touched
-        # (a same-length edit of a line changes the mtime only); the bytes read last time are
-        # checked below when it grew.
-        same_file = prev.get("ino") == led["ino"] and led["size"] >= prev.get("size", 0) and not (
-            led["size"] == prev.get("size", 0) and prev.get("mtime_ns") is not None and led["mtime_ns"] != prev["mtime_ns"])
-        problems = [p for p in problems if p.path != str(store.issues_path)]
-        unreadable: list[ReadProblem] = []
-        raw_all = None
-        if same_file and led["size"] > prev.get("size", 0):
-            raw_all = _read_ledger_all(store, unreadable)
-            start = prev.get("size", 0)
-            if prev.get("tail") is not None and raw_all[max(start - _LEDGER_TAIL, 0):start].hex() != prev["tail"]:
-                same_file = False  # what was read before changed: fold it all again
-        if not same_file:
-            events, consumed, lines, led_problems = _parse_ledger(_read_ledger_all(store, unreadable), 1, store.issues_path)
-            led_problems = unreadable + led_problems
-            problems = [p for p in problems if ".jsonl:" not in p.path]
-        elif led["size"] > prev.get("size", 0):
-            raw = raw_all[prev.get("size", 0):]
-            more, consumed, lines, led_problems = _parse_ledger(raw, prev.get("lines", 0) + 1, store.issues_path)
-            led_problems = unreadable + led_problems
-            consumed += prev.get("size", 0)
-            lines += prev.get("lines", 0)
-            if more.num_rows:
-                events = pa.concat_tables([events, more]).combine_chunks()
-            problems = [p for p in problems if "torn last line" not in p.message]
-        else:
-            consumed, lines, led_problems = prev.get("size", 0), prev.get("lines", 0), []
-        problems += [p for p in led_problems if p not in problems]
-        files: dict[str, pa.Table] = {}
-        if (consumed, lines) != (prev.get("size", 0), prev.get("lines", 0)) or not same_file:
-            folded, files = _ledger_files(events)
-        else:
-            folded = _cached_fold(cache, events)
-        manifest.ledger = {"size": consumed, "mtime_ns": led["mtime_ns"] if consumed == led["size"] else None,
-                           "ino": led["ino"], "lines": lines, "tail": _ledger_tail(store, consumed)}
-
-        # When rows were read later than their segment (chk-N.arrow): changed only by a patch or a compaction.
+        records, index, events, changes = cached
+        events, folded, files, problems = _refresh_ledger(store, cache, manifest, events)
         checked = None
         if changes.replaced:
             patched = _patch_replaced(store, cache, manifest, records, changes.replaced, events)
             if patched is None:
                 return _start_over(store, cache, scanned_at, listing)
             records, rows = patched
+            # When rows were read later than their segment (chk-N.arrow): changed only by a patch or a compaction.
             checked = _cache.merge_checked(_cache.read_checked(cache / manifest.checked if manifest.checked else None),
                                            np.asarray(sorted(rows), np.int64), np.full(len(rows), scanned_at, np.int64),
                                            replace=True)  # what they hold now was read then
-
-        # Everything listed that is neither cached nor a known-bad file (with the same inode) is new.
-        new = sorted(e for e in changes.added if manifest.bad.get(e[0]) != e[1])
-        for name in [n for n in manifest.bad if listing.get(n) != manifest.bad[n]]:
-            manifest.bad.pop(name)
-            problems = [p for p in problems if not p.path.endswith(os.sep + name)]
-        parsed = 0
-        if new:
-            seg_table, texts, bad, rec_problems = load_records(store, new, {})
-            if seg_table.num_rows:
-                # Issue titles for the keyword text: only the few ids these records raise.
-                titles = issue_texts(events, _record_issue_ids(seg_table))
-                texts = keyword_text_array(seg_table, titles) if titles else texts
-            manifest.bad.update(bad)
-            problems += rec_problems
-            if seg_table.num_rows:
-                seg_index = KeywordIndex.build(tokenize_arrow(texts))
-                parsed = seg_table.num_rows
-                records = pa.concat_tables([records, seg_table])
-                index = _concat_indexes([index, seg_index])
-                rec, kw = manifest.new_files("rec", "kw")
-                if len(manifest.segments) >= _cache.MAX_SEGMENTS:
-                    records = records.combine_chunks()
-                    index = index.compact()
-                    # One segment of rows read at several moments: the earliest is the segment's,
-                    # each later one goes to chk-N.arrow with its rows.
-                    segs = manifest.segments + [{"rows": seg_table.num_rows, "read_ns": scanned_at}]
-                    read_ns = min(seg.get("read_ns", 0) for seg in segs)
-                    sizes, moments = np.array([seg["rows"] for seg in segs]), np.array([seg.get("read_ns", 0) for seg in segs])
-                    later = np.repeat(moments > read_ns, sizes)
-                    if later.any():
-                        if checked is None:
-                            checked = _cache.read_checked(cache / manifest.checked if manifest.checked else None)
-                        checked = _cache.merge_checked(checked, np.flatnonzero(later), np.repeat(moments, sizes)[later])
-                    manifest.segments = [{"rec": rec, "kw": kw, "rows": records.num_rows, "read_ns": read_ns}]
-                    files.update({rec: records, kw: index.to_arrow()})
-                else:
-                    manifest.segments.append({"rec": rec, "kw": kw, "rows": seg_table.num_rows, "read_ns": scanned_at})
-                    files.update({rec: seg_table, kw: seg_index.to_arrow()})
+        records, index, parsed, problems, checked = _add_new(store, cache, manifest, changes, listing, records, index,
+                                                              events, problems, checked, scanned_at, files)
         if checked is not None:
             files.update(_cache.checked_file(manifest, checked))
         files.update(_issue_files(store, manifest, records, events, index, folded))
@@ -459,3 +375,121 @@ def _refresh(store: MemoryStore, cache: Path, recheck: Sequence[str] = ()) -> Sn
         manifest.publish(cache, store.records_dir, scanned_at, files)
         return _snapshot(store, records, events, index, problems, cache, from_cache=True, parsed=parsed,
                          manifest=manifest)
+
+
+def _cached_state(store: MemoryStore, cache: Path, manifest: _cache.Manifest | None, listing: dict[str, int],
+                  recheck: Sequence[str]) -> tuple[pa.Table, KeywordIndex, pa.Table, _cache.ListingChanges] | None:
+    """The cached records, index and events, and how records/ changed since (``recheck``'s files
+    counted as replaced); None when the cache must start over (no manifest, unreadable segments,
+    a record that vanished)."""
+    if manifest is None:
+        return None
+    try:
+        records, index, events = _segments(cache, manifest)
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return None
+    changes = _cache.listing_changes(records, listing)
+    if changes.vanished:
+        return None  # a record vanished: append-only was broken
+    if recheck:  # edited in place (same inode): read again like a replaced file
+        known = {row for row, _, _ in changes.replaced}
+        at = pc.index_in(strings(list(recheck)), value_set=records.column("runId")).to_pylist()
+        changes.replaced += [(row, f"{rid}.json", listing[f"{rid}.json"]) for rid, row in zip(recheck, at)
+                             if row is not None and row not in known and f"{rid}.json" in listing]
+    return records, index, events, changes
+
+
+def _refresh_ledger(store: MemoryStore, cache: Path, manifest: _cache.Manifest, events: pa.Table
+                    ) -> tuple[pa.Table, pa.Table, dict[str, pa.Table], list[ReadProblem]]:
+    """The ledger from its last offset (from the start if it was replaced): the events, their fold,
+    the ledger's cache files to write (none when it did not change) and the problems so far;
+    ``manifest.ledger`` is updated."""
+    problems = _problems_of(manifest)
+    led = _cache.ledger_stat(store.issues_path) or _NO_LEDGER
+    prev = manifest.ledger
+    # Appended to, not rewritten: the same file, not shorter, and when no longer, not touched
+    # (a same-length edit of a line changes the mtime only); the bytes read last time are
+    # checked below when it grew.
+    same_file = prev.get("ino") == led["ino"] and led["size"] >= prev.get("size", 0) and not (
+        led["size"] == prev.get("size", 0) and prev.get("mtime_ns") is not None and led["mtime_ns"] != prev["mtime_ns"])
+    problems = [p for p in problems if p.path != str(store.issues_path)]
+    unreadable: list[ReadProblem] = []
+    raw_all = None
+    if same_file and led["size"] > prev.get("size", 0):
+        raw_all = _read_ledger_all(store, unreadable)
+        start = prev.get("size", 0)
+        if prev.get("tail") is not None and raw_all[max(start - _LEDGER_TAIL, 0):start].hex() != prev["tail"]:
+            same_file = False  # what was read before changed: fold it all again
+    if not same_file:
+        events, consumed, lines, led_problems = _parse_ledger(_read_ledger_all(store, unreadable), 1, store.issues_path)
+        led_problems = unreadable + led_problems
+        problems = [p for p in problems if ".jsonl:" not in p.path]
+    elif led["size"] > prev.get("size", 0):
+        raw = raw_all[prev.get("size", 0):]
+        more, consumed, lines, led_problems = _parse_ledger(raw, prev.get("lines", 0) + 1, store.issues_path)
+        led_problems = unreadable + led_problems
+        consumed += prev.get("size", 0)
+        lines += prev.get("lines", 0)
+        if more.num_rows:
+            events = pa.concat_tables([events, more]).combine_chunks()
+        problems = [p for p in problems if "torn last line" not in p.message]
+    else:
+        consumed, lines, led_problems = prev.get("size", 0), prev.get("lines", 0), []
+    problems += [p for p in led_problems if p not in problems]
+    files: dict[str, pa.Table] = {}
+    if (consumed, lines) != (prev.get("size", 0), prev.get("lines", 0)) or not same_file:
+        folded, files = _ledger_files(events)
+    else:
+        folded = _cached_fold(cache, events)
+    manifest.ledger = {"size": consumed, "mtime_ns": led["mtime_ns"] if consumed == led["size"] else None,
+                       "ino": led["ino"], "lines": lines, "tail": _ledger_tail(store, consumed)}
+    return events, folded, files, problems
+
+
+def _add_new(store: MemoryStore, cache: Path, manifest: _cache.Manifest, changes: _cache.ListingChanges,
+             listing: dict[str, int], records: pa.Table, index: KeywordIndex, events: pa.Table,
+             problems: list[ReadProblem], checked, scanned_at: int, files: dict[str, pa.Table]
+             ) -> tuple[pa.Table, KeywordIndex, int, list[ReadProblem], Any]:
+    """Parse the records that are new (listed, neither cached nor a known-bad file with the same
+    inode) into one more segment, or into one compacted segment once there are MAX_SEGMENTS;
+    its files go into ``files``. Returns the records, index, rows parsed, problems and checked rows."""
+    new = sorted(e for e in changes.added if manifest.bad.get(e[0]) != e[1])
+    for name in [n for n in manifest.bad if listing.get(n) != manifest.bad[n]]:
+        manifest.bad.pop(name)
+        problems = [p for p in problems if not p.path.endswith(os.sep + name)]
+    parsed = 0
+    if not new:
+        return records, index, parsed, problems, checked
+    seg_table, texts, bad, rec_problems = load_records(store, new, {})
+    if seg_table.num_rows:
+        # Issue titles for the keyword text: only the few ids these records raise.
+        titles = issue_texts(events, _record_issue_ids(seg_table))
+        texts = keyword_text_array(seg_table, titles) if titles else texts
+    manifest.bad.update(bad)
+    problems += rec_problems
+    if not seg_table.num_rows:
+        return records, index, parsed, problems, checked
+    seg_index = KeywordIndex.build(tokenize_arrow(texts))
+    parsed = seg_table.num_rows
+    records = pa.concat_tables([records, seg_table])
+    index = _concat_indexes([index, seg_index])
+    rec, kw = manifest.new_files("rec", "kw")
+    if len(manifest.segments) >= _cache.MAX_SEGMENTS:
+        records = records.combine_chunks()
+        index = index.compact()
+        # One segment of rows read at several moments: the earliest is the segment's,
+        # each later one goes to chk-N.arrow with its rows.
+        segs = manifest.segments + [{"rows": seg_table.num_rows, "read_ns": scanned_at}]
+        read_ns = min(seg.get("read_ns", 0) for seg in segs)
+        sizes, moments = np.array([seg["rows"] for seg in segs]), np.array([seg.get("read_ns", 0) for seg in segs])
+        later = np.repeat(moments > read_ns, sizes)
+        if later.any():
+            if checked is None:
+                checked = _cache.read_checked(cache / manifest.checked if manifest.checked else None)
+            checked = _cache.merge_checked(checked, np.flatnonzero(later), np.repeat(moments, sizes)[later])
+        manifest.segments = [{"rec": rec, "kw": kw, "rows": records.num_rows, "read_ns": read_ns}]
+        files.update({rec: records, kw: index.to_arrow()})
+    else:
+        manifest.segments.append({"rec": rec, "kw": kw, "rows": seg_table.num_rows, "read_ns": scanned_at})
+        files.update({rec: seg_table, kw: seg_index.to_arrow()})
+    return records, index, parsed, problems, checked

@@ -31,7 +31,8 @@ from ..arrow_numpy import array_of, numpy_of, pylist, scalar, strings  # not pa.
 from .arrow_records import RECORD_SCHEMA, FEW_ROWS, Cells, parse_files, take_rows
 from .issue_tables import (ACTIVITY_SCHEMA, CARRIERS_SCHEMA, carrier_arrays, issue_activity, issue_carriers, issue_index,
                            issue_texts, open_rows, opened_in)
-from .keyword_index import IdColumn, KeywordIndex, RunLookup
+from .keyword_index import KeywordIndex
+from .run_ids import IdColumn, RunLookup
 from .memory_store import MemoryStore, ReadProblem
 
 __all__ = ["RECORD_SCHEMA", "Snapshot", "CacheFiles", "load_snapshot", "holding_snapshots", "issue_texts", "cache_problem"]
@@ -193,7 +194,7 @@ class Snapshot:
     def prepare(self) -> "Snapshot":
         """Build the per-snapshot lookups that pay off over many queries (returns self).
 
-        The lineage id columns as codes (:class:`~cybmem.store.keyword_index.IdColumn`: the rows of a
+        The lineage id columns as codes (:class:`~cybmem.store.run_ids.IdColumn`: the rows of a
         chain's root or a chat session without a pass over every record, an id at a row without an
         Arrow call), and a sorted run-id lookup that makes the ancestor walk O(depth log N);
         both cost a little once (benchmarks/RESULTS.md, "Figures the module docstrings

@@ -22,7 +22,7 @@
    the module docstrings quoted"). Stemming each distinct word once (the word cache below)
    keeps it off the hot path.
 
-:data:`MAX_TEXT_CHARS` (:mod:`cybmem.store.outcome`'s) bounds what is read: a query's text is
+:data:`MAX_TEXT_CHARS` (:mod:`cybmem.store.display`'s) bounds what is read: a query's text is
 tokenized up to it, and a record's task is indexed up to it
 (:func:`cybmem.store.arrow_records.keyword_text_array`); the record keeps its task whole. A 50 MB
 task would otherwise cost every read of a store without a cache tens of seconds and a gigabyte.
@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import Stemmer
 
-from .outcome import MAX_TEXT_CHARS
+from .display import MAX_TEXT_CHARS
 
 __all__ = ["VERSION", "STOPWORDS", "MAX_TEXT_CHARS", "tokenize", "tokenize_many", "tokenize_arrow"]
 

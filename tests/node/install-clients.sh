@@ -8,6 +8,11 @@ CLAUDE_CODE="@anthropic-ai/claude-code@2.1.328"
 CODEX="@openai/codex@0.169.0"
 dest=clients
 have() { [ -x "$dest/node_modules/.bin/$1" ] && "$dest/node_modules/.bin/$1" --version 2>/dev/null | grep -q "$2"; }
+# One install at a time: both test workers may ask at once (their session fixtures), and a run of
+# a client while npm rewrites it fails with "Exec format error".
+mkdir -p "$dest"
+exec 9>"$dest/.install.lock"
+if command -v flock >/dev/null; then flock 9; fi
 if have claude "${CLAUDE_CODE##*@}" && have codex "${CODEX##*@}"; then
   exit 0
 fi

@@ -34,7 +34,7 @@ DAY = 86_400_000
 
 
 def embed_env(server, **extra) -> dict:
-    """Embeddings through the server's OpenAI form (the Ollama form is tested in test_remote.py)."""
+    """Embeddings through the server's OpenAI form (the Ollama form is tested in tests/clients/test_embeddings.py)."""
     return {"CYBERINE_MEMORY_EMBEDDINGS": f"{server.url}/v1", "CYBERINE_MEMORY_EMBED_MODEL": server.model, **extra}
 
 

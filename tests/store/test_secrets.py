@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from cybmem.store.secrets import Finding, redact, scan
 
-CORPUS_PATH = Path(__file__).resolve().parent.parent / "data-fixtures" / "redaction-corpus.jsonl"
+CORPUS_PATH = Path(__file__).resolve().parents[2] / "data-fixtures" / "redaction-corpus.jsonl"
 CORPUS = [json.loads(line) for line in CORPUS_PATH.read_text(encoding="utf-8").splitlines()]
 SECRETS = [row for row in CORPUS if row["secret"]]
 LOOKALIKES = [row for row in CORPUS if not row["secret"]]

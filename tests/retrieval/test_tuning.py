@@ -561,7 +561,7 @@ def tide(tmp_path):
     """A project where time relates runs (data-fixtures/time_related.py): self-tuning has something to learn."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("time_related", Path(__file__).resolve().parent.parent / "data-fixtures" / "time_related.py")
+    spec = importlib.util.spec_from_file_location("time_related", Path(__file__).resolve().parents[2] / "data-fixtures" / "time_related.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.write(tmp_path / "mem")

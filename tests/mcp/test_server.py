@@ -499,7 +499,7 @@ def test_every_time_is_iso_8601_and_no_internal_field_is_shown(agent):
 def desktop_agent(tmp_path_factory):
     """README's configuration as written (`cybmem mcp`, nothing else) as a desktop client runs
     it: from /, with the user's HOME, whose default memory root holds the fixtures."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     config = json.loads(re.search(r"```json\n(\{\n  \"mcpServers\".*?)```", readme, re.S).group(1))["mcpServers"]["cybmem"]
     assert config["command"] == "cybmem"
     where = tmp_path_factory.mktemp("desktop")
@@ -689,7 +689,7 @@ def test_an_answer_text_is_the_json_the_cli_prints():
     them), but for a float in exponent form (1e-6 where --json prints 1e-06); what orjson cannot
     write (an integer past 64 bits, a lone surrogate) is written by the standard library."""
     from cybmem.mcp.server import _json
-    from cybmem.store.outcome import printable_json
+    from cybmem.store.display import printable_json
 
     answer = {"text": "".join(map(chr, range(0xa5))) + "\u2028\u00e9\U0001F600", "hits": [1, 2.5, None, True, {}, []],
               "runId": CART, "warnings": []}

@@ -591,7 +591,7 @@ def test_readmes_first_command_leaves_nothing_a_test_copy_keeps(tmp_path):
 
     from conftest import FIXTURES, LEFTOVERS
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text().splitlines()
     first = next(line for line in readme if line.startswith("pip install -e . && cybmem "))
     argv = shlex.split(first.split("&&", 1)[1])
     checkout = tmp_path / "checkout"

@@ -3,7 +3,7 @@
 (cybmem.retrieval.judgments).
 
 The loop test is a scripted agent with real processes: `cybmem inject` with CYBERINE_RUN_ID, the
-MCP server started by the SDK's client (as tests/test_mcp.py does) fetching a shown run, `cybmem
+MCP server started by the SDK's client (as tests/mcp/test_server.py does) fetching a shown run, `cybmem
 write` of the run's record naming another shown run, then `cybmem tune --derive used --json`.
 """
 

@@ -596,7 +596,7 @@ class _Counted(list):
 
 
 def test_the_block_formats_only_the_items_that_can_show():
-    from cybmem.store.outcome import shorten
+    from cybmem.store.display import shorten
 
     # 300,000 NEXT items (13 MB of a record) cost 3.5 s an inject: every item was formatted, then cut to 200 characters.
     steps = _Counted(f"step {i} of the long list" for i in range(300_000))

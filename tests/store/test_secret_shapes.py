@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from cybmem.store import secret_shapes as shapes
+from cybmem.store import secret_decoders as decoders, secret_scanner
 from cybmem.store.secrets import Finding, redact, scan
 
 from conftest import REPO, T0, make_run, write_json
@@ -170,12 +170,12 @@ def test_a_decoded_finding_replaces_exactly_its_encoded_characters():
 
 def test_decoded_spans_map_back_to_the_original():
     text = 'a\\"b%41c'
-    escaped = shapes.decoded_variants(text)[0]
+    escaped = decoders.decoded_variants(text)[0]
     assert escaped.text == 'a"b%41c'
     assert escaped.original_span(1, 2) == (1, 3) and escaped.original_span(0, 4) == (0, 5)
     assert escaped.original_span(4, 7) == (5, 8)
     wrapped = "x" * 44 + "A1b2C3d4E5f6G7h8\n9Zy8Xw7V rest"
-    joined = [d for d in shapes.decoded_variants(wrapped) if d.crossing_only][0]
+    joined = [d for d in decoders.decoded_variants(wrapped) if d.crossing_only][0]
     assert joined.text == "x" * 44 + "A1b2C3d4E5f6G7h89Zy8Xw7V rest"
     assert joined.original_span(44, 68) == (44, 69) and joined.crosses_edit(50, 62)
 
@@ -205,10 +205,10 @@ def test_every_part_of_a_token_cut_into_several_is_redacted(form, n):
 
 def test_a_cut_token_maps_back_over_every_cut():
     text = f"x\nghp_{R[:12]}\n{R[12:24]}\n{R[24:]}Xk8m\nrest"
-    joined = [d for d in shapes.decoded_variants(text) if d.crossing_only][-1]
+    joined = [d for d in decoders.decoded_variants(text) if d.crossing_only][-1]
     assert joined.text == f"x\n{G}\nrest"
     assert joined.original_span(2, 42) == (2, 44) and joined.crosses_edit(2, 42)
-    assert [d for d in shapes.decoded_variants("see the abcd\nEfgh1 notes") if d.crossing_only] == [], \
+    assert [d for d in decoders.decoded_variants("see the abcd\nEfgh1 notes") if d.crossing_only] == [], \
         "a short first part joins only when the last part is a line of its own"
     assert redact(f"password: {R[:12]}\nuser2: bob\n") == (
         "password: [REDACTED:secret_assignment]\nuser2: bob\n", ["secret_assignment"]), "not a part of its own"
@@ -848,9 +848,9 @@ SUMO = 'export SUMOLOGIC_ACCESSID="suDbJw97o9WVo0"'  # a gitleaks example only K
 @pytest.fixture
 def scanner():
     """Name a scanner for the passes of this test (what a handle does with ``settings.secret_scanner``)."""
-    before = shapes.use_scanner(None)
-    yield shapes.use_scanner
-    shapes.use_scanner(before)
+    before = secret_scanner.use_scanner(None)
+    yield secret_scanner.use_scanner
+    secret_scanner.use_scanner(before)
 
 
 def test_kingfisher_joins_the_one_pass_when_asked(scanner):
@@ -882,7 +882,7 @@ def test_the_scanner_switch_reads_the_words_of_every_switch(value, name):
     unknown scanner, said when a pass runs)."""
     from cybmem.settings import Settings
 
-    env = {} if value is None else {shapes.SCANNER_ENV: value}
+    env = {} if value is None else {secret_scanner.SCANNER_ENV: value}
     assert Settings.from_env(env, memory_dir="/x").secret_scanner == name
 
 
@@ -897,14 +897,14 @@ def test_the_scanner_comes_from_the_callers_settings_not_the_environment(tmp_pat
 
     from conftest import make_run
 
-    monkeypatch.setenv(shapes.SCANNER_ENV, "gitleaks")
+    monkeypatch.setenv(secret_scanner.SCANNER_ENV, "gitleaks")
     assert redact("anything") == ("anything", []), "the environment is read by the fronts, not by the pass"
     run = make_run("r1", "Fix the login form", output="ISSUES:\n- flaky login")
     settings = Settings.from_env({}, memory_dir=tmp_path)
     write_run(run, settings, cwd="/home/dev/web")
     plain = Memory(settings, cwd="/home/dev/web")
     assert plain.mark("flaky-login", "resolved", detail="fixed it").after == "resolved"
-    named = Memory(Settings.from_env({shapes.SCANNER_ENV: "gitleaks"}, memory_dir=tmp_path), cwd="/home/dev/web")
+    named = Memory(Settings.from_env({secret_scanner.SCANNER_ENV: "gitleaks"}, memory_dir=tmp_path), cwd="/home/dev/web")
     with pytest.raises(ValidationError, match="CYBERINE_MEMORY_SECRET_SCANNER=gitleaks: unknown secret scanner"):
         named.mark("flaky-login", "reopened", detail="it came back")
     assert redact("anything") == ("anything", []), "the scanner named for a call is not left behind"

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 from cybmem.retrieval import scoring as S
-from cybmem.store.keyword_index import IdColumn, KeywordIndex, RunLookup
+from cybmem.store.keyword_index import KeywordIndex
+from cybmem.store.run_ids import IdColumn, RunLookup
 from cybmem.retrieval.scoring import (
     LineageContext,
     cosine,

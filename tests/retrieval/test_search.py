@@ -18,7 +18,7 @@ from cybmem.store.memory_store import MemoryStore
 
 from conftest import FIXTURES, MIN, T0, make_run
 
-GOLDEN = Path(__file__).resolve().parent.parent / "data-fixtures" / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "data-fixtures" / "golden"
 DAY = 86_400_000
 
 

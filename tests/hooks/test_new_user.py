@@ -14,7 +14,7 @@ from pathlib import Path
 from agent_clients import agent_bins, claude_code  # noqa: F401
 from servers import messages_server, tool_use  # noqa: F401
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 #: A settings.json of someone who has used Claude Code for a while.
 SETTINGS = """{

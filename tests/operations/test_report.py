@@ -193,7 +193,7 @@ def test_report_tables_keep_long_titles(tmp_path):
 
 def test_the_packaged_notebooks_are_the_checkouts():
     """One copy: cybmem/notebooks (package data, which a wheel carries as files) links to notebooks/."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]
     assert (here / "cybmem" / "notebooks").is_symlink() and os.readlink(here / "cybmem" / "notebooks") == "../notebooks"
     for name in NOTEBOOKS:
         assert (here / "cybmem" / "notebooks" / name).read_bytes() == (here / "notebooks" / name).read_bytes(), name
