@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..store.snapshot import Snapshot
     from .scoring import Scored
 
-__all__ = ["MODEL_PATH", "Model", "LearnedOrder", "model", "load_model", "learned_order"]
+__all__ = ["MODEL_PATH", "Model", "LearnedOrder", "model", "load_model", "use_model", "learned_order", "describe"]
 
 #: The shipped model.
 MODEL_PATH = Path(__file__).resolve().parent / "ranker_model.json"
@@ -86,9 +86,18 @@ def load_model(path: str | Path | None = None) -> Model:
     return got
 
 
+_IN_USE: list[Path | None] = [None]
+
+
 def model() -> Model:
-    """The shipped model."""
-    return load_model(None)
+    """The model this process ranks with: the shipped one, unless :func:`use_model` named another."""
+    return load_model(_IN_USE[0])
+
+
+def use_model(path: str | Path | None) -> None:
+    """Rank with the model file at ``path`` in this process (None: the shipped one again): what the
+    benchmarks do to score each history with the model trained without it (benchmarks/bench_rank.py)."""
+    _IN_USE[0] = Path(path) if path is not None else None
 
 
 def learned_order(snap: "Snapshot", query: str, idx: np.ndarray, scored: "Scored", kw_raw: np.ndarray, now_ms: int,
