@@ -201,3 +201,28 @@ def test_cybmem_ranker_train_json(corpus_1k, tmp_path):
     assert data["model"] == str(out) and len(data["leaveOneOut"]["histories"]) == 2
     shown = _cli("ranker", "show", "--model", str(out), "--json")
     assert json.loads(shown.stdout)["leaveOneOut"] == data["leaveOneOut"]
+
+
+def test_a_merge_commits_pointer_says_what_was_merged():
+    from cybmem.dispatch.preamble import PreambleEntry, _entry_lines
+
+    task = "Merge pull request #14774 from The-Compiler/deprecate-class-scope\n\nDeprecate class-scoped fixtures"
+    line = _entry_lines(PreambleEntry("d724e161-aaaa-bbbb-cccc-123456789012", 1_700_000_000_000, "done", task, "", [], [],
+                                      tier="pointer"))[0]
+    assert "Deprecate class-scoped fixtures" in line and "Merge pull request" not in line
+    plain = _entry_lines(PreambleEntry("x1", 1_700_000_000_000, "done", "Fix the cache\nbody", "", [], [], tier="pointer"))[0]
+    assert plain.endswith(": Fix the cache")
+
+
+def test_inject_json_says_which_runs_were_cut_to_pointers():
+    from cybmem.dispatch import inject as dispatch
+    from cybmem.retrieval.weights import LoadedWeights, Weights
+    from cybmem.store.memory_store import MemoryStore
+
+    settings = Settings.from_env({"CYBERINE_MEMORY_TOPK": "1", "CYBERINE_MEMORY_ISSUES": "0"}, memory_dir=FIXTURES)
+    inj = dispatch._build(MemoryStore(FIXTURES, "web-7663e1"), "deploy fails over SFTP", settings,
+                          LoadedWeights(Weights(), {}), as_of=None, now_ms=None, parent_run_id=None, chat_session_id=None)
+    runs = inj.to_dict()["runs"]
+    assert runs[0]["shown"] == "full" and not runs[0]["cutToPointer"]
+    cut = [r for r in runs if r["cutToPointer"]]
+    assert cut and all(r["shown"] == "pointer" and r["evidence"]["tier"] == "full" for r in cut)
