@@ -14,7 +14,8 @@ first stage (the linear formula of :mod:`cybmem.retrieval.scoring`) found: its t
 - time: age on several scales (log hours; exp(-age / 1 h, 1 d, 7 d, 30 d, 365 d)); the lag behind
   the newest candidate (so a project paused for months still has a "latest"); the run's position
   in the project's history (runs that ended since, log and share); a burst: how many of the first
-  stage's top 50 ended within a day of it;
+  stage's top 50 ended within a day of it; the project's pace (the median gap between its last
+  100 runs) and the age counted in such gaps (log; exp(-age / 5 and 50 gaps));
 - the task's shape: tokens (log), distinct terms, rare terms, the largest idf; the run's subject
   and body length (log).
 
@@ -48,7 +49,9 @@ POOL_NEWEST = 8
 #: Of the first stage's top, how many count as the matches a burst is made of.
 BURST_TOP = 50
 #: What :func:`features` reads of a task's body (its head: a changelog-sized task is not read whole).
-BODY_CHARS = 4000
+BODY_CHARS = 1200
+#: The project's pace is the median gap between this many of its last runs.
+PACE_RUNS = 100
 #: A term held by fewer than this share of the runs is rare.
 RARE_SHARE = 0.01
 
@@ -57,10 +60,11 @@ DAY_MS = 24 * HOUR_MS
 
 FEATURES: tuple[str, ...] = (
     "first_total", "first_total_rel", "first_rank_log", "first_keyword", "first_recency", "first_lineage",
-    "bm25_rank_log", "bm25_subject_rel", "bm25_body_rel", "coverage_idf", "coverage_share", "rare_share",
+    "bm25_rank_log", "bm25_subject_rel", "bm25_body_rel", "title_title_rel", "title_coverage", "coverage_idf", "coverage_share", "rare_share",
     "best_idf_rel",
     "age_log_hours", "age_1h", "age_1d", "age_7d", "age_30d", "age_365d",
     "lag_log_hours", "lag_1d", "lag_7d", "runs_since_log", "runs_since_share", "burst",
+    "pace_log_hours", "age_gaps_log", "age_5gaps", "age_50gaps",
     "task_tokens_log", "task_terms_log", "task_rare", "task_max_idf", "subject_len_log", "body_len_log",
 )
 _F = {name: i for i, name in enumerate(FEATURES)}
@@ -87,35 +91,43 @@ def pool(total: np.ndarray, kw_raw: np.ndarray | None, ended: np.ndarray) -> np.
     return np.unique(np.concatenate(parts))
 
 
-def _bm25_fields(texts: list[str], term_of: dict[str, int], idf: np.ndarray) -> tuple[np.ndarray, ...]:
-    """BM25 of the task's terms over each text's subject (first line) and body apart, with the
-    store's idf, lengths averaged over these texts; and each field's length in tokens."""
-    n = len(texts)
-    subj = np.zeros(n)
-    body = np.zeros(n)
-    s_len = np.zeros(n)
-    b_len = np.zeros(n)
-    s_tf: list[dict[int, int]] = []
-    b_tf: list[dict[int, int]] = []
-    for i, text in enumerate(texts):
-        text = text or ""
-        head, _, rest = text.partition("\n")
-        for part, lens, tfs, at in ((head, s_len, s_tf, i), (rest[:BODY_CHARS], b_len, b_tf, i)):
-            toks = tokenize(part)
-            lens[at] = len(toks)
-            tf: dict[int, int] = {}
-            for t in toks:
-                j = term_of.get(t)
-                if j is not None:
-                    tf[j] = tf.get(j, 0) + 1
-            tfs.append(tf)
-    for tfs, lens, out in ((s_tf, s_len, subj), (b_tf, b_len, body)):
-        avg = float(lens.mean()) if n and lens.mean() > 0 else 1.0
-        for i, tf in enumerate(tfs):
-            if tf:
-                norm = _K1 * (1 - _B + _B * lens[i] / avg)
-                out[i] = sum(idf[j] * c / (c + norm) for j, c in tf.items())
-    return subj, body, s_len, b_len
+def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,
+                 title: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """BM25 of the task's ``terms`` over each text's subject (first line) and body apart, with the
+    store's idf, lengths averaged over these texts; each field's length in tokens; and BM25 of the
+    task's own title terms (``title``: a mask over the terms) over each subject. The texts are
+    tokenized in one pass (:func:`cybmem.store.tokens.tokenize_arrow`) and counted with numpy."""
+    import pyarrow.compute as pc
+
+    from ..arrow_numpy import numpy_of, strings
+    from ..store.tokens import tokenize_arrow
+
+    n, T = len(texts), len(terms)
+    heads, bodies = [], []
+    for text in texts:
+        head, _, rest = (text or "").partition("\n")
+        heads.append(head)
+        bodies.append(rest[:BODY_CHARS])
+    toks = tokenize_arrow(heads + bodies)
+    offsets = numpy_of(toks.offsets).astype(np.int64)
+    lens = np.diff(offsets).astype(np.float64)
+    s_len, b_len = lens[:n], lens[n:]
+    zero = np.zeros(n)
+    if T == 0 or offsets[-1] == offsets[0]:
+        return zero, zero.copy(), s_len, b_len, zero.copy()
+    values = toks.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    ids = numpy_of(pc.fill_null(pc.index_in(values, value_set=strings(terms, values.type)), -1)).astype(np.int64)
+    owner = np.repeat(np.arange(2 * n), np.diff(offsets))
+    ok = ids >= 0
+    tf = np.bincount(owner[ok] * T + ids[ok], minlength=2 * n * T).reshape(2 * n, T).astype(np.float64)
+    out = []
+    for part, lens_part in ((tf[:n], s_len), (tf[n:], b_len)):
+        avg = float(lens_part.mean()) if n and lens_part.mean() > 0 else 1.0
+        norm = _K1 * (1 - _B + _B * lens_part / avg)
+        out.append(part / (part + norm[:, None]) * idf[None, :])
+    subj, body = out
+    tt = subj @ title.astype(np.float64) if title is not None else zero.copy()
+    return subj.sum(axis=1), body.sum(axis=1), s_len, b_len, tt
 
 
 #: Every run's endedAt, sorted, per snapshot (a snapshot's records do not change).
@@ -195,7 +207,12 @@ def features(snap: "Snapshot", query: str, rows: np.ndarray, *, total: np.ndarra
         texts = [r["task"] for r in snap.rows(rows.tolist(), ["task"])]
     else:
         texts = [tasks[r] for r in rows.tolist()]
-    subj, body, s_len, b_len = _bm25_fields(texts, {t: i for i, t in enumerate(hits.terms)}, idf)
+    title_terms = set(tokenize(query.strip().split("\n", 1)[0])) if query else set()
+    title = np.array([t in title_terms for t in hits.terms], dtype=bool)
+    subj, body, s_len, b_len, tt = _bm25_fields(texts, hits.terms, idf, title)
+    X[:, _F["title_title_rel"]] = _rel(tt)
+    if title.any() and len(idf) and float(idf[title].sum()) > 0:
+        X[:, _F["title_coverage"]] = held[:, title] @ idf[title] / float(idf[title].sum())
     X[:, _F["bm25_subject_rel"]] = _rel(subj)
     X[:, _F["bm25_body_rel"]] = _rel(body)
     X[:, _F["subject_len_log"]] = np.log1p(s_len)
@@ -218,6 +235,14 @@ def features(snap: "Snapshot", query: str, rows: np.ndarray, *, total: np.ndarra
     X[:, _F["runs_since_log"]] = np.log1p(since)
     X[:, _F["runs_since_share"]] = since / max(upto, 1)
     best = np.sort(ended[_order_desc(total, tie)[:BURST_TOP]])
+    # The project's pace: the median gap between its last runs, and age counted in such gaps.
+    tail = times[max(upto - PACE_RUNS, 0):upto]
+    gap = float(np.median(np.diff(tail))) if len(tail) > 2 else DAY_MS
+    gap = max(gap, 60_000.0)
+    X[:, _F["pace_log_hours"]] = math.log1p(gap / HOUR_MS)
+    X[:, _F["age_gaps_log"]] = np.log1p(age / gap)
+    X[:, _F["age_5gaps"]] = np.exp(-age / (5 * gap))
+    X[:, _F["age_50gaps"]] = np.exp(-age / (50 * gap))
     X[:, _F["burst"]] = np.searchsorted(best, ended + DAY_MS, side="right") - np.searchsorted(best, ended - DAY_MS, side="left")
     return X.astype(np.float32)
 

@@ -43,11 +43,11 @@ HIT_K = 8  # recall: a relevant run in the top HIT_K (the block's runs in full)
 #: LightGBM parameters, chosen by the leave-one-history-out mean (benchmarks/RESULTS.md).
 PARAMS: dict[str, Any] = {
     "objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10], "lambdarank_truncation_level": 20,
-    "num_leaves": 15, "learning_rate": 0.05, "min_data_in_leaf": 50, "feature_fraction": 0.8,
+    "num_leaves": 7, "learning_rate": 0.03, "min_data_in_leaf": 400, "feature_fraction": 0.8,
     "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1, "seed": 7,
     "num_threads": 2, "deterministic": True, "force_row_wise": True,
 }
-ROUNDS = 300
+ROUNDS = 500
 
 
 @dataclass
