@@ -175,7 +175,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_cybmem_ranker_show_prints_the_provenance():
     out = _cli("ranker", "show")
     assert out.returncode == 0, out.stderr
-    assert "trees over 31 features" in out.stdout and "mypy-memory" in out.stdout
+    assert f"trees over {len(FEATURES)} features" in out.stdout and "mypy-memory" in out.stdout
     js = _cli("ranker", "show", "--json")
     assert js.returncode == 0
     data = json.loads(js.stdout)
