@@ -2,6 +2,7 @@
 
     python benchmarks/bench_rank.py [--corpus pytest-memory,mypy-memory,sphinx-memory,celery-memory]
                                     [--sample 300] [--no-block] [--json out.json]
+    python benchmarks/bench_rank.py --latency pytest-memory [--latency-rounds 21]
 
 The protocol is bench_fit's: every judged query of each history (qrels.jsonl lines merged per
 queryRunId) is ranked as of its moment against the runs that had ended then, its own run left out,
@@ -18,6 +19,10 @@ queries a history, seeded) with the linear ranking and with the learned one (the
 without that history): ``hit`` is the share of blocks that show a judged-relevant run, ``chars``
 their mean length. Targets (issue 39): learned mean MRR@10 >= 0.58 and above linear on every
 history; the block's hit at least the linear one's on every history.
+
+``--latency CORPUS``: a warm ``cybmem inject`` with each ranker, taking turns with the import floor
+(bench_store.py's ``python -c "import numpy, pyarrow, pyarrow.ipc, typer, orjson"``); the target is
+at most 1.5x the floor.
 """
 
 from __future__ import annotations
@@ -108,14 +113,62 @@ def block_hits(store, snap, judgments, settings, sample: int, seed: int = 7) -> 
     return hit / max(len(qs), 1), float(np.mean(chars)) if chars else 0.0, len(qs)
 
 
+DISPATCH_FLOOR = ("numpy", "pyarrow", "pyarrow.ipc", "typer", "orjson")  # bench_store.py's import floor
+
+
+def latency(corpus: str, rounds: int) -> dict:
+    """A warm ``cybmem inject`` with each ranker, taking turns with the import floor (medians of
+    ``rounds``; each round asks another judged task's subject line)."""
+    import os
+    import shutil
+    import statistics
+    import subprocess
+
+    root = _corpus.ensure_corpus(corpus)
+    slug = _corpus.slug_of(root)
+    exe = shutil.which("cybmem") or "cybmem"
+    tasks = [j.query.strip().split("\n", 1)[0] for j in load_judgments(root / "qrels.jsonl")][:rounds]
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
+    base_env["CYBERINE_MEMORY_DIR"] = str(root)
+    floor = [sys.executable, "-c", "import " + ", ".join(DISPATCH_FLOOR)]
+    runs = {"floor": [], "linear": [], "learned": []}
+
+    def run(argv, env):
+        t = time.perf_counter()
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        return time.perf_counter() - t
+
+    envs = {r: dict(base_env, CYBERINE_MEMORY_RANKER=r) for r in ("linear", "learned")}
+    for r, env in envs.items():  # warm: the cache is built, the files are in the page cache
+        run([exe, "inject", tasks[0], "--project", slug], env)
+    for task in tasks:
+        runs["floor"].append(run(floor, base_env))
+        for r, env in envs.items():
+            runs[r].append(run([exe, "inject", task, "--project", slug], env))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    return {"corpus": corpus, "rounds": len(tasks), **{f"{k}_s": v for k, v in med.items()},
+            "linear_vs_floor": med["linear"] / med["floor"], "learned_vs_floor": med["learned"] / med["floor"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=DEV, help="comma-separated archives of ../shared/corpora or memory roots with qrels.jsonl")
     ap.add_argument("--sample", type=int, default=300, help="judged queries a history for the block")
     ap.add_argument("--rounds", type=int, default=RT.ROUNDS)
     ap.add_argument("--no-block", action="store_true", help="skip the block's run hit")
+    ap.add_argument("--latency", metavar="CORPUS", help="only time a warm inject with each ranker against the import "
+                    "floor on this corpus (taking turns, --rounds medians)")
+    ap.add_argument("--latency-rounds", type=int, default=21)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.latency:
+        out = latency(args.latency, args.latency_rounds)
+        print(f"warm inject on {out['corpus']} ({out['rounds']} rounds, medians, taking turns): floor "
+              f"{out['floor_s'] * 1e3:.1f} ms, linear {out['linear_s'] * 1e3:.1f} ms (x{out['linear_vs_floor']:.2f}), "
+              f"learned {out['learned_s'] * 1e3:.1f} ms (x{out['learned_vs_floor']:.2f})")
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=2))
+        return
     names = [c.strip() for c in args.corpus.split(",") if c.strip()]
     loaded = []
     for name in names:
