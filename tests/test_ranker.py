@@ -118,7 +118,8 @@ def test_search_is_learned_by_default_and_linear_one_setting_away():
     assert set(out["contributions"]) >= {"keyword", "recency"}  # the first stage's axes, beside
     learned_part = out["learned"]
     assert set(learned_part["values"]) == set(FEATURES)
-    assert sum(learned_part["contributions"].values()) == pytest.approx(learned_part["score"], abs=1e-4)
+    assert sum(learned_part["contributions"].values()) == pytest.approx(learned_part["raw"], abs=1e-4)
+    assert 0 < learned_part["score"] < 1
     assert "learned" not in b.hits[0].to_dict(explain=True)
 
 

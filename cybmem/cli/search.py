@@ -91,7 +91,8 @@ def search_cmd(
         if any(h.learned is not None for h in result.hits):
             echo("ranker: learned (the formula's pool reordered by the shipped trees; CYBERINE_MEMORY_RANKER=linear turns it off)")
         for h in result.hits:
-            echo(f"{h.rank:>2}. {h.run_id[:8]}  {fmt_axes(h.contributions)}  = {h.score:.3f}")
+            first = h.score if h.first_stage is None else h.first_stage
+            echo(f"{h.rank:>2}. {h.run_id[:8]}  {fmt_axes(h.contributions)}  = {first:.3f}")
             if h.learned is not None:
                 echo(f"    {_learned_line(h.explain_learned())}")
 
@@ -100,7 +101,7 @@ def _learned_line(learned: dict, n: int = 4) -> str:
     """The learned ranker's part of a hit's explanation: its score, the first stage's, and the
     features that moved it most."""
     top = sorted(((k, v) for k, v in learned["contributions"].items() if k != "(base)"), key=lambda kv: -abs(kv[1]))[:n]
-    return (f"learned {learned['score']:.3f} (first stage {learned['firstStage']:.3f}): "
+    return (f"learned {learned['score']:.3f} (raw {learned['raw']:+.2f}; first stage {learned['firstStage']:.3f}): "
             + " ".join(f"{k} {v:+.2f}" for k, v in top))
 
 
@@ -138,7 +139,8 @@ def _explain_lines(result) -> list[str]:
             nats = "-" if e["nats"] is None else f"{e['nats']:.1f}"
             shown = "pointer*" if h.get("cutToPointer") else h.get("shown", e["tier"])
             tier = f"{shown:<8} {nats:>6} nats [{' '.join(e['terms'][:6])}{' ...' if len(e['terms']) > 6 else ''}]  "
-        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {tier}{fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
+        first = h["learned"]["firstStage"] if h.get("learned") else h["score"]
+        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {tier}{fmt_axes(h['contributions'])}  = {first:.3f}  "
                      f"{subject_line(h['task'], 50)}{pin}")
         if h.get("learned"):
             lines.append(f"         {_learned_line(h['learned'])}")

@@ -97,15 +97,17 @@ def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,
     store's idf, lengths averaged over these texts; each field's length in tokens; and BM25 of the
     task's own title terms (``title``: a mask over the terms) over each subject. The texts are
     tokenized in one pass (:func:`cybmem.store.tokens.tokenize_arrow`) and counted with numpy."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..arrow_numpy import numpy_of, strings
+    from ..arrow_numpy import numpy_of, scalar, strings  # not pa.scalar / pa.array: they import pandas
     from ..store.tokens import tokenize_arrow
 
     n, T = len(texts), len(terms)
     heads, bodies = [], []
     for text in texts:
         head, _, rest = (text or "").partition("\n")
+        head = head[:BODY_CHARS]
         heads.append(head)
         bodies.append(rest[:BODY_CHARS])
     toks = tokenize_arrow(heads + bodies)
@@ -116,7 +118,8 @@ def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,
     if T == 0 or offsets[-1] == offsets[0]:
         return zero, zero.copy(), s_len, b_len, zero.copy()
     values = toks.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    ids = numpy_of(pc.fill_null(pc.index_in(values, value_set=strings(terms, values.type)), -1)).astype(np.int64)
+    found = pc.index_in(values, value_set=strings(terms, values.type))
+    ids = numpy_of(pc.fill_null(found, scalar(-1, found.type))).astype(np.int64)
     owner = np.repeat(np.arange(2 * n), np.diff(offsets))
     ok = ids >= 0
     tf = np.bincount(owner[ok] * T + ids[ok], minlength=2 * n * T).reshape(2 * n, T).astype(np.float64)
@@ -128,6 +131,21 @@ def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,
     subj, body = out
     tt = subj @ title.astype(np.float64) if title is not None else zero.copy()
     return subj.sum(axis=1), body.sum(axis=1), s_len, b_len, tt
+
+
+#: What :func:`features` reads of a task: its subject line and body up to :data:`BODY_CHARS` fit.
+HEAD_CHARS = 4 * BODY_CHARS
+
+
+def _task_heads(snap: "Snapshot", rows: np.ndarray) -> list[str]:
+    """The first :data:`HEAD_CHARS` of each of ``rows``' tasks, sliced in Arrow (a task may be megabytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..arrow_numpy import array_of
+
+    col = snap.records.column("task").take(array_of(rows, pa.int64()))
+    return [t or "" for t in pc.utf8_slice_codeunits(col, 0, HEAD_CHARS).to_pylist()]
 
 
 #: Every run's endedAt, sorted, per snapshot (a snapshot's records do not change).
@@ -204,9 +222,9 @@ def features(snap: "Snapshot", query: str, rows: np.ndarray, *, total: np.ndarra
     X[:, _F["task_tokens_log"]] = math.log1p(len(tokens))
     X[:, _F["task_terms_log"]] = math.log1p(len(hits.terms))
     if tasks is None:
-        texts = [r["task"] for r in snap.rows(rows.tolist(), ["task"])]
+        texts = _task_heads(snap, rows)
     else:
-        texts = [tasks[r] for r in rows.tolist()]
+        texts = [(tasks[r] or "")[:HEAD_CHARS] for r in rows.tolist()]
     title_terms = set(tokenize(query.strip().split("\n", 1)[0])) if query else set()
     title = np.array([t in title_terms for t in hits.terms], dtype=bool)
     subj, body, s_len, b_len, tt = _bm25_fields(texts, hits.terms, idf, title)

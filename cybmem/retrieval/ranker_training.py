@@ -30,8 +30,8 @@ from ..store.snapshot import Snapshot
 from ..store.tokens import tokenize
 from .features import FEATURES, pool_features
 from .judgments import Judgment, load_judgments
-from .scoring import score, top_k
-from .search import _affinity, dispatch_context
+from .scoring import lineage_affinity, score, top_k
+from .search import dispatch_context
 from .trees import pack
 from .weights import Weights
 
@@ -103,7 +103,7 @@ def history(snap: Snapshot, judgments: Sequence[Judgment], *, name: str = "", we
         idx = np.flatnonzero(mask)
         tokens = tokenize(j.query)
         kw_all = snap.index.scores(tokens)
-        lin_all = _affinity(snap, dispatch_context(snap, mask, None, None))
+        lin_all = lineage_affinity(*snap.lineage_columns(), dispatch_context(snap, mask, None, None), lookup=snap.run_lookup())
         kw_raw = kw_all[idx]
         scored = score(keyword_raw=kw_raw, ended_at_ms=ended[idx], now_ms=j.as_of, lineage=lin_all[idx], vector_cos=None,
                        weights=weights)
