@@ -56,7 +56,7 @@ def search_cmd(
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
     k: Annotated[int, typer.Option("-k", "--top", "--limit", help="How many results.", min=1)] = 10,
     offset: OffsetOpt = 0,
-    explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights.")] = False,
+    explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights, and the learned ranker's score with the features that moved it most (--json: every feature's value and contribution).")] = False,
     as_of: AsOfOpt = None,
     parent: ParentOpt = None,
     chat: ChatOpt = None,
