@@ -99,7 +99,7 @@ def test_features_are_finite_and_normalised_per_task():
     assert np.isfinite(X).all()
     f = {name: X[:, i] for i, name in enumerate(FEATURES)}
     for name in ("first_total_rel", "bm25_subject_rel", "bm25_body_rel", "coverage_idf", "coverage_share", "age_1h",
-                 "age_365d", "lag_1d", "runs_since_share"):
+                 "age_365d", "lag_1d"):
         assert (f[name] >= 0).all() and (f[name] <= 1 + 1e-6).all(), name
     assert f["lag_1d"].max() == pytest.approx(1.0)  # the newest candidate: no lag
     assert f["runs_since_log"].min() == 0.0
