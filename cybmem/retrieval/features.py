@@ -90,7 +90,11 @@ def pool(total: np.ndarray, kw_raw: np.ndarray | None, ended: np.ndarray) -> np.
         best = _order_desc(kw_raw, tie)[:POOL_KEYWORD]
         parts.append(best[kw_raw[best] > 0])
     parts.append(np.lexsort((-tie, -ended))[:POOL_NEWEST])
-    return np.unique(np.concatenate(parts))
+    rows = np.sort(np.concatenate(parts))  # np.unique's answer without its first call's imports (numpy.ma: 20 ms)
+    keep = np.empty(len(rows), dtype=bool)
+    keep[:1] = True
+    np.not_equal(rows[1:], rows[:-1], out=keep[1:])
+    return rows[keep]
 
 
 def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,

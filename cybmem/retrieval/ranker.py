@@ -11,6 +11,7 @@ evaluated in numpy (:mod:`cybmem.retrieval.trees`): dispatch never imports Light
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,12 @@ class LearnedOrder:
         contrib, base = model().forest.contributions(self.X[at])
         return [{"(base)": round(float(b), 6), **{name: round(float(c), 6) for name, c in zip(FEATURES, row)}}
                 for row, b in zip(contrib, base)]
+
+    def shown_score(self, at: int) -> float:
+        """The score a hit shows for the entry at ``at``: the trees' raw score through the logistic
+        function (the same order, between 0 and 1 as the formula's totals are)."""
+        raw = float(self.scores[at])
+        return 1.0 / (1.0 + math.exp(-raw)) if raw > -700 else 0.0
 
     def values(self, at: int) -> dict[str, float]:
         return {name: round(float(v), 6) for name, v in zip(FEATURES, self.X[at])}

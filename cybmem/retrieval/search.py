@@ -22,7 +22,6 @@ judge evidence by: every candidate may enter, and the latest runs lead.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -682,7 +681,7 @@ def search(
         at = placed.get(ranked.local[pos - 1])
         learned = None if at is None else (ranked.learned, at)
         hits.append(Hit(
-            rank=pos, run_id=row["runId"], score=float(ex["total"]) if at is None else _squash(float(ranked.learned.scores[at])),
+            rank=pos, run_id=row["runId"], score=float(ex["total"]) if at is None else ranked.learned.shown_score(at),
             first_stage=None if at is None else float(ex["total"]), learned=learned, contributions=ex["contributions"],
             values=ex["values"], state=row["state"],
             ended_at_ms=ended[pos - 1 - offset] if ended is not None else int(row["endedAt"].timestamp() * 1000),
@@ -693,12 +692,6 @@ def search(
     return SearchResult(query=query, hits=hits, weights=weights, now_ms=ranked.now_ms, as_of=as_of,
                         candidates=int(np.count_nonzero(ranked.mask)), context=ranked.context, snapshot=snap,
                         ranked=ranked, warnings=warnings, vector=vector is not None)
-
-
-def _squash(raw: float) -> float:
-    """A learned score as a hit shows it: the trees' raw score through the logistic function (the
-    same order, between 0 and 1 as the formula's totals are)."""
-    return 1.0 / (1.0 + math.exp(-raw)) if raw > -700 else 0.0
 
 
 def _shown_ended_ms(snap: Snapshot, rows: list[int]) -> list[int] | None:
