@@ -305,7 +305,9 @@ class Engines:
 
         self.work = work
         self.store = MemoryStore(root, slug)
-        self.settings = Settings.from_env({}, memory_dir=root)
+        # search() against the kernel it wraps: the formula's ranking (the learned ranker's pool and
+        # trees, issue 39, are measured by bench_rank.py)
+        self.settings = Settings.from_env({"CYBERINE_MEMORY_RANKER": "linear"}, memory_dir=root)
         self.snap = snap = load_snapshot(self.store)  # held (the caller is within holding_snapshots)
         self.n = snap.n
         texts = keyword_text_array(snap.records, issue_texts(snap.events))

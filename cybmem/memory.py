@@ -196,6 +196,24 @@ class Memory:
             select_project(self.root, project=name, create=True, peek=True)
 
     @staticmethod
+    def train_ranker(roots: Sequence[str | os.PathLike], *, out: str | os.PathLike | None = None,
+                     progress: bool | None = None) -> dict:
+        """Train the learned ranker on memory roots with judgments (each a qrels.jsonl), write its
+        model (default: the shipped file) and give the leave-one-history-out table
+        (:func:`cybmem.retrieval.ranker_training.train_roots`; needs the ``train`` extra)."""
+        from .retrieval.ranker_training import train_roots
+
+        return train_roots(list(roots), out=out, progress=progress)
+
+    @staticmethod
+    def ranker_model(path: str | os.PathLike | None = None) -> dict:
+        """The learned ranker's model (default: the shipped one): its provenance and size
+        (:func:`cybmem.retrieval.ranker.describe`)."""
+        from .retrieval.ranker import describe
+
+        return describe(path)
+
+    @staticmethod
     def moment(value: str | int | None, name: str, *, end_of_day: bool = False) -> int | None:
         """A moment a front was given (epoch ms or ISO 8601; a bare year, month or date means its
         start, or with ``end_of_day`` its last millisecond) as epoch ms; None when not given.

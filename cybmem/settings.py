@@ -20,7 +20,7 @@ from .errors import ValidationError
 __all__ = ["Settings", "EmbeddingSettings", "DistillSettings", "FeedbackSettings", "WeightSettings", "HookSettings",
            "McpSettings", "WEIGHT_VARIABLES", "HOOK_DEADLINE", "DEFAULT_OLLAMA_HOST", "DEFAULT_OPENAI_BASE",
            "ollama_base_url",
-           "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS",
+           "DEFAULT_TOPK", "DEFAULT_POINTERS", "DEFAULT_RANKER", "RANKERS", "DEFAULT_MAX_TOKENS", "DEFAULT_ISSUES", "DEFAULT_ISSUE_WINDOW_DAYS",
            "DEFAULT_INDEX_CAP", "DEFAULT_RETUNE", "DEFAULT_SHOWN_CAP", "DEFAULT_EMBED_MODEL", "EMBED_QUERY_TIMEOUT",
            "EMBED_WRITE_TIMEOUT", "MODEL_TIMEOUT"]
 
@@ -30,6 +30,10 @@ __all__ = ["Settings", "EmbeddingSettings", "DistillSettings", "FeedbackSettings
 DEFAULT_TOPK = 8
 #: How many weaker matches the MEMORY block may show as one-line pointers beside its full entries.
 DEFAULT_POINTERS = 10
+#: How runs are ordered (CYBERINE_MEMORY_RANKER): the learned ranker by default (issue 39), the linear
+#: formula one setting away.
+RANKERS = ("learned", "linear")
+DEFAULT_RANKER = "learned"
 DEFAULT_MAX_TOKENS = 1500
 #: Open issues in the MEMORY block (their section also keeps to a third of the budget).
 DEFAULT_ISSUES = 5
@@ -96,6 +100,22 @@ def _flag(env: Mapping[str, str], name: str, default: bool = True) -> bool:
     if not raw:
         return default
     return raw not in _FALSE
+
+
+def _choice_env(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str,
+                problems: list[str] | None = None) -> str:
+    """One of ``choices`` (any case); with ``problems`` (lenient) another value is reported there and the
+    default used."""
+    raw = _text(env, name).lower()
+    if not raw:
+        return default
+    if raw in choices:
+        return raw
+    message = f"{name}={raw!r} is not one of {', '.join(choices)}; set it to e.g. {default} or unset it"
+    if problems is None:
+        raise ValidationError(message)
+    problems.append(message)
+    return default
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int, problems: list[str] | None = None) -> int:
@@ -466,6 +486,9 @@ class Settings:
     retune: int = DEFAULT_RETUNE
     #: the project the notebooks and ``cybmem report`` read when none is named (CYBERINE_MEMORY_PROJECT)
     project: str | None = None
+    #: how search, inject and the MEMORY block order runs (CYBERINE_MEMORY_RANKER): "learned" (the linear
+    #: formula's pool reordered by the shipped trees, cybmem.retrieval.ranker) or "linear" (the formula alone)
+    ranker: str = DEFAULT_RANKER
     embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     distill: DistillSettings = field(default_factory=DistillSettings)
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
@@ -525,6 +548,7 @@ class Settings:
             index_cap=_int_env(env, "CYBERINE_MEMORY_INDEX_CAP", DEFAULT_INDEX_CAP, 0),
             retune=_int_env(env, "CYBERINE_MEMORY_RETUNE", DEFAULT_RETUNE, 0, problems),
             project=_none_if_empty(env.get("CYBERINE_MEMORY_PROJECT")),
+            ranker=_choice_env(env, "CYBERINE_MEMORY_RANKER", RANKERS, DEFAULT_RANKER, problems),
             embeddings=EmbeddingSettings.from_env(env),
             distill=DistillSettings.from_env(env),
             feedback=FeedbackSettings.from_env(env),

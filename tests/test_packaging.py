@@ -20,7 +20,7 @@ PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 #: Parts of cybmem that only an extra installs what they import: module -> the extra.
 OPTIONAL = {"exchange/fleet.py": "fleet", "exchange/fleet_search.py": "fleet", "exchange/prov.py": "export",
             "store/secret_scanner.py": "secrets", "operations/report.py": "report", "explore/plots.py": "report",
-            "explore/widgets.py": "report"}
+            "explore/widgets.py": "report", "retrieval/ranker_training.py": "train"}
 
 
 def _name(requirement: str) -> str:

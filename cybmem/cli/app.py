@@ -15,7 +15,7 @@ import typer
 from . import _startup, signals
 # the command modules register their commands on the app as they are imported, in the order
 # `cybmem --help` lists them
-from . import reads, writes, search, tuning, maintenance, exports, mcp, hooks, fleet  # noqa: F401
+from . import reads, writes, search, tuning, maintenance, exports, mcp, hooks, fleet, ranker  # noqa: F401
 from .exports import export_app
 from .fleet import fleet_app
 from .framework import ClickException, UsageError, app, command, error_line

@@ -56,7 +56,7 @@ def search_cmd(
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
     k: Annotated[int, typer.Option("-k", "--top", "--limit", help="How many results.", min=1)] = 10,
     offset: OffsetOpt = 0,
-    explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights.")] = False,
+    explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights, and the learned ranker's score with the features that moved it most (--json: every feature's value and contribution).")] = False,
     as_of: AsOfOpt = None,
     parent: ParentOpt = None,
     chat: ChatOpt = None,
@@ -88,8 +88,21 @@ def search_cmd(
         echo(f"weights: w_kw={w.w_kw:g} w_rec={w.w_rec:g} w_lin={w.w_lin:g} w_vec={w.w_vec:g} half_life_days={w.half_life_days:g}"
                    + (f"  as of {when(result.as_of)} UTC" if result.as_of is not None else "")
                    + (f"  among {result.candidates} records ({f.describe()})" if f.active else ""))
+        if any(h.learned is not None for h in result.hits):
+            echo("ranker: learned (the formula's pool reordered by the shipped trees; CYBERINE_MEMORY_RANKER=linear turns it off)")
         for h in result.hits:
-            echo(f"{h.rank:>2}. {h.run_id[:8]}  {fmt_axes(h.contributions)}  = {h.score:.3f}")
+            first = h.score if h.first_stage is None else h.first_stage
+            echo(f"{h.rank:>2}. {h.run_id[:8]}  {fmt_axes(h.contributions)}  = {first:.3f}")
+            if h.learned is not None:
+                echo(f"    {_learned_line(h.explain_learned())}")
+
+
+def _learned_line(learned: dict, n: int = 4) -> str:
+    """The learned ranker's part of a hit's explanation: its score, the first stage's, and the
+    features that moved it most."""
+    top = sorted(((k, v) for k, v in learned["contributions"].items() if k != "(base)"), key=lambda kv: -abs(kv[1]))[:n]
+    return (f"learned {learned['score']:.3f} (raw {learned['raw']:+.2f}; first stage {learned['firstStage']:.3f}): "
+            + " ".join(f"{k} {v:+.2f}" for k, v in top))
 
 
 def _explain_lines(result) -> list[str]:
@@ -124,9 +137,15 @@ def _explain_lines(result) -> list[str]:
         tier = ""
         if e:
             nats = "-" if e["nats"] is None else f"{e['nats']:.1f}"
-            tier = f"{e['tier']:<7} {nats:>6} nats [{' '.join(e['terms'][:6])}{' ...' if len(e['terms']) > 6 else ''}]  "
-        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {tier}{fmt_axes(h['contributions'])}  = {h['score']:.3f}  "
+            shown = "pointer*" if h.get("cutToPointer") else h.get("shown", e["tier"])
+            tier = f"{shown:<8} {nats:>6} nats [{' '.join(e['terms'][:6])}{' ...' if len(e['terms']) > 6 else ''}]  "
+        first = h["learned"]["firstStage"] if h.get("learned") else h["score"]
+        lines.append(f"run {h['rank']:>2}. {h['runId'][:8]}  {tier}{fmt_axes(h['contributions'])}  = {first:.3f}  "
                      f"{subject_line(h['task'], 50)}{pin}")
+        if h.get("learned"):
+            lines.append(f"         {_learned_line(h['learned'])}")
+    if any(h.get("cutToPointer") for h in d["runs"]):
+        lines.append("pointer*: evidence for a full entry, shown as a pointer: the runs in full (CYBERINE_MEMORY_TOPK) were taken")
     for issue in d["issues"]:
         c = issue["contributions"]
         mark = {"issues": "listed", "raised": "raised", "no": "next  "}[issue["listed"]]

@@ -73,6 +73,8 @@ class Injection:
 
     #: The hits in the order the block shows them (the pinned parent, full entries, pointers).
     shown_order: list[Hit] = field(default_factory=list, repr=False)
+    #: How the block shows each of ``shown_order``: "full" or "pointer".
+    shown_tiers: list[str] = field(default_factory=list, repr=False)
 
     @property
     def runs(self) -> list[Hit]:
@@ -95,7 +97,13 @@ class Injection:
             "block": estimate_tokens(self.block), "budget": self.max_tokens,
             "runs": math.ceil(lay.run_chars / 4) if lay else 0, "issues": math.ceil(lay.issue_chars / 4) if lay else 0,
         }
-        out["runs"] = [h.to_dict(explain=True) for h in self.runs]
+        out["runs"] = []
+        for h, tier in zip(self.runs, self.shown_tiers or ["full"] * len(self.runs)):
+            run = h.to_dict(explain=True)
+            run["shown"] = tier
+            # evidence enough for a full entry, but the runs in full (CYBERINE_MEMORY_TOPK) were taken
+            run["cutToPointer"] = tier == "pointer" and h.tier == "full" and h.pinned is None
+            out["runs"].append(run)
         if self.evidence is not None:
             from ..retrieval.evidence import COMMON_SHARE, FULL_NATS
 
@@ -169,6 +177,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         for h, tier in order
     ]
     inj.shown_order = [h for h, _ in order]
+    inj.shown_tiers = [tier for _, tier in order]
     nothing = None
     if not entries and inj.evidence is not None:
         nothing = inj.evidence.reason()

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from ..store.display import CONTROL, bidi_closed, shorten
+from ..store.display import CONTROL, bidi_closed, shorten, subject_line
 
 __all__ = [
     "FOOTER",
@@ -545,7 +545,9 @@ def _entry_lines(entry: PreambleEntry) -> list[str]:
     """The lines of one prior run: all of them, or its one pointer line."""
     if entry.tier == "pointer" and not entry.follows:
         when = _utc(entry.ended_at_ms, "%Y-%m-%d") or "unknown date"
-        title = _title_around((entry.task or "").strip().split("\n", 1)[0], entry.terms, _TITLE_MAX) or "(no task text)"
+        # A merge commit's pointer says what was merged: the pull request's title, "(#N)" after it
+        # (subject_line), not "Merge pull request #N from owner/branch".
+        title = _title_around(subject_line(entry.task, _TITLE_MAX * 16), entry.terms, _TITLE_MAX) or "(no task text)"
         raised = shorten(_fields(entry.open_issues, _ISSUE_ID_MAX, _LIST_MAX, sep=", ", suffix=" (open)"), _LIST_MAX)
         line = f"- run {_run_label(entry.run_id)} ({when}): {title}" + (f"; raised: {raised}" if raised else "")
         return [_drop_inline_blocks(line)]

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from .filters import RecordFilter, record_mask
 from ..errors import CybmemError, NotFoundError, ValidationError
-from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain_rows, lineage_affinity, rank, recency, score, top_k_candidates, totals
+from .scoring import LINEAGE_ANCESTOR, LineageContext, ScoreBlocks, Scored, explain_rows, lineage_affinity, rank, recency, score, top_k, top_k_candidates, totals
 from ..settings import Settings
 from ..arrow_numpy import numpy_of, scalar  # not pa.scalar / to_numpy: they import pandas
 from ..store.loading import load_snapshot, verified
@@ -40,10 +40,12 @@ from ..store.snapshot import Snapshot
 from ..store.memory_store import MemoryStore
 from ..store.tokens import tokenize
 from .evidence import Evidence, RunEvidence, judge, specific_terms
+from .features import POOL_FIRST, POOL_KEYWORD, POOL_NEWEST
 from .weights import DEFAULT_W_VEC, LoadedWeights, Weights, weights_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.keyword_index import KeywordIndex
+    from .ranker import LearnedOrder
     from .vectors import VectorQuery
 
 __all__ = ["Hit", "Ranked", "SearchResult", "dispatch_context", "dispatch_parent", "rank_query", "search"]
@@ -66,6 +68,8 @@ class Hit:
     next: list[str]
     pinned: str | None = None  # "parent": shown first as the parent of the run dispatched, whatever its score
     evidence: RunEvidence | None = None  # its evidence about the task and tier (search(evidence=True))
+    first_stage: float | None = None  # the linear formula's total, when the learned ranker placed it (``score`` is then the trees')
+    learned: "tuple[LearnedOrder, int] | None" = field(default=None, repr=False)  # the learned order and its place in it
 
     @property
     def tier(self) -> str:
@@ -84,7 +88,20 @@ class Hit:
             out["values"] = {k: round(v, 6) for k, v in self.values.items()}
             if self.evidence is not None:
                 out["evidence"] = self.evidence.to_dict()
+            if self.learned is not None:
+                out["learned"] = self.explain_learned()
         return out
+
+    def explain_learned(self) -> dict | None:
+        """What placed it, when the learned ranker did: its score (the trees' ``raw`` score through the
+        logistic function), the first stage's total, each feature's value and its contribution to the
+        raw score (Saabas; ``(base)`` is the trees' mean)."""
+        if self.learned is None:
+            return None
+        order, at = self.learned
+        return {"score": round(self.score, 6), "raw": round(float(order.scores[at]), 6),
+                "firstStage": round(self.first_stage or 0.0, 6),
+                "contributions": order.contributions([at])[0], "values": order.values(at)}
 
 
 @dataclass
@@ -354,6 +371,7 @@ class Ranked:
     evidence: Evidence | None = None  # the task's terms in this store (rank_query(evidence=True))
     tiers: list[RunEvidence] | None = None  # each of ``top``'s evidence and tier (rank_query(evidence=True))
     candidates: np.ndarray | None = None  # the rows the moment and filters allow, before evidence narrowed ``mask`` (None: ``mask``)
+    learned: "LearnedOrder | None" = None  # the learned ranker's order of the pool (None: the linear formula's)
 
     @property
     def allowed(self) -> np.ndarray:
@@ -406,6 +424,7 @@ def rank_query(
     vector: "VectorQuery | np.ndarray | None" = None,
     pin_parent: bool = False,
     evidence: bool = False,
+    ranker: str = "linear",
 ) -> Ranked:
     """Score a query over a snapshot and return the top ``k`` row indices (no rows built).
 
@@ -428,6 +447,9 @@ def rank_query(
     tier (module docstring, "Evidence"; what dispatch does); the pinned parent is exempt. With a
     vector axis this takes every row's exact cosine (one mat-vec), so that a run only the vectors
     relate can qualify.
+
+    ``ranker``: "learned" reorders the formula's pool by the shipped trees (:mod:`cybmem.retrieval.ranker`;
+    not with the vector axis on, whose ranking stays the formula's); "linear" is the formula alone.
     """
     now = as_of if as_of is not None else (now_ms if now_ms is not None else int(time.time() * 1000))
     mask = snap.candidates(as_of)
@@ -498,8 +520,13 @@ def rank_query(
             local = _pin_first(rank(scored, k), at, k)
             top = list(local) if reach is None else [int(reach[i]) for i in local]
             return _judged(Ranked(top, local, scored, mask, ctx, now, kw, lin, pin, ev, candidates=allowed), snap, cos, weights)
+    learned = ranker == "learned" and cos is None
+    if learned and raw is None:
+        raw = snap.index.scores(tokens)  # the second stage reads BM25 whatever the first stage's weight
     # Rows with a vector score join the pool like keyword hits (see _pool).
-    idx = _pool(snap, mask, kw, lin, k, weights, now, vec=cos)
+    idx = _pool(snap, mask, kw, lin, max(k, POOL_FIRST) if learned else k, weights, now, vec=cos)
+    if learned and len(idx) < snap.n:  # the BM25 top and the newest candidates join the second stage's pool
+        idx = _union(snap.n, [idx, top_k(raw, POOL_KEYWORD, mask), _newest_candidates(snap, mask, POOL_NEWEST)])
     if pin is not None:
         idx = np.union1d(idx, [pin])
     # Distinct ascending rows: as many as there are records is every row, taken as it is (no copies).
@@ -507,9 +534,28 @@ def rank_query(
     # Every pool row is a candidate (the pinned parent was made one above): no mask to apply.
     scored = score(keyword_raw=sub(kw), ended_at_ms=sub(snap.ended_ms()), now_ms=now, lineage=sub(lin),
                    vector_cos=sub(cos), weights=weights)
-    local = _pin_first(rank(scored, k), None if pin is None else int(np.searchsorted(idx, pin)), k)
-    return _judged(Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, ev, candidates=allowed),
-                   snap, cos, weights)
+    order = None
+    if learned:
+        from .ranker import learned_order  # the trees are read on the first learned query
+
+        order = learned_order(snap, query, idx, scored, sub(raw), now, tokens=tokens)
+        first = order.local[:k + 1].tolist()
+        if len(first) < k + 1:  # more asked for than the pool holds: the formula's order goes on
+            seen = set(first)
+            first += [i for i in rank(scored, k + 1) if i not in seen][:k + 1 - len(first)]
+    else:
+        first = rank(scored, k)
+    local = _pin_first(first, None if pin is None else int(np.searchsorted(idx, pin)), k)[:k]
+    return _judged(Ranked([int(idx[i]) for i in local], local, scored, mask, ctx, now, kw, lin, pin, ev, candidates=allowed,
+                          learned=order), snap, cos, weights)
+
+
+def _newest_candidates(snap: Snapshot, mask: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` newest rows ``mask`` keeps."""
+    order = snap.newest_first()
+    out = order[:max(4 * n, 64)]
+    out = out[mask[out]][:n]
+    return out if len(out) >= n else order[mask[order]][:n]
 
 
 #: The last lineage affinity computed on each snapshot, with its context (a snapshot is hashed by
@@ -615,7 +661,7 @@ def search(
         where = record_mask(snap, filter) if filter is not None and filter.active else None
         ranked = rank_query(snap, query, k=k + offset, weights=weights, as_of=as_of, now_ms=now_ms,
                             parent_run_id=parent_run_id, chat_session_id=chat_session_id, exclude=exclude,
-                            where=where, vector=vector, pin_parent=pin_parent, evidence=evidence)
+                            where=where, vector=vector, pin_parent=pin_parent, evidence=evidence, ranker=settings.ranker)
         # A hit whose file was edited in place since it was cached is read again, and the
         # ranking redone: what is shown (and injected) is what the file says now.
         fresh = verified(snap, ranked.top) if attempt == 0 else snap
@@ -630,9 +676,13 @@ def search(
     ended = _shown_ended_ms(snap, shown)
     rows = snap.rows(shown, ["runId", "state", "task", "summary", "issues", "next"] + (["endedAt"] if ended is None else []))
     explained = explain_rows(ranked.scored, ranked.local[offset:]) if shown else []
+    placed = ({int(i): p for p, i in enumerate(ranked.learned.local.tolist())} if ranked.learned is not None else {})
     for pos, (ex, row) in enumerate(zip(explained, rows), offset + 1):
+        at = placed.get(ranked.local[pos - 1])
+        learned = None if at is None else (ranked.learned, at)
         hits.append(Hit(
-            rank=pos, run_id=row["runId"], score=float(ex["total"]), contributions=ex["contributions"],
+            rank=pos, run_id=row["runId"], score=float(ex["total"]) if at is None else ranked.learned.shown_score(at),
+            first_stage=None if at is None else float(ex["total"]), learned=learned, contributions=ex["contributions"],
             values=ex["values"], state=row["state"],
             ended_at_ms=ended[pos - 1 - offset] if ended is not None else int(row["endedAt"].timestamp() * 1000),
             task=row["task"], summary=row["summary"] or "", issues=list(row["issues"] or []), next=list(row["next"] or []),

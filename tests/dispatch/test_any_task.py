@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 from typer.testing import CliRunner
@@ -117,8 +118,14 @@ def test_system_does_not_wait_on_a_stdin_nobody_writes_to(fixture_copy):
     p = subprocess.Popen([*cmd, "inject", "--system", "--project", "web", "--as-of", NOW, "--json"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
+        # stdout is read while waiting (stdin stays open, unwritten): the --json answer may outgrow a
+        # pipe's buffer, and a test that only waited would hold the writer up itself
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=lambda: chunks.append(p.stdout.read()), daemon=True)
+        reader.start()
         assert p.wait(timeout=60) == 0
-        d = json.loads(p.stdout.read())
+        reader.join(timeout=10)
+        d = json.loads(b"".join(chunks))
     finally:
         p.kill()
         for stream in (p.stdin, p.stdout, p.stderr):

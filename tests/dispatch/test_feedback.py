@@ -33,6 +33,14 @@ from cybmem.store.memory_store import MemoryStore
 
 from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
+
+@pytest.fixture(autouse=True)
+def _linear_ranker(monkeypatch):
+    """These tests check the linear formula's order, or outputs written with it: they rank with
+    CYBERINE_MEMORY_RANKER=linear (the learned ranker, the default since issue 39, is tested in
+    tests/retrieval/test_ranker.py and USAGE.md)."""
+    monkeypatch.setenv("CYBERINE_MEMORY_RANKER", "linear")
+
 CYBMEM = shutil.which("cybmem")
 TASK = "Fix the flaky cart drawer test"
 CART = "9b6b1e00-90b4-579e-9d84-2170f292abf9"  # web: "Stabilise the flaky cart drawer e2e test", first for TASK
@@ -47,7 +55,8 @@ def _root(tmp_path: Path) -> Path:
 
 def _env(root: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
-    env.update(CYBERINE_MEMORY_DIR=str(root), **extra)
+    env.update(CYBERINE_MEMORY_DIR=str(root), CYBERINE_MEMORY_RANKER="linear")  # the formula's order (see _linear_ranker)
+    env.update(extra)
     return env
 
 
@@ -56,6 +65,7 @@ def _run(*args: str, env: dict, stdin: str | None = None) -> subprocess.Complete
 
 
 def _settings(root: Path, **env: str) -> Settings:
+    env = {"MEMORY_RANKER": "linear", **env}  # the formula's order (see _linear_ranker)
     return Settings.from_env({f"CYBERINE_{k}": v for k, v in env.items()}, memory_dir=root)
 
 

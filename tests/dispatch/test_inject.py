@@ -16,6 +16,14 @@ from cybmem.dispatch.inject import inject_task
 from cybmem.errors import NotFoundError, ValidationError
 from cybmem.settings import Settings
 
+
+@pytest.fixture(autouse=True)
+def _linear_ranker(monkeypatch):
+    """These tests check the linear formula's order, or outputs written with it: they rank with
+    CYBERINE_MEMORY_RANKER=linear (the learned ranker, the default since issue 39, is tested in
+    tests/retrieval/test_ranker.py and USAGE.md)."""
+    monkeypatch.setenv("CYBERINE_MEMORY_RANKER", "linear")
+
 TASK = "Fix the flaky cart drawer test"
 NOW = "2026-10-27"
 
@@ -24,6 +32,7 @@ def _cybmem(*args, env=None, input=None, cwd=None):
     exe = shutil.which("cybmem")
     cmd = [exe, *args] if exe else [sys.executable, "-c", "from cybmem.cli.app import main; main()", *args]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
+    full_env["CYBERINE_MEMORY_RANKER"] = "linear"  # the formula's order (see _linear_ranker)
     full_env.update(env or {})
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, input=input, cwd=cwd, timeout=120)
 

@@ -14,6 +14,14 @@ from cybmem.settings import Settings
 from cybmem.store.memory_store import MemoryStore
 from cybmem.explore.widgets import TuningView, tuning_view
 
+
+@pytest.fixture(autouse=True)
+def _linear_ranker(monkeypatch):
+    """These tests check the linear formula's order, or outputs written with it: they rank with
+    CYBERINE_MEMORY_RANKER=linear (the learned ranker, the default since issue 39, is tested in
+    tests/retrieval/test_ranker.py and USAGE.md)."""
+    monkeypatch.setenv("CYBERINE_MEMORY_RANKER", "linear")
+
 NOW = 1_793_491_200_000  # 2026-11-01, after the fixture runs (2026-10-01 .. 2026-10-27)
 QUERY = "Fix the flaky cart drawer test"
 
@@ -105,7 +113,8 @@ def test_save_writes_the_file_that_cybmem_search_then_uses(view, fixture_copy):
 
     exe = shutil.which("cybmem")
     cmd = [exe] if exe else [sys.executable, "-c", "from cybmem.cli.app import main; main()"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
+    # the widget shows the formula's ranking: the CLI's, with the learned ranker set aside
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}, "CYBERINE_MEMORY_RANKER": "linear"}
     p = subprocess.run(cmd + ["search", QUERY, "--json", "--explain", "-k", "5", "--as-of", str(NOW),
                               "--memory-dir", str(fixture_copy), "--project", "web"],
                        env=env, capture_output=True, text=True, timeout=120)

@@ -35,6 +35,14 @@ from cybmem.mcp.tools import DEFAULT_CONTEXT, DEFAULT_K, DEFAULT_LIMIT
 
 from conftest import FIXTURES, LEFTOVERS, make_run, write_json
 
+
+@pytest.fixture(autouse=True)
+def _linear_ranker(monkeypatch):
+    """These tests check the linear formula's order, or outputs written with it: they rank with
+    CYBERINE_MEMORY_RANKER=linear (the learned ranker, the default since issue 39, is tested in
+    tests/retrieval/test_ranker.py and USAGE.md)."""
+    monkeypatch.setenv("CYBERINE_MEMORY_RANKER", "linear")
+
 CYBMEM = shutil.which("cybmem")
 READS = {"projects", "search", "show", "chain", "issues", "memory_block"}
 WRITES = {"mark_issue", "supersede"}
@@ -51,7 +59,7 @@ def _memory(where: Path) -> Path:
 
 def _env(home: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
-    env.update(HOME=str(home), COLUMNS="120")
+    env.update(HOME=str(home), COLUMNS="120", CYBERINE_MEMORY_RANKER="linear")  # the formula's order (see _linear_ranker)
     return env
 
 

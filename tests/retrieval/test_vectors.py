@@ -509,7 +509,7 @@ def test_a_paraphrase_finds_its_run_only_with_embeddings(memory_root, minilm_ser
     assert not snap.index.scores(tokenize(query)).any(), "the query shares no keyword with any run"
     now = T0 + 7 * DAY
     on = search(store, query, k=3, settings=settings, now_ms=now)
-    off = search(store, query, k=3, settings=settings_with(memory_root), now_ms=now)
+    off = search(store, query, k=3, settings=settings_with(memory_root, {"CYBERINE_MEMORY_RANKER": "linear"}), now_ms=now)  # the formula: recency and lineage alone
     assert on.vector and not on.warnings
     assert on.weights.w_vec == DEFAULT_W_VEC
     assert "r2" in [h.run_id for h in on.hits], [(h.run_id, h.contributions) for h in on.hits]

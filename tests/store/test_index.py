@@ -3,6 +3,8 @@ archive-summary.md, the records stay, and show, chain, search, list and doctor r
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 
@@ -19,6 +21,14 @@ from cybmem.settings import Settings
 from cybmem.store.memory_store import MemoryStore
 
 from conftest import T0, make_run
+
+
+@pytest.fixture(autouse=True)
+def _linear_ranker(monkeypatch):
+    """These tests check the linear formula's order, or outputs written with it: they rank with
+    CYBERINE_MEMORY_RANKER=linear (the learned ranker, the default since issue 39, is tested in
+    tests/retrieval/test_ranker.py and USAGE.md)."""
+    monkeypatch.setenv("CYBERINE_MEMORY_RANKER", "linear")
 
 DAY = 86_400_000
 LINE = re.compile(r"^- \d{4}-\d\d-\d\d \d\d:\d\d UTC  (done|error|cancelled)  (\S+)  (.+)$")
@@ -67,7 +77,7 @@ def test_show_chain_search_and_list_reach_archived_records(capped):
     assert chain(store, "run0").next == [f"run{i}" for i in range(1, 8)]
     res = runner.invoke(app, ["chain", "run2", "-p", "web"], env=env)
     assert res.exit_code == 0 and len(res.output.splitlines()) == 8 + 1  # eight runs and the root line
-    hits = search(store, "storefront skeleton", settings=capped, now_ms=T0 + 30 * DAY).hits
+    hits = search(store, "storefront skeleton", settings=dataclasses.replace(capped, ranker="linear"), now_ms=T0 + 30 * DAY).hits
     assert hits[0].run_id == "run0"
     assert [e["runId"] for e in store.all_entries()] == [f"run{i}" for i in range(7, -1, -1)]
     assert store.all_entries()[3]["task"] == "Cart state store", "an archived entry, read from its record"

@@ -1,0 +1,294 @@
+"""What the learned ranker sees of each (task, candidate run): numbers normalised per task.
+
+The second stage of retrieval (:mod:`cybmem.retrieval.ranker`) reorders a pool of candidates the
+first stage (the linear formula of :mod:`cybmem.retrieval.scoring`) found: its top
+:data:`POOL_FIRST`, the top :data:`POOL_KEYWORD` on BM25 alone and the :data:`POOL_NEWEST` newest
+(:func:`pool`). For each candidate :func:`features` computes :data:`FEATURES`, in that order:
+
+- the first stage: its total, that total over the pool's best, its rank (log), its axes' values
+  (keyword, recency, lineage);
+- lexical views: BM25 rank (log); BM25 over the subject (the task's first line) and over the
+  body apart, each over the pool's best; the idf-weighted share of the task's terms the run holds,
+  the plain share, the share of the task's rare terms (held by under 1% of the runs) and the
+  best single term's idf over the task's best;
+- time: age on several scales (log hours; exp(-age / 1 h, 1 d, 7 d, 30 d, 365 d)); the lag behind
+  the newest candidate (so a project paused for months still has a "latest"); the run's position
+  in the project's history (runs that ended since, log; not as a share of the history, which
+  reads a run 20 back in a store of 50 as ancient: it cost nothing to leave out, 0.612 -> 0.610
+  leave-one-out); a burst: how many of the first
+  stage's top 50 ended within a day of it; the project's pace (the median gap between its last
+  100 runs) and the age counted in such gaps (log; exp(-age / 5 and 50 gaps));
+- the task's shape: tokens (log), distinct terms, rare terms, the largest idf; the run's subject
+  and body length (log).
+
+No feature says whether a run mentions a ticket or raised one: in the judged corpora relevance
+is "both runs name the same ticket", so such a prior would score how the labels were made
+(issue 39). The issue ledger is not read here.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..store.tokens import tokenize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store.snapshot import Snapshot
+    from .scoring import Scored
+
+__all__ = ["FEATURES", "POOL_FIRST", "POOL_KEYWORD", "POOL_NEWEST", "pool", "features", "pool_features", "axis_value"]
+
+#: The first stage's top this many join the pool (issue 39: 100-150).
+POOL_FIRST = 120
+#: The top this many on BM25 alone join it.
+POOL_KEYWORD = 40
+#: The newest this many candidates join it.
+POOL_NEWEST = 8
+#: Of the first stage's top, how many count as the matches a burst is made of.
+BURST_TOP = 50
+#: What :func:`features` reads of a task's body (its head: a changelog-sized task is not read whole).
+BODY_CHARS = 1200
+#: The project's pace is the median gap between this many of its last runs.
+PACE_RUNS = 100
+#: A term held by fewer than this share of the runs is rare.
+RARE_SHARE = 0.01
+
+HOUR_MS = 3_600_000.0
+DAY_MS = 24 * HOUR_MS
+
+FEATURES: tuple[str, ...] = (
+    "first_total", "first_total_rel", "first_rank_log", "first_keyword", "first_recency", "first_lineage",
+    "bm25_rank_log", "bm25_subject_rel", "bm25_body_rel", "title_title_rel", "title_coverage", "coverage_idf", "coverage_share", "rare_share",
+    "best_idf_rel",
+    "age_log_hours", "age_1h", "age_1d", "age_7d", "age_30d", "age_365d",
+    "lag_log_hours", "lag_1d", "lag_7d", "runs_since_log", "burst",
+    "pace_log_hours", "age_gaps_log", "age_5gaps", "age_50gaps",
+    "task_tokens_log", "task_terms_log", "task_rare", "task_max_idf", "subject_len_log", "body_len_log",
+)
+_F = {name: i for i, name in enumerate(FEATURES)}
+
+_K1, _B = 1.2, 0.75  # the subject and body BM25 (the store index's own k1 and b)
+
+
+def _order_desc(values: np.ndarray, newer: np.ndarray) -> np.ndarray:
+    """Indices by ``values`` descending, ties to the newer (higher ``newer``) first."""
+    return np.lexsort((-newer, -values))
+
+
+def pool(total: np.ndarray, kw_raw: np.ndarray | None, ended: np.ndarray) -> np.ndarray:
+    """The second stage's candidates among the first stage's scored rows (indices into these
+    arrays): the top :data:`POOL_FIRST` on ``total``, the top :data:`POOL_KEYWORD` on BM25 with
+    any score, the :data:`POOL_NEWEST` newest; ascending."""
+    n = len(total)
+    tie = np.arange(n)
+    parts = [_order_desc(total, tie)[:POOL_FIRST]]
+    if kw_raw is not None:
+        best = _order_desc(kw_raw, tie)[:POOL_KEYWORD]
+        parts.append(best[kw_raw[best] > 0])
+    parts.append(np.lexsort((-tie, -ended))[:POOL_NEWEST])
+    rows = np.sort(np.concatenate(parts))  # np.unique's answer without its first call's imports (numpy.ma: 20 ms)
+    keep = np.empty(len(rows), dtype=bool)
+    keep[:1] = True
+    np.not_equal(rows[1:], rows[:-1], out=keep[1:])
+    return rows[keep]
+
+
+def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,
+                 title: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """BM25 of the task's ``terms`` over each text's subject (first line) and body apart, with the
+    store's idf, lengths averaged over these texts; each field's length in tokens; and BM25 of the
+    task's own title terms (``title``: a mask over the terms) over each subject. The texts are
+    tokenized in one pass (:func:`cybmem.store.tokens.tokenize_arrow`) and counted with numpy."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..arrow_numpy import numpy_of, scalar, strings  # not pa.scalar / pa.array: they import pandas
+    from ..store.tokens import tokenize_arrow
+
+    n, T = len(texts), len(terms)
+    heads, bodies = [], []
+    for text in texts:
+        head, _, rest = (text or "").partition("\n")
+        head = head[:BODY_CHARS]
+        heads.append(head)
+        bodies.append(rest[:BODY_CHARS])
+    toks = tokenize_arrow(heads + bodies)
+    offsets = numpy_of(toks.offsets).astype(np.int64)
+    lens = np.diff(offsets).astype(np.float64)
+    s_len, b_len = lens[:n], lens[n:]
+    zero = np.zeros(n)
+    if T == 0 or offsets[-1] == offsets[0]:
+        return zero, zero.copy(), s_len, b_len, zero.copy()
+    values = toks.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    found = pc.index_in(values, value_set=strings(terms, values.type))
+    ids = numpy_of(pc.fill_null(found, scalar(-1, found.type))).astype(np.int64)
+    owner = np.repeat(np.arange(2 * n), np.diff(offsets))
+    ok = ids >= 0
+    tf = np.bincount(owner[ok] * T + ids[ok], minlength=2 * n * T).reshape(2 * n, T).astype(np.float64)
+    out = []
+    for part, lens_part in ((tf[:n], s_len), (tf[n:], b_len)):
+        avg = float(lens_part.mean()) if n and lens_part.mean() > 0 else 1.0
+        norm = _K1 * (1 - _B + _B * lens_part / avg)
+        out.append(part / (part + norm[:, None]) * idf[None, :])
+    subj, body = out
+    tt = subj @ title.astype(np.float64) if title is not None else zero.copy()
+    return subj.sum(axis=1), body.sum(axis=1), s_len, b_len, tt
+
+
+#: What :func:`features` reads of a task: its subject line and body up to :data:`BODY_CHARS` fit.
+HEAD_CHARS = 4 * BODY_CHARS
+
+
+def _task_heads(snap: "Snapshot", rows: np.ndarray) -> list[str]:
+    """The first :data:`HEAD_CHARS` of each of ``rows``' tasks, sliced in Arrow (a task may be megabytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..arrow_numpy import array_of
+
+    col = snap.records.column("task").take(array_of(rows, pa.int64()))
+    return [t or "" for t in pc.utf8_slice_codeunits(col, 0, HEAD_CHARS).to_pylist()]
+
+
+#: Every run's endedAt, sorted, per snapshot (a snapshot's records do not change).
+_SORTED: "weakref.WeakKeyDictionary[Snapshot, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def _ended_sorted(snap: "Snapshot") -> np.ndarray:
+    times = _SORTED.get(snap)
+    if times is None:
+        times = _SORTED[snap] = np.sort(snap.ended_ms())
+    return times
+
+
+def _rel(x: np.ndarray) -> np.ndarray:
+    top = float(x.max()) if len(x) else 0.0
+    return x / top if top > 0 else np.zeros_like(x)
+
+
+def features(snap: "Snapshot", query: str, rows: np.ndarray, *, total: np.ndarray, keyword: np.ndarray,
+             recency: np.ndarray, lineage: np.ndarray, kw_raw: np.ndarray, now_ms: int,
+             tasks: Sequence[str] | None = None, tokens: list[str] | None = None) -> np.ndarray:
+    """:data:`FEATURES` of each of ``rows`` (snapshot rows: the pool) for the task ``query``.
+
+    Args:
+        total, keyword, recency, lineage: the first stage's total and axis values, per row.
+        kw_raw: the raw BM25 of each row.
+        now_ms: the moment the task is asked at (age is measured from it).
+        tasks: every snapshot row's task, by row (default: the pool's read from the snapshot).
+        tokens: the task's tokens (default: :func:`tokenize` of ``query``).
+
+    Returns:
+        float32 (rows, len(FEATURES)).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    n = len(rows)
+    X = np.zeros((n, len(FEATURES)), dtype=np.float64)
+    if n == 0:
+        return X.astype(np.float32)
+    tokens = tokenize(query) if tokens is None else tokens
+    ended_all = snap.ended_ms()
+    ended = ended_all[rows].astype(np.float64)
+    tie = rows.astype(np.float64)
+    total = np.asarray(total, np.float64)
+    X[:, _F["first_total"]] = total
+    X[:, _F["first_total_rel"]] = _rel(np.maximum(total, 0))
+    rank = np.empty(n)
+    rank[_order_desc(total, tie)] = np.arange(n)
+    X[:, _F["first_rank_log"]] = np.log1p(rank)
+    X[:, _F["first_keyword"]] = keyword
+    X[:, _F["first_recency"]] = recency
+    X[:, _F["first_lineage"]] = lineage
+    kw_raw = np.asarray(kw_raw, np.float64)
+    krank = np.empty(n)
+    krank[_order_desc(kw_raw, tie)] = np.arange(n)
+    X[:, _F["bm25_rank_log"]] = np.where(kw_raw > 0, np.log1p(krank), math.log1p(1000))
+
+    # Lexical views over the task's distinct terms, with the store's idf.
+    index = snap.index
+    hits = index.term_hits(tokens, rows)
+    n_docs = max(int(index.n_docs), 1)
+    df = hits.df.astype(np.float64)
+    idf = np.log1p((n_docs - df + 0.5) / (df + 0.5)) if len(df) else np.zeros(0)
+    held = hits.held
+    if len(idf):
+        mass = float(idf.sum())
+        X[:, _F["coverage_idf"]] = held @ idf / mass if mass > 0 else 0.0
+        X[:, _F["coverage_share"]] = held.mean(axis=1)
+        rare = (df > 0) & (df < RARE_SHARE * n_docs)
+        X[:, _F["rare_share"]] = held[:, rare].mean(axis=1) if rare.any() else 0.0
+        top = float(idf.max())
+        X[:, _F["best_idf_rel"]] = (held * idf).max(axis=1) / top if top > 0 else 0.0
+        X[:, _F["task_rare"]] = math.log1p(int(rare.sum()))
+        X[:, _F["task_max_idf"]] = float(idf[df > 0].max()) if (df > 0).any() else 0.0
+    X[:, _F["task_tokens_log"]] = math.log1p(len(tokens))
+    X[:, _F["task_terms_log"]] = math.log1p(len(hits.terms))
+    if tasks is None:
+        texts = _task_heads(snap, rows)
+    else:
+        texts = [(tasks[r] or "")[:HEAD_CHARS] for r in rows.tolist()]
+    title_terms = set(tokenize(query.strip().split("\n", 1)[0])) if query else set()
+    title = np.array([t in title_terms for t in hits.terms], dtype=bool)
+    subj, body, s_len, b_len, tt = _bm25_fields(texts, hits.terms, idf, title)
+    X[:, _F["title_title_rel"]] = _rel(tt)
+    if title.any() and len(idf) and float(idf[title].sum()) > 0:
+        X[:, _F["title_coverage"]] = held[:, title] @ idf[title] / float(idf[title].sum())
+    X[:, _F["bm25_subject_rel"]] = _rel(subj)
+    X[:, _F["bm25_body_rel"]] = _rel(body)
+    X[:, _F["subject_len_log"]] = np.log1p(s_len)
+    X[:, _F["body_len_log"]] = np.log1p(b_len)
+
+    # Time: age from the task's moment, lag behind the newest candidate, position, bursts.
+    age = np.maximum(float(now_ms) - ended, 0.0)
+    X[:, _F["age_log_hours"]] = np.log1p(age / HOUR_MS)
+    for name, scale in (("age_1h", HOUR_MS), ("age_1d", DAY_MS), ("age_7d", 7 * DAY_MS), ("age_30d", 30 * DAY_MS),
+                        ("age_365d", 365 * DAY_MS)):
+        X[:, _F[name]] = np.exp(-age / scale)
+    lag = np.maximum(float(ended.max()) - ended, 0.0)
+    X[:, _F["lag_log_hours"]] = np.log1p(lag / HOUR_MS)
+    X[:, _F["lag_1d"]] = np.exp(-lag / DAY_MS)
+    X[:, _F["lag_7d"]] = np.exp(-lag / (7 * DAY_MS))
+    times = _ended_sorted(snap)
+    upto = int(np.searchsorted(times, now_ms, side="right"))
+    since = upto - np.searchsorted(times, ended, side="right")
+    since = np.maximum(since, 0).astype(np.float64)
+    X[:, _F["runs_since_log"]] = np.log1p(since)
+    best = np.sort(ended[_order_desc(total, tie)[:BURST_TOP]])
+    # The project's pace: the median gap between its last runs, and age counted in such gaps.
+    tail = times[max(upto - PACE_RUNS, 0):upto]
+    gap = float(np.median(np.diff(tail))) if len(tail) > 2 else DAY_MS
+    gap = max(gap, 60_000.0)
+    X[:, _F["pace_log_hours"]] = math.log1p(gap / HOUR_MS)
+    X[:, _F["age_gaps_log"]] = np.log1p(age / gap)
+    X[:, _F["age_5gaps"]] = np.exp(-age / (5 * gap))
+    X[:, _F["age_50gaps"]] = np.exp(-age / (50 * gap))
+    X[:, _F["burst"]] = np.searchsorted(best, ended + DAY_MS, side="right") - np.searchsorted(best, ended - DAY_MS, side="left")
+    return X.astype(np.float32)
+
+
+def axis_value(contrib: np.ndarray | None, weight: float, local: np.ndarray) -> np.ndarray:
+    """An axis' value (its contribution over its weight) at ``local``; 0 when the axis is off."""
+    return contrib[local] / np.float32(weight) if contrib is not None and weight > 0 else np.zeros(len(local), np.float32)
+
+
+def pool_features(snap: "Snapshot", query: str, idx: np.ndarray, scored: "Scored", kw_raw: np.ndarray, now_ms: int, *,
+                  tokens: list[str] | None = None, tasks: Sequence[str] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The second stage's pool among the first stage's scored rows ``idx`` (``scored`` aligned with
+    them, ``kw_raw`` their raw BM25), its features and its first-stage order: ``(local, X, first)``,
+    ``local`` indices into ``idx``, ``first`` the rank of each (0 best; ties: the higher row). The one
+    path training (:mod:`cybmem.retrieval.ranker_training`) and dispatch (:mod:`cybmem.retrieval.ranker`) take."""
+    w = scored.weights
+    ended = snap.ended_ms()[idx]
+    local = pool(scored.total, kw_raw, ended)
+    rows = idx[local]
+    X = features(snap, query, rows, total=scored.total[local], keyword=axis_value(scored.keyword, w.w_kw, local),
+                 recency=axis_value(scored.recency, w.w_rec, local), lineage=axis_value(scored.lineage, w.w_lin, local),
+                 kw_raw=kw_raw[local], now_ms=now_ms, tasks=tasks, tokens=tokens)
+    first = np.empty(len(rows), np.int64)
+    first[np.lexsort((-rows, -scored.total[local]))] = np.arange(len(rows))
+    return local, X, first

@@ -1,0 +1,229 @@
+"""The learned ranker (issue 39): numpy trees against LightGBM, the features, training on a small
+history, the setting, the dispatch path without LightGBM, and `cybmem ranker`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cybmem.errors import ValidationError
+from cybmem.memory import Memory
+from cybmem.retrieval import ranker as R
+from cybmem.retrieval.features import FEATURES, features, pool
+from cybmem.retrieval.trees import Forest, pack
+from cybmem.settings import DEFAULT_RANKER, Settings
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "data-fixtures" / "memory"
+
+lgb = pytest.importorskip("lightgbm")
+
+
+def _booster(n_features: int = 6, leaves: int = 7, rounds: int = 40, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(600, n_features)).astype(np.float32)
+    y = ((X[:, 0] + 0.5 * X[:, 1] ** 2 - X[:, 2] * (X[:, 3] > 0) + rng.normal(scale=0.3, size=600)) > 0.5).astype(int)
+    data = lgb.Dataset(X, y, group=[20] * 30)
+    params = {"objective": "lambdarank", "num_leaves": leaves, "min_data_in_leaf": 5, "verbose": -1, "seed": seed,
+              "num_threads": 1}
+    return lgb.train(params, data, num_boost_round=rounds), rng
+
+
+@pytest.mark.parametrize("leaves", [2, 7, 15])
+def test_numpy_trees_predict_what_lightgbm_predicts(leaves):
+    booster, rng = _booster(leaves=leaves)
+    forest = Forest.from_packed(pack(booster.dump_model()))
+    X = rng.normal(size=(300, 6)).astype(np.float32)
+    X[:5] = 0.0  # values on thresholds' either side and exact zeros
+    assert np.allclose(forest.predict(X), booster.predict(X), rtol=0, atol=1e-9)
+
+
+def test_contributions_add_up_and_agree_with_lightgbm_tree_shap():
+    """Saabas contributions (not Shapley values) add up to the score exactly, as tree SHAP's do, and
+    credit the features LightGBM's pred_contrib credits, with the same sign where it matters."""
+    booster, rng = _booster()
+    forest = Forest.from_packed(pack(booster.dump_model()))
+    X = rng.normal(size=(200, 6)).astype(np.float32)
+    contrib, base = forest.contributions(X)
+    assert np.allclose(base + contrib.sum(axis=1), booster.predict(X), atol=1e-9)
+    shap = booster.predict(X, pred_contrib=True)
+    assert np.allclose(shap.sum(axis=1), booster.predict(X), atol=1e-6)
+    # the features the label is made of carry the weight in both; noise features little in both
+    assert np.abs(contrib[:, :4]).mean() > 3 * np.abs(contrib[:, 4:]).mean()
+    assert np.abs(shap[:, :4]).mean() > 3 * np.abs(shap[:, 4:6]).mean()
+    big = np.abs(shap[:, :6]) > 0.5
+    assert (np.sign(contrib[big]) == np.sign(shap[:, :6][big])).mean() > 0.8
+
+
+def test_the_shipped_model_reads_the_features_this_cybmem_computes():
+    m = R.model()
+    assert m.features == FEATURES
+    assert m.forest.n_trees > 0
+    prov = m.provenance
+    assert {h["name"] for h in prov["histories"]} >= {"pytest-memory", "mypy-memory", "sphinx-memory", "celery-memory"}
+    assert prov["lightgbm"] and prov["commit"]
+
+
+def test_pool_takes_the_first_stage_top_bm25_top_and_the_newest():
+    n = 400
+    total = np.linspace(0, 1, n).astype(np.float32)
+    kw = np.zeros(n, np.float32)
+    kw[5] = 9.0  # the best BM25 match, far down the first stage
+    ended = np.arange(n, dtype=np.int64)
+    ended[0] = 10**9  # the newest run, last on the first stage
+    got = pool(total, kw, ended)
+    assert {5, 0, n - 1} <= set(got.tolist())
+    assert list(got) == sorted(got)
+
+
+def _snapshot():
+    from cybmem.store.loading import load_snapshot
+    from cybmem.store.memory_store import MemoryStore
+
+    return load_snapshot(MemoryStore(FIXTURES, "web-7663e1"))
+
+
+def test_features_are_finite_and_normalised_per_task():
+    snap = _snapshot()
+    rows = np.arange(snap.n)
+    now = int(snap.ended_ms().max()) + 3_600_000
+    X = features(snap, "deploy fails over SFTP", rows, total=np.linspace(1, 0, snap.n), keyword=np.zeros(snap.n),
+                 recency=np.zeros(snap.n), lineage=np.zeros(snap.n), kw_raw=snap.index.scores(["deploy"]), now_ms=now)
+    assert X.shape == (snap.n, len(FEATURES)) and X.dtype == np.float32
+    assert np.isfinite(X).all()
+    f = {name: X[:, i] for i, name in enumerate(FEATURES)}
+    for name in ("first_total_rel", "bm25_subject_rel", "bm25_body_rel", "coverage_idf", "coverage_share", "age_1h",
+                 "age_365d", "lag_1d"):
+        assert (f[name] >= 0).all() and (f[name] <= 1 + 1e-6).all(), name
+    assert f["lag_1d"].max() == pytest.approx(1.0)  # the newest candidate: no lag
+    assert f["runs_since_log"].min() == 0.0
+
+
+def test_search_is_learned_by_default_and_linear_one_setting_away():
+    assert DEFAULT_RANKER == "learned"
+    learned = Memory(Settings.from_env({}, memory_dir=FIXTURES), project="web-7663e1")
+    linear = Memory(Settings.from_env({"CYBERINE_MEMORY_RANKER": "linear"}, memory_dir=FIXTURES), project="web-7663e1")
+    a = learned.search("deploy fails over SFTP", k=5)
+    b = linear.search("deploy fails over SFTP", k=5)
+    assert a.hits and b.hits
+    assert all(h.learned is not None for h in a.hits) and all(h.learned is None for h in b.hits)
+    assert [h.score for h in a.hits] == sorted((h.score for h in a.hits), reverse=True)
+    out = a.hits[0].to_dict(explain=True)
+    assert set(out["contributions"]) >= {"keyword", "recency"}  # the first stage's axes, beside
+    learned_part = out["learned"]
+    assert set(learned_part["values"]) == set(FEATURES)
+    assert sum(learned_part["contributions"].values()) == pytest.approx(learned_part["raw"], abs=1e-4)
+    assert 0 < learned_part["score"] < 1
+    assert "learned" not in b.hits[0].to_dict(explain=True)
+
+
+def test_the_setting_is_read_once_and_checked():
+    assert Settings.from_env({"CYBERINE_MEMORY_RANKER": " Linear "}).ranker == "linear"
+    with pytest.raises(ValidationError, match="CYBERINE_MEMORY_RANKER"):
+        Settings.from_env({"CYBERINE_MEMORY_RANKER": "neural"})
+    lenient = Settings.from_env({"CYBERINE_MEMORY_RANKER": "neural"}, lenient=True)
+    assert lenient.ranker == "learned" and any("CYBERINE_MEMORY_RANKER" in p for p in lenient.problems)
+
+
+def test_the_dispatch_path_never_imports_lightgbm():
+    code = ("import sys\nfrom cybmem.memory import Memory\nfrom cybmem.settings import Settings\n"
+            f"m = Memory(Settings.from_env({{}}, memory_dir={str(FIXTURES)!r}), project='web-7663e1')\n"
+            "hits = m.search('deploy fails over SFTP', k=3).hits\n"
+            "assert hits and hits[0].learned is not None\n"
+            "print(sorted(x for x in ('lightgbm', 'sklearn', 'scipy') if x in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _two_roots(corpus: Path, tmp_path: Path) -> list[Path]:
+    """The 1k corpus as two histories: its judged queries split in two halves."""
+    lines = [ln for ln in (corpus / "qrels.jsonl").read_text().splitlines() if ln.strip()]
+    roots = []
+    for i, part in enumerate((lines[: len(lines) // 2], lines[len(lines) // 2:])):
+        root = tmp_path / f"half{i}"
+        shutil.copytree(corpus, root, ignore=shutil.ignore_patterns(".cache*", "cache"))
+        (root / "qrels.jsonl").write_text("\n".join(part) + "\n")
+        roots.append(root)
+    return roots
+
+
+def test_training_on_small_histories_writes_a_model_search_can_use(corpus_1k, tmp_path):
+    from cybmem.retrieval import ranker_training as RT
+
+    roots = _two_roots(corpus_1k, tmp_path)
+    out = tmp_path / "model.json"
+    done = RT.train_roots(roots, out=out, rounds=20)
+    assert out.is_file() and done["trees"] == 20
+    loo = done["leaveOneOut"]
+    assert [h["name"] for h in loo["histories"]] == ["half0", "half1"]
+    for h in loo["histories"]:
+        assert 0 <= h["learned_mrr"] <= 1 and 0 <= h["linear_mrr"] <= 1 and h["queries"] > 0
+    m = R.load_model(out)
+    assert m.features == FEATURES and m.provenance["histories"][0]["records"] == 1000
+    assert m.provenance["leaveOneOut"]["meanLearned"] == loo["meanLearned"]
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cybmem.cli", *args], capture_output=True, text=True, env=env)
+
+
+def test_cybmem_ranker_show_prints_the_provenance():
+    out = _cli("ranker", "show")
+    assert out.returncode == 0, out.stderr
+    assert f"trees over {len(FEATURES)} features" in out.stdout and "mypy-memory" in out.stdout
+    js = _cli("ranker", "show", "--json")
+    assert js.returncode == 0
+    data = json.loads(js.stdout)
+    assert data["features"] == list(FEATURES) and data["trees"] == R.model().forest.n_trees
+
+
+def test_cybmem_ranker_train_exit_codes(tmp_path):
+    missing = _cli("ranker", "train", str(tmp_path / "nowhere"))
+    assert missing.returncode == 1 and "projects.json" in missing.stderr
+    as_json = _cli("ranker", "train", str(tmp_path / "nowhere"), "--json")
+    assert as_json.returncode == 1 and json.loads(as_json.stderr)["exitCode"] == 1
+    usage = _cli("ranker", "train")
+    assert usage.returncode == 2
+    assert _cli("ranker", "nonsense").returncode == 2
+
+
+def test_cybmem_ranker_train_json(corpus_1k, tmp_path):
+    roots = _two_roots(corpus_1k, tmp_path)
+    out = tmp_path / "m.json"
+    done = _cli("ranker", "train", *map(str, roots), "--out", str(out), "--json", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["model"] == str(out) and len(data["leaveOneOut"]["histories"]) == 2
+    shown = _cli("ranker", "show", "--model", str(out), "--json")
+    assert json.loads(shown.stdout)["leaveOneOut"] == data["leaveOneOut"]
+
+
+def test_a_merge_commits_pointer_says_what_was_merged():
+    from cybmem.dispatch.preamble import PreambleEntry, _entry_lines
+
+    task = "Merge pull request #14774 from The-Compiler/deprecate-class-scope\n\nDeprecate class-scoped fixtures"
+    line = _entry_lines(PreambleEntry("d724e161-aaaa-bbbb-cccc-123456789012", 1_700_000_000_000, "done", task, "", [], [],
+                                      tier="pointer"))[0]
+    assert "Deprecate class-scoped fixtures" in line and "Merge pull request" not in line
+    plain = _entry_lines(PreambleEntry("x1", 1_700_000_000_000, "done", "Fix the cache\nbody", "", [], [], tier="pointer"))[0]
+    assert plain.endswith(": Fix the cache")
+
+
+def test_inject_json_says_which_runs_were_cut_to_pointers():
+    from cybmem.dispatch import inject as dispatch
+    from cybmem.retrieval.weights import LoadedWeights, Weights
+    from cybmem.store.memory_store import MemoryStore
+
+    settings = Settings.from_env({"CYBERINE_MEMORY_TOPK": "1", "CYBERINE_MEMORY_ISSUES": "0"}, memory_dir=FIXTURES)
+    inj = dispatch._build(MemoryStore(FIXTURES, "web-7663e1"), "deploy fails over SFTP", settings,
+                          LoadedWeights(Weights(), {}), as_of=None, now_ms=None, parent_run_id=None, chat_session_id=None)
+    runs = inj.to_dict()["runs"]
+    assert runs[0]["shown"] == "full" and not runs[0]["cutToPointer"]
+    cut = [r for r in runs if r["cutToPointer"]]
+    assert cut and all(r["shown"] == "pointer" and r["evidence"]["tier"] == "full" for r in cut)
