@@ -63,7 +63,10 @@ def ranker_show_cmd(
         print_json(info)
         return
     hs = ", ".join(f"{h['name']} ({h['records']:,} runs, {h['queries']} queries)" for h in info.get("histories") or [])
-    echo(f"Model: {info['model']}")
+    model = Path(info["model"]).resolve()
+    package = Path(__file__).resolve().parents[1]  # the model shipped in the package is named as such, wherever it is installed
+    echo(f"Model: cybmem/{model.relative_to(package).as_posix()} (shipped with cybmem)" if model.is_relative_to(package)
+         else f"Model: {model}")
     echo(f"{info['trees']} trees over {len(info['features'])} features; trained {info.get('trainedAt') or '?'} "
          f"from commit {(info.get('commit') or '?')[:12]} with LightGBM {info.get('lightgbm') or '?'}.")
     echo(f"Histories: {hs or '?'}.")
