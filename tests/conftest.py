@@ -42,6 +42,14 @@ def settings(memory_root):
     return Settings.from_env()
 
 
+@pytest.fixture
+def linear_ranker(monkeypatch):
+    """Rank with CYBERINE_MEMORY_RANKER=linear, for a module whose tests check the linear formula's
+    order or outputs written with it (``pytestmark = pytest.mark.usefixtures("linear_ranker")``; the
+    learned ranker, the default since issue 39, is tested in tests/retrieval/test_ranker.py and USAGE.md)."""
+    monkeypatch.setenv("CYBERINE_MEMORY_RANKER", "linear")
+
+
 #: What a copy of the fixtures leaves out: the files cybmem or a user's earlier commands may have
 #: left in the checkout's data-fixtures (README's first command keeps what it showed in
 #: web/shown.jsonl), so every test starts from what the repository holds.

@@ -41,12 +41,8 @@ from cybmem.retrieval.weights import Weights
 from conftest import FIXTURES, LEFTOVERS
 
 
-@pytest.fixture(autouse=True)
-def _linear_ranker(monkeypatch):
-    """These tests check the linear formula's order, or outputs written with it: they rank with
-    CYBERINE_MEMORY_RANKER=linear (the learned ranker, the default since issue 39, is tested in
-    tests/retrieval/test_ranker.py and USAGE.md)."""
-    monkeypatch.setenv("CYBERINE_MEMORY_RANKER", "linear")
+#: These tests check the linear formula's order, or outputs written with it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("linear_ranker")
 
 MACHINES = ("laptop", "ci-1", "ci-2")
 SLUGS = ("api", "web", "web-7663e1")

@@ -15,12 +15,8 @@ from cybmem.store.memory_store import MemoryStore
 from cybmem.explore.widgets import TuningView, tuning_view
 
 
-@pytest.fixture(autouse=True)
-def _linear_ranker(monkeypatch):
-    """These tests check the linear formula's order, or outputs written with it: they rank with
-    CYBERINE_MEMORY_RANKER=linear (the learned ranker, the default since issue 39, is tested in
-    tests/retrieval/test_ranker.py and USAGE.md)."""
-    monkeypatch.setenv("CYBERINE_MEMORY_RANKER", "linear")
+#: These tests check the linear formula's order, or outputs written with it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("linear_ranker")
 
 NOW = 1_793_491_200_000  # 2026-11-01, after the fixture runs (2026-10-01 .. 2026-10-27)
 QUERY = "Fix the flaky cart drawer test"
