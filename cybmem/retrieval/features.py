@@ -101,34 +101,28 @@ def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,
                  title: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """BM25 of the task's ``terms`` over each text's subject (first line) and body apart, with the
     store's idf, lengths averaged over these texts; each field's length in tokens; and BM25 of the
-    task's own title terms (``title``: a mask over the terms) over each subject. The texts are
-    tokenized in one pass (:func:`cybmem.store.tokens.tokenize_arrow`) and counted with numpy."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    task's own title terms (``title``: a mask over the terms) over each subject.
 
-    from ..arrow_numpy import numpy_of, scalar, strings  # not pa.scalar / pa.array: they import pandas
-    from ..store.tokens import tokenize_arrow
-
+    Each field is tokenized by :func:`cybmem.store.tokens.tokenize` (through its word cache) and
+    only the task's terms are counted: for a pool of a few hundred short texts this is cheaper than
+    :func:`cybmem.store.tokens.tokenize_arrow` (the same tokens), whose Arrow kernels cost more on
+    their first call in a process (dispatch asks one query a process) than this whole count."""
     n, T = len(texts), len(terms)
-    heads, bodies = [], []
-    for text in texts:
+    at = {term: j for j, term in enumerate(terms)}
+    lens = np.empty(2 * n)
+    cells: list[int] = []
+    for i, text in enumerate(texts):
         head, _, rest = (text or "").partition("\n")
-        head = head[:BODY_CHARS]
-        heads.append(head)
-        bodies.append(rest[:BODY_CHARS])
-    toks = tokenize_arrow(heads + bodies)
-    offsets = numpy_of(toks.offsets).astype(np.int64)
-    lens = np.diff(offsets).astype(np.float64)
+        for k, part in ((i, head[:BODY_CHARS]), (n + i, rest[:BODY_CHARS])):
+            toks = tokenize(part)
+            lens[k] = len(toks)
+            if T:
+                cells += [k * T + j for j in map(at.get, toks) if j is not None]
     s_len, b_len = lens[:n], lens[n:]
     zero = np.zeros(n)
-    if T == 0 or offsets[-1] == offsets[0]:
+    if not cells:
         return zero, zero.copy(), s_len, b_len, zero.copy()
-    values = toks.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    found = pc.index_in(values, value_set=strings(terms, values.type))
-    ids = numpy_of(pc.fill_null(found, scalar(-1, found.type))).astype(np.int64)
-    owner = np.repeat(np.arange(2 * n), np.diff(offsets))
-    ok = ids >= 0
-    tf = np.bincount(owner[ok] * T + ids[ok], minlength=2 * n * T).reshape(2 * n, T).astype(np.float64)
+    tf = np.bincount(np.asarray(cells, np.int64), minlength=2 * n * T).reshape(2 * n, T).astype(np.float64)
     out = []
     for part, lens_part in ((tf[:n], s_len), (tf[n:], b_len)):
         avg = float(lens_part.mean()) if n and lens_part.mean() > 0 else 1.0

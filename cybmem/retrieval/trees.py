@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Forest", "pack"]
+__all__ = ["ZERO_THRESHOLD", "Forest", "pack"]
 
 
 def pack(dump: dict[str, Any]) -> dict[str, Any]:
@@ -60,6 +60,22 @@ def pack(dump: dict[str, Any]) -> dict[str, Any]:
                     leaf[t, child["leaf_index"]] = child["leaf_value"]
     return {"features": list(dump.get("feature_names") or []), "feature": feat.tolist(), "threshold": thr.tolist(),
             "left": left.tolist(), "right": right.tolist(), "value": value.tolist(), "leaf": leaf.tolist()}
+
+
+#: LightGBM reads a value within this of zero as zero (its kZeroThreshold, the float 1e-35f),
+#: when it trains and when it predicts.
+ZERO_THRESHOLD = float(np.float32(1e-35))
+
+
+def _inputs(X: np.ndarray) -> np.ndarray:
+    """``X`` as LightGBM's predictor sees it: float32 kept (see :meth:`Forest.predict`), anything else
+    as float64, values within :data:`ZERO_THRESHOLD` of zero as zero (a float32 ``exp(-age / 1 h)``
+    of a run days old is such a denormal, and a split at zero has its threshold at -1e-35)."""
+    X = np.asarray(X)
+    if X.dtype != np.float32:
+        X = X.astype(np.float64)
+    tiny = np.abs(X) <= ZERO_THRESHOLD
+    return np.where(tiny, X.dtype.type(0), X) if tiny.any() else X
 
 
 @dataclass
@@ -105,7 +121,7 @@ class Forest:
         return flat
 
     def _walk(self, X: np.ndarray, contrib: np.ndarray | None) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float64)
+        X = _inputs(X).astype(np.float64, copy=False)
         n = X.shape[0]
         T = self.n_trees
         if n == 0 or T == 0:
@@ -128,44 +144,85 @@ class Forest:
             live = live[child >= 0]
         return leaf[-node - 1].reshape(n, T).sum(axis=1)
 
+    def _leaf_paths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each leaf's path as two bit masks over its tree's internal nodes (trees x leaves): the nodes
+        on the path (``mask``) and those where it goes left (``pattern``). A row reaches a leaf when
+        its code (bit i set when it goes left at node i) ``& mask == pattern``. Found in one pass over
+        the node numbers, all trees at once: LightGBM numbers a split after its parent's, so a node's
+        path is known before its children are reached. A padded leaf gets an impossible pair (0, 1)."""
+        T, width = self.feature.shape
+        L = self.leaf.shape[1]
+        trees = np.arange(T)
+        node_mask = np.zeros((T, width), np.int64)
+        node_pat = np.zeros((T, width), np.int64)
+        real = np.zeros((T, width), bool)
+        real[:, 0] = True
+        mask = np.zeros((T, L), np.int64)
+        pattern = np.ones((T, L), np.int64)
+        for i in range(width):
+            bit = np.int64(1) << i
+            for children, left in ((self.left, True), (self.right, False)):
+                c = children[:, i]
+                m = node_mask[:, i] | bit
+                p = node_pat[:, i] | bit if left else node_pat[:, i]
+                inner = real[:, i] & (c >= 0)
+                node_mask[trees[inner], c[inner]] = m[inner]
+                node_pat[trees[inner], c[inner]] = p[inner]
+                real[trees[inner], c[inner]] = True
+                out = real[:, i] & (c < 0)
+                mask[trees[out], -c[out] - 1] = m[out]
+                pattern[trees[out], -c[out] - 1] = p[out]
+        single = (self.left[:, 0] < 0) & (self.left[:, 0] == self.right[:, 0])  # one leaf: reached whatever
+        mask[single, 0] = 0
+        pattern[single, 0] = 0
+        return mask, pattern
+
     def _table(self) -> np.ndarray | None:
-        """Each tree's leaf for every outcome of its splits (trees x 2**internal nodes: bit i set when
-        a row goes left at node i), found by walking every outcome at once; None past 10 nodes a tree."""
-        if "_leaf_table" in self.__dict__:
-            return self.__dict__["_leaf_table"]
+        """Each tree's score for every outcome of its splits (trees x 2**internal nodes, flat: tree t's
+        outcome ``code`` at ``t * 2**width + code``), from the leaves' paths (:meth:`_leaf_paths`);
+        None past 10 internal nodes a tree. Built once, in well under a millisecond for the shipped model."""
+        if "_value_table" in self.__dict__:
+            return self.__dict__["_value_table"]
         T, width = self.feature.shape
         table = None
         if width <= 10:
-            codes = np.arange(1 << width, dtype=np.int64)[None, :]
-            trees = np.arange(T)[:, None]
-            node = np.zeros((T, 1 << width), np.int64)
-            for _ in range(width + 1):
-                live = node >= 0
-                if not live.any():
-                    break
-                at = np.where(live, node, 0)
-                left = (codes >> at) & 1
-                child = np.where(left == 1, self.left[trees, at], self.right[trees, at])
-                node = np.where(live, child, node)
-            table = (-node - 1).astype(np.int64) + (np.arange(T) * self.leaf.shape[1])[:, None]  # global leaf ids
-        self.__dict__["_leaf_table"] = table
+            mask, pattern = self._leaf_paths()
+            codes = np.arange(1 << width, dtype=np.int64)
+            reached = (codes[None, None, :] & mask[:, :, None]) == pattern[:, :, None]  # trees x leaves x codes
+            table = np.take_along_axis(self.leaf, reached.argmax(axis=1), axis=1).ravel()  # one leaf a code
+        self.__dict__["_value_table"] = table
         return table
+
+    def _thresholds32(self) -> np.ndarray:
+        """The thresholds as float32 rounded down: for a float32 ``x``, ``x <= t32`` exactly when
+        ``float64(x) <= threshold`` (LightGBM's comparison), at half the bytes."""
+        t32 = self.__dict__.get("_t32")
+        if t32 is None:
+            thr = self.threshold.ravel()
+            t32 = thr.astype(np.float32)
+            t32 = self.__dict__["_t32"] = np.where(t32 > thr, np.nextafter(t32, np.float32(-np.inf)), t32)
+        return t32
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """The model's raw score of each row of ``X`` (rows x features), as LightGBM's ``predict``:
-        every split of every tree judged at once, each tree's leaf looked up from its splits' outcomes."""
+        every split of every tree judged for every row at once (features by rows, so each split reads
+        one contiguous row of values), the outcomes packed into one code a tree, each tree's score
+        looked up by its code."""
         table = self._table()
         if table is None:
             return self._walk(X, None)
-        X = np.asarray(X, dtype=np.float64)
+        X = _inputs(X)
         n = X.shape[0]
         T, width = self.feature.shape
         if n == 0 or T == 0:
             return np.zeros(n)
-        cond = (X[:, self.feature.ravel()] <= self.threshold.ravel()).reshape(n, T, width)
-        code = cond.astype(np.int64) @ (np.int64(1) << np.arange(width, dtype=np.int64))
-        leaf = table[np.arange(T)[None, :], code]
-        return self.leaf.ravel()[leaf].sum(axis=1)
+        thr = self._thresholds32() if X.dtype == np.float32 else self.threshold.ravel()
+        cond = (np.ascontiguousarray(X.T)[self.feature.ravel()] <= thr[:, None]).reshape(T, width, n)
+        code = cond[:, 0, :].astype(np.int64)
+        for i in range(1, width):
+            code |= cond[:, i, :].astype(np.int64) << i
+        code += (np.arange(T, dtype=np.int64) << width)[:, None]
+        return table[code].sum(axis=0)
 
     def contributions(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each feature's Saabas contribution to each row's score (rows x features) and the base

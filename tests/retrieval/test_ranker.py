@@ -41,7 +41,14 @@ def test_numpy_trees_predict_what_lightgbm_predicts(leaves):
     forest = Forest.from_packed(pack(booster.dump_model()))
     X = rng.normal(size=(300, 6)).astype(np.float32)
     X[:5] = 0.0  # values on thresholds' either side and exact zeros
+    # float32 values at, just under and just over each threshold (predict compares float32 rows
+    # with the thresholds rounded down to float32; LightGBM compares in float64)
+    thr = forest.threshold.ravel().astype(np.float32)
+    for k, v in enumerate(np.concatenate([thr, np.nextafter(thr, np.float32(-np.inf)), np.nextafter(thr, np.float32(np.inf))])):
+        X[5 + k % 295, forest.feature.ravel()[k % len(thr)]] = v
     assert np.allclose(forest.predict(X), booster.predict(X), rtol=0, atol=1e-9)
+    assert np.allclose(forest.predict(X.astype(np.float64)), booster.predict(X), rtol=0, atol=1e-9)
+    assert np.allclose(forest.predict(X), forest._walk(X, None), rtol=0, atol=1e-9)  # the table and the walk agree
 
 
 def test_contributions_add_up_and_agree_with_lightgbm_tree_shap():
