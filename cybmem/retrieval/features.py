@@ -79,17 +79,32 @@ def _order_desc(values: np.ndarray, newer: np.ndarray) -> np.ndarray:
     return np.lexsort((-newer, -values))
 
 
+def _top(values: np.ndarray, k: int) -> np.ndarray:
+    """The first ``k`` of :func:`_order_desc` (ties: the higher row) without sorting every value: a
+    store of 100k runs is scored whole on each query. float32 scores go through the first stage's
+    own selection (:func:`cybmem.retrieval.scoring.top_k`, the same ties); other values (endedAt in
+    ms) are partitioned at the k-th largest and only those at or above it are sorted."""
+    n = len(values)
+    if n <= k:
+        return _order_desc(values, np.arange(n))
+    if values.dtype == np.float32 and not np.isnan(values).any():
+        from .scoring import top_k
+
+        return top_k(values, k)
+    kth = np.partition(values, n - k)[n - k]
+    cand = np.flatnonzero(values >= kth)
+    return cand[_order_desc(values[cand], cand)[:k]]
+
+
 def pool(total: np.ndarray, kw_raw: np.ndarray | None, ended: np.ndarray) -> np.ndarray:
     """The second stage's candidates among the first stage's scored rows (indices into these
     arrays): the top :data:`POOL_FIRST` on ``total``, the top :data:`POOL_KEYWORD` on BM25 with
     any score, the :data:`POOL_NEWEST` newest; ascending."""
-    n = len(total)
-    tie = np.arange(n)
-    parts = [_order_desc(total, tie)[:POOL_FIRST]]
+    parts = [_top(total, POOL_FIRST)]
     if kw_raw is not None:
-        best = _order_desc(kw_raw, tie)[:POOL_KEYWORD]
+        best = _top(kw_raw, POOL_KEYWORD)
         parts.append(best[kw_raw[best] > 0])
-    parts.append(np.lexsort((-tie, -ended))[:POOL_NEWEST])
+    parts.append(_top(ended, POOL_NEWEST))
     rows = np.sort(np.concatenate(parts))  # np.unique's answer without its first call's imports (numpy.ma: 20 ms)
     keep = np.empty(len(rows), dtype=bool)
     keep[:1] = True
@@ -153,6 +168,10 @@ _SORTED: "weakref.WeakKeyDictionary[Snapshot, np.ndarray]" = weakref.WeakKeyDict
 
 
 def _ended_sorted(snap: "Snapshot") -> np.ndarray:
+    """Every run's endedAt, ascending: the snapshot's own column when its rows are in time order (as
+    a load leaves them; no sort of 100k values on dispatch's one query), else sorted once."""
+    if snap.in_time_order:
+        return snap.ended_ms()
     times = _SORTED.get(snap)
     if times is None:
         times = _SORTED[snap] = np.sort(snap.ended_ms())
