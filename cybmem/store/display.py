@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Callable
 
 #: The characters of a text that anything but the record itself reads (64 Ki): a query's and a task's
 #: tokens (:mod:`cybmem.store.tokens`), a task's one-line views (:func:`subject_line`, :func:`head_line`,
@@ -29,6 +30,7 @@ __all__ = [
     "printable_json",
     "shorten",
     "split_lines",
+    "merged_title",
     "subject_line",
 ]
 
@@ -171,6 +173,20 @@ def head_line(text: str | None, max_chars: int) -> str:
 
 # GitHub's merge commit: "Merge pull request #123 from owner/branch", a blank line, the PR title.
 _MERGE_PR = re.compile(r"Merge pull request #(\d+) from \S+")
+
+
+def merged_title(title: str | None, opener_task: "Callable[[], str | None]") -> str:
+    """An issue's title as the MEMORY block shows it. An issue made from a GitHub merge commit may
+    hold only "Merge pull request #N from owner/branch", which says nothing; then the title is what
+    :func:`subject_line` reads in the task of the run that opened it (the pull request's title with
+    ``(#N)`` after it), when that task has one. Any other title is kept as it is, and
+    ``opener_task`` (which finds that task) is only called for a bare merge line."""
+    title = title or ""
+    if _MERGE_PR.fullmatch(title.strip()):
+        better = subject_line(opener_task(), MAX_TEXT_CHARS)
+        if better and not _MERGE_PR.fullmatch(better.strip()):
+            return better
+    return title
 
 
 def subject_line(text: str | None, max_chars: int) -> str:

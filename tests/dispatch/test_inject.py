@@ -355,6 +355,32 @@ def test_an_open_issue_is_in_full_only_with_evidence(settings):
     assert len(footer_line) < len(drawer_line)
 
 
+def test_an_open_issue_made_from_a_merge_commit_shows_the_pull_requests_title(settings):
+    """Issue 39, item 4, for the issue lines too: an issue whose title is only GitHub's "Merge pull
+    request #N from owner/branch" is shown with the title of the pull request its opening run
+    merged (as that run's pointer is); a title that says something is kept; no opening run, no change."""
+    from conftest import T0, make_run
+    from cybmem.operations.write import write_run
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.records import IssueEvent
+
+    merge = "Merge pull request #4683 from nicoddemus/skip-unicode"
+    write_run(make_run("run-merge", merge + "\n\nHandle unittest.SkipTest exception with non-ascii characters"), settings)
+    write_run(make_run("run-plain", "Merge pull request #12 from someone/branch", start=T0 + 60_000), settings)
+    MemoryStore(settings.memory_dir, "web").append_issue_events([
+        IssueEvent("ticket-4683", T0 + 1_000, "opened", "run-merge", merge),
+        IssueEvent("ticket-12", T0 + 61_000, "opened", "run-plain", "Merge pull request #12 from someone/branch"),
+        IssueEvent("ticket-7", T0 + 62_000, "opened", "nobody", "Merge pull request #7 from a/b"),
+        IssueEvent("ticket-8", T0 + 63_000, "opened", "run-merge", "Skip tests with non-ascii reasons")])
+    block = inject_task("Handle a SkipTest with non-ascii characters", settings, cwd="/home/dev/web",
+                        now_ms=T0 + 86_400_000).block
+    lines = {line.split(":")[0]: line for line in block.splitlines() if line.startswith("- ticket-")}
+    assert "Handle unittest.SkipTest exception with non-ascii characters (#4683)" in lines["- ticket-4683"]
+    assert "Merge pull request #12 from someone/branch" in lines["- ticket-12"]  # its run says no more
+    assert "Merge pull request #7 from a/b" in lines["- ticket-7"]  # no such run
+    assert "Skip tests with non-ascii reasons" in lines["- ticket-8"]
+
+
 def test_an_open_issue_is_as_fresh_whatever_the_runs_evidence(settings):
     """An open issue's last activity counts every run the moment allows, not only the runs with
     evidence about the task: a run that shares no word with the task but raised the issue again
