@@ -2,7 +2,7 @@
 
     python benchmarks/bench_rank.py [--corpus pytest-memory,mypy-memory,sphinx-memory,celery-memory]
                                     [--sample 300] [--no-block] [--json out.json]
-    python benchmarks/bench_rank.py --latency pytest-memory [--latency-rounds 21]
+    python benchmarks/bench_rank.py --latency pytest-memory [--latency-rounds 21] [--latency-records 100000]
 
 The protocol is bench_fit's: every judged query of each history (qrels.jsonl lines merged per
 queryRunId) is ranked as of its moment against the runs that had ended then, its own run left out,
@@ -22,7 +22,8 @@ history; the block's hit at least the linear one's on every history.
 
 ``--latency CORPUS``: a warm ``cybmem inject`` with each ranker, taking turns with the import floor
 (bench_store.py's ``python -c "import numpy, pyarrow, pyarrow.ipc, typer, orjson"``); the target is
-at most 1.5x the floor.
+at most 1.5x the floor. ``--latency-records N``: the same on bench_store.py's store of N records
+(pytest's history replicated; written once under benchmarks/.data/).
 """
 
 from __future__ import annotations
@@ -116,18 +117,23 @@ def block_hits(store, snap, judgments, settings, sample: int, seed: int = 7) -> 
 DISPATCH_FLOOR = ("numpy", "pyarrow", "pyarrow.ipc", "typer", "orjson")  # bench_store.py's import floor
 
 
-def latency(corpus: str, rounds: int) -> dict:
+def latency(corpus: str, rounds: int, records: int | None = None) -> dict:
     """A warm ``cybmem inject`` with each ranker, taking turns with the import floor (medians of
-    ``rounds``; each round asks another judged task's subject line)."""
+    ``rounds``; each round asks another judged task's subject line). ``records``: on bench_store.py's
+    store of that many records (pytest's history replicated) instead of the corpus itself."""
     import os
     import shutil
     import statistics
     import subprocess
 
     root = _corpus.ensure_corpus(corpus)
+    tasks = [j.query.strip().split("\n", 1)[0] for j in load_judgments(root / "qrels.jsonl")][:rounds]
+    if records:
+        import bench_store
+
+        root = bench_store.store_for(records)
     slug = _corpus.slug_of(root)
     exe = shutil.which("cybmem") or "cybmem"
-    tasks = [j.query.strip().split("\n", 1)[0] for j in load_judgments(root / "qrels.jsonl")][:rounds]
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("CYBERINE_")}
     base_env["CYBERINE_MEMORY_DIR"] = str(root)
     floor = [sys.executable, "-c", "import " + ", ".join(DISPATCH_FLOOR)]
@@ -146,7 +152,7 @@ def latency(corpus: str, rounds: int) -> dict:
         for r, env in envs.items():
             runs[r].append(run([exe, "inject", task, "--project", slug], env))
     med = {k: statistics.median(v) for k, v in runs.items()}
-    return {"corpus": corpus, "rounds": len(tasks), **{f"{k}_s": v for k, v in med.items()},
+    return {"corpus": corpus, "records": records, "rounds": len(tasks), **{f"{k}_s": v for k, v in med.items()},
             "linear_vs_floor": med["linear"] / med["floor"], "learned_vs_floor": med["learned"] / med["floor"]}
 
 
@@ -159,11 +165,14 @@ def main() -> None:
     ap.add_argument("--latency", metavar="CORPUS", help="only time a warm inject with each ranker against the import "
                     "floor on this corpus (taking turns, --rounds medians)")
     ap.add_argument("--latency-rounds", type=int, default=21)
+    ap.add_argument("--latency-records", type=int, help="with --latency pytest-memory: time inject on bench_store.py's "
+                    "replicated store of this many records (e.g. 100000) instead")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.latency:
-        out = latency(args.latency, args.latency_rounds)
-        print(f"warm inject on {out['corpus']} ({out['rounds']} rounds, medians, taking turns): floor "
+        out = latency(args.latency, args.latency_rounds, args.latency_records)
+        where = out["corpus"] + (f" replicated to {out['records']:,} records" if out["records"] else "")
+        print(f"warm inject on {where} ({out['rounds']} rounds, medians, taking turns): floor "
               f"{out['floor_s'] * 1e3:.1f} ms, linear {out['linear_s'] * 1e3:.1f} ms (x{out['linear_vs_floor']:.2f}), "
               f"learned {out['learned_s'] * 1e3:.1f} ms (x{out['learned_vs_floor']:.2f})")
         if args.json:

@@ -31,11 +31,12 @@ fleet_app = typer.Typer(
     cls=_JobGroup, no_args_is_help=True, rich_markup_mode=None, add_completion=False,
     help="""Search, fold issues and report over every machine's exported memory, on Dask.
 
-    search QUERY: the top k records of the whole fleet, ranked as `cybmem search` ranks one store
-    holding them all. issues: the issue fold of every machine and project (counts, or --open).
-    report: issue-age histograms and the lineage summary per machine and project (PNG, CSV and
-    HTML) in --out. A small dataset runs in this process, a larger one on a LocalCluster (the last
-    line says which); --scheduler chooses, or names a running cluster. A part file that cannot be
+    search QUERY: the top k records of the whole fleet, ranked by the linear formula as `cybmem
+    search` ranks one store holding them all with CYBERINE_MEMORY_RANKER=linear. issues: the
+    issue fold of every machine and project (counts, or --open). report: issue-age histograms and
+    the lineage summary per machine and project (PNG, CSV and HTML) in --out. A small dataset runs
+    in this process, a larger one on a LocalCluster (the last line says which); --scheduler
+    chooses, or names a running cluster. A part file that cannot be
     read is skipped with one line naming it; a run id that several machines exported counts once,
     for the first that exported it, and its hit names them all.
 
@@ -75,7 +76,8 @@ def fleet_search_cmd(
     as_of: AsOfOpt = None,
     progress: ProgressOpt = None,
 ):
-    """The top k records of the whole fleet, ranked as `cybmem search` ranks one store holding them all.
+    """The top k records of the whole fleet, ranked by the linear formula (as `cybmem search` ranks
+    one store holding them all with CYBERINE_MEMORY_RANKER=linear).
 
     Example: cybmem fleet search "flaky login test" --dataset ~/fleet -k 5
     """

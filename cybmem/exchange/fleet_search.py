@@ -1,4 +1,6 @@
-"""Search over the fleet: one ranking of every machine's records, as one store holding them would rank.
+"""Search over the fleet: one ranking of every machine's records, as the linear formula ranks one
+store holding them all (the learned ranker's second stage does not apply: several of its features,
+the runs since and the project's pace, belong to one project's history).
 
 Each partition's (machine, project)s are loaded as search loads a store (a :class:`Shard` of
 snapshots, built and kept where it runs); a search is three passes over the shards: BM25's
