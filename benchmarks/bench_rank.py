@@ -3,6 +3,7 @@
     python benchmarks/bench_rank.py [--corpus pytest-memory,mypy-memory,sphinx-memory,celery-memory]
                                     [--sample 300] [--no-block] [--json out.json]
     python benchmarks/bench_rank.py --latency pytest-memory [--latency-rounds 21] [--latency-records 100000]
+    python benchmarks/bench_rank.py --search-latency 7761,100000 [--search-queries 200]
 
 The protocol is bench_fit's: every judged query of each history (qrels.jsonl lines merged per
 queryRunId) is ranked as of its moment against the runs that had ended then, its own run left out,
@@ -23,7 +24,8 @@ history; the block's hit at least the linear one's on every history.
 ``--latency CORPUS``: a warm ``cybmem inject`` with each ranker, taking turns with the import floor
 (bench_store.py's ``python -c "import numpy, pyarrow, pyarrow.ipc, typer, orjson"``); the target is
 at most 1.5x the floor. ``--latency-records N``: the same on bench_store.py's store of N records
-(pytest's history replicated; written once under benchmarks/.data/).
+(pytest's history replicated; written once under benchmarks/.data/). ``--search-latency SIZES``:
+``search()`` on a held snapshot (the public search) with each ranker, in process, taking turns.
 """
 
 from __future__ import annotations
@@ -156,6 +158,39 @@ def latency(corpus: str, rounds: int, records: int | None = None) -> dict:
             "linear_vs_floor": med["linear"] / med["floor"], "learned_vs_floor": med["learned"] / med["floor"]}
 
 
+def search_latency(corpus: str, sizes: list[int], queries: int) -> list[dict]:
+    """``search()`` on a held, prepared snapshot (the public search, k=10) with each ranker, taking
+    turns query by query; per size, the medians and the learned/linear ratio. A size that is the
+    corpus' own runs the corpus; others bench_store.py's replicated store."""
+    import dataclasses
+    import statistics
+
+    import bench_store
+    from cybmem.retrieval.search import search
+
+    root = _corpus.ensure_corpus(corpus)
+    tasks = [j.query.strip().split("\n", 1)[0] for j in load_judgments(root / "qrels.jsonl")][:queries]
+    base = Settings.from_env({})
+    rows = []
+    for n in sizes:
+        store_root = bench_store.store_for(n)
+        snap = load_snapshot(MemoryStore(store_root, _corpus.slug_of(store_root))).prepare()
+        settings = {r: dataclasses.replace(base, ranker=r) for r in ("linear", "learned")}
+        for r, st in settings.items():  # warm: the trees read, the word cache filled
+            for task in tasks[:5]:
+                search(snap, task, k=10, settings=st)
+        times = {r: [] for r in settings}
+        for task in tasks:
+            for r, st in settings.items():
+                t = time.perf_counter()
+                search(snap, task, k=10, settings=st)
+                times[r].append(time.perf_counter() - t)
+        med = {r: statistics.median(v) for r, v in times.items()}
+        rows.append({"records": snap.n, "queries": len(tasks), "linear_ms": med["linear"] * 1e3,
+                     "learned_ms": med["learned"] * 1e3, "ratio": med["learned"] / med["linear"]})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=DEV, help="comma-separated archives of ../shared/corpora or memory roots with qrels.jsonl")
@@ -165,10 +200,18 @@ def main() -> None:
     ap.add_argument("--latency", metavar="CORPUS", help="only time a warm inject with each ranker against the import "
                     "floor on this corpus (taking turns, --rounds medians)")
     ap.add_argument("--latency-rounds", type=int, default=21)
+    ap.add_argument("--search-latency", metavar="SIZES", help="only time search() on a held snapshot with each ranker "
+                    "at these record counts (e.g. 7761,100000: pytest's history and bench_store.py's replica)")
+    ap.add_argument("--search-queries", type=int, default=200)
     ap.add_argument("--latency-records", type=int, help="with --latency pytest-memory: time inject on bench_store.py's "
                     "replicated store of this many records (e.g. 100000) instead")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.search_latency:
+        for row in search_latency("pytest-memory", [int(x) for x in args.search_latency.split(",")], args.search_queries):
+            print(f"search() at {row['records']:,} records ({row['queries']} queries, medians, taking turns): linear "
+                  f"{row['linear_ms']:.2f} ms, learned {row['learned_ms']:.2f} ms (x{row['ratio']:.2f})")
+        return
     if args.latency:
         out = latency(args.latency, args.latency_rounds, args.latency_records)
         where = out["corpus"] + (f" replicated to {out['records']:,} records" if out["records"] else "")

@@ -112,11 +112,9 @@ def pool(total: np.ndarray, kw_raw: np.ndarray | None, ended: np.ndarray) -> np.
     return rows[keep]
 
 
-def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,
-                 title: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """BM25 of the task's ``terms`` over each text's subject (first line) and body apart, with the
-    store's idf, lengths averaged over these texts; each field's length in tokens; and BM25 of the
-    task's own title terms (``title``: a mask over the terms) over each subject.
+def _field_counts(texts: list[str], terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """How often each of the task's ``terms`` occurs in each text's subject (first line; rows
+    ``0..n-1``) and body (rows ``n..2n-1``), and each field's length in tokens.
 
     Each field is tokenized by :func:`cybmem.store.tokens.tokenize` (through its word cache) and
     only the task's terms are counted: for a pool of a few hundred short texts this is cheaper than
@@ -127,17 +125,82 @@ def _bm25_fields(texts: list[str], terms: list[str], idf: np.ndarray,
     lens = np.empty(2 * n)
     cells: list[int] = []
     for i, text in enumerate(texts):
-        head, _, rest = (text or "").partition("\n")
-        for k, part in ((i, head[:BODY_CHARS]), (n + i, rest[:BODY_CHARS])):
+        head, body = _fields_of(text)
+        for k, part in ((i, head), (n + i, body)):
             toks = tokenize(part)
             lens[k] = len(toks)
             if T:
                 cells += [k * T + j for j in map(at.get, toks) if j is not None]
+    tf = np.bincount(np.asarray(cells, np.int64), minlength=2 * n * T).reshape(2 * n, T) if cells else np.zeros((2 * n, T))
+    return tf.astype(np.float64), lens
+
+
+def _fields_of(text: str | None) -> tuple[str, str]:
+    """A task's subject (its first line) and body, each cut at :data:`BODY_CHARS`."""
+    head, _, rest = (text or "").partition("\n")
+    return head[:BODY_CHARS], rest[:BODY_CHARS]
+
+
+class _FieldTokens:
+    """The subject and body of a held snapshot's runs as token ids (a vocabulary of its own), kept
+    as rows are asked for: a long-lived caller (the MCP server, a notebook, a benchmark; what
+    :meth:`cybmem.store.snapshot.Snapshot.prepare` is for) asks about the same runs query after query,
+    and then counting a task's terms is a few numpy passes instead of tokenizing every candidate again.
+    At most :data:`MAX_ROWS` rows are kept (then it starts over): ~1 kB a run."""
+
+    MAX_ROWS = 100_000
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _ids(self, text: str) -> np.ndarray:
+        vocab = self.vocab
+        return np.fromiter((vocab.setdefault(t, len(vocab)) for t in tokenize(text)), np.int32)
+
+    def counts(self, snap: "Snapshot", rows: np.ndarray, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`_field_counts` of ``rows``' tasks."""
+        missing = [r for r in rows.tolist() if r not in self.rows]
+        if len(self.rows) + len(missing) > self.MAX_ROWS:
+            self.rows.clear()
+            missing = rows.tolist()
+        if missing:
+            for r, text in zip(missing, _task_heads(snap, np.asarray(missing, np.int64))):
+                head, body = _fields_of(text)
+                self.rows[r] = (self._ids(head), self._ids(body))
+        n, T = len(rows), len(terms)
+        parts = [self.rows[r][0] for r in rows.tolist()] + [self.rows[r][1] for r in rows.tolist()]
+        lens = np.fromiter(map(len, parts), np.int64, 2 * n)
+        if T == 0 or not lens.any():
+            return np.zeros((2 * n, T)), lens.astype(np.float64)
+        flat = np.concatenate(parts)
+        pos = np.full(len(self.vocab), -1, np.int64)
+        for j, term in enumerate(terms):
+            tid = self.vocab.get(term)
+            if tid is not None:
+                pos[tid] = j
+        hit = pos[flat]
+        owner = np.repeat(np.arange(2 * n, dtype=np.int64), lens)
+        ok = hit >= 0
+        tf = np.bincount(owner[ok] * T + hit[ok], minlength=2 * n * T).reshape(2 * n, T)
+        return tf.astype(np.float64), lens.astype(np.float64)
+
+
+#: Each held snapshot's :class:`_FieldTokens`.
+_HELD_FIELDS: "weakref.WeakKeyDictionary[Snapshot, _FieldTokens]" = weakref.WeakKeyDictionary()
+
+
+def _bm25_fields(tf: np.ndarray, lens: np.ndarray, idf: np.ndarray,
+                 title: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """BM25 of the task's terms over each text's subject and body apart (``tf``, ``lens``: from
+    :func:`_field_counts`), with the store's idf, lengths averaged over these texts; each field's
+    length in tokens; and BM25 of the task's own title terms (``title``: a mask over the terms)
+    over each subject."""
+    n = len(lens) // 2
     s_len, b_len = lens[:n], lens[n:]
     zero = np.zeros(n)
-    if not cells:
+    if tf.shape[1] == 0 or not tf.any():
         return zero, zero.copy(), s_len, b_len, zero.copy()
-    tf = np.bincount(np.asarray(cells, np.int64), minlength=2 * n * T).reshape(2 * n, T).astype(np.float64)
     out = []
     for part, lens_part in ((tf[:n], s_len), (tf[n:], b_len)):
         avg = float(lens_part.mean()) if n and lens_part.mean() > 0 else 1.0
@@ -240,13 +303,18 @@ def features(snap: "Snapshot", query: str, rows: np.ndarray, *, total: np.ndarra
         X[:, _F["task_max_idf"]] = float(idf[df > 0].max()) if (df > 0).any() else 0.0
     X[:, _F["task_tokens_log"]] = math.log1p(len(tokens))
     X[:, _F["task_terms_log"]] = math.log1p(len(hits.terms))
-    if tasks is None:
-        texts = _task_heads(snap, rows)
+    if tasks is not None:
+        tf, lens = _field_counts([(tasks[r] or "")[:HEAD_CHARS] for r in rows.tolist()], hits.terms)
+    elif snap.run_lookup() is not None:  # a held snapshot (prepared): its runs' fields are kept
+        held_fields = _HELD_FIELDS.get(snap)
+        if held_fields is None:
+            held_fields = _HELD_FIELDS[snap] = _FieldTokens()
+        tf, lens = held_fields.counts(snap, rows, hits.terms)
     else:
-        texts = [(tasks[r] or "")[:HEAD_CHARS] for r in rows.tolist()]
+        tf, lens = _field_counts(_task_heads(snap, rows), hits.terms)
     title_terms = set(tokenize(query.strip().split("\n", 1)[0])) if query else set()
     title = np.array([t in title_terms for t in hits.terms], dtype=bool)
-    subj, body, s_len, b_len, tt = _bm25_fields(texts, hits.terms, idf, title)
+    subj, body, s_len, b_len, tt = _bm25_fields(tf, lens, idf, title)
     X[:, _F["title_title_rel"]] = _rel(tt)
     if title.any() and len(idf) and float(idf[title].sum()) > 0:
         X[:, _F["title_coverage"]] = held[:, title] @ idf[title] / float(idf[title].sum())

@@ -89,6 +89,23 @@ def test_pool_takes_the_first_stage_top_bm25_top_and_the_newest():
     assert list(got) == sorted(got)
 
 
+def test_pool_tops_break_ties_as_a_full_sort_does_on_a_large_store():
+    """The pool's tops are selected (top_k, a partition) rather than sorted over every candidate:
+    the same rows as the full lexsort, ties to the higher row, with heavy ties and 30k candidates."""
+    from cybmem.retrieval.features import _order_desc
+
+    rng = np.random.default_rng(5)
+    n = 30_000
+    for _ in range(5):
+        total = rng.choice([0.0, 0.25, 0.5, 1.0], n).astype(np.float32)
+        kw = np.where(rng.random(n) < 0.01, rng.integers(1, 4, n), 0).astype(np.float32)
+        ended = rng.integers(0, 20, n).astype(np.int64)
+        tie = np.arange(n)
+        want = np.unique(np.concatenate([_order_desc(total, tie)[:120], [i for i in _order_desc(kw, tie)[:40] if kw[i] > 0],
+                                         np.lexsort((-tie, -ended))[:8]]))
+        assert pool(total, kw, ended).tolist() == want.tolist()
+
+
 def _snapshot():
     from cybmem.store.loading import load_snapshot
     from cybmem.store.memory_store import MemoryStore
@@ -110,6 +127,32 @@ def test_features_are_finite_and_normalised_per_task():
         assert (f[name] >= 0).all() and (f[name] <= 1 + 1e-6).all(), name
     assert f["lag_1d"].max() == pytest.approx(1.0)  # the newest candidate: no lag
     assert f["runs_since_log"].min() == 0.0
+
+
+def test_a_held_snapshot_keeps_its_runs_fields_and_computes_the_same_features():
+    """A prepared (held) snapshot keeps its runs' subject and body as token ids between queries;
+    its features equal a one-shot snapshot's, query after query, and a full keep starts over."""
+    from cybmem.retrieval import features as F
+
+    plain, held = _snapshot(), _snapshot().prepare()
+    rng = np.random.default_rng(2)
+    tasks = plain.records.column("task").to_pylist()
+    for q in range(12):
+        rows = np.sort(rng.choice(plain.n, min(plain.n, 5), replace=False))
+        args = dict(total=rng.random(len(rows)).astype(np.float32), keyword=rng.random(len(rows)),
+                    recency=rng.random(len(rows)), lineage=np.zeros(len(rows)), kw_raw=rng.random(len(rows)).astype(np.float32),
+                    now_ms=int(plain.ended_ms().max()))
+        query = tasks[q % len(tasks)]
+        want = features(plain, query, rows, **args)
+        assert np.array_equal(features(held, query, rows, **args), want)
+        assert np.array_equal(features(plain, query, rows, tasks=tasks, **args), want)
+    kept = F._HELD_FIELDS[held]
+    assert kept.rows and set(kept.rows) <= set(range(held.n))
+    kept.MAX_ROWS = 2  # a full keep starts over and still answers
+    rows = np.arange(min(plain.n, 4))
+    args = dict(total=np.ones(len(rows), np.float32), keyword=np.ones(len(rows)), recency=np.ones(len(rows)),
+                lineage=np.zeros(len(rows)), kw_raw=np.ones(len(rows), np.float32), now_ms=int(plain.ended_ms().max()))
+    assert np.array_equal(features(held, tasks[0], rows, **args), features(plain, tasks[0], rows, **args))
 
 
 def test_search_is_learned_by_default_and_linear_one_setting_away():
