@@ -630,9 +630,12 @@ class Memory:
         store = self._hook_store(cwd)
         if store is None:
             return None
-        runs = list_records(store, limit=LATEST_RUNS).items
+        from .store.loading import load_snapshot
+
+        snap = load_snapshot(store)
+        runs = list_records(snap, limit=LATEST_RUNS).items
         issues = list_issues(store, IssueFilter.make(state="open"), limit=OPEN_ISSUES).page
-        return orientation(runs, issues.items, open_issues=issues.total) or None
+        return orientation(runs, issues.items, open_issues=issues.total, task_of=snap.task_of) or None
 
     def prompt_block(self, prompt: str, *, client: str, session_id: str | None, key: str | None,
                      cwd: str | os.PathLike | None = None) -> "Injection | None":

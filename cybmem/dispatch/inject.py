@@ -36,7 +36,6 @@ from ..settings import Settings
 from ..store.display import merged_title
 from ..store.loading import load_snapshot
 from ..store.memory_store import MemoryStore
-from ..store.snapshot import Snapshot
 from ..retrieval.weights import LoadedWeights, Weights, weights_for
 
 __all__ = ["ISSUE_SHARE", "Injection", "inject_task", "memory_block", "shown_order"]
@@ -146,23 +145,6 @@ def shown_order(hits: list[Hit], topk: int, pointers: int) -> list[tuple[Hit, st
     return pinned + [(h, "full") for h in full] + weak
 
 
-def _task_of(snap: Snapshot, run_id: str | None) -> str | None:
-    """The task of the run ``run_id`` in ``snap`` (None when it has none there)."""
-    if not run_id:
-        return None
-    lookup = snap.run_lookup()
-    if lookup is not None:
-        row = lookup.find(run_id)
-    else:  # a one-shot command's snapshot has no lookup: one pass over the ids
-        import pyarrow.compute as pc
-
-        from ..arrow_numpy import scalar
-
-        ids = snap.records.column("runId")
-        row = pc.index(ids, scalar(run_id, ids.type)).as_py()
-    return snap.rows([row], ["task"])[0]["task"] if row is not None and row >= 0 else None
-
-
 def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeights, *, as_of: int | None,
            now_ms: int | None, parent_run_id: str | None, chat_session_id: str | None,
            exclude: str | None = None, evidence: bool = True) -> Injection:
@@ -214,7 +196,7 @@ def _build(store: MemoryStore, task: str, settings: Settings, loaded: LoadedWeig
         in_full = {e.run_id for e in entries[:shown_runs] if e.tier != "pointer" or e.follows}
         for c in chosen:
             c.tier = "full" if c.own_evidence or c.via in in_full else "pointer"
-        shown_issues = [OpenIssue(issue_id=c.ids[0], title=merged_title(c.title, lambda c=c: _task_of(snap, c.by_run_id)),
+        shown_issues = [OpenIssue(issue_id=c.ids[0], title=merged_title(c.title, lambda c=c: snap.task_of(c.by_run_id)),
                                   opened_at_ms=c.opened_at_ms, by_run_id=c.by_run_id or "", also=tuple(c.ids[1:]),
                                   tier=c.tier) for c in chosen]
         lay = layout(entries, shown_issues, max_tokens=settings.max_tokens, issue_share=ISSUE_SHARE,

@@ -13,9 +13,10 @@ that relate to the task.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..store.display import merged_title
 from .preamble import OpenIssue, PreambleEntry, layout
 
 __all__ = ["ORIENTATION_CHARS", "ISSUES_SHARE", "LATEST_HINT", "LATEST_RUNS", "OPEN_ISSUES", "orientation"]
@@ -33,7 +34,7 @@ LATEST_HINT = "- (the latest runs, newest first: `cybmem show <id>` gives a whol
 
 
 def orientation(runs: Sequence[Mapping[str, Any]], issues: Sequence[Any], *, open_issues: int | None = None,
-                max_chars: int = ORIENTATION_CHARS) -> str:
+                max_chars: int = ORIENTATION_CHARS, task_of: Callable[[str | None], str | None] | None = None) -> str:
     """The orientation of a session start ("" when the project has neither a run nor an open issue).
 
     Args:
@@ -43,12 +44,15 @@ def orientation(runs: Sequence[Mapping[str, Any]], issues: Sequence[Any], *, ope
             ``openedAt``, ``openedBy``).
         open_issues: how many are open in all (the last line counts those not shown).
         max_chars: the most the text may be.
+        task_of: a run's task by its id (:meth:`cybmem.store.snapshot.Snapshot.task_of`): an issue
+            whose title is only a merge commit's line is shown with the pull request's title its
+            opening run holds (:func:`cybmem.store.display.merged_title`).
     """
     entries = [PreambleEntry(run_id=r["runId"], ended_at_ms=r["endedAt"], state=r.get("state") or "", task=r.get("task") or "",
                              summary="", open_issues=[], next=[], tier="pointer")
                for r in runs if not r.get("superseded")]
-    shown = [OpenIssue(issue_id=i.issueId, title=i.title, opened_at_ms=i.openedAt, by_run_id=i.openedBy or "",
-                       tier="pointer") for i in issues]
+    shown = [OpenIssue(issue_id=i.issueId, title=merged_title(i.title, lambda i=i: task_of(i.openedBy)) if task_of else i.title,
+                       opened_at_ms=i.openedAt, by_run_id=i.openedBy or "", tier="pointer") for i in issues]
     more = max((open_issues if open_issues is not None else len(shown)) - len(shown), 0)
     if not entries and not shown:
         return ""

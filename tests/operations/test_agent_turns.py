@@ -85,6 +85,20 @@ def test_the_orientation_leaves_out_what_a_correction_replaced_and_is_empty_with
     assert orientation([], []) == ""
 
 
+def test_the_orientation_shows_what_a_merge_commit_issue_merged(settings):
+    """An open issue whose title is only "Merge pull request #N from ..." is shown at a session
+    start with the pull request's title from the run that opened it, as the prompt's block shows it."""
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.records import IssueEvent
+
+    write_run(make_run("m1", "Merge pull request #77 from dev/fix-drawer\n\nFix the cart drawer on Safari"), settings)
+    MemoryStore(settings.memory_dir, "web").append_issue_events(
+        [IssueEvent("ticket-77", T0 + 1_000, "opened", "m1", "Merge pull request #77 from dev/fix-drawer")])
+    text = context(hook({"hook_event_name": "SessionStart", "session_id": "s1", "cwd": "/home/dev/web", "source": "startup"},
+                        CYBERINE_MEMORY_DIR=str(settings.memory_dir)))
+    assert "- ticket-77: Fix the cart drawer on Safari (#77)" in text, text
+
+
 @pytest.mark.parametrize("root", ["missing", "empty", "another project's"])
 def test_a_project_without_memory_yet_gets_nothing_and_nothing_is_wrong(tmp_path, root, settings):
     """A new user's first session: no context, no line on stderr (nothing went wrong)."""
