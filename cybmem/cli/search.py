@@ -101,8 +101,11 @@ def _learned_line(learned: dict, n: int = 4) -> str:
     """The learned ranker's part of a hit's explanation: its score, the first stage's, and the
     features that moved it most."""
     top = sorted(((k, v) for k, v in learned["contributions"].items() if k != "(base)"), key=lambda kv: -abs(kv[1]))[:n]
-    return (f"learned {learned['score']:.3f} (raw {learned['raw']:+.2f}; first stage {learned['firstStage']:.3f}): "
+    line = (f"learned {learned['score']:.3f} (raw {learned['raw']:+.2f}; first stage {learned['firstStage']:.3f}): "
             + " ".join(f"{k} {v:+.2f}" for k, v in top))
+    if learned.get("sharesWithQuery") is False:
+        line += "; no word or lineage link in common with the query: listed after the runs that have one, score 0"
+    return line
 
 
 def _explain_lines(result) -> list[str]:

@@ -30,6 +30,7 @@ from ..store.snapshot import Snapshot
 from ..store.tokens import tokenize
 from .features import FEATURES, pool_features
 from .judgments import Judgment, load_judgments
+from .ranker import order_of
 from .scoring import lineage_affinity, score, top_k
 from .search import dispatch_context
 from .trees import pack
@@ -168,13 +169,14 @@ def fit(hs: Sequence[History], *, params: dict[str, Any] | None = None, rounds: 
 
 def scores_of(h: History, predict) -> tuple[np.ndarray, np.ndarray]:
     """MRR@K terms and top-HIT_K hits of each query of ``h`` when its pool is ordered by ``predict(X)``
-    (ties: the first stage's order)."""
+    as dispatch orders it (:func:`cybmem.retrieval.ranker.order_of`: what shares something with the
+    query first; ties: the first stage's order)."""
     s = np.asarray(predict(h.X), np.float64) if len(h.X) else np.zeros(0)
     rr = np.zeros(h.queries)
     hit = np.zeros(h.queries, bool)
     for q in range(h.queries):
         a, b = h.offsets[q], h.offsets[q + 1]
-        order = np.lexsort((h.first_rank[a:b], -s[a:b]))
+        order = order_of(s[a:b], h.X[a:b], h.first_rank[a:b])
         rel = h.y[a:b][order]
         first = np.flatnonzero(rel[:K])
         rr[q] = 1.0 / (first[0] + 1) if len(first) else 0.0

@@ -99,9 +99,12 @@ class Hit:
         if self.learned is None:
             return None
         order, at = self.learned
-        return {"score": round(self.score, 6), "raw": round(float(order.scores[at]), 6),
-                "firstStage": round(self.first_stage or 0.0, 6),
-                "contributions": order.contributions([at])[0], "values": order.values(at)}
+        out = {"score": round(self.score, 6), "raw": round(float(order.scores[at]), 6),
+               "firstStage": round(self.first_stage or 0.0, 6),
+               "contributions": order.contributions([at])[0], "values": order.values(at)}
+        if order.shares is not None:
+            out["sharesWithQuery"] = bool(order.shares[at])
+        return out
 
 
 @dataclass
