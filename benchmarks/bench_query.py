@@ -15,7 +15,7 @@ Systems:
   cybmem-full   the production ranking, cybmem.retrieval.search.rank_query on a prepared snapshot:
                 tokenize the query, BM25 over the postings, lineage, then keyword + recency +
                 lineage scored exactly over the records that can reach the top 10 (below 20k
-                records all of them; above, the bounded pool of search._pool), top 10
+                records all of them; above, the bounded pool of candidates.candidate_pool), top 10
   bm25s         bm25s.BM25 (numpy backend, method "lucene") .retrieve([q], k=10)
   rank_bm25     BM25Okapi.get_scores (7.7k and 100k only, few queries: it is slow)
   floor         scipy CSC of precomputed idf*tf impacts: X[:, cols].sum(axis=1), one dense

@@ -171,6 +171,34 @@ def synthetic_history(n: int = 100_000, *, seed: int = 7):
     return records, fold
 
 
+def synthetic_snapshot(n=3000, seed=7):
+    """An in-memory snapshot with many keyword matches and big lineage groups per query (the ranking
+    tests of tests/retrieval/test_search.py and test_candidates.py)."""
+    import random
+
+    import pyarrow as pa
+
+    from cybmem.store.snapshot import Snapshot
+    from cybmem.store.keyword_index import KeywordIndex
+    from cybmem.store.tokens import tokenize
+
+    rng = random.Random(seed)
+    words = "cart drawer test flaky login checkout fix add page api search fixture order teardown".split()
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(n)]
+    ids = [f"r{i:05d}" for i in range(n)]
+    ended = [T0 + i * 3_600_000 for i in range(n)]
+    roots = [f"r{(i // 50) * 50:05d}" for i in range(n)]
+    parents = [ids[i - 1] if i % 7 == 0 and i else None for i in range(n)]
+    chats = [f"chat-{i % 13}" if i % 5 == 0 else None for i in range(n)]
+    nulls = pa.nulls(n, pa.string())
+    table = pa.table({
+        "runId": ids, "parentRunId": pa.array(parents, pa.string()), "previousRunId": pa.array([None] + ids[:-1], pa.string()),
+        "rootRunId": roots, "chatSessionId": pa.array(chats, pa.string()),
+        "endedAt": pa.array(ended, pa.int64()).cast(pa.timestamp("ms", tz="UTC")), "supersedes": nulls, "supersededBy": nulls,
+    })
+    return Snapshot(None, table, None, KeywordIndex.build([tokenize(t) for t in texts]))
+
+
 @pytest.fixture(scope="session")
 def history_100k():
     """The 100,000-run synthetic history, built once per session."""

@@ -73,7 +73,7 @@ def test_the_fallbacks_are_gone():
     from cybmem.explore.usage import load_feedback
     from cybmem.explore.widgets import TuningView
     from cybmem.operations.retune import auto_tune
-    from cybmem.retrieval.grid import query_vectors
+    from cybmem.retrieval.vectors import query_vectors
     from cybmem.retrieval.issue_ranking import rank_open_issues
     from cybmem.retrieval.search import search
     from cybmem.retrieval.tuning import evaluate_weights, prepare, tune

@@ -2,8 +2,9 @@
 :class:`Bench` (a store's judgments made ready to score any weights on), :func:`tune` (judgments ->
 axis values -> grid, checked on time) and the evidence a saved tuning keeps.
 
-The parts it puts together have modules of their own: the grid kernel (:mod:`cybmem.retrieval.grid`:
-how a whole grid of weights is scored at once, and why the candidate pools are exact), the check on
+The parts it puts together have modules of their own: each judgment's axis values over its candidate
+pool (:mod:`cybmem.retrieval.axis_matrices`: why the pools are exact), the grid kernel
+(:mod:`cybmem.retrieval.grid`: how a whole grid of weights is scored at once), the check on
 time and the one guard before saving (:mod:`cybmem.retrieval.validation`), and saving a project's
 weights (:mod:`cybmem.retrieval.weights`). Their public names are importable from here too.
 Re-tuning a store on its own, as its history grows, is an operation:
@@ -27,11 +28,12 @@ from ..settings import Settings
 from ..store.memory_store import MemoryStore
 from ..store.loading import load_snapshot
 from ..store.snapshot import Snapshot
-from .grid import (DEFAULT_HALF_LIVES, AxisMatrices, GridResult, axis_matrices, comparison_frame, evaluate, grid_search,
-                   query_vectors, weight_vector)
+from .axis_matrices import AxisMatrices, axis_matrices
+from .grid import DEFAULT_HALF_LIVES, GridResult, comparison_frame, evaluate, grid_search, weight_vector
 from .judgments import JUDGMENT_KINDS, METRICS, Judgment, JudgmentSet, check_metric, judgment_set, kinds_of
 from .validation import (MIN_FOLD, MIN_JUDGMENTS, MIN_KEYWORD_JUDGMENTS, Validation, bootstrap_interval, kind_weights,
                          refusal_of, time_folds)
+from .vectors import query_vectors
 from .weights import Weights, load_weights, save_project_weights, weights_for, weights_state
 
 __all__ = [

@@ -142,7 +142,7 @@ def bootstrap_interval(diff: np.ndarray, *, weights: np.ndarray | None = None, r
 
 
 class Split(Protocol):
-    """What :func:`time_folds` splits: the grid's axis matrices (:class:`cybmem.retrieval.grid.AxisMatrices`)."""
+    """What :func:`time_folds` splits: the grid's axis matrices (:class:`cybmem.retrieval.axis_matrices.AxisMatrices`)."""
 
     judgments: list[Judgment]
 

@@ -4,8 +4,10 @@ Off unless ``CYBERINE_MEMORY_EMBEDDINGS`` is set. :class:`VectorIndex` holds one
 dimensions) key's vectors aligned with a snapshot's rows (a zero row: no vector, scores 0);
 :meth:`VectorQuery.axis` is the exact top-k cosine axis, by one float32 mat-vec up to
 :data:`EXACT_MAX_FLOATS` numbers and by sign bits then exact rescoring above; :func:`query_vector`
-embeds a query within its short deadline. The cached index is :mod:`cybmem.retrieval.vector_cache`,
-the backfill of ``cybmem embed`` :mod:`cybmem.retrieval.embed_backfill`.
+embeds a query within its short deadline, :func:`query_vectors` the queries of relevance judgments
+as dispatch would have embedded them (what tuning's cosine axis compares). The cached index is
+:mod:`cybmem.retrieval.vector_cache`, the backfill of ``cybmem embed``
+:mod:`cybmem.retrieval.embed_backfill`.
 """
 
 from __future__ import annotations
@@ -15,13 +17,20 @@ import socket
 import time
 import urllib.parse
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..store.embeddings import embedding_text
 from ..errors import CybmemError, ValidationError
+from ..progress import Progress
 from ..settings import Settings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store.snapshot import Snapshot
+    from .judgments import Judgment
 
 __all__ = [
     "EXACT_MAX_FLOATS",
@@ -33,6 +42,8 @@ __all__ = [
     "sign_codes",
     "embed_config_of",
     "query_vector",
+    "embed_queries",
+    "query_vectors",
 ]
 
 # One float32 mat-vec is memory-bound at 4 bytes a number; up to this many numbers (16 MB; 10k
@@ -344,7 +355,7 @@ class VectorQuery:
         return out
 
 
-# --- configuration and the query vector --------------------------------------------------------
+# --- configuration and the query vectors --------------------------------------------------------
 
 
 def embed_config_of(settings: Settings):
@@ -388,6 +399,47 @@ def query_vector(config, text: str) -> tuple[np.ndarray | None, str | None]:
             return embedder.embed_query(clipped, timeout=left, budget=config.query_timeout), None
     except CybmemError as exc:
         return None, f"vector axis skipped, ranked by the other axes: {' '.join(str(exc).split())}"
+
+
+def embed_queries(judgments: Sequence[Judgment], settings: Settings,
+                  progress: bool | None = None) -> tuple[dict[str, np.ndarray], str | None]:
+    """The embedding of every judgment's query text, as dispatch embeds a task (the configured
+    model, CYBERINE_MEMORY_EMBEDDINGS); ({}, why) when they cannot be had. Never the query
+    run's stored vector: that one was made from its record, summary and outcome included, which
+    dispatch does not know yet."""
+    config, problem = embed_config_of(settings)
+    if config is None:
+        return {}, problem or "CYBERINE_MEMORY_EMBEDDINGS is not set, so the queries cannot be embedded"
+    texts = list(dict.fromkeys(t for t in (embedding_text(j.query) for j in judgments) if t))
+    if not texts:
+        return {}, "no judgment has query text to embed"
+    from ..clients.embeddings import Embedder
+
+    bar = Progress(len(texts), "embedding queries", enabled=progress)
+    try:
+        with Embedder(config) as embedder:
+            out: dict[str, np.ndarray] = {}
+            for start in range(0, len(texts), 64):
+                batch = texts[start:start + 64]
+                for text, vec in zip(batch, embedder.embed(batch)):
+                    out[text] = np.asarray(vec, dtype=np.float32)
+                bar.update(len(batch))
+    except CybmemError as exc:
+        return {}, f"the queries could not be embedded ({' '.join(str(exc).split())})"
+    finally:
+        bar.close()
+    return out, None
+
+
+def query_vectors(snap: Snapshot, judgments: Sequence[Judgment], settings: Settings,
+                  progress: bool | None) -> tuple[dict[str, np.ndarray] | None, str, str | None]:
+    """The queries' embeddings when the store has vectors (else None), why there are none, and the
+    model they were made with (the stored vectors of that model are the ones to compare them with)."""
+    if not snap.store.embeddings_path.exists():
+        return None, "", None
+    vecs, why = embed_queries(judgments, settings, progress)
+    config, _ = embed_config_of(settings)
+    return (vecs or None), ("" if vecs else f"w_vec is not searched: {why}"), (config.model if config else None)
 
 
 def _refused(config) -> str | None:
