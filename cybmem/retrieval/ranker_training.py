@@ -62,6 +62,7 @@ class History:
     first_rank: np.ndarray  # int64 per entry: its first-stage rank (0 best)
     linear_rr: np.ndarray  # per query: the first stage's reciprocal rank at K (0: none in the top K)
     linear_hit: np.ndarray  # per query: a relevant run in the first stage's top HIT_K
+    rows: np.ndarray | None = None  # int64 per entry: its row of the snapshot (what ledger features need)
     skipped: int = 0
     seconds: float = 0.0
 
@@ -80,7 +81,7 @@ def history(snap: Snapshot, judgments: Sequence[Judgment], *, name: str = "", we
     ended = snap.ended_ms()
     corrected = snap.supersession()
     tasks = snap.records.column("task").to_pylist()
-    Xs, ys, ranks, rr, hit = [], [], [], [], []
+    Xs, ys, ranks, rr, hit, pool_rows = [], [], [], [], [], []
     skipped = 0
     bar = Progress(len(judgments), f"features {name}".strip(), enabled=progress)
     for j in judgments:
@@ -114,6 +115,7 @@ def history(snap: Snapshot, judgments: Sequence[Judgment], *, name: str = "", we
         hit.append(bool(is_rel[:HIT_K].any()))
         local, X, rank = pool_features(snap, j.query, idx, scored, kw_raw, j.as_of, tokens=tokens, tasks=tasks)
         rows = idx[local]
+        pool_rows.append(rows)
         Xs.append(X)
         ys.append(np.isin(rows, list(rel)).astype(np.int32))
         ranks.append(rank)
@@ -124,7 +126,7 @@ def history(snap: Snapshot, judgments: Sequence[Judgment], *, name: str = "", we
            else np.zeros((0, width) if width else 0, dt))
     return History(name=name, records=snap.n, X=cat(Xs, np.float32, len(FEATURES)), y=cat(ys, np.int32), offsets=offsets,
                    first_rank=cat(ranks, np.int64), linear_rr=np.asarray(rr), linear_hit=np.asarray(hit, bool),
-                   skipped=skipped, seconds=time.perf_counter() - t0)
+                   rows=cat(pool_rows, np.int64), skipped=skipped, seconds=time.perf_counter() - t0)
 
 
 def history_of_root(root: Path, *, progress: bool | None = None) -> History:
@@ -248,7 +250,7 @@ def train(hs: Sequence[History], *, params: dict[str, Any] | None = None, rounds
     table = leave_one_out(hs, params=params, rounds=rounds, progress=progress) if loo and len(hs) > 1 else None
     booster = fit(hs, params=params, rounds=rounds)
     model = {
-        "format": 1,
+        "format": 2,  # 2: the trees' covers (count, leaf_count) for tree SHAP
         "features": list(FEATURES),
         "provenance": {
             "histories": [{"name": h.name, "records": h.records, "queries": h.queries} for h in hs],
