@@ -278,3 +278,36 @@ def test_inject_json_says_which_runs_were_cut_to_pointers():
     assert runs[0]["shown"] == "full" and not runs[0]["cutToPointer"]
     cut = [r for r in runs if r["cutToPointer"]]
     assert cut and all(r["shown"] == "pointer" and r["evidence"]["tier"] == "full" for r in cut)
+
+
+def test_ledger_features_see_the_ledger_as_of_the_task_moment():
+    """The issue-ledger features (evaluation only, issue 39) read no event after the task's moment:
+    the run that opened an issue has it open until it is resolved, then not; the resolving run
+    counts only once it has resolved."""
+    from cybmem.retrieval import ranker_training as RT
+    from cybmem.store.loading import load_snapshot
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.tokens import tokenize
+
+    snap = load_snapshot(MemoryStore(FIXTURES, "web"))
+    led = RT.Ledger.of(snap)
+    row = {rid: i for i, rid in enumerate(snap.records.column("runId").to_pylist())}
+    opener, resolver = row["769e85fa-06fa-5cd5-91e7-798a9e54c884"], row["e4c50011-c025-5969-bc82-196f1d34425d"]
+    tokens = tokenize("API 500 for ids with a dash")
+    before, after = 1790840000000, 1790850000000  # between the issue's opening and its resolution; after it
+    f = dict(zip(RT.LEDGER_FEATURES, RT.ledger_features(led, tokens, np.array([opener]), before)[0]))
+    assert f["ledger_opened_open"] == 1 and f["ledger_opened_log"] > 0 and f["ledger_open_match"] > 0.3
+    f = dict(zip(RT.LEDGER_FEATURES, RT.ledger_features(led, tokens, np.array([opener]), after)[0]))
+    assert f["ledger_opened_open"] == 0 and f["ledger_open_match"] == 0 and f["ledger_opened_log"] > 0
+    assert RT.ledger_features(led, tokens, np.array([resolver]), before)[0, 1] == 0
+    assert RT.ledger_features(led, tokens, np.array([resolver]), after)[0, 1] == 1
+
+
+def test_the_shipped_model_is_never_trained_with_the_ledger_features():
+    from cybmem.retrieval import ranker_training as RT
+
+    h = RT.History("h", 1, np.zeros((0, len(FEATURES) + len(RT.LEDGER_FEATURES)), np.float32), np.zeros(0, np.int32),
+                   np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool),
+                   features=FEATURES + RT.LEDGER_FEATURES)
+    with pytest.raises(ValueError, match="ledger"):
+        RT.train([h], loo=False)
