@@ -241,7 +241,7 @@ def main() -> None:
         booster = RT.fit(others, rounds=args.rounds)
         rr, hit = RT.scores_of(held, booster.predict)
         path = tmp / f"{held.name}.json"
-        path.write_bytes(orjson.dumps({"format": 1, "features": list(FEATURES), "provenance": {},
+        path.write_bytes(orjson.dumps({"format": 2, "features": list(FEATURES), "provenance": {},
                                        "trees": pack(booster.dump_model())}))
         # the baseline's w: the best mean MRR over the other histories
         w = max(REC_W, key=lambda w: np.mean([base[h.name][w][0].mean() for h in others]))
