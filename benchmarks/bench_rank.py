@@ -4,6 +4,7 @@
                                     [--sample 300] [--no-block] [--json out.json]
     python benchmarks/bench_rank.py --latency pytest-memory [--latency-rounds 21] [--latency-records 100000]
     python benchmarks/bench_rank.py --search-latency 7761,100000 [--search-queries 200]
+    python benchmarks/bench_rank.py --shap pytest-memory [--latency-rounds 21]
 
 The protocol is bench_fit's: every judged query of each history (qrels.jsonl lines merged per
 queryRunId) is ranked as of its moment against the runs that had ended then, its own run left out,
@@ -26,6 +27,11 @@ history; the block's hit at least the linear one's on every history.
 at most 1.5x the floor. ``--latency-records N``: the same on bench_store.py's store of N records
 (pytest's history replicated; written once under benchmarks/.data/). ``--search-latency SIZES``:
 ``search()`` on a held snapshot (the public search) with each ranker, in process, taking turns.
+
+``--shap CORPUS``: what ``--explain`` adds, the shipped model's tree SHAP values
+(``Forest.shap``) of 20 pool entries, against scoring the same query's whole pool
+(``Forest.predict``), taking turns (medians); and the first call of a process, which tables every
+leaf's values once. The budget (issue 39's explain): a few tens of ms for 20 runs.
 """
 
 from __future__ import annotations
@@ -191,6 +197,38 @@ def search_latency(corpus: str, sizes: list[int], queries: int) -> list[dict]:
     return rows
 
 
+def shap_timing(corpus: str, rounds: int, n: int = 20) -> dict:
+    """Forest.shap of ``n`` pool entries against Forest.predict of the whole pool, for ``rounds``
+    judged queries of ``corpus`` taking turns (medians), and the first call (tables built)."""
+    import statistics
+
+    from cybmem.retrieval.trees import Forest
+
+    root = _corpus.ensure_corpus(corpus)
+    snap = load_snapshot(MemoryStore(root, _corpus.slug_of(root)))
+    js = [dataclasses.replace(j, parent_run_id=None, chat_session_id=None) for j in load_judgments(root / "qrels.jsonl")]
+    h = RT.history(snap, js[:rounds], name=short(corpus))
+    packed = orjson.loads(R.MODEL_PATH.read_bytes())["trees"]
+    fresh = Forest.from_packed(packed)
+    t = time.perf_counter()
+    fresh.shap(h.X[:n])
+    first = time.perf_counter() - t
+    forest = R.model().forest
+    forest.shap(h.X[:1])
+    shap_t, pred_t = [], []
+    for q in range(h.queries):
+        X = h.X[h.offsets[q]:h.offsets[q + 1]]
+        t = time.perf_counter()
+        forest.predict(X)
+        pred_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        forest.shap(X[:n])
+        shap_t.append(time.perf_counter() - t)
+    med_s, med_p = statistics.median(shap_t), statistics.median(pred_t)
+    return {"corpus": corpus, "queries": h.queries, "rows": n, "pool": float(np.mean(np.diff(h.offsets))),
+            "first_call_s": first, "shap_s": med_s, "predict_pool_s": med_p, "shap_vs_predict": med_s / med_p}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=DEV, help="comma-separated archives of ../shared/corpora or memory roots with qrels.jsonl")
@@ -205,6 +243,8 @@ def main() -> None:
     ap.add_argument("--search-queries", type=int, default=200)
     ap.add_argument("--latency-records", type=int, help="with --latency pytest-memory: time inject on bench_store.py's "
                     "replicated store of this many records (e.g. 100000) instead")
+    ap.add_argument("--shap", metavar="CORPUS", help="only time the tree SHAP values of 20 pool entries (what --explain "
+                    "adds) against scoring the whole pool, --latency-rounds queries")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.search_latency:
@@ -218,6 +258,15 @@ def main() -> None:
         print(f"warm inject on {where} ({out['rounds']} rounds, medians, taking turns): floor "
               f"{out['floor_s'] * 1e3:.1f} ms, linear {out['linear_s'] * 1e3:.1f} ms (x{out['linear_vs_floor']:.2f}), "
               f"learned {out['learned_s'] * 1e3:.1f} ms (x{out['learned_vs_floor']:.2f})")
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=2))
+        return
+    if args.shap:
+        out = shap_timing(args.shap, args.latency_rounds)
+        print(f"tree SHAP on {out['corpus']} ({out['queries']} queries, medians, taking turns): {out['rows']} pool entries "
+              f"{out['shap_s'] * 1e3:.1f} ms against scoring the whole pool ({out['pool']:.0f} entries) "
+              f"{out['predict_pool_s'] * 1e3:.1f} ms (x{out['shap_vs_predict']:.1f}); a process's first call "
+              f"(every leaf's values tabled) {out['first_call_s'] * 1e3:.0f} ms")
         if args.json:
             args.json.write_text(json.dumps(out, indent=2))
         return
@@ -244,7 +293,7 @@ def main() -> None:
         booster = RT.fit(others, rounds=args.rounds)
         rr, hit = RT.scores_of(held, booster.predict)
         path = tmp / f"{held.name}.json"
-        path.write_bytes(orjson.dumps({"format": 1, "features": list(FEATURES), "provenance": {},
+        path.write_bytes(orjson.dumps({"format": 2, "features": list(FEATURES), "provenance": {},
                                        "trees": pack(booster.dump_model())}))
         # the baseline's w: the best mean MRR over the other histories
         w = max(REC_W, key=lambda w: np.mean([base[h.name][w][0].mean() for h in others]))

@@ -56,7 +56,7 @@ def search_cmd(
     query: Annotated[str, typer.Argument(help="What to look for (free text, e.g. the new task).")],
     k: Annotated[int, typer.Option("-k", "--top", "--limit", help="How many results.", min=1)] = 10,
     offset: OffsetOpt = 0,
-    explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights, and the learned ranker's score with the features that moved it most (--json: every feature's value and contribution).")] = False,
+    explain_: Annotated[bool, typer.Option("--explain", help="Show each result's per-axis contributions and the weights, and the learned ranker's score with the features that moved it most, by their tree SHAP values (--json: every feature's value and tree SHAP value).")] = False,
     as_of: AsOfOpt = None,
     parent: ParentOpt = None,
     chat: ChatOpt = None,
@@ -99,9 +99,9 @@ def search_cmd(
 
 def _learned_line(learned: dict, n: int = 4) -> str:
     """The learned ranker's part of a hit's explanation: its score, the first stage's, and the
-    features that moved it most."""
+    features that moved it most (their tree SHAP values: they and the base add up to the raw score)."""
     top = sorted(((k, v) for k, v in learned["contributions"].items() if k != "(base)"), key=lambda kv: -abs(kv[1]))[:n]
-    line = (f"learned {learned['score']:.3f} (raw {learned['raw']:+.2f}; first stage {learned['firstStage']:.3f}): "
+    line = (f"learned {learned['score']:.3f} (raw {learned['raw']:+.2f}; first stage {learned['firstStage']:.3f}); tree SHAP: "
             + " ".join(f"{k} {v:+.2f}" for k, v in top))
     if learned.get("sharesWithQuery") is False:
         line += "; no word or lineage link in common with the query: listed after the runs that have one, score 0"

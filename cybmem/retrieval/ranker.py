@@ -55,11 +55,12 @@ class LearnedOrder:
     shares: np.ndarray | None = None  # bool, in that order: it shares a word or a lineage link with the query
 
     def contributions(self, at: list[int]) -> list[dict[str, float]]:
-        """Each feature's contribution (Saabas, :mod:`cybmem.retrieval.trees`) to the score of the
-        pool entries at positions ``at`` of this order, with the base as ``"(base)"``."""
+        """Each feature's tree SHAP value (:meth:`cybmem.retrieval.trees.Forest.shap`, what LightGBM's
+        ``pred_contrib=True`` gives) for the score of the pool entries at positions ``at`` of this
+        order, with the base (the trees' expected value) as ``"(base)"``: they add up to the score."""
         if not at:
             return []
-        contrib, base = model().forest.contributions(self.X[at])
+        contrib, base = model().forest.shap(self.X[at])
         return [{"(base)": round(float(b), 6), **{name: round(float(c), 6) for name, c in zip(FEATURES, row)}}
                 for row, b in zip(contrib, base)]
 

@@ -12,11 +12,18 @@ Histories weigh the same (each query's weight is one over its history's query co
 choice (the parameters in :data:`PARAMS`) is judged by leaving one history out: trained on the
 others, scored on it (:func:`leave_one_out`). The shipped model is trained on them all
 (:func:`train`), with its provenance.
+
+The issue-ledger features (:data:`LEDGER_FEATURES`, :func:`ledger_features`; ``history(...,
+ledger=True)``) are an option of the evaluation only, never of the shipped model: in the judged
+corpora a judgment means "both runs name the same ticket", so whether a run raised a ticket says
+how the labels were made more than what is relevant (issue 39). benchmarks/bench_ledger.py
+reports the leave-one-out table with and without them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -36,7 +43,8 @@ from .search import dispatch_context
 from .trees import pack
 from .weights import Weights
 
-__all__ = ["PARAMS", "History", "history", "fit", "leave_one_out", "train", "K"]
+__all__ = ["PARAMS", "History", "history", "fit", "leave_one_out", "train", "K", "LEDGER_FEATURES", "Ledger",
+           "ledger_features"]
 
 K = 10  # MRR@K
 HIT_K = 8  # recall: a relevant run in the top HIT_K (the block's runs in full)
@@ -63,6 +71,8 @@ class History:
     first_rank: np.ndarray  # int64 per entry: its first-stage rank (0 best)
     linear_rr: np.ndarray  # per query: the first stage's reciprocal rank at K (0: none in the top K)
     linear_hit: np.ndarray  # per query: a relevant run in the first stage's top HIT_K
+    rows: np.ndarray | None = None  # int64 per entry: its row of the snapshot
+    features: tuple[str, ...] = FEATURES  # X's columns (FEATURES, then LEDGER_FEATURES with ledger=True)
     skipped: int = 0
     seconds: float = 0.0
 
@@ -71,17 +81,99 @@ class History:
         return len(self.offsets) - 1
 
 
+#: The issue-ledger features of a (task, candidate), as of the task's moment (evaluation only).
+LEDGER_FEATURES: tuple[str, ...] = ("ledger_opened_open", "ledger_resolved", "ledger_opened_log", "ledger_open_match")
+
+
+@dataclass
+class Ledger:
+    """A snapshot's issue events by the run that made them (:meth:`of`), in time order (ties: the
+    ledger's line order), for :func:`ledger_features` as of any moment."""
+
+    at: list[int]  # per event: epoch ms
+    kind: list[str]  # opened, resolved, reopened, ...
+    issue: list[int]  # per event: the issue's code
+    by_row: dict[int, list[int]]  # record row -> the events it made
+    of_issue: list[list[int]]  # issue code -> its events
+    words: list[set[str]]  # per event: the tokens of its title and detail
+
+    @classmethod
+    def of(cls, snap: Snapshot) -> "Ledger":
+        ev = snap.events
+        n = ev.num_rows
+        at = [x or 0 for x in ev.column("at").cast("int64").to_pylist()] if n else []  # epoch ms
+        line = ev.column("line").to_pylist() if n and "line" in ev.column_names else list(range(n))
+        order = sorted(range(n), key=lambda i: (at[i], line[i] if line[i] is not None else i))
+        cols = {c: ev.column(c).to_pylist() for c in ("issueId", "event", "byRunId", "title", "detail")} if n else {}
+        row_of = {rid: i for i, rid in enumerate(snap.records.column("runId").to_pylist())}
+        code: dict[str, int] = {}
+        led = cls([], [], [], {}, [], [])
+        for k, i in enumerate(order):
+            iid = cols["issueId"][i]
+            c = code.setdefault(iid, len(code))
+            if c == len(led.of_issue):
+                led.of_issue.append([])
+            led.at.append(at[i])
+            led.kind.append(cols["event"][i] or "")
+            led.issue.append(c)
+            led.of_issue[c].append(k)
+            led.words.append(set(tokenize(f"{cols['title'][i] or ''}\n{cols['detail'][i] or ''}")))
+            row = row_of.get(cols["byRunId"][i] or "")
+            if row is not None:
+                led.by_row.setdefault(row, []).append(k)
+        return led
+
+    def is_open(self, issue: int, as_of: int) -> bool:
+        """The issue's state after its events up to ``as_of``: open unless the last opening or
+        closing one resolved it."""
+        state = False
+        for e in self.of_issue[issue]:
+            if self.at[e] > as_of:
+                break
+            if self.kind[e] in ("opened", "reopened"):
+                state = True
+            elif self.kind[e] == "resolved":
+                state = False
+        return state
+
+
+def ledger_features(led: Ledger, tokens: Sequence[str], rows: np.ndarray, as_of: int) -> np.ndarray:
+    """:data:`LEDGER_FEATURES` of each candidate row (rows x 4) for a task of ``tokens`` as of
+    ``as_of`` (events after it unseen): the run opened an issue still open then; it resolved one;
+    how many it opened (log); the largest share of the task's distinct terms that the text of an
+    issue it opened and still open holds (the task's words matching an open issue it raised)."""
+    out = np.zeros((len(rows), len(LEDGER_FEATURES)), np.float32)
+    terms = set(tokens)
+    for j, row in enumerate(np.asarray(rows).tolist()):
+        opened, resolved, still_open, match = 0, 0.0, 0.0, 0.0
+        for e in led.by_row.get(row, ()):
+            if led.at[e] > as_of:
+                continue
+            if led.kind[e] == "resolved":
+                resolved = 1.0
+            elif led.kind[e] == "opened":
+                opened += 1
+                if led.is_open(led.issue[e], as_of):
+                    still_open = 1.0
+                    if terms:
+                        match = max(match, len(terms & led.words[e]) / len(terms))
+        out[j] = (still_open, resolved, math.log1p(opened), match)
+    return out
+
+
 def history(snap: Snapshot, judgments: Sequence[Judgment], *, name: str = "", weights: Weights | None = None,
-            progress: bool | None = None) -> History:
-    """The pools of ``judgments`` (text only: parents dropped) over ``snap`` as the ranker sees them."""
+            progress: bool | None = None, ledger: bool = False) -> History:
+    """The pools of ``judgments`` (text only: parents dropped) over ``snap`` as the ranker sees them;
+    ``ledger``: with :data:`LEDGER_FEATURES` after :data:`FEATURES` (evaluation only)."""
     t0 = time.perf_counter()
+    led = Ledger.of(snap) if ledger else None
     weights = weights or Weights()
     ids = snap.records.column("runId").to_pylist()
     row_of = {rid: i for i, rid in enumerate(ids)}
     ended = snap.ended_ms()
     corrected = snap.supersession()
     tasks = snap.records.column("task").to_pylist()
-    Xs, ys, ranks, rr, hit = [], [], [], [], []
+    Xs, ys, ranks, rr, hit, pool_rows = [], [], [], [], [], []
     skipped = 0
     bar = Progress(len(judgments), f"features {name}".strip(), enabled=progress)
     for j in judgments:
@@ -115,6 +207,9 @@ def history(snap: Snapshot, judgments: Sequence[Judgment], *, name: str = "", we
         hit.append(bool(is_rel[:HIT_K].any()))
         local, X, rank = pool_features(snap, j.query, idx, scored, kw_raw, j.as_of, tokens=tokens, tasks=tasks)
         rows = idx[local]
+        if led is not None:
+            X = np.hstack([X, ledger_features(led, tokens, rows, j.as_of)])
+        pool_rows.append(rows)
         Xs.append(X)
         ys.append(np.isin(rows, list(rel)).astype(np.int32))
         ranks.append(rank)
@@ -123,12 +218,13 @@ def history(snap: Snapshot, judgments: Sequence[Judgment], *, name: str = "", we
     np.cumsum([len(x) for x in Xs], out=offsets[1:])
     cat = (lambda parts, dt, width=None: np.concatenate(parts).astype(dt) if parts  # noqa: E731
            else np.zeros((0, width) if width else 0, dt))
-    return History(name=name, records=snap.n, X=cat(Xs, np.float32, len(FEATURES)), y=cat(ys, np.int32), offsets=offsets,
+    names = FEATURES + (LEDGER_FEATURES if ledger else ())
+    return History(name=name, records=snap.n, X=cat(Xs, np.float32, len(names)), y=cat(ys, np.int32), offsets=offsets,
                    first_rank=cat(ranks, np.int64), linear_rr=np.asarray(rr), linear_hit=np.asarray(hit, bool),
-                   skipped=skipped, seconds=time.perf_counter() - t0)
+                   rows=cat(pool_rows, np.int64), features=names, skipped=skipped, seconds=time.perf_counter() - t0)
 
 
-def history_of_root(root: Path, *, progress: bool | None = None) -> History:
+def history_of_root(root: Path, *, progress: bool | None = None, ledger: bool = False) -> History:
     """:func:`history` of a memory root's first project and its qrels.jsonl."""
     from ..settings import Settings
     from ..store.loading import load_snapshot
@@ -140,7 +236,7 @@ def history_of_root(root: Path, *, progress: bool | None = None) -> History:
     snap = load_snapshot(MemoryStore(root, slug))
     del Settings
     js = [dataclasses.replace(j, parent_run_id=None, chat_session_id=None) for j in load_judgments(root / "qrels.jsonl")]
-    return history(snap, js, name=root.name, progress=progress)
+    return history(snap, js, name=root.name, progress=progress, ledger=ledger)
 
 
 def _query_weights(hs: Sequence[History]) -> list[np.ndarray]:
@@ -163,7 +259,7 @@ def fit(hs: Sequence[History], *, params: dict[str, Any] | None = None, rounds: 
                 w.append(wt[s:e] * sum(x.queries for x in hs) / len(hs))
                 groups.append(e - s)
     data = lgb.Dataset(np.concatenate(X), np.concatenate(y), weight=np.concatenate(w), group=groups,
-                       feature_name=list(FEATURES), free_raw_data=False)
+                       feature_name=list(hs[0].features), free_raw_data=False)
     return lgb.train(params, data, num_boost_round=rounds)
 
 
@@ -247,10 +343,12 @@ def train(hs: Sequence[History], *, params: dict[str, Any] | None = None, rounds
     and the leave-one-out table (None: ``loo`` off)."""
     import lightgbm as lgb
 
+    if any(h.features != FEATURES for h in hs):
+        raise ValueError("the shipped model reads FEATURES only: the ledger features are for evaluation (issue 39)")
     table = leave_one_out(hs, params=params, rounds=rounds, progress=progress) if loo and len(hs) > 1 else None
     booster = fit(hs, params=params, rounds=rounds)
     model = {
-        "format": 1,
+        "format": 2,  # 2: the trees' covers (count, leaf_count) for tree SHAP
         "features": list(FEATURES),
         "provenance": {
             "histories": [{"name": h.name, "records": h.records, "queries": h.queries} for h in hs],

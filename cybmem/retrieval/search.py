@@ -94,12 +94,13 @@ class Hit:
     def explain_learned(self) -> dict | None:
         """What placed it, when the learned ranker did: its score (the trees' ``raw`` score through the
         logistic function), the first stage's total, each feature's value and its contribution to the
-        raw score (Saabas; ``(base)`` is the trees' mean)."""
+        raw score (its tree SHAP value, ``method``; ``(base)`` is the trees' expected value: they add
+        up to ``raw``), and whether it shares a word or a lineage link with the query."""
         if self.learned is None:
             return None
         order, at = self.learned
         out = {"score": round(self.score, 6), "raw": round(float(order.scores[at]), 6),
-               "firstStage": round(self.first_stage or 0.0, 6),
+               "firstStage": round(self.first_stage or 0.0, 6), "method": "tree SHAP",
                "contributions": order.contributions([at])[0], "values": order.values(at)}
         if order.shares is not None:
             out["sharesWithQuery"] = bool(order.shares[at])

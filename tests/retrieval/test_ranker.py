@@ -48,24 +48,75 @@ def test_numpy_trees_predict_what_lightgbm_predicts(leaves):
         X[5 + k % 295, forest.feature.ravel()[k % len(thr)]] = v
     assert np.allclose(forest.predict(X), booster.predict(X), rtol=0, atol=1e-9)
     assert np.allclose(forest.predict(X.astype(np.float64)), booster.predict(X), rtol=0, atol=1e-9)
-    assert np.allclose(forest.predict(X), forest._walk(X, None), rtol=0, atol=1e-9)  # the table and the walk agree
+    assert np.allclose(forest.predict(X), forest._walk(X), rtol=0, atol=1e-9)  # the table and the walk agree
 
 
-def test_contributions_add_up_and_agree_with_lightgbm_tree_shap():
-    """Saabas contributions (not Shapley values) add up to the score exactly, as tree SHAP's do, and
-    credit the features LightGBM's pred_contrib credits, with the same sign where it matters."""
-    booster, rng = _booster()
+@pytest.mark.parametrize("leaves", [2, 7, 15])
+def test_shap_is_lightgbm_tree_shap(leaves):
+    """Forest.shap is path-dependent TreeSHAP: LightGBM's pred_contrib to 1e-9 (a feature split on
+    twice on a path included, with 15 leaves), and the values and base add up to the score."""
+    booster, rng = _booster(leaves=leaves)
     forest = Forest.from_packed(pack(booster.dump_model()))
-    X = rng.normal(size=(200, 6)).astype(np.float32)
-    contrib, base = forest.contributions(X)
-    assert np.allclose(base + contrib.sum(axis=1), booster.predict(X), atol=1e-9)
-    shap = booster.predict(X, pred_contrib=True)
-    assert np.allclose(shap.sum(axis=1), booster.predict(X), atol=1e-6)
-    # the features the label is made of carry the weight in both; noise features little in both
-    assert np.abs(contrib[:, :4]).mean() > 3 * np.abs(contrib[:, 4:]).mean()
-    assert np.abs(shap[:, :4]).mean() > 3 * np.abs(shap[:, 4:6]).mean()
-    big = np.abs(shap[:, :6]) > 0.5
-    assert (np.sign(contrib[big]) == np.sign(shap[:, :6][big])).mean() > 0.8
+    X = rng.normal(size=(200, 6))
+    X[:5] = 0.0
+    phi, base = forest.shap(X)
+    ref = booster.predict(X, pred_contrib=True)
+    assert np.allclose(phi, ref[:, :6], rtol=0, atol=1e-9)
+    assert np.allclose(base, ref[:, 6], rtol=0, atol=1e-9)
+    assert np.allclose(base + phi.sum(axis=1), forest.predict(X), rtol=0, atol=1e-9)
+
+
+def test_shap_of_the_shipped_model_is_lightgbm_tree_shap(tmp_path):
+    """The shipped model's trees, rebuilt as a LightGBM booster (its text format from the packed
+    arrays and covers), give the same tree SHAP values as Forest.shap on rows of its features."""
+    m = R.model()
+    f = m.forest
+    booster = lgb.Booster(model_str=_model_text(f, list(m.features)))
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, len(m.features))) * rng.choice([0.1, 1.0, 10.0], size=(60, len(m.features)))
+    X[:20] = np.abs(X[:20])  # most features are shares and counts: non-negative
+    assert np.allclose(booster.predict(X), f.predict(X), rtol=0, atol=1e-9)
+    phi, base = f.shap(X)
+    ref = booster.predict(X, pred_contrib=True)
+    assert np.allclose(phi, ref[:, :-1], rtol=0, atol=1e-9)
+    assert np.allclose(base, ref[:, -1], rtol=0, atol=1e-9)
+
+
+def test_a_model_file_without_covers_predicts_but_cannot_explain():
+    booster, rng = _booster()
+    packed = pack(booster.dump_model())
+    del packed["count"], packed["leaf_count"]  # a format 1 file
+    forest = Forest.from_packed(packed)
+    X = rng.normal(size=(10, 6))
+    assert np.allclose(forest.predict(X), booster.predict(X), atol=1e-9)
+    with pytest.raises(ValueError, match="no covers"):
+        forest.shap(X)
+
+
+def _model_text(f: Forest, names: list[str]) -> str:
+    """LightGBM's text model format for packed trees (what Booster(model_str=...) reads)."""
+    F = len(names)
+    out = ["tree", "version=v4", "num_class=1", "num_tree_per_iteration=1", "label_index=0",
+           f"max_feature_idx={F - 1}", "objective=lambdarank", "feature_names=" + " ".join(names),
+           "feature_infos=" + " ".join(["[-1e+300:1e+300]"] * F), ""]  # no tree_sizes: LightGBM then parses in order
+    fmt = lambda xs: " ".join(repr(float(x)) if isinstance(x, float) else str(x) for x in xs)  # noqa: E731
+    for t in range(f.n_trees):
+        single = f.left[t, 0] == -1 and f.right[t, 0] == -1
+        ni = 0 if single else int((f.count[t] > 0).sum())  # padding nodes have no rows
+        n_leaves = ni + 1
+        out += [f"Tree={t}", f"num_leaves={n_leaves}", "num_cat=0"]
+        if ni == 0:
+            out += [f"leaf_value={fmt([float(f.leaf[t, 0])])}", f"leaf_count={int(f.leaf_count[t, 0])}", "shrinkage=1", ""]
+            continue
+        out += [f"split_feature={fmt(f.feature[t, :ni].tolist())}", f"split_gain={fmt([1.0] * ni)}",
+                f"threshold={fmt([float(x) for x in f.threshold[t, :ni]])}", f"decision_type={fmt([2] * ni)}",
+                f"left_child={fmt(f.left[t, :ni].tolist())}", f"right_child={fmt(f.right[t, :ni].tolist())}",
+                f"leaf_value={fmt([float(x) for x in f.leaf[t, :n_leaves]])}", f"leaf_weight={fmt([1.0] * n_leaves)}",
+                f"leaf_count={fmt(f.leaf_count[t, :n_leaves].tolist())}", f"internal_value={fmt([0.0] * ni)}",
+                f"internal_weight={fmt([1.0] * ni)}", f"internal_count={fmt(f.count[t, :ni].tolist())}",
+                "is_linear=0", "shrinkage=1", ""]
+    out += ["end of trees", "", "pandas_categorical:null", ""]
+    return "\n".join(out)
 
 
 def test_the_shipped_model_reads_the_features_this_cybmem_computes():
@@ -277,3 +328,36 @@ def test_inject_json_says_which_runs_were_cut_to_pointers():
     assert runs[0]["shown"] == "full" and not runs[0]["cutToPointer"]
     cut = [r for r in runs if r["cutToPointer"]]
     assert cut and all(r["shown"] == "pointer" and r["evidence"]["tier"] == "full" for r in cut)
+
+
+def test_ledger_features_see_the_ledger_as_of_the_task_moment():
+    """The issue-ledger features (evaluation only, issue 39) read no event after the task's moment:
+    the run that opened an issue has it open until it is resolved, then not; the resolving run
+    counts only once it has resolved."""
+    from cybmem.retrieval import ranker_training as RT
+    from cybmem.store.loading import load_snapshot
+    from cybmem.store.memory_store import MemoryStore
+    from cybmem.store.tokens import tokenize
+
+    snap = load_snapshot(MemoryStore(FIXTURES, "web"))
+    led = RT.Ledger.of(snap)
+    row = {rid: i for i, rid in enumerate(snap.records.column("runId").to_pylist())}
+    opener, resolver = row["769e85fa-06fa-5cd5-91e7-798a9e54c884"], row["e4c50011-c025-5969-bc82-196f1d34425d"]
+    tokens = tokenize("API 500 for ids with a dash")
+    before, after = 1790840000000, 1790850000000  # between the issue's opening and its resolution; after it
+    f = dict(zip(RT.LEDGER_FEATURES, RT.ledger_features(led, tokens, np.array([opener]), before)[0]))
+    assert f["ledger_opened_open"] == 1 and f["ledger_opened_log"] > 0 and f["ledger_open_match"] > 0.3
+    f = dict(zip(RT.LEDGER_FEATURES, RT.ledger_features(led, tokens, np.array([opener]), after)[0]))
+    assert f["ledger_opened_open"] == 0 and f["ledger_open_match"] == 0 and f["ledger_opened_log"] > 0
+    assert RT.ledger_features(led, tokens, np.array([resolver]), before)[0, 1] == 0
+    assert RT.ledger_features(led, tokens, np.array([resolver]), after)[0, 1] == 1
+
+
+def test_the_shipped_model_is_never_trained_with_the_ledger_features():
+    from cybmem.retrieval import ranker_training as RT
+
+    h = RT.History("h", 1, np.zeros((0, len(FEATURES) + len(RT.LEDGER_FEATURES)), np.float32), np.zeros(0, np.int32),
+                   np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool),
+                   features=FEATURES + RT.LEDGER_FEATURES)
+    with pytest.raises(ValueError, match="ledger"):
+        RT.train([h], loo=False)
