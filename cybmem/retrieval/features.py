@@ -29,6 +29,7 @@ is "both runs name the same ticket", so such a prior would score how the labels 
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from typing import TYPE_CHECKING, Sequence
 
@@ -153,6 +154,7 @@ class _FieldTokens:
     def __init__(self) -> None:
         self.vocab: dict[str, int] = {}
         self.rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.lock = threading.Lock()  # a held snapshot may be searched from several threads: ids stay distinct
 
     def _ids(self, text: str) -> np.ndarray:
         vocab = self.vocab
@@ -160,6 +162,10 @@ class _FieldTokens:
 
     def counts(self, snap: "Snapshot", rows: np.ndarray, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """:func:`_field_counts` of ``rows``' tasks."""
+        with self.lock:
+            return self._counts(snap, rows, terms)
+
+    def _counts(self, snap: "Snapshot", rows: np.ndarray, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
         missing = [r for r in rows.tolist() if r not in self.rows]
         if len(self.rows) + len(missing) > self.MAX_ROWS:
             self.rows.clear()
