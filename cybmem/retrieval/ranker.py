@@ -52,7 +52,6 @@ class LearnedOrder:
     local: np.ndarray  # the pool, best first
     scores: np.ndarray  # the model's score of each, in that order
     X: np.ndarray  # their features, in that order
-    shares: np.ndarray | None = None  # bool, in that order: it shares a word or a lineage link with the query
 
     def contributions(self, at: list[int]) -> list[dict[str, float]]:
         """Each feature's tree SHAP value (:meth:`cybmem.retrieval.trees.Forest.shap`, what LightGBM's
@@ -68,10 +67,14 @@ class LearnedOrder:
         """The score a hit shows for the entry at ``at``: the trees' raw score through the logistic
         function (the same order, between 0 and 1 as the formula's totals are); 0 for an entry that
         shares nothing with the query (:func:`learned_order` lists those last)."""
-        if self.shares is not None and not self.shares[at]:
+        if not self.shares(at):
             return 0.0
         raw = float(self.scores[at])
         return 1.0 / (1.0 + math.exp(-raw)) if raw > -700 else 0.0
+
+    def shares(self, at: int) -> bool:
+        """Whether the entry at ``at`` shares a word or a lineage link with the query (:func:`shares_with_query`)."""
+        return bool(shares_with_query(self.X[at:at + 1])[0])
 
     def values(self, at: int) -> dict[str, float]:
         return {name: round(float(v), 6) for name, v in zip(FEATURES, self.X[at])}
@@ -122,9 +125,8 @@ def learned_order(snap: "Snapshot", query: str, idx: np.ndarray, scored: "Scored
     MRR@10 0.000-0.014 a history (mean 0.610 -> 0.603; benchmarks/RESULTS.md, "The learned ranker")."""
     local, X, first = pool_features(snap, query, idx, scored, kw_raw, now_ms, tokens=tokens)
     s = model().score(X)
-    shares = shares_with_query(X)
     o = order_of(s, X, first)
-    return LearnedOrder(local[o], s[o], X[o], shares[o])
+    return LearnedOrder(local[o], s[o], X[o])
 
 
 _KEYWORD, _LINEAGE = FEATURES.index("first_keyword"), FEATURES.index("first_lineage")

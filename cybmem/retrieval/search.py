@@ -102,8 +102,7 @@ class Hit:
         out = {"score": round(self.score, 6), "raw": round(float(order.scores[at]), 6),
                "firstStage": round(self.first_stage or 0.0, 6), "method": "tree SHAP",
                "contributions": order.contributions([at])[0], "values": order.values(at)}
-        if order.shares is not None:
-            out["sharesWithQuery"] = bool(order.shares[at])
+        out["sharesWithQuery"] = order.shares(at)
         return out
 
 
@@ -198,19 +197,13 @@ def parent_row(snap: Snapshot, mask: np.ndarray, parent: str | None, as_of: int 
     (e.g. the parent is still running: no record yet)."""
     if not parent or not snap.n:
         return None
-    lookup = snap.run_lookup()
-
-    def find(rid: str) -> int:
-        ids = snap.records.column("runId")
-        return lookup.find(rid) if lookup is not None else pc.index(ids, scalar(rid, ids.type)).as_py()
-
-    row, seen = find(parent), {parent}
+    row, seen = snap.row_of(parent), {parent}
     while row >= 0 and not mask[row]:
         parent = snap.supersession(as_of).get(parent)  # a corrected parent: its correction
         if parent is None or parent in seen:
             return None
         seen.add(parent)
-        row = find(parent)
+        row = snap.row_of(parent)
     return row if row >= 0 else None
 
 
