@@ -465,17 +465,18 @@ class Snapshot:
             _cache.settle(_cache.cache_dir(self.store.dir), self.manifest, rows,
                           np.fromiter((self._settled[int(r)] for r in rows), np.int64, len(rows)))
 
-    def task_of(self, run_id: str | None) -> str | None:
-        """The task of the run ``run_id`` (None when this snapshot has no such run): through the run-id
-        lookup of a prepared snapshot, else one pass over the ids."""
-        if not run_id:
-            return None
+    def row_of(self, run_id: str) -> int:
+        """The row of the run ``run_id``, or -1: through the run-id lookup of a prepared snapshot,
+        else one pass over the ids."""
         if self._lookup is not None:
-            row = self._lookup.find(run_id)
-        else:
-            ids = self.records.column("runId")
-            row = pc.index(ids, scalar(run_id, ids.type)).as_py()
-        return self._values([row], "task")[0] if row is not None and row >= 0 else None
+            return self._lookup.find(run_id)
+        ids = self.records.column("runId")
+        return pc.index(ids, scalar(run_id, ids.type)).as_py()
+
+    def task_of(self, run_id: str | None) -> str | None:
+        """The task of the run ``run_id`` (None when this snapshot has no such run)."""
+        row = self.row_of(run_id) if run_id else -1
+        return self._values([row], "task")[0] if row >= 0 else None
 
     def rows(self, indices: list[int], columns: list[str]) -> list[dict]:
         """Some rows as dicts, only the given columns (cheap for a top-k: a few rows are read
