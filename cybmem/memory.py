@@ -634,7 +634,7 @@ class Memory:
 
         snap = load_snapshot(store)
         runs = list_records(snap, limit=LATEST_RUNS).items
-        issues = list_issues(store, IssueFilter.make(state="open"), limit=OPEN_ISSUES).page
+        issues = list_issues(store, IssueFilter.make(state="open"), limit=OPEN_ISSUES, snap=snap).page
         return orientation(runs, issues.items, open_issues=issues.total, task_of=snap.task_of) or None
 
     def prompt_block(self, prompt: str, *, client: str, session_id: str | None, key: str | None,

@@ -389,15 +389,16 @@ class IssueListing:
 
 
 def list_issues(store, f: IssueFilter, *, as_of: int | None = None, offset: int = 0, limit: int | None = 50,
-                now_ms: int | None = None, newest_first: bool = True) -> IssueListing:
+                now_ms: int | None = None, newest_first: bool = True, snap: "Snapshot | None" = None) -> IssueListing:
     """One page of a project's folded issues that pass ``f`` (:func:`select_issues`, whose order
     ``newest_first`` chooses), the ledger as it was at ``as_of`` (epoch ms; None: now), its window
-    measured from then (or ``now_ms``)."""
+    measured from then (or ``now_ms``). ``snap``: the store's snapshot when the caller has loaded it."""
     import time
 
     from ..store.loading import load_snapshot
 
-    snap = load_snapshot(store)  # the fold is cached with the snapshot: a long ledger is not re-read
+    if snap is None:
+        snap = load_snapshot(store)  # the fold is cached with the snapshot: a long ledger is not re-read
     folded = _issues.states_from_table(snap.fold(as_of))
     now = as_of if as_of is not None else int(time.time() * 1000) if now_ms is None else now_ms
     page, hidden = select_issues(folded, f, now_ms=now, offset=offset, limit=limit, newest_first=newest_first)
